@@ -1,0 +1,22 @@
+"""Errors a user can act on. The CLI prints them as one line, without a traceback."""
+
+
+class SharpinfError(Exception):
+    """Base for every error that is the user's input, not our bug."""
+
+
+class ModelError(SharpinfError):
+    """A GGUF file we cannot use: truncated, corrupt, unknown arch or quant type, missing tensor."""
+
+    def __init__(self, path, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class BackendError(SharpinfError):
+    """A backend that cannot run here, a kernel that does not compile, a bad launch."""
+
+
+class RequestError(SharpinfError):
+    """A request the engine rejects: empty or over-long prompt, bad sampling parameters."""
