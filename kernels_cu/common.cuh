@@ -1,0 +1,196 @@
+// common.cuh -- the one header of portable primitives every kernels_cu/*.cu includes.
+//
+// Two compilers see this file:
+//   * NVRTC (through CuPy on a GPU, or sharpinf.runtime.nvrtc_check without one);
+//   * g++ with -DSHARPINF_EMU -include cuda_emu.h (the CPU emulator), which provides
+//     threadIdx & co., __syncthreads, __shfl_*_sync, atomics and the fp16/bf16 types.
+// Every hardware primitive has a PTX branch (#ifndef SHARPINF_EMU, inline asm) and an
+// emulated branch that follows the PTX fragment layout exactly, so the fragment
+// indexing a kernel relies on is exercised on the CPU too.
+//
+// Conventions: block sizes are multiples of 32; reductions use the full warp mask;
+// NVRTC has no <cmath> macros, so use CUDART_* constants, never INFINITY/NAN.
+#pragma once
+
+#ifndef SHARPINF_EMU
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#endif
+
+#ifndef __forceinline__
+#define __forceinline__ inline __attribute__((always_inline))
+#endif
+
+// --- constants ----------------------------------------------------------------
+#ifndef CUDART_INF_F
+#ifdef SHARPINF_EMU
+#define CUDART_INF_F (__builtin_huge_valf())
+#define CUDART_NAN_F (__builtin_nanf(""))
+#else
+#define CUDART_INF_F (__int_as_float(0x7f800000))
+#define CUDART_NAN_F (__int_as_float(0x7fffffff))
+#endif
+#endif
+
+#define SHARPINF_FULL_MASK 0xffffffffu
+
+// --- fp16 / bf16 conversions ----------------------------------------------------
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+// --- warp and block reductions ----------------------------------------------------
+// xor butterfly: every lane ends with the full result.
+__device__ __forceinline__ float warp_reduce_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(SHARPINF_FULL_MASK, v, off);
+    return v;
+}
+
+__device__ __forceinline__ float warp_reduce_max(float v) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(SHARPINF_FULL_MASK, v, off));
+    return v;
+}
+
+// Block-wide reductions for 1-D blocks whose blockDim.x is a multiple of 32 (<= 1024).
+// smem32 must hold 32 floats. Every thread must call; every thread gets the result.
+// The leading __syncthreads lets the same smem32 be reused by back-to-back calls.
+__device__ __forceinline__ float block_reduce_sum(float v, float* smem32) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_reduce_sum(v);
+    __syncthreads();
+    if (lane == 0) smem32[warp] = v;
+    __syncthreads();
+    // Each warp reduces the per-warp partials itself: the result is broadcast without
+    // another round trip through shared memory.
+    return warp_reduce_sum(lane < nwarps ? smem32[lane] : 0.0f);
+}
+
+__device__ __forceinline__ float block_reduce_max(float v, float* smem32) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_reduce_max(v);
+    __syncthreads();
+    if (lane == 0) smem32[warp] = v;
+    __syncthreads();
+    return warp_reduce_max(lane < nwarps ? smem32[lane] : -CUDART_INF_F);
+}
+
+// --- emulator-only helpers ---------------------------------------------------------
+#ifdef SHARPINF_EMU
+// Bit-exact IEEE binary16 -> float, independent of what the emulator's headers offer.
+__device__ __forceinline__ float sharpinf_emu_half_bits(unsigned short h) {
+    const unsigned sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    float v;
+    if (exp == 0) v = __builtin_ldexpf((float)mant, -24);
+    else if (exp == 31) v = mant ? __builtin_nanf("") : __builtin_huge_valf();
+    else v = __builtin_ldexpf((float)(mant | 0x400u), (int)exp - 25);
+    return sign ? -v : v;
+}
+__device__ __forceinline__ float sharpinf_emu_lo(unsigned r) { return sharpinf_emu_half_bits((unsigned short)(r & 0xffffu)); }
+__device__ __forceinline__ float sharpinf_emu_hi(unsigned r) { return sharpinf_emu_half_bits((unsigned short)(r >> 16)); }
+#endif
+
+// --- tensor-core MMA -----------------------------------------------------------------
+// D(16x8,f32) = A(16x16,f16,row) * B(16x8,f16,col) + C, one warp, all 32 lanes.
+// Fragment layout (PTX ISA, mma.m16n8k16 .f16): g = lane>>2, t = lane%4; a register
+// holds two halves, the lower-indexed element in the low 16 bits.
+//   a[0] = A[g][2t..2t+1]    a[1] = A[g+8][2t..2t+1]
+//   a[2] = A[g][2t+8..2t+9]  a[3] = A[g+8][2t+8..2t+9]
+//   b[0] = B[2t..2t+1][g]    b[1] = B[2t+8..2t+9][g]
+//   c/d[0..1] = C[g][2t..2t+1]   c/d[2..3] = C[g+8][2t..2t+1]
+// d may alias c.
+__device__ __forceinline__ void mma_m16n8k16_f16_f32(float (&d)[4], const unsigned (&a)[4],
+                                                     const unsigned (&b)[2], const float (&c)[4]) {
+#ifndef SHARPINF_EMU
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+          "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#else
+    const int lane = threadIdx.x & 31, t = lane & 3;
+    // A rows g and g+8 (g = lane>>2) live in lanes g*4+j (j = 0..3); gather all four registers of each.
+    unsigned ra[4][4];
+    for (int j = 0; j < 4; ++j)
+        for (int r = 0; r < 4; ++r) ra[j][r] = __shfl_sync(SHARPINF_FULL_MASK, a[r], (lane & ~3) + j);
+    // B columns 2t and 2t+1 live in lanes (2t+cs)*4+j.
+    unsigned rb[2][4][2];
+    for (int cs = 0; cs < 2; ++cs)
+        for (int j = 0; j < 4; ++j)
+            for (int r = 0; r < 2; ++r)
+                rb[cs][j][r] = __shfl_sync(SHARPINF_FULL_MASK, b[r], (2 * t + cs) * 4 + j);
+    float out[4];
+    for (int rs = 0; rs < 2; ++rs)        // row g + 8*rs
+        for (int cs = 0; cs < 2; ++cs) {  // col 2t + cs
+            float acc = c[rs * 2 + cs];
+            for (int k = 0; k < 16; ++k) {
+                const int j = (k & 7) >> 1, kb = k >> 3;
+                const unsigned ar = ra[j][rs + 2 * kb], br = rb[cs][j][kb];
+                const float av = (k & 1) ? sharpinf_emu_hi(ar) : sharpinf_emu_lo(ar);
+                const float bv = (k & 1) ? sharpinf_emu_hi(br) : sharpinf_emu_lo(br);
+                acc += av * bv;
+            }
+            out[rs * 2 + cs] = acc;
+        }
+    for (int i = 0; i < 4; ++i) d[i] = out[i];
+#endif
+}
+
+// --- ldmatrix ---------------------------------------------------------------------------
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16: four 8x8 b16 matrices from shared memory.
+// Lane l supplies the address of row (l%8) of matrix (l/8) (16 contiguous bytes, 16-byte
+// aligned). Result: r[i] of lane l = matrix i, row l>>2, elements 2*(l%4) and 2*(l%4)+1.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem_row) {
+#ifndef SHARPINF_EMU
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+#else
+    const int lane = threadIdx.x & 31;
+    const unsigned long long p = (unsigned long long)smem_row;
+    const unsigned lo = (unsigned)(p & 0xffffffffull), hi = (unsigned)(p >> 32);
+    for (int i = 0; i < 4; ++i) {
+        const int src = i * 8 + (lane >> 2);  // the lane that holds this row's address
+        const unsigned rlo = __shfl_sync(SHARPINF_FULL_MASK, lo, src);
+        const unsigned rhi = __shfl_sync(SHARPINF_FULL_MASK, hi, src);
+        const unsigned char* row = (const unsigned char*)(((unsigned long long)rhi << 32) | rlo);
+        unsigned v;
+        __builtin_memcpy(&v, row + 4 * (lane & 3), 4);
+        r[i] = v;
+    }
+#endif
+}
+
+// --- cp.async -------------------------------------------------------------------------
+// 16-byte global -> shared copy that bypasses L1 (cp.async.cg). Both addresses 16-byte
+// aligned. Data is visible only after cp_async_wait_all() and a __syncthreads().
+// The emulator copies synchronously, which is a valid (fully waited) schedule.
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
+#ifndef SHARPINF_EMU
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem_src) : "memory");
+#else
+    __builtin_memcpy(smem_dst, gmem_src, 16);
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#ifndef SHARPINF_EMU
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+#ifndef SHARPINF_EMU
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}

@@ -1,0 +1,247 @@
+// ggml_blocks.cuh -- decoding GGML weight blocks on the device (the kernels' side of
+// sharpinf/model/quants.py, which is the truth these functions are tested against).
+//
+// A weight row of n values is row_bytes = n / BLOCK_ELEMS * BLOCK_BYTES raw GGUF bytes,
+// little-endian. Rows are back to back, so a block can sit at any byte offset: every
+// multi-byte field is read bytewise here (never a 2- or 4-byte load), which is legal
+// on the GPU for any alignment.
+//
+// The unit of work is a *chunk*: 32 consecutive values of a row (row values 32c..32c+31).
+// gb_decode_chunk<QT>(row, c, w) writes chunk c of `row` into w[0..31] in value order.
+// A legacy block is exactly one chunk; a K-quant super-block is eight.
+//
+// Every dequantized value equals quants.dequantize's bit for bit: each product of a
+// scale and a quant is exact in float32 (at most 24 significant bits: an fp16 mantissa
+// of 11 bits times integers of <= 13 bits), so the only rounding is the final add or
+// subtract, and FMA contraction cannot change a result.
+//
+// QT is the gguf.GGMLQuantizationType value of the type.
+#pragma once
+#include "common.cuh"
+
+#define GB_F32 0
+#define GB_F16 1
+#define GB_Q4_0 2
+#define GB_Q4_1 3
+#define GB_Q5_0 6
+#define GB_Q5_1 7
+#define GB_Q8_0 8
+#define GB_Q4_K 12
+#define GB_Q5_K 13
+#define GB_Q6_K 14
+#define GB_BF16 30
+
+#define GB_CHUNK 32  // values per chunk
+
+// --- scalar helpers ----------------------------------------------------------------------
+__device__ __forceinline__ unsigned gb_u16(const unsigned char* p) { return (unsigned)p[0] | ((unsigned)p[1] << 8); }
+__device__ __forceinline__ unsigned gb_u32(const unsigned char* p) {
+    return (unsigned)p[0] | ((unsigned)p[1] << 8) | ((unsigned)p[2] << 16) | ((unsigned)p[3] << 24);
+}
+
+// IEEE binary16 bits -> float, exact (subnormals, inf and NaN included).
+__device__ __forceinline__ float gb_half_bits(unsigned h) {
+#ifdef SHARPINF_EMU
+    return sharpinf_emu_half_bits((unsigned short)h);
+#else
+    return __half2float(__ushort_as_half((unsigned short)h));
+#endif
+}
+
+__device__ __forceinline__ float gb_bits_float(unsigned u) {
+#ifdef SHARPINF_EMU
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+#else
+    return __uint_as_float(u);
+#endif
+}
+
+__device__ __forceinline__ float gb_f16_at(const unsigned char* p) { return gb_half_bits(gb_u16(p)); }
+
+// a*b+c with one rounding on both compilers (never left to the compiler's contraction choice)
+__device__ __forceinline__ float gb_fma(float a, float b, float c) {
+#ifdef SHARPINF_EMU
+    return __builtin_fmaf(a, b, c);
+#else
+    return __fmaf_rn(a, b, c);
+#endif
+}
+
+// --- block geometry --------------------------------------------------------------------------
+template <int QT> struct GbInfo;
+template <> struct GbInfo<GB_F32>  { enum { elems = 1,   bytes = 4 }; };
+template <> struct GbInfo<GB_F16>  { enum { elems = 1,   bytes = 2 }; };
+template <> struct GbInfo<GB_BF16> { enum { elems = 1,   bytes = 2 }; };
+template <> struct GbInfo<GB_Q8_0> { enum { elems = 32,  bytes = 34 }; };
+template <> struct GbInfo<GB_Q4_0> { enum { elems = 32,  bytes = 18 }; };
+template <> struct GbInfo<GB_Q4_1> { enum { elems = 32,  bytes = 20 }; };
+template <> struct GbInfo<GB_Q5_0> { enum { elems = 32,  bytes = 22 }; };
+template <> struct GbInfo<GB_Q5_1> { enum { elems = 32,  bytes = 24 }; };
+template <> struct GbInfo<GB_Q4_K> { enum { elems = 256, bytes = 144 }; };
+template <> struct GbInfo<GB_Q5_K> { enum { elems = 256, bytes = 176 }; };
+template <> struct GbInfo<GB_Q6_K> { enum { elems = 256, bytes = 210 }; };
+
+// bytes of one row of n values (n a multiple of the block size)
+template <int QT> __device__ __forceinline__ long long gb_row_bytes(int n) {
+    return (long long)(n / GbInfo<QT>::elems) * GbInfo<QT>::bytes;
+}
+
+// --- float types: one value per "block" ------------------------------------------------------
+// F32:  4 bytes, IEEE float32.   F16: 2 bytes, IEEE binary16.   BF16: 2 bytes, the top half of a float32.
+template <int QT> __device__ __forceinline__ float gb_decode_value(const unsigned char* row, long long i);
+template <> __device__ __forceinline__ float gb_decode_value<GB_F32>(const unsigned char* row, long long i) {
+    return gb_bits_float(gb_u32(row + 4 * i));
+}
+template <> __device__ __forceinline__ float gb_decode_value<GB_F16>(const unsigned char* row, long long i) {
+    return gb_half_bits(gb_u16(row + 2 * i));
+}
+template <> __device__ __forceinline__ float gb_decode_value<GB_BF16>(const unsigned char* row, long long i) {
+    return gb_bits_float(gb_u16(row + 2 * i) << 16);
+}
+
+template <int QT> __device__ __forceinline__ void gb_decode_float_chunk(const unsigned char* row, int c, float (&w)[32]) {
+#pragma unroll
+    for (int e = 0; e < 32; ++e) w[e] = gb_decode_value<QT>(row, (long long)c * 32 + e);
+}
+
+// --- legacy 32-value blocks ----------------------------------------------------------------
+// Nibble order of qs[16]: value j < 16 is the low nibble of qs[j], value j + 16 its high nibble.
+
+// Q8_0 (34 bytes): [d: f16][qs: 32 x int8]                               w = d * q
+__device__ __forceinline__ void gb_decode_q8_0(const unsigned char* b, float (&w)[32]) {
+    const float d = gb_f16_at(b);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) w[j] = d * (float)(signed char)b[2 + j];
+}
+
+// Q4_0 (18 bytes): [d: f16][qs: 16 bytes]                                 w = d * (q - 8)
+__device__ __forceinline__ void gb_decode_q4_0(const unsigned char* b, float (&w)[32]) {
+    const float d = gb_f16_at(b);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int q = b[2 + j];
+        w[j] = d * (float)((q & 15) - 8);
+        w[j + 16] = d * (float)((q >> 4) - 8);
+    }
+}
+
+// Q4_1 (20 bytes): [d: f16][m: f16][qs: 16 bytes]                         w = d * q + m
+__device__ __forceinline__ void gb_decode_q4_1(const unsigned char* b, float (&w)[32]) {
+    const float d = gb_f16_at(b), m = gb_f16_at(b + 2);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int q = b[4 + j];
+        w[j] = d * (float)(q & 15) + m;
+        w[j + 16] = d * (float)(q >> 4) + m;
+    }
+}
+
+// Q5_0 (22 bytes): [d: f16][qh: 4 bytes, bit j = 5th bit of value j][qs: 16 bytes]
+//                                                                          w = d * (q - 16)
+__device__ __forceinline__ void gb_decode_q5_0(const unsigned char* b, float (&w)[32]) {
+    const float d = gb_f16_at(b);
+    const unsigned qh = gb_u32(b + 2);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int q = b[6 + j];
+        const int lo = (q & 15) | (int)(((qh >> j) & 1u) << 4);
+        const int hi = (q >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+        w[j] = d * (float)(lo - 16);
+        w[j + 16] = d * (float)(hi - 16);
+    }
+}
+
+// Q5_1 (24 bytes): [d: f16][m: f16][qh: 4 bytes][qs: 16 bytes]             w = d * q + m
+__device__ __forceinline__ void gb_decode_q5_1(const unsigned char* b, float (&w)[32]) {
+    const float d = gb_f16_at(b), m = gb_f16_at(b + 2);
+    const unsigned qh = gb_u32(b + 4);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int q = b[8 + j];
+        const int lo = (q & 15) | (int)(((qh >> j) & 1u) << 4);
+        const int hi = (q >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+        w[j] = d * (float)lo + m;
+        w[j + 16] = d * (float)hi + m;
+    }
+}
+
+// --- K-quants: 256-value super-blocks, decoded one 32-value chunk (index s = 0..7) at a time ---
+
+// The 12 packed scale bytes of Q4_K/Q5_K -> the 6-bit scale and min of sub-block s:
+//   s < 4:  sc = k[s] & 63,                          m = k[s+4] & 63
+//   s >= 4: sc = (k[s+4] & 15) | (k[s-4] >> 6) << 4,  m = (k[s+4] >> 4) | (k[s] >> 6) << 4
+__device__ __forceinline__ void gb_k_scale_min(const unsigned char* k, int s, int& sc, int& m) {
+    if (s < 4) {
+        sc = k[s] & 63;
+        m = k[s + 4] & 63;
+    } else {
+        sc = (k[s + 4] & 15) | ((k[s - 4] >> 6) << 4);
+        m = (k[s + 4] >> 4) | ((k[s] >> 6) << 4);
+    }
+}
+
+// Q4_K (144 bytes): [d: f16][dmin: f16][scales: 12 bytes][qs: 128 bytes]
+//   sub-block s (values 32s..32s+31): w = (d * sc_s) * q - (dmin * m_s);
+//   q of value l is nibble (s & 1) of qs[32 * (s >> 1) + l] (low nibble for even s).
+__device__ __forceinline__ void gb_decode_q4_k(const unsigned char* b, int s, float (&w)[32]) {
+    int sc, m;
+    gb_k_scale_min(b + 4, s, sc, m);
+    const float dl = gb_f16_at(b) * (float)sc, ml = gb_f16_at(b + 2) * (float)m;
+    const unsigned char* qs = b + 16 + 32 * (s >> 1);
+    const int shift = (s & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) w[l] = dl * (float)((qs[l] >> shift) & 15) - ml;
+}
+
+// Q5_K (176 bytes): [d: f16][dmin: f16][scales: 12 bytes][qh: 32 bytes][qs: 128 bytes]
+//   as Q4_K, with q |= ((qh[l] >> s) & 1) << 4.
+__device__ __forceinline__ void gb_decode_q5_k(const unsigned char* b, int s, float (&w)[32]) {
+    int sc, m;
+    gb_k_scale_min(b + 4, s, sc, m);
+    const float dl = gb_f16_at(b) * (float)sc, ml = gb_f16_at(b + 2) * (float)m;
+    const unsigned char* qh = b + 16;
+    const unsigned char* qs = b + 48 + 32 * (s >> 1);
+    const int shift = (s & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+        const int q = ((qs[l] >> shift) & 15) | (((qh[l] >> s) & 1) << 4);
+        w[l] = dl * (float)q - ml;
+    }
+}
+
+// Q6_K (210 bytes): [ql: 128 bytes][qh: 64 bytes][scales: 16 x int8][d: f16]
+//   16 sub-blocks of 16 values: w = (d * scales[v / 16]) * (q - 32), q 6 bits.
+//   Chunk s = 4h + k (half h = 0..1, k = 0..3) holds values 128h + 32k + l, l = 0..31:
+//     low 4 bits:  nibble (k >> 1) of ql[64h + 32 * (k & 1) + l]
+//     high 2 bits: bits 2k, 2k+1 of qh[32h + l]
+__device__ __forceinline__ void gb_decode_q6_k(const unsigned char* b, int s, float (&w)[32]) {
+    const int h = s >> 2, k = s & 3;
+    const float d = gb_f16_at(b + 208);
+    const float dl0 = d * (float)(signed char)b[192 + 2 * s];      // values l < 16
+    const float dl1 = d * (float)(signed char)b[192 + 2 * s + 1];  // values l >= 16
+    const unsigned char* ql = b + 64 * h + 32 * (k & 1);
+    const unsigned char* qh = b + 128 + 32 * h;
+    const int lshift = (k >> 1) * 4, hshift = 2 * k;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+        const int q = (((ql[l] >> lshift) & 15) | (((qh[l] >> hshift) & 3) << 4)) - 32;
+        w[l] = (l < 16 ? dl0 : dl1) * (float)q;
+    }
+}
+
+// --- one entry point for every type ------------------------------------------------------------
+// Chunk c (values 32c..32c+31) of a row of type QT; the row must hold at least 32(c+1) values.
+template <int QT> __device__ __forceinline__ void gb_decode_chunk(const unsigned char* row, int c, float (&w)[32]);
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_F32>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_float_chunk<GB_F32>(r, c, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_F16>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_float_chunk<GB_F16>(r, c, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_BF16>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_float_chunk<GB_BF16>(r, c, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q8_0>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q8_0(r + (long long)c * 34, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q4_0>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q4_0(r + (long long)c * 18, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q4_1>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q4_1(r + (long long)c * 20, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q5_0>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q5_0(r + (long long)c * 22, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q5_1>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q5_1(r + (long long)c * 24, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q4_K>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q4_k(r + (long long)(c >> 3) * 144, c & 7, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q5_K>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q5_k(r + (long long)(c >> 3) * 176, c & 7, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q6_K>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q6_k(r + (long long)(c >> 3) * 210, c & 7, w); }

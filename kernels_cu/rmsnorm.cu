@@ -1,0 +1,30 @@
+// rmsnorm.cu -- RMS normalisation of each row: y = x * rsqrt(mean(x^2) + eps) * w.
+//   rmsnorm_<t>(x, w, y, n, eps): x, y are [rows, n] row-major of type <t>; w is float[n];
+//   n (int32) is any length >= 1, odd included; eps is float. y may alias x.
+// <t> is f32 or f16 (sums and scaling in float).
+// Launch: grid = rows (one block per row), block = a multiple of 32 up to 1024 (256 suggested).
+#include "common.cuh"
+
+template <typename T>
+__device__ __forceinline__ void rmsnorm_row(const T* x, const float* __restrict__ w, T* y, int n, float eps) {
+    __shared__ float smem32[32];
+    const long long row = blockIdx.x;
+    x += row * n;
+    y += row * n;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = to_float(x[i]);
+        ss += v * v;
+    }
+    ss = block_reduce_sum(ss, smem32);
+    // rsqrtf is ~1 ulp on the GPU; eps keeps an all-zero row finite.
+    const float scale = rsqrtf(ss / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = from_float<T>(to_float(x[i]) * scale * w[i]);
+}
+
+extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float* y, int n, float eps) {
+    rmsnorm_row<float>(x, w, y, n, eps);
+}
+extern "C" __global__ void rmsnorm_f16(const __half* x, const float* w, __half* y, int n, float eps) {
+    rmsnorm_row<__half>(x, w, y, n, eps);
+}

@@ -1,0 +1,51 @@
+"""Compare two logit matrices under a Tolerance; the record every oracle returns."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from oracles.tolerances import Tolerance
+
+
+@dataclass
+class OracleResult:
+    oracle: str  # e.g. "reference-vs-naive"
+    case: str  # e.g. "llama/Q8_0, 7 tokens"
+    max_abs_dlogit: float | None
+    min_top5_overlap: int | None  # worst position
+    argmax_equal: bool | None  # at every position
+    passed: bool
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def top5_overlap(a: np.ndarray, b: np.ndarray) -> int:
+    """Worst, over rows, of |top5(a) & top5(b)|."""
+    ta = np.argsort(-a, axis=-1, kind="stable")[..., :5]
+    tb = np.argsort(-b, axis=-1, kind="stable")[..., :5]
+    return min(len(set(x) & set(y)) for x, y in zip(ta.reshape(-1, 5).tolist(), tb.reshape(-1, 5).tolist()))
+
+
+def compare_logits(oracle: str, case: str, got: np.ndarray, want: np.ndarray, tol: Tolerance) -> OracleResult:
+    """got/want: [T, vocab]."""
+    got, want = np.atleast_2d(got), np.atleast_2d(want)
+    if got.shape != want.shape:
+        return OracleResult(oracle, case, None, None, None, False, f"shape {got.shape} != {want.shape}")
+    if not np.isfinite(got).all():
+        return OracleResult(oracle, case, None, None, None, False, "non-finite logits")
+    dmax = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+    overlap = top5_overlap(got, want)
+    am = bool(np.array_equal(np.argmax(got, axis=-1), np.argmax(want, axis=-1)))
+    ok = dmax <= tol.max_abs_dlogit and overlap >= tol.min_top5_overlap and (am or not tol.argmax_equal)
+    return OracleResult(oracle, case, dmax, overlap, am, ok, "" if ok else f"tolerance: {tol.why}")
+
+
+def exact(oracle: str, case: str, got: np.ndarray, want: np.ndarray) -> OracleResult:
+    """Bit-identical or fail."""
+    same = got.shape == want.shape and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    dmax = float(np.max(np.abs(got - want))) if got.shape == want.shape else None
+    return OracleResult(oracle, case, dmax, None, None, same, "" if same else "not bit-identical")

@@ -1,0 +1,84 @@
+"""A deliberately naive float64 forward pass, written apart from reference.py.
+
+Loops over tokens, heads and rotation pairs; no fused matrices, no einsum, no cache:
+slow, but each line maps onto one formula, so it checks the reference's vectorised
+tricks (stacked QKV, pair slicing, GQA head grouping) on tiny synthetic models.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sharpinf.model.loader import LoadedModel
+
+
+def _rmsnorm(x, w, eps):
+    return x / math.sqrt(float(np.mean(x * x)) + eps) * w
+
+
+def _rotate(vec, pos, theta, style):
+    d = len(vec)
+    out = vec.copy()
+    for i in range(d // 2):
+        angle = pos / theta ** (2 * i / d)
+        a, b = (2 * i, 2 * i + 1) if style == "norm" else (i, i + d // 2)
+        out[a] = vec[a] * math.cos(angle) - vec[b] * math.sin(angle)
+        out[b] = vec[a] * math.sin(angle) + vec[b] * math.cos(angle)
+    return out
+
+
+def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
+    """Logits [T, vocab] in float64 for a whole sequence."""
+    cfg = model.config
+
+    cache: dict[str, np.ndarray] = {}
+
+    def w(name):
+        if name not in cache:
+            cache[name] = model.tensor(name).dequantize().astype(np.float64)
+        return cache[name]
+
+    def has(name):
+        return name in model.tensors
+
+    emb = w("token_embd.weight")
+    xs = [emb[t].copy() for t in token_ids]
+    for li in range(cfg.n_layer):
+        p = f"blk.{li}."
+        Wq, Wk, Wv, Wo = (w(p + f"attn_{n}.weight") for n in ("q", "k", "v", "output"))
+        ks, vs, attn_out = [], [], []
+        for pos, x in enumerate(xs):
+            h = _rmsnorm(x, w(p + "attn_norm.weight"), cfg.rms_eps)
+            q, k, v = Wq @ h, Wk @ h, Wv @ h
+            if has(p + "attn_q.bias"):
+                q, k, v = q + w(p + "attn_q.bias"), k + w(p + "attn_k.bias"), v + w(p + "attn_v.bias")
+            heads_q = [q[i * cfg.head_dim : (i + 1) * cfg.head_dim] for i in range(cfg.n_head)]
+            heads_k = [k[i * cfg.head_dim : (i + 1) * cfg.head_dim] for i in range(cfg.n_head_kv)]
+            heads_v = [v[i * cfg.head_dim : (i + 1) * cfg.head_dim] for i in range(cfg.n_head_kv)]
+            if has(p + "attn_q_norm.weight"):
+                heads_q = [_rmsnorm(hq, w(p + "attn_q_norm.weight"), cfg.rms_eps) for hq in heads_q]
+                heads_k = [_rmsnorm(hk, w(p + "attn_k_norm.weight"), cfg.rms_eps) for hk in heads_k]
+            heads_q = [_rotate(hq, pos, cfg.rope_theta, cfg.rope_style) for hq in heads_q]
+            heads_k = [_rotate(hk, pos, cfg.rope_theta, cfg.rope_style) for hk in heads_k]
+            ks.append(heads_k)
+            vs.append(heads_v)
+            out = []
+            for hq_i, hq in enumerate(heads_q):
+                kv = hq_i // (cfg.n_head // cfg.n_head_kv)
+                scores = [float(hq @ ks[s][kv]) / math.sqrt(cfg.head_dim) for s in range(pos + 1)]
+                m = max(scores)
+                e = [math.exp(sc - m) for sc in scores]
+                out.append(sum(e[s] / sum(e) * vs[s][kv] for s in range(pos + 1)))
+            attn_out.append(np.concatenate(out))
+        new_xs = []
+        for x, a in zip(xs, attn_out):
+            x = x + Wo @ a
+            h = _rmsnorm(x, w(p + "ffn_norm.weight"), cfg.rms_eps)
+            g, u = w(p + "ffn_gate.weight") @ h, w(p + "ffn_up.weight") @ h
+            x = x + w(p + "ffn_down.weight") @ (g / (1 + np.exp(-g)) * u)
+            new_xs.append(x)
+        xs = new_xs
+    out_w = w("output.weight") if has("output.weight") else emb
+    return np.stack([out_w @ _rmsnorm(x, w("output_norm.weight"), cfg.rms_eps) for x in xs])

@@ -1,0 +1,98 @@
+"""The five oracles of the packed, paged forward pass (sharpinf verify and the tests use these).
+
+(a) kernel-vs-reference        teacher-forced logits at every position vs the NumPy reference
+(b) packed-vs-sequential       S >= 2 prompts prefilled in one step vs each alone
+(c) chunked-vs-whole           one prompt prefilled in random chunks vs one chunk
+(d) batched-decode-vs-single   sequences at different positions decoded together vs each alone
+(e) placement                  the same sequence in other, shuffled physical blocks: bit-identical
+
+Every run NaN-poisons the KV pool first, so a read of a slot nobody wrote shows as NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oracles.compare import OracleResult, compare_logits, exact
+from oracles.paged_runner import PagedRunner
+from oracles.reference import Reference
+from oracles.tolerances import CROSS_PATH, kernel_vs_reference
+from sharpinf.forward import ForwardPass
+from sharpinf.kv_pool import KVPool
+
+
+def fresh_runner(fp: ForwardPass, kv_dtype: str, num_blocks: int, block_size: int, seed: int) -> PagedRunner:
+    pool = KVPool(fp.backend, fp.cfg, num_blocks=num_blocks, block_size=block_size, kv_dtype=kv_dtype)
+    pool.poison()
+    return PagedRunner(fp, pool, seed=seed)
+
+
+def blocks_for(lengths: list[int], block_size: int, spare: int = 3) -> int:
+    return sum(-(-n // block_size) for n in lengths) + spare
+
+
+def oracle_kernel_vs_reference(fp, ref: Reference, tokens, kv_dtype="f16", block_size=16, seed=0) -> OracleResult:
+    run = fresh_runner(fp, kv_dtype, blocks_for([len(tokens)], block_size), block_size, seed)
+    got = run.prefill_chunks(list(tokens), [len(tokens)])
+    want = ref.logits(list(tokens))
+    tol = kernel_vs_reference(kv_dtype, float(np.abs(want).max()) / 10.0)
+    return compare_logits("kernel-vs-reference", f"{len(tokens)} tokens, KV {kv_dtype}", got, want, tol)
+
+
+def oracle_packed_vs_sequential(fp, prompts, kv_dtype="f16", block_size=16, seed=0) -> OracleResult:
+    lens = [len(p) for p in prompts]
+    alone = []
+    for p in prompts:
+        run = fresh_runner(fp, kv_dtype, blocks_for([len(p)], block_size), block_size, seed)
+        alone.append(run.prefill_chunks(list(p), [len(p)]))
+    run = fresh_runner(fp, kv_dtype, blocks_for(lens, block_size), block_size, seed + 1)
+    packed = run.step([(run.new_seq(), list(p)) for p in prompts], all_logits=True)
+    return compare_logits("packed-vs-sequential", f"S={len(prompts)} lengths {lens}, KV {kv_dtype}",
+                          np.concatenate(packed), np.concatenate(alone), CROSS_PATH)
+
+
+def random_chunks(n: int, rng: np.random.Generator, max_chunk: int | None = None) -> list[int]:
+    sizes, left = [], n
+    while left:
+        c = int(rng.integers(1, min(left, max_chunk or left) + 1))
+        sizes.append(c)
+        left -= c
+    return sizes
+
+
+def oracle_chunked_vs_whole(fp, tokens, kv_dtype="f16", block_size=16, seed=0, chunks=None) -> OracleResult:
+    rng = np.random.default_rng(seed)
+    chunks = chunks or random_chunks(len(tokens), rng, max_chunk=max(1, len(tokens) // 2))
+    nb = blocks_for([len(tokens)], block_size)
+    whole = fresh_runner(fp, kv_dtype, nb, block_size, seed).prefill_chunks(list(tokens), [len(tokens)])
+    chunked = fresh_runner(fp, kv_dtype, nb, block_size, seed + 1).prefill_chunks(list(tokens), chunks)
+    return compare_logits("chunked-vs-whole", f"{len(tokens)} tokens in chunks {chunks}, KV {kv_dtype}",
+                          chunked, whole, CROSS_PATH)
+
+
+def oracle_batched_decode(fp, prompts, decode_tokens, kv_dtype="f16", block_size=16, seed=0) -> OracleResult:
+    """prompts[i] prefilled alone-or-together, then decode_tokens[i][k] fed at step k (teacher-forced)."""
+    steps = len(decode_tokens[0])
+    lens = [len(p) + steps for p in prompts]
+    alone = []
+    for p, dec in zip(prompts, decode_tokens):
+        run = fresh_runner(fp, kv_dtype, blocks_for([len(p) + steps], block_size), block_size, seed)
+        sid = run.new_seq()
+        run.step([(sid, list(p))])
+        alone.append(np.concatenate([run.step([(sid, [t])])[0] for t in dec]))
+    run = fresh_runner(fp, kv_dtype, blocks_for(lens, block_size), block_size, seed + 1)
+    sids = [run.new_seq() for _ in prompts]
+    for sid, p in zip(sids, prompts):  # prefill each alone, then decode all together
+        run.step([(sid, list(p))])
+    rows = [run.step([(sid, [dec[k]]) for sid, dec in zip(sids, decode_tokens)]) for k in range(steps)]
+    together = [np.concatenate([rows[k][i] for k in range(steps)]) for i in range(len(prompts))]
+    return compare_logits("batched-decode-vs-single-user",
+                          f"{len(prompts)} seqs at positions {[len(p) for p in prompts]}, {steps} steps, KV {kv_dtype}",
+                          np.concatenate(together), np.concatenate(alone), CROSS_PATH)
+
+
+def oracle_placement(fp, tokens, kv_dtype="f16", block_size=16, seed=0) -> OracleResult:
+    nb = blocks_for([len(tokens)], block_size, spare=2 * -(-len(tokens) // block_size) + 3)
+    a = fresh_runner(fp, kv_dtype, nb, block_size, seed).prefill_chunks(list(tokens), [len(tokens)])
+    b = fresh_runner(fp, kv_dtype, nb, block_size, seed + 7919).prefill_chunks(list(tokens), [len(tokens)])
+    return exact("placement", f"{len(tokens)} tokens, shuffled blocks, KV {kv_dtype}", a, b)

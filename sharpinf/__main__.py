@@ -1,0 +1,3 @@
+from sharpinf.cli import main
+
+main()

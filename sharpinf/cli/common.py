@@ -1,0 +1,48 @@
+"""Helpers the commands share: consoles, model loading by name or path, id lists."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+
+from sharpinf.errors import SharpinfError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def load(model: str):
+    """A registered name (pulled on first use, with a progress bar) or a GGUF path -> LoadedModel."""
+    from sharpinf.model.loader import load_model
+    from sharpinf.model.registry import resolve_model
+
+    return load_model(resolve_model(model))
+
+
+def tokenizer_of(loaded):
+    from sharpinf.model.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf_metadata(loaded.metadata, where=str(loaded.path))
+
+
+def parse_ids(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise SharpinfError(f"--prompt-ids must be comma-separated integers, got {text!r}") from None
+
+
+def print_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def one_of(**options):
+    """Exactly one of the named options must be given; returns (name, value)."""
+    given = [(k, v) for k, v in options.items() if v is not None]
+    if len(given) != 1:
+        names = ", ".join("--" + k.replace("_", "-") for k in options)
+        raise SharpinfError(f"give exactly one of {names}")
+    return given[0]

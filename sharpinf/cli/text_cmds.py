@@ -1,0 +1,142 @@
+"""`sharpinf tokenize | generate | score`: text in, tokens and logits out."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from sharpinf.cli import app
+from sharpinf.cli.common import console, load, one_of, parse_ids, print_json, tokenizer_of
+from sharpinf.errors import SharpinfError
+
+BACKEND_HELP = "reference (NumPy oracle), emu (CPU emulator), cuda (GPU) or auto."
+
+
+@app.command()
+def tokenize(model: str = typer.Argument(..., help="Registered name or path to a .gguf."),
+             text: str = typer.Argument(..., help="Text; special tokens like <|im_start|> are parsed."),
+             add_bos: bool | None = typer.Option(None, help="Prepend BOS (default: what the model says)."),
+             json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    """Token ids and pieces of TEXT, as llama.cpp would tokenize it."""
+    tok = tokenizer_of(load(model))
+    ids = tok.encode(text, add_bos=add_bos)
+    pieces = [tok.decode([i]) for i in ids]
+    if json_out:
+        return print_json({"token_ids": ids, "pieces": pieces})
+    t = Table("#", "id", "piece")
+    for n, (i, p) in enumerate(zip(ids, pieces)):
+        t.add_row(str(n), str(i), repr(p))
+    console.print(t)
+
+
+def prompt_ids_from(tok, prompt, chat, prompt_ids) -> list[int]:
+    kind, value = one_of(prompt=prompt, chat=chat, prompt_ids=prompt_ids)
+    if kind == "prompt":
+        return tok.encode(value)
+    if kind == "chat":
+        return tok.apply_chat([{"role": "user", "content": value}])
+    return parse_ids(value)
+
+
+@app.command()
+def generate(
+    model: str = typer.Argument(..., help="Registered name or path to a .gguf."),
+    prompt: str = typer.Option(None, help="Raw text prompt."),
+    chat: str = typer.Option(None, help="A user message, wrapped in the model's chat template."),
+    prompt_ids: str = typer.Option(None, help="Comma-separated token ids."),
+    max_tokens: int = typer.Option(64, help="Most tokens to generate."),
+    temperature: float = typer.Option(0.0, help="0 = greedy (the default)."),
+    top_k: int = typer.Option(0, help="Keep the k most likely tokens (0 = off)."),
+    top_p: float = typer.Option(1.0, help="Nucleus sampling mass (1 = off)."),
+    min_p: float = typer.Option(0.0, help="Drop tokens below min_p x the top probability (0 = off)."),
+    repetition_penalty: float = typer.Option(1.0, help="> 1 discourages repeats (1 = off)."),
+    seed: int = typer.Option(None, help="Seed for sampling: same seed, same tokens."),
+    backend: str = typer.Option("reference", help=BACKEND_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_ids, token_ids, text, finish_reason)."),
+):
+    """Generate a continuation; streams text to the terminal unless --json."""
+    from sharpinf.sampling import SamplingParams
+
+    loaded = load(model)
+    tok = tokenizer_of(loaded)
+    ids = prompt_ids_from(tok, prompt, chat, prompt_ids)
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                            min_p=min_p, repetition_penalty=repetition_penalty, seed=seed)
+
+    def stream(_token: int, delta: str) -> None:
+        console.print(delta, end="", markup=False, soft_wrap=True)
+
+    result = run_generation(loaded, tok, ids, params, backend, None if json_out else stream)
+    if json_out:
+        return print_json(result.to_json())
+    console.print(f"\n[dim]({len(result.token_ids)} tokens, finish: {result.finish_reason})[/]")
+
+
+def run_generation(loaded, tok, ids, params, backend: str, on_token):
+    if backend == "reference":
+        from oracles.reference import Reference
+        from sharpinf.reference_runner import generate_reference
+
+        return generate_reference(Reference(loaded), tok, ids, params, on_token)
+    raise SharpinfError(f"unknown backend '{backend}' for generate: use reference")
+
+
+def score_rows(logits: np.ndarray, ids: list[int], top_k: int) -> dict:
+    """Teacher-forced: for each position t, top-k after reading 0..t, and log p(ids[t+1])."""
+    z = logits.astype(np.float64)
+    logp = z - z.max(axis=1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
+    top = np.argsort(-logits, axis=1, kind="stable")[:, :top_k]
+    nxt = [float(logp[t, ids[t + 1]]) for t in range(len(ids) - 1)]
+    return {
+        "token_ids": list(ids),
+        "top_ids": top.tolist(),
+        "top_logits": np.take_along_axis(logits, top, axis=1).astype(float).tolist(),
+        "next_token_logprob": nxt,
+        "perplexity": math.exp(-sum(nxt) / len(nxt)) if nxt else None,
+    }
+
+
+@app.command()
+def score(
+    model: str = typer.Argument(..., help="Registered name or path to a .gguf."),
+    prompt: str = typer.Option(None, help="Raw text."),
+    prompt_ids: str = typer.Option(None, help="Comma-separated token ids."),
+    top_k: int = typer.Option(5, help="How many top next tokens to show per position."),
+    backend: str = typer.Option("reference", help=BACKEND_HELP),
+    json_out: bool = typer.Option(False, "--json", help="JSON keys: token_ids, top_ids, top_logits, next_token_logprob, perplexity."),
+):
+    """Teacher-forced scoring: top-k next tokens at every position, log-probs and perplexity."""
+    loaded = load(model)
+    tok = tokenizer_of(loaded)
+    _, _ = one_of(prompt=prompt, prompt_ids=prompt_ids)
+    ids = tok.encode(prompt) if prompt is not None else parse_ids(prompt_ids)
+    if not ids:
+        raise SharpinfError("empty input: nothing to score")
+    if top_k < 1:
+        raise SharpinfError("--top-k must be >= 1")
+    logits = teacher_forced_logits(loaded, ids, backend)
+    rows = score_rows(logits, ids, min(top_k, logits.shape[1]))
+    if json_out:
+        return print_json(rows)
+    t = Table("pos", "token", "log p(token | before)", f"top-{top_k} next")
+    for i, tid in enumerate(ids):
+        lp = rows["next_token_logprob"][i - 1] if i > 0 else None
+        nxt = ", ".join(repr(tok.decode([j])) for j in rows["top_ids"][i])
+        t.add_row(str(i), repr(tok.decode([tid])), "" if lp is None else f"{lp:.3f}", nxt)
+    console.print(t)
+    if rows["perplexity"] is not None:
+        console.print(f"perplexity: {rows['perplexity']:.3f}")
+
+
+def teacher_forced_logits(loaded, ids: list[int], backend: str) -> np.ndarray:
+    if backend == "reference":
+        from oracles.reference import Reference
+        from sharpinf.reference_runner import check_prompt
+
+        check_prompt(ids, loaded.config.n_vocab, loaded.config.context_length + 1)
+        return Reference(loaded).logits(ids)
+    raise SharpinfError(f"unknown backend '{backend}' for score: use reference")

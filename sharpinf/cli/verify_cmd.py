@@ -1,0 +1,65 @@
+"""`sharpinf verify MODEL`: run the named oracles, show a table, exit non-zero on any failure."""
+
+from __future__ import annotations
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from sharpinf.cli import app
+from sharpinf.cli.common import console, err_console, load, print_json, tokenizer_of
+
+
+def run_cases(cases, quiet: bool):
+    from oracles.compare import OracleResult
+
+    results = []
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, disable=quiet, transient=True) as bar:
+        task = bar.add_task("verify", total=len(cases))
+        for c in cases:
+            bar.update(task, description=f"{c.oracle}: {c.case}")
+            try:
+                results.append(c.run())
+            except Exception as exc:  # an oracle that crashes is a failed oracle, not a crashed verify
+                results.append(OracleResult(c.oracle, c.case, None, None, None, False, f"{type(exc).__name__}: {exc}"))
+            bar.advance(task)
+    return results
+
+
+def results_table(results) -> Table:
+    t = Table("oracle", "case", "max |dlogit|", "top-5 overlap", "argmax", "verdict", title="sharpinf verify")
+    for r in results:
+        t.add_row(
+            r.oracle, r.case,
+            "-" if r.max_abs_dlogit is None else f"{r.max_abs_dlogit:.2e}",
+            "-" if r.min_top5_overlap is None else f"{r.min_top5_overlap}/5",
+            "-" if r.argmax_equal is None else ("equal" if r.argmax_equal else "DIFFERS"),
+            "[green]pass[/]" if r.passed else f"[red]FAIL[/] {r.detail}",
+        )
+    return t
+
+
+@app.command()
+def verify(
+    model: str = typer.Argument("smollm2-135m", help="Registered name or path to a .gguf."),
+    backend: str = typer.Option("reference", help="Which path to verify: reference (this release)."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON list of results."),
+):
+    """Prove a path correct: every named oracle, a rich table, non-zero exit on any failure."""
+    from oracles.foundation import foundation_cases
+    from sharpinf.errors import SharpinfError
+
+    if backend != "reference":
+        raise SharpinfError(f"unknown backend '{backend}' for verify: use reference")
+    loaded = load(model)
+    cases = foundation_cases(loaded, tokenizer_of(loaded))
+    results = run_cases(cases, quiet=json_out)
+    if json_out:
+        print_json([r.to_json() for r in results])
+    else:
+        console.print(results_table(results))
+    failed = sum(not r.passed for r in results)
+    if not json_out:
+        console.print(f"{len(results) - failed} passed, {failed} failed")
+    raise typer.Exit(1 if failed else 0)

@@ -1,0 +1,69 @@
+"""The paged KV pool: allocated once on the backend; a sequence's cache is a list of block ids.
+
+Per layer, K and V each hold num_blocks x block_size slots of [n_kv_heads, head_dim]
+elements (q8_0: head_dim/32 blocks of {fp16 scale, 32 int8} per head, stored as bytes).
+Physical slot of a sequence's position j: block_table[j // block_size] * block_size + j % block_size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sharpinf.errors import SharpinfError
+from sharpinf.model.config import ModelConfig
+from sharpinf.ops.kv_cache import kv_cache_shape
+from sharpinf.runtime.backend import Backend
+
+KV_DTYPES = ("f16", "bf16", "f32", "q8_0")
+_ALIASES = {"fp16": "f16", "float16": "f16", "bfloat16": "bf16", "fp32": "f32", "float32": "f32", "q8": "q8_0"}
+
+
+def kv_dtype_name(name: str) -> str:
+    n = _ALIASES.get(name.lower(), name.lower())
+    if n not in KV_DTYPES:
+        raise SharpinfError(f"unknown KV dtype '{name}': choose fp16, bf16, fp32 or q8_0")
+    return n
+
+
+def kv_bytes_per_slot(cfg: ModelConfig, kv_dtype: str) -> float:
+    """Bytes one token's K and V take over all layers."""
+    per = {"f16": 2.0, "bf16": 2.0, "f32": 4.0, "q8_0": 34 / 32}[kv_dtype_name(kv_dtype)]
+    return cfg.kv_bytes_per_token(per)
+
+
+@dataclass
+class KVPool:
+    backend: Backend
+    cfg: ModelConfig
+    num_blocks: int
+    block_size: int = 16
+    kv_dtype: str = "f16"
+    k: list[Any] = field(init=False)  # per layer
+    v: list[Any] = field(init=False)
+
+    def __post_init__(self):
+        self.kv_dtype = kv_dtype_name(self.kv_dtype)
+        if self.block_size < 1 or self.num_blocks < 1:
+            raise SharpinfError("KV pool needs block_size >= 1 and num_blocks >= 1")
+        if self.kv_dtype == "q8_0" and self.cfg.head_dim % 32:
+            raise SharpinfError(f"q8_0 KV needs head_dim divisible by 32, model has {self.cfg.head_dim}")
+        shape, dtype = kv_cache_shape(self.kv_dtype, self.num_blocks, self.block_size, self.cfg.n_head_kv, self.cfg.head_dim)
+        self.k = [self.backend.zeros(shape, dtype) for _ in range(self.cfg.n_layer)]
+        self.v = [self.backend.zeros(shape, dtype) for _ in range(self.cfg.n_layer)]
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_blocks * self.block_size
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.k + self.v)
+
+    def poison(self) -> None:
+        """Fill every slot with NaN bytes: a kernel reading a slot nobody wrote shows up as NaN."""
+        for a in self.k + self.v:
+            host = np.full(a.shape, 0xFF, dtype=np.uint8).view(a.dtype) if a.dtype != np.uint8 else np.full(a.shape, 0xFF, np.uint8)
+            a[...] = self.backend.upload(np.ascontiguousarray(host))

@@ -1,0 +1,214 @@
+"""Load a GGUF file: metadata -> ModelConfig, tensors -> QTensor views of the memory map.
+
+Every way a file can be unusable ends in one ModelError naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelError
+from . import quants
+from .config import ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
+from .tensors import QTensor
+
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    config: ModelConfig
+    tensors: dict[str, QTensor]
+    metadata: dict[str, Any]  # every GGUF KV as plain Python (str/int/float/bool/list)
+
+    def tensor(self, name: str) -> QTensor:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise ModelError(self.path, f"missing tensor {name!r}") from None
+
+    def layer_tensor(self, i: int, short_name: str) -> QTensor:
+        """layer_tensor(3, "attn_q.weight") -> blk.3.attn_q.weight"""
+        return self.tensor(f"blk.{i}.{short_name}")
+
+    def output_weight(self) -> QTensor:
+        """The LM head (n_vocab, n_embd): output.weight, or token_embd.weight when tied."""
+        return self.tensor("token_embd.weight" if self.config.tied_output else "output.weight")
+
+
+def load_model(path: str | Path) -> LoadedModel:
+    path = Path(path)
+    reader = _open_reader(path)
+    try:
+        metadata = _read_metadata(path, reader)
+        tensors = _read_tensors(path, reader)
+        config = _build_config(path, metadata, tensors)
+        _validate_shapes(path, config, tensors)
+    except ModelError:
+        raise
+    except Exception as e:  # a header the reader accepted but that makes no sense (e.g. a 0-dim tensor)
+        raise ModelError(path, f"corrupt GGUF: {type(e).__name__}: {e}") from None
+    return LoadedModel(path=path, config=config, tensors=tensors, metadata=metadata)
+
+
+# ---------------------------------------------------------------- file and reader
+
+def _open_reader(path: Path):
+    import gguf
+
+    if not path.exists():
+        raise ModelError(path, "file not found")
+    if not path.is_file():
+        raise ModelError(path, "not a regular file")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ModelError(path, f"cannot read file: {e.strerror or e}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelError(path, f"not a GGUF file (bad magic {magic!r}, expected {GGUF_MAGIC!r})")
+    try:
+        return gguf.GGUFReader(path, "r")
+    except Exception as e:  # the reader raises anything from ValueError to IndexError on bad bytes
+        raise ModelError(path, f"truncated or corrupt GGUF: {type(e).__name__}: {e}") from None
+
+
+def _plain(field) -> Any:
+    """A GGUF ReaderField's value as plain Python (numpy scalars -> int/float/bool)."""
+    value = field.contents()
+    if isinstance(value, list):
+        return [v.item() if isinstance(v, np.generic) else v for v in value]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _read_metadata(path: Path, reader) -> dict[str, Any]:
+    # skip the reader's own header pseudo-fields (GGUF.version, GGUF.tensor_count, ...)
+    return {key: _plain(field) for key, field in reader.fields.items() if not key.startswith("GGUF.")}
+
+
+def _read_tensors(path: Path, reader) -> dict[str, QTensor]:
+    file_size = reader.data.shape[0]
+    tensors: dict[str, QTensor] = {}
+    for t in reader.tensors:
+        qtype = int(t.tensor_type)
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # GGUF ne -> numpy order
+        if qtype not in quants.SUPPORTED:
+            supported = ", ".join(quants.qtype_name(q) for q in quants.SUPPORTED)
+            raise ModelError(
+                path,
+                f"unsupported quant type {quants.qtype_name(qtype)} in tensor {t.name!r} "
+                f"(supported: {supported})",
+            )
+        n_bytes = quants.row_bytes(qtype, shape[-1]) * int(np.prod(shape[:-1], dtype=np.int64))
+        end = t.data_offset + n_bytes
+        if end > file_size:
+            raise ModelError(
+                path,
+                f"truncated: tensor {t.name!r} data ends at byte {end}, past the end of the file ({file_size} bytes)",
+            )
+        rb = quants.row_bytes(qtype, shape[-1])
+        raw = reader.data[t.data_offset:end].reshape(-1, rb)  # (rows, row_bytes), read-only memmap view
+        tensors[t.name] = QTensor(name=t.name, qtype=qtype, shape=shape, raw=raw)
+    return tensors
+
+
+# ---------------------------------------------------------------- config
+
+def _get(path: Path, meta: dict[str, Any], key: str, kind: type, default: Any = None) -> Any:
+    if key not in meta:
+        if default is not None:
+            return default
+        raise ModelError(path, f"missing metadata key {key!r}")
+    value = meta[key]
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else (
+        isinstance(value, kind) and not isinstance(value, bool))
+    if not ok:
+        raise ModelError(path, f"metadata key {key!r} should be {kind.__name__}, got {value!r:.80}")
+    return kind(value)
+
+
+def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor]) -> ModelConfig:
+    arch = _get(path, meta, "general.architecture", str)
+    if arch not in SUPPORTED_ARCHS:
+        raise ModelError(path, f"unknown architecture {arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
+
+    def key(name: str, kind: type, default: Any = None) -> Any:
+        return _get(path, meta, f"{arch}.{name}", kind, default)
+
+    n_embd = key("embedding_length", int)
+    n_head = key("attention.head_count", int)
+    n_head_kv = key("attention.head_count_kv", int, n_head)  # llama.cpp: absent means no GQA
+    if n_head <= 0 or n_head_kv <= 0 or n_head % n_head_kv:
+        raise ModelError(path, f"bad head counts: head_count={n_head}, head_count_kv={n_head_kv}")
+    if f"{arch}.vocab_size" in meta:
+        n_vocab = key("vocab_size", int)
+    elif isinstance(meta.get("tokenizer.ggml.tokens"), list):
+        n_vocab = len(meta["tokenizer.ggml.tokens"])
+    else:
+        raise ModelError(path, f"missing metadata key '{arch}.vocab_size' (and no tokenizer.ggml.tokens)")
+    head_dim = key("attention.key_length", int, n_embd // n_head)
+    return ModelConfig(
+        arch=arch,
+        n_vocab=n_vocab,
+        n_embd=n_embd,
+        n_layer=key("block_count", int),
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        n_ff=key("feed_forward_length", int),
+        context_length=key("context_length", int),
+        rms_eps=key("attention.layer_norm_rms_epsilon", float),
+        rope_theta=key("rope.freq_base", float, 10000.0),
+        rope_style=ROPE_STYLE[arch],
+        has_qkv_bias="blk.0.attn_q.bias" in tensors,
+        has_qk_norm="blk.0.attn_q_norm.weight" in tensors,
+        tied_output="output.weight" not in tensors,
+    )
+
+
+# ---------------------------------------------------------------- shape validation
+
+def expected_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the config implies, name -> numpy-order shape."""
+    shapes: dict[str, tuple[int, ...]] = {
+        "token_embd.weight": (c.n_vocab, c.n_embd),
+        "output_norm.weight": (c.n_embd,),
+    }
+    if not c.tied_output:
+        shapes["output.weight"] = (c.n_vocab, c.n_embd)
+    for i in range(c.n_layer):
+        b = f"blk.{i}."
+        shapes.update({
+            b + "attn_norm.weight": (c.n_embd,),
+            b + "attn_q.weight": (c.q_dim, c.n_embd),
+            b + "attn_k.weight": (c.kv_dim, c.n_embd),
+            b + "attn_v.weight": (c.kv_dim, c.n_embd),
+            b + "attn_output.weight": (c.n_embd, c.q_dim),
+            b + "ffn_norm.weight": (c.n_embd,),
+            b + "ffn_gate.weight": (c.n_ff, c.n_embd),
+            b + "ffn_up.weight": (c.n_ff, c.n_embd),
+            b + "ffn_down.weight": (c.n_embd, c.n_ff),
+        })
+        if c.has_qkv_bias:
+            shapes.update({
+                b + "attn_q.bias": (c.q_dim,),
+                b + "attn_k.bias": (c.kv_dim,),
+                b + "attn_v.bias": (c.kv_dim,),
+            })
+        if c.has_qk_norm:
+            shapes.update({b + "attn_q_norm.weight": (c.head_dim,), b + "attn_k_norm.weight": (c.head_dim,)})
+    return shapes
+
+
+def _validate_shapes(path: Path, config: ModelConfig, tensors: dict[str, QTensor]) -> None:
+    for name, want in expected_shapes(config).items():
+        if name not in tensors:
+            raise ModelError(path, f"missing tensor {name!r}")
+        got = tensors[name].shape
+        if got != want:
+            raise ModelError(path, f"tensor {name!r} has shape {got}, expected {want}")

@@ -1,0 +1,191 @@
+"""Seeded synthetic GGUF models: small, valid llama.cpp-shaped files for tests.
+
+Same arguments -> same bytes. Weights are random but scaled like a trained model's
+(unit-RMS residual stream, 1/sqrt(fan_in) projections) so a 2-layer model's logits
+spread out and greedy decoding has clear winners.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import quants
+from .config import SUPPORTED_ARCHS
+
+K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
+# overrides that are not raw GGUF keys
+_KNOWN_OVERRIDES = {"n_vocab", "head_dim", "rope_theta", "rms_eps"}
+
+
+def write_synthetic_model(
+    path: str | Path,
+    arch: str = "llama",
+    qtype: str = "Q8_0",
+    *,
+    seed: int = 0,
+    n_layer: int = 2,
+    n_embd: int | None = None,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int | None = None,
+    context_length: int = 1024,
+    tied: bool = True,
+    norm_qtype: str = "F32",
+    **overrides: Any,
+) -> Path:
+    """Write a GGUF model and return its path.
+
+    overrides: n_vocab (512), head_dim (n_embd // n_head; written as key_length for any arch
+    when it differs), rope_theta (10000), rms_eps (1e-5); any other key containing a dot is
+    written as raw GGUF metadata, replacing the generated value.
+    """
+    import gguf
+
+    from .synth_vocab import synthetic_tokenizer_metadata  # lazily: it trains a BPE vocab
+
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
+    bad = [k for k in overrides if k not in _KNOWN_OVERRIDES and "." not in k]
+    if bad:
+        raise TypeError(f"unknown overrides {bad}")
+    wq, nq = quants.qtype_from_name(qtype), quants.qtype_from_name(norm_qtype)
+    k_quant = qtype.upper() in K_QUANTS
+    n_embd = n_embd or (256 if k_quant else 64)
+    n_ff = n_ff or (256 if k_quant else 128)
+    head_dim = overrides.get("head_dim", n_embd // n_head)
+    n_vocab = overrides.get("n_vocab", 512)
+    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
+
+    meta: dict[str, Any] = {
+        f"{arch}.block_count": n_layer,
+        f"{arch}.context_length": context_length,
+        f"{arch}.embedding_length": n_embd,
+        f"{arch}.feed_forward_length": n_ff,
+        f"{arch}.attention.head_count": n_head,
+        f"{arch}.attention.head_count_kv": n_head_kv,
+        f"{arch}.rope.freq_base": float(overrides.get("rope_theta", 10000.0)),
+        f"{arch}.attention.layer_norm_rms_epsilon": float(overrides.get("rms_eps", 1e-5)),
+        f"{arch}.vocab_size": n_vocab,
+        "general.file_type": _FILE_TYPE[qtype.upper()],
+        "general.quantization_version": 2,
+    }
+    if arch == "qwen3" or head_dim != n_embd // n_head:
+        meta[f"{arch}.attention.key_length"] = head_dim
+        meta[f"{arch}.attention.value_length"] = head_dim
+    meta.update(synthetic_tokenizer_metadata(n_vocab=n_vocab, seed=0))
+    meta.update({k: v for k, v in overrides.items() if "." in k})
+
+    weights = _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied)
+
+    path = Path(path)
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_name(f"sharpinf-synthetic-{arch}-{qtype}")
+    for key, value in meta.items():
+        _add_kv(writer, key, value)
+    for name, x in weights.items():
+        t = nq if x.ndim == 1 else wq  # norms and biases vs matrices
+        raw = quants.quantize(x, t)  # (rows, row_bytes)
+        if x.ndim == 1:
+            raw = raw.reshape(-1)
+        writer.add_tensor(name, raw, raw_shape=_byte_shape(x.shape, t), raw_dtype=gguf.GGMLQuantizationType(t))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _byte_shape(shape: tuple[int, ...], qtype: int) -> tuple[int, ...]:
+    return (*shape[:-1], quants.row_bytes(qtype, shape[-1]))
+
+
+# general.file_type (llama_ftype) llama.cpp writes for a file whose matrices are in qtype
+_FILE_TYPE = {
+    "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9,
+    "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "BF16": 32,
+}
+
+
+def _add_kv(writer, key: str, value: Any) -> None:
+    """Write a KV with the type llama.cpp uses for it (ids and counts are uint32)."""
+    if isinstance(value, bool):
+        writer.add_bool(key, value)
+    elif isinstance(value, int):
+        (writer.add_uint32 if value >= 0 else writer.add_int32)(key, value)
+    elif isinstance(value, float):
+        writer.add_float32(key, value)
+    elif isinstance(value, str):
+        writer.add_string(key, value)
+    elif isinstance(value, (list, tuple)):
+        writer.add_array(key, list(value))
+    else:
+        raise TypeError(f"cannot write metadata {key!r} of type {type(value).__name__}")
+
+
+def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied) -> dict[str, np.ndarray]:
+    """name -> float32 array in numpy order ((out, in) for matrices), in GGUF file order."""
+    rng = np.random.default_rng(seed)
+
+    def mat(out_f: int, in_f: int, gain: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((out_f, in_f)) * (gain / np.sqrt(in_f))).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    def bias(n: int) -> np.ndarray:
+        return (0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    # Unit-variance embedding; tied, logits come out ~ sqrt(n_embd) wide.
+    w = {"token_embd.weight": rng.standard_normal((n_vocab, n_embd)).astype(np.float32)}
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        w[b + "attn_norm.weight"] = norm(n_embd)
+        # gain 2 on q/k: sharper attention than pure 1/sqrt(fan_in), so positions matter
+        w[b + "attn_q.weight"] = mat(q_dim, n_embd, 2.0)
+        w[b + "attn_k.weight"] = mat(kv_dim, n_embd, 2.0)
+        w[b + "attn_v.weight"] = mat(kv_dim, n_embd)
+        if arch == "qwen2":
+            w[b + "attn_q.bias"], w[b + "attn_k.bias"], w[b + "attn_v.bias"] = bias(q_dim), bias(kv_dim), bias(kv_dim)
+        if arch == "qwen3":
+            w[b + "attn_q_norm.weight"], w[b + "attn_k_norm.weight"] = norm(head_dim), norm(head_dim)
+        # gain 4 on the residual writes: the layers then outweigh the unit embedding, so a
+        # tied head does not just echo the input token back (checked: gaps ~1, few copies)
+        w[b + "attn_output.weight"] = mat(n_embd, q_dim, 4.0)
+        w[b + "ffn_norm.weight"] = norm(n_embd)
+        w[b + "ffn_gate.weight"] = mat(n_ff, n_embd)
+        w[b + "ffn_up.weight"] = mat(n_ff, n_embd)
+        w[b + "ffn_down.weight"] = mat(n_embd, n_ff, 4.0)
+    w["output_norm.weight"] = norm(n_embd)
+    if not tied:
+        # gain 4: logits ~4 wide, like a tied head on a small model
+        w["output.weight"] = mat(n_vocab, n_embd, 4.0)
+    return w
+
+
+def _cache_dir() -> Path:
+    d = Path(tempfile.gettempdir()) / f"sharpinf-synth-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def synthetic_model(arch: str = "llama", qtype: str = "Q8_0", **kw: Any) -> Path:
+    """write_synthetic_model, cached on disk under a temp dir keyed by the arguments."""
+    key_src = repr((arch, qtype, sorted(kw.items()), _GENERATOR_VERSION))
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    path = _cache_dir() / f"{arch}-{qtype}-{key}.gguf"
+    if not path.exists():
+        # write aside, then rename: parallel test workers never see a half-written file
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        write_synthetic_model(tmp, arch, qtype, **kw)
+        os.replace(tmp, path)
+    return path
+
+
+# Bump when the generator's output changes, so stale cached files are not reused.
+_GENERATOR_VERSION = 1

@@ -1,0 +1,277 @@
+"""Byte-level BPE tokenizer built from a GGUF file's tokenizer.* metadata (tokenizer.ggml.model "gpt2").
+
+Encoding runs on the `tokenizers` library, configured to give llama.cpp's token ids: the same
+pre-tokenizer regexes per tokenizer.ggml.pre (llama-vocab.cpp), the same merge ranks, control
+and user-defined tokens matched verbatim in the text. Decoding is done here, byte for byte.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Iterable
+
+from tokenizers import AddedToken, Regex, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models
+
+from sharpinf.errors import ModelError
+from sharpinf.model.synth_vocab import bytes_to_unicode
+
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_LLAMA3 = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2 = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# tokenizer.ggml.pre -> the regexes llama.cpp applies in turn (each splits the previous pieces).
+PRE_TOKENIZER_REGEXES: dict[str, list[str]] = {
+    "smollm": [r"\p{N}", _GPT2],
+    "starcoder": [r"\p{N}", _GPT2],
+    "gpt-2": [_GPT2],  # llama.cpp's name; it rejects "gpt2", which we accept as an alias
+    "gpt2": [_GPT2],
+    "phi-2": [_GPT2],
+    # llama.cpp's "default" is not plain GPT-2: punctuation runs and 3-digit groups split first.
+    "default": [r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
+    "llama3": [_LLAMA3],
+    "llama-bpe": [_LLAMA3],
+    "llama-v3": [_LLAMA3],
+    "qwen2": [_QWEN2],
+}
+# llama.cpp takes a whole pre-token that is in the vocabulary as one token for these (ignore_merges).
+_IGNORE_MERGES = {"llama3", "llama-bpe", "llama-v3"}
+# Texts of tokens that end a chat turn, besides tokenizer.ggml.eos_token_id.
+_EOT_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|eom_id|>", "<|end|>")
+
+_BYTE_OF_CHAR = {c: b for b, c in bytes_to_unicode().items()}
+
+
+def _pre_tokenizer(pre: str, where: str):
+    if pre not in PRE_TOKENIZER_REGEXES:
+        known = ", ".join(sorted(PRE_TOKENIZER_REGEXES))
+        raise ModelError(where, f"unsupported tokenizer.ggml.pre {pre!r} (supported: {known})")
+    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_TOKENIZER_REGEXES[pre]]
+    # The regexes already split; ByteLevel only maps bytes to GPT-2's printable characters.
+    return pre_tokenizers.Sequence(splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
+def _piece_bytes(text: str) -> bytes:
+    """Bytes of a byte-level vocabulary entry; a char outside GPT-2's map stands for its own UTF-8."""
+    out = bytearray()
+    for ch in text:
+        b = _BYTE_OF_CHAR.get(ch)
+        if b is None:
+            out += ch.encode("utf-8")
+        else:
+            out.append(b)
+    return bytes(out)
+
+
+class Tokenizer:
+    """Text <-> token ids for a GGUF gpt2 (byte-level BPE) vocabulary."""
+
+    def __init__(self, metadata: dict[str, Any], where: str = "<metadata>"):
+        model = metadata.get("tokenizer.ggml.model")
+        if model != "gpt2":
+            raise ModelError(where, f"unsupported tokenizer.ggml.model {model!r} (only 'gpt2' byte-level BPE)")
+        try:
+            tokens = list(metadata["tokenizer.ggml.tokens"])
+            merges = list(metadata["tokenizer.ggml.merges"])
+        except KeyError as e:
+            raise ModelError(where, f"missing tokenizer metadata key {e.args[0]}") from None
+        types = list(metadata.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens))
+        if len(types) != len(tokens):
+            raise ModelError(where, f"{len(tokens)} tokens but {len(types)} token types")
+        self.pre = metadata.get("tokenizer.ggml.pre", "default")
+        pre_tok = _pre_tokenizer(self.pre, where)
+
+        self._tokens = tokens
+        self._types = types
+        self._bytes = [
+            t.encode("utf-8") if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN) else _piece_bytes(t)
+            for t, ty in zip(tokens, types)
+        ]
+        self._text_to_id = {t: i for i, t in enumerate(tokens)}
+        self._bos = metadata.get("tokenizer.ggml.bos_token_id")
+        self._eos = metadata.get("tokenizer.ggml.eos_token_id")
+        default_bos = self.pre in _IGNORE_MERGES  # llama.cpp's default for llama3-style vocabularies
+        self.add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", default_bos))
+        self.chat_template: str | None = metadata.get("tokenizer.chat_template")
+        eot = {self._eos} if self._eos is not None else set()
+        if metadata.get("tokenizer.ggml.eot_token_id") is not None:
+            eot.add(int(metadata["tokenizer.ggml.eot_token_id"]))
+        eot.update(self._text_to_id[t] for t in _EOT_TEXTS if t in self._text_to_id)
+        self.eot_ids: frozenset[int] = frozenset(eot)
+
+        pairs = []
+        for m in merges:
+            cut = m.find(" ", 1)  # as llama.cpp: the first space after the first character
+            left, right = m[:cut], m[cut + 1 :]
+            # The tokenizers library rejects a merge whose parts or result are not tokens.
+            if cut > 0 and left in self._text_to_id and right in self._text_to_id and left + right in self._text_to_id:
+                pairs.append((left, right))
+        bpe = models.BPE(self._text_to_id, pairs, ignore_merges=self.pre in _IGNORE_MERGES)
+
+        def build(special_types: tuple[int, ...]) -> HFTokenizer:
+            tok = HFTokenizer(bpe)
+            tok.pre_tokenizer = pre_tok
+            specials = [
+                AddedToken(t, special=True, normalized=False, single_word=False, lstrip=False, rstrip=False)
+                for t, ty in zip(tokens, types)
+                if ty in special_types and t
+            ]
+            tok.add_special_tokens(specials)
+            return tok
+
+        # llama.cpp matches user-defined tokens always, control (and unknown) ones only when parsing specials.
+        self._hf_special = build((TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN))
+        self._hf_plain = build((TOKEN_USER_DEFINED,))
+
+    @classmethod
+    def from_gguf_metadata(cls, metadata: dict[str, Any], where: str = "<metadata>") -> "Tokenizer":
+        return cls(metadata, where)
+
+    @classmethod
+    def from_gguf(cls, path) -> "Tokenizer":
+        return cls(read_tokenizer_metadata(path), str(path))
+
+    # --- properties ---------------------------------------------------------------------------
+    @property
+    def n_vocab(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._bos
+
+    @property
+    def eos_id(self) -> int | None:
+        return self._eos
+
+    @property
+    def bos_token(self) -> str:
+        return self._tokens[self._bos] if self._bos is not None else ""
+
+    @property
+    def eos_token(self) -> str:
+        return self._tokens[self._eos] if self._eos is not None else ""
+
+    def id_to_piece(self, token_id: int) -> str:
+        """The vocabulary entry as stored (GPT-2 byte-to-unicode form for normal tokens)."""
+        return self._tokens[token_id]
+
+    def token_type(self, token_id: int) -> int:
+        return self._types[token_id]
+
+    def is_special(self, token_id: int) -> bool:
+        return self._types[token_id] == TOKEN_CONTROL
+
+    # --- encode / decode ----------------------------------------------------------------------
+    def encode(self, text: str, add_bos: bool | None = None, parse_special: bool = True) -> list[int]:
+        """Token ids for text; add_bos None means tokenizer.ggml.add_bos_token."""
+        hf = self._hf_special if parse_special else self._hf_plain
+        ids = hf.encode(text, add_special_tokens=False).ids if text else []
+        if (self.add_bos if add_bos is None else add_bos) and self._bos is not None:
+            ids = [self._bos] + ids
+        return ids
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes a token stands for (control tokens: their text); streaming decoders join these."""
+        return self._bytes[token_id]
+
+    def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
+        """Text for ids; bytes joined first so multi-token characters survive, bad UTF-8 -> U+FFFD."""
+        out = bytearray()
+        for i in ids:
+            if skip_special and self._types[i] == TOKEN_CONTROL:
+                continue
+            out += self._bytes[i]
+        return out.decode("utf-8", errors="replace")
+
+    def decode_token(self, token_id: int) -> str:
+        return self._bytes[token_id].decode("utf-8", errors="replace")
+
+    def apply_chat(self, messages: list[dict], add_generation_prompt: bool = True, template: str | None = None) -> list[int]:
+        """Render messages with the chat template, then encode with special tokens parsed."""
+        from sharpinf.model.chat import render_chat  # chat imports nothing from here; lazy keeps it optional
+
+        tpl = template if template is not None else self.chat_template
+        if not tpl:
+            raise ModelError("<metadata>", "no tokenizer.chat_template in this model")
+        text = render_chat(tpl, messages, add_generation_prompt, bos_token=self.bos_token, eos_token=self.eos_token)
+        ids = self.encode(text, add_bos=False)
+        # Add BOS only when the model wants it and the template did not already write it.
+        if self.add_bos and self._bos is not None and (not ids or ids[0] != self._bos):
+            ids = [self._bos] + ids
+        return ids
+
+
+def read_tokenizer_metadata(path) -> dict[str, Any]:
+    """The tokenizer.* key/value pairs of a GGUF file as plain Python values.
+
+    Parses the key/value section directly: gguf.GGUFReader takes seconds on a 49k-token vocabulary.
+    """
+    import mmap
+
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _parse_kv(buf, "tokenizer.")
+    except (OSError, ValueError, struct.error, IndexError) as e:
+        raise ModelError(path, f"cannot read GGUF metadata: {e}") from None
+
+
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_NP = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1", 10: "<u8", 11: "<i8", 12: "<f8"}
+_STRING, _ARRAY = 8, 9
+
+
+def _parse_kv(buf, prefix: str) -> dict[str, Any]:
+    """Walk GGUF v2/v3 (little-endian) key/values; keep those whose key starts with prefix."""
+    import numpy as np
+
+    if buf[:4] != b"GGUF":
+        raise ValueError("not a GGUF file (bad magic)")
+    version, _n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+    if version < 2:
+        raise ValueError(f"GGUF version {version} is too old")
+    pos = 24
+
+    def string(at: int) -> tuple[str, int]:
+        (n,) = struct.unpack_from("<Q", buf, at)
+        return bytes(buf[at + 8 : at + 8 + n]).decode("utf-8", errors="replace"), at + 8 + n
+
+    def value(vtype: int, at: int, keep: bool) -> tuple[Any, int]:
+        if vtype == _STRING:
+            return string(at)
+        if vtype in _SCALAR:
+            fmt = _SCALAR[vtype]
+            return struct.unpack_from(fmt, buf, at)[0], at + struct.calcsize(fmt)
+        if vtype != _ARRAY:
+            raise ValueError(f"unknown GGUF value type {vtype}")
+        etype, n = struct.unpack_from("<IQ", buf, at)
+        at += 12
+        if etype in _NP:
+            size = np.dtype(_NP[etype]).itemsize * n
+            arr = np.frombuffer(buf, _NP[etype], n, at).tolist() if keep else None
+            if keep and etype == 7:
+                arr = [bool(x) for x in arr]
+            return arr, at + size
+        items = []
+        for _ in range(n):
+            v, at = value(etype, at, keep)
+            items.append(v)
+        return (items if keep else None), at
+
+    out: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key, pos = string(pos)
+        (vtype,) = struct.unpack_from("<I", buf, pos)
+        keep = key.startswith(prefix)
+        v, pos = value(vtype, pos + 4, keep)
+        if keep:
+            out[key] = v
+    return out

@@ -1,0 +1,70 @@
+"""Launcher for kernels_cu/attention.cu (varlen paged causal attention) and its NumPy reference.
+
+A packed batch of N query tokens from S sequences: sequence s owns tokens cu_seqlens[s]..cu_seqlens[s+1]-1;
+token t at absolute position positions[t] attends to its own sequence's keys at positions 0..positions[t],
+found through block_tables[s] (slot = block_tables[s, j // block_size] * block_size + j % block_size).
+The kernel is chosen from shapes only (kv dtype, head_dim, n_heads), never from the batch's contents.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sharpinf.errors import SharpinfError
+from sharpinf.ops.kv_cache import KV_DTYPES, decode_kv
+from sharpinf.ops.launch import kernel
+
+I32, F32 = np.int32, np.float32
+HEAD_DIMS = (16, 32, 64, 128)
+WARPS = 4  # heads per block (one warp per (token, head))
+
+
+def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
+              cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
+              head_dim: int, block_size: int, scale: float) -> None:
+    """out[t, h*head_dim:(h+1)*head_dim] = softmax(scale * q K^T) V over token t's visible keys.
+    qkv: float32 [N, qkv_stride] with Q at column 0; out: float32 [N, n_heads*head_dim]."""
+    if kv_dtype not in KV_DTYPES:
+        raise SharpinfError(f"unknown KV dtype {kv_dtype!r}; expected one of {KV_DTYPES}")
+    if head_dim not in HEAD_DIMS or (kv_dtype == "q8_0" and head_dim < 32):
+        raise SharpinfError(f"attention supports head_dim {HEAD_DIMS} (q8_0: 32, 64, 128), got {head_dim}")
+    if n_kv_heads <= 0 or n_heads % n_kv_heads:
+        raise SharpinfError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+    if n_tokens <= 0:
+        return
+    warps = min(WARPS, n_heads)
+    grid = (n_tokens, -(-n_heads // warps))
+    be.launch(kernel(be, "attention.cu", f"attention_{kv_dtype}_d{head_dim}"), grid, 32 * warps,
+              (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
+               out, I32(n_tokens), I32(n_seqs), I32(n_heads), I32(n_kv_heads), I32(head_dim), I32(block_size),
+               F32(scale)))
+
+
+# -- NumPy reference ---------------------------------------------------------------------
+def paged_attention_reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray,
+                              cu_seqlens: np.ndarray, positions: np.ndarray, *, block_size: int, scale: float,
+                              kv_dtype: str = "f32") -> np.ndarray:
+    """Plain float64 paged causal attention.
+
+    q: [N, n_heads, head_dim]; k_cache, v_cache: one layer's caches in their stored form for `kv_dtype`
+    (see sharpinf.ops.kv_cache), [slots, n_kv_heads, ...]; returns float64 [N, n_heads, head_dim].
+    """
+    q = np.asarray(q, dtype=np.float64)
+    K = decode_kv(kv_dtype, k_cache).astype(np.float64)  # [slots, n_kv_heads, head_dim]
+    V = decode_kv(kv_dtype, v_cache).astype(np.float64)
+    N, n_heads, head_dim = q.shape
+    group = n_heads // K.shape[1]
+    out = np.zeros((N, n_heads, head_dim), np.float64)
+    cu = np.asarray(cu_seqlens)
+    for s in range(len(cu) - 1):
+        for t in range(int(cu[s]), int(cu[s + 1])):
+            p = int(positions[t])
+            j = np.arange(p + 1)
+            slots = np.asarray(block_tables)[s, j // block_size].astype(np.int64) * block_size + j % block_size
+            for h in range(n_heads):
+                k = K[slots, h // group]  # [p+1, head_dim]
+                v = V[slots, h // group]
+                sc = (k @ q[t, h]) * scale
+                w = np.exp(sc - sc.max())
+                out[t, h] = (w / w.sum()) @ v
+    return out

@@ -1,0 +1,57 @@
+"""Launchers for the small kernel families: elementwise, rmsnorm, gather, argmax.
+
+Each launcher takes device arrays from the backend and plain ints/floats; it casts
+scalars to the C types the kernels declare. The NumPy references live beside them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sharpinf.ops.launch import kernel
+
+I32, F32 = np.int32, np.float32
+
+
+def _grid_1d(n: int, block: int = 256, cap: int = 1024) -> int:
+    return max(1, min(-(-n // block), cap))
+
+
+def add(be, a, b, out, n: int) -> None:
+    """out = a + b (float32, n elements); out may alias a."""
+    be.launch(kernel(be, "elementwise.cu", "add_f32"), _grid_1d(n), 256, (a, b, out, I32(n)))
+
+
+def silu_gate(be, gate, up, out, n: int) -> None:
+    """out = silu(gate) * up: the SwiGLU activation."""
+    be.launch(kernel(be, "elementwise.cu", "silu_gate_f32"), _grid_1d(n), 256, (gate, up, out, I32(n)))
+
+
+def rmsnorm(be, x, w, y, rows: int, n: int, eps: float) -> None:
+    """y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for `rows` rows of length n (QK-norm: rows = tokens x heads)."""
+    be.launch(kernel(be, "rmsnorm.cu", "rmsnorm_f32"), rows, 128 if n <= 256 else 256, (x, w, y, I32(n), F32(eps)))
+
+
+def qk_norm(be, qkv, w, n_tokens: int, n_heads: int, head_dim: int, row_stride: int, col: int, eps: float) -> None:
+    """In place: RMSNorm of each head (head_dim floats) of the heads starting at column `col` of qkv."""
+    be.launch(kernel(be, "qk_norm.cu", "qk_norm_f32"), n_tokens * n_heads, 32 if head_dim <= 64 else 128,
+              (qkv, w, I32(n_tokens), I32(n_heads), I32(head_dim), I32(row_stride), I32(col), F32(eps)))
+
+
+def gather_rows(be, x, rows, out, n_rows: int, n_cols: int) -> None:
+    be.launch(kernel(be, "gather.cu", "gather_rows_f32"), n_rows, 128, (x, rows, out, I32(n_rows), I32(n_cols)))
+
+
+def argmax(be, x, out, rows: int, n: int) -> None:
+    """out[r] = argmax(x[r]), ties to the lowest index."""
+    be.launch(kernel(be, "argmax.cu", "argmax_f32"), rows, 256, (x, out, I32(n)))
+
+
+# -- NumPy references ---------------------------------------------------------------------
+def rmsnorm_reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w).astype(F32)
+
+
+def gather_rows_reference(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return x[rows]

@@ -1,0 +1,18 @@
+"""Kernel objects cached per backend, so launchers can ask for them on every call."""
+
+from __future__ import annotations
+
+import weakref
+
+from sharpinf.runtime.backend import Backend, Kernel
+
+_cache: "weakref.WeakKeyDictionary[Backend, dict[tuple[str, str], Kernel]]" = weakref.WeakKeyDictionary()
+
+
+def kernel(be: Backend, filename: str, name: str) -> Kernel:
+    per_backend = _cache.setdefault(be, {})
+    key = (filename, name)
+    k = per_backend.get(key)
+    if k is None:
+        k = per_backend[key] = be.kernel(filename, name)
+    return k

@@ -1,0 +1,61 @@
+"""Launcher for kernels_cu/rope.cu (rotary position embedding, in place) and its NumPy reference.
+
+RoPE as oracles/reference.py defines it: pair i of a head is rotated by
+angle = pos * theta^(-2i/head_dim); style "norm" pairs elements (2i, 2i+1), "neox" pairs (i, i + head_dim/2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sharpinf.errors import SharpinfError
+from sharpinf.ops.launch import kernel
+
+I32, F32 = np.int32, np.float32
+STYLES = ("norm", "neox")
+BLOCK = 128
+_GRID_CAP = 65535
+
+
+def offset_view(buf, elems: int):
+    """A contiguous 1-D view of `buf` starting `elems` elements in: how a launcher passes `buf + elems`
+    (works for numpy and cupy arrays alike; `buf` must be C-contiguous)."""
+    return buf.reshape(-1)[elems:] if elems else buf
+
+
+def rope(be, qkv, row_stride: int, positions, n_tokens: int, n_heads: int, head_dim: int, theta: float,
+         style: str, col: int = 0) -> None:
+    """In place: rotate the n_heads heads that start at column `col` of the float32 rows of `qkv`
+    (row stride `row_stride` elements); positions: int32 device array [n_tokens]."""
+    if style not in STYLES:
+        raise SharpinfError(f"unknown rope style {style!r}; expected one of {STYLES}")
+    if head_dim % 2:
+        raise SharpinfError(f"rope needs an even head_dim, got {head_dim}")
+    if n_tokens <= 0 or n_heads <= 0:
+        return
+    items = n_tokens * (head_dim // 2)
+    grid = max(1, min(-(-items // BLOCK), _GRID_CAP))
+    be.launch(kernel(be, "rope.cu", f"rope_{style}"), grid, BLOCK,
+              (offset_view(qkv, col), I32(row_stride), positions, I32(n_tokens), I32(n_heads), I32(head_dim),
+               F32(theta)))
+
+
+# -- NumPy reference ---------------------------------------------------------------------
+def rope_reference(x: np.ndarray, positions: np.ndarray, theta: float, style: str) -> np.ndarray:
+    """x: [T, heads, head_dim]; returns the rotated heads in float64 (angles and products in float64)."""
+    if style not in STYLES:
+        raise SharpinfError(f"unknown rope style {style!r}")
+    x = np.asarray(x, dtype=np.float64)
+    d = x.shape[-1]
+    inv_freq = float(theta) ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    ang = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    if style == "norm":
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = a * c - b * s
+        out[..., 1::2] = a * s + b * c
+        return out
+    h = d // 2
+    a, b = x[..., :h], x[..., h:]
+    return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)

@@ -1,0 +1,43 @@
+"""Generation on the NumPy reference (`--backend reference`): slow, obviously right."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from oracles.reference import Reference
+from sharpinf.errors import RequestError
+from sharpinf.model.tokenizer import Tokenizer
+from sharpinf.sampling import HostSampler, SamplingParams
+from sharpinf.textgen import GenerationResult, StopChecker
+
+
+def check_prompt(prompt_ids: list[int], n_vocab: int, context_length: int) -> None:
+    if not prompt_ids:
+        raise RequestError("empty prompt: give at least one token")
+    if len(prompt_ids) >= context_length:
+        raise RequestError(f"prompt of {len(prompt_ids)} tokens leaves no room in the context of {context_length}")
+    bad = [t for t in prompt_ids if not 0 <= t < n_vocab]
+    if bad:
+        raise RequestError(f"token id(s) {bad[:5]} out of range [0, {n_vocab})")
+
+
+def generate_reference(ref: Reference, tok: Tokenizer, prompt_ids: list[int], params: SamplingParams,
+                       on_token: Callable[[int, str], None] | None = None) -> GenerationResult:
+    cfg = ref.cfg
+    check_prompt(prompt_ids, cfg.n_vocab, cfg.context_length)
+    stop = StopChecker(params, tok, context_left=cfg.context_length - len(prompt_ids))
+    sampler = HostSampler(params)
+    cache = ref.new_cache(min(cfg.context_length, len(prompt_ids) + params.max_tokens))
+    logits = ref.forward(prompt_ids, cache)[-1]
+    seen = list(prompt_ids)
+    while True:
+        token = sampler(logits, seen)
+        seen.append(token)
+        shown = len(stop.text)
+        done = stop.add(token)
+        if on_token is not None:
+            on_token(token, stop.text[shown:])
+        if done:
+            break
+        logits = ref.forward([token], cache)[-1]
+    return GenerationResult(list(prompt_ids), stop.tokens, stop.text, stop.finish_reason)

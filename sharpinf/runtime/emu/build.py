@@ -1,0 +1,158 @@
+"""g++ builds for the emulator, cached by content hash.
+
+A kernel module is one translation unit: cuda_emu.h (force-included), the
+kernel source (with dynamic shared memory rewritten, #line keeping the real
+file:line), then a trailer registering each entry point. It links against the
+runtime objects (scheduler + fibers), which are built once per cache key.
+The key covers the source, every local header it includes, the emulator's own
+files, the flags, the g++ version and the CPU (because of -march=native)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from sharpinf.errors import BackendError
+from sharpinf.runtime import paths
+from sharpinf.runtime.emu import EMU_DIR
+from sharpinf.runtime.emu.source import entry_names, local_headers, rewrite_dynamic_shared
+
+RUNTIME_SOURCES = ("emu_sched.cpp", "emu_fiber.cpp")
+BASE_FLAGS = ["-O2", "-march=native", "-fPIC", "-std=c++17", "-fno-strict-aliasing", "-fvisibility=hidden"]
+
+_lock = threading.Lock()
+compile_count = 0  # g++ invocations in this process (tests check cache hits)
+
+
+def cxx() -> str:
+    return os.environ.get("CXX", "g++")
+
+
+@functools.cache
+def gxx_version() -> str:
+    try:
+        out = subprocess.run([cxx(), "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise BackendError(f"emu backend: cannot run {cxx()} ({exc}); install g++") from exc
+    return out.splitlines()[0].strip()
+
+
+@functools.cache
+def _cpu_id() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def include_flags(src_dir: Path | None) -> list[str]:
+    """-I for: the source's folder, kernels_cu/, the CUDA headers, then our shims
+    (crt/host_defines.h, nv/target) for CUDA header sets that lack them."""
+    dirs: list[Path] = []
+    if src_dir is not None:
+        dirs.append(src_dir)
+    try:
+        dirs.append(paths.kernels_dir())
+    except BackendError:
+        pass
+    dirs += [EMU_DIR, *paths.cuda_include_dirs(), EMU_DIR / "shim"]
+    return [f"-I{d}" for d in dict.fromkeys(dirs)]
+
+
+@functools.cache
+def _emu_files_digest() -> str:
+    h = hashlib.sha256()
+    for f in sorted(EMU_DIR.rglob("*")):
+        if f.is_file() and f.suffix in (".h", ".cpp", "") and "__pycache__" not in f.parts:
+            h.update(f.relative_to(EMU_DIR).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _key(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for p in (_emu_files_digest(), gxx_version(), _cpu_id(), platform.machine(), *parts):
+        h.update(p if isinstance(p, bytes) else p.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def _run_gxx(args: list[str], what: str) -> None:
+    global compile_count
+    compile_count += 1
+    proc = subprocess.run([cxx(), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        log = (proc.stderr + proc.stdout).strip()
+        raise BackendError(f"emu: g++ failed to compile {what}:\n{log}")
+
+
+def _atomic_build(out: Path, build) -> Path:
+    """Build into a temp name and rename, so concurrent processes never load a half-written file."""
+    if out.exists():
+        return out
+    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=out.suffix)
+    os.close(fd)
+    try:
+        build(Path(tmp))
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def runtime_objects(cache: Path) -> list[Path]:
+    flags = BASE_FLAGS + include_flags(None)
+    objs = []
+    for name in RUNTIME_SOURCES:
+        out = cache / f"rt-{Path(name).stem}-{_key(name, *flags)}.o"
+        objs.append(_atomic_build(out, lambda tmp, n=name: _run_gxx([*flags, "-c", str(EMU_DIR / n), "-o", str(tmp)], n)))
+    return objs
+
+
+def _trailer(names: list[str]) -> str:
+    entries = ",\n  ".join(f'::sharpinf_emu::make_entry<&{n}>("{n}")' for n in names)
+    return (
+        '\n#line 1 "<sharpinf-emu-trailer>"\n#include "emu_entry.h"\n'
+        f"static ::sharpinf_emu::Entry sharpinf_emu_entries[] = {{\n  {entries}\n}};\n"
+        "SHARPINF_EMU_EXPORTS(sharpinf_emu_entries)\n"
+    )
+
+
+def build_module(src: Path, name_expressions: tuple[str, ...]) -> tuple[Path, list[str]]:
+    """The cached shared object for `src` and the entry names it exports."""
+    src = src.resolve()
+    if not src.is_file():
+        raise BackendError(f"emu: kernel source not found: {src}")
+    text = src.read_text()
+    incs = include_flags(src.parent)
+    headers = local_headers(src, [Path(f[2:]) for f in incs])
+    names = entry_names(text) + [n for n in name_expressions if n not in entry_names(text)]
+    if not names:
+        raise BackendError(f'emu: {src.name} has no extern "C" __global__ kernels and no name_expressions')
+    flags = BASE_FLAGS + incs + ["-include", "cuda_emu.h", "-DSHARPINF_EMU"]
+    key = _key(str(src), text, *(h.read_bytes() for h in headers), *(str(h) for h in headers), *flags, *names)
+    cache = paths.cache_dir("emu")
+    out = cache / f"{src.stem}-{key}.so"
+    if out.exists():
+        return out, names
+    with _lock:
+        objs = runtime_objects(cache)
+        tu = cache / f"{src.stem}-{key}.cpp"
+        _atomic_build(tu, lambda tmp: tmp.write_text(f'#line 1 "{src}"\n' + rewrite_dynamic_shared(text, str(src)) + _trailer(names)))
+        _atomic_build(
+            out,
+            lambda tmp: _run_gxx(
+                [*flags, "-shared", str(tu), *map(str, objs), "-Wl,-z,defs", "-o", str(tmp)], src.name
+            ),
+        )
+    return out, names

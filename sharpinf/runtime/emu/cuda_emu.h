@@ -1,0 +1,110 @@
+/* cuda_emu.h: what a CUDA C kernel source sees when g++ builds it for the CPU
+   emulator (force-included: -include cuda_emu.h -DSHARPINF_EMU).
+
+   CUDA qualifiers become no-ops, __shared__ becomes thread_local (a block's
+   fibers share one OS thread; blocks on other workers get their own copy),
+   and every synchronising intrinsic passes __FILE__/__LINE__ to the scheduler
+   so deadlocks and strict-mode errors can name the source line. The real
+   cuda_fp16.h / cuda_bf16.h supply half types and conversions; device-only
+   math gets float-based stand-ins in cuda_emu_math.h. */
+#pragma once
+#ifndef SHARPINF_EMU
+#define SHARPINF_EMU 1
+#endif
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmath>
+// CUDA's own headers first, so our macros below cannot disturb them.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include "emu_rt.h"
+
+// ---- qualifiers -------------------------------------------------------------
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __align__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __align__(n) __attribute__((aligned(n)))
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+#define __constant__
+#define __managed__
+// Block-scope thread_local is implicitly static: one copy per OS thread,
+// i.e. per block in flight. `extern __shared__` (dynamic) is rewritten by the
+// build step into a pointer to the per-launch buffer (see emu/build.py).
+#define __shared__ thread_local
+
+// ---- built-in variables -------------------------------------------------------
+#define threadIdx (::sharpinf_emu::tls.threadIdx)
+#define blockIdx (::sharpinf_emu::tls.blockIdx)
+#define blockDim (::sharpinf_emu::tls.blockDim)
+#define gridDim (::sharpinf_emu::tls.gridDim)
+static constexpr int warpSize = 32;
+
+namespace sharpinf_emu {
+inline unsigned char* dyn_smem() { return tls.dyn_smem; }
+
+template <class T>
+inline uint64_t to_bits(T v) {
+    static_assert(sizeof(T) <= 8, "warp shuffle of a type wider than 8 bytes");
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof(T));
+    return u;
+}
+template <class T>
+inline T from_bits(uint64_t u) {
+    T v;
+    memcpy(&v, &u, sizeof(T));
+    return v;
+}
+template <class T>
+inline T shfl(const char* f, int l, int op, unsigned mask, T v, int arg, int width) {
+    return from_bits<T>(warp_op(f, l, op, mask, to_bits(v), arg, width));
+}
+}  // namespace sharpinf_emu
+
+// ---- synchronisation ------------------------------------------------------------
+#define __syncthreads() ((void)::sharpinf_emu::sync_block(__FILE__, __LINE__, 0))
+#define __syncthreads_count(p) (::sharpinf_emu::sync_block(__FILE__, __LINE__, (p)))
+#define __syncthreads_or(p) (::sharpinf_emu::sync_block(__FILE__, __LINE__, (p)) != 0)
+#define __syncthreads_and(p) (::sharpinf_emu::sync_block(__FILE__, __LINE__, !(p)) == 0)
+#define __syncwarp(...) ((void)::sharpinf_emu::warp_op(__FILE__, __LINE__, ::sharpinf_emu::W_SYNC, \
+                          ::sharpinf_emu::syncwarp_mask(__VA_ARGS__), 0, 0, 32))
+namespace sharpinf_emu {
+inline unsigned syncwarp_mask(unsigned m = 0xffffffffu) { return m; }
+}
+#define __shfl_sync(mask, v, src, ...) \
+    ::sharpinf_emu::shfl(__FILE__, __LINE__, ::sharpinf_emu::W_IDX, (mask), (v), (src), ::sharpinf_emu::width_arg(__VA_ARGS__))
+#define __shfl_up_sync(mask, v, d, ...) \
+    ::sharpinf_emu::shfl(__FILE__, __LINE__, ::sharpinf_emu::W_UP, (mask), (v), (int)(d), ::sharpinf_emu::width_arg(__VA_ARGS__))
+#define __shfl_down_sync(mask, v, d, ...) \
+    ::sharpinf_emu::shfl(__FILE__, __LINE__, ::sharpinf_emu::W_DOWN, (mask), (v), (int)(d), ::sharpinf_emu::width_arg(__VA_ARGS__))
+#define __shfl_xor_sync(mask, v, lm, ...) \
+    ::sharpinf_emu::shfl(__FILE__, __LINE__, ::sharpinf_emu::W_XOR, (mask), (v), (int)(lm), ::sharpinf_emu::width_arg(__VA_ARGS__))
+#define __ballot_sync(mask, p) \
+    ((unsigned)::sharpinf_emu::warp_op(__FILE__, __LINE__, ::sharpinf_emu::W_BALLOT, (mask), (p) != 0, 0, 32))
+#define __all_sync(mask, p) \
+    ((int)::sharpinf_emu::warp_op(__FILE__, __LINE__, ::sharpinf_emu::W_ALL, (mask), (p) != 0, 0, 32))
+#define __any_sync(mask, p) \
+    ((int)::sharpinf_emu::warp_op(__FILE__, __LINE__, ::sharpinf_emu::W_ANY, (mask), (p) != 0, 0, 32))
+#define __activemask() (::sharpinf_emu::active_mask())
+#define __trap() ::sharpinf_emu::trap(__FILE__, __LINE__)
+namespace sharpinf_emu {
+inline int width_arg(int w = 32) { return w; }
+}
+
+// Memory fences order nothing extra on one OS thread; across pool workers
+// they become real fences.
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+#include "cuda_emu_atomic.h"
+#include "cuda_emu_math.h"

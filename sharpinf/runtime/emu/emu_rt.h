@@ -1,0 +1,49 @@
+/* The emulator runtime's interface: what the inline CUDA stand-ins in
+   cuda_emu.h and the entry-point glue in emu_entry.h call into emu_sched.cpp.
+   Everything is hidden so each kernel .so carries a private copy. */
+#pragma once
+#include <stdint.h>
+#include <stddef.h>
+#include <vector_types.h>
+
+#define SHARPINF_EMU_HIDDEN __attribute__((visibility("hidden")))
+
+namespace sharpinf_emu {
+
+struct EThread;
+struct Block;
+
+// Per OS thread: the running CUDA thread's coordinates. Plain __thread POD,
+// so a kernel's threadIdx.x is one TLS load (no C++ TLS wrapper call).
+struct Tls {
+    uint3 threadIdx, blockIdx, blockDim, gridDim;
+    EThread* cur;
+    Block* blk;
+    unsigned char* dyn_smem;
+};
+extern __thread Tls tls SHARPINF_EMU_HIDDEN;
+
+// Warp operation kinds carried through the per-warp exchange.
+enum WarpOp : int { W_SYNC, W_IDX, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ALL, W_ANY };
+
+SHARPINF_EMU_HIDDEN int sync_block(const char* file, int line, int pred);  // returns count of pred
+SHARPINF_EMU_HIDDEN uint64_t warp_op(const char* file, int line, int op, unsigned mask,
+                                     uint64_t val, int arg, int width);
+SHARPINF_EMU_HIDDEN unsigned active_mask();
+SHARPINF_EMU_HIDDEN void trap(const char* file, int line);
+
+// Launch plumbing used by emu_entry.h.
+struct LaunchCfg {
+    unsigned grid[3], block[3];
+    size_t shared;
+    int order;    // 0 forward, 1 reverse, 2 random
+    int strict;
+    int workers;
+    uint64_t seed;
+    const char* kernel;
+};
+typedef void (*ThreadFn)(void* ctx);
+// 0 on success; else fills err (NUL-terminated, truncated to errlen).
+SHARPINF_EMU_HIDDEN int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t errlen);
+
+}  // namespace sharpinf_emu

@@ -1,0 +1,550 @@
+/* The block scheduler: runs a grid's blocks one after another (or on a small
+   worker pool), each block's CUDA threads as fibers on one OS thread.
+
+   A block starts in "loop mode": one fiber calls the kernel for each thread in
+   turn, with no switching, which is all a barrier-free kernel ever needs. The
+   first barrier or warp op ends loop mode: the blocked thread keeps the loop
+   fiber's stack and the threads not yet started get fibers (pooled stacks)
+   when first scheduled. Barriers and warp ops release eagerly at the last
+   arrival; when no thread can run and some have not finished, that is a
+   deadlock, reported with each stuck thread's op and file:line. */
+#include "emu_rt.h"
+#include "emu_fiber.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sharpinf_emu {
+
+__thread Tls tls;
+
+enum St : uint8_t { S_NEW, S_READY, S_RUNNING, S_BAR, S_WARP, S_DONE };
+static const int OP_BARRIER = -1;
+
+struct EThread {
+    FiberCtx ctx;
+    uint3 tid;
+    int lin;
+    uint8_t st;
+    int op;            // what it waits at (OP_BARRIER or a WarpOp)
+    const char* file;
+    int line;
+    unsigned mask;     // warp op: participating lanes
+    int arg, width;
+    uint64_t val, res;
+};
+
+struct Warp {
+    unsigned arrived, want, existing, exited;
+};
+
+struct Block {
+    const LaunchCfg* cfg;
+    ThreadFn fn;
+    void* ctx;
+    int n;
+    std::vector<EThread> th;
+    std::vector<int> order;   // position -> linear tid
+    std::vector<Warp> warps;
+    int alive, ndone, first_done, at_bar, nrun, bar_count, cursor, loop_pos;
+    bool looping, failed;
+    const char* bar_file;
+    int bar_line;
+    FiberCtx main;
+    std::string err;
+    std::vector<char*> stacks;  // every stack this block took from the pool
+};
+
+struct Worker {
+    StackPool pool;
+    Block blk;
+    std::vector<unsigned char> smem;
+    Worker() : pool(stack_bytes()) {}
+    static size_t stack_bytes() {
+        const char* e = getenv("SHARPINF_EMU_STACK_KB");
+        long kb = e ? atol(e) : 64;
+        return (size_t)(kb < 16 ? 16 : kb) * 1024;
+    }
+};
+
+static Worker& worker() {
+    static thread_local std::unique_ptr<Worker> w;
+    if (!w) w.reset(new Worker());
+    return *w;
+}
+
+static const char* op_name(int op) {
+    switch (op) {
+        case OP_BARRIER: return "__syncthreads";
+        case W_SYNC: return "__syncwarp";
+        case W_IDX: return "__shfl_sync";
+        case W_UP: return "__shfl_up_sync";
+        case W_DOWN: return "__shfl_down_sync";
+        case W_XOR: return "__shfl_xor_sync";
+        case W_BALLOT: return "__ballot_sync";
+        case W_ALL: return "__all_sync";
+        case W_ANY: return "__any_sync";
+    }
+    return "?";
+}
+
+static std::string where(const Block* b) {
+    char s[256];
+    snprintf(s, sizeof s, "kernel %s, block (%u,%u,%u)", b->cfg->kernel, tls.blockIdx.x,
+             tls.blockIdx.y, tls.blockIdx.z);
+    return s;
+}
+
+static std::string tid_str(const Block* b, int lin) {
+    char s[64];
+    const EThread& t = b->th[lin];
+    if (b->cfg->block[1] == 1 && b->cfg->block[2] == 1)
+        snprintf(s, sizeof s, "%d", lin);
+    else
+        snprintf(s, sizeof s, "%d (%u,%u,%u)", lin, t.tid.x, t.tid.y, t.tid.z);
+    return s;
+}
+
+// Abandon the block: suspended fibers are dropped, their stacks recycled.
+[[noreturn]] static void fail(Block* b, const std::string& msg) {
+    b->failed = true;
+    b->err = where(b) + ": " + msg;
+    FiberCtx dead;
+    fiber_switch(&dead, &b->main);
+    abort();  // unreachable: the main context never resumes a failed block
+}
+
+static void fiber_entry(void* arg);
+static void leave_loop(Block* b);
+
+static EThread* pick(Block* b) {
+    if (b->nrun == 0) return nullptr;
+    int n = b->n, i = b->cursor;
+    for (;;) {
+        if (++i == n) i = 0;
+        EThread* t = &b->th[b->order[i]];
+        if (t->st == S_READY || t->st == S_NEW) {
+            b->cursor = i;
+            return t;
+        }
+    }
+}
+
+static void deadlock(Block* b) {
+    // Group stuck threads by (op, file, line) and list their ids as ranges.
+    std::string msg = "deadlock: no thread can make progress";
+    std::vector<bool> seen(b->n, false);
+    for (int i = 0; i < b->n; ++i) {
+        const EThread& t = b->th[i];
+        if (seen[i] || t.st == S_DONE) continue;
+        std::string ids;
+        int listed = 0, run_start = -1, prev = -2;
+        auto flush = [&]() {
+            if (run_start < 0) return;
+            if (listed++) ids += ", ";
+            ids += tid_str(b, run_start);
+            if (prev != run_start) ids += "-" + tid_str(b, prev);
+        };
+        for (int j = i; j < b->n; ++j) {
+            const EThread& u = b->th[j];
+            if (seen[j] || u.st == S_DONE || u.op != t.op || u.line != t.line ||
+                strcmp(u.file ? u.file : "", t.file ? t.file : "") != 0)
+                continue;
+            seen[j] = true;
+            if (j != prev + 1) { flush(); run_start = j; }
+            prev = j;
+        }
+        flush();
+        char head[512];
+        snprintf(head, sizeof head, "\n  thread %s waits at %s (%s:%d)", ids.c_str(), op_name(t.op),
+                 t.file ? t.file : "?", t.line);
+        msg += head;
+        if (t.op != OP_BARRIER) {
+            const Warp& w = b->warps[t.lin >> 5];
+            char more[160];
+            snprintf(more, sizeof more, " for lanes 0x%08x of warp %d; arrived 0x%08x, exited 0x%08x",
+                     w.want, t.lin >> 5, w.arrived, w.exited);
+            msg += more;
+        }
+    }
+    if (b->ndone) msg += "\n  " + std::to_string(b->ndone) + " thread(s) had exited";
+    fail(b, msg);
+}
+
+// Suspend the running thread t (already marked as waiting or ready) and run
+// others until t is ready again.
+static void suspend(Block* b, EThread* t) {
+    EThread* nx = pick(b);
+    if (!nx) deadlock(b);
+    b->nrun--;
+    if (nx == t) {
+        t->st = S_RUNNING;
+        return;
+    }
+    if (nx->st == S_NEW) {
+        char* s = worker().pool.get();
+        b->stacks.push_back(s);
+        fiber_init(&nx->ctx, s, worker().pool.size, fiber_entry, nx);
+    }
+    nx->st = S_RUNNING;
+    tls.cur = nx;
+    tls.threadIdx = nx->tid;
+    fiber_switch(&t->ctx, &nx->ctx);
+    // Whoever resumed us set our state and tls.
+}
+
+static void release_barrier(Block* b) {
+    for (int i = 0; i < b->n; ++i) {
+        EThread& u = b->th[i];
+        if (u.st == S_BAR) {
+            u.st = S_READY;
+            u.res = (uint64_t)b->bar_count;
+        }
+    }
+    b->nrun += b->at_bar;
+    b->at_bar = 0;
+}
+
+static void thread_exit(Block* b, EThread* t) {
+    t->st = S_DONE;
+    b->alive--;
+    if (b->ndone++ == 0) b->first_done = t->lin;
+    b->warps[t->lin >> 5].exited |= 1u << (t->lin & 31);
+    if (b->at_bar > 0) {
+        if (b->cfg->strict) {
+            char s[512];
+            snprintf(s, sizeof s,
+                     "strict: thread %s exited while other threads wait at __syncthreads (%s:%d) "
+                     "(early exit before a barrier)",
+                     tid_str(b, t->lin).c_str(), b->bar_file, b->bar_line);
+            fail(b, s);
+        }
+        if (b->at_bar == b->alive) release_barrier(b);
+    }
+}
+
+// Loop mode keeps no per-thread state up to date (that is its speed);
+// leaving it rebuilds the states: earlier positions exited, later ones new.
+static void leave_loop(Block* b) {
+    if (!b->looping) return;
+    b->looping = false;
+    int lp = b->loop_pos;
+    for (int p = 0; p < b->n; ++p) {
+        EThread& u = b->th[b->order[p]];
+        if (p < lp) {
+            u.st = S_DONE;
+            b->warps[u.lin >> 5].exited |= 1u << (u.lin & 31);
+        } else if (p > lp) {
+            u.st = S_NEW;
+        }
+    }
+    b->th[b->order[lp]].st = S_RUNNING;
+    if (lp > 0) b->first_done = b->order[0];
+    b->nrun = b->n - lp - 1;
+    b->cursor = lp;
+}
+
+// Body of every fiber: run thread t, then keep this stack busy with the next
+// thread to start (loop mode, or a not-yet-started thread), else switch to a
+// suspended one or back to the block's caller.
+static void run_on_this_fiber(Block* b, EThread* t) {
+    if (b->looping) {
+        ThreadFn fn = b->fn;
+        void* ctx = b->ctx;
+        const int* order = b->order.data();
+        EThread* th = b->th.data();
+        for (;;) {
+            tls.cur = t;
+            tls.threadIdx = t->tid;
+            fn(ctx);
+            if (!b->looping) break;  // t left loop mode (blocked) and has now finished
+            b->alive--;
+            b->ndone++;
+            if (++b->loop_pos == b->n) {
+                FiberCtx dead;
+                fiber_switch(&dead, &b->main);
+            }
+            t = &th[order[b->loop_pos]];
+        }
+        thread_exit(b, t);
+    } else {
+        t->st = S_RUNNING;
+        tls.cur = t;
+        tls.threadIdx = t->tid;
+        b->fn(b->ctx);
+        thread_exit(b, t);
+    }
+    for (;;) {
+        EThread* nx = pick(b);
+        if (!nx) {
+            if (b->ndone == b->n) {
+                FiberCtx dead;
+                fiber_switch(&dead, &b->main);
+            }
+            deadlock(b);
+        }
+        b->nrun--;
+        bool fresh = nx->st == S_NEW;
+        nx->st = S_RUNNING;
+        tls.cur = nx;
+        tls.threadIdx = nx->tid;
+        if (fresh) {  // not started: run it on this stack, nothing of t is left here
+            b->fn(b->ctx);
+            thread_exit(b, nx);
+            continue;
+        }
+        FiberCtx dead;
+        fiber_switch(&dead, &nx->ctx);
+    }
+}
+
+static void fiber_entry(void* arg) { run_on_this_fiber(tls.blk, (EThread*)arg); }
+
+int sync_block(const char* file, int line, int pred) {
+    Block* b = tls.blk;
+    EThread* t = tls.cur;
+    leave_loop(b);
+    if (b->cfg->strict) {
+        if (b->ndone > 0) {
+            char s[512];
+            snprintf(s, sizeof s,
+                     "strict: __syncthreads (%s:%d) reached after thread %s exited "
+                     "(early exit before a barrier)",
+                     file, line, tid_str(b, b->first_done).c_str());
+            fail(b, s);
+        }
+        if (b->at_bar > 0 && (line != b->bar_line || strcmp(file, b->bar_file) != 0)) {
+            char s[640];
+            snprintf(s, sizeof s,
+                     "strict: threads of one barrier phase wait at different __syncthreads: "
+                     "%s:%d and %s:%d (thread %s)",
+                     b->bar_file, b->bar_line, file, line, tid_str(b, t->lin).c_str());
+            fail(b, s);
+        }
+    }
+    if (b->at_bar == 0) {
+        b->bar_file = file;
+        b->bar_line = line;
+        b->bar_count = 0;
+    }
+    t->st = S_BAR;
+    t->op = OP_BARRIER;
+    t->file = file;
+    t->line = line;
+    b->bar_count += pred != 0;
+    if (++b->at_bar == b->alive) release_barrier(b);
+    suspend(b, t);
+    return (int)t->res;
+}
+
+static void complete_warp(Block* b, int w) {
+    Warp& W = b->warps[w];
+    EThread* lanes = &b->th[w * 32];
+    unsigned arrived = W.arrived, ballot = 0;
+    for (unsigned m = arrived; m; m &= m - 1) {
+        int l = __builtin_ctz(m);
+        if (lanes[l].val) ballot |= 1u << l;
+    }
+    for (unsigned m = arrived; m; m &= m - 1) {
+        int l = __builtin_ctz(m);
+        EThread& x = lanes[l];
+        int wd = x.width, seg = l & ~(wd - 1), src = l;
+        switch (x.op) {
+            case W_IDX: src = seg + (x.arg & (wd - 1)); break;
+            case W_UP: src = (l - seg) >= x.arg ? l - x.arg : l; break;
+            case W_DOWN: src = (l - seg) + x.arg < wd ? l + x.arg : l; break;
+            case W_XOR: src = l ^ x.arg; if (src >= seg + wd || src > 31) src = l; break;
+        }
+        switch (x.op) {
+            case W_IDX: case W_UP: case W_DOWN: case W_XOR: x.res = lanes[src].val; break;
+            case W_BALLOT: x.res = ballot & x.mask; break;
+            case W_ALL: x.res = (ballot & x.mask & arrived) == (x.mask & arrived); break;
+            case W_ANY: x.res = (ballot & x.mask) != 0; break;
+            default: x.res = 0;
+        }
+        x.st = S_READY;
+    }
+    b->nrun += __builtin_popcount(arrived);
+    W.arrived = 0;
+    W.want = 0;
+}
+
+uint64_t warp_op(const char* file, int line, int op, unsigned mask, uint64_t val, int arg, int width) {
+    Block* b = tls.blk;
+    EThread* t = tls.cur;
+    leave_loop(b);
+    int w = t->lin >> 5;
+    unsigned bit = 1u << (t->lin & 31);
+    Warp& W = b->warps[w];
+    if (width < 1 || width > 32 || (width & (width - 1))) width = 32;
+    unsigned m = (mask | bit) & W.existing;
+    if (b->cfg->strict) {
+        if (m != W.existing || !(mask & bit)) {
+            char s[512];
+            snprintf(s, sizeof s,
+                     "strict: partial-warp %s at %s:%d (thread %s, mask 0x%08x, warp lanes 0x%08x)",
+                     op_name(op), file, line, tid_str(b, t->lin).c_str(), mask, W.existing);
+            fail(b, s);
+        }
+        if (W.exited) {
+            char s[512];
+            snprintf(s, sizeof s,
+                     "strict: %s at %s:%d after lanes 0x%08x of warp %d exited (thread %s)",
+                     op_name(op), file, line, W.exited, w, tid_str(b, t->lin).c_str());
+            fail(b, s);
+        }
+    }
+    t->st = S_WARP;
+    t->op = op;
+    t->file = file;
+    t->line = line;
+    t->mask = m;
+    t->val = val;
+    t->arg = arg;
+    t->width = width;
+    W.arrived |= bit;
+    W.want |= m;
+    if ((W.arrived & W.want) == W.want) complete_warp(b, w);
+    suspend(b, t);
+    return t->res;
+}
+
+unsigned active_mask() {
+    Block* b = tls.blk;
+    leave_loop(b);
+    const Warp& W = b->warps[tls.cur->lin >> 5];
+    return W.existing & ~W.exited;
+}
+
+void trap(const char* file, int line) {
+    leave_loop(tls.blk);
+    char s[300];
+    snprintf(s, sizeof s, "__trap() at %s:%d (thread %s)", file, line,
+             tid_str(tls.blk, tls.cur->lin).c_str());
+    fail(tls.blk, s);
+}
+
+// Per-launch thread layout shared by all blocks of the launch.
+static void setup_block(Block* b, const LaunchCfg& cfg, ThreadFn fn, void* ctx) {
+    b->cfg = &cfg;
+    b->fn = fn;
+    b->ctx = ctx;
+    int bx = cfg.block[0], by = cfg.block[1], n = bx * by * cfg.block[2];
+    b->n = n;
+    b->th.resize(n);
+    b->order.resize(n);
+    for (int i = 0; i < n; ++i) {
+        EThread& t = b->th[i];
+        t.lin = i;
+        t.tid.x = i % bx;
+        t.tid.y = (i / bx) % by;
+        t.tid.z = i / (bx * by);
+        b->order[i] = cfg.order == 1 ? n - 1 - i : i;
+    }
+    int nw = (n + 31) / 32;
+    b->warps.assign(nw, Warp{0, 0, 0, 0});
+    for (int w = 0; w < nw; ++w) {
+        int lanes = n - w * 32 < 32 ? n - w * 32 : 32;
+        b->warps[w].existing = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+    }
+}
+
+static uint64_t splitmix(uint64_t& s) {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static bool run_block(Worker& wk, Block* b, uint64_t block_lin) {
+    int n = b->n;
+    if (b->cfg->order == 2) {  // random order: a fresh permutation per block
+        uint64_t s = b->cfg->seed * 0x100000001b3ull + block_lin;
+        for (int i = 0; i < n; ++i) b->order[i] = i;
+        for (int i = n - 1; i > 0; --i) {
+            int j = (int)(splitmix(s) % (uint64_t)(i + 1));
+            int x = b->order[i]; b->order[i] = b->order[j]; b->order[j] = x;
+        }
+    }
+    for (Warp& w : b->warps) w.arrived = w.want = w.exited = 0;
+    b->alive = n;
+    b->ndone = 0;
+    b->at_bar = 0;
+    b->nrun = n - 1;
+    b->cursor = 0;
+    b->loop_pos = 0;
+    b->looping = true;
+    b->failed = false;
+    if (b->cfg->shared) memset(wk.smem.data(), 0xFF, b->cfg->shared);  // NaN poison
+    tls.blk = b;
+    char* s = wk.pool.get();
+    b->stacks.push_back(s);
+    EThread* first = &b->th[b->order[0]];
+    fiber_init(&first->ctx, s, wk.pool.size, fiber_entry, first);
+    fiber_switch(&b->main, &first->ctx);
+    for (char* st : b->stacks) wk.pool.put(st);
+    b->stacks.clear();
+    return !b->failed;
+}
+
+// Runs blocks [next++] until exhausted or a failure; returns false on failure.
+static bool run_blocks(const LaunchCfg& cfg, ThreadFn fn, void* ctx, std::atomic<uint64_t>& next,
+                       uint64_t nblocks, std::atomic<bool>& stop, std::string& err) {
+    Worker& wk = worker();
+    Block* b = &wk.blk;
+    setup_block(b, cfg, fn, ctx);
+    if (wk.smem.size() < cfg.shared) wk.smem.resize(cfg.shared);
+    tls.dyn_smem = wk.smem.data();
+    tls.blockDim = uint3{cfg.block[0], cfg.block[1], cfg.block[2]};
+    tls.gridDim = uint3{cfg.grid[0], cfg.grid[1], cfg.grid[2]};
+    unsigned gx = cfg.grid[0], gy = cfg.grid[1];
+    for (;;) {
+        if (stop.load(std::memory_order_relaxed)) return true;
+        uint64_t i = next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= nblocks) return true;
+        tls.blockIdx = uint3{(unsigned)(i % gx), (unsigned)((i / gx) % gy), (unsigned)(i / ((uint64_t)gx * gy))};
+        if (!run_block(wk, b, i)) {
+            err = b->err;
+            stop = true;
+            return false;
+        }
+    }
+}
+
+int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t errlen) {
+    auto report = [&](const std::string& m) {
+        snprintf(err, errlen, "%s", m.c_str());
+        return 1;
+    };
+    uint64_t nthreads = (uint64_t)cfg.block[0] * cfg.block[1] * cfg.block[2];
+    if (nthreads == 0 || nthreads > 1024)
+        return report(std::string("kernel ") + cfg.kernel + ": block of " + std::to_string(nthreads) +
+                      " threads (CUDA allows 1 to 1024)");
+    if (cfg.block[2] > 64 || cfg.grid[1] > 65535 || cfg.grid[2] > 65535)
+        return report(std::string("kernel ") + cfg.kernel + ": grid/block dimension over CUDA's limits");
+    if (cfg.shared > 227 * 1024)
+        return report(std::string("kernel ") + cfg.kernel + ": " + std::to_string(cfg.shared) +
+                      " bytes of dynamic shared memory (max 232448)");
+    uint64_t nblocks = (uint64_t)cfg.grid[0] * cfg.grid[1] * cfg.grid[2];
+    std::atomic<uint64_t> next{0};
+    std::atomic<bool> stop{false};
+    int nw = cfg.workers < 1 ? 1 : cfg.workers;
+    if ((uint64_t)nw > nblocks) nw = (int)nblocks;
+    std::vector<std::string> errs(nw);
+    std::vector<std::thread> pool;
+    for (int w = 1; w < nw; ++w)
+        pool.emplace_back([&, w] { run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[w]); });
+    run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[0]);
+    for (auto& th : pool) th.join();
+    for (auto& e : errs)
+        if (!e.empty()) return report(e);
+    return 0;
+}
+
+}  // namespace sharpinf_emu

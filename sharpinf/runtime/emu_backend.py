@@ -1,0 +1,117 @@
+"""EmuBackend: the Backend interface on the CPU emulator. Arrays are NumPy
+ndarrays; kernels are the same CUDA C sources, built by g++ against
+emu/cuda_emu.h (see emu/build.py) and run by the fiber scheduler.
+
+Settings (constructor, else environment): order forward|reverse|random
+(SHARPINF_EMU_ORDER) - the order a block's threads are run and resumed, to
+expose missing barriers; strict (SHARPINF_EMU_STRICT=1) - early exits before
+barriers, divergent barriers and partial-warp ops become errors; workers
+(SHARPINF_EMU_WORKERS, default 1 for determinism) - OS threads running blocks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from sharpinf.errors import BackendError
+from sharpinf.runtime import paths
+from sharpinf.runtime.backend import Backend, Dim3, Kernel, as_dim3
+from sharpinf.runtime.emu import build
+from sharpinf.runtime.emu.graph import EmuGraph, capturing
+from sharpinf.runtime.emu.isolate import run_isolated  # noqa: F401 - re-exported for tests
+from sharpinf.runtime.emu.module import EmuKernel, Module
+
+ORDERS = {"forward": 0, "reverse": 1, "random": 2}
+
+
+def _env_bool(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class EmuBackend(Backend):
+    name = "emu"
+
+    def __init__(self, order: str | None = None, strict: bool | None = None, workers: int | None = None,
+                 seed: int | None = None):
+        order = (order or os.environ.get("SHARPINF_EMU_ORDER") or "forward").strip().lower()
+        if order not in ORDERS:
+            raise BackendError(f"emu: unknown thread order {order!r}; choose forward, reverse or random")
+        self.order = order
+        self.strict = _env_bool("SHARPINF_EMU_STRICT") if strict is None else bool(strict)
+        self.workers = int(workers if workers is not None else os.environ.get("SHARPINF_EMU_WORKERS", "1"))
+        if self.workers < 1:
+            raise BackendError("emu: workers must be >= 1")
+        self.seed = int(seed if seed is not None else os.environ.get("SHARPINF_EMU_SEED", "0"))
+        self._order_code = ORDERS[order]
+        self._modules: dict[Path, Module] = {}
+        self._graph: EmuGraph | None = None
+
+    # -- kernels ---------------------------------------------------------------
+    def _source(self, filename: str) -> Path:
+        p = Path(filename)
+        return p if p.is_absolute() else paths.kernels_dir() / p
+
+    def kernel(self, filename: str, name: str, name_expressions: Sequence[str] = ()) -> Kernel:
+        so, names = build.build_module(self._source(filename), tuple(name_expressions))
+        mod = self._modules.get(so)
+        if mod is None:
+            mod = self._modules[so] = Module(so)
+        k = mod.kernels.get(name)
+        if k is None:
+            hint = " (template instantiations must be listed in name_expressions)" if "<" in name else ""
+            raise BackendError(f"emu: {filename} has no kernel {name!r}{hint}; it has {', '.join(mod.kernels)}")
+        return k
+
+    def launch(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0) -> None:
+        if not isinstance(kernel, EmuKernel):
+            raise BackendError(f"emu: not an emulator kernel: {kernel!r}")
+        if not isinstance(args, (tuple, list)):
+            raise BackendError(f"kernel args must be a tuple or list, got {type(args).__name__}")
+        g, b = as_dim3(grid), as_dim3(block)
+        packed, arrays = kernel.pack(args)
+        if self._graph is not None:
+            self._graph.record(kernel, g, b, int(shared_mem), packed, arrays)
+            return
+        kernel.module.launch(kernel, g, b, int(shared_mem), packed, self._order_code, self.strict, self.workers,
+                             self.seed)
+
+    def _replay_one(self, l) -> None:
+        l.kernel.module.launch(l.kernel, l.grid, l.block, l.shared, l.packed, self._order_code, self.strict,
+                               self.workers, self.seed)
+
+    # -- memory ----------------------------------------------------------------
+    def empty(self, shape, dtype) -> np.ndarray:
+        return np.empty(shape, dtype)
+
+    def zeros(self, shape, dtype) -> np.ndarray:
+        return np.zeros(shape, dtype)
+
+    def upload(self, host: np.ndarray) -> np.ndarray:
+        return np.array(host, copy=True, order="C")
+
+    def download(self, dev: np.ndarray) -> np.ndarray:
+        return np.array(dev, copy=True)
+
+    def synchronize(self) -> None:
+        pass
+
+    # -- graphs ------------------------------------------------------------------
+    def capture(self):
+        return capturing(self, self._replay_one)
+
+    # -- facts -----------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        inc = paths.cuda_include_dirs()
+        return {
+            "backend": "emu",
+            "device": "CPU emulator (fibers)",
+            "compiler": build.gxx_version(),
+            "cache_dir": str(paths.cache_dir("emu", create=False)),
+            "cuda_include": str(inc[0]) if inc else None,
+            "order": self.order,
+            "strict": self.strict,
+            "workers": self.workers,
+        }

@@ -1,0 +1,146 @@
+"""Compile kernel sources with NVRTC -- the compiler CuPy uses -- without a GPU.
+
+NVRTC's C API is loaded with ctypes from the pip package nvidia-cuda-nvrtc-cu12, and
+each source is compiled to a CUBIN for every requested arch ("sm_80", "sm_90"), so
+ptxas runs too and inline-asm mistakes (mma/ldmatrix/cp.async operands) are caught.
+An arch spelled "compute_XX" stops at PTX.
+
+    python -m sharpinf.runtime.nvrtc_check [extra_dir ...]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from sharpinf.errors import BackendError
+from sharpinf.runtime.paths import cuda_include_dirs, kernels_dir, pip_nvrtc_library
+
+DEFAULT_ARCHS = ("sm_80", "sm_90")
+
+
+@dataclass(frozen=True)
+class Result:
+    file: str
+    arch: str
+    ok: bool
+    log: str
+
+
+class Nvrtc:
+    """The few NVRTC entry points we need, over ctypes."""
+
+    def __init__(self, path: str | Path | None = None):
+        path = path or pip_nvrtc_library()
+        if path is None:
+            raise BackendError("NVRTC not found: pip install nvidia-cuda-nvrtc-cu12")
+        try:
+            self.lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise BackendError(f"cannot load NVRTC from {path}: {exc}") from exc
+        self.path = Path(path)
+        lib = self.lib
+        P = ctypes.c_void_p
+        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        lib.nvrtcGetErrorString.argtypes = [ctypes.c_int]
+        lib.nvrtcVersion.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
+        lib.nvrtcCreateProgram.argtypes = [ctypes.POINTER(P), ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
+                                           ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)]
+        lib.nvrtcDestroyProgram.argtypes = [ctypes.POINTER(P)]
+        lib.nvrtcAddNameExpression.argtypes = [P, ctypes.c_char_p]
+        lib.nvrtcCompileProgram.argtypes = [P, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        lib.nvrtcGetProgramLogSize.argtypes = [P, ctypes.POINTER(ctypes.c_size_t)]
+        lib.nvrtcGetProgramLog.argtypes = [P, ctypes.c_char_p]
+        for stem in ("PTX", "CUBIN"):
+            getattr(lib, f"nvrtcGet{stem}Size").argtypes = [P, ctypes.POINTER(ctypes.c_size_t)]
+            getattr(lib, f"nvrtcGet{stem}").argtypes = [P, ctypes.c_char_p]
+
+    def version(self) -> tuple[int, int]:
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self._check(self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
+        return major.value, minor.value
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise BackendError(f"{what}: {self.lib.nvrtcGetErrorString(rc).decode()}")
+
+    def compile(self, source: str, name: str, options: Sequence[str],
+                name_expressions: Sequence[str] = ()) -> tuple[bool, str, bytes]:
+        """(ok, log, PTX or CUBIN bytes). Never raises for a compile error: the log says why."""
+        prog = ctypes.c_void_p()
+        self._check(self.lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
+                    "nvrtcCreateProgram")
+        try:
+            for expr in name_expressions:
+                self._check(self.lib.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression")
+            opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+            rc = self.lib.nvrtcCompileProgram(prog, len(options), opts)
+            size = ctypes.c_size_t()
+            self._check(self.lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size)), "nvrtcGetProgramLogSize")
+            buf = ctypes.create_string_buffer(size.value)
+            self._check(self.lib.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+            log = buf.value.decode(errors="replace")
+            if rc != 0:
+                err = self.lib.nvrtcGetErrorString(rc).decode()
+                return False, f"{err}\n{log}".strip(), b""
+            stem = "CUBIN" if any(o.startswith("--gpu-architecture=sm_") for o in options) else "PTX"
+            self._check(getattr(self.lib, f"nvrtcGet{stem}Size")(prog, ctypes.byref(size)), f"nvrtcGet{stem}Size")
+            out = ctypes.create_string_buffer(size.value)
+            self._check(getattr(self.lib, f"nvrtcGet{stem}")(prog, out), f"nvrtcGet{stem}")
+            return True, log, out.raw
+        finally:
+            self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def compile_options(arch: str, include_dirs: Iterable[Path] = ()) -> list[str]:
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", f"-I{kernels_dir()}"]
+    opts += [f"-I{d}" for d in include_dirs]
+    opts += [f"-I{d}" for d in cuda_include_dirs()]
+    return opts
+
+
+def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | None = None,
+               name_expressions: Sequence[str] = ()) -> list[Result]:
+    nvrtc = nvrtc or Nvrtc()
+    path = Path(path)
+    source = path.read_text()
+    results = []
+    for arch in archs:
+        ok, log, _ = nvrtc.compile(source, path.name, compile_options(arch, [path.parent]), name_expressions)
+        results.append(Result(str(path), arch, ok, log))
+    return results
+
+
+def check_all(archs: Sequence[str] = DEFAULT_ARCHS, extra_dirs: Iterable[str | Path] = (),
+              include_kernels: bool = True) -> list[Result]:
+    """Compile every kernels_cu/*.cu (and every *.cu in extra_dirs) for each arch."""
+    nvrtc = Nvrtc()
+    dirs = ([kernels_dir()] if include_kernels else []) + [Path(d) for d in extra_dirs]
+    results = []
+    for d in dirs:
+        for f in sorted(Path(d).glob("*.cu")):
+            results += check_file(f, archs, nvrtc)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    nvrtc = Nvrtc()
+    major, minor = nvrtc.version()
+    print(f"NVRTC {major}.{minor} ({nvrtc.path})")
+    results = check_all(extra_dirs=argv)
+    width = max([len(r.file) for r in results] + [4])
+    for r in results:
+        print(f"{r.file:<{width}}  {r.arch:<7}  {'ok' if r.ok else 'FAIL'}")
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        print(f"\n--- {r.file} [{r.arch}] ---\n{r.log}")
+    print(f"\n{len(results) - len(failed)}/{len(results)} compiled")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""Shared fixtures: the backends every kernel test runs on, and GPU skipping.
+
+`backend` is parametrized over emu and cuda; the cuda case skips cleanly (with the
+reason in pytest's summary) where no GPU is usable, so the same test proves a kernel
+on the CPU emulator in CI and on the GPU when one is present.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.cache
+def cuda_unavailable_reason() -> str | None:
+    """None when a CUDA GPU is usable, else why not."""
+    try:
+        import cupy  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken CUDA install
+        return f"no CUDA GPU: cupy not importable ({type(exc).__name__})"
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA GPU: no device"
+    except Exception as exc:
+        return f"no CUDA GPU: {exc}"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    # a test that takes a backend runs kernels: `make test` runs those again in reverse order
+    for item in items:
+        if {"backend", "emu"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kernels)
+    reason = cuda_unavailable_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@functools.cache
+def _make_backend(name: str):
+    from sharpinf.runtime.select import get_backend
+
+    return get_backend(name)
+
+
+@pytest.fixture(params=["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def backend(request):
+    """Each backend in turn: emu everywhere, cuda where a GPU is usable."""
+    return _make_backend(request.param)
+
+
+@pytest.fixture
+def emu():
+    return _make_backend("emu")

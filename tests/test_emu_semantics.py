@@ -1,0 +1,382 @@
+"""Semantics of the CPU emulator of the CUDA execution model (EmuBackend):
+barriers, shared memory, warp shuffles and votes, atomics, deadlock and
+strict-mode reports, argument checks, graphs, isolation of crashing kernels
+and the compile cache. Test kernels live in tests/kernels_emu/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sharpinf.errors import BackendError
+from sharpinf.runtime.emu import build
+from sharpinf.runtime.emu.isolate import run_isolated
+from sharpinf.runtime.emu_backend import EmuBackend
+
+KDIR = Path(__file__).parent / "kernels_emu"
+ORDERS = ["forward", "reverse", "random"]
+
+
+def src(name: str) -> str:
+    return str(KDIR / name)
+
+
+def line_of(name: str, mark: str) -> str:
+    """'file.cu:N' for the line carrying `// MARK:<mark>`."""
+    for i, line in enumerate((KDIR / name).read_text().splitlines(), 1):
+        if f"MARK:{mark}" in line:
+            return f"{name}:{i}"
+    raise AssertionError(mark)
+
+
+@pytest.fixture(params=ORDERS)
+def ordered(request):
+    return EmuBackend(order=request.param)
+
+
+@pytest.fixture(scope="module")
+def be():
+    return EmuBackend()
+
+
+# -- barriers and shared memory ----------------------------------------------------------------
+def test_block_sum_in_every_order(ordered):
+    k = ordered.kernel(src("sync.cu"), "block_sum")
+    x = np.random.default_rng(0).integers(-50, 50, size=4 * 256).astype(np.float32)
+    out = np.zeros(4, np.float32)
+    ordered.launch(k, 4, 256, [x, out])
+    np.testing.assert_array_equal(out, x.reshape(4, 256).sum(1))
+
+
+def test_missing_barrier_hidden_forward_exposed_reverse():
+    fwd, rev = EmuBackend(order="forward"), EmuBackend(order="reverse")
+    for salt in (1000, 2000):
+        want = np.array([-1] + [3 * t + salt for t in range(127)], np.int32)
+        out = np.zeros(128, np.int32)
+        fwd.launch(fwd.kernel(src("sync.cu"), "missing_barrier"), 1, 128, [out, np.int32(salt)])
+        np.testing.assert_array_equal(out, want)
+    out = np.zeros(128, np.int32)
+    rev.launch(rev.kernel(src("sync.cu"), "missing_barrier"), 1, 128, [out, np.int32(3000)])
+    assert not np.array_equal(out, want + 1000)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_static_shared_per_block(workers):
+    b = EmuBackend(workers=workers)
+    out = np.zeros(6 * 64, np.int32)
+    b.launch(b.kernel(src("sync.cu"), "static_shared"), 6, 64, [out])
+    np.testing.assert_array_equal(out.reshape(6, 64), np.repeat(np.arange(6) * 10 + 7, 64).reshape(6, 64))
+
+
+def test_dynamic_shared_nan_poisoned_for_every_block(be):
+    out = np.zeros(3 * 32, np.float32)
+    be.launch(be.kernel(src("sync.cu"), "dyn_shared_poison"), 3, 32, [out], shared_mem=32 * 4)
+    assert np.isnan(out).all()
+
+
+def test_dynamic_shared_template(ordered):
+    exprs = ("dyn_reverse<float>", "dyn_reverse<int>")
+    for name, dt in (("dyn_reverse<float>", np.float32), ("dyn_reverse<int>", np.int32)):
+        k = ordered.kernel(src("sync.cu"), name, exprs)
+        x = np.arange(2 * 64).astype(dt)
+        y = np.zeros_like(x)
+        ordered.launch(k, 2, 64, [x, y], shared_mem=64 * 4)
+        np.testing.assert_array_equal(y.reshape(2, 64), x.reshape(2, 64)[:, ::-1])
+
+
+def test_syncthreads_count_and_or(be):
+    pred = (np.arange(64) % 3 == 0).astype(np.int32)
+    out = np.zeros(64 * 3, np.int32)
+    be.launch(be.kernel(src("sync.cu"), "sync_count"), 1, 64, [pred, out])
+    np.testing.assert_array_equal(out.reshape(64, 3), np.tile([pred.sum(), 0, 1], (64, 1)))
+
+
+def test_two_dimensional_block(ordered):
+    x = np.arange(256, dtype=np.float32)
+    y = np.zeros_like(x)
+    ordered.launch(ordered.kernel(src("sync.cu"), "transpose_tile"), 1, (16, 16), [x, y])
+    np.testing.assert_array_equal(y.reshape(16, 16), x.reshape(16, 16).T)
+
+
+# -- warp shuffles and votes -----------------------------------------------------------------------
+def shfl_model(a: np.ndarray, op: str, arg: int, width: int) -> np.ndarray:
+    out = np.empty_like(a)
+    for t in range(a.size):
+        warp, l = t & ~31, t & 31
+        seg = l & ~(width - 1)
+        if op == "idx":
+            s = seg + (arg % width)
+        elif op == "up":
+            s = l - arg if l - seg >= arg else l
+        elif op == "down":
+            s = l + arg if l - seg + arg < width else l
+        else:
+            s = l ^ arg
+            s = l if s >= seg + width else s
+        out[t] = a[warp + s]
+    return out
+
+
+@pytest.mark.parametrize("op", ["idx", "up", "down", "xor"])
+@pytest.mark.parametrize("width", [32, 16, 8, 2])
+def test_shuffles_match_cuda_semantics(be, op, width):
+    k = be.kernel(src("warp.cu"), f"shfl_{op}")
+    a = np.random.default_rng(1).integers(-1000, 1000, size=128).astype(np.int32)
+    for arg in (0, 1, 3, 5, 17, 31):
+        out = np.zeros_like(a)
+        be.launch(k, 2, 64, [a, out, np.int32(arg), np.int32(width)])
+        np.testing.assert_array_equal(out, shfl_model(a, op, arg, width), err_msg=f"{op} arg={arg} width={width}")
+
+
+def test_votes(be):
+    rng = np.random.default_rng(2)
+    pred = (rng.random(96) < 0.5).astype(np.int32)
+    pred[32:64] = 1  # a warp where all lanes agree
+    out = np.zeros(96 * 4, np.uint32)
+    be.launch(be.kernel(src("warp.cu"), "votes"), 1, 96, [pred, out])
+    out = out.reshape(96, 4)
+    for w in range(3):
+        p = pred[w * 32:(w + 1) * 32]
+        ballot = sum(1 << i for i in range(32) if p[i])
+        np.testing.assert_array_equal(out[w * 32:(w + 1) * 32], np.tile([ballot, p.all(), p.any(), 0xFFFFFFFF], (32, 1)))
+
+
+def test_shuffle_double_payload(be):
+    x = np.random.default_rng(3).random(64)
+    y = np.zeros_like(x)
+    be.launch(be.kernel(src("warp.cu"), "warp_sum_double"), 1, 64, [x, y])
+    np.testing.assert_allclose(y, np.repeat(x.reshape(2, 32).sum(1), 32), rtol=1e-12)
+
+
+def test_block_reduction_with_shuffles(ordered):
+    x = np.random.default_rng(4).integers(-9, 9, size=3 * 256).astype(np.float32)
+    out = np.zeros(3, np.float32)
+    ordered.launch(ordered.kernel(src("warp.cu"), "block_sum_shfl"), 3, 256, [x, out])
+    np.testing.assert_array_equal(out, x.reshape(3, 256).sum(1))
+
+
+# -- atomics and math -----------------------------------------------------------------------------
+@pytest.mark.parametrize("workers", [1, 2])
+def test_atomic_contention_counts_exact(workers):
+    b = EmuBackend(workers=workers)
+    ci = np.array([0, -1, 0], np.int32)
+    cu, cl = np.zeros(1, np.uint32), np.zeros(1, np.uint64)
+    cf, cd = np.zeros(1, np.float32), np.zeros(1, np.float64)
+    b.launch(b.kernel(src("atomics.cu"), "atomic_counts"), 64, 256, [ci, cu, cl, cf, cd])
+    n = 64 * 256
+    assert ci[0] == n and cu[0] == 2 * n and cl[0] == 3 * n and cf[0] == n and cd[0] == n / 2
+    assert ci[1] == n - 1 and ci[2] == -255
+
+
+def test_atomic_cas_loop(be):
+    x = np.random.default_rng(5).standard_normal(1000).astype(np.float32)
+    m = np.array([-np.inf], np.float32)
+    be.launch(be.kernel(src("atomics.cu"), "cas_max"), 8, 128, [x, m, np.int32(1000)])
+    assert m[0] == x.max()
+
+
+def test_float_atomicmax_does_not_compile(be):
+    with pytest.raises(BackendError, match="atomicMax"):
+        be.kernel(src("bad_atomic.cu"), "float_max")
+
+
+def test_half_and_fast_math_standins(be):
+    x = np.linspace(-1, 1, 32).astype(np.float16)
+    y = np.zeros(32, np.float16)
+    z = np.zeros(32, np.uint16)  # __nv_bfloat16 bits
+    f = np.ones(32, np.float32)
+    be.launch(be.kernel(src("atomics.cu"), "half_math"), 1, 32, [x, y, z, f])
+    np.testing.assert_allclose(y, np.exp(x.astype(np.float32)) * 2 + 1, rtol=2e-3)
+    zf = (z.astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_allclose(zf, np.sqrt(x.astype(np.float32) + 4), rtol=1e-2)
+    xf = x.astype(np.float32)
+    np.testing.assert_allclose(f, 2 * xf * xf + 1 + 0.5 + 0.25 + 1 + 1 + 1, rtol=2e-3)
+
+
+def test_template_kernels_need_name_expressions(be):
+    k = be.kernel(src("atomics.cu"), "scale_t<float>", ["scale_t<float>", "scale_t<double>"])
+    x = np.arange(10, dtype=np.float32)
+    be.launch(k, 1, 32, [x, np.float32(2), np.int32(10)])
+    np.testing.assert_array_equal(x, np.arange(10) * 2)
+    with pytest.raises(BackendError, match="name_expressions"):
+        be.kernel(src("atomics.cu"), "scale_t<int>", ["scale_t<float>", "scale_t<double>"])
+
+
+# -- deadlocks and strict mode ---------------------------------------------------------------------------
+def _launch_expect_error(kernel_name: str, strict: bool = False, block: int = 32) -> str:
+    b = EmuBackend(strict=strict)
+    k = b.kernel(src("faults.cu"), kernel_name)
+    try:
+        b.launch(k, 1, block, [np.zeros(block, np.float32)])
+    except BackendError as exc:
+        return str(exc)
+    return ""
+
+
+def test_deadlock_shuffle_waits_for_exited_lanes():
+    msg = run_isolated(_launch_expect_error, "shfl_after_exit", timeout=60)
+    assert "deadlock" in msg and "kernel shfl_after_exit" in msg and "block (0,0,0)" in msg
+    assert f"thread 0-15 waits at __shfl_down_sync ({str(KDIR)}/{line_of('faults.cu', 'shfl_after_exit')})" in msg
+
+
+def test_deadlock_barrier_against_shuffle():
+    msg = run_isolated(_launch_expect_error, "barrier_vs_shuffle", timeout=60)
+    assert "deadlock" in msg
+    assert f"thread 0-15 waits at __syncthreads (" in msg and line_of("faults.cu", "bvs_barrier") in msg
+    assert f"thread 16-31 waits at __shfl_xor_sync (" in msg and line_of("faults.cu", "bvs_shfl") in msg
+
+
+def test_early_exit_before_barrier_is_legal_but_strict_flags_it():
+    b = EmuBackend()
+    out = np.zeros(32, np.float32)
+    b.launch(b.kernel(src("faults.cu"), "early_exit"), 1, 32, [out])
+    assert out.sum() == 31 and out[5] == 0
+    msg = _launch_expect_error("early_exit", strict=True)
+    assert "early exit before a barrier" in msg and line_of("faults.cu", "early_exit") in msg
+
+
+def test_partial_warp_shuffle_strict():
+    b = EmuBackend()
+    x = np.arange(64, dtype=np.float32)
+    b.launch(b.kernel(src("faults.cu"), "partial_shuffle"), 1, 64, [x])
+    want = np.arange(64, dtype=np.float32)
+    for t in range(64):
+        l = t & 31
+        if l < 16:
+            want[t] = t + 1 if l < 15 else t
+    np.testing.assert_array_equal(x, want)
+    msg = _launch_expect_error("partial_shuffle", strict=True)
+    assert "partial-warp __shfl_down_sync" in msg and line_of("faults.cu", "partial") in msg
+
+
+def test_divergent_barriers_strict():
+    b = EmuBackend()
+    out = np.zeros(32, np.float32)
+    b.launch(b.kernel(src("faults.cu"), "divergent_barriers"), 1, 32, [out])
+    assert (out == 2).all()
+    msg = _launch_expect_error("divergent_barriers", strict=True)
+    assert line_of("faults.cu", "div_a") in msg and line_of("faults.cu", "div_b") in msg
+
+
+def test_trap_reports_line(be):
+    k = be.kernel(src("faults.cu"), "trap_on_negative")
+    be.launch(k, 1, 32, [np.ones(32, np.float32)])
+    x = np.ones(32, np.float32)
+    x[7] = -1
+    with pytest.raises(BackendError, match=r"__trap\(\) at .*faults.cu:\d+ \(thread 7\)"):
+        be.launch(k, 1, 32, [x])
+
+
+def _oob():
+    b = EmuBackend()
+    b.launch(b.kernel(src("faults.cu"), "out_of_bounds"), 1, 32, [np.zeros(32, np.float32)])
+    return "survived"
+
+
+def test_out_of_bounds_kernel_isolated():
+    EmuBackend().kernel(src("faults.cu"), "out_of_bounds")  # compile in the parent (cached)
+    with pytest.raises(BackendError, match="crashed with SIGSEGV"):
+        run_isolated(_oob, timeout=60)
+
+
+def test_run_isolated_returns_and_reraises():
+    assert run_isolated(lambda a, b: a + b, 2, 3) == 5
+    with pytest.raises(ValueError, match="boom"):
+        run_isolated(lambda: (_ for _ in ()).throw(ValueError("boom")))
+
+
+# -- arguments ----------------------------------------------------------------------------------------
+def test_scalar_packing_every_kind(be):
+    out = np.zeros(8, np.float64)
+    args = [out, np.int32(-5), np.uint32(4000000000), np.float32(1.5), np.int64(-(2**40)), np.float64(2.25),
+            np.uint64(2**63), np.int16(-300), np.uint8(200)]
+    be.launch(be.kernel(src("args.cu"), "store_args"), 1, 1, args)
+    np.testing.assert_array_equal(out, [-5, 4000000000, 1.5, -(2**40), 2.25, 2.0**63, -300, 200])
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ([np.zeros(4, np.float32), np.float32(1)], "expects 3 arguments, got 2"),
+        ([np.zeros(4, np.float32), 1.0, np.int32(4)], r"pass np.float32\(1.0\), not a Python float"),
+        ([np.zeros(4, np.float32), np.float32(1), 4], r"pass np.int32\(4\), not a Python int"),
+        ([np.zeros(4, np.float32), np.float32(1), np.int64(4)], "argument 2 is a signed int .4 bytes. scalar; pass np.int32"),
+        ([np.zeros(4, np.float32), np.float64(1), np.int32(4)], "argument 1 is a float .4 bytes. scalar; pass np.float32"),
+        ([np.zeros(4, np.float32), np.zeros(1, np.float32), np.int32(4)], "not an array"),
+        ([np.float32(0), np.float32(1), np.int32(4)], "argument 0 is a pointer; pass an array"),
+        ([np.zeros((4, 4), np.float32)[:, 0], np.float32(1), np.int32(4)], "non-contiguous"),
+    ],
+)
+def test_argument_checks(be, args, match):
+    with pytest.raises(BackendError, match=match):
+        be.launch(be.kernel(src("args.cu"), "add_scalar"), 1, 32, args)
+
+
+def test_launch_config_checks(be):
+    k = be.kernel(src("args.cu"), "add_scalar")
+    args = [np.zeros(4, np.float32), np.float32(1), np.int32(4)]
+    with pytest.raises(BackendError, match="1 to 1024"):
+        be.launch(k, 1, 2048, args)
+    with pytest.raises(ValueError):
+        be.launch(k, 0, 32, args)
+
+
+# -- graphs ---------------------------------------------------------------------------------------------
+def test_graph_capture_records_then_replays(be):
+    k = be.kernel(src("args.cu"), "add_scalar")
+    x = np.zeros(100, np.float32)
+    with be.capture() as g:
+        be.launch(k, 4, 32, [x, np.float32(1), np.int32(100)])
+        be.launch(k, 4, 32, [x[10:], np.float32(2), np.int32(90)])
+    assert (x == 0).all()  # captured, not run
+    g.replay()
+    g.replay()
+    np.testing.assert_array_equal(x, np.r_[np.full(10, 2), np.full(90, 6)])
+
+
+def test_graph_replay_detects_reallocated_buffer(be):
+    k = be.kernel(src("args.cu"), "add_scalar")
+    bufs = {"x": np.zeros(64, np.float32)}
+    with be.capture() as g:
+        be.launch(k, 2, 32, [bufs["x"], np.float32(1), np.int32(64)])
+    bufs["x"] = np.zeros(64, np.float32)  # the bug: a new buffer after capture
+    with pytest.raises(BackendError, match="argument 0 of kernel add_scalar was reallocated after capture"):
+        g.replay()
+
+
+# -- build ------------------------------------------------------------------------------------------------
+def test_compile_cache_hit(be):
+    be.kernel(src("args.cu"), "add_scalar")
+    n = build.compile_count
+    EmuBackend().kernel(src("args.cu"), "store_args")
+    be.kernel(src("args.cu"), "add_scalar")
+    assert build.compile_count == n
+
+
+def test_compile_error_carries_gxx_log(be, tmp_path):
+    f = tmp_path / "broken.cu"
+    f.write_text('extern "C" __global__ void broken(float* x) { x[0] = undefined_name; }\n')
+    with pytest.raises(BackendError, match="undefined_name"):
+        be.kernel(str(f), "broken")
+
+
+def test_describe(be):
+    d = be.describe()
+    assert d["compiler"].startswith(("g++", "c++")) or "GCC" in d["compiler"]
+    assert {"cache_dir", "order", "strict", "workers"} <= d.keys()
+
+
+def test_settings_from_environment(monkeypatch):
+    monkeypatch.setenv("SHARPINF_EMU_ORDER", "reverse")
+    monkeypatch.setenv("SHARPINF_EMU_STRICT", "1")
+    monkeypatch.setenv("SHARPINF_EMU_WORKERS", "2")
+    b = EmuBackend()
+    assert (b.order, b.strict, b.workers) == ("reverse", True, 2)
+    with pytest.raises(BackendError, match="unknown thread order"):
+        EmuBackend(order="sideways")
+
+
+def test_get_backend_returns_emu(emu):
+    assert isinstance(emu, EmuBackend)

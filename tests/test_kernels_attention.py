@@ -1,0 +1,289 @@
+"""RoPE, KV-cache append and varlen paged causal attention against their NumPy references,
+on every backend (emu everywhere, cuda on a GPU).
+
+Attention batches are drawn by hypothesis: 1..8 sequences, each a cached prefix (0..70 keys)
+plus a chunk of 1..20 query tokens, block tables in shuffled non-contiguous order, every slot
+no sequence uses NaN-poisoned (as are the table entries past a sequence's last block), so any
+illegal read shows up as NaN. Beyond the reference comparison, the outputs must be
+bit-identical whatever else is packed in the batch and whichever physical blocks hold the keys.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sharpinf.ops import attention as attn_ops
+from sharpinf.ops import kv_cache as kv_ops
+from sharpinf.ops import rope as rope_ops
+
+KV_DTYPES = ("f16", "bf16", "f32", "q8_0")
+
+
+def _rng(*key) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _poison(shape, dtype) -> np.ndarray:
+    """All bytes 0xFF: NaN for f32/f16/bf16, and a NaN fp16 scale for q8_0 blocks."""
+    return np.full(shape, 0xFF, np.uint8).view(dtype) if np.dtype(dtype) != np.uint8 else np.full(shape, 0xFF, np.uint8)
+
+
+# -- rope -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("style", ["norm", "neox"])
+@pytest.mark.parametrize("n_tokens,n_heads,head_dim", [(1, 1, 16), (7, 3, 64), (13, 5, 128), (3, 1, 32)])
+def test_rope(backend, style, n_tokens, n_heads, head_dim):
+    rng = _rng("rope", style, n_tokens, n_heads, head_dim)
+    col, pad = 5 * head_dim, 3  # rotate heads that start mid-row; the rest of the row must be untouched
+    stride = col + n_heads * head_dim + pad
+    x = rng.standard_normal((n_tokens, stride)).astype(np.float32)
+    pos = rng.integers(0, 8001, n_tokens).astype(np.int32)
+    pos[0] = 8000
+    theta = 10000.0 if head_dim != 128 else 1e6
+    dx = backend.upload(x)
+    rope_ops.rope(backend, dx, stride, backend.upload(pos), n_tokens, n_heads, head_dim, theta, style, col=col)
+    got = backend.download(dx)
+    np.testing.assert_array_equal(got[:, :col], x[:, :col])
+    np.testing.assert_array_equal(got[:, col + n_heads * head_dim:], x[:, col + n_heads * head_dim:])
+    want = rope_ops.rope_reference(x[:, col:col + n_heads * head_dim].reshape(n_tokens, n_heads, head_dim),
+                                   pos, theta, style)
+    # angles are reduced in double: the error is a few float ulps of |x| at every position (no pos * eps growth)
+    err = np.abs(got[:, col:col + n_heads * head_dim].reshape(want.shape) - want)
+    assert err.max() <= 4e-7 * np.abs(x).max(), err.max()
+
+
+def test_rope_position_zero_is_identity(backend):
+    x = _rng("rope0").standard_normal((2, 3 * 64)).astype(np.float32)
+    dx = backend.upload(x)
+    rope_ops.rope(backend, dx, 3 * 64, backend.upload(np.zeros(2, np.int32)), 2, 3, 64, 10000.0, "neox")
+    np.testing.assert_array_equal(backend.download(dx), x)
+
+
+# -- kv_append ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+@pytest.mark.parametrize("n_kv_heads,head_dim", [(1, 32), (3, 64), (2, 128)])
+def test_kv_append(backend, kv_dtype, n_kv_heads, head_dim):
+    rng = _rng("kv", kv_dtype, n_kv_heads, head_dim)
+    n_tokens, num_blocks, block_size, q_dim = 11, 6, 4, 2 * n_kv_heads * head_dim
+    kv_dim = n_kv_heads * head_dim
+    stride = q_dim + 2 * kv_dim + 1
+    qkv = (rng.standard_normal((n_tokens, stride)) * rng.uniform(0.01, 100, (n_tokens, 1))).astype(np.float32)
+    qkv[3, q_dim:q_dim + 32] = 0.0  # an all-zero q8_0 block: d = 0
+    qkv[4, q_dim + 1] = 127.5 / 127 * np.abs(qkv[4, q_dim:q_dim + 32]).max()  # the new amax, exactly
+    slots = rng.permutation(num_blocks * block_size)[:n_tokens].astype(np.int32)
+    slots[5] = -1  # padding: writes nothing
+    shape, dt = kv_ops.kv_cache_shape(kv_dtype, num_blocks, block_size, n_kv_heads, head_dim)
+    k0, v0 = _poison(shape, dt), _poison(shape, dt)
+    kc, vc = backend.upload(k0), backend.upload(v0)
+    kv_ops.kv_append(backend, kv_dtype, backend.upload(qkv), stride, q_dim, q_dim + kv_dim, backend.upload(slots),
+                     kc, vc, n_tokens, n_kv_heads, head_dim)
+    wk, wv = k0.copy(), v0.copy()
+    kv_ops.kv_append_reference(kv_dtype, qkv[:, q_dim:q_dim + kv_dim].reshape(n_tokens, n_kv_heads, head_dim),
+                               qkv[:, q_dim + kv_dim:q_dim + 2 * kv_dim].reshape(n_tokens, n_kv_heads, head_dim),
+                               slots, wk, wv)
+    # bit-exact: one IEEE rounding (f16/bf16), and the q8_0 quantizer's exact float32 steps
+    np.testing.assert_array_equal(backend.download(kc).view(np.uint8), wk.view(np.uint8))
+    np.testing.assert_array_equal(backend.download(vc).view(np.uint8), wv.view(np.uint8))
+
+
+def test_q8_0_reference_roundtrip():
+    x = _rng("q8rt").standard_normal((5, 64)).astype(np.float32)
+    y = kv_ops.dequantize_q8_0(kv_ops.quantize_q8_0(x))
+    amax = np.abs(x.reshape(5, 2, 32)).max(-1, keepdims=True)
+    assert np.all(np.abs((y - x).reshape(5, 2, 32)) <= amax / 127 * 0.5 * 1.002 + 1e-6)
+    z = kv_ops.quantize_q8_0(np.zeros((1, 32), np.float32))
+    assert not z.any()
+    assert list(kv_ops._round_half_away(np.array([0.5, -0.5, 1.5, 2.5, 0.49999997], np.float32))) == [1, -1, 2, 3, 0]
+
+
+# -- attention ----------------------------------------------------------------------------------
+# float32 accumulation vs a float64 reference over the same stored K/V values: the error is
+# float rounding in q.k (head_dim terms), the softmax and the weighted sum, ~1e-6 relative.
+TOL = {"f32": 3e-6, "f16": 3e-6, "bf16": 3e-6, "q8_0": 3e-6}  # atol, relative to max |V|
+
+
+class Case:
+    """A packed batch over a paged cache, with everything on the host."""
+
+    def __init__(self, seed, kv_dtype, prefixes, chunks, block_size, group, n_kv_heads, head_dim):
+        rng = np.random.default_rng(seed)
+        self.kv_dtype, self.block_size, self.head_dim = kv_dtype, block_size, head_dim
+        self.n_kv_heads, self.n_heads = n_kv_heads, n_kv_heads * group
+        self.prefixes, self.chunks = list(prefixes), list(chunks)
+        S = len(prefixes)
+        lens = [p + c for p, c in zip(prefixes, chunks)]
+        nblk = [-(-L // block_size) for L in lens]
+        self.max_blocks = max(nblk) + 1  # one spare entry per row: never to be read
+        spare = 3
+        self.num_blocks = sum(nblk) + spare
+        ids = rng.permutation(self.num_blocks)
+        self.tables = np.empty((S, self.max_blocks), np.int32)
+        at = 0
+        for s in range(S):
+            self.tables[s, :nblk[s]] = ids[at:at + nblk[s]]
+            at += nblk[s]
+            self.tables[s, nblk[s]:] = ids[sum(nblk) + s % spare]  # a poisoned, unused block
+        shape, dt = kv_ops.kv_cache_shape(kv_dtype, self.num_blocks, block_size, n_kv_heads, head_dim)
+        self.k, self.v = _poison(shape, dt), _poison(shape, dt)
+        self.cu = np.concatenate([[0], np.cumsum(chunks)]).astype(np.int32)
+        self.N = int(self.cu[-1])
+        self.positions = np.concatenate([np.arange(p, p + c) for p, c in zip(prefixes, chunks)]).astype(np.int32)
+        for s in range(S):
+            j = np.arange(lens[s])
+            slots = self.tables[s, j // block_size] * block_size + j % block_size
+            kr = rng.standard_normal((lens[s], n_kv_heads, head_dim)).astype(np.float32)
+            vr = (rng.standard_normal((lens[s], n_kv_heads, head_dim)) * 2).astype(np.float32)
+            kv_ops.kv_append_reference(kv_dtype, kr, vr, slots, self.k, self.v)
+        q_dim, kv_dim = self.n_heads * head_dim, n_kv_heads * head_dim
+        self.stride = q_dim + 2 * kv_dim
+        self.qkv = np.full((self.N, self.stride), np.nan, np.float32)  # only Q may be read
+        self.qkv[:, :q_dim] = rng.standard_normal((self.N, q_dim)).astype(np.float32)
+        self.scale = 1.0 / np.sqrt(head_dim)
+
+    def run(self, be, tables=None, k=None, v=None, rows=None):
+        """Attention over the whole batch, or over the sequences `rows` alone (packed in that order)."""
+        tables = self.tables if tables is None else tables
+        k, v = (self.k, self.v) if k is None else (k, v)
+        if rows is None:
+            qkv, cu, pos = self.qkv, self.cu, self.positions
+        else:
+            toks = np.concatenate([np.arange(self.cu[s], self.cu[s + 1]) for s in rows])
+            qkv, pos = self.qkv[toks], self.positions[toks]
+            cu = np.concatenate([[0], np.cumsum([self.chunks[s] for s in rows])]).astype(np.int32)
+            tables = tables[rows]
+        n = len(pos)
+        out = be.full((n, self.n_heads * self.head_dim), np.nan, np.float32)
+        attn_ops.attention(be, self.kv_dtype, be.upload(qkv), self.stride, be.upload(k), be.upload(v),
+                           be.upload(np.ascontiguousarray(tables)), self.max_blocks, be.upload(cu), be.upload(pos),
+                           out, n, len(cu) - 1, self.n_heads, self.n_kv_heads, self.head_dim, self.block_size,
+                           self.scale)
+        return be.download(out)
+
+    def reference(self):
+        q = self.qkv[:, :self.n_heads * self.head_dim].reshape(self.N, self.n_heads, self.head_dim)
+        return attn_ops.paged_attention_reference(q, self.k, self.v, self.tables, self.cu, self.positions,
+                                                  block_size=self.block_size, scale=self.scale,
+                                                  kv_dtype=self.kv_dtype)
+
+    def moved(self, seed):
+        """The same logical cache in other physical blocks (a random relabelling)."""
+        perm = np.random.default_rng(seed).permutation(self.num_blocks)  # old block b -> new block perm[b]
+        bs = self.block_size
+
+        def move(c):
+            out = np.empty_like(c)
+            out.reshape(self.num_blocks, bs, -1)[perm] = c.reshape(self.num_blocks, bs, -1)
+            return out
+
+        return perm[self.tables].astype(np.int32), move(self.k), move(self.v)
+
+    def check_reference(self, got):
+        want = self.reference().reshape(got.shape)
+        assert not np.isnan(got).any(), "NaN in the output: a poisoned slot was read"
+        vmax = np.abs(kv_ops.decode_kv(self.kv_dtype, self.v)[~np.isnan(kv_ops.decode_kv(self.kv_dtype, self.v))]).max()
+        np.testing.assert_allclose(got, want, rtol=0, atol=TOL[self.kv_dtype] * vmax)
+
+
+def _head_dims(kv_dtype):
+    return [32, 64] if kv_dtype == "q8_0" else [16, 64]  # q8_0 blocks are 32 elements
+
+
+@st.composite
+def batches(draw, kv_dtype):
+    S = draw(st.integers(1, 8))
+    return dict(
+        prefixes=draw(st.lists(st.integers(0, 70), min_size=S, max_size=S)),
+        chunks=draw(st.lists(st.integers(1, 20), min_size=S, max_size=S)),
+        block_size=draw(st.sampled_from([4, 16])),
+        group=draw(st.integers(1, 3)),
+        n_kv_heads=draw(st.integers(1, 2)),
+        head_dim=draw(st.sampled_from(_head_dims(kv_dtype))),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
+
+
+def _check_case(backend, kv_dtype, b):
+    case = Case(b["seed"], kv_dtype, b["prefixes"], b["chunks"], b["block_size"], b["group"], b["n_kv_heads"],
+                b["head_dim"])
+    got = case.run(backend)
+    case.check_reference(got)
+    # placement invariance: the same keys in other physical blocks give the same bits
+    tables, k, v = case.moved(b["seed"] ^ 0x5EED)
+    np.testing.assert_array_equal(case.run(backend, tables, k, v), got)
+    # packing invariance: a sequence alone, and the batch in reverse order, give the same bits
+    S = len(case.chunks)
+    s = b["seed"] % S
+    np.testing.assert_array_equal(case.run(backend, rows=[s]), got[case.cu[s]:case.cu[s + 1]])
+    if S > 1:
+        rev = case.run(backend, rows=list(range(S))[::-1])
+        at = 0
+        for r in range(S - 1, -1, -1):
+            n = case.chunks[r]
+            np.testing.assert_array_equal(rev[at:at + n], got[case.cu[r]:case.cu[r + 1]])
+            at += n
+
+
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_attention_property(backend, kv_dtype):
+    @settings(max_examples=8, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(b=batches(kv_dtype))
+    def prop(b):
+        _check_case(backend, kv_dtype, b)
+
+    prop()
+
+
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_attention_decode_and_mixed(backend, kv_dtype):
+    """A fixed mixed step: decodes (chunk 1) at block boundaries, a fresh prefill, a long prefix, head_dim 128."""
+    b = dict(prefixes=[0, 3, 4, 15, 16, 70, 0], chunks=[1, 1, 1, 1, 1, 20, 17], block_size=4, group=2,
+             n_kv_heads=2, head_dim=128, seed=1234)
+    _check_case(backend, kv_dtype, b)
+
+
+def test_attention_one_key(backend):
+    """Position 0: the output is exactly V[0] (softmax of one score is 1)."""
+    case = Case(7, "f32", [0], [1], 16, 1, 1, 32)
+    got = case.run(backend)
+    slot = case.tables[0, 0] * 16
+    np.testing.assert_array_equal(got[0], case.v[slot, 0])
+
+
+def test_attention_forward_matches_single_sequence_oracle(backend):
+    """Through the whole chain: rope -> kv_append -> attention vs oracles.reference's math for one sequence."""
+    from oracles.reference import apply_rope, rope_cos_sin
+
+    rng = _rng("chain")
+    n_heads, n_kv, hd, L, bs, theta = 4, 2, 64, 23, 4, 10000.0
+    q_dim, kv_dim = n_heads * hd, n_kv * hd
+    stride = q_dim + 2 * kv_dim
+    qkv = rng.standard_normal((L, stride)).astype(np.float32)
+    pos = np.arange(L, dtype=np.int32)
+    tables = rng.permutation(8)[None, :].astype(np.int32)
+    slots = (tables[0, pos // bs] * bs + pos % bs).astype(np.int32)
+    shape, dt = kv_ops.kv_cache_shape("f32", 8, bs, n_kv, hd)
+    kc, vc = backend.upload(_poison(shape, dt)), backend.upload(_poison(shape, dt))
+    d_qkv, d_pos = backend.upload(qkv), backend.upload(pos)
+    rope_ops.rope(backend, d_qkv, stride, d_pos, L, n_heads, hd, theta, "neox", col=0)
+    rope_ops.rope(backend, d_qkv, stride, d_pos, L, n_kv, hd, theta, "neox", col=q_dim)
+    kv_ops.kv_append(backend, "f32", d_qkv, stride, q_dim, q_dim + kv_dim, backend.upload(slots), kc, vc, L, n_kv, hd)
+    out = backend.empty((L, q_dim), np.float32)
+    attn_ops.attention(backend, "f32", d_qkv, stride, kc, vc, backend.upload(tables), 8,
+                       backend.upload(np.array([0, L], np.int32)), d_pos, out, L, 1, n_heads, n_kv, hd, bs,
+                       1.0 / np.sqrt(hd))
+    cos, sin = rope_cos_sin(pos, hd, theta)
+    q = apply_rope(qkv[:, :q_dim].reshape(L, n_heads, hd), cos, sin, "neox").astype(np.float64)
+    k = apply_rope(qkv[:, q_dim:q_dim + kv_dim].reshape(L, n_kv, hd), cos, sin, "neox").astype(np.float64)
+    v = qkv[:, q_dim + kv_dim:].reshape(L, n_kv, hd).astype(np.float64)
+    want = np.zeros((L, n_heads, hd))
+    for h in range(n_heads):
+        sc = q[:, h] @ k[:, h // 2].T / np.sqrt(hd)
+        sc[np.triu_indices(L, 1)] = -np.inf
+        w = np.exp(sc - sc.max(-1, keepdims=True))
+        want[:, h] = (w / w.sum(-1, keepdims=True)) @ v[:, h // 2]
+    np.testing.assert_allclose(backend.download(out).reshape(L, n_heads, hd), want, rtol=0, atol=2e-5)

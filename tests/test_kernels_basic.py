@@ -1,0 +1,199 @@
+"""The first kernel families against NumPy, on every backend (emu everywhere, cuda on a GPU).
+
+Shapes include odd sizes so partial warps, partial blocks and grid-stride tails all run.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+SIZES = [1, 31, 33, 257, 1000, 4097]
+BLOCK = 256
+
+
+def _rng(*key) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))  # stable across runs, unlike hash()
+
+
+def _grid_1d(n: int, block: int = BLOCK, cap: int = 4) -> int:
+    # capped so the grid-stride loop runs several rounds on the larger sizes
+    return max(1, min(-(-n // block), cap))
+
+
+# -- elementwise --------------------------------------------------------------------------
+def _silu_gate(g, u):
+    g = g.astype(np.float64)
+    with np.errstate(over="ignore"):  # exp(-g) -> inf for very negative g: the result is -0
+        return g / (1.0 + np.exp(-g)) * u.astype(np.float64)
+
+
+OPS = {"add": np.add, "mul": np.multiply, "silu_gate": _silu_gate}
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", list(OPS))
+def test_elementwise_f32(backend, op, n):
+    rng = _rng(op, n)
+    a = (rng.standard_normal(n) * 4).astype(np.float32)
+    b = (rng.standard_normal(n) * 4).astype(np.float32)
+    da, db, out = backend.upload(a), backend.upload(b), backend.empty((n,), np.float32)
+    k = backend.kernel("elementwise.cu", f"{op}_f32")
+    backend.launch(k, _grid_1d(n), BLOCK, (da, db, out, np.int32(n)))
+    got = backend.download(out)
+    want = OPS[op](a, b)
+    if op == "silu_gate":
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6 * np.abs(want).max())
+    else:
+        np.testing.assert_array_equal(got, want.astype(np.float32))  # one IEEE rounding either way
+
+
+@pytest.mark.parametrize("n", [1, 33, 1000])
+@pytest.mark.parametrize("op", list(OPS))
+def test_elementwise_f16(backend, op, n):
+    rng = _rng("f16", op, n)
+    a = rng.standard_normal(n).astype(np.float16)
+    b = rng.standard_normal(n).astype(np.float16)
+    out = backend.empty((n,), np.float16)
+    backend.launch(backend.kernel("elementwise.cu", f"{op}_f16"), _grid_1d(n), BLOCK,
+                   (backend.upload(a), backend.upload(b), out, np.int32(n)))
+    got = backend.download(out).astype(np.float32)
+    want = OPS[op](a.astype(np.float32), b.astype(np.float32)).astype(np.float16).astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)  # within one fp16 ulp
+
+
+def test_silu_gate_extremes(backend):
+    g = np.array([-1e4, -100.0, -88.0, 0.0, 88.0, 100.0, 1e4], np.float32)
+    u = np.ones_like(g)
+    out = backend.empty(g.shape, np.float32)
+    backend.launch(backend.kernel("elementwise.cu", "silu_gate_f32"), 1, 32,
+                   (backend.upload(g), backend.upload(u), out, np.int32(g.size)))
+    got = backend.download(out)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, _silu_gate(g, u), rtol=1e-6, atol=1e-30)
+
+
+# -- rmsnorm ----------------------------------------------------------------------------
+def _rmsnorm(x, w, eps):
+    x64 = x.astype(np.float64)
+    return x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + eps) * w
+
+
+@pytest.mark.parametrize("block", [32, 96, 256])
+@pytest.mark.parametrize("n", SIZES)
+def test_rmsnorm_f32(backend, n, block):
+    rows, eps = 3, 1e-6
+    rng = _rng("rms", n, block)
+    scale = 10.0 ** rng.uniform(-3, 3)
+    x = (rng.standard_normal((rows, n)) * scale).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    y = backend.empty((rows, n), np.float32)
+    backend.launch(backend.kernel("rmsnorm.cu", "rmsnorm_f32"), rows, block,
+                   (backend.upload(x), backend.upload(w), y, np.int32(n), np.float32(eps)))
+    want = _rmsnorm(x, w, eps)
+    # the output is O(|w|): scale the absolute tolerance by the row's magnitude
+    np.testing.assert_allclose(backend.download(y), want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+
+
+def test_rmsnorm_zero_row_is_finite(backend):
+    n = 33
+    x, w = np.zeros((1, n), np.float32), np.ones(n, np.float32)
+    y = backend.empty((1, n), np.float32)
+    backend.launch(backend.kernel("rmsnorm.cu", "rmsnorm_f32"), 1, 64,
+                   (backend.upload(x), backend.upload(w), y, np.int32(n), np.float32(1e-5)))
+    np.testing.assert_array_equal(backend.download(y), 0.0)
+
+
+@pytest.mark.parametrize("n", [1, 257, 1000])
+def test_rmsnorm_f16(backend, n):
+    rows, eps = 2, 1e-5
+    rng = _rng("rms16", n)
+    x = rng.standard_normal((rows, n)).astype(np.float16)
+    w = rng.standard_normal(n).astype(np.float32)
+    y = backend.empty((rows, n), np.float16)
+    backend.launch(backend.kernel("rmsnorm.cu", "rmsnorm_f16"), rows, 128,
+                   (backend.upload(x), backend.upload(w), y, np.int32(n), np.float32(eps)))
+    want = _rmsnorm(x.astype(np.float32), w, eps)
+    np.testing.assert_allclose(backend.download(y).astype(np.float32), want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
+# -- softmax ----------------------------------------------------------------------------
+def _softmax(x):
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _run_softmax(backend, x, block=BLOCK):
+    rows, n = x.shape
+    y = backend.empty((rows, n), np.float32)
+    backend.launch(backend.kernel("softmax.cu", "softmax_f32"), rows, block, (backend.upload(x), y, np.int32(n)))
+    return backend.download(y)
+
+
+@pytest.mark.parametrize("block", [32, 256])
+@pytest.mark.parametrize("n", SIZES)
+def test_softmax(backend, n, block):
+    rng = _rng("softmax", n, block)
+    x = (rng.standard_normal((3, n)) * 10 + rng.uniform(-1000, 1000)).astype(np.float32)  # big offset: stability
+    got = _run_softmax(backend, x, block)
+    np.testing.assert_allclose(got, _softmax(x), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(got.sum(axis=-1), 1.0, rtol=1e-5)
+
+
+def test_softmax_masked_rows(backend):
+    ninf = -np.inf
+    x = np.array([[0.0, ninf, 1.0, ninf], [ninf] * 4, [5.0, np.nan, 0.0, 1.0]], np.float32)
+    got = _run_softmax(backend, x, 32)
+    np.testing.assert_allclose(got[0], _softmax(x[:1])[0], rtol=1e-6)
+    np.testing.assert_array_equal(got[1], 0.0)  # fully masked: zeros, documented
+    assert np.isnan(got[2]).all()  # NaN in, NaN out
+
+
+# -- argmax -------------------------------------------------------------------------------
+def _run_argmax(backend, x, block=BLOCK, kind="f32"):
+    rows, n = x.shape
+    out = backend.zeros((rows,), np.int32)
+    backend.launch(backend.kernel("argmax.cu", f"argmax_{kind}"), rows, block, (backend.upload(x), out, np.int32(n)))
+    return backend.download(out)
+
+
+@pytest.mark.parametrize("block", [32, 160, 256])
+@pytest.mark.parametrize("n", SIZES + [32000])
+def test_argmax(backend, n, block):
+    rng = _rng("argmax", n, block)
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    np.testing.assert_array_equal(_run_argmax(backend, x, block), np.argmax(x, axis=-1))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 700), levels=st.integers(1, 4), block=st.sampled_from([32, 64, 256]), seed=st.integers(0, 2**32 - 1))
+def test_argmax_ties_go_to_lowest_index(backend, n, levels, block, seed):
+    # few distinct values: the maximum repeats, usually across threads and warps
+    x = np.random.default_rng(seed).integers(0, levels, size=(2, n)).astype(np.float32)
+    np.testing.assert_array_equal(_run_argmax(backend, x, block), np.argmax(x, axis=-1))
+
+
+def test_argmax_special_values(backend):
+    ninf, nan = -np.inf, np.nan
+    x = np.array(
+        [
+            [ninf, ninf, ninf, ninf, ninf],  # all -inf: index 0
+            [1.0, nan, 3.0, nan, 2.0],  # NaN wins, first NaN (NumPy's rule)
+            [np.inf, 1.0, np.inf, 0.0, 0.0],  # +inf ties: lowest
+            [-0.0, 0.0, -1.0, -2.0, 0.0],  # -0 == 0: lowest
+        ],
+        np.float32,
+    )
+    np.testing.assert_array_equal(_run_argmax(backend, x, 32), [0, 1, 0, 0])
+    np.testing.assert_array_equal(np.argmax(x, axis=-1), [0, 1, 0, 0])
+
+
+@pytest.mark.parametrize("n", [1, 33, 4097])
+def test_argmax_f16(backend, n):
+    x = _rng("argmax16", n).standard_normal((2, n)).astype(np.float16)
+    np.testing.assert_array_equal(_run_argmax(backend, x, 128, "f16"), np.argmax(x, axis=-1))

@@ -1,0 +1,141 @@
+"""load_model on synthetic GGUFs of every arch x quant type, checked against gguf-py's reader."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+from gguf import quants as gq
+
+from sharpinf.errors import ModelError
+from sharpinf.model import quants
+from sharpinf.model.config import ROPE_STYLE, SUPPORTED_ARCHS
+from sharpinf.model.loader import LoadedModel, expected_shapes, load_model
+from sharpinf.model.synth import synthetic_model, write_synthetic_model
+from sharpinf.model.tensors import QTensor
+
+QTYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
+
+
+def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def gguf_truth(path) -> dict[str, np.ndarray]:
+    """name -> float32 numpy-order array, via gguf-py's own reader and dequantize."""
+    out = {}
+    for t in gguf.GGUFReader(path).tensors:
+        shape = tuple(reversed([int(d) for d in t.shape]))
+        data = t.data
+        if t.tensor_type == gguf.GGMLQuantizationType.BF16:
+            data = data.view(np.uint8)
+        out[t.name] = np.asarray(gq.dequantize(data, t.tensor_type), np.float32).reshape(shape)
+    return out
+
+
+@pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_every_arch_and_quant(arch, qtype):
+    path = synthetic_model(arch, qtype)
+    m = load_model(path)
+    c = m.config
+    k_quant = qtype.endswith("_K")
+    n_embd = 256 if k_quant else 64
+    assert (c.arch, c.n_layer, c.n_embd, c.n_head, c.n_head_kv) == (arch, 2, n_embd, 4, 2)
+    assert (c.n_ff, c.head_dim, c.n_vocab, c.context_length) == (256 if k_quant else 128, n_embd // 4, 512, 1024)
+    assert c.rope_style == ROPE_STYLE[arch] and c.rope_theta == 10000.0
+    assert c.rms_eps == pytest.approx(1e-5)
+    assert c.has_qkv_bias == (arch == "qwen2") and c.has_qk_norm == (arch == "qwen3") and c.tied_output
+
+    assert set(m.tensors) == set(expected_shapes(c))
+    truth = gguf_truth(path)
+    assert set(truth) == set(m.tensors)
+    for name, t in m.tensors.items():
+        assert isinstance(t, QTensor) and t.name == name
+        want_type = quants.qtype_from_name("F32" if len(t.shape) == 1 else qtype)
+        assert t.qtype == want_type and t.qtype_name == quants.qtype_name(want_type)
+        assert t.raw.dtype == np.uint8 and t.raw.ndim == 2 and not t.raw.flags.writeable
+        assert t.raw.shape[1] == quants.row_bytes(t.qtype, t.shape[-1]) and t.nbytes == t.raw.nbytes
+        assert bits_equal(t.dequantize(), truth[name]), name
+
+
+def test_weights_are_what_was_written():
+    """The loader returns exactly dequantize(quantize(w)) of the generator's float weights."""
+    from sharpinf.model import synth
+
+    m = load_model(synthetic_model("qwen2", "Q5_K"))
+    c = m.config
+    w = synth._weights("qwen2", 0, c.n_layer, c.n_embd, c.n_ff, c.n_vocab, c.q_dim, c.kv_dim, c.head_dim, True)
+    assert list(w) == list(m.tensors)  # same tensors, same file order
+    for name, x in w.items():
+        qt = m.tensors[name].qtype
+        assert bits_equal(m.tensors[name].dequantize(), quants.dequantize(quants.quantize(x, qt), qt, x.shape))
+        assert np.abs(m.tensors[name].dequantize() - x).max() <= 0.04 * np.abs(x).max()
+
+
+def test_metadata_is_plain_python():
+    m = load_model(synthetic_model("qwen3", "Q8_0"))
+    meta = m.metadata
+    assert meta["general.architecture"] == "qwen3"
+    assert meta["qwen3.attention.key_length"] == 16 and meta["qwen3.attention.value_length"] == 16
+    assert len(meta["tokenizer.ggml.tokens"]) == 512
+    assert isinstance(meta["tokenizer.chat_template"], str)
+    assert not any(k.startswith("GGUF.") for k in meta)
+
+    def plain(v):
+        if isinstance(v, list):
+            return all(plain(e) for e in v)
+        return type(v) in (str, int, float, bool)
+
+    assert all(plain(v) for v in meta.values())
+
+
+def test_tied_and_untied_output(tmp_path):
+    tied = load_model(synthetic_model("llama", "Q4_0"))
+    assert tied.config.tied_output and "output.weight" not in tied.tensors
+    assert tied.output_weight() is tied.tensor("token_embd.weight")
+
+    untied = load_model(synthetic_model("llama", "Q4_0", tied=False))
+    assert not untied.config.tied_output
+    out = untied.output_weight()
+    assert out.name == "output.weight" and out.shape == (512, 64) and out.qtype == quants.Q4_0
+    assert not np.array_equal(out.dequantize(), untied.tensor("token_embd.weight").dequantize())
+
+
+def test_accessors(tmp_path):
+    m = load_model(synthetic_model("llama", "Q8_0"))
+    assert isinstance(m, LoadedModel)
+    assert m.layer_tensor(1, "attn_q.weight") is m.tensors["blk.1.attn_q.weight"]
+    assert m.layer_tensor(0, "attn_k.weight").shape == (m.config.kv_dim, m.config.n_embd)
+    assert m.tensor("output_norm.weight").raw.shape == (1, 64 * 4)
+    with pytest.raises(ModelError, match="blk.7.attn_q.weight"):
+        m.layer_tensor(7, "attn_q.weight")
+    with pytest.raises(ModelError, match="output.weight"):
+        m.tensor("output.weight")
+
+
+def test_deterministic_bytes(tmp_path):
+    a = write_synthetic_model(tmp_path / "a.gguf", "qwen2", "Q4_K", seed=3)
+    b = write_synthetic_model(tmp_path / "b.gguf", "qwen2", "Q4_K", seed=3)
+    c = write_synthetic_model(tmp_path / "c.gguf", "qwen2", "Q4_K", seed=4)
+    assert a.read_bytes() == b.read_bytes() != c.read_bytes()
+    assert synthetic_model("llama", "Q8_0") == synthetic_model("llama", "Q8_0")
+    assert synthetic_model("llama", "Q8_0", seed=1) != synthetic_model("llama", "Q8_0")
+
+
+def test_overrides(tmp_path):
+    p = write_synthetic_model(
+        tmp_path / "m.gguf", "llama", "Q8_0", n_layer=3, n_embd=96, n_head=6, n_head_kv=3, n_ff=160,
+        context_length=4096, head_dim=32, rope_theta=500000.0, rms_eps=1e-6, n_vocab=300,
+        norm_qtype="F16", **{"general.name": "custom"},
+    )
+    m = load_model(p)
+    c = m.config
+    assert (c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.n_ff, c.context_length) == (3, 96, 6, 3, 160, 4096)
+    assert (c.head_dim, c.q_dim, c.kv_dim, c.n_vocab) == (32, 192, 96, 300)
+    assert c.rope_theta == 500000.0 and c.rms_eps == pytest.approx(1e-6)
+    assert m.metadata["general.name"] == "custom"
+    assert m.tensor("blk.0.attn_norm.weight").qtype == quants.F16
+    assert m.tensor("blk.0.attn_output.weight").shape == (96, 192)
+

@@ -1,0 +1,69 @@
+"""The NumPy reference forward pass against independent truths.
+
+- oracles/naive.py, a naive float64 loop implementation written apart from the
+  reference (per token, per head, per rotation pair), on tiny synthetic models of every arch;
+- incremental decode (prefill + one token at a time) equals one full pass;
+- the dtype stays float32 (NumPy 2 promotion would silently make it float64);
+- greedy generation equals argmax of the teacher-forced logits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from oracles.naive import naive_logits
+from oracles.reference import Reference
+from sharpinf.model.loader import load_model
+from sharpinf.model.synth import synthetic_model
+
+ARCH_QTYPES = [("llama", "Q8_0"), ("llama", "F16"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("qwen3", "Q4_K")]
+
+
+@pytest.fixture(scope="module", params=ARCH_QTYPES, ids=lambda p: f"{p[0]}-{p[1]}")
+def model(request):
+    arch, qtype = request.param
+    return load_model(synthetic_model(arch, qtype, tied=(arch != "qwen2")))
+
+
+def test_reference_equals_naive_float64_loops(model):
+    ids = np.random.default_rng(1).integers(0, model.config.n_vocab, 9).tolist()
+    got = Reference(model).logits(ids)
+    want = naive_logits(model, ids)
+    assert got.dtype == np.float32 and got.shape == (9, model.config.n_vocab)
+    scale = max(1.0, float(np.abs(want).max()))
+    assert np.max(np.abs(got - want)) <= 2e-4 * scale
+    assert (np.argmax(got, 1) == np.argmax(want, 1)).all()
+
+
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+def test_incremental_decode_equals_full_logits(model, data):
+    n = data.draw(st.integers(2, 24), label="tokens")
+    split = data.draw(st.integers(1, n - 1), label="prefill")
+    ids = data.draw(st.lists(st.integers(0, model.config.n_vocab - 1), min_size=n, max_size=n), label="ids")
+    ref = Reference(model)
+    full = ref.logits(ids)
+    cache = ref.new_cache(n)
+    rows = [ref.forward(ids[:split], cache)] + [ref.forward([t], cache) for t in ids[split:]]
+    inc = np.concatenate(rows)
+    assert inc.dtype == np.float32
+    np.testing.assert_allclose(inc, full, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(full).max())))
+
+
+def test_greedy_generate_is_argmax_of_teacher_forced_logits(model):
+    ref = Reference(model)
+    prompt = [3, 17, 42]
+    out = ref.generate(prompt, max_tokens=6)
+    logits = ref.logits(prompt + out)
+    want = np.argmax(logits[len(prompt) - 1: -1], axis=1).tolist()
+    assert out == want
+
+
+def test_reference_rejects_bad_input(model):
+    ref = Reference(model)
+    with pytest.raises(ValueError, match="out of range"):
+        ref.logits([model.config.n_vocab])
+    with pytest.raises(ValueError, match="no tokens"):
+        ref.logits([])
