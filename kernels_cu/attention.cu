@@ -220,7 +220,7 @@ template <int HD> __device__ __forceinline__ void attn_bf16(ATTN_ARGS) {
 }
 template <int HD> __device__ __forceinline__ void attn_q8_0(ATTN_ARGS) { attention_q8<HD>(ATTN_PASS_ALL); }
 
-// Entries are spelled out (the emulator finds kernels by their literal `extern "C" __global__ void name(`).
+// Entries are spelled out one by one: the emulator finds kernels by their literal declarations.
 // attention_<kv>_d<HD>: head_dim == HD (what the launcher uses; registers sized for HD);
 // attention_<kv>: dispatches on head_dim at run time (registers sized for the largest).
 extern "C" __global__ void attention_f32_d16(ATTN_ARGS) { attn_f32<16>(ATTN_PASS_ALL); }

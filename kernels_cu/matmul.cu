@@ -7,26 +7,29 @@
 //     n_in  a multiple of 32 (of 256 for the K-quants); n_out, n_tokens >= 1, any value
 //   <type>: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k. N = 1 (matvec) is the same kernel.
 //
-// Launch: block = 32 * R threads (R warps, one output row each; 128 suggested),
-//         grid = (ceil(n_out / R), ceil(n_tokens / 8)).
+// Launch: block = 32 * R threads, R = 1..4 warps (128 suggested); grid = (G, ceil(n_tokens / 8)),
+//   any G >= 1: warps stride over groups of 4 rows (G = ceil(n_out / (4 R)) gives each warp one group).
 //
-// Design: a warp owns one output row and one tile of up to MM_TILE = 8 tokens. Lane l
-// walks the row's 32-value chunks l, l+32, l+64, ...: it decodes a chunk into 32
-// registers once and folds it into one accumulator per token of the tile
-// (acc = fma(w, x, acc) in value order). The 32 lane partials of the 8 tokens are then
-// reduced by a reduce-scatter butterfly (offsets 16, 8, 4 halve the values each lane
-// holds; 2 and 1 finish): 9 shuffles instead of 8 x 5, no shared memory, no barriers.
+// Design: a warp takes 4 output rows and a tile of up to MM_TILE = 8 tokens (grid.y). For
+// each row, lane l walks the row's 32-value chunks l, l+32, l+64, ...: it decodes a chunk
+// into 32 registers once and folds it into one accumulator per token of the tile
+// (acc = fma(w, x, acc) in value order), so weights are read once per token tile. The
+// 4 x 8 lane partials go to shared memory; after one __syncwarp lane r*8+t sums output
+// (row r, token t) over the 32 lanes in the xor-butterfly order (l with l^16, then l^8,
+// ..., l^1). One warp sync per 4 rows, no block barrier, no shuffles (the emulator
+// charges each warp sync per lane).
 //
 // Batch invariance (a hard requirement): the arithmetic of Y[t][r] -- which lane takes
-// which values, the fma order, the pairing tree (l, l^16), (l, l^8), ... of the lanes --
-// depends only on n_in and the lane, never on n_tokens or on t's slot in its tile
-// (float addition is commutative, so which side of a pair a lane sits on does not
-// matter). So a token's output is bit-identical alone or packed with any others, and
-// whatever R the launcher picks. The fma is explicit so no compiler contraction choice
-// can differ between tile slots.
+// which values, the fma order within a lane, the fixed tree over the lanes -- depends
+// only on n_in, never on n_tokens, on t's slot in its tile, or on the grid and block
+// shape. So a token's output is bit-identical alone or packed with any others. The fma
+// is explicit so no compiler contraction choice can differ between tile slots; the
+// dequantized weights are exact (ggml_blocks.cuh), so their code order cannot matter.
 #include "ggml_blocks.cuh"
 
-#define MM_TILE 8
+#define MM_TILE 8       // tokens per tile (grid.y)
+#define MM_ROWS 4       // rows a warp finishes per pass; MM_ROWS * MM_TILE == 32 (one output per lane)
+#define MM_MAX_WARPS 4  // blockDim.x <= 32 * MM_MAX_WARPS
 
 // 32 consecutive floats of X into registers.
 __device__ __forceinline__ void mm_load_x32(float (&x)[32], const float* __restrict__ p) {
@@ -45,63 +48,88 @@ __device__ __forceinline__ void mm_load_x32(float (&x)[32], const float* __restr
 #endif
 }
 
-// One step of the reduce-scatter: each lane holds 2K values (slots); the lane whose
-// `off` bit is set keeps the upper K, its partner the lower K, each adding the other's.
-template <int K>
-__device__ __forceinline__ void mm_scatter_step(float (&v)[MM_TILE], int off, bool upper) {
+// One output per lane: the sum of the 32 lane partials in smem row `p` (p[0..31]), in the
+// fixed xor-butterfly order (pairs l, l^16; then l, l^8; ... l, l^1) -- the tree
+// warp_reduce_sum would use, done by one lane from shared memory.
+__device__ __forceinline__ float mm_tree_sum(const float* p) {
+    float v[32];
 #pragma unroll
-    for (int i = 0; i < K; ++i) {
-        const float send = upper ? v[i] : v[i + K];
-        const float keep = upper ? v[i + K] : v[i];
-        v[i] = keep + __shfl_xor_sync(SHARPINF_FULL_MASK, send, off);
+    for (int l = 0; l < 32; ++l) v[l] = p[l];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+        for (int l = 0; l < off; ++l) v[l] = v[l] + v[l + off];
     }
+    return v[0];
 }
 
 template <int QT>
 __device__ __forceinline__ void matmul_rows(const unsigned char* __restrict__ W, const float* __restrict__ X,
                                             const float* __restrict__ bias, float* __restrict__ Y, int n_tokens,
                                             int n_out, int n_in, int has_bias) {
-    const int lane = threadIdx.x & 31;
-    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row >= n_out) return;  // the whole warp leaves together; there are no block barriers
+    // Lane partials of MM_ROWS rows x MM_TILE tokens, per warp, double-buffered so one
+    // __syncwarp per pass is enough; rows padded to 33 floats (no bank conflicts).
+    __shared__ float part[MM_MAX_WARPS][2][MM_ROWS * MM_TILE][33];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int t0 = blockIdx.y * MM_TILE;
     const int nt = n_tokens - t0 < MM_TILE ? n_tokens - t0 : MM_TILE;  // tokens in this tile
-    const unsigned char* wrow = W + (long long)row * gb_row_bytes<QT>(n_in);
     const float* xt = X + (long long)t0 * n_in;
+    const long long row_bytes = gb_row_bytes<QT>(n_in);
     const int n_chunks = n_in / GB_CHUNK;
-
-    float acc[MM_TILE];
+    int buf = 0;
+    // Grid-stride over groups of MM_ROWS rows (the launcher may cap the grid).
+    for (int row0 = (blockIdx.x * warps + warp) * MM_ROWS; row0 < n_out; row0 += gridDim.x * warps * MM_ROWS) {
+        float acc[MM_ROWS][MM_TILE];
 #pragma unroll
-    for (int t = 0; t < MM_TILE; ++t) acc[t] = 0.0f;
-
-    for (int c = lane; c < n_chunks; c += 32) {
-        float w[32];
-        gb_decode_chunk<QT>(wrow, c, w);
+        for (int r = 0; r < MM_ROWS; ++r) {
 #pragma unroll
-        for (int t = 0; t < MM_TILE; ++t) {
-            if (t < nt) {
-                float x[32];
-                mm_load_x32(x, xt + (long long)t * n_in + (long long)c * GB_CHUNK);
-                float a = acc[t];
+            for (int t = 0; t < MM_TILE; ++t) acc[r][t] = 0.0f;
+            if (row0 + r >= n_out) continue;  // warp-uniform
+            const unsigned char* wrow = W + (long long)(row0 + r) * row_bytes;
+            for (int c = lane; c < n_chunks; c += 32) {
+                float w[32];
+                gb_decode_chunk<QT>(wrow, c, w);
+#ifdef SHARPINF_EMU
+                if (nt == MM_TILE) {
+                    // The same fma sequence per token as below, the 8 tokens interleaved so the
+                    // CPU overlaps their dependency chains.
+                    const float* xc = xt + (long long)c * GB_CHUNK;
+                    float a[MM_TILE];
+                    for (int t = 0; t < MM_TILE; ++t) a[t] = acc[r][t];
+                    for (int e = 0; e < 32; ++e)
+                        for (int t = 0; t < MM_TILE; ++t) a[t] = gb_fma(w[e], xc[(long long)t * n_in + e], a[t]);
+                    for (int t = 0; t < MM_TILE; ++t) acc[r][t] = a[t];
+                    continue;
+                }
+#endif
 #pragma unroll
-                for (int e = 0; e < 32; ++e) a = gb_fma(w[e], x[e], a);
-                acc[t] = a;
+                for (int t = 0; t < MM_TILE; ++t) {
+                    if (t < nt) {
+                        float x[32];
+                        mm_load_x32(x, xt + (long long)t * n_in + (long long)c * GB_CHUNK);
+                        float a = acc[r][t];
+#pragma unroll
+                        for (int e = 0; e < 32; ++e) a = gb_fma(w[e], x[e], a);
+                        acc[r][t] = a;
+                    }
+                }
             }
         }
-    }
-
-    // Reduce-scatter: after offsets 16, 8, 4 lane l holds slot (l >> 2) & 7 in acc[0].
-    mm_scatter_step<4>(acc, 16, (lane & 16) != 0);
-    mm_scatter_step<2>(acc, 8, (lane & 8) != 0);
-    mm_scatter_step<1>(acc, 4, (lane & 4) != 0);
-    float v = acc[0];
-    v += __shfl_xor_sync(SHARPINF_FULL_MASK, v, 2);
-    v += __shfl_xor_sync(SHARPINF_FULL_MASK, v, 1);
-
-    const int slot = (lane >> 2) & 7;
-    if ((lane & 3) == 0 && slot < nt) {
-        if (has_bias) v += bias[row];
-        Y[(long long)(t0 + slot) * n_out + row] = v;
+        float(*pb)[33] = part[warp][buf];
+#pragma unroll
+        for (int r = 0; r < MM_ROWS; ++r) {
+#pragma unroll
+            for (int t = 0; t < MM_TILE; ++t) pb[r * MM_TILE + t][lane] = acc[r][t];
+        }
+        __syncwarp();
+        // lane = r * MM_TILE + t finishes output (row0 + r, token t0 + t)
+        const int r = lane / MM_TILE, t = lane % MM_TILE, row = row0 + r;
+        if (t < nt && row < n_out) {
+            float v = mm_tree_sum(pb[lane]);
+            if (has_bias) v += bias[row];
+            Y[(long long)(t0 + t) * n_out + row] = v;
+        }
+        buf ^= 1;  // the next pass writes the other buffer: no second __syncwarp needed
     }
 }
 

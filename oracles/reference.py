@@ -26,6 +26,7 @@ import numpy as np
 
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel, load_model
+from sharpinf.ops.kv_cache import decode_kv, encode_kv
 
 F32 = np.float32
 
@@ -96,6 +97,10 @@ class KVCache:
 @dataclass
 class Reference:
     model: LoadedModel
+    # How the KV cache stores K and V. "f32" is the plain reference; "f16", "bf16" and
+    # "q8_0" round each stored row exactly as the paged KV cache does (ops/kv_cache.py's
+    # NumPy encoder), so kernels with a narrow KV cache can be held to a tight tolerance.
+    kv_dtype: str = "f32"
     cfg: ModelConfig = field(init=False)
     layers: list[LayerWeights] = field(init=False)
 
@@ -129,6 +134,12 @@ class Reference:
                     w_down=w(p + "ffn_down.weight"),
                 )
             )
+
+    def _stored(self, rows: np.ndarray) -> np.ndarray:
+        """K or V rows [T, kv_heads, head_dim] as the cache will hand them back."""
+        if self.kv_dtype == "f32":
+            return rows
+        return _f32(decode_kv(self.kv_dtype, encode_kv(self.kv_dtype, rows)))
 
     @classmethod
     def from_path(cls, path: str | Path) -> "Reference":
@@ -169,8 +180,8 @@ class Reference:
                 k = rmsnorm(k, L.k_norm, cfg.rms_eps)
             q = apply_rope(q, cos, sin, cfg.rope_style)
             k = apply_rope(k, cos, sin, cfg.rope_style)
-            cache.k[li, start : start + T] = k
-            cache.v[li, start : start + T] = v
+            cache.k[li, start : start + T] = self._stored(k)
+            cache.v[li, start : start + T] = self._stored(v)
             keys = cache.k[li, : start + T]  # [S, kv_heads, d]
             vals = cache.v[li, : start + T]
             attn = np.empty((T, cfg.n_head, cfg.head_dim), F32)

@@ -21,14 +21,16 @@ INCREMENTAL_VS_FULL = Tolerance(1e-3, 5, True, "same float32 math, different mat
 CROSS_PATH = Tolerance(1.0, 4, True, "argmax equal, top-5 overlap >= 4, |dlogit| <= 1 on real models")
 
 
-def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0) -> Tolerance:
-    """Kernels (float32 math, KV stored in kv_dtype) against the float32 NumPy reference.
+# Kernels (float32 math) against the float32 NumPy reference whose KV cache rounds K and
+# V exactly as the kernels' cache does (Reference(kv_dtype=...)). What is left is the
+# summation order (a few ulps per op) and, with a narrow cache, the rare element that a
+# few ulps push to the other side of a rounding step: one f16/bf16 ulp, or one q8_0 step
+# (amax/127 of its 32-value block), which moves logits by up to ~0.1 on synthetic models.
+KERNEL_VS_REFERENCE_BOUND = {"f32": 2e-3, "f16": 3e-2, "bf16": 3e-2, "q8_0": 0.3}
 
-    The KV dtype dominates: f32 KV differs from the reference only by summation order;
-    f16/bf16 round K and V to 11/8 significant bits; q8_0 to 8 bits per 32-value block.
-    logit_scale (max |logit| of the reference, at least 1) scales the bound for
-    synthetic models whose logits are not O(10) like a real model's."""
-    bound = {"f32": 2e-3, "f16": 2e-2, "bf16": 1.5e-1, "q8_0": 1.5e-1}[kv_dtype]
-    top5 = {"f32": 5, "f16": 4, "bf16": 3, "q8_0": 3}[kv_dtype]
-    return Tolerance(bound * max(1.0, logit_scale), top5, kv_dtype in ("f32", "f16"),
-                     f"{kv_dtype} KV: float32 kernels vs float32 reference")
+
+def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0) -> Tolerance:
+    """logit_scale = max |reference logit| / 10 (at least 1) widens the bound for synthetic
+    models, whose logits run larger than a real model's."""
+    return Tolerance(KERNEL_VS_REFERENCE_BOUND[kv_dtype] * max(1.0, logit_scale), 5 if kv_dtype != "q8_0" else 4, True,
+                     f"float32 kernels vs float32 reference, both rounding KV to {kv_dtype}")

@@ -158,6 +158,8 @@ class ForwardPass:
         return self._head(x, batch)
 
     def _mm(self, W: DeviceMatrix, X, Y, n_tokens: int, bias=None, y_stride: int | None = None, y_col: int = 0) -> None:
+        if y_stride is None:
+            return matmul(self.backend, W.raw, W.qtype, X, Y, n_tokens, W.n_out, W.n_in, bias_dev=bias)
         matmul(self.backend, W.raw, W.qtype, X, Y, n_tokens, W.n_out, W.n_in, bias_dev=bias,
                y_stride=y_stride, y_col=y_col)
 

@@ -65,5 +65,5 @@ class KVPool:
     def poison(self) -> None:
         """Fill every slot with NaN bytes: a kernel reading a slot nobody wrote shows up as NaN."""
         for a in self.k + self.v:
-            host = np.full(a.shape, 0xFF, dtype=np.uint8).view(a.dtype) if a.dtype != np.uint8 else np.full(a.shape, 0xFF, np.uint8)
-            a[...] = self.backend.upload(np.ascontiguousarray(host))
+            host = np.full(int(a.nbytes), 0xFF, dtype=np.uint8).view(a.dtype).reshape(a.shape)
+            a[...] = self.backend.upload(host)

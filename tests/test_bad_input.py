@@ -213,3 +213,13 @@ def test_defaults_without_optional_metadata(tmp_path):
                   drop_keys=["llama.rope.freq_base", "llama.vocab_size", "llama.attention.head_count_kv"])
     c = load_model(dst).config
     assert c.rope_theta == 10000.0 and c.n_vocab == 512 and c.head_dim == 16 and c.n_head_kv == 4
+
+
+def test_huge_block_count_fails_fast(tmp_path, good):
+    p = rewrite(good, tmp_path / "layers.gguf", set_keys={"llama.block_count": (2**31, gguf.GGUFValueType.UINT32)})
+    expect_error(p, "missing tensor", "blk.2.attn_norm.weight")
+
+
+def test_zero_size_metadata(tmp_path, good):
+    p = rewrite(good, tmp_path / "zero.gguf", set_keys={"llama.feed_forward_length": (0, gguf.GGUFValueType.UINT32)})
+    expect_error(p, "n_ff", "must be positive")

@@ -380,3 +380,44 @@ def test_settings_from_environment(monkeypatch):
 
 def test_get_backend_returns_emu(emu):
     assert isinstance(emu, EmuBackend)
+
+
+def test_namespace_scope_dynamic_shared_keeps_line_numbers(be):
+    x = np.arange(32, dtype=np.float32)
+    with pytest.raises(BackendError, match=line_of("sync.cu", "after_ns_dyn")):
+        be.launch(be.kernel(src("sync.cu"), "ns_dyn_rotate"), 1, 32, [x], shared_mem=128)
+    assert x[0] == 1  # thread 0 read its neighbour's slot, then trapped (ending the block)
+
+
+def test_edited_source_is_rebuilt(be, tmp_path):
+    f = tmp_path / "edit.cu"
+    body = 'extern "C" __global__ void setv(int* x) {{ x[threadIdx.x] = {}; }}\n'
+    x = np.zeros(4, np.int32)
+    f.write_text(body.format(7))
+    be.launch(be.kernel(str(f), "setv"), 1, 4, [x])
+    assert (x == 7).all()
+    f.write_text(body.format(1234))
+    be.launch(be.kernel(str(f), "setv"), 1, 4, [x])
+    assert (x == 1234).all()
+
+
+def _block_sum_with_workers():
+    b = EmuBackend(workers=2)
+    x = np.ones(8 * 256, np.float32)
+    out = np.zeros(8, np.float32)
+    b.launch(b.kernel(src("sync.cu"), "block_sum"), 8, 256, [x, out])
+    return out.tolist()
+
+
+def test_worker_pool_survives_fork():
+    assert _block_sum_with_workers() == [256.0] * 8  # starts helper threads here
+    assert run_isolated(_block_sum_with_workers, timeout=60) == [256.0] * 8
+
+
+def test_device_assert_raises_instead_of_aborting(be):
+    k = be.kernel(src("faults.cu"), "assert_positive")
+    x = np.ones(32, np.float32)
+    be.launch(k, 1, 32, [x])
+    x[3] = -2
+    with pytest.raises(BackendError, match=r"assertion `x\[threadIdx.x\] > 0.0f` failed at .*" + line_of("faults.cu", "assert")):
+        be.launch(k, 1, 32, [x])

@@ -30,7 +30,8 @@ def _rng(*key) -> np.random.Generator:
 
 def _poison(shape, dtype) -> np.ndarray:
     """All bytes 0xFF: NaN for f32/f16/bf16, and a NaN fp16 scale for q8_0 blocks."""
-    return np.full(shape, 0xFF, np.uint8).view(dtype) if np.dtype(dtype) != np.uint8 else np.full(shape, 0xFF, np.uint8)
+    dtype = np.dtype(dtype)
+    return np.full(int(np.prod(shape)) * dtype.itemsize, 0xFF, np.uint8).view(dtype).reshape(shape)
 
 
 # -- rope -------------------------------------------------------------------------------------
@@ -51,9 +52,10 @@ def test_rope(backend, style, n_tokens, n_heads, head_dim):
     np.testing.assert_array_equal(got[:, col + n_heads * head_dim:], x[:, col + n_heads * head_dim:])
     want = rope_ops.rope_reference(x[:, col:col + n_heads * head_dim].reshape(n_tokens, n_heads, head_dim),
                                    pos, theta, style)
-    # angles are reduced in double: the error is a few float ulps of |x| at every position (no pos * eps growth)
+    # angles are formed and reduced in double: the error is a few float ulps of |x| at every position
+    # (measured <= 3e-7 * max|x| on the emulator); a float angle would be off by ~pos * 2e-7 rad (1.6e-3 at 8000)
     err = np.abs(got[:, col:col + n_heads * head_dim].reshape(want.shape) - want)
-    assert err.max() <= 4e-7 * np.abs(x).max(), err.max()
+    assert err.max() <= 6e-7 * np.abs(x).max(), err.max()
 
 
 def test_rope_position_zero_is_identity(backend):
@@ -73,7 +75,7 @@ def test_kv_append(backend, kv_dtype, n_kv_heads, head_dim):
     stride = q_dim + 2 * kv_dim + 1
     qkv = (rng.standard_normal((n_tokens, stride)) * rng.uniform(0.01, 100, (n_tokens, 1))).astype(np.float32)
     qkv[3, q_dim:q_dim + 32] = 0.0  # an all-zero q8_0 block: d = 0
-    qkv[4, q_dim + 1] = 127.5 / 127 * np.abs(qkv[4, q_dim:q_dim + 32]).max()  # the new amax, exactly
+    qkv[4, q_dim + 1] = 127.5 / 127 * np.abs(qkv[4, q_dim:q_dim + 32]).max()  # a block whose amax quantizes to exactly 127
     slots = rng.permutation(num_blocks * block_size)[:n_tokens].astype(np.int32)
     slots[5] = -1  # padding: writes nothing
     shape, dt = kv_ops.kv_cache_shape(kv_dtype, num_blocks, block_size, n_kv_heads, head_dim)
@@ -94,7 +96,8 @@ def test_q8_0_reference_roundtrip():
     x = _rng("q8rt").standard_normal((5, 64)).astype(np.float32)
     y = kv_ops.dequantize_q8_0(kv_ops.quantize_q8_0(x))
     amax = np.abs(x.reshape(5, 2, 32)).max(-1, keepdims=True)
-    assert np.all(np.abs((y - x).reshape(5, 2, 32)) <= amax / 127 * 0.5 * 1.002 + 1e-6)
+    # half a step, plus up to 127 steps of the fp16 rounding of d (2^-11 relative)
+    assert np.all(np.abs((y - x).reshape(5, 2, 32)) <= amax / 127 * (0.5 + 127 * 2.0**-11) * 1.001)
     z = kv_ops.quantize_q8_0(np.zeros((1, 32), np.float32))
     assert not z.any()
     assert list(kv_ops._round_half_away(np.array([0.5, -0.5, 1.5, 2.5, 0.49999997], np.float32))) == [1, -1, 2, 3, 0]
@@ -102,7 +105,8 @@ def test_q8_0_reference_roundtrip():
 
 # -- attention ----------------------------------------------------------------------------------
 # float32 accumulation vs a float64 reference over the same stored K/V values: the error is
-# float rounding in q.k (head_dim terms), the softmax and the weighted sum, ~1e-6 relative.
+# float rounding in q.k (head_dim terms), the softmax and the weighted sum. Measured <= 2.6e-7 * max|V|
+# on the emulator for every dtype (the K/V rounding is in both sides); the tolerance leaves 10x.
 TOL = {"f32": 3e-6, "f16": 3e-6, "bf16": 3e-6, "q8_0": 3e-6}  # atol, relative to max |V|
 
 
@@ -184,7 +188,8 @@ class Case:
     def check_reference(self, got):
         want = self.reference().reshape(got.shape)
         assert not np.isnan(got).any(), "NaN in the output: a poisoned slot was read"
-        vmax = np.abs(kv_ops.decode_kv(self.kv_dtype, self.v)[~np.isnan(kv_ops.decode_kv(self.kv_dtype, self.v))]).max()
+        V = kv_ops.decode_kv(self.kv_dtype, self.v)
+        vmax = np.abs(V[~np.isnan(V)]).max()
         np.testing.assert_allclose(got, want, rtol=0, atol=TOL[self.kv_dtype] * vmax)
 
 
@@ -229,7 +234,7 @@ def _check_case(backend, kv_dtype, b):
 
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_attention_property(backend, kv_dtype):
-    @settings(max_examples=8, deadline=None, derandomize=True,
+    @settings(max_examples=30, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(b=batches(kv_dtype))
     def prop(b):

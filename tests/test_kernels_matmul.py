@@ -4,7 +4,7 @@ sharpinf.model.quants, on every backend.
 Tolerance of matmul: |Y - Y_ref| <= 1e-5 * sum_i |w_i x_i| per output, Y_ref computed in
 float64 from quants.dequantize (the kernel dequantizes exactly, so only its float32
 accumulation differs; that error is bounded by ~(chain length) * 2^-24 * sum |w x|, and a
-lane's fma chain is at most n_in / 32 + 5 long here).
+chain here is at most 32 * ceil(n_in / 1024) fmas in a lane plus 5 tree additions).
 Embedding must equal quants.dequantize exactly.
 Packing invariance is checked bit for bit: a token's outputs are the same alone, in any
 contiguous sub-batch, and in the full batch.
@@ -176,6 +176,24 @@ def test_matmul_shapes_and_sub_batches(backend, qtype, n_tokens, n_out, k, data)
     a = data.draw(st.integers(0, n_tokens - 1), label="start")
     b = data.draw(st.integers(a + 1, n_tokens), label="stop")
     np.testing.assert_array_equal(_bits(_run_matmul(backend, raw, qtype, X[a:b])), _bits(full[a:b]))
+
+
+@pytest.mark.parametrize("grid_x,warps", [(1, 1), (2, 4), (3, 2), (64, 4)])
+def test_matmul_grid_shape_does_not_change_bits(backend, grid_x, warps):
+    # warps stride over the rows: any grid.x / block size gives the same bits as the launcher's choice
+    from sharpinf.ops.launch import kernel
+
+    qtype, n_tokens, n_out, n_in = quants.Q5_K, 11, 45, 512
+    rng = _rng("grid", grid_x, warps)
+    raw = _quantized_weights(rng, qtype, n_out, n_in)
+    X = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
+    bias = rng.standard_normal(n_out).astype(np.float32)
+    want = _bits(_run_matmul(backend, raw, qtype, X, bias))
+    Y = backend.empty((n_tokens, n_out), np.float32)
+    backend.launch(kernel(backend, "matmul.cu", "matmul_q5_k"), (grid_x, -(-n_tokens // 8)), 32 * warps,
+                   (backend.upload(raw), backend.upload(X), backend.upload(bias), Y, np.int32(n_tokens),
+                    np.int32(n_out), np.int32(n_in), np.int32(1)))
+    np.testing.assert_array_equal(_bits(backend.download(Y)), want)
 
 
 # -- embedding ------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def test_metadata_is_plain_python():
     assert all(plain(v) for v in meta.values())
 
 
-def test_tied_and_untied_output(tmp_path):
+def test_tied_and_untied_output():
     tied = load_model(synthetic_model("llama", "Q4_0"))
     assert tied.config.tied_output and "output.weight" not in tied.tensors
     assert tied.output_weight() is tied.tensor("token_embd.weight")
@@ -103,7 +103,7 @@ def test_tied_and_untied_output(tmp_path):
     assert not np.array_equal(out.dequantize(), untied.tensor("token_embd.weight").dequantize())
 
 
-def test_accessors(tmp_path):
+def test_accessors():
     m = load_model(synthetic_model("llama", "Q8_0"))
     assert isinstance(m, LoadedModel)
     assert m.layer_tensor(1, "attn_q.weight") is m.tensors["blk.1.attn_q.weight"]

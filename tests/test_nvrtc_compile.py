@@ -28,12 +28,18 @@ def test_there_are_kernels():
     assert {p.name for p in kernels_dir().glob("*.cu")} >= {"elementwise.cu", "rmsnorm.cu", "softmax.cu", "argmax.cu"}
 
 
+@pytest.fixture(scope="module")
+def all_results():
+    """Every source x arch, compiled once, in parallel (the big kernels take a while)."""
+    from sharpinf.runtime.nvrtc_check import check_all
+
+    return {(Path(r.file).resolve(), r.arch): r for r in check_all(ARCHS, extra_dirs=[PRIMS])}
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_compiles(nvrtc, source, arch):
-    from sharpinf.runtime.nvrtc_check import check_file
-
-    (r,) = check_file(source, (arch,), nvrtc)
+def test_compiles(all_results, source, arch):
+    r = all_results[(source.resolve(), arch)]
     assert r.ok, r.log
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+import gguf
 import numpy as np
 
 from ..errors import ModelError
@@ -58,9 +59,7 @@ def load_model(path: str | Path) -> LoadedModel:
 
 # ---------------------------------------------------------------- file and reader
 
-def _open_reader(path: Path):
-    import gguf
-
+def _open_reader(path: Path) -> gguf.GGUFReader:
     if not path.exists():
         raise ModelError(path, "file not found")
     if not path.is_file():
@@ -152,7 +151,7 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
     else:
         raise ModelError(path, f"missing metadata key '{arch}.vocab_size' (and no tokenizer.ggml.tokens)")
     head_dim = key("attention.key_length", int, n_embd // n_head)
-    return ModelConfig(
+    config = ModelConfig(
         arch=arch,
         n_vocab=n_vocab,
         n_embd=n_embd,
@@ -169,44 +168,48 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         has_qk_norm="blk.0.attn_q_norm.weight" in tensors,
         tied_output="output.weight" not in tensors,
     )
+    for field in ("n_vocab", "n_embd", "n_layer", "head_dim", "n_ff", "context_length"):
+        if getattr(config, field) <= 0:
+            raise ModelError(path, f"bad metadata: {field} = {getattr(config, field)} (must be positive)")
+    return config
 
 
 # ---------------------------------------------------------------- shape validation
 
 def expected_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor the config implies, name -> numpy-order shape."""
-    shapes: dict[str, tuple[int, ...]] = {
-        "token_embd.weight": (c.n_vocab, c.n_embd),
-        "output_norm.weight": (c.n_embd,),
-    }
-    if not c.tied_output:
-        shapes["output.weight"] = (c.n_vocab, c.n_embd)
+    return dict(_iter_expected(c))
+
+
+def _iter_expected(c: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
+    # A generator, so a corrupt block_count of 2**31 fails at the first missing layer
+    # instead of building billions of names.
+    yield "token_embd.weight", (c.n_vocab, c.n_embd)
     for i in range(c.n_layer):
         b = f"blk.{i}."
-        shapes.update({
-            b + "attn_norm.weight": (c.n_embd,),
-            b + "attn_q.weight": (c.q_dim, c.n_embd),
-            b + "attn_k.weight": (c.kv_dim, c.n_embd),
-            b + "attn_v.weight": (c.kv_dim, c.n_embd),
-            b + "attn_output.weight": (c.n_embd, c.q_dim),
-            b + "ffn_norm.weight": (c.n_embd,),
-            b + "ffn_gate.weight": (c.n_ff, c.n_embd),
-            b + "ffn_up.weight": (c.n_ff, c.n_embd),
-            b + "ffn_down.weight": (c.n_embd, c.n_ff),
-        })
+        yield b + "attn_norm.weight", (c.n_embd,)
+        yield b + "attn_q.weight", (c.q_dim, c.n_embd)
+        yield b + "attn_k.weight", (c.kv_dim, c.n_embd)
+        yield b + "attn_v.weight", (c.kv_dim, c.n_embd)
         if c.has_qkv_bias:
-            shapes.update({
-                b + "attn_q.bias": (c.q_dim,),
-                b + "attn_k.bias": (c.kv_dim,),
-                b + "attn_v.bias": (c.kv_dim,),
-            })
+            yield b + "attn_q.bias", (c.q_dim,)
+            yield b + "attn_k.bias", (c.kv_dim,)
+            yield b + "attn_v.bias", (c.kv_dim,)
         if c.has_qk_norm:
-            shapes.update({b + "attn_q_norm.weight": (c.head_dim,), b + "attn_k_norm.weight": (c.head_dim,)})
-    return shapes
+            yield b + "attn_q_norm.weight", (c.head_dim,)
+            yield b + "attn_k_norm.weight", (c.head_dim,)
+        yield b + "attn_output.weight", (c.n_embd, c.q_dim)
+        yield b + "ffn_norm.weight", (c.n_embd,)
+        yield b + "ffn_gate.weight", (c.n_ff, c.n_embd)
+        yield b + "ffn_up.weight", (c.n_ff, c.n_embd)
+        yield b + "ffn_down.weight", (c.n_embd, c.n_ff)
+    yield "output_norm.weight", (c.n_embd,)
+    if not c.tied_output:
+        yield "output.weight", (c.n_vocab, c.n_embd)
 
 
 def _validate_shapes(path: Path, config: ModelConfig, tensors: dict[str, QTensor]) -> None:
-    for name, want in expected_shapes(config).items():
+    for name, want in _iter_expected(config):
         if name not in tensors:
             raise ModelError(path, f"missing tensor {name!r}")
         got = tensors[name].shape

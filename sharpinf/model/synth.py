@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 
 from . import quants
@@ -45,8 +46,6 @@ def write_synthetic_model(
     when it differs), rope_theta (10000), rms_eps (1e-5); any other key containing a dot is
     written as raw GGUF metadata, replacing the generated value.
     """
-    import gguf
-
     from .synth_vocab import synthetic_tokenizer_metadata  # lazily: it trains a BPE vocab
 
     if arch not in SUPPORTED_ARCHS:
@@ -63,6 +62,7 @@ def write_synthetic_model(
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
 
     meta: dict[str, Any] = {
+        "general.name": f"sharpinf-synthetic-{arch}-{qtype}",
         f"{arch}.block_count": n_layer,
         f"{arch}.context_length": context_length,
         f"{arch}.embedding_length": n_embd,
@@ -85,11 +85,10 @@ def write_synthetic_model(
 
     path = Path(path)
     writer = gguf.GGUFWriter(path, arch)
-    writer.add_name(f"sharpinf-synthetic-{arch}-{qtype}")
     for key, value in meta.items():
         _add_kv(writer, key, value)
     for name, x in weights.items():
-        t = nq if x.ndim == 1 else wq  # norms and biases vs matrices
+        t = nq if x.ndim == 1 else wq  # norms and biases (norm_qtype) vs matrices
         raw = quants.quantize(x, t)  # (rows, row_bytes)
         if x.ndim == 1:
             raw = raw.reshape(-1)
@@ -188,4 +187,4 @@ def synthetic_model(arch: str = "llama", qtype: str = "Q8_0", **kw: Any) -> Path
 
 
 # Bump when the generator's output changes, so stale cached files are not reused.
-_GENERATOR_VERSION = 1
+_GENERATOR_VERSION = 2

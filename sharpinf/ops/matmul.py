@@ -40,14 +40,17 @@ def check_n_in(qtype: int, n_in: int) -> None:
         raise ValueError(f"matmul {quants.qtype_name(qtype)}: n_in must be a positive multiple of {need}, got {n_in}")
 
 
-def _warps_per_block(n_out: int) -> int:
-    return 4 if n_out >= 4 else 1
+ROWS_PER_WARP = 4  # MM_ROWS in matmul.cu
+WARPS = 4  # per block (MM_MAX_WARPS in matmul.cu is the most)
+MAX_ROW_BLOCKS = 4096  # cap on grid.x; warps then stride over the rows (no effect on results)
+EMU_ROW_BLOCKS = 64  # the emulator pays per thread: fewer, longer-lived warps
 
 
-def launch_shape(n_tokens: int, n_out: int) -> tuple[tuple[int, int], int]:
-    """(grid, block): one warp per output row, R rows per block, tiles of 8 tokens on grid.y."""
-    r = _warps_per_block(n_out)
-    return (-(-n_out // r), -(-n_tokens // TILE_TOKENS)), 32 * r
+def launch_shape(n_tokens: int, n_out: int, max_row_blocks: int = MAX_ROW_BLOCKS) -> tuple[tuple[int, int], int]:
+    """(grid, block) from the shapes alone: 4 warps a block, 4 rows a warp pass, 8 tokens a tile (grid.y)."""
+    warps = WARPS if n_out > ROWS_PER_WARP else 1
+    row_blocks = -(-n_out // (warps * ROWS_PER_WARP))
+    return (min(row_blocks, max_row_blocks), -(-n_tokens // TILE_TOKENS)), 32 * warps
 
 
 def _check_aligned(backend, arr, what: str) -> None:
@@ -64,7 +67,7 @@ def matmul(backend, W_dev, qtype: int, X_dev, Y_dev, n_tokens: int, n_out: int, 
     check_n_in(qtype, n_in)
     _check_aligned(backend, X_dev, "X")
     k = kernel(backend, KERNEL_FILE, f"matmul_{kernel_suffix(qtype)}")
-    grid, block = launch_shape(n_tokens, n_out)
+    grid, block = launch_shape(n_tokens, n_out, MAX_ROW_BLOCKS if backend.name == "cuda" else EMU_ROW_BLOCKS)
     has_bias = bias_dev is not None
     bias = bias_dev if has_bias else Y_dev  # any valid pointer; never read
     backend.launch(k, grid, block, (W_dev, X_dev, bias, Y_dev, np.int32(n_tokens), np.int32(n_out),

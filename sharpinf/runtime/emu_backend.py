@@ -47,6 +47,7 @@ class EmuBackend(Backend):
         self.seed = int(seed if seed is not None else os.environ.get("SHARPINF_EMU_SEED", "0"))
         self._order_code = ORDERS[order]
         self._modules: dict[Path, Module] = {}
+        self._kernels: dict[tuple, tuple[EmuKernel, list]] = {}  # (filename, name, exprs) -> (kernel, stamps)
         self._graph: EmuGraph | None = None
 
     # -- kernels ---------------------------------------------------------------
@@ -55,7 +56,12 @@ class EmuBackend(Backend):
         return p if p.is_absolute() else paths.kernels_dir() / p
 
     def kernel(self, filename: str, name: str, name_expressions: Sequence[str] = ()) -> Kernel:
-        so, names = build.build_module(self._source(filename), tuple(name_expressions))
+        key = (filename, name, tuple(name_expressions))
+        hit = self._kernels.get(key)
+        if hit is not None and build.fresh(hit[1]):  # a few stat() calls, no hashing
+            return hit[0]
+        src = self._source(filename)
+        so, names = build.build_module(src, key[2])
         mod = self._modules.get(so)
         if mod is None:
             mod = self._modules[so] = Module(so)
@@ -63,6 +69,7 @@ class EmuBackend(Backend):
         if k is None:
             hint = " (template instantiations must be listed in name_expressions)" if "<" in name else ""
             raise BackendError(f"emu: {filename} has no kernel {name!r}{hint}; it has {', '.join(mod.kernels)}")
+        self._kernels[key] = (k, build.stamps_of(src, key[2]))
         return k
 
     def launch(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0) -> None:
@@ -70,17 +77,19 @@ class EmuBackend(Backend):
             raise BackendError(f"emu: not an emulator kernel: {kernel!r}")
         if not isinstance(args, (tuple, list)):
             raise BackendError(f"kernel args must be a tuple or list, got {type(args).__name__}")
-        g, b = as_dim3(grid), as_dim3(block)
-        packed, arrays = kernel.pack(args)
+        g = (grid, 1, 1) if type(grid) is int and grid > 0 else as_dim3(grid)
+        b = (block, 1, 1) if type(block) is int and block > 0 else as_dim3(block)
         if self._graph is not None:
+            packed, arrays = kernel.pack(args, raw=True)
             self._graph.record(kernel, g, b, int(shared_mem), packed, arrays)
             return
+        packed, _ = kernel.pack(args)
         kernel.module.launch(kernel, g, b, int(shared_mem), packed, self._order_code, self.strict, self.workers,
                              self.seed)
 
     def _replay_one(self, l) -> None:
         l.kernel.module.launch(l.kernel, l.grid, l.block, l.shared, l.packed, self._order_code, self.strict,
-                               self.workers, self.seed)
+                               self.workers, self.seed, raw=True)
 
     # -- memory ----------------------------------------------------------------
     def empty(self, shape, dtype) -> np.ndarray:

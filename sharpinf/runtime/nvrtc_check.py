@@ -11,7 +11,9 @@ An arch spelled "compute_XX" stops at PTX.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -115,15 +117,16 @@ def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | 
 
 
 def check_all(archs: Sequence[str] = DEFAULT_ARCHS, extra_dirs: Iterable[str | Path] = (),
-              include_kernels: bool = True) -> list[Result]:
-    """Compile every kernels_cu/*.cu (and every *.cu in extra_dirs) for each arch."""
+              include_kernels: bool = True, jobs: int | None = None) -> list[Result]:
+    """Compile every kernels_cu/*.cu (and every *.cu in extra_dirs) for each arch.
+
+    Compiles run in `jobs` threads (default: CPU count): NVRTC programs are independent
+    and ctypes releases the GIL during the call."""
     nvrtc = Nvrtc()
     dirs = ([kernels_dir()] if include_kernels else []) + [Path(d) for d in extra_dirs]
-    results = []
-    for d in dirs:
-        for f in sorted(Path(d).glob("*.cu")):
-            results += check_file(f, archs, nvrtc)
-    return results
+    tasks = [(f, arch) for d in dirs for f in sorted(Path(d).glob("*.cu")) for arch in archs]
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        return [r for rs in pool.map(lambda t: check_file(t[0], (t[1],), nvrtc), tasks) for r in rs]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

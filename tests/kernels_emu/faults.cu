@@ -46,3 +46,7 @@ extern "C" __global__ void out_of_bounds(float* out) {
 extern "C" __global__ void trap_on_negative(const float* x) {
     if (x[threadIdx.x] < 0.0f) __trap();
 }
+
+extern "C" __global__ void assert_positive(const float* x) {
+    assert(x[threadIdx.x] > 0.0f);  // MARK:assert
+}

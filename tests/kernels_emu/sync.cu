@@ -69,3 +69,13 @@ extern "C" __global__ void transpose_tile(const float* in, float* out) {
     __syncthreads();
     out[y * 16 + x] = tile[x][y];
 }
+
+// Dynamic shared memory declared at namespace scope (rewritten to a macro).
+extern __shared__ float ns_dyn[];
+extern "C" __global__ void ns_dyn_rotate(float* x) {
+    int t = threadIdx.x, n = blockDim.x;
+    ns_dyn[t] = x[t];
+    __syncthreads();
+    x[t] = ns_dyn[(t + 1) % n];
+    if (t == 0) __trap();  // MARK:after_ns_dyn
+}

@@ -3,7 +3,8 @@
 A kernel module is one translation unit: cuda_emu.h (force-included), the
 kernel source (with dynamic shared memory rewritten, #line keeping the real
 file:line), then a trailer registering each entry point. It links against the
-runtime objects (scheduler + fibers), which are built once per cache key.
+shared runtime library (scheduler + fibers, one per cache key, found through
+rpath $ORIGIN), so all modules share one TLS block and one fiber-stack pool.
 The key covers the source, every local header it includes, the emulator's own
 files, the flags, the g++ version and the CPU (because of -march=native)."""
 
@@ -25,6 +26,10 @@ from sharpinf.runtime.emu.source import entry_names, local_headers, rewrite_dyna
 
 RUNTIME_SOURCES = ("emu_sched.cpp", "emu_fiber.cpp")
 BASE_FLAGS = ["-O2", "-march=native", "-fPIC", "-std=c++17", "-fno-strict-aliasing", "-fvisibility=hidden"]
+if platform.machine() in ("x86_64", "AMD64"):
+    # TLS descriptors: threadIdx & co. live in TLS of a dlopen'ed module; this
+    # makes each access a cheap indirect call instead of __tls_get_addr.
+    BASE_FLAGS.append("-mtls-dialect=gnu2")
 
 _lock = threading.Lock()
 compile_count = 0  # g++ invocations in this process (tests check cache hits)
@@ -110,13 +115,13 @@ def _atomic_build(out: Path, build) -> Path:
     return out
 
 
-def runtime_objects(cache: Path) -> list[Path]:
+def runtime_library(cache: Path) -> Path:
+    """The shared runtime (scheduler + fibers) every kernel module links against."""
     flags = BASE_FLAGS + include_flags(None)
-    objs = []
-    for name in RUNTIME_SOURCES:
-        out = cache / f"rt-{Path(name).stem}-{_key(name, *flags)}.o"
-        objs.append(_atomic_build(out, lambda tmp, n=name: _run_gxx([*flags, "-c", str(EMU_DIR / n), "-o", str(tmp)], n)))
-    return objs
+    out = cache / f"libsharpinf-emu-rt-{_key(*RUNTIME_SOURCES, *flags)}.so"
+    srcs = [str(EMU_DIR / n) for n in RUNTIME_SOURCES]
+    return _atomic_build(out, lambda tmp: _run_gxx([*flags, "-shared", *srcs, "-pthread", "-Wl,-z,defs", "-o", str(tmp)],
+                                                   "the emulator runtime"))
 
 
 def _trailer(names: list[str]) -> str:
@@ -128,9 +133,34 @@ def _trailer(names: list[str]) -> str:
     )
 
 
+# (src, name_expressions) -> (stamps of src + its headers, result): kernel() may be
+# called per launch, and hashing every file each time costs ~0.5 ms.
+_memo: dict[tuple[Path, tuple[str, ...]], tuple[list[tuple[Path, int, int]], tuple[Path, list[str]]]] = {}
+
+
+def _stamps(files: list[Path]) -> list[tuple[Path, int, int]] | None:
+    try:
+        return [(f, (st := f.stat()).st_mtime_ns, st.st_size) for f in files]
+    except OSError:
+        return None
+
+
+def stamps_of(src: Path, name_expressions: tuple[str, ...]) -> list[tuple[Path, int, int]]:
+    """What build_module last saw of src and its headers (for callers' own caches)."""
+    hit = _memo.get((src.resolve(), name_expressions))
+    return hit[0] if hit else []
+
+
+def fresh(stamps: list[tuple[Path, int, int]]) -> bool:
+    return bool(stamps) and _stamps([f for f, _, _ in stamps]) == stamps
+
+
 def build_module(src: Path, name_expressions: tuple[str, ...]) -> tuple[Path, list[str]]:
     """The cached shared object for `src` and the entry names it exports."""
     src = src.resolve()
+    hit = _memo.get((src, name_expressions))
+    if hit is not None and _stamps([f for f, _, _ in hit[0]]) == hit[0] and hit[1][0].exists():
+        return hit[1]
     if not src.is_file():
         raise BackendError(f"emu: kernel source not found: {src}")
     text = src.read_text()
@@ -143,16 +173,21 @@ def build_module(src: Path, name_expressions: tuple[str, ...]) -> tuple[Path, li
     key = _key(str(src), text, *(h.read_bytes() for h in headers), *(str(h) for h in headers), *flags, *names)
     cache = paths.cache_dir("emu")
     out = cache / f"{src.stem}-{key}.so"
+    stamps = _stamps([src, *headers]) or []
     if out.exists():
+        _memo[(src, name_expressions)] = (stamps, (out, names))
         return out, names
     with _lock:
-        objs = runtime_objects(cache)
+        rt = runtime_library(cache)
         tu = cache / f"{src.stem}-{key}.cpp"
         _atomic_build(tu, lambda tmp: tmp.write_text(f'#line 1 "{src}"\n' + rewrite_dynamic_shared(text, str(src)) + _trailer(names)))
         _atomic_build(
             out,
             lambda tmp: _run_gxx(
-                [*flags, "-shared", str(tu), *map(str, objs), "-Wl,-z,defs", "-o", str(tmp)], src.name
+                [*flags, "-shared", str(tu), f"-L{cache}", f"-l:{rt.name}", "-Wl,-rpath,$ORIGIN", "-Wl,-z,defs",
+                 "-o", str(tmp)],
+                src.name,
             ),
         )
+    _memo[(src, name_expressions)] = (stamps, (out, names))
     return out, names

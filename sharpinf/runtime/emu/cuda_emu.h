@@ -12,6 +12,7 @@
 #define SHARPINF_EMU 1
 #endif
 
+#include <assert.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -99,6 +100,14 @@ inline unsigned syncwarp_mask(unsigned m = 0xffffffffu) { return m; }
 namespace sharpinf_emu {
 inline int width_arg(int w = 32) { return w; }
 }
+// A failed device assert ends the launch with a BackendError naming the
+// expression and line, instead of abort()ing the Python process.
+#undef assert
+#ifdef NDEBUG
+#define assert(e) ((void)0)
+#else
+#define assert(e) ((e) ? (void)0 : ::sharpinf_emu::assert_fail(#e, __FILE__, __LINE__))
+#endif
 
 // Memory fences order nothing extra on one OS thread; across pool workers
 // they become real fences.

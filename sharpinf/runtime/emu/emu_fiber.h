@@ -5,7 +5,7 @@
 #pragma once
 #include <stddef.h>
 #include <vector>
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) || defined(SHARPINF_EMU_UCONTEXT)
 #include <ucontext.h>
 #endif
 
@@ -14,7 +14,7 @@ namespace sharpinf_emu {
 typedef void (*FiberMain)(void* arg);
 
 struct FiberCtx {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(SHARPINF_EMU_UCONTEXT)
     void* sp = nullptr;
 #else
     ucontext_t uc;

@@ -1,12 +1,14 @@
 /* The emulator runtime's interface: what the inline CUDA stand-ins in
    cuda_emu.h and the entry-point glue in emu_entry.h call into emu_sched.cpp.
-   Everything is hidden so each kernel .so carries a private copy. */
+   The runtime is one shared library (libsharpinf-emu-rt-*.so) that every
+   kernel module links against, so all modules share one TLS block and one
+   pool of fiber stacks per OS thread. */
 #pragma once
 #include <stdint.h>
 #include <stddef.h>
 #include <vector_types.h>
 
-#define SHARPINF_EMU_HIDDEN __attribute__((visibility("hidden")))
+#define SHARPINF_EMU_API __attribute__((visibility("default")))
 
 namespace sharpinf_emu {
 
@@ -21,16 +23,17 @@ struct Tls {
     Block* blk;
     unsigned char* dyn_smem;
 };
-extern __thread Tls tls SHARPINF_EMU_HIDDEN;
+extern __thread Tls tls SHARPINF_EMU_API;
 
 // Warp operation kinds carried through the per-warp exchange.
 enum WarpOp : int { W_SYNC, W_IDX, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ALL, W_ANY };
 
-SHARPINF_EMU_HIDDEN int sync_block(const char* file, int line, int pred);  // returns count of pred
-SHARPINF_EMU_HIDDEN uint64_t warp_op(const char* file, int line, int op, unsigned mask,
+SHARPINF_EMU_API int sync_block(const char* file, int line, int pred);  // returns count of pred
+SHARPINF_EMU_API uint64_t warp_op(const char* file, int line, int op, unsigned mask,
                                      uint64_t val, int arg, int width);
-SHARPINF_EMU_HIDDEN unsigned active_mask();
-SHARPINF_EMU_HIDDEN void trap(const char* file, int line);
+SHARPINF_EMU_API unsigned active_mask();
+SHARPINF_EMU_API void trap(const char* file, int line);
+SHARPINF_EMU_API void assert_fail(const char* expr, const char* file, int line);
 
 // Launch plumbing used by emu_entry.h.
 struct LaunchCfg {
@@ -44,6 +47,6 @@ struct LaunchCfg {
 };
 typedef void (*ThreadFn)(void* ctx);
 // 0 on success; else fills err (NUL-terminated, truncated to errlen).
-SHARPINF_EMU_HIDDEN int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t errlen);
+SHARPINF_EMU_API int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t errlen);
 
 }  // namespace sharpinf_emu

@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <atomic>
+#include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -430,6 +433,14 @@ void trap(const char* file, int line) {
     fail(tls.blk, s);
 }
 
+void assert_fail(const char* expr, const char* file, int line) {
+    leave_loop(tls.blk);
+    char s[600];
+    snprintf(s, sizeof s, "assertion `%s` failed at %s:%d (thread %s)", expr, file, line,
+             tid_str(tls.blk, tls.cur->lin).c_str());
+    fail(tls.blk, s);
+}
+
 // Per-launch thread layout shared by all blocks of the launch.
 static void setup_block(Block* b, const LaunchCfg& cfg, ThreadFn fn, void* ctx) {
     b->cfg = &cfg;
@@ -517,6 +528,70 @@ static bool run_blocks(const LaunchCfg& cfg, ThreadFn fn, void* ctx, std::atomic
     }
 }
 
+// Persistent helper threads for workers > 1: they keep their fiber stacks
+// and TLS between launches (a thread per launch would re-mmap its stacks).
+class HelperPool {
+  public:
+    // Runs job(1..extra) on helpers while the caller runs job(0); returns when all are done.
+    void run(int extra, const std::function<void(int)>& job) {
+        std::lock_guard<std::mutex> one_launch_at_a_time(launch_);
+        {
+            std::unique_lock<std::mutex> lk(m_);
+            while ((int)threads_.size() < extra) {
+                int idx = (int)threads_.size() + 1;
+                threads_.emplace_back([this, idx] { loop(idx); });
+                threads_.back().detach();  // lives as long as the process
+            }
+            job_ = &job;
+            want_ = extra;
+            pending_ = extra;
+            ++gen_;
+        }
+        cv_.notify_all();
+        job(0);
+        std::unique_lock<std::mutex> lk(m_);
+        done_.wait(lk, [this] { return pending_ == 0; });
+        job_ = nullptr;
+    }
+
+  private:
+    void loop(int idx) {
+        uint64_t seen = 0;
+        for (;;) {
+            const std::function<void(int)>* job;
+            {
+                std::unique_lock<std::mutex> lk(m_);
+                cv_.wait(lk, [&] { return gen_ != seen; });
+                seen = gen_;
+                if (idx > want_) continue;
+                job = job_;
+            }
+            (*job)(idx);
+            std::lock_guard<std::mutex> lk(m_);
+            if (--pending_ == 0) done_.notify_all();
+        }
+    }
+    std::mutex launch_, m_;
+    std::condition_variable cv_, done_;
+    std::vector<std::thread> threads_;
+    const std::function<void(int)>* job_ = nullptr;
+    int want_ = 0, pending_ = 0;
+    uint64_t gen_ = 0;
+};
+
+static HelperPool* g_helpers;
+
+// A forked child (run_isolated) has none of the parent's helper threads:
+// it starts from an empty pool. The old one is leaked on purpose.
+static void reset_helpers_after_fork() { g_helpers = nullptr; }
+
+static HelperPool& helpers() {
+    static bool registered = (pthread_atfork(nullptr, nullptr, reset_helpers_after_fork), true);
+    (void)registered;
+    if (!g_helpers) g_helpers = new HelperPool();  // never destroyed: helpers are detached
+    return *g_helpers;
+}
+
 int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t errlen) {
     auto report = [&](const std::string& m) {
         snprintf(err, errlen, "%s", m.c_str());
@@ -537,11 +612,11 @@ int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t err
     int nw = cfg.workers < 1 ? 1 : cfg.workers;
     if ((uint64_t)nw > nblocks) nw = (int)nblocks;
     std::vector<std::string> errs(nw);
-    std::vector<std::thread> pool;
-    for (int w = 1; w < nw; ++w)
-        pool.emplace_back([&, w] { run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[w]); });
-    run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[0]);
-    for (auto& th : pool) th.join();
+    if (nw == 1) {
+        run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[0]);
+    } else {
+        helpers().run(nw - 1, [&](int w) { run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[w]); });
+    }
     for (auto& e : errs)
         if (!e.empty()) return report(e);
     return 0;

@@ -39,14 +39,16 @@ class EmuKernel(Kernel):
         self.module, self.index, self.name, self.params = module, index, name, params
         fmt = "<"
         self._scalar_types: list[Any] = []
-        for p in params:
+        self._unsupported: str | None = None  # raised at launch, so sibling kernels stay usable
+        for i, p in enumerate(params):
             if p.kind == "p":
                 fmt += "Q"
                 self._scalar_types.append(None)
                 continue
             st = _SCALARS.get((p.kind, p.width))
             if st is None:
-                raise BackendError(f"emu: kernel {name}: parameter of type {p.describe()} cannot be passed from Python")
+                self._unsupported = f"kernel {name}: parameter {i} of type {p.describe()} cannot be passed from Python"
+                st = (type(None), "x" * p.width)
             fmt += st[1] + "x" * ((-p.width) % 8)
             self._scalar_types.append(st[0])
         self._struct = struct.Struct(fmt)
@@ -55,8 +57,15 @@ class EmuKernel(Kernel):
     def __repr__(self) -> str:
         return f"<EmuKernel {self.name}({', '.join(p.describe() for p in self.params)})>"
 
-    def pack(self, args: Sequence[Any]) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
-        """The packed argument buffer, and (index, array) for each pointer argument."""
+    def pack(self, args: Sequence[Any], raw: bool = False) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
+        """The packed argument buffer, and (index, array) for each pointer argument.
+
+        Pointer slots hold the ndarray object's address (id), which the C side
+        turns into the data pointer (PyArrayObject's first field after the object
+        header) - a.ctypes.data costs microseconds per array. raw=True stores
+        real data pointers instead (graphs: the objects may be gone at replay)."""
+        if self._unsupported:
+            raise BackendError(self._unsupported)
         if len(args) != len(self.params):
             raise BackendError(f"kernel {self.name}: expects {len(self.params)} arguments, got {len(args)}")
         vals: list[Any] = []
@@ -69,7 +78,7 @@ class EmuKernel(Kernel):
                     )
                 if not a.flags.c_contiguous:
                     raise BackendError(f"kernel {self.name}: argument {i} is a non-contiguous array; pass a C-contiguous one")
-                vals.append(a.ctypes.data)
+                vals.append(a.ctypes.data if raw or not OBJ_PTRS else id(a))
                 arrays.append((i, a))
             elif type(a) is want:
                 vals.append(a)
@@ -85,6 +94,15 @@ class EmuKernel(Kernel):
         if isinstance(a, (bool, int, float)):
             return f"{what}({a!r}), not a Python {type(a).__name__}"
         return f"{what}, got {type(a).__name__}"
+
+
+def _object_pointers_work() -> bool:
+    """Is the data pointer where the C side will read it (right after PyObject_HEAD)?"""
+    a = np.arange(3, dtype=np.float32)
+    return ctypes.c_void_p.from_address(id(a) + 2 * ctypes.sizeof(ctypes.c_void_p)).value == a.ctypes.data
+
+
+OBJ_PTRS = _object_pointers_work()
 
 
 class Module:
@@ -103,7 +121,7 @@ class Module:
         self._launch.restype = ctypes.c_int
         self._launch.argtypes = [ctypes.c_int, u, u, u, u, u, u, ctypes.c_ulonglong, ctypes.c_char_p,
                                  ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong,
-                                 ctypes.c_char_p, ctypes.c_int]
+                                 ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
         self._err = ctypes.create_string_buffer(16384)
         self.lib = lib
         self.kernels: dict[str, EmuKernel] = {}
@@ -114,8 +132,8 @@ class Module:
             self.kernels[name] = EmuKernel(self, i, name, params)
 
     def launch(self, k: EmuKernel, grid, block, shared: int, packed: bytes, order: int, strict: bool,
-               workers: int, seed: int) -> None:
+               workers: int, seed: int, raw: bool = False) -> None:
         rc = self._launch(k.index, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, packed,
-                          order, int(strict), workers, seed, self._err, len(self._err))
+                          order, strict, workers, seed, self._err, 16384, 0 if raw or not OBJ_PTRS else 1)
         if rc:
             raise BackendError(self._err.value.decode(errors="replace"))
