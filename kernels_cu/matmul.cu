@@ -3,7 +3,7 @@
 //     W     raw GGUF bytes, n_out rows of row_bytes(type, n_in) bytes (no alignment needed)
 //     X     float[n_tokens][n_in], row-major, 16-byte aligned (any allocation or row of one)
 //     bias  float[n_out], read only when has_bias != 0 (any valid pointer otherwise)
-//     Y     float[n_tokens][n_out], row-major
+//     Y     float[n_tokens][n_out], row-major (matmul_<type>_ys: rows y_stride floats apart)
 //     n_in  a multiple of 32 (of 256 for the K-quants); n_out, n_tokens >= 1, any value
 //   <type>: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k. N = 1 (matvec) is the same kernel.
 //
@@ -66,7 +66,7 @@ __device__ __forceinline__ float mm_tree_sum(const float* p) {
 template <int QT>
 __device__ __forceinline__ void matmul_rows(const unsigned char* __restrict__ W, const float* __restrict__ X,
                                             const float* __restrict__ bias, float* __restrict__ Y, int n_tokens,
-                                            int n_out, int n_in, int has_bias) {
+                                            int n_out, int n_in, int has_bias, long long y_stride) {
     // Lane partials of MM_ROWS rows x MM_TILE tokens, per warp, double-buffered so one
     // __syncwarp per pass is enough; rows padded to 33 floats (no bank conflicts).
     __shared__ float part[MM_MAX_WARPS][2][MM_ROWS * MM_TILE][33];
@@ -127,54 +127,100 @@ __device__ __forceinline__ void matmul_rows(const unsigned char* __restrict__ W,
         if (t < nt && row < n_out) {
             float v = mm_tree_sum(pb[lane]);
             if (has_bias) v += bias[row];
-            Y[(long long)(t0 + t) * n_out + row] = v;
+            Y[(long long)(t0 + t) * y_stride + row] = v;
         }
         buf ^= 1;  // the next pass writes the other buffer: no second __syncwarp needed
     }
 }
 
 // The entry points, one per type (written out: the emulator's launcher reads these signatures).
+// matmul_<type>_ys is the same with Y rows y_stride floats apart (Y points at the first output
+// column), so several matmuls can fill column ranges of one fused buffer.
 extern "C" __global__ void matmul_f32(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_F32>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_F32>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_f32_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_F32>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
 extern "C" __global__ void matmul_f16(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_F16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_F16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_f16_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_F16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
 extern "C" __global__ void matmul_bf16(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_BF16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_BF16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_bf16_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_BF16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
 extern "C" __global__ void matmul_q8_0(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q8_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_Q8_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_q8_0_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_Q8_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
 extern "C" __global__ void matmul_q4_0(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q4_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_Q4_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_q4_0_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_Q4_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
 extern "C" __global__ void matmul_q4_1(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q4_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_Q4_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_q4_1_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_Q4_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
 extern "C" __global__ void matmul_q5_0(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q5_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_Q5_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_q5_0_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_Q5_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
 extern "C" __global__ void matmul_q5_1(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q5_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_Q5_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_q5_1_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_Q5_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
 extern "C" __global__ void matmul_q4_k(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q4_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_Q4_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_q4_k_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_Q4_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
 extern "C" __global__ void matmul_q5_k(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q5_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_Q5_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_q5_k_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_Q5_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
 extern "C" __global__ void matmul_q6_k(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q6_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias);
+    matmul_rows<GB_Q6_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+}
+extern "C" __global__ void matmul_q6_k_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
+    matmul_rows<GB_Q6_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }

@@ -10,6 +10,11 @@ from __future__ import annotations
 import functools
 
 import pytest
+from hypothesis import settings
+
+# Kernel builds make a first example slow; a deadline would turn that into a flaky failure.
+settings.register_profile("sharpinf", deadline=None)
+settings.load_profile("sharpinf")
 
 
 @functools.cache

@@ -196,6 +196,25 @@ def test_matmul_grid_shape_does_not_change_bits(backend, grid_x, warps):
     np.testing.assert_array_equal(_bits(backend.download(Y)), want)
 
 
+def test_matmul_into_column_ranges_of_a_fused_buffer(backend):
+    # y_stride / y_col: two matmuls of different types fill one [N, 80] buffer; same bits as alone
+    rng = _rng("fused")
+    n_tokens, n_in, stride = 9, 256, 80
+    parts = [(quants.Q4_K, 0, 48), (quants.Q8_0, 48, 32)]
+    X = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
+    bias = rng.standard_normal(stride).astype(np.float32)
+    Y = backend.upload(np.full((n_tokens, stride), np.nan, np.float32))
+    x_dev, bias_dev = backend.upload(X), backend.upload(bias)
+    want = []
+    for qtype, col, n_out in parts:
+        raw = _quantized_weights(rng, qtype, n_out, n_in)
+        b = bias[col:col + n_out]
+        matmul(backend, backend.upload(raw), qtype, x_dev, Y, n_tokens, n_out, n_in, bias_dev[col:col + n_out],
+               y_stride=stride, y_col=col)
+        want.append(_run_matmul(backend, raw, qtype, X, b))
+    np.testing.assert_array_equal(_bits(backend.download(Y)), _bits(np.concatenate(want, axis=1)))
+
+
 # -- embedding ------------------------------------------------------------------------------------
 def _run_embed(backend, raw, qtype, ids, n_embd):
     out = backend.empty((len(ids), n_embd), np.float32)

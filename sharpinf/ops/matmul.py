@@ -60,18 +60,31 @@ def _check_aligned(backend, arr, what: str) -> None:
         raise ValueError(f"matmul: {what} must be 16-byte aligned on the GPU")
 
 
-def matmul(backend, W_dev, qtype: int, X_dev, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None) -> None:
-    """Y[n_tokens, n_out] = X[n_tokens, n_in] @ W[n_out, n_in]^T (+ bias[n_out]), all float32 but W."""
+def matmul(backend, W_dev, qtype: int, X_dev, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
+           y_stride: int | None = None, y_col: int = 0) -> None:
+    """Y[n_tokens, n_out] = X[n_tokens, n_in] @ W[n_out, n_in]^T (+ bias[n_out]), all float32 but W.
+
+    With y_stride, Y_dev is a wider contiguous [n_tokens, y_stride] buffer and the result fills
+    its columns y_col .. y_col + n_out (e.g. one part of a fused QKV output). Same bits either way.
+    """
     if n_tokens < 1 or n_out < 1:
         raise ValueError(f"matmul: n_tokens and n_out must be >= 1, got {n_tokens}, {n_out}")
     check_n_in(qtype, n_in)
     _check_aligned(backend, X_dev, "X")
-    k = kernel(backend, KERNEL_FILE, f"matmul_{kernel_suffix(qtype)}")
     grid, block = launch_shape(n_tokens, n_out, MAX_ROW_BLOCKS if backend.name == "cuda" else EMU_ROW_BLOCKS)
     has_bias = bias_dev is not None
-    bias = bias_dev if has_bias else Y_dev  # any valid pointer; never read
-    backend.launch(k, grid, block, (W_dev, X_dev, bias, Y_dev, np.int32(n_tokens), np.int32(n_out),
-                                    np.int32(n_in), np.int32(has_bias)))
+    bias = bias_dev if has_bias else X_dev  # any valid pointer; never read
+    args = (W_dev, X_dev, bias)
+    tail = (np.int32(n_tokens), np.int32(n_out), np.int32(n_in), np.int32(has_bias))
+    name = f"matmul_{kernel_suffix(qtype)}"
+    if y_stride is None or (y_stride == n_out and y_col == 0):
+        backend.launch(kernel(backend, KERNEL_FILE, name), grid, block, args + (Y_dev,) + tail)
+        return
+    if y_col < 0 or y_col + n_out > y_stride:
+        raise ValueError(f"matmul: columns {y_col}..{y_col + n_out} do not fit rows of {y_stride}")
+    y_view = Y_dev.reshape(-1)[y_col:]  # contiguous, starting at column y_col of row 0
+    backend.launch(kernel(backend, KERNEL_FILE, name + "_ys"), grid, block,
+                   args + (y_view,) + tail + (np.int32(y_stride),))
 
 
 # -- NumPy reference -----------------------------------------------------------------------------
