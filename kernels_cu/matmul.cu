@@ -17,7 +17,9 @@
 // 4 x 8 lane partials go to shared memory; after one __syncwarp lane r*8+t sums output
 // (row r, token t) over the 32 lanes in the xor-butterfly order (l with l^16, then l^8,
 // ..., l^1). One warp sync per 4 rows, no block barrier, no shuffles (the emulator
-// charges each warp sync per lane).
+// charges each warp sync per lane). On the emulator a full tile runs the same per-token
+// fma sequence with its 8 tokens interleaved (CPU overlap); the packing tests compare
+// that path with the partial-tile one bit for bit.
 //
 // Batch invariance (a hard requirement): the arithmetic of Y[t][r] -- which lane takes
 // which values, the fma order within a lane, the fixed tree over the lanes -- depends

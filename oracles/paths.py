@@ -109,3 +109,36 @@ def oracle_placement(fp, tokens, kv_dtype="f16", block_size=16, seed=0) -> Oracl
     a = fresh_runner(fp, kv_dtype, nb, block_size, seed).prefill_chunks(list(tokens), [len(tokens)])
     b = fresh_runner(fp, kv_dtype, nb, block_size, seed + 7919).prefill_chunks(list(tokens), [len(tokens)])
     return exact("placement", f"{len(tokens)} tokens, shuffled blocks, KV {kv_dtype}", a, b)
+
+
+def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0):
+    """The five oracles on a short prompt set for `sharpinf verify` (real or synthetic model)."""
+    from oracles.foundation import OracleCase
+
+    rng = np.random.default_rng(seed)
+    if tokenizer is not None:
+        texts = ["The capital of France is", "def fibonacci(n):\n    if n < 2:\n        return n",
+                 "Once upon a time, in a small village by the sea, there lived an old fisherman who"]
+        prompts = [tokenizer.encode(t) for t in texts]
+        prompts.append(tokenizer.apply_chat([{"role": "user", "content": "Name three primary colours."}]))
+    else:
+        prompts = [rng.integers(0, fp.cfg.n_vocab, n).tolist() for n in (5, 17, 33, 41)]
+    longest = max(prompts, key=len)
+    decode = [rng.integers(0, fp.cfg.n_vocab, 4).tolist() for _ in prompts[:3]]
+    cases = []
+    for kv in kv_dtypes:
+        if kv == "q8_0" and fp.cfg.head_dim % 32:
+            continue
+        cases.append(OracleCase("kernel-vs-reference", f"{len(longest)} tokens, KV {kv}",
+                                lambda kv=kv: oracle_kernel_vs_reference(fp, longest, kv_dtype=kv)))
+    kv = kv_dtypes[0]
+    cases += [
+        OracleCase("packed-vs-sequential", f"S={len(prompts)}",
+                   lambda: oracle_packed_vs_sequential(fp, prompts, kv_dtype=kv)),
+        OracleCase("chunked-vs-whole", f"{len(longest)} tokens",
+                   lambda: oracle_chunked_vs_whole(fp, longest, kv_dtype=kv, seed=seed)),
+        OracleCase("batched-decode-vs-single-user", f"{len(decode)} seqs",
+                   lambda: oracle_batched_decode(fp, prompts[:3], decode, kv_dtype=kv)),
+        OracleCase("placement", f"{len(longest)} tokens", lambda: oracle_placement(fp, longest, kv_dtype=kv)),
+    ]
+    return cases

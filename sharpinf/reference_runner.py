@@ -27,7 +27,7 @@ def generate_reference(ref: Reference, tok: Tokenizer, prompt_ids: list[int], pa
     check_prompt(prompt_ids, cfg.n_vocab, cfg.context_length)
     stop = StopChecker(params, tok, context_left=cfg.context_length - len(prompt_ids))
     sampler = HostSampler(params)
-    cache = ref.new_cache(min(cfg.context_length, len(prompt_ids) + params.max_tokens))
+    cache = ref.new_cache(min(cfg.context_length, len(prompt_ids) + (params.max_tokens or cfg.context_length)))
     logits = ref.forward(prompt_ids, cache)[-1]
     seen = list(prompt_ids)
     while True:

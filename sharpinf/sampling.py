@@ -17,7 +17,7 @@ from sharpinf.errors import RequestError
 
 @dataclass(frozen=True)
 class SamplingParams:
-    max_tokens: int = 64
+    max_tokens: int | None = 64  # None: until a stop or the context limit
     temperature: float = 0.0
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1: off
@@ -32,8 +32,8 @@ class SamplingParams:
         def bad(what):
             raise RequestError(f"invalid sampling parameter: {what}")
 
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            bad(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
+            bad(f"max_tokens must be an integer >= 1 (or None), got {self.max_tokens!r}")
         if not _finite(self.temperature) or self.temperature < 0:
             bad(f"temperature must be >= 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:

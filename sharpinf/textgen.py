@@ -21,10 +21,14 @@ class GenerationResult:
     text: str
     finish_reason: str  # one of FINISH_REASONS
     metrics: dict = field(default_factory=dict)
+    error: str | None = None  # why a request was rejected
 
     def to_json(self) -> dict:
-        return {"prompt_ids": self.prompt_ids, "token_ids": self.token_ids, "text": self.text,
-                "finish_reason": self.finish_reason}
+        out = {"prompt_ids": self.prompt_ids, "token_ids": self.token_ids, "text": self.text,
+               "finish_reason": self.finish_reason}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
 
 @dataclass
@@ -54,7 +58,8 @@ class StopChecker:
             if at >= 0:
                 self.text, self.finish_reason = self.text[:at], "stop"
                 break
-        if self.finish_reason is None and len(self.tokens) >= self.params.max_tokens:
+        max_tokens = self.params.max_tokens
+        if self.finish_reason is None and max_tokens is not None and len(self.tokens) >= max_tokens:
             self.finish_reason = "length"
         if self.finish_reason is None and len(self.tokens) >= self.context_left:
             self.finish_reason = "context"

@@ -9,10 +9,21 @@ import typer
 from rich.table import Table
 
 from sharpinf.cli import app
-from sharpinf.cli.common import console, load, one_of, parse_ids, print_json, tokenizer_of
+from pathlib import Path
+
+from sharpinf.cli.common import console, err_console, load, one_of, parse_ids, print_json, tokenizer_of
 from sharpinf.errors import SharpinfError
 
-BACKEND_HELP = "reference (NumPy oracle), emu (CPU emulator), cuda (GPU) or auto."
+BACKEND_HELP = ("reference (the NumPy oracle), emu (kernels on the CPU emulator), cuda (kernels on the GPU), "
+                "or auto: cuda when a GPU is usable, else reference (the fastest path on a CPU).")
+
+
+def pick_backend(backend: str) -> str:
+    if backend != "auto":
+        return backend
+    from sharpinf.runtime.select import cuda_status
+
+    return "cuda" if cuda_status()[0] else "reference"
 
 
 @app.command()
@@ -47,6 +58,8 @@ def generate(
     prompt: str = typer.Option(None, help="Raw text prompt."),
     chat: str = typer.Option(None, help="A user message, wrapped in the model's chat template."),
     prompt_ids: str = typer.Option(None, help="Comma-separated token ids."),
+    batch: Path = typer.Option(None, help='A .jsonl file: one request per line with "prompt", "chat" or '
+                               '"prompt_ids", plus optional sampling fields; all run through the engine.'),
     max_tokens: int = typer.Option(64, help="Most tokens to generate."),
     temperature: float = typer.Option(0.0, help="0 = greedy (the default)."),
     top_k: int = typer.Option(0, help="Keep the k most likely tokens (0 = off)."),
@@ -54,34 +67,118 @@ def generate(
     min_p: float = typer.Option(0.0, help="Drop tokens below min_p x the top probability (0 = off)."),
     repetition_penalty: float = typer.Option(1.0, help="> 1 discourages repeats (1 = off)."),
     seed: int = typer.Option(None, help="Seed for sampling: same seed, same tokens."),
-    backend: str = typer.Option("reference", help=BACKEND_HELP),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_ids, token_ids, text, finish_reason)."),
+    backend: str = typer.Option("auto", help=BACKEND_HELP),
+    kv_dtype: str = typer.Option("fp16", help="KV cache dtype: fp16, bf16, fp32, q8_0."),
+    num_blocks: int = typer.Option(None, help="KV pool blocks (default: measured on a GPU, 256 on emu)."),
+    max_num_batched_tokens: int = typer.Option(512, help="Per-step token budget of the engine."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per request: prompt_ids, token_ids, text, finish_reason."),
 ):
-    """Generate a continuation; streams text to the terminal unless --json."""
+    """Generate a continuation (streams to the terminal unless --json); --batch runs many requests."""
     from sharpinf.sampling import SamplingParams
 
-    loaded = load(model)
-    tok = tokenizer_of(loaded)
-    ids = prompt_ids_from(tok, prompt, chat, prompt_ids)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                             min_p=min_p, repetition_penalty=repetition_penalty, seed=seed)
+    loaded = load(model)
+    engine_config = dict(kv_dtype=kv_dtype, num_blocks=num_blocks, max_num_batched_tokens=max_num_batched_tokens)
+    if batch is not None:
+        if any(v is not None for v in (prompt, chat, prompt_ids)):
+            raise SharpinfError("--batch runs the requests in the file: give no --prompt/--chat/--prompt-ids")
+        return run_batch_file(loaded, batch, params, backend, engine_config, json_out)
+    tok = tokenizer_of(loaded)
+    ids = prompt_ids_from(tok, prompt, chat, prompt_ids)
 
     def stream(_token: int, delta: str) -> None:
         console.print(delta, end="", markup=False, soft_wrap=True)
 
-    result = run_generation(loaded, tok, ids, params, backend, None if json_out else stream)
+    result = run_generation(loaded, tok, ids, params, backend, None if json_out else stream, engine_config)
     if json_out:
         return print_json(result.to_json())
     console.print(f"\n[dim]({len(result.token_ids)} tokens, finish: {result.finish_reason})[/]")
 
 
-def run_generation(loaded, tok, ids, params, backend: str, on_token):
+def run_generation(loaded, tok, ids, params, backend: str, on_token, engine_config=None):
+    backend = pick_backend(backend)
     if backend == "reference":
         from oracles.reference import Reference
         from sharpinf.reference_runner import generate_reference
 
         return generate_reference(Reference(loaded), tok, ids, params, on_token)
-    raise SharpinfError(f"unknown backend '{backend}' for generate: use reference")
+    from sharpinf.llm import LLM
+    from sharpinf.textgen import GenerationResult
+
+    llm = LLM(loaded, backend=backend, **(engine_config or {}))
+    last = None
+    for delta in llm.stream(ids, params):
+        if on_token is not None:
+            on_token(delta.new_token_ids[0], delta.new_text)
+        last = delta
+    return GenerationResult(list(ids), last.token_ids, last.text, last.finish_reason)
+
+
+def read_batch_file(path: Path, defaults) -> tuple[list, list]:
+    """Each line: {"prompt": str} | {"chat": str or [messages]} | {"prompt_ids": [ints]}, plus sampling fields."""
+    import dataclasses
+    import json
+
+    from sharpinf.errors import RequestError
+    from sharpinf.sampling import SamplingParams
+
+    if not path.is_file():
+        raise SharpinfError(f"{path}: no such file")
+    prompts, params = [], []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SharpinfError(f"{path}:{n}: not JSON ({exc.msg})") from None
+        kinds = [k for k in ("prompt", "chat", "prompt_ids") if k in obj]
+        if len(kinds) != 1:
+            raise SharpinfError(f"{path}:{n}: give exactly one of prompt, chat, prompt_ids")
+        value = obj.pop(kinds[0])
+        if kinds[0] == "chat" and isinstance(value, str):
+            value = [{"role": "user", "content": value}]
+        prompts.append(value)
+        try:
+            params.append(dataclasses.replace(defaults, **obj) if obj else defaults)
+        except (TypeError, RequestError) as exc:
+            params.append(exc)  # reported for this request only
+    return prompts, params
+
+
+def run_batch_file(loaded, path: Path, defaults, backend: str, engine_config: dict, json_out: bool):
+    from rich.progress import Progress
+
+    from sharpinf.llm import LLM
+    from sharpinf.textgen import GenerationResult
+
+    prompts, params = read_batch_file(path, defaults)
+    if backend == "reference":
+        raise SharpinfError("--batch runs through the engine: use --backend emu, cuda or auto")
+    if backend == "auto":
+        from sharpinf.runtime.select import get_backend
+
+        backend = get_backend("auto").name
+    llm = LLM(loaded, backend=backend, **engine_config)
+    ok = [i for i, p in enumerate(params) if not isinstance(p, Exception)]
+    with Progress(console=err_console, transient=True, disable=False) as bar:
+        task = bar.add_task("generating", total=len(ok))
+        outs = llm.generate([prompts[i] for i in ok], [params[i] for i in ok],
+                            on_step=lambda eng: bar.update(task, completed=eng.metrics.finished))
+    results = [GenerationResult([], [], "", "rejected", error=f"bad sampling fields: {p}") if isinstance(p, Exception)
+               else None for p in params]
+    for i, out in zip(ok, outs):
+        results[i] = out
+    for i, r in enumerate(results):
+        if json_out:
+            print_json(r.to_json())
+        else:
+            console.print(f"[bold]#{i}[/] ({r.finish_reason}) " + (r.error or r.text), markup=True, highlight=False)
+    if not json_out:
+        m = llm.metrics()
+        console.print(f"[dim]{m['generated_tokens']} tokens in {m['steps']} steps, {m['throughput_tok_per_s']:.1f} tok/s, "
+                      f"{m['preemptions']} preemptions, prefix-cache hit rate {m['prefix_cache_hit_rate']:.0%}[/]")
 
 
 def score_rows(logits: np.ndarray, ids: list[int], top_k: int) -> dict:
@@ -106,7 +203,7 @@ def score(
     prompt: str = typer.Option(None, help="Raw text."),
     prompt_ids: str = typer.Option(None, help="Comma-separated token ids."),
     top_k: int = typer.Option(5, help="How many top next tokens to show per position."),
-    backend: str = typer.Option("reference", help=BACKEND_HELP),
+    backend: str = typer.Option("auto", help=BACKEND_HELP),
     json_out: bool = typer.Option(False, "--json", help="JSON keys: token_ids, top_ids, top_logits, next_token_logprob, perplexity."),
 ):
     """Teacher-forced scoring: top-k next tokens at every position, log-probs and perplexity."""
@@ -133,10 +230,16 @@ def score(
 
 
 def teacher_forced_logits(loaded, ids: list[int], backend: str) -> np.ndarray:
+    from sharpinf.reference_runner import check_prompt
+
+    check_prompt(ids, loaded.config.n_vocab, loaded.config.context_length + 1)
+    backend = pick_backend(backend)
     if backend == "reference":
         from oracles.reference import Reference
-        from sharpinf.reference_runner import check_prompt
 
-        check_prompt(ids, loaded.config.n_vocab, loaded.config.context_length + 1)
         return Reference(loaded).logits(ids)
-    raise SharpinfError(f"unknown backend '{backend}' for score: use reference")
+    from sharpinf.forward import ForwardPass
+    from sharpinf.runtime.select import get_backend
+    from sharpinf.scoring import teacher_forced_logits as fp_logits
+
+    return fp_logits(ForwardPass(loaded, get_backend(backend)), ids)

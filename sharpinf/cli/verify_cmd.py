@@ -43,17 +43,25 @@ def results_table(results) -> Table:
 @app.command()
 def verify(
     model: str = typer.Argument("smollm2-135m", help="Registered name or path to a .gguf."),
-    backend: str = typer.Option("reference", help="Which path to verify: reference (this release)."),
+    backend: str = typer.Option("auto", help="reference: the oracle against independent truths; emu or cuda: "
+                                "also the kernel path against the reference (auto: cuda if a GPU is usable, else emu)."),
+    kv_dtype: list[str] = typer.Option(["f16", "q8_0"], help="KV dtypes for kernel-vs-reference (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="One JSON list of results."),
 ):
     """Prove a path correct: every named oracle, a rich table, non-zero exit on any failure."""
     from oracles.foundation import foundation_cases
-    from sharpinf.errors import SharpinfError
+    from sharpinf.kv_pool import kv_dtype_name
 
-    if backend != "reference":
-        raise SharpinfError(f"unknown backend '{backend}' for verify: use reference")
     loaded = load(model)
-    cases = foundation_cases(loaded, tokenizer_of(loaded))
+    tok = tokenizer_of(loaded)
+    cases = foundation_cases(loaded, tok)
+    if backend != "reference":
+        from oracles.paths import path_cases
+        from sharpinf.forward import ForwardPass
+        from sharpinf.runtime.select import get_backend
+
+        fp = ForwardPass(loaded, get_backend(backend))
+        cases += path_cases(fp, tok, tuple(kv_dtype_name(k) for k in kv_dtype))
     results = run_cases(cases, quiet=json_out)
     if json_out:
         print_json([r.to_json() for r in results])

@@ -83,6 +83,15 @@ class Backend(ABC):
     def capture(self) -> AbstractContextManager[Graph]:
         """`with backend.capture() as g: ...launches...` then `g.replay()`."""
 
+    # -- device memory (the KV budget probe) ------------------------------------
+    def memory_info(self) -> tuple[int, int] | None:
+        """(free, total) device bytes, or None where memory is the host's (the emulator)."""
+        return None
+
+    def h2d_bandwidth(self, nbytes: int = 64 << 20) -> float | None:
+        """Measured pinned host-to-device copy rate in GB/s, or None where there is no copy."""
+        return None
+
     # -- facts -----------------------------------------------------------------
     @abstractmethod
     def describe(self) -> dict[str, Any]:

@@ -182,6 +182,32 @@ class CudaBackend(Backend):
         """The cupy stream every launch uses (for interop: `with backend.stream: ...`)."""
         return self._stream
 
+    # -- device memory ------------------------------------------------------------
+    def memory_info(self) -> tuple[int, int]:
+        self._stream.synchronize()
+        free, total = self.cp.cuda.runtime.memGetInfo()
+        # cupy's pool holds freed blocks: they are free for us too
+        pool_free = self.cp.get_default_memory_pool().free_bytes()
+        return int(free) + int(pool_free), int(total)
+
+    def h2d_bandwidth(self, nbytes: int = 64 << 20) -> float:
+        """Pinned host -> device, best of 5 copies of nbytes."""
+        import time
+
+        pinned = self.cp.cuda.alloc_pinned_memory(nbytes)
+        host = np.frombuffer(pinned, dtype=np.uint8, count=nbytes)
+        host[:] = 1
+        dev = self.cp.empty(nbytes, dtype=np.uint8)
+        best = float("inf")
+        for _ in range(5):
+            self._stream.synchronize()
+            t = time.perf_counter()
+            dev.set(host, stream=self._stream)
+            self._stream.synchronize()
+            best = min(best, time.perf_counter() - t)
+        del dev
+        return nbytes / best / 1e9
+
     # -- CUDA graphs --------------------------------------------------------------
     @contextmanager
     def capture(self) -> Iterator[Graph]:

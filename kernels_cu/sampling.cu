@@ -1,0 +1,284 @@
+// sampling.cu -- pick the next token of R requests on the device; only the ids come back.
+//
+// sample_rows(logits, vocab, params, top_k, seeds, steps, seen_ids, max_seen, out, scratch)
+//   logits   f32 [R, vocab]     each request's last-token logits (row-major, rows contiguous)
+//   params   f32 [R, 5]         temperature, top_p, min_p, repetition_penalty, (unused)
+//   top_k    i32 [R]            0 (or >= vocab) = off
+//   seeds    u64 [R]            per-request seed
+//   steps    i32 [R]            tokens the request generated so far (the counter of the generator)
+//   seen_ids i32 [R, max_seen]  prompt + generated ids for the penalty; -1 (any id outside
+//                               [0, vocab)) is padding; duplicates are harmless
+//   out      i32 [R]            the chosen ids
+//   scratch  f32 [R, 2*vocab]   plane 0: penalised logits z; plane 1: weights w = exp((z-max)/T)
+// Launch: grid = R (one block per row), block = a multiple of 32 up to 1024 (256 suggested).
+//
+// Semantics (the NumPy twin is sharpinf.ops.sampling.sample_reference):
+//  1. Repetition penalty on the raw logits (llama.cpp/CTRL): a seen id's logit v becomes
+//     v / penalty if v > 0, else v * penalty (each id once).
+//  2. temperature == 0: greedy argmax of z, ties to the lowest id (NaN wins, as in argmax.cu).
+//  3. Otherwise w_i = expf((z_i - max z) / T) (unnormalised probabilities, max weight 1) and the
+//     tokens are ranked by z descending, ties by lowest id (z compared through an order-
+//     preserving uint32 key; -0 == +0). The kept set is the intersection of three prefixes of
+//     that ranking: top-k (the first k), top-p (a token stays iff the mass ranked strictly
+//     before it is < top_p * sum(w): the smallest prefix reaching top_p, the crossing token
+//     stays), min-p (w_i >= min_p, i.e. p_i >= min_p * p_max; all ties alike).
+//  4. One uniform u in [0,1) per (seed, step) from a counter-based 64-bit hash (no state, so
+//     the same seed and step give the same u whatever else is in the batch). The chosen token
+//     is the first kept token in ascending id order whose running kept mass exceeds
+//     u * (total kept mass). If rounding leaves nothing above it, the last kept token of
+//     positive weight is chosen. A row whose weights sum to 0 or NaN falls back to greedy.
+//
+// No sort: the top-k and top-p cuts are found by bisection on the 32-bit key, one bit per pass
+// (the largest key t with count(key >= t) >= k, resp. mass(key >= t) >= top_p * sum), each pass
+// a block-wide counting / summing reduction over the row (O(vocab / threads) per thread). Ties
+// at the cut are kept by lowest id, ranked with a block-wide exclusive scan.
+//
+// Determinism: each thread owns one contiguous chunk of ids and sums it in id order; partial
+// sums are combined by fixed trees (xor butterflies) or by one thread in thread order. No
+// atomics, nothing depends on thread timing or on other rows. The result is bit-identical for a
+// given block size; across backends only expf and the compilers' float contraction can differ
+// (choices differ only where the running mass lands within rounding of u * total).
+#include "common.cuh"
+
+#define SAMPLE_MAX_THREADS 1024
+
+// --- counter-based uniform ---------------------------------------------------------------
+// SplitMix64's finaliser; two rounds mix the seed, then the step.
+__device__ __forceinline__ unsigned long long sample_mix64(unsigned long long z) {
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ull;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return z;
+}
+
+// u = top 24 bits of mix64(mix64(seed ^ A) + step * B + C) / 2^24: exactly representable.
+__device__ __forceinline__ float sample_uniform(unsigned long long seed, int step) {
+    unsigned long long h = sample_mix64(seed ^ 0x9e3779b97f4a7c15ull);
+    h = sample_mix64(h + (unsigned long long)(unsigned)step * 0xd1b54a32d192ed03ull + 0x632be59bd9b4e019ull);
+    return (float)(h >> 40) * (1.0f / 16777216.0f);
+}
+
+// Order-preserving key: a < b (as floats) <=> key(a) < key(b); -0 maps to +0.
+__device__ __forceinline__ unsigned sample_key(float z) {
+    unsigned b = __float_as_uint(z);
+    if (b == 0x80000000u) b = 0u;
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// --- block reductions on ints (exact) ----------------------------------------------------
+// op: 0 sum, 1 min, 2 max. Every thread calls and gets the result; smem32 holds 32 ints.
+__device__ __forceinline__ int sample_int_op(int a, int b, int op) {
+    return op == 0 ? a + b : (op == 1 ? (a < b ? a : b) : (a > b ? a : b));
+}
+
+__device__ __forceinline__ int sample_block_int(int v, int op, int identity, int* smem32) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    for (int off = 16; off > 0; off >>= 1) v = sample_int_op(v, __shfl_xor_sync(SHARPINF_FULL_MASK, v, off), op);
+    __syncthreads();
+    if (lane == 0) smem32[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? smem32[lane] : identity;
+    for (int off = 16; off > 0; off >>= 1) v = sample_int_op(v, __shfl_xor_sync(SHARPINF_FULL_MASK, v, off), op);
+    return v;
+}
+
+// Greedy comparator, a total order: NaN first, then larger value, then lower index.
+__device__ __forceinline__ bool sample_better(float va, int ia, float vb, int ib) {
+    const bool na = va != va, nb = vb != vb;
+    if (na != nb) return na;
+    if (!na && va != vb) return va > vb;
+    return ia < ib;
+}
+
+__device__ __forceinline__ int sample_block_argmax(float bv, int bi, float* sval, int* sidx) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(SHARPINF_FULL_MASK, bv, off);
+        const int oi = __shfl_xor_sync(SHARPINF_FULL_MASK, bi, off);
+        if (sample_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) { sval[warp] = bv; sidx[warp] = bi; }
+    __syncthreads();
+    bv = lane < nwarps ? sval[lane] : -CUDART_INF_F;
+    bi = lane < nwarps ? sidx[lane] : 0x7fffffff;
+    for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(SHARPINF_FULL_MASK, bv, off);
+        const int oi = __shfl_xor_sync(SHARPINF_FULL_MASK, bi, off);
+        if (sample_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+    }
+    return bi;
+}
+
+extern "C" __global__ void sample_rows(const float* logits, int vocab, const float* params, const int* top_k,
+                                       const unsigned long long* seeds, const int* steps, const int* seen_ids,
+                                       int max_seen, int* out, float* scratch) {
+    __shared__ float redf[32];
+    __shared__ int redi[32];
+    __shared__ float scan_f[SAMPLE_MAX_THREADS + 1];
+    __shared__ int scan_i[SAMPLE_MAX_THREADS + 1];
+
+    const int row = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+    if (vocab <= 0) {
+        if (tid == 0) out[row] = -1;
+        return;
+    }
+    const float* x = logits + (long long)row * vocab;
+    float* z = scratch + (long long)row * 2 * vocab;
+    float* w = z + vocab;
+    const float temperature = params[row * 5 + 0];
+    const float top_p = params[row * 5 + 1];
+    const float min_p = params[row * 5 + 2];
+    const float penalty = params[row * 5 + 3];
+    const int k = top_k[row];
+    // This thread's contiguous chunk [lo, hi) of ids.
+    const int chunk = (vocab + nt - 1) / nt;
+    const int lo = min(vocab, tid * chunk), hi = min(vocab, lo + chunk);
+
+    // 1. z = logits with the repetition penalty. A penalised id may be listed many times:
+    //    every writer stores the same value, computed from the untouched logits.
+    for (int i = tid; i < vocab; i += nt) z[i] = x[i];
+    __syncthreads();
+    if (penalty != 1.0f) {
+        const int* seen = seen_ids + (long long)row * max_seen;
+        for (int j = tid; j < max_seen; j += nt) {
+            const int id = seen[j];
+            if (id >= 0 && id < vocab) {
+                const float v = x[id];
+                z[id] = v > 0.0f ? v / penalty : v * penalty;
+            }
+        }
+    }
+    __syncthreads();
+
+    // 2. Greedy answer (also the fallback) and the row maximum.
+    float bv = -CUDART_INF_F, zmax = -CUDART_INF_F;
+    int bi = 0x7fffffff;
+    for (int i = lo; i < hi; ++i) {
+        const float v = z[i];
+        if (sample_better(v, i, bv, bi)) { bv = v; bi = i; }
+        zmax = fmaxf(zmax, v);
+    }
+    const int greedy = sample_block_argmax(bv, bi, redf, redi);
+    if (temperature == 0.0f) {
+        if (tid == 0) out[row] = greedy;
+        return;
+    }
+    zmax = block_reduce_max(zmax, redf);
+
+    // 3. Weights and their total (chunk in id order, then the fixed butterfly tree).
+    float s = 0.0f;
+    for (int i = lo; i < hi; ++i) {
+        const float wi = expf((z[i] - zmax) / temperature);
+        w[i] = wi;
+        s += wi;
+    }
+    const float total_w = block_reduce_sum(s, redf);
+    if (!(total_w > 0.0f) || zmax == -CUDART_INF_F) {  // all -inf, or NaN somewhere
+        if (tid == 0) out[row] = greedy;
+        return;
+    }
+
+    // 4. The cut: keep key > cut_key, and the first cut_n ties (key == cut_key) by lowest id.
+    unsigned cut_key = 0u;
+    int cut_n = 0x7fffffff;
+    if (k > 0 && k < vocab) {
+        // largest t with count(key >= t) >= k: the k-th largest key
+        unsigned t = 0u;
+        for (int bit = 31; bit >= 0; --bit) {
+            const unsigned cand = t | (1u << bit);
+            int c = 0;
+            for (int i = lo; i < hi; ++i) c += sample_key(z[i]) >= cand ? 1 : 0;
+            if (sample_block_int(c, 0, 0, redi) >= k) t = cand;
+        }
+        int g = 0;
+        for (int i = lo; i < hi; ++i) g += sample_key(z[i]) > t ? 1 : 0;
+        cut_key = t;
+        cut_n = k - sample_block_int(g, 0, 0, redi);  // >= 1
+    }
+    if (top_p < 1.0f) {
+        const float target_p = top_p * total_w;
+        // largest t with mass(key >= t) >= top_p * total: the token ranked at the crossing
+        unsigned t = 0u;
+        for (int bit = 31; bit >= 0; --bit) {
+            const unsigned cand = t | (1u << bit);
+            float m = 0.0f;
+            for (int i = lo; i < hi; ++i) m += sample_key(z[i]) >= cand ? w[i] : 0.0f;
+            if (block_reduce_sum(m, redf) >= target_p) t = cand;
+        }
+        // mass strictly above t, the number of ties at t and their (common) weight
+        float above = 0.0f, wt = 0.0f;
+        int ties = 0;
+        for (int i = lo; i < hi; ++i) {
+            const unsigned ki = sample_key(z[i]);
+            if (ki > t) above += w[i];
+            if (ki == t) { ++ties; wt = w[i]; }
+        }
+        above = block_reduce_sum(above, redf);
+        wt = block_reduce_max(wt, redf);
+        ties = sample_block_int(ties, 0, 0, redi);
+        // tie r (0-based, by id) stays iff above + r * wt < target_p
+        const float q = (target_p - above) / wt;
+        int n = q < (float)ties ? (int)ceilf(q) : ties;  // NaN/inf q: keep all ties
+        if (n < 1) n = 1;
+        if (t > cut_key) { cut_key = t; cut_n = n; }
+        else if (t == cut_key && n < cut_n) cut_n = n;
+    }
+
+    // Rank of this chunk's first tie among all ties at the cut (exclusive scan in thread order).
+    int rank = 0;
+    if (cut_n != 0x7fffffff) {
+        int c = 0;
+        for (int i = lo; i < hi; ++i) c += sample_key(z[i]) == cut_key ? 1 : 0;
+        scan_i[tid] = c;
+        __syncthreads();
+        if (tid == 0) {
+            int e = 0;
+            for (int j = 0; j < nt; ++j) { const int v = scan_i[j]; scan_i[j] = e; e += v; }
+        }
+        __syncthreads();
+        rank = scan_i[tid];
+    }
+
+    // 5. Kept mass per chunk; exclusive prefix over threads by one thread, in thread order.
+    const int rank0 = rank;
+    float kept = 0.0f;
+    for (int i = lo; i < hi; ++i) {
+        const unsigned ki = sample_key(z[i]);
+        bool keep = ki > cut_key || (ki == cut_key && rank++ < cut_n);
+        if (min_p > 0.0f && !(w[i] >= min_p)) keep = false;
+        if (keep) kept += w[i];
+    }
+    scan_f[tid] = kept;
+    __syncthreads();
+    if (tid == 0) {
+        float e = 0.0f;
+        for (int j = 0; j < nt; ++j) { const float v = scan_f[j]; scan_f[j] = e; e += v; }
+        scan_f[nt] = e;
+    }
+    __syncthreads();
+    const float total = scan_f[nt];
+    const float target = sample_uniform(seeds[row], steps[row]) * total;
+    // The owner: the first thread whose end-of-chunk running mass exceeds the target; if
+    // rounding leaves none, the last thread with positive kept mass.
+    int owner = sample_block_int(scan_f[tid + 1] > target ? tid : nt, 1, nt, redi);
+    if (owner == nt) owner = sample_block_int(kept > 0.0f ? tid : -1, 2, -1, redi);
+    if (tid == owner) {
+        float c = scan_f[tid];
+        int pick = -1, last = -1;
+        rank = rank0;
+        for (int i = lo; i < hi; ++i) {
+            const unsigned ki = sample_key(z[i]);
+            bool keep = ki > cut_key || (ki == cut_key && rank++ < cut_n);
+            if (min_p > 0.0f && !(w[i] >= min_p)) keep = false;
+            if (!keep || !(w[i] > 0.0f)) continue;
+            last = i;
+            c += w[i];
+            if (c > target) { pick = i; break; }
+        }
+        out[row] = pick >= 0 ? pick : last;
+    }
+    if (owner < 0 && tid == 0) out[row] = greedy;  // unreachable for finite weights
+}

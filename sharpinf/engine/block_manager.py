@@ -1,0 +1,141 @@
+"""BlockManager: KV blocks of the paged pool, handed to sequences; prefix caching.
+
+A block is free (ref 0) or held by one or more sequences (ref >= 1). A *full* block
+whose tokens are all computed is registered under a chained hash of its tokens and
+everything before them, so a later request with the same prefix takes the block
+instead of recomputing it. Freed blocks keep their hash until they are handed out
+again; the free list is ordered oldest-freed first, so the most recently used cached
+blocks are the last to go.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from sharpinf.engine.sequence import Sequence
+
+
+def block_hash(prev: int | None, tokens: tuple[int, ...]) -> int:
+    """Chained: a block's hash covers every token before it too."""
+    return hash((prev, tokens))
+
+
+@dataclass
+class CachedBlock:
+    key: int
+    tokens: tuple[int, ...]  # compared on a hit, so a hash collision can never serve wrong KV
+    prev: int | None
+
+
+@dataclass
+class BlockManager:
+    num_blocks: int
+    block_size: int
+    enable_prefix_caching: bool = True
+    ref: list[int] = field(init=False)
+    free: "OrderedDict[int, None]" = field(init=False)
+    cached: dict[int, int] = field(default_factory=dict)  # hash -> block id
+    info: dict[int, CachedBlock] = field(default_factory=dict)  # block id -> its cache entry
+    hit_tokens: int = 0
+    queried_tokens: int = 0
+
+    def __post_init__(self):
+        self.ref = [0] * self.num_blocks
+        self.free = OrderedDict((b, None) for b in range(self.num_blocks))
+
+    # -- accounting ------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - self.num_free / self.num_blocks
+
+    def blocks_needed(self, seq: Sequence, upto: int) -> int:
+        """New blocks seq needs so that positions 0..upto-1 have a home."""
+        return max(0, -(-upto // self.block_size) - len(seq.block_table))
+
+    # -- prefix cache ------------------------------------------------------------------------
+    def _lookup(self, seq: Sequence) -> list[int]:
+        """Cached blocks for seq's leading full blocks, leaving at least its last token to compute."""
+        if not self.enable_prefix_caching:
+            return []
+        bs, found, prev = self.block_size, [], None
+        for i in range((len(seq.tokens) - 1) // bs):
+            toks = tuple(seq.tokens[i * bs : (i + 1) * bs])
+            key = block_hash(prev, toks)
+            b = self.cached.get(key)
+            if b is None or self.info[b].tokens != toks or self.info[b].prev != prev:
+                break
+            found.append(b)
+            prev = key
+        return found
+
+    def register_full_blocks(self, seq: Sequence) -> None:
+        """After a step: put seq's newly completed full blocks into the prefix cache."""
+        if not self.enable_prefix_caching:
+            return
+        bs, prev = self.block_size, None
+        for i in range(seq.num_computed // bs):
+            toks = tuple(seq.tokens[i * bs : (i + 1) * bs])
+            key = block_hash(prev, toks)
+            b = seq.block_table[i]
+            if b not in self.info and key not in self.cached:
+                self.cached[key] = b
+                self.info[b] = CachedBlock(key, toks, prev)
+            prev = key
+
+    def _take_free(self) -> int:
+        b, _ = self.free.popitem(last=False)
+        entry = self.info.pop(b, None)  # handed out again: its old contents are gone
+        if entry is not None and self.cached.get(entry.key) == b:
+            del self.cached[entry.key]
+        return b
+
+    # -- sequences -------------------------------------------------------------------------
+    def admit(self, seq: Sequence, first_chunk: int) -> bool:
+        """Attach seq's cached prefix and blocks for its first chunk, all or nothing."""
+        assert not seq.block_table and seq.num_computed == 0
+        hits = self._lookup(seq)
+        revived = sum(1 for b in hits if self.ref[b] == 0)  # cached but free: they leave the free list
+        upto = len(hits) * self.block_size + first_chunk
+        need = -(-upto // self.block_size) - len(hits)
+        if need + revived > self.num_free:
+            return False
+        for b in hits:
+            if self.ref[b] == 0:
+                del self.free[b]
+            self.ref[b] += 1
+        seq.block_table = list(hits)
+        seq.num_computed = len(hits) * self.block_size
+        self.queried_tokens += len(seq.tokens)
+        self.hit_tokens += seq.num_computed
+        seq.metrics.cached_prompt_tokens = seq.num_computed
+        return self.reserve(seq, upto)
+
+    def reserve(self, seq: Sequence, upto: int) -> bool:
+        """Blocks so positions 0..upto-1 have a home; False (and nothing taken) if too few are free."""
+        need = self.blocks_needed(seq, upto)
+        if need > self.num_free:
+            return False
+        for _ in range(need):
+            b = self._take_free()
+            self.ref[b] = 1
+            seq.block_table.append(b)
+        return True
+
+    def release(self, seq: Sequence) -> None:
+        """Finish or preemption: drop seq's hold on its blocks (cached ones stay findable)."""
+        for b in reversed(seq.block_table):  # tail first: the prefix stays cached longest
+            self.ref[b] -= 1
+            assert self.ref[b] >= 0, "block freed twice"
+            if self.ref[b] == 0:
+                self.free[b] = None
+        seq.block_table = []
+        seq.num_computed = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0

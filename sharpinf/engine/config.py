@@ -1,0 +1,37 @@
+"""EngineConfig: every knob of the engine, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sharpinf.errors import SharpinfError
+from sharpinf.kv_pool import kv_dtype_name
+
+
+@dataclass
+class EngineConfig:
+    backend: str | None = None  # cuda, emu, auto (None: $SHARPINF_BACKEND or auto)
+    block_size: int = 16
+    kv_dtype: str = "f16"
+    # KV pool: on CUDA sized from free memory (gpu_memory_utilization); num_blocks overrides it.
+    # On the emulator num_blocks comes from here (default 256 blocks = 4096 tokens).
+    num_blocks: int | None = None
+    gpu_memory_utilization: float = 0.9
+    max_num_batched_tokens: int = 512  # per-step token budget (decodes first, then prefill chunks)
+    max_num_seqs: int = 64  # sequences running at once
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True  # off: a prompt is admitted only when it fits one step whole
+    seed: int = 0  # for requests that give no seed
+
+    def __post_init__(self):
+        self.kv_dtype = kv_dtype_name(self.kv_dtype)
+        checks = [
+            (self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}"),
+            (self.num_blocks is None or self.num_blocks >= 1, f"num_blocks must be >= 1, got {self.num_blocks}"),
+            (0 < self.gpu_memory_utilization <= 1, f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"),
+            (self.max_num_batched_tokens >= 1, f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}"),
+            (self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise SharpinfError(f"engine config: {msg}")

@@ -1,0 +1,193 @@
+"""LLMEngine: requests in, token deltas out, one packed forward step at a time.
+
+    add_request(prompt, params) -> request id     (validated here: a bad request is rejected
+                                                    with a RequestError, never dropped later)
+    step() -> [RequestOutput]                      (schedule -> run -> sample -> stop rules)
+    abort(request id)
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sharpinf.engine.block_manager import BlockManager
+from sharpinf.engine.config import EngineConfig
+from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
+from sharpinf.engine.model_runner import ModelRunner
+from sharpinf.engine.scheduler import Scheduler
+from sharpinf.engine.sequence import Sequence, Status
+from sharpinf.errors import RequestError
+from sharpinf.forward import ForwardPass
+from sharpinf.kv_pool import KVPool
+from sharpinf.model.loader import LoadedModel, load_model
+from sharpinf.model.tokenizer import Tokenizer
+from sharpinf.runtime.backend import Backend
+from sharpinf.runtime.select import get_backend
+from sharpinf.sampling import SamplingParams
+from sharpinf.textgen import StopChecker
+
+Prompt = str | list[int] | list[dict]  # text, token ids, or a chat (list of {"role", "content"})
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str
+    token_ids: list[int]
+    text: str
+    finished: bool
+    finish_reason: str | None
+    prompt_ids: list[int]
+
+
+@dataclass
+class EngineMetrics:
+    started: float = field(default_factory=time.perf_counter)
+    steps: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    finished: int = 0
+    rejected: int = 0
+
+    def to_json(self, engine: "LLMEngine") -> dict:
+        elapsed = time.perf_counter() - self.started
+        return {
+            "steps": self.steps,
+            "elapsed_s": elapsed,
+            "generated_tokens": self.generated_tokens,
+            "throughput_tok_per_s": self.generated_tokens / elapsed if elapsed > 0 else 0.0,
+            "tokens_run": engine.runner.tokens_run,
+            "preemptions": engine.scheduler.preemptions,
+            "kv_usage": engine.blocks.usage,
+            "prefix_cache_hit_rate": engine.blocks.hit_rate,
+            "finished": self.finished,
+            "rejected": self.rejected,
+            "running": len(engine.scheduler.running),
+            "waiting": len(engine.scheduler.waiting),
+        }
+
+
+def _load(model) -> LoadedModel:
+    if isinstance(model, LoadedModel):
+        return model
+    from sharpinf.model.registry import resolve_model
+
+    return load_model(resolve_model(model) if not isinstance(model, Path) else model)
+
+
+class LLMEngine:
+    def __init__(self, model: str | Path | LoadedModel, backend: str | Backend | None = None, **config):
+        self.config = EngineConfig(backend=backend if isinstance(backend, str) or backend is None else backend.name, **config)
+        self.backend = backend if isinstance(backend, Backend) else get_backend(self.config.backend)
+        self.model = _load(model)
+        self.cfg = self.model.config
+        self.tokenizer = Tokenizer.from_gguf_metadata(self.model.metadata, where=str(self.model.path))
+        self.fp = ForwardPass(self.model, self.backend)
+        self.budget: KVBudget = plan_kv_budget(self.backend, self.cfg, self.config)
+        self.pool = KVPool(self.backend, self.cfg, self.budget.num_blocks, self.config.block_size, self.config.kv_dtype)
+        self.blocks = BlockManager(self.budget.num_blocks, self.config.block_size, self.config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.config, self.blocks)
+        self.runner = ModelRunner(self.fp, self.pool)
+        self.requests: dict[str, Sequence] = {}
+        self.metrics = EngineMetrics()
+        self._ids = itertools.count()
+        self._seeds = np.random.default_rng(self.config.seed)
+
+    # -- requests ------------------------------------------------------------------------------
+    def encode(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
+            return self.tokenizer.apply_chat(prompt)
+        if isinstance(prompt, (list, tuple)) and all(isinstance(t, (int, np.integer)) for t in prompt):
+            return [int(t) for t in prompt]
+        raise RequestError("a prompt is a string, a list of token ids, or a chat (a list of {'role', 'content'} dicts)")
+
+    def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Everything that would make a request impossible, said now rather than later."""
+        ctx, n = self.cfg.context_length, len(prompt_ids)
+        if n == 0:
+            raise RequestError("empty prompt: give at least one token")
+        bad = [t for t in prompt_ids if not 0 <= t < self.cfg.n_vocab]
+        if bad:
+            raise RequestError(f"token id(s) {bad[:5]} out of range [0, {self.cfg.n_vocab})")
+        if n >= ctx:
+            raise RequestError(f"prompt of {n} tokens does not fit the context length {ctx}")
+        total = ctx if params.max_tokens is None else n + params.max_tokens
+        if total > ctx:
+            raise RequestError(f"prompt ({n}) + max_tokens ({params.max_tokens}) = {total} exceeds the context length {ctx}")
+        need = -(-total // self.config.block_size)
+        if need > self.budget.num_blocks:
+            raise RequestError(f"request needs {need} KV blocks ({total} tokens) but the pool has only "
+                               f"{self.budget.num_blocks} ({self.budget.tokens} tokens): it could never run")
+
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise RequestError(f"params must be SamplingParams, got {type(params).__name__}")
+        ids = self.encode(prompt)
+        self.check(ids, params)
+        rid = request_id if request_id is not None else str(next(self._ids))
+        if rid in self.requests:
+            raise RequestError(f"request id {rid!r} is already in use")
+        seed = params.seed if params.seed is not None else int(self._seeds.integers(0, 2**63))
+        stop = StopChecker(params, self.tokenizer, context_left=self.cfg.context_length - len(ids))
+        seq = Sequence(rid, ids, params, seed, stop)
+        self.requests[rid] = seq
+        self.scheduler.add(seq)
+        self.metrics.prompt_tokens += len(ids)
+        return rid
+
+    def abort(self, request_id: str) -> None:
+        seq = self.requests.get(request_id)
+        if seq is not None and not seq.is_finished:
+            self._finish(seq, "aborted")
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work()
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        seq.finish_reason = reason
+        seq.metrics.finished = time.perf_counter()
+        self.scheduler.finish(seq)
+        self.metrics.finished += 1
+
+    # -- the loop ------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        chunks = self.scheduler.schedule()
+        if not chunks:
+            if self.scheduler.has_work():
+                raise RuntimeError("scheduler made no progress with work pending (a bug: please report)")
+            return []
+        sampled = self.runner.run(chunks)
+        self.metrics.steps += 1
+        now = time.perf_counter()
+        outputs = []
+        for chunk, token in zip(chunks, sampled):
+            seq = chunk.seq
+            seq.num_computed += chunk.n_tokens
+            self.blocks.register_full_blocks(seq)
+            if token is None:
+                continue
+            before = seq.stop.text
+            seq.tokens.append(token)
+            self.metrics.generated_tokens += 1
+            if seq.metrics.first_token is None:
+                seq.metrics.first_token = now
+            seq.metrics.token_times.append(now)
+            done = seq.stop.add(token)
+            if done:
+                self._finish(seq, seq.stop.finish_reason)
+            text = seq.stop.text
+            outputs.append(RequestOutput(seq.request_id, [token], text[len(before):] if text.startswith(before) else "",
+                                         list(seq.output_ids), text, done, seq.finish_reason, list(seq.prompt_ids)))
+        return outputs
+
+    def engine_metrics(self) -> dict:
+        return self.metrics.to_json(self)

@@ -1,0 +1,122 @@
+"""Scheduler: what runs in the next step. One step = one forward call on one packed batch.
+
+Order within a step, under a token budget (max_num_batched_tokens) and max_num_seqs:
+  1. running sequences with one token left (decodes), oldest admission first;
+  2. running sequences still prefilling, a chunk each, oldest first;
+  3. waiting sequences, first come first served, admitted while their first chunk's
+     blocks are free (backpressure: a request waits rather than running memory out).
+When a running sequence needs a block and none is free, the most recently admitted
+running sequence is preempted (LIFO) by recompute: its blocks are released and it goes
+back to the front of the waiting queue. The oldest sequence therefore always makes
+progress, chunk by chunk, even when its whole recompute exceeds the budget.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from sharpinf.engine.block_manager import BlockManager
+from sharpinf.engine.config import EngineConfig
+from sharpinf.engine.sequence import Sequence, Status
+
+
+@dataclass
+class ScheduledChunk:
+    seq: Sequence
+    n_tokens: int  # feed seq.tokens[num_computed : num_computed + n_tokens]
+
+    @property
+    def samples(self) -> bool:
+        """Does this chunk reach the end of the sequence's tokens (so a token is sampled)?"""
+        return self.seq.num_computed + self.n_tokens == len(self.seq.tokens)
+
+
+@dataclass
+class Scheduler:
+    config: EngineConfig
+    blocks: BlockManager
+    waiting: deque = field(default_factory=deque)
+    running: list[Sequence] = field(default_factory=list)  # in admission order
+    step_index: int = 0
+    admissions: int = 0
+    preemptions: int = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _preempt(self, victim: Sequence) -> None:
+        self.running.remove(victim)
+        self.blocks.release(victim)
+        victim.status = Status.WAITING
+        victim.metrics.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(victim)
+
+    def _make_room(self, seq: Sequence, upto: int, scheduled: list[ScheduledChunk]) -> bool:
+        """Reserve blocks for seq up to `upto`, preempting the youngest younger running sequence
+        (dropping its chunk if it was already scheduled) as often as needed. False if seq
+        itself is the youngest left and had to be preempted."""
+        while not self.blocks.reserve(seq, upto):
+            younger = [s for s in self.running if s.admitted_at > seq.admitted_at]
+            victim = max(younger, key=lambda s: s.admitted_at) if younger else seq
+            scheduled[:] = [c for c in scheduled if c.seq is not victim]
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _chunk(self, seq: Sequence, budget: int) -> int:
+        if self.config.enable_chunked_prefill:
+            return min(seq.remaining, budget)
+        return seq.remaining  # whole: the step runs over budget rather than split a prompt
+
+    def schedule(self) -> list[ScheduledChunk]:
+        cfg, budget = self.config, self.config.max_num_batched_tokens
+        scheduled: list[ScheduledChunk] = []
+        self.step_index += 1
+
+        for seq in [s for s in self.running if s.remaining == 1]:  # 1. decodes
+            if budget <= 0:
+                break
+            if seq in self.running and self._make_room(seq, len(seq.tokens), scheduled):
+                scheduled.append(ScheduledChunk(seq, 1))
+                budget -= 1
+
+        for seq in [s for s in self.running if s.remaining > 1]:  # 2. prefills in progress
+            if budget <= 0:
+                break
+            if seq not in self.running:
+                continue
+            n = self._chunk(seq, budget)
+            if self._make_room(seq, seq.num_computed + n, scheduled):
+                scheduled.append(ScheduledChunk(seq, n))
+                budget -= n
+
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:  # 3. admissions
+            seq = self.waiting[0]
+            n = self._chunk(seq, budget)
+            if n > budget and any(c.n_tokens > 1 for c in scheduled):
+                break  # unchunked prompt over budget: it gets a step with no other prefill
+            if not self.blocks.admit(seq, n):
+                break  # backpressure: first come, first served, nobody jumps the queue
+            n = self._chunk(seq, budget)  # the prefix cache may have covered part of it
+            self.waiting.popleft()
+            seq.status = Status.RUNNING
+            self.admissions += 1
+            seq.admitted_at = self.admissions
+            self.running.append(seq)
+            scheduled.append(ScheduledChunk(seq, n))
+            budget -= n
+        return scheduled
+
+    def finish(self, seq: Sequence) -> None:
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.release(seq)
+        seq.status = Status.FINISHED

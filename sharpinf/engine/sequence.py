@@ -1,0 +1,76 @@
+"""Sequence: one request's state as it moves waiting -> running -> finished.
+
+tokens = prompt + generated. num_computed counts the tokens whose K/V sit in the cache;
+a step feeds tokens[num_computed : num_computed + chunk], and when that reaches the end
+the step's last logits give the next token. Decode is the case of one token left;
+a preempted sequence drops its cache (num_computed = 0) and is fed again, prompt and
+generated tokens alike, which its caller never sees.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from sharpinf.sampling import SamplingParams
+from sharpinf.textgen import StopChecker
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class SeqMetrics:
+    arrival: float = field(default_factory=time.perf_counter)
+    first_token: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finished: float | None = None
+    preemptions: int = 0
+    cached_prompt_tokens: int = 0  # served by the prefix cache at (last) admission
+
+    def to_json(self) -> dict:
+        itl = [b - a for a, b in zip(self.token_times, self.token_times[1:])]
+        return {
+            "ttft_s": None if self.first_token is None else self.first_token - self.arrival,
+            "mean_itl_s": sum(itl) / len(itl) if itl else None,
+            "max_itl_s": max(itl) if itl else None,
+            "e2e_s": None if self.finished is None else self.finished - self.arrival,
+            "preemptions": self.preemptions,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+        }
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    seed: int
+    stop: StopChecker
+    tokens: list[int] = field(init=False)
+    status: Status = Status.WAITING
+    num_computed: int = 0
+    block_table: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    metrics: SeqMetrics = field(default_factory=SeqMetrics)
+    admitted_at: int = -1  # scheduler step of (last) admission: LIFO preemption order
+
+    def __post_init__(self):
+        self.tokens = list(self.prompt_ids)
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.tokens[len(self.prompt_ids):]
+
+    @property
+    def remaining(self) -> int:
+        """Tokens still to feed before the next token can be sampled."""
+        return len(self.tokens) - self.num_computed
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is Status.FINISHED
