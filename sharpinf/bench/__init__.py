@@ -1,0 +1,15 @@
+"""Benchmark suites: `sharpinf bench` (see sharpinf/cli/bench_cmd.py) or run_suites() from Python.
+
+    throughput  requests with Poisson arrivals through the engine: tok/s, TTFT, ITL, KV, prefix cache
+    decode      one decode step vs batch size B: weights read once per step for all B sequences
+    prefill     S prompts in one packed step vs one step each
+    chunking    decoders' inter-token gaps while a long prompt arrives, chunked prefill on vs off
+
+Each suite writes DIR/<suite>.json (device, backend, model, config, results) and DIR/<suite>.png.
+"""
+
+from __future__ import annotations
+
+from sharpinf.bench import chunking_latency, decode_scaling, prefill_packing, throughput
+
+SUITES = {m.SUITE: m for m in (throughput, decode_scaling, prefill_packing, chunking_latency)}

@@ -1,0 +1,205 @@
+"""What the benchmark suites share: the run context, timers, statistics, results, plots.
+
+Timing rule: a GPU runs kernels asynchronously, so every timer reading is preceded by
+`backend.synchronize()` (`timed` and `Stopwatch` do it); on the emulator it is a no-op.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sharpinf.runtime.backend import Backend
+
+SYNTH_NAME = "synth"
+SYNTH_KW = dict(n_embd=128, n_layer=2)  # the default model: synthetic llama, Q8_0
+
+
+def default_model_path() -> Path:
+    from sharpinf.model.synth import synthetic_model
+
+    return synthetic_model("llama", "Q8_0", **SYNTH_KW)
+
+
+def resolve_bench_model(model: str | None) -> tuple[Path, str]:
+    """(path, label): None or "synth" -> the synthetic default; else a registered name or a path."""
+    if model is None or model == SYNTH_NAME:
+        return default_model_path(), f"synthetic llama Q8_0 (n_embd={SYNTH_KW['n_embd']}, n_layer={SYNTH_KW['n_layer']})"
+    from sharpinf.model.registry import resolve_model
+
+    return resolve_model(model), str(model)
+
+
+@dataclass
+class BenchContext:
+    backend: Backend
+    model: Any  # LoadedModel
+    model_label: str
+    out_dir: Path
+    quick: bool = False
+    console: Console = field(default_factory=lambda: Console(highlight=False))
+    seed: int = 0
+    _fp: Any = field(default=None, repr=False)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.backend.name == "cuda"
+
+    def forward_pass(self):
+        """One ForwardPass (weights uploaded once) shared by the suites that drive it directly."""
+        if self._fp is None:
+            from sharpinf.forward import ForwardPass
+
+            self._fp = ForwardPass(self.model, self.backend)
+        return self._fp
+
+    def progress(self) -> Progress:
+        return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=self.console, transient=False)
+
+    def release(self) -> None:
+        """Give device memory back between suites (CuPy keeps freed blocks in its pool, which the
+        next engine's KV budget would otherwise count as used)."""
+        gc.collect()
+        if self.on_gpu:
+            try:
+                import cupy
+
+                self.backend.synchronize()
+                cupy.get_default_memory_pool().free_all_blocks()
+            except Exception:
+                pass
+
+
+# -- timing ----------------------------------------------------------------------------------
+def timed(backend: Backend, fn: Callable[[], Any]) -> float:
+    """Seconds fn takes, device work included."""
+    backend.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    backend.synchronize()
+    return time.perf_counter() - t0
+
+
+def repeat_timed(backend: Backend, fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    return [timed(backend, fn) for _ in range(repeats)]
+
+
+# -- statistics ------------------------------------------------------------------------------
+def pct(xs, q: float) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.percentile(xs, q)) if xs else None
+
+
+def stats(xs) -> dict:
+    """mean / p50 / p99 / max / n of a list (None entries dropped)."""
+    xs = [float(x) for x in xs if x is not None]
+    if not xs:
+        return {"n": 0, "mean": None, "p50": None, "p99": None, "max": None}
+    return {"n": len(xs), "mean": float(np.mean(xs)), "p50": pct(xs, 50), "p99": pct(xs, 99), "max": max(xs)}
+
+
+def fmt_ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.2f}"
+
+
+def fmt_rate(r: float | None) -> str:
+    return "-" if r is None or not math.isfinite(r) else f"{r:,.1f}"
+
+
+# -- results ---------------------------------------------------------------------------------
+def device_facts(backend: Backend) -> dict:
+    try:
+        d = backend.describe()
+    except Exception as exc:  # a describe() failure must not lose a benchmark
+        d = {"backend": backend.name, "describe_error": str(exc)}
+    name = d.get("gpu") or d.get("device")
+    return {"name": str(name), "describe": d}
+
+
+def model_facts(ctx: BenchContext) -> dict:
+    from dataclasses import asdict
+
+    cfg = ctx.model.config
+    return {"label": ctx.model_label, "path": str(ctx.model.path), "config": asdict(cfg),
+            "weight_bytes": int(sum(int(t.nbytes) for t in ctx.model.tensors.values()))}
+
+
+def envelope(ctx: BenchContext, suite: str, config: dict, results: dict) -> dict:
+    """One suite's JSON: what ran where, its settings, and its numbers."""
+    return {
+        "suite": suite,
+        "backend": ctx.backend.name,
+        "device": device_facts(ctx.backend),
+        "model": model_facts(ctx),
+        "config": config,
+        "results": results,
+        "host": {"python": platform.python_version(), "machine": platform.machine()},
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "quick": ctx.quick,
+    }
+
+
+def _jsonable(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def write_json(path: Path, obj: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+    return path
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, default=_jsonable)
+
+
+# -- plots -----------------------------------------------------------------------------------
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def title_of(doc: dict) -> str:
+    return f"{doc['model']['label']} on {doc['device']['name']} ({doc['backend']})"
+
+
+def save_fig(plt, fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def random_prompt(rng: np.random.Generator, n: int, n_vocab: int) -> list[int]:
+    """n token ids away from the low ids (special tokens live there in real vocabularies)."""
+    lo = min(16, n_vocab - 1)
+    return rng.integers(lo, n_vocab, size=n).tolist()

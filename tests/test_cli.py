@@ -1,0 +1,76 @@
+"""The command line on a synthetic model: JSON outputs, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sharpinf.model.synth import synthetic_model
+
+
+def run(*args, ok=True):
+    proc = subprocess.run([sys.executable, "-m", "sharpinf", *map(str, args)], capture_output=True, text=True, timeout=600)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def model():
+    return synthetic_model("qwen2", "Q4_1", n_embd=128)
+
+
+def test_info_json_lists_tensor_types_and_kv_bytes(model):
+    facts = json.loads(run("info", model, "--json").stdout)
+    assert facts["config"]["arch"] == "qwen2" and facts["config"]["has_qkv_bias"]
+    assert set(facts["tensor_types"]) == {"Q4_1", "F32"}
+    assert facts["kv_bytes_per_token"]["fp16"] == 2 * 2 * facts["config"]["n_layer"] * facts["config"]["n_head_kv"] * facts["config"]["head_dim"]
+
+
+def test_tokenize_json_round_trips(model):
+    out = json.loads(run("tokenize", model, "hello <|im_start|>world 123", "--json").stdout)
+    assert "".join(out["pieces"]) == "hello <|im_start|>world 123"
+    assert 1 in out["token_ids"]  # <|im_start|> parsed as the special token
+
+
+def test_generate_reference_and_emu_agree(model):
+    ref = json.loads(run("generate", model, "--prompt-ids", "5,6,7,8", "--max-tokens", "6", "--backend", "reference", "--json").stdout)
+    emu = json.loads(run("generate", model, "--prompt-ids", "5,6,7,8", "--max-tokens", "6", "--backend", "emu", "--json").stdout)
+    assert ref["prompt_ids"] == [5, 6, 7, 8] and len(ref["token_ids"]) <= 6
+    assert set(ref) >= {"prompt_ids", "token_ids", "text", "finish_reason"}
+    assert emu["token_ids"] == ref["token_ids"]
+
+
+def test_score_json(model):
+    out = json.loads(run("score", model, "--prompt-ids", "5,6,7,8,9", "--top-k", "3", "--backend", "reference", "--json").stdout)
+    assert len(out["top_ids"]) == 5 and len(out["top_ids"][0]) == 3
+    assert len(out["next_token_logprob"]) == 4 and all(lp <= 0 for lp in out["next_token_logprob"])
+    assert out["perplexity"] > 1
+    emu = json.loads(run("score", model, "--prompt-ids", "5,6,7,8,9", "--top-k", "3", "--backend", "emu", "--json").stdout)
+    assert emu["top_ids"] == out["top_ids"]
+
+
+def test_verify_reference_passes_with_json(model):
+    rows = json.loads(run("verify", model, "--backend", "reference", "--json").stdout)
+    assert rows and all(r["passed"] for r in rows)
+    assert {r["oracle"] for r in rows} >= {"reference-vs-naive", "incremental-vs-full", "tokenizer-roundtrip"}
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["info", "/no/such/file.gguf"], "neither a registered model"),
+    (["info", __file__], "GGUF"),
+    (["generate", "{model}", "--prompt-ids", "1,x"], "comma-separated"),
+    (["generate", "{model}", "--prompt", "a", "--chat", "b"], "exactly one"),
+    (["generate", "{model}", "--prompt-ids", "1,2", "--temperature", "-1"], "temperature"),
+    (["generate", "{model}", "--prompt-ids", "1,2", "--backend", "nope"], "backend"),
+    (["models", "pull", "no-such-model"], "unknown model"),
+])
+def test_bad_input_gives_one_clear_line_and_nonzero_exit(model, args, needle):
+    proc = run(*[a.replace("{model}", str(model)) for a in args], ok=False)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert needle.lower() in proc.stderr.lower()
+    assert len([l for l in proc.stderr.splitlines() if l.strip()]) <= 3

@@ -1,0 +1,115 @@
+"""The engine's oracles (f)-(i) on the emulator with a tiny synthetic model.
+
+(f) continuous batching gives each request what it would get alone (hypothesis draws
+    arrivals, prompt lengths, max_tokens, token budgets and pool sizes);
+(g) a pool of ~5% of the demand with 200 requests: all finish, none lost, same outputs;
+(h) prefix caching changes nothing but the work done;
+(i) a seeded sampled request gets the same tokens alone and in a busy batch.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from oracles.engine_oracles import (
+    oracle_engine_vs_single_user,
+    oracle_prefix_caching,
+    oracle_preemption,
+    oracle_seeded_sampling,
+)
+from sharpinf.llm import LLM
+from sharpinf.model.synth import synthetic_model
+from sharpinf.sampling import SamplingParams
+
+MODEL = dict(arch="llama", qtype="Q8_0", n_embd=128)
+
+
+@functools.cache
+def model_path(arch="llama", qtype="Q8_0"):
+    return synthetic_model(arch, qtype, n_embd=128)
+
+
+def make_llm(arch="llama", qtype="Q8_0", **cfg) -> LLM:
+    return LLM(model_path(arch, qtype), backend="emu", **cfg)
+
+
+@settings(max_examples=6, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_f_engine_equals_single_user_under_random_load(data):
+    n = data.draw(st.integers(1, 8), label="requests")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
+    prompts = [rng.integers(3, 500, int(rng.integers(1, 80))).tolist() for _ in range(n)]
+    params = [SamplingParams(max_tokens=int(rng.integers(1, 10))) for _ in range(n)]
+    arrivals = data.draw(st.lists(st.integers(0, 12), min_size=n, max_size=n), label="arrival steps")
+    budget = data.draw(st.sampled_from([1, 7, 16, 64, 512]), label="token budget")
+    block_size = data.draw(st.sampled_from([4, 16]), label="block size")
+    need = max(-(-(len(p) + sp.max_tokens) // block_size) for p, sp in zip(prompts, params))
+    pool = need + data.draw(st.integers(0, 40), label="spare blocks")
+    llm = make_llm(num_blocks=pool, block_size=block_size, max_num_batched_tokens=budget,
+                   max_num_seqs=data.draw(st.integers(1, 8), label="max seqs"))
+    r = oracle_engine_vs_single_user(llm, prompts, params, arrivals)
+    assert r.passed, r.detail
+
+
+@pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_1"), ("qwen3", "Q5_0")])
+def test_f_engine_equals_single_user_other_archs(arch, qtype):
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(3, 500, int(rng.integers(1, 50))).tolist() for _ in range(6)]
+    params = [SamplingParams(max_tokens=6) for _ in prompts]
+    llm = make_llm(arch, qtype, num_blocks=40, block_size=4, max_num_batched_tokens=24, max_num_seqs=4)
+    r = oracle_engine_vs_single_user(llm, prompts, params, arrivals=[0, 0, 1, 3, 3, 6])
+    assert r.passed, r.detail
+
+
+def test_g_preemption_with_pool_at_5_percent_of_demand():
+    rng = np.random.default_rng(1)
+    base = [rng.integers(3, 500, int(rng.integers(4, 40))).tolist() for _ in range(20)]
+    prompts = [base[i % 20] for i in range(200)]
+    params = [SamplingParams(max_tokens=int(rng.integers(2, 16)), ignore_eos=True) for _ in prompts]
+    bs = 4
+    demand = sum(len(p) + sp.max_tokens for p, sp in zip(prompts, params))
+    biggest = max(-(-(len(p) + sp.max_tokens) // bs) for p, sp in zip(prompts, params))
+    blocks = max(int(0.05 * demand / bs), biggest)
+    assert blocks * bs <= 0.06 * demand
+    llm = make_llm(num_blocks=blocks, block_size=bs, max_num_batched_tokens=64, max_num_seqs=32,
+                   enable_prefix_caching=False)
+    r = oracle_preemption(llm, prompts, params)
+    assert r.passed, r.detail
+    m = llm.metrics()
+    assert m["finished"] == 200 and m["preemptions"] > 0
+
+
+def test_preempted_long_prompt_over_budget_still_progresses():
+    """A recompute larger than the token budget is chunked, never thrashed: everyone finishes."""
+    prompts = [list(range(3, 3 + 60)), list(range(100, 110)), list(range(200, 212))]
+    params = [SamplingParams(max_tokens=20, ignore_eos=True) for _ in prompts]
+    llm = make_llm(num_blocks=22, block_size=4, max_num_batched_tokens=8, max_num_seqs=3, enable_prefix_caching=False)
+    outs = llm.generate(prompts, params)
+    assert [len(o.token_ids) for o in outs] == [20, 20, 20]
+    assert llm.metrics()["preemptions"] > 0
+
+
+def test_h_prefix_caching_changes_outputs_not():
+    rng = np.random.default_rng(5)
+    system = rng.integers(3, 500, 37).tolist()
+    prompts = [system + rng.integers(3, 500, int(rng.integers(1, 20))).tolist() for _ in range(8)] + [system]
+    params = [SamplingParams(max_tokens=5) for _ in prompts]
+    cfg = dict(num_blocks=64, block_size=4, max_num_batched_tokens=48, max_num_seqs=4)
+    r = oracle_prefix_caching(make_llm(**cfg, enable_prefix_caching=True), make_llm(**cfg, enable_prefix_caching=False),
+                              prompts, params)
+    assert r.passed, r.detail
+
+
+def test_i_seeded_sampling_alone_equals_busy_batch():
+    rng = np.random.default_rng(9)
+    llm = make_llm(num_blocks=64, block_size=4, max_num_batched_tokens=32)
+    prompt = rng.integers(3, 500, 12).tolist()
+    params = SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, top_k=50, seed=1234, ignore_eos=True)
+    busy = [rng.integers(3, 500, int(rng.integers(1, 30))).tolist() for _ in range(5)]
+    busy_params = [SamplingParams(max_tokens=8, temperature=1.3, seed=i, min_p=0.05) for i in range(5)]
+    r = oracle_seeded_sampling(llm, prompt, params, busy, busy_params)
+    assert r.passed, r.detail

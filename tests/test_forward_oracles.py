@@ -1,0 +1,240 @@
+"""Acceptance of the packed, paged forward pass: the five oracles of oracles/paths.py pass
+on synthetic llama, qwen2 and qwen3 models for every supported quant type, with KV in
+fp16 and q8_0, on every backend (emu here; cuda where a GPU is usable).
+
+    (a) kernel-vs-reference   per-KV-dtype tolerance (oracles/tolerances.py)
+    (b) packed-vs-sequential  CROSS_PATH
+    (c) chunked-vs-whole      CROSS_PATH
+    (d) batched decode        CROSS_PATH
+    (e) placement             bit-identical
+
+Every (arch, quant, KV dtype) runs each oracle once on fixed, seeded small shapes; then
+hypothesis draws shapes (prompt lengths 1..300, mostly short; chunk sizes; S 1..8; block
+size 4 or 16; the block-permutation seed) over all 33 models. Every oracle run NaN-poisons
+its pool first, and the last tests prove that poisoning really exposes an illegal read.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from oracles import paths
+from oracles.compare import compare_logits
+from oracles.paged_runner import PagedRunner
+from oracles.tolerances import CROSS_PATH
+from sharpinf.batch import Batch, SeqChunk
+from sharpinf.forward import ForwardPass
+from sharpinf.kv_pool import KVPool
+from sharpinf.model.loader import load_model
+from sharpinf.model.synth import K_QUANTS, synthetic_model
+
+ARCHS = ("llama", "qwen2", "qwen3")
+QTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+KV_DTYPES = ("f16", "q8_0")
+MODELS = [(a, q) for a in ARCHS for q in QTYPES]
+CASES = [(a, q, kv) for a, q in MODELS for kv in KV_DTYPES]
+N_VOCAB = 512  # synthetic models' vocabulary
+
+_FP: dict[tuple[str, str, str], ForwardPass] = {}
+
+
+def forward_pass(arch: str, qtype: str, backend) -> ForwardPass:
+    """One ForwardPass per (model, backend) for the whole module: weights upload once."""
+    key = (arch, qtype, backend.name)
+    if key not in _FP:
+        # K quants need rows of 256; the others head_dim 32 (n_embd 128, 4 heads) for the q8_0 cache
+        n_embd = 256 if qtype in K_QUANTS else 128
+        _FP[key] = ForwardPass(load_model(synthetic_model(arch, qtype, n_embd=n_embd)), backend)
+    return _FP[key]
+
+
+def tokens(n: int, seed: int) -> list[int]:
+    return np.random.default_rng(seed).integers(0, N_VOCAB, n).tolist()
+
+
+def check(result) -> None:
+    assert result.passed, f"{result.oracle} failed: {result}"
+
+
+def case_rng(*key) -> np.random.Generator:
+    """A fixed generator per case, so each case has its own (reproducible) shapes."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+# -- every model x KV dtype, each oracle on fixed seeded shapes -----------------------------
+ids = [f"{a}-{q}-{kv}" for a, q, kv in CASES]
+
+
+@pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
+def test_a_kernel_vs_reference(backend, arch, qtype, kv):
+    rng = case_rng("a", arch, qtype, kv)
+    n, bs = int(rng.integers(1, 40)), int(rng.choice([4, 16]))
+    check(paths.oracle_kernel_vs_reference(forward_pass(arch, qtype, backend), tokens(n, n), kv, bs, seed=n))
+
+
+@pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
+def test_b_packed_vs_sequential(backend, arch, qtype, kv):
+    rng = case_rng("b", arch, qtype, kv)
+    lens = rng.integers(1, 24, int(rng.integers(2, 5))).tolist()
+    bs = int(rng.choice([4, 16]))
+    prompts = [tokens(n, 100 + i) for i, n in enumerate(lens)]
+    check(paths.oracle_packed_vs_sequential(forward_pass(arch, qtype, backend), prompts, kv, bs, seed=len(lens)))
+
+
+@pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
+def test_c_chunked_vs_whole(backend, arch, qtype, kv):
+    rng = case_rng("c", arch, qtype, kv)
+    n, bs = int(rng.integers(8, 40)), int(rng.choice([4, 16]))
+    check(paths.oracle_chunked_vs_whole(forward_pass(arch, qtype, backend), tokens(n, n), kv, bs, seed=n))
+
+
+@pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
+def test_d_batched_decode(backend, arch, qtype, kv):
+    rng = case_rng("d", arch, qtype, kv)
+    lens = rng.integers(1, 24, int(rng.integers(2, 5))).tolist()
+    steps, bs = int(rng.integers(1, 4)), int(rng.choice([4, 16]))
+    prompts = [tokens(n, 200 + i) for i, n in enumerate(lens)]
+    decode = [tokens(steps, 300 + i) for i in range(len(lens))]
+    check(paths.oracle_batched_decode(forward_pass(arch, qtype, backend), prompts, decode, kv, bs, seed=steps))
+
+
+@pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
+def test_e_placement_exact(backend, arch, qtype, kv):
+    rng = case_rng("e", arch, qtype, kv)
+    n, bs = int(rng.integers(1, 40)), int(rng.choice([4, 16]))
+    r = paths.oracle_placement(forward_pass(arch, qtype, backend), tokens(n, n), kv, bs, seed=n)
+    check(r)
+    assert r.max_abs_dlogit == 0.0
+
+
+# -- hypothesis: shapes drawn over all 33 models ---------------------------------------------
+HYP = settings(max_examples=12, deadline=None, derandomize=True, database=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+models = st.sampled_from(MODELS)
+kv_dtypes = st.sampled_from(KV_DTYPES)
+block_sizes = st.sampled_from([4, 16])
+seeds = st.integers(0, 2**16)
+
+
+@st.composite
+def prompt_len(draw, long_every: int = 8):
+    """1..300, mostly short: one draw in `long_every` may be long (each long one costs ~1 s)."""
+    if draw(st.integers(0, long_every - 1)) == 0:
+        return draw(st.integers(25, 300))
+    return draw(st.integers(1, 24))
+
+
+@HYP
+@given(model=models, kv=kv_dtypes, bs=block_sizes, n=prompt_len(), seed=seeds)
+@example(model=("qwen2", "Q8_0"), kv="f16", bs=16, n=300, seed=0)
+def test_hyp_kernel_vs_reference(backend, model, kv, bs, n, seed):
+    check(paths.oracle_kernel_vs_reference(forward_pass(*model, backend), tokens(n, seed), kv, bs, seed=seed))
+
+
+@HYP
+@given(model=models, kv=kv_dtypes, bs=block_sizes, lens=st.lists(prompt_len(long_every=16), min_size=1, max_size=8),
+       seed=seeds)
+@example(model=("qwen3", "Q5_1"), kv="q8_0", bs=16, lens=[299, 1, 7], seed=5)
+def test_hyp_packed_vs_sequential(backend, model, kv, bs, lens, seed):
+    prompts = [tokens(n, seed + i) for i, n in enumerate(lens)]
+    check(paths.oracle_packed_vs_sequential(forward_pass(*model, backend), prompts, kv, bs, seed=seed))
+
+
+@st.composite
+def chunked_prompt(draw):
+    """A length and chunk sizes covering it (cut points drawn, so 1-token chunks and uneven ones appear)."""
+    n = draw(prompt_len())
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=min(6, n - 1)))) if n > 1 else []
+    edges = [0, *cuts, n]
+    return n, [b - a for a, b in zip(edges, edges[1:])]
+
+
+@HYP
+@given(model=models, kv=kv_dtypes, bs=block_sizes, shape=chunked_prompt(), seed=seeds)
+@example(model=("llama", "Q4_K"), kv="q8_0", bs=4, shape=(290, [1, 15, 16, 17, 100, 141]), seed=2)
+def test_hyp_chunked_vs_whole(backend, model, kv, bs, shape, seed):
+    n, chunks = shape
+    check(paths.oracle_chunked_vs_whole(forward_pass(*model, backend), tokens(n, seed), kv, bs, seed=seed, chunks=chunks))
+
+
+@HYP
+@given(model=models, kv=kv_dtypes, bs=block_sizes, lens=st.lists(prompt_len(long_every=16), min_size=1, max_size=8),
+       steps=st.integers(1, 4), seed=seeds)
+def test_hyp_batched_decode(backend, model, kv, bs, lens, steps, seed):
+    prompts = [tokens(n, seed + i) for i, n in enumerate(lens)]
+    decode = [tokens(steps, seed + 1000 + i) for i in range(len(lens))]
+    check(paths.oracle_batched_decode(forward_pass(*model, backend), prompts, decode, kv, bs, seed=seed))
+
+
+@HYP
+@given(model=models, kv=kv_dtypes, bs=block_sizes, n=prompt_len(), seed=seeds)
+@example(model=("qwen3", "BF16"), kv="f16", bs=16, n=300, seed=3)
+def test_hyp_placement_exact(backend, model, kv, bs, n, seed):
+    check(paths.oracle_placement(forward_pass(*model, backend), tokens(n, seed), kv, bs, seed=seed))
+
+
+# -- known failures: near-ties against the kernel-vs-reference tolerance on ~300-token prompts ---
+# |dlogit| stays well inside the bound in every case; what fails is a rank comparison where two
+# logits are within float noise of each other (rank 5/6 for the f16 rule "top-5 overlap = 5",
+# rank 1/2 for "argmax equal"). Left for the owner of oracles/tolerances.py; strict, so a fix shows.
+KNOWN_NEAR_TIES = [
+    # arch, qtype, kv, token seed: failing position and its numbers (kernels vs reference)
+    pytest.param("llama", "Q8_0", "f16", 0, id="llama-Q8_0-f16-top5",
+                 marks=pytest.mark.xfail(strict=True, reason="pos 267: ranks 5/6 differ by 3e-4 (kernels) vs 4e-3 "
+                                         "(reference), top-5 overlap 4 < 5; |dlogit| 0.040 <= 0.164")),
+    pytest.param("qwen2", "Q5_0", "f16", 1, id="qwen2-Q5_0-f16-top5",
+                 marks=pytest.mark.xfail(strict=True, reason="top-5 overlap 4 < 5; |dlogit| 0.028")),
+    pytest.param("qwen2", "Q4_0", "q8_0", 1, id="qwen2-Q4_0-q8_0-argmax",
+                 marks=pytest.mark.xfail(strict=True, reason="pos 222: kernels 159 (34.1211) > 368 (34.0880), "
+                                         "reference 368 (34.0616) > 159 (34.0592): argmax differs; |dlogit| 0.588 <= 2.05")),
+]
+
+
+@pytest.mark.parametrize("arch,qtype,kv,seed", KNOWN_NEAR_TIES)
+def test_known_near_tie_kernel_vs_reference(emu, arch, qtype, kv, seed):
+    toks = np.random.default_rng(seed).integers(0, N_VOCAB, 300).tolist()
+    check(paths.oracle_kernel_vs_reference(forward_pass(arch, qtype, emu), toks, kv, 16))
+
+
+# -- the NaN poison really exposes an illegal read -------------------------------------------
+@pytest.mark.parametrize("kv", KV_DTYPES)
+@pytest.mark.parametrize("poisoned", [True, False], ids=["poisoned", "zeroed"])
+def test_poison_exposes_illegal_read(backend, kv, poisoned):
+    """Prefill 10 tokens (blocks of 4), then decode one token with a block table whose logical
+    block 1 points at a block nobody wrote. The descriptor is valid (ids in range, no repeats,
+    slots agree), so only the poison can tell: the logits become NaN and the oracle fails.
+    With a zeroed pool the same illegal read is silent (finite, merely wrong) logits."""
+    fp = forward_pass("llama", "Q8_0", backend)
+    pool = KVPool(backend, fp.cfg, num_blocks=8, block_size=4, kv_dtype=kv)
+    if poisoned:
+        pool.poison()
+    run = PagedRunner(fp, pool, seed=1)
+    sid = run.new_seq()
+    run.step([(sid, tokens(10, 0))])
+    table = list(run.tables[sid])  # 3 blocks for positions 0..9; the decode at position 10 stays in block 2
+    unused = sorted(set(range(pool.num_blocks)) - set(table))
+    assert len(table) == 3 and unused
+
+    def decode(tbl):
+        batch = Batch.build([SeqChunk([7], 10, tbl)], pool.block_size).validate(pool.num_blocks, fp.cfg.n_vocab)
+        return backend.download(fp.forward(batch, pool).logits)
+
+    good = decode(table)
+    assert np.isfinite(good).all()
+    corrupt = list(table)
+    corrupt[1] = unused[0]  # positions 4..7 now read a block nobody wrote
+    bad = decode(corrupt)
+    result = compare_logits("poison", f"corrupt block table, KV {kv}", bad, good, CROSS_PATH)
+    if poisoned:
+        assert np.isnan(bad).all(), "a read of a poisoned block must turn the logits NaN"
+        assert not result.passed and result.detail == "non-finite logits"
+    else:
+        assert np.isfinite(bad).all() and not np.array_equal(bad, good)
+    # the honest table still gives the same logits after the bad step (the bad step wrote only slot 10's
+    # block, which both tables share, with the same token)
+    np.testing.assert_array_equal(decode(table), good)

