@@ -35,11 +35,13 @@ on the CUDA emulator (`emu` backend: the real CUDA C kernels, run on the CPU), a
 packed-vs-sequential oracle.
 """),
     code("""
+import io
+
 import matplotlib
-matplotlib.use("Agg")  # headless: figures render inline through the notebook's display hook
+matplotlib.use("Agg")  # headless; show(fig) below puts each figure in the notebook as a PNG
 import matplotlib.pyplot as plt
 import numpy as np
-from IPython.display import Markdown, display
+from IPython.display import Image, Markdown, display
 
 from oracles import paths
 from sharpinf.batch import Batch, SeqChunk
@@ -53,6 +55,13 @@ be = get_backend("emu")
 model = load_model(synthetic_model("llama", "Q8_0", n_embd=128))  # 2 layers, 4 heads of 32, 512 tokens
 fp = ForwardPass(model, be)
 cfg = fp.cfg
+def show(fig):
+    \"\"\"Agg draws off-screen: render the figure to PNG and display it as the cell's output.\"\"\"
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    display(Image(data=buf.getvalue()))
+
 print(f"{cfg.n_layer} layers, n_embd {cfg.n_embd}, {cfg.n_head} heads / {cfg.n_head_kv} KV heads, vocab {cfg.n_vocab}")
 """),
     md("""
@@ -143,7 +152,7 @@ ax.set_xlabel("token row (ticks: cu_seqlens)")
 ax.set_yticks([])
 ax.set_title("(a) the packed batch: N tokens, one span per sequence")
 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=3, frameon=False)
-plt.show()
+show(fig)
 """),
     code("""
 tables = batch.block_tables
@@ -166,7 +175,7 @@ axes[1].set_yticks([])
 axes[1].set_xlabel("physical block of the pool (white: free, still NaN)")
 axes[1].set_title("who owns each block")
 plt.tight_layout()
-plt.show()
+show(fig)
 """),
     code("""
 visible = np.full((batch.n_tokens, pool.num_slots), np.nan)
@@ -184,7 +193,7 @@ ax.set_xticks(range(0, pool.num_slots, BLOCK), [f"blk {b}" for b in range(pool.n
 ax.set_xlabel("KV slot of the pool")
 ax.set_title("(c) which (query, slot) pairs attention reads")
 ax.legend(loc="upper right", fontsize=8)
-plt.show()
+show(fig)
 print("visible pairs per query:", (~np.isnan(visible)).sum(axis=1).tolist(), "= positions + 1:", (batch.positions + 1).tolist())
 """),
     md("""

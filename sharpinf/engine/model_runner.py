@@ -14,10 +14,7 @@ from sharpinf.batch import Batch, SeqChunk
 from sharpinf.engine.scheduler import ScheduledChunk
 from sharpinf.forward import ForwardPass
 from sharpinf.kv_pool import KVPool
-try:
-    from sharpinf.ops.sampling import sample
-except ImportError:  # TEMP until the sampling kernel lands
-    sample = None
+from sharpinf.ops.sampling import sample
 
 
 @dataclass
@@ -44,10 +41,6 @@ class ModelRunner:
         samplers = [c.seq for c in chunks if c.samples]
         if not samplers:
             return [None] * len(chunks)
-        if sample is None:
-            rows = be.download(out.argmax).tolist()
-            chosen = iter(rows)
-            return [next(chosen) if c.samples else None for c in chunks]
         ids = be.empty((len(samplers),), np.int32)
         sample(be, out.logits, len(samplers), self.fp.cfg.n_vocab, [s.params for s in samplers],
                [s.seed for s in samplers], [len(s.output_ids) for s in samplers], [s.tokens for s in samplers], ids)

@@ -1,0 +1,131 @@
+"""`sharpinf bench [MODEL]`: the benchmark suites (throughput, decode, prefill, chunking).
+
+Each suite shows a progress bar and a results table, and writes DIR/<suite>.json and
+DIR/<suite>.png (DIR defaults to bench/results/<backend>/). With --json the tables go to
+stderr and stdout gets one JSON object: {"suites": {name: result}}.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from sharpinf.cli import app
+from sharpinf.errors import SharpinfError
+
+SUITE_NAMES = ("throughput", "decode", "prefill", "chunking")
+
+
+def _parse_suites(text: str) -> list[str]:
+    names = [s.strip().lower() for s in text.split(",") if s.strip()]
+    if not names or names == ["all"]:
+        return list(SUITE_NAMES)
+    bad = [n for n in names if n not in SUITE_NAMES]
+    if bad:
+        raise SharpinfError(f"unknown suite(s) {', '.join(bad)}: choose all or any of {', '.join(SUITE_NAMES)}")
+    return names
+
+
+def _parse_range(text: str | None, what: str) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        parts = [int(p) for p in text.replace(":", "-").split("-")]
+    except ValueError:
+        raise SharpinfError(f"{what} must be N or LO-HI, got {text!r}") from None
+    lo, hi = (parts[0], parts[0]) if len(parts) == 1 else (parts[0], parts[1]) if len(parts) == 2 else (0, -1)
+    if not 1 <= lo <= hi:
+        raise SharpinfError(f"{what} must be N or LO-HI with 1 <= LO <= HI, got {text!r}")
+    return lo, hi
+
+
+@app.command()
+def bench(
+    model: str = typer.Argument(None, help="Registered name or .gguf path (default: synthetic llama Q8_0, "
+                                           "n_embd=128, 2 layers; 'synth' names it too)."),
+    backend: str = typer.Option("auto", "--backend", help="emu, cuda, or auto."),
+    suite: str = typer.Option("all", "--suite", help="all, or any of throughput,decode,prefill,chunking (comma list)."),
+    out: Path = typer.Option(None, "--out", help="Results folder (default bench/results/<backend>/)."),
+    json_out: bool = typer.Option(False, "--json", help="Print all results as one JSON object on stdout."),
+    quick: bool = typer.Option(False, "--quick", help="Small sizes: a smoke run (tests use it)."),
+    requests: int = typer.Option(None, "--requests", help="throughput: number of requests."),
+    prompt_len: str = typer.Option(None, "--prompt-len", help="throughput: prompt length N or LO-HI."),
+    output_len: str = typer.Option(None, "--output-len", help="throughput: output length N or LO-HI."),
+    rate: float = typer.Option(None, "--rate", help="throughput: Poisson arrival rate (0 or inf: all at once)."),
+    rate_unit: str = typer.Option("step", "--rate-unit", help="throughput: rate per engine 'step' or per 's'."),
+    max_batched_tokens: int = typer.Option(None, "--max-batched-tokens", help="throughput: per-step token budget."),
+    num_blocks: int = typer.Option(None, "--num-blocks", help="throughput: KV pool blocks (default: sized by the engine)."),
+    batch_sizes: str = typer.Option(None, "--batch-sizes", help="decode: comma list of B, e.g. 1,2,4,8."),
+    context: int = typer.Option(None, "--context", help="decode: context length of every sequence."),
+    prefill_prompts: int = typer.Option(None, "--prefill-prompts", help="prefill: number of prompts S."),
+    prefill_len: int = typer.Option(None, "--prefill-len", help="prefill: tokens per prompt."),
+    budget: int = typer.Option(None, "--budget", help="chunking: per-step token budget."),
+    long_mult: int = typer.Option(None, "--long-mult", help="chunking: long prompt = this x the budget."),
+    repeats: int = typer.Option(None, "--repeats", help="decode/prefill: timed repeats."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the prompts and arrivals."),
+):
+    """Benchmarks of the engine and the forward pass, with tables, JSON and plots."""
+    from sharpinf.bench import SUITES
+    from sharpinf.bench.common import BenchContext, dumps, resolve_bench_model, write_json
+    from sharpinf.model.loader import load_model
+    from sharpinf.runtime.select import get_backend
+
+    names = _parse_suites(suite)
+    if rate_unit not in ("step", "s"):
+        raise SharpinfError(f"--rate-unit must be 'step' or 's', got {rate_unit!r}")
+    for name, v in (("--requests", requests), ("--max-batched-tokens", max_batched_tokens), ("--num-blocks", num_blocks),
+                    ("--context", context), ("--prefill-prompts", prefill_prompts), ("--prefill-len", prefill_len),
+                    ("--budget", budget), ("--long-mult", long_mult), ("--repeats", repeats)):
+        if v is not None and v < 1:
+            raise SharpinfError(f"{name} must be >= 1, got {v}")
+    if rate is not None and rate < 0:
+        raise SharpinfError(f"--rate must be >= 0, got {rate}")
+    bsizes = None
+    if batch_sizes is not None:
+        try:
+            bsizes = sorted({int(b) for b in batch_sizes.split(",") if b.strip()})
+        except ValueError:
+            raise SharpinfError(f"--batch-sizes must be a comma list of integers, got {batch_sizes!r}") from None
+        if not bsizes or bsizes[0] < 1:
+            raise SharpinfError(f"--batch-sizes must be integers >= 1, got {batch_sizes!r}")
+    plen, olen = _parse_range(prompt_len, "--prompt-len"), _parse_range(output_len, "--output-len")
+
+    console = Console(stderr=json_out, highlight=False)
+    be = get_backend(backend)
+    path, label = resolve_bench_model(model)
+    loaded = load_model(path)
+    out_dir = Path(out) if out is not None else Path("bench") / "results" / be.name
+    ctx = BenchContext(be, loaded, label, out_dir, quick=quick, console=console, seed=seed)
+    on_gpu = ctx.on_gpu
+    console.print(f"[bold]sharpinf bench[/] {label} on {be.name} -> {out_dir}/  suites: {', '.join(names)}"
+                  + (" (quick)" if quick else ""))
+
+    overrides = {
+        "throughput": dict(requests=requests, prompt_len=plen, output_len=olen, rate=rate, rate_unit=rate_unit,
+                           max_num_batched_tokens=max_batched_tokens, num_blocks=num_blocks),
+        "decode": dict(batch_sizes=bsizes, context=context, repeats=repeats),
+        "prefill": dict(prompts=prefill_prompts, prompt_len=prefill_len, repeats=repeats),
+        "chunking": dict(budget=budget, long_mult=long_mult),
+    }
+    docs = {}
+    for name in names:
+        mod = SUITES[name]
+        kw = mod.defaults(on_gpu, quick)
+        kw.update({k: v for k, v in overrides[name].items() if v is not None})
+        t0 = time.perf_counter()
+        try:
+            doc = mod.run(ctx, **kw)
+        except ValueError as exc:  # sizes that cannot fit this model
+            raise SharpinfError(f"{name}: {exc}") from None
+        doc["wall_s"] = time.perf_counter() - t0
+        json_path = write_json(out_dir / f"{name}.json", doc)
+        png = mod.plot(doc, out_dir / f"{name}.png")
+        console.print(mod.table(doc))
+        console.print(f"  wrote {json_path}" + (f" and {png}" if png else " (no plot: matplotlib not installed)")
+                      + f"  [{doc['wall_s']:.1f} s]")
+        docs[name] = doc
+    if json_out:
+        print(dumps({"suites": docs}))
