@@ -8,8 +8,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Tolerance:
     max_abs_dlogit: float  # largest |logit difference| allowed at any position
-    min_top5_overlap: int  # of 5
-    argmax_equal: bool  # the greedy token must agree
+    min_top5_overlap: int  # of 5, at the worst position (ranks 5/6 may swap at a near-tie)
+    argmax_equal: bool  # the greedy token must agree, except at a near-tie the measured
+    #                     error explains (reference top-2 gap <= 2 * max |dlogit|)
     why: str
 
 
@@ -32,5 +33,5 @@ KERNEL_VS_REFERENCE_BOUND = {"f32": 2e-3, "f16": 3e-2, "bf16": 3e-2, "q8_0": 0.3
 def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0) -> Tolerance:
     """logit_scale = max |reference logit| / 10 (at least 1) widens the bound for synthetic
     models, whose logits run larger than a real model's."""
-    return Tolerance(KERNEL_VS_REFERENCE_BOUND[kv_dtype] * max(1.0, logit_scale), 5 if kv_dtype != "q8_0" else 4, True,
+    return Tolerance(KERNEL_VS_REFERENCE_BOUND[kv_dtype] * max(1.0, logit_scale), 4, True,
                      f"float32 kernels vs float32 reference, both rounding KV to {kv_dtype}")

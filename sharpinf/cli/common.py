@@ -9,7 +9,8 @@ from rich.console import Console
 
 from sharpinf.errors import SharpinfError
 
-console = Console(highlight=False)
+# Piped or logged output keeps whole table rows instead of wrapping them at 80 columns.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, highlight=False)
 
 

@@ -31,11 +31,33 @@ def model_facts(m) -> dict:
     }
 
 
+def kv_budget_facts(m, backend: str, kv_dtype: str, gpu_memory_utilization: float, num_blocks: int | None) -> dict:
+    """Phase 0 as the engine runs it: upload the weights, then size the KV pool."""
+    from sharpinf.engine.config import EngineConfig
+    from sharpinf.engine.kv_budget import plan_kv_budget
+    from sharpinf.forward import ForwardPass
+    from sharpinf.runtime.select import get_backend
+
+    be = get_backend(backend)
+    ec = EngineConfig(backend=be.name, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
+                      num_blocks=num_blocks)
+    ForwardPass(m, be)  # the weights take their place before free memory is measured
+    return {"backend": be.name, **plan_kv_budget(be, m.config, ec).to_json()}
+
+
 @app.command()
 def info(model: str = typer.Argument(..., help="Registered name or path to a .gguf."),
+         backend: str = typer.Option(None, help="Also run Phase 0 on this backend (cuda, emu, auto): upload the "
+                                     "weights, measure free memory and host-to-device bandwidth, size the KV pool."),
+         kv_dtype: str = typer.Option("fp16", help="KV dtype for the budget: fp16, bf16, fp32, q8_0."),
+         gpu_memory_utilization: float = typer.Option(0.9, help="Share of the GPU the engine may use."),
+         num_blocks: int = typer.Option(None, help="Fixed KV pool size in blocks (the emulator's budget)."),
          json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    """Architecture, dimensions, a table of tensor types and sizes, KV bytes per token."""
-    facts = model_facts(load(model))
+    """Architecture, dimensions, a table of tensor types and sizes, KV bytes per token (and the KV budget)."""
+    loaded = load(model)
+    facts = model_facts(loaded)
+    if backend is not None:
+        facts["kv_budget"] = kv_budget_facts(loaded, backend, kv_dtype, gpu_memory_utilization, num_blocks)
     if json_out:
         return print_json(facts)
     cfg = facts["config"]
@@ -54,3 +76,11 @@ def info(model: str = typer.Argument(..., help="Registered name or path to a .gg
     for k, v in facts["kv_bytes_per_token"].items():
         kv.add_row(k, f"{v:,.0f}")
     console.print(kv)
+    if "kv_budget" in facts:
+        b = facts["kv_budget"]
+        bt = Table("field", "value", show_header=False, title=f"KV budget on {b['backend']} ({b['source']})")
+        bt.add_row("pool", f"{b['num_blocks']:,} blocks x {b['block_size']} = {b['tokens']:,} tokens ({b['kv_dtype']})")
+        if b["free_bytes"] is not None:
+            bt.add_row("device memory", f"{b['free_bytes'] / 2**30:.2f} GiB free of {b['total_bytes'] / 2**30:.2f} GiB")
+        bt.add_row("host->device (pinned)", "-" if b["h2d_gb_per_s"] is None else f"{b['h2d_gb_per_s']:.1f} GB/s")
+        console.print(bt)

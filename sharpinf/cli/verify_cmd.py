@@ -29,6 +29,7 @@ def run_cases(cases, quiet: bool):
 
 def results_table(results) -> Table:
     t = Table("oracle", "case", "max |dlogit|", "top-5 overlap", "argmax", "verdict", title="sharpinf verify")
+    t.columns[0].no_wrap = True
     for r in results:
         t.add_row(
             r.oracle, r.case,

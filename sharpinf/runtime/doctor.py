@@ -28,11 +28,15 @@ def _gxx() -> str | None:
 
 
 def _gpu() -> dict[str, Any] | None:
-    """The CUDA backend's own description, or None when no GPU is usable."""
+    """The CUDA backend's own description plus the measured pinned host-to-device rate,
+    or None when no GPU is usable."""
     try:
         from sharpinf.runtime.cuda_backend import CudaBackend
 
-        return CudaBackend().describe()
+        be = CudaBackend()
+        facts = be.describe()
+        facts["h2d_pinned_gb_per_s"] = round(be.h2d_bandwidth(), 2)
+        return facts
     except Exception:
         return None
 
@@ -85,6 +89,7 @@ def collect() -> dict[str, Any]:
         "cache_root": str(root),
         "caches": caches,
         "advice": advice,
+        "kv_budget": "see `sharpinf info MODEL --backend cuda`: tokens of KV that fit after the weights",
     }
 
 
