@@ -38,8 +38,14 @@ def _f32(a: np.ndarray) -> np.ndarray:
 
 def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """x: [..., d] -> x / sqrt(mean(x^2) + eps) * weight."""
-    ms = np.mean(x * x, axis=-1, keepdims=True, dtype=F32)
+    ms = np.square(x).sum(axis=-1, keepdims=True) / F32(x.shape[-1])
     return _f32(x / np.sqrt(ms + F32(eps)) * weight)
+
+
+def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x [T, in] @ w[out, in]^T, computed as (w @ x^T)^T: BLAS then walks w's rows in
+    memory order (the reference is bound by reading the weights)."""
+    return _f32((w @ x.T).T)
 
 
 def rope_cos_sin(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -50,17 +56,17 @@ def rope_cos_sin(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> np.ndarray:
-    """x: [T, heads, d]; rotate each pair by its angle. `norm`: (2i, 2i+1); `neox`: (i, i + d/2)."""
-    c, s = cos[:, None, :], sin[:, None, :]
+    """x: [T, heads, d]; rotate each pair (a, b) by its angle: (a cos - b sin, a sin + b cos).
+
+    A pair is the complex number a + ib and the rotation a product with cos + i sin.
+    `norm`: pairs (2i, 2i+1), adjacent, so x viewed as complex64 *is* the pairs;
+    `neox`: pairs (i, i + d/2), the two halves."""
+    rot = (cos + 1j * sin).astype(np.complex64)[:, None, :]  # [T, 1, d/2]
     if style == "norm":
-        a, b = x[..., 0::2], x[..., 1::2]
-        out = np.empty_like(x)
-        out[..., 0::2] = a * c - b * s
-        out[..., 1::2] = a * s + b * c
-        return _f32(out)
+        return _f32((np.ascontiguousarray(x).view(np.complex64) * rot).view(F32))
     half = x.shape[-1] // 2
-    a, b = x[..., :half], x[..., half:]
-    return _f32(np.concatenate([a * c - b * s, a * s + b * c], axis=-1))
+    z = (x[..., :half] + 1j * x[..., half:]).astype(np.complex64) * rot
+    return _f32(np.concatenate([z.real, z.imag], axis=-1))
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -164,12 +170,11 @@ class Reference:
         cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
         # causal mask over the whole context: query t (absolute start+t) sees keys 0..start+t
         mask = np.where(np.arange(start + T)[None, :] <= positions[:, None], F32(0), F32(-np.inf))
-        scale = F32(1.0 / np.sqrt(cfg.head_dim))
 
         x = self.token_embd[ids]  # [T, d]
         for li, L in enumerate(self.layers):
             h = rmsnorm(x, L.attn_norm, cfg.rms_eps)
-            qkv = h @ L.wqkv.T
+            qkv = linear(h, L.wqkv)
             if L.bqkv is not None:
                 qkv = qkv + L.bqkv
             q = qkv[:, : cfg.q_dim].reshape(T, cfg.n_head, cfg.head_dim)
@@ -178,25 +183,31 @@ class Reference:
             if L.q_norm is not None:
                 q = rmsnorm(q, L.q_norm, cfg.rms_eps)
                 k = rmsnorm(k, L.k_norm, cfg.rms_eps)
-            q = apply_rope(q, cos, sin, cfg.rope_style)
-            k = apply_rope(k, cos, sin, cfg.rope_style)
+            # Q and K heads rotate alike: one call over [T, n_head + n_head_kv, d]
+            qk = apply_rope(np.concatenate([q, k], axis=1), cos, sin, cfg.rope_style)
+            q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]
             cache.k[li, start : start + T] = self._stored(k)
             cache.v[li, start : start + T] = self._stored(v)
-            keys = cache.k[li, : start + T]  # [S, kv_heads, d]
-            vals = cache.v[li, : start + T]
-            attn = np.empty((T, cfg.n_head, cfg.head_dim), F32)
-            for kvh in range(cfg.n_head_kv):
-                heads = slice(kvh * cfg.gqa_group, (kvh + 1) * cfg.gqa_group)  # query heads of this KV head
-                s = np.einsum("thd,sd->hts", q[:, heads], keys[:, kvh]) * scale + mask  # [g, T, S]
-                p = np.exp(s - s.max(axis=-1, keepdims=True))
-                p /= p.sum(axis=-1, keepdims=True)
-                attn[:, heads] = np.einsum("hts,sd->thd", p, vals[:, kvh])
-            x = _f32(x + attn.reshape(T, cfg.q_dim) @ L.wo.T)
+            x = _f32(x + linear(self._attention(q, cache.k[li, : start + T], cache.v[li, : start + T], mask), L.wo))
             h = rmsnorm(x, L.ffn_norm, cfg.rms_eps)
-            gu = h @ L.w_gate_up.T
-            x = _f32(x + (silu(gu[:, : cfg.n_ff]) * gu[:, cfg.n_ff :]) @ L.w_down.T)
+            gu = linear(h, L.w_gate_up)
+            x = _f32(x + linear(silu(gu[:, : cfg.n_ff]) * gu[:, cfg.n_ff :], L.w_down))
         cache.length = start + T
-        return _f32(rmsnorm(x, self.output_norm, cfg.rms_eps) @ self.output.T)
+        return linear(rmsnorm(x, self.output_norm, cfg.rms_eps), self.output)
+
+    def _attention(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Causal GQA attention. q [T, H, d]; keys, vals [S, H_kv, d]; mask [T, S] -> [T, H * d].
+
+        Query heads are grouped by the KV head they read (h // group), so each group is
+        one batched matmul against its own keys."""
+        cfg = self.cfg
+        T, g = q.shape[0], cfg.gqa_group
+        qg = q.reshape(T, cfg.n_head_kv, g, cfg.head_dim).transpose(1, 2, 0, 3)  # [H_kv, g, T, d]
+        scores = qg @ keys.transpose(1, 2, 0)[:, None] * F32(1.0 / np.sqrt(cfg.head_dim)) + mask  # [H_kv, g, T, S]
+        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        out = p @ vals.transpose(1, 0, 2)[:, None]  # [H_kv, g, T, d]
+        return _f32(out.transpose(2, 0, 1, 3).reshape(T, cfg.q_dim))
 
     def logits(self, token_ids) -> np.ndarray:
         """Teacher-forced logits [T, vocab] for a whole sequence from an empty cache."""
