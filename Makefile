@@ -17,7 +17,7 @@ install: $(STAMP)
 
 demo: install
 	$(VENV)/bin/sharpinf models pull smollm2-135m
-	$(VENV)/bin/sharpinf verify smollm2-135m
+	$(VENV)/bin/sharpinf verify smollm2-135m   # auto: the GPU if usable, else the CPU emulator (~2 min)
 	$(VENV)/bin/sharpinf generate smollm2-135m --chat "What is the capital of France?" --max-tokens 48
 
 # The whole suite: NVRTC compile check of every kernel (sm_80, sm_90), then pytest

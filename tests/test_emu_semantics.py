@@ -100,6 +100,25 @@ def test_two_dimensional_block(ordered):
     np.testing.assert_array_equal(y.reshape(16, 16), x.reshape(16, 16).T)
 
 
+def test_floats_survive_first_static_shared_access():
+    # Regression: row 0 of softmax came out NaN/inf in the full reverse-order suite. With
+    # -mtls-dialect=gnu2 on glibc < 2.40, the first access to a module's thread_local
+    # (static __shared__) in a thread ran glibc's TLS slow path, which clobbered the xmm
+    # registers g++ keeps floats in across that access; here thread 0's sum came out wrong.
+    be = EmuBackend(order="forward")  # thread 0 makes the module's first TLS access
+    k = be.kernel(src("tls_live.cu"), "live_across_first_shared")
+    inp = np.arange(1, 13, dtype=np.float32) / 8
+    out = np.zeros(32, np.float32)
+    be.launch(k, 1, 32, [inp, out, np.int32(1)])
+    a = inp[None, :] * np.arange(1, 33, dtype=np.float32)[:, None]
+    want = (a * np.arange(1, 13, dtype=np.float32)).sum(1) + a[:, 0] + a[:, 1]
+    np.testing.assert_array_equal(out, want.astype(np.float32))
+
+
+def test_tls_descriptors_only_where_glibc_preserves_vector_registers():
+    assert ("-mtls-dialect=gnu2" in build.BASE_FLAGS) <= build.tlsdesc_is_safe()
+
+
 # -- warp shuffles and votes -----------------------------------------------------------------------
 def shfl_model(a: np.ndarray, op: str, arg: int, width: int) -> np.ndarray:
     out = np.empty_like(a)

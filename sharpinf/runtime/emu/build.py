@@ -26,9 +26,35 @@ from sharpinf.runtime.emu.source import entry_names, local_headers, rewrite_dyna
 
 RUNTIME_SOURCES = ("emu_sched.cpp", "emu_fiber.cpp")
 BASE_FLAGS = ["-O2", "-march=native", "-fPIC", "-std=c++17", "-fno-strict-aliasing", "-fvisibility=hidden"]
-if platform.machine() in ("x86_64", "AMD64"):
+
+
+def _glibc_version() -> tuple[int, int]:
+    try:
+        name, ver = os.confstr("CS_GNU_LIBC_VERSION").split()  # "glibc 2.36"
+        major, minor = ver.split(".")[:2]
+        return (int(major), int(minor)) if name == "glibc" else (0, 0)
+    except (AttributeError, ValueError, OSError):
+        return (0, 0)
+
+
+def tlsdesc_is_safe() -> bool:
+    """Whether -mtls-dialect=gnu2 (TLS descriptors) is safe with this C library.
+
+    g++ assumes a TLS descriptor call preserves every register but %rax, vector
+    registers included, and keeps floats live in xmm registers across it. Before
+    glibc 2.40 (BZ #31372) the slow path of _dl_tlsdesc_dynamic - the first access
+    to a dlopen'ed module's TLS in a thread, or the first after another dlopen -
+    calls __tls_get_addr -> malloc/memcpy/memset, which clobber xmm registers: a
+    kernel storing a float to a static __shared__ array (thread_local here) could
+    store garbage, depending on how many modules the process had loaded."""
+    return _glibc_version() >= (2, 40)
+
+
+if platform.machine() in ("x86_64", "AMD64") and tlsdesc_is_safe():
     # TLS descriptors: threadIdx & co. live in TLS of a dlopen'ed module; this
-    # makes each access a cheap indirect call instead of __tls_get_addr.
+    # makes each access a cheap indirect call instead of __tls_get_addr. Older
+    # glibc gets the classic __tls_get_addr sequence: an ordinary call, so the
+    # compiler treats the vector registers as clobbered (see tlsdesc_is_safe).
     BASE_FLAGS.append("-mtls-dialect=gnu2")
 
 _lock = threading.Lock()
