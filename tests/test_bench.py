@@ -25,3 +25,16 @@ def test_bench_all_suites_write_json_and_plots(tmp_path, capsys):
     assert pre["packed"]["tokens"] == pre["sequential"]["tokens"] > 0
     printed = json.loads(capsys.readouterr().out)
     assert set(printed["suites"]) == {"throughput", "decode", "prefill", "chunking"}
+
+
+def test_single_stream_script_runs_on_the_emulator(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "bench" / "single_stream.py"
+    proc = subprocess.run([sys.executable, str(script), "--model", "synth", "--backend", "emu", "--prompt", "32",
+                           "--decode", "4", "--repeats", "1"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["backend"] == "emu" and out["decode_tokens_per_s"] > 0 and out["prefill_tokens_per_s"] > 0
