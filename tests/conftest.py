@@ -8,12 +8,14 @@ on the CPU emulator in CI and on the GPU when one is present.
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 from hypothesis import settings
 
 # Kernel builds make a first example slow; a deadline would turn that into a flaky failure.
-settings.register_profile("sharpinf", deadline=None)
+# In CI the examples are derandomized (the same every run); locally they keep exploring.
+settings.register_profile("sharpinf", deadline=None, derandomize=bool(os.environ.get("CI")), print_blob=True)
 settings.load_profile("sharpinf")
 
 
