@@ -20,9 +20,10 @@ def kernels_dir() -> Path:
     if (local / "common.cuh").is_file():
         return local
     try:
-        from importlib.resources import files
+        import importlib.util
 
-        installed = Path(str(files("sharpinf_kernels")))
+        # a namespace package (no __init__.py): its folder is its one search location
+        installed = Path(list(importlib.util.find_spec("sharpinf_kernels").submodule_search_locations)[0])
     except Exception as exc:  # not installed, or not a real folder
         raise BackendError(f"kernel sources not found: no {local} and no package sharpinf_kernels ({exc})") from exc
     if not (installed / "common.cuh").is_file():
