@@ -112,6 +112,8 @@ class Batch:
             raise BatchError(f"block_tables must be [S={S}, max_blocks], got {self.block_tables.shape}")
         if n_vocab is not None and (self.token_ids.min() < 0 or self.token_ids.max() >= n_vocab):
             raise BatchError(f"token id out of range [0, {n_vocab})")
+        if np.any(self.slot_mapping < 0) or np.any(self.slot_mapping >= num_blocks * bs):
+            raise BatchError(f"slot_mapping out of range [0, {num_blocks * bs})")
         for s in range(S):
             a, b = int(cu[s]), int(cu[s + 1])
             ctx = int(self.context_lens[s])
@@ -130,8 +132,6 @@ class Batch:
             expect = table[self.positions[a:b] // bs].astype(np.int64) * bs + self.positions[a:b] % bs
             if not np.array_equal(self.slot_mapping[a:b], expect):
                 raise BatchError(f"sequence {s}: slot_mapping disagrees with its block table and positions")
-        if np.any(self.slot_mapping < 0) or np.any(self.slot_mapping >= num_blocks * bs):
-            raise BatchError(f"slot_mapping out of range [0, {num_blocks * bs})")
         if len(np.unique(self.slot_mapping)) != N:
             raise BatchError("slot_mapping repeats a slot: two tokens would write the same KV entry")
         if len(self.logits_rows) and (self.logits_rows.min() < 0 or self.logits_rows.max() >= N):
