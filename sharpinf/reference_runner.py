@@ -5,20 +5,9 @@ from __future__ import annotations
 from typing import Callable
 
 from oracles.reference import Reference
-from sharpinf.errors import RequestError
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.sampling import HostSampler, SamplingParams
-from sharpinf.textgen import GenerationResult, StopChecker
-
-
-def check_prompt(prompt_ids: list[int], n_vocab: int, context_length: int) -> None:
-    if not prompt_ids:
-        raise RequestError("empty prompt: give at least one token")
-    if len(prompt_ids) >= context_length:
-        raise RequestError(f"prompt of {len(prompt_ids)} tokens leaves no room in the context of {context_length}")
-    bad = [t for t in prompt_ids if not 0 <= t < n_vocab]
-    if bad:
-        raise RequestError(f"token id(s) {bad[:5]} out of range [0, {n_vocab})")
+from sharpinf.textgen import GenerationResult, StopChecker, check_prompt
 
 
 def generate_reference(ref: Reference, tok: Tokenizer, prompt_ids: list[int], params: SamplingParams,

@@ -8,10 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sharpinf.errors import RequestError
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.sampling import SamplingParams
 
 FINISH_REASONS = ("stop", "length", "context", "aborted", "rejected")
+
+
+def check_prompt(prompt_ids: list[int], n_vocab: int, context_length: int) -> None:
+    """What makes any prompt impossible, on every path: empty, unknown ids, no room left."""
+    if not prompt_ids:
+        raise RequestError("empty prompt: give at least one token")
+    bad = [t for t in prompt_ids if not 0 <= t < n_vocab]
+    if bad:
+        raise RequestError(f"token id(s) {bad[:5]} out of range [0, {n_vocab})")
+    if len(prompt_ids) >= context_length:
+        raise RequestError(f"prompt of {len(prompt_ids)} tokens does not fit the context length {context_length}")
 
 
 @dataclass

@@ -16,10 +16,9 @@ err_console = Console(stderr=True, highlight=False)
 
 def load(model: str):
     """A registered name (pulled on first use, with a progress bar) or a GGUF path -> LoadedModel."""
-    from sharpinf.model.loader import load_model
-    from sharpinf.model.registry import resolve_model
+    from sharpinf.model.registry import open_model
 
-    return load_model(resolve_model(model))
+    return open_model(model)
 
 
 def tokenizer_of(loaded):

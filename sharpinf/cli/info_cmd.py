@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import asdict
 
@@ -10,6 +11,7 @@ from rich.table import Table
 
 from sharpinf.cli import app
 from sharpinf.cli.common import console, load, print_json
+from sharpinf.kv_pool import kv_bytes_per_slot
 
 
 def model_facts(m) -> dict:
@@ -18,7 +20,7 @@ def model_facts(m) -> dict:
     for t in m.tensors.values():
         row = by_type[t.qtype_name]
         row["tensors"] += 1
-        row["params"] += int(__import__("math").prod(t.shape))
+        row["params"] += int(math.prod(t.shape))
         row["bytes"] += int(t.nbytes)
     return {
         "path": str(m.path),
@@ -26,8 +28,7 @@ def model_facts(m) -> dict:
         "n_params": sum(r["params"] for r in by_type.values()),
         "tensor_types": dict(by_type),
         "tied_output": cfg.tied_output,
-        "kv_bytes_per_token": {"fp16": cfg.kv_bytes_per_token(2), "fp32": cfg.kv_bytes_per_token(4),
-                               "q8_0": cfg.kv_bytes_per_token(34 / 32)},
+        "kv_bytes_per_token": {name: kv_bytes_per_slot(cfg, name) for name in ("fp16", "bf16", "fp32", "q8_0")},
     }
 
 

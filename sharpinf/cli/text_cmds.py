@@ -230,7 +230,7 @@ def score(
 
 
 def teacher_forced_logits(loaded, ids: list[int], backend: str) -> np.ndarray:
-    from sharpinf.reference_runner import check_prompt
+    from sharpinf.textgen import check_prompt
 
     check_prompt(ids, loaded.config.n_vocab, loaded.config.context_length + 1)
     backend = pick_backend(backend)

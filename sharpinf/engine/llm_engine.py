@@ -24,12 +24,13 @@ from sharpinf.engine.sequence import Sequence, Status
 from sharpinf.errors import RequestError
 from sharpinf.forward import ForwardPass
 from sharpinf.kv_pool import KVPool
-from sharpinf.model.loader import LoadedModel, load_model
+from sharpinf.model.loader import LoadedModel
+from sharpinf.model.registry import open_model
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.runtime.backend import Backend
 from sharpinf.runtime.select import get_backend
 from sharpinf.sampling import SamplingParams
-from sharpinf.textgen import StopChecker
+from sharpinf.textgen import StopChecker, check_prompt
 
 Prompt = str | list[int] | list[dict]  # text, token ids, or a chat (list of {"role", "content"})
 
@@ -73,19 +74,11 @@ class EngineMetrics:
         }
 
 
-def _load(model) -> LoadedModel:
-    if isinstance(model, LoadedModel):
-        return model
-    from sharpinf.model.registry import resolve_model
-
-    return load_model(resolve_model(model) if not isinstance(model, Path) else model)
-
-
 class LLMEngine:
     def __init__(self, model: str | Path | LoadedModel, backend: str | Backend | None = None, **config):
         self.config = EngineConfig(backend=backend if isinstance(backend, str) or backend is None else backend.name, **config)
         self.backend = backend if isinstance(backend, Backend) else get_backend(self.config.backend)
-        self.model = _load(model)
+        self.model = open_model(model)
         self.cfg = self.model.config
         self.tokenizer = Tokenizer.from_gguf_metadata(self.model.metadata, where=str(self.model.path))
         self.fp = ForwardPass(self.model, self.backend)
@@ -112,13 +105,7 @@ class LLMEngine:
     def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Everything that would make a request impossible, said now rather than later."""
         ctx, n = self.cfg.context_length, len(prompt_ids)
-        if n == 0:
-            raise RequestError("empty prompt: give at least one token")
-        bad = [t for t in prompt_ids if not 0 <= t < self.cfg.n_vocab]
-        if bad:
-            raise RequestError(f"token id(s) {bad[:5]} out of range [0, {self.cfg.n_vocab})")
-        if n >= ctx:
-            raise RequestError(f"prompt of {n} tokens does not fit the context length {ctx}")
+        check_prompt(prompt_ids, self.cfg.n_vocab, ctx)
         total = ctx if params.max_tokens is None else n + params.max_tokens
         if total > ctx:
             raise RequestError(f"prompt ({n}) + max_tokens ({params.max_tokens}) = {total} exceeds the context length {ctx}")

@@ -161,3 +161,12 @@ def resolve_model(model: str | os.PathLike, pull_missing: bool = True, quiet: bo
     if p.is_file():
         return p
     raise SharpinfError(f"'{s}' is neither a registered model ({', '.join(REGISTRY)}) nor a file")
+
+
+def open_model(model):
+    """A registered name, a .gguf path, or an already loaded model -> LoadedModel."""
+    from sharpinf.model.loader import LoadedModel, load_model
+
+    if isinstance(model, LoadedModel):
+        return model
+    return load_model(resolve_model(model))
