@@ -1,10 +1,9 @@
 // attention.cu -- varlen paged causal attention over a packed batch (prefill chunks and
 // decodes alike), reading keys and values through each sequence's block table.
 //
-//   attention_<kv>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
-//                  cu_seqlens, positions, out, n_tokens, n_seqs, n_heads, n_kv_heads,
-//                  head_dim, block_size, scale)                  (head_dim 16, 32, 64 or 128)
-//   attention_<kv>_d<HD>(same arguments)                          (head_dim == HD only)
+//   attention_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
+//                        cu_seqlens, positions, out, n_tokens, n_seqs, n_heads, n_kv_heads,
+//                        head_dim, block_size, scale)           (HD = head_dim: 16, 32, 64 or 128)
 // <kv> in f16, bf16, f32, q8_0 (the cache layouts of kv_cache.cu); q8_0 needs head_dim 32, 64, 128.
 //
 // Inputs:
@@ -221,59 +220,50 @@ template <int HD> __device__ __forceinline__ void attn_bf16(ATTN_ARGS) {
 template <int HD> __device__ __forceinline__ void attn_q8_0(ATTN_ARGS) { attention_q8<HD>(ATTN_PASS_ALL); }
 
 // Entries are spelled out one by one: the emulator finds kernels by their literal declarations.
-// attention_<kv>_d<HD>: head_dim == HD (what the launcher uses; registers sized for HD);
-// attention_<kv>: dispatches on head_dim at run time (registers sized for the largest).
+// attention_<kv>_d<HD> serves head_dim == HD (registers sized for HD); each is compiled only
+// when wanted (SHARPINF_WANT, common.cuh).
+#if SHARPINF_WANT(attention_f32_d16)
 extern "C" __global__ void attention_f32_d16(ATTN_ARGS) { attn_f32<16>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_f32_d32)
 extern "C" __global__ void attention_f32_d32(ATTN_ARGS) { attn_f32<32>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_f32_d64)
 extern "C" __global__ void attention_f32_d64(ATTN_ARGS) { attn_f32<64>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_f32_d128)
 extern "C" __global__ void attention_f32_d128(ATTN_ARGS) { attn_f32<128>(ATTN_PASS_ALL); }
-extern "C" __global__ void attention_f32(ATTN_ARGS) {
-    switch (head_dim) {
-        case 16: attn_f32<16>(ATTN_PASS_ALL); break;
-        case 32: attn_f32<32>(ATTN_PASS_ALL); break;
-        case 64: attn_f32<64>(ATTN_PASS_ALL); break;
-        case 128: attn_f32<128>(ATTN_PASS_ALL); break;
-        default: break;
-    }
-}
-
+#endif
+#if SHARPINF_WANT(attention_f16_d16)
 extern "C" __global__ void attention_f16_d16(ATTN_ARGS) { attn_f16<16>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_f16_d32)
 extern "C" __global__ void attention_f16_d32(ATTN_ARGS) { attn_f16<32>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_f16_d64)
 extern "C" __global__ void attention_f16_d64(ATTN_ARGS) { attn_f16<64>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_f16_d128)
 extern "C" __global__ void attention_f16_d128(ATTN_ARGS) { attn_f16<128>(ATTN_PASS_ALL); }
-extern "C" __global__ void attention_f16(ATTN_ARGS) {
-    switch (head_dim) {
-        case 16: attn_f16<16>(ATTN_PASS_ALL); break;
-        case 32: attn_f16<32>(ATTN_PASS_ALL); break;
-        case 64: attn_f16<64>(ATTN_PASS_ALL); break;
-        case 128: attn_f16<128>(ATTN_PASS_ALL); break;
-        default: break;
-    }
-}
-
+#endif
+#if SHARPINF_WANT(attention_bf16_d16)
 extern "C" __global__ void attention_bf16_d16(ATTN_ARGS) { attn_bf16<16>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_bf16_d32)
 extern "C" __global__ void attention_bf16_d32(ATTN_ARGS) { attn_bf16<32>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_bf16_d64)
 extern "C" __global__ void attention_bf16_d64(ATTN_ARGS) { attn_bf16<64>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_bf16_d128)
 extern "C" __global__ void attention_bf16_d128(ATTN_ARGS) { attn_bf16<128>(ATTN_PASS_ALL); }
-extern "C" __global__ void attention_bf16(ATTN_ARGS) {
-    switch (head_dim) {
-        case 16: attn_bf16<16>(ATTN_PASS_ALL); break;
-        case 32: attn_bf16<32>(ATTN_PASS_ALL); break;
-        case 64: attn_bf16<64>(ATTN_PASS_ALL); break;
-        case 128: attn_bf16<128>(ATTN_PASS_ALL); break;
-        default: break;
-    }
-}
-
+#endif
+#if SHARPINF_WANT(attention_q8_0_d32)
 extern "C" __global__ void attention_q8_0_d32(ATTN_ARGS) { attn_q8_0<32>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_q8_0_d64)
 extern "C" __global__ void attention_q8_0_d64(ATTN_ARGS) { attn_q8_0<64>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_q8_0_d128)
 extern "C" __global__ void attention_q8_0_d128(ATTN_ARGS) { attn_q8_0<128>(ATTN_PASS_ALL); }
-extern "C" __global__ void attention_q8_0(ATTN_ARGS) {
-    switch (head_dim) {
-        case 32: attn_q8_0<32>(ATTN_PASS_ALL); break;
-        case 64: attn_q8_0<64>(ATTN_PASS_ALL); break;
-        case 128: attn_q8_0<128>(ATTN_PASS_ALL); break;
-        default: break;
-    }
-}
-
+#endif

@@ -34,6 +34,19 @@
 
 #define SHARPINF_FULL_MASK 0xffffffffu
 
+// --- entry-point selection ----------------------------------------------------------
+// A backend may compile a file for only the entry points a model uses (the GPU backend
+// does, at ForwardPass construction: compiling every weight type's matmul takes seconds).
+// It then defines SHARPINF_SELECT, and SHARPINF_WANT_<p>=1 for each requested entry name and
+// each of its '_'-prefixes: attention_f16_d64 -> attention_f16_d64, attention_f16, attention.
+// A file wraps groups of entries in #if SHARPINF_WANT(group). Without SHARPINF_SELECT (the
+// emulator, the NVRTC compile check) every entry point is compiled.
+#ifdef SHARPINF_SELECT
+#define SHARPINF_WANT(group) (SHARPINF_WANT_##group + 0)
+#else
+#define SHARPINF_WANT(group) 1
+#endif
+
 // --- fp16 / bf16 conversions ----------------------------------------------------
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }

@@ -135,9 +135,11 @@ __device__ __forceinline__ void matmul_rows(const unsigned char* __restrict__ W,
     }
 }
 
-// The entry points, one per type (written out: the emulator's launcher reads these signatures).
+// The entry points, one per type (written out: the emulator's launcher reads these signatures),
+// each type's pair compiled only when wanted (SHARPINF_WANT, common.cuh).
 // matmul_<type>_ys is the same with Y rows y_stride floats apart (Y points at the first output
 // column), so several matmuls can fill column ranges of one fused buffer.
+#if SHARPINF_WANT(matmul_f32)
 extern "C" __global__ void matmul_f32(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_F32>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -146,6 +148,8 @@ extern "C" __global__ void matmul_f32_ys(const unsigned char* W, const float* X,
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_F32>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif
+#if SHARPINF_WANT(matmul_f16)
 extern "C" __global__ void matmul_f16(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_F16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -154,6 +158,8 @@ extern "C" __global__ void matmul_f16_ys(const unsigned char* W, const float* X,
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_F16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif
+#if SHARPINF_WANT(matmul_bf16)
 extern "C" __global__ void matmul_bf16(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_BF16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -162,6 +168,8 @@ extern "C" __global__ void matmul_bf16_ys(const unsigned char* W, const float* X
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_BF16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif
+#if SHARPINF_WANT(matmul_q8_0)
 extern "C" __global__ void matmul_q8_0(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_Q8_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -170,6 +178,8 @@ extern "C" __global__ void matmul_q8_0_ys(const unsigned char* W, const float* X
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_Q8_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif
+#if SHARPINF_WANT(matmul_q4_0)
 extern "C" __global__ void matmul_q4_0(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_Q4_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -178,6 +188,8 @@ extern "C" __global__ void matmul_q4_0_ys(const unsigned char* W, const float* X
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_Q4_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif
+#if SHARPINF_WANT(matmul_q4_1)
 extern "C" __global__ void matmul_q4_1(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_Q4_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -186,6 +198,8 @@ extern "C" __global__ void matmul_q4_1_ys(const unsigned char* W, const float* X
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_Q4_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif
+#if SHARPINF_WANT(matmul_q5_0)
 extern "C" __global__ void matmul_q5_0(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_Q5_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -194,6 +208,8 @@ extern "C" __global__ void matmul_q5_0_ys(const unsigned char* W, const float* X
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_Q5_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif
+#if SHARPINF_WANT(matmul_q5_1)
 extern "C" __global__ void matmul_q5_1(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_Q5_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -202,6 +218,8 @@ extern "C" __global__ void matmul_q5_1_ys(const unsigned char* W, const float* X
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_Q5_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif
+#if SHARPINF_WANT(matmul_q4_k)
 extern "C" __global__ void matmul_q4_k(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_Q4_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -210,6 +228,8 @@ extern "C" __global__ void matmul_q4_k_ys(const unsigned char* W, const float* X
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_Q4_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif
+#if SHARPINF_WANT(matmul_q5_k)
 extern "C" __global__ void matmul_q5_k(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_Q5_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -218,6 +238,8 @@ extern "C" __global__ void matmul_q5_k_ys(const unsigned char* W, const float* X
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_Q5_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif
+#if SHARPINF_WANT(matmul_q6_k)
 extern "C" __global__ void matmul_q6_k(const unsigned char* W, const float* X, const float* bias, float* Y,
                                       int n_tokens, int n_out, int n_in, int has_bias) {
     matmul_rows<GB_Q6_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
@@ -226,3 +248,4 @@ extern "C" __global__ void matmul_q6_k_ys(const unsigned char* W, const float* X
                                          int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
     matmul_rows<GB_Q6_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
+#endif

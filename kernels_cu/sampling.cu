@@ -1,20 +1,29 @@
 // sampling.cu -- pick the next token of R requests on the device; only the ids come back.
 //
-// sample_rows(logits, vocab, params, top_k, seeds, steps, seen_ids, max_seen, out, scratch)
-//   logits   f32 [R, vocab]     each request's last-token logits (row-major, rows contiguous)
-//   params   f32 [R, 5]         temperature, top_p, min_p, repetition_penalty, (unused)
-//   top_k    i32 [R]            0 (or >= vocab) = off
-//   seeds    u64 [R]            per-request seed
-//   steps    i32 [R]            tokens the request generated so far (the counter of the generator)
-//   seen_ids i32 [R, max_seen]  prompt + generated ids for the penalty; -1 (any id outside
-//                               [0, vocab)) is padding; duplicates are harmless
-//   out      i32 [R]            the chosen ids
-//   scratch  f32 [R, 2*vocab]   plane 0: penalised logits z; plane 1: weights w = exp((z-max)/T)
+// sample_rows(logits, vocab, params, top_k, seeds, steps, seen_bits, words, slots, clear,
+//             add_off, add_ids, out, scratch)
+//   logits    f32 [R, vocab]     each request's last-token logits (row-major, rows contiguous)
+//   params    f32 [R, 5]         temperature, top_p, min_p, repetition_penalty, (unused)
+//   top_k     i32 [R]            0 (or >= vocab) = off
+//   seeds     u64 [R]            per-request seed
+//   steps     i32 [R]            tokens the request generated so far (the counter of the generator)
+//   seen_bits u32 [*, words]     the repetition-penalty history, kept on the device across steps:
+//                                bit id of slot s is set once id was fed or generated (words =
+//                                ceil(vocab / 32)); a request owns one slot while it runs
+//   slots     i32 [R]            the row's history slot; -1: the row has no history (penalty 1)
+//   clear     i32 [R]            1: the slot was just (re)assigned: zero its bits first
+//   add_off   i32 [R+1]          ids new to the row's history this step are
+//   add_ids   i32 [*]              add_ids[add_off[r] .. add_off[r+1]) (out-of-range ids ignored)
+//   out       i32 [R]            the chosen ids
+//   scratch   f32 [R, 2*vocab]   plane 0: penalised logits z; plane 1: weights w = exp((z-max)/T)
+// seen_update(the same history arguments, vocab): only the history update, one block per row
+//   (for the rare step whose new ids do not fit the step's buffers).
 // Launch: grid = R (one block per row), block = a multiple of 32 up to 1024 (256 suggested).
 //
 // Semantics (the NumPy twin is sharpinf.ops.sampling.sample_reference):
+//  0. The row's history gets this step's new ids (so only new ids cross to the device).
 //  1. Repetition penalty on the raw logits (llama.cpp/CTRL): a seen id's logit v becomes
-//     v / penalty if v > 0, else v * penalty (each id once).
+//     v / penalty if v > 0, else v * penalty (each id once: a bit per id).
 //  2. temperature == 0: greedy argmax of z, ties to the lowest id (NaN wins, as in argmax.cu).
 //  3. Otherwise w_i = expf((z_i - max z) / T) (unnormalised probabilities, max weight 1) and the
 //     tokens are ranked by z descending, ties by lowest id (z compared through an order-
@@ -173,9 +182,32 @@ __device__ __forceinline__ int sample_block_argmax(float bv, int bi, float* sval
     return bi;
 }
 
+// Step 0: bring row `row`'s history slot up to date (every thread of the block calls it).
+__device__ __forceinline__ void seen_update_row(unsigned* seen_bits, int words, int vocab, const int* slots,
+                                                const int* clear, const int* add_off, const int* add_ids, int row) {
+    const int slot = slots[row], tid = threadIdx.x, nt = blockDim.x;
+    if (slot < 0) return;  // uniform over the block
+    unsigned* bits = seen_bits + (long long)slot * words;
+    if (clear[row]) {
+        for (int i = tid; i < words; i += nt) bits[i] = 0u;
+        __syncthreads();
+    }
+    for (int j = add_off[row] + tid; j < add_off[row + 1]; j += nt) {
+        const int id = add_ids[j];
+        if (id >= 0 && id < vocab) atomicOr(&bits[id >> 5], 1u << (id & 31));
+    }
+    __syncthreads();
+}
+
+#define SEEN_ARGS unsigned *seen_bits, int words, const int *slots, const int *clear, const int *add_off, const int *add_ids
+
+extern "C" __global__ void seen_update(SEEN_ARGS, int vocab) {
+    seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, blockIdx.x);
+}
+
 extern "C" __global__ void sample_rows(const float* logits, int vocab, const float* params, const int* top_k,
-                                       const unsigned long long* seeds, const int* steps, const int* seen_ids,
-                                       int max_seen, int* out, float* scratch) {
+                                       const unsigned long long* seeds, const int* steps, SEEN_ARGS, int* out,
+                                       float* scratch) {
     __shared__ float redf[32];
     __shared__ int redi[32];
     __shared__ float scan_f[SAMPLE_MAX_THREADS + 1];
@@ -200,17 +232,23 @@ extern "C" __global__ void sample_rows(const float* logits, int vocab, const flo
     const int chunk = (vocab + nt - 1) / nt;
     const int lo = min(vocab, tid * chunk), hi = min(vocab, lo + chunk);
 
-    // 1. z = logits with the repetition penalty. A penalised id may be listed many times:
-    //    every writer stores the same value, computed from the untouched logits.
+    // 0. This step's new ids into the row's history.
+    seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, row);
+
+    // 1. z = logits with the repetition penalty on every id whose history bit is set.
     for (int i = tid; i < vocab; i += nt) z[i] = x[i];
     __syncthreads();
-    if (penalty != 1.0f) {
-        const int* seen = seen_ids + (long long)row * max_seen;
-        for (int j = tid; j < max_seen; j += nt) {
-            const int id = seen[j];
-            if (id >= 0 && id < vocab) {
-                const float v = x[id];
-                z[id] = v > 0.0f ? v / penalty : v * penalty;
+    if (penalty != 1.0f && slots[row] >= 0) {
+        const unsigned* bits = seen_bits + (long long)slots[row] * words;
+        for (int wd = tid; wd < words; wd += nt) {
+            unsigned b = bits[wd];
+            while (b) {
+                const int id = wd * 32 + __ffs(b) - 1;
+                b &= b - 1u;
+                if (id < vocab) {
+                    const float v = x[id];
+                    z[id] = v > 0.0f ? v / penalty : v * penalty;
+                }
             }
         }
     }

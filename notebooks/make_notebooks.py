@@ -91,7 +91,7 @@ table = {"A": blocks(10), "B": blocks(5), "C": blocks(8)}  # enough for each seq
 
 # the earlier step: A's first chunk and C's whole prompt
 earlier = Batch.build([SeqChunk(A[:6], 0, table["A"][:2]), SeqChunk(C, 0, table["C"][:2])], BLOCK)
-c_next = int(be.download(fp.forward(earlier, pool).argmax)[1])  # C's greedy next token
+c_next = int(fp.greedy(earlier, pool)[1])  # C's greedy next token (argmax on the device)
 print("block tables:", table, "  C's next token:", c_next)
 """),
     md("""
@@ -204,8 +204,8 @@ One call: embedding, per layer RMSNorm → fused QKV matmul → RoPE at each tok
 only the `logits_rows` go through the final norm and the LM head.
 """),
     code("""
-out = fp.forward(batch, pool)
-logits, best = be.download(out.logits), be.download(out.argmax)
+logits = be.download(fp.forward(batch, pool).logits)
+best = fp.greedy(batch, pool)  # the same step again, picking each row's argmax on the device
 print("logits", logits.shape, "finite:", bool(np.isfinite(logits).all()))
 for r, row in enumerate(batch.logits_rows):
     s = seq_of[row]

@@ -68,7 +68,7 @@ def agrees(got: list[int], lone: LoneRun, tol: float = CROSS_PATH.max_abs_dlogit
 def check_against_alone(name: str, case: str, llm, prompts, params, results, lone_cache=None) -> OracleResult:
     """Every request's tokens vs its lone run; none lost, none duplicated."""
     lone_cache = {} if lone_cache is None else lone_cache
-    fp, tok = llm.engine.fp, llm.engine.tokenizer
+    fp, tok = llm.engine.fp.with_own_buffers(), llm.engine.tokenizer
     bad, notes = [], []
     if len(results) != len(prompts) or any(r is None for r in results):
         return OracleResult(name, case, None, None, None, False, "a request was lost")

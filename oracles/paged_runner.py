@@ -16,6 +16,7 @@ from sharpinf.batch import Batch, SeqChunk
 from sharpinf.errors import SharpinfError
 from sharpinf.forward import ForwardPass
 from sharpinf.kv_pool import KVPool
+from sharpinf.step_buffers import SamplingRows
 
 
 @dataclass
@@ -26,6 +27,7 @@ class PagedRunner:
     free: list[int] = field(init=False)
     tables: dict[int, list[int]] = field(default_factory=dict)
     lengths: dict[int, int] = field(default_factory=dict)
+    last_sampled: np.ndarray | None = None
 
     def __post_init__(self):
         self.free = np.random.default_rng(self.seed).permutation(self.pool.num_blocks).tolist()
@@ -41,16 +43,19 @@ class PagedRunner:
             raise SharpinfError(f"PagedRunner: KV pool exhausted ({self.pool.num_blocks} blocks)")
         self.tables[sid] += [self.free.pop() for _ in range(max(0, need))]
 
-    def step(self, work: list[tuple[int, list[int]]], all_logits: bool = False) -> list[np.ndarray]:
+    def step(self, work: list[tuple[int, list[int]]], all_logits: bool = False,
+             sampling: SamplingRows | None = None) -> list[np.ndarray]:
         """Run one packed step; work = [(seq, tokens)]; returns per sequence its logits rows
-        (every token's with all_logits, else the last token's) as float32 arrays."""
+        (every token's with all_logits, else the last token's) as float32 arrays; with
+        `sampling` (one row per sequence) the sampled ids land in self.last_sampled."""
         chunks = []
         for sid, toks in work:
             self._reserve(sid, self.lengths[sid] + len(toks))
             chunks.append(SeqChunk(list(toks), self.lengths[sid], list(self.tables[sid])))
         batch = Batch.build(chunks, self.pool.block_size, all_logits=all_logits)
-        out = self.fp.forward(batch, self.pool)
+        out = self.fp.forward(batch, self.pool, sampling=sampling)
         logits = self.fp.backend.download(out.logits)
+        self.last_sampled = out.sampled
         for sid, toks in work:
             self.lengths[sid] += len(toks)
         if all_logits:

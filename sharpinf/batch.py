@@ -17,6 +17,7 @@ object. There is no padding anywhere.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -65,36 +66,52 @@ class Batch:
         """Pack chunks into a descriptor (validated against nothing: call validate()).
 
         all_logits: logits for every token (teacher-forced scoring and the oracles),
-        instead of only the last token of each chunk that wants one."""
+        instead of only the last token of each chunk that wants one. Vectorized: the engine
+        builds one of these every step."""
         if not chunks:
             raise BatchError("a batch needs at least one sequence")
-        lens = [len(c.token_ids) for c in chunks]
-        cu = np.concatenate([[0], np.cumsum(lens)]).astype(I32)
-        positions = np.concatenate([np.arange(c.start, c.start + n) for c, n in zip(chunks, lens)]).astype(I32)
-        width = max(1, max(len(c.block_table) for c in chunks))
-        tables = np.full((len(chunks), width), -1, I32)
-        for s, c in enumerate(chunks):
-            tables[s, : len(c.block_table)] = c.block_table
-        seq_of_token = np.repeat(np.arange(len(chunks)), lens)
-        blocks = tables[seq_of_token, positions // block_size] if len(positions) else np.zeros(0, I32)
-        slots = (blocks.astype(np.int64) * block_size + positions % block_size).astype(I32)
-        if all_logits:
-            rows = list(range(int(cu[-1])))
+        S = len(chunks)
+        lens = np.fromiter((len(c.token_ids) for c in chunks), np.int64, S)
+        cu = np.zeros(S + 1, np.int64)
+        np.cumsum(lens, out=cu[1:])
+        N = int(cu[-1])
+        starts = np.fromiter((c.start for c in chunks), np.int64, S)
+        seq_of_token = np.repeat(np.arange(S), lens)
+        positions = starts[seq_of_token] + np.arange(N) - cu[seq_of_token]
+        tlens = np.fromiter((len(c.block_table) for c in chunks), np.int64, S)
+        width = max(1, int(tlens.max()))
+        tables = np.full((S, width), -1, np.int64)
+        if tlens.sum():
+            flat = np.fromiter(itertools.chain.from_iterable(c.block_table for c in chunks), np.int64, int(tlens.sum()))
+            row = np.repeat(np.arange(S), tlens)
+            toff = np.zeros(S, np.int64)
+            np.cumsum(tlens[:-1], out=toff[1:])
+            tables[row, np.arange(len(flat)) - toff[row]] = flat
+        if N:
+            blocks = tables[seq_of_token, np.minimum(positions // block_size, width - 1)]
+            slots = blocks * block_size + positions % block_size
         else:
-            rows = [int(cu[s + 1]) - 1 for s, c in enumerate(chunks) if c.want_logits and lens[s] > 0]
+            slots = np.zeros(0, np.int64)
+        if all_logits:
+            rows = np.arange(N)
+        else:
+            want = np.fromiter((c.want_logits for c in chunks), bool, S) & (lens > 0)
+            rows = cu[1:][want] - 1
+        ids = np.fromiter(itertools.chain.from_iterable(c.token_ids for c in chunks), np.int64, N)
         return cls(
-            token_ids=np.concatenate([np.asarray(c.token_ids, dtype=np.int64) for c in chunks]).astype(I32),
-            positions=positions,
-            cu_seqlens=cu,
-            context_lens=np.array([c.start + n for c, n in zip(chunks, lens)], I32),
-            block_tables=tables,
-            slot_mapping=slots,
-            logits_rows=np.array(rows, I32),
+            token_ids=ids.astype(I32),
+            positions=positions.astype(I32),
+            cu_seqlens=cu.astype(I32),
+            context_lens=(starts + lens).astype(I32),
+            block_tables=tables.astype(I32),
+            slot_mapping=slots.astype(I32),
+            logits_rows=rows.astype(I32),
             block_size=block_size,
         )
 
     def validate(self, num_blocks: int, n_vocab: int | None = None) -> "Batch":
-        """Every rule the kernels rely on; a BatchError names the first one broken."""
+        """Every rule the kernels rely on; a BatchError names the first one broken (vectorized:
+        per-sequence rules are checked for all sequences at once, then the first offender named)."""
         N, S, bs = self.n_tokens, self.n_seqs, self.block_size
         cu = self.cu_seqlens.astype(np.int64)
         for name in ("token_ids", "positions", "cu_seqlens", "context_lens", "block_tables", "slot_mapping", "logits_rows"):
@@ -114,26 +131,48 @@ class Batch:
             raise BatchError(f"token id out of range [0, {n_vocab})")
         if np.any(self.slot_mapping < 0) or np.any(self.slot_mapping >= num_blocks * bs):
             raise BatchError(f"slot_mapping out of range [0, {num_blocks * bs})")
-        for s in range(S):
-            a, b = int(cu[s]), int(cu[s + 1])
-            ctx = int(self.context_lens[s])
-            want = np.arange(ctx - (b - a), ctx)
-            if not np.array_equal(self.positions[a:b], want):
-                raise BatchError(f"sequence {s}: positions {self.positions[a:b].tolist()} disagree with "
-                                 f"context length {ctx} (expected {want[0] if len(want) else ctx}..{ctx - 1})")
-            need = -(-ctx // bs)
-            if need > self.block_tables.shape[1]:
-                raise BatchError(f"sequence {s}: block table of {self.block_tables.shape[1]} blocks cannot cover {ctx} positions")
-            table = self.block_tables[s, :need]
-            if np.any(table < 0) or np.any(table >= num_blocks):
-                raise BatchError(f"sequence {s}: block table {table.tolist()} has ids outside [0, {num_blocks}) for {ctx} positions")
-            if len(set(table.tolist())) != len(table):
-                raise BatchError(f"sequence {s}: block table repeats a block")
-            expect = table[self.positions[a:b] // bs].astype(np.int64) * bs + self.positions[a:b] % bs
-            if not np.array_equal(self.slot_mapping[a:b], expect):
-                raise BatchError(f"sequence {s}: slot_mapping disagrees with its block table and positions")
+        self._check_sequences(num_blocks, cu)
         if len(np.unique(self.slot_mapping)) != N:
             raise BatchError("slot_mapping repeats a slot: two tokens would write the same KV entry")
         if len(self.logits_rows) and (self.logits_rows.min() < 0 or self.logits_rows.max() >= N):
             raise BatchError(f"logits_rows out of range [0, {N})")
         return self
+
+    def _check_sequences(self, num_blocks: int, cu: np.ndarray) -> None:
+        """Per sequence, in this order: positions agree with the context length, the block table
+        covers it, its ids are in the pool, none repeats, slot_mapping follows from them."""
+        N, S, bs, W = self.n_tokens, self.n_seqs, self.block_size, self.block_tables.shape[1]
+        seq = np.repeat(np.arange(S), np.diff(cu))
+        t = np.arange(N)
+        ctx = self.context_lens.astype(np.int64)
+        pos = self.positions.astype(np.int64)
+        pos_bad = np.bincount(seq, weights=pos != ctx[seq] - cu[seq + 1] + t, minlength=S) > 0
+        need = np.maximum(-(-ctx // bs), 0)
+        cover_bad = need > W
+        tables = self.block_tables.astype(np.int64)
+        live = np.arange(W)[None, :] < np.minimum(need, W)[:, None]
+        range_bad = np.any(live & ((tables < 0) | (tables >= num_blocks)), axis=1)
+        marked = np.where(live, tables, -2 - np.arange(W)[None, :])  # dead entries: distinct, never equal
+        srt = np.sort(marked, axis=1)
+        repeat_bad = np.any(srt[:, 1:] == srt[:, :-1], axis=1) if W > 1 else np.zeros(S, bool)
+        col = np.clip(pos // bs, 0, W - 1)
+        expect = tables[seq, col] * bs + pos % bs
+        slot_bad = np.bincount(seq, weights=self.slot_mapping != expect, minlength=S) > 0
+        checks = (pos_bad, cover_bad, range_bad, repeat_bad, slot_bad)
+        bad = np.flatnonzero(np.logical_or.reduce(checks))
+        if not len(bad):
+            return
+        s = int(bad[0])
+        a, b, c = int(cu[s]), int(cu[s + 1]), int(ctx[s])
+        if pos_bad[s]:
+            want = np.arange(c - (b - a), c)
+            raise BatchError(f"sequence {s}: positions {self.positions[a:b].tolist()} disagree with "
+                             f"context length {c} (expected {want[0] if len(want) else c}..{c - 1})")
+        if cover_bad[s]:
+            raise BatchError(f"sequence {s}: block table of {W} blocks cannot cover {c} positions")
+        if range_bad[s]:
+            table = self.block_tables[s, : need[s]]
+            raise BatchError(f"sequence {s}: block table {table.tolist()} has ids outside [0, {num_blocks}) for {c} positions")
+        if repeat_bad[s]:
+            raise BatchError(f"sequence {s}: block table repeats a block")
+        raise BatchError(f"sequence {s}: slot_mapping disagrees with its block table and positions")

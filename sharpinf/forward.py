@@ -11,17 +11,29 @@ which tokens of which sequences run and where their KV lives. Per layer:
     o   = varlen paged causal attention                 attention.cu
     x  += o @ Wo^T                                      matmul.cu, elementwise.cu
     x  += (silu(h2 @ Wg^T) * (h2 @ Wu^T)) @ Wd^T        matmul.cu, elementwise.cu
-then only the rows that want logits: gather -> final rmsnorm -> LM head -> (argmax).
+then only the rows that want logits: gather -> final rmsnorm -> LM head -> (sampling).
+
+How a step runs (see step_buffers.py and step_plan.py): the activations live in a
+Workspace allocated once; the batch is written into one pinned staging buffer and sent
+with one copy; the step is padded up to its bucket (Nb tokens, Rb rows) and runs as two
+plans -- lists of launches prepared once per bucket over those fixed buffers -- which
+eager mode runs and capture_graphs() turns into CUDA graphs; the sampled ids come back
+through pinned memory with one synchronize. Kernels are compiled at construction, only
+the entry points this model uses.
 """
 
 from __future__ import annotations
 
+import copy
+import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from sharpinf.batch import Batch
+from sharpinf.errors import BackendError
 from sharpinf.kv_pool import KVPool
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel
@@ -31,7 +43,11 @@ from sharpinf.ops import kv_cache as kv_ops
 from sharpinf.ops import rope as rope_ops
 from sharpinf.ops.embedding import embed
 from sharpinf.ops.matmul import matmul
+from sharpinf.ops.sampling import history_words, sample_rows, seen_update
+from sharpinf.progress import note, progress_bar
 from sharpinf.runtime.backend import Backend
+from sharpinf.step_buffers import SamplingRows, StepCapacity, StepDescriptor, Workspace
+from sharpinf.step_plan import PlanCache, bucket_for, bucket_ladder
 
 
 @dataclass
@@ -71,18 +87,47 @@ def _upload_f32(be: Backend, model: LoadedModel, name: str) -> Any | None:
     return be.upload(np.ascontiguousarray(model.tensor(name).dequantize().astype(np.float32).reshape(-1)))
 
 
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+DEFAULT_CAPACITY = StepCapacity(tokens=64, seqs=8, rows=8, history=64)
+
+
 @dataclass
 class StepOutput:
-    logits: Any  # device float32 [R, vocab], R = len(batch.logits_rows)
-    argmax: Any  # device int32 [R]
+    logits: Any  # device float32 [R, vocab], R = len(batch.logits_rows): a workspace view, valid until the next step
+    sampled: np.ndarray | None  # host int32 [R]: the chosen ids, when the step sampled
+
+
+@dataclass(frozen=True)
+class _PoolShape:
+    """Enough of a KV pool to name the kernels a step needs (compile ahead, before the pool exists)."""
+
+    kv_dtype: str
+    block_size: int
+    k: list
+    v: list
 
 
 @dataclass
 class ForwardPass:
+    """The model's weights on the device and the machinery to run steps over them.
+
+    capacity: the largest step (tokens, sequences, logits rows, new history ids); it grows
+    on demand until freeze() (the engine freezes it: its graphs hold the buffers' addresses).
+    kv_dtype: the KV cache dtype whose kernels are compiled ahead (others compile on first use).
+    """
+
     model: LoadedModel
     backend: Backend
+    capacity: StepCapacity = DEFAULT_CAPACITY
+    kv_dtype: str = "f16"
+    compile_ahead: bool = True
     cfg: ModelConfig = field(init=False)
     layers: list[DeviceLayer] = field(init=False)
+    use_graphs: bool = True  # replay captured graphs where there are some (capture_graphs)
+    exact_shapes: bool = False  # no padding: a plan per exact step shape (the graph-vs-eager oracle's eager side)
 
     def __post_init__(self):
         be, m = self.backend, self.model
@@ -91,6 +136,14 @@ class ForwardPass:
         self.output = self.token_embd if self.cfg.tied_output else _upload_matrix(be, m, ["output.weight"])
         self.output_norm = _upload_f32(be, m, "output_norm.weight")
         self.layers = [self._upload_layer(i) for i in range(self.cfg.n_layer)]
+        self.frozen = False
+        self._plans = PlanCache(be)
+        self._pool_ref: Any = None
+        self._desc: StepDescriptor | None = None
+        self._resize(self.capacity)
+        self.compile_report: dict | None = None
+        if self.compile_ahead:
+            self.compile_kernels(self.kv_dtype)
 
     def _upload_layer(self, i: int) -> DeviceLayer:
         be, m, p = self.backend, self.model, f"blk.{i}."
@@ -114,29 +167,185 @@ class ForwardPass:
             w_down=_upload_matrix(be, m, [p + "ffn_down.weight"]),
         )
 
+    # -- buffers ------------------------------------------------------------------------------
+    def _resize(self, cap: StepCapacity) -> None:
+        """(Re)allocate the workspace for `cap`; plans and the descriptor go with the old buffers."""
+        self.capacity = cap
+        self.ws = Workspace(self.backend, self.cfg, cap)
+        self.seen_bits = self.backend.zeros((cap.rows, history_words(self.cfg.n_vocab)), np.uint32)
+        self.token_ladder = bucket_ladder(cap.tokens)
+        self.row_ladder = bucket_ladder(cap.rows)
+        self._plans.clear()
+        self._desc = None
+        self._pool_ref = None
+
+    def _fit(self, need: StepCapacity) -> None:
+        if self.capacity.covers(need):
+            return
+        if self.frozen:
+            raise BackendError(f"step of {need} exceeds the frozen capacity {self.capacity} (the engine sizes it "
+                               "from max_num_batched_tokens and max_num_seqs: a bug if you see this)")
+        grown = StepCapacity(_next_pow2(need.tokens), _next_pow2(need.seqs), _next_pow2(need.rows),
+                             _next_pow2(need.history))
+        self._resize(self.capacity.union(grown))
+
+    def _bind(self, kv: KVPool, width: int) -> StepDescriptor:
+        """The descriptor for `kv` (its block size, scratch block and table width)."""
+        d = self._desc
+        same_pool = self._pool_ref is not None and self._pool_ref() is kv
+        if d is not None and same_pool and width <= d.width:
+            return d
+        if self.frozen and d is not None:
+            raise BackendError("a frozen ForwardPass runs one KV pool, the one its graphs were captured with")
+        full = -(-self.cfg.context_length // kv.block_size)
+        self._desc = StepDescriptor(self.backend, self.capacity, max(width, min(full, kv.num_blocks)),
+                                    kv.block_size, kv.scratch_block)
+        self._pool_ref = weakref.ref(kv)
+        self._plans.clear()
+        return self._desc
+
+    @property
+    def graph_replays(self) -> int:
+        return self._plans.replays
+
+    def workspace_bytes(self) -> int:
+        return self.ws.nbytes + int(self.seen_bits.nbytes) + (self._desc.nbytes if self._desc else 0)
+
+    def with_own_buffers(self, capacity: StepCapacity = DEFAULT_CAPACITY) -> "ForwardPass":
+        """Another ForwardPass over the same uploaded weights, with its own step buffers and
+        plans, unfrozen (the oracles run a lone sequence beside a frozen engine's)."""
+        other = copy.copy(self)
+        other.frozen, other.use_graphs = False, True
+        other._plans = PlanCache(self.backend)
+        other._resize(capacity)
+        return other
+
+    def freeze(self) -> None:
+        """No more growth: graphs and plans may hold every buffer's address from now on."""
+        self.frozen = True
+
+    # -- compile ahead, capture -----------------------------------------------------------------
+    def _launch_names(self, kv_dtype: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """(file, entry point) of every launch of a body and of a sampling head, in order, with
+        KV in kv_dtype: the launchers run with nothing compiled or launched (backend.collecting)."""
+        be = self.backend
+        shape = StepDescriptor(be, StepCapacity(1, 1, 1, 1), 1, 16, 0)
+        pool = _PoolShape(kv_dtype, 16, [be.empty((1,), np.uint8)] * self.cfg.n_layer,
+                          [be.empty((1,), np.uint8)] * self.cfg.n_layer)
+        with be.collecting() as body:
+            self._emit_body(1, pool, shape)
+        with be.collecting() as head:
+            self._emit_head(1, True, shape)
+        return body, head
+
+    def kernels_used(self, kv_dtype: str) -> list[tuple[str, str]]:
+        """(file, entry point) of every kernel a step runs with KV in kv_dtype."""
+        body, head = self._launch_names(kv_dtype)
+        return list(dict.fromkeys(body + head))
+
+    def graph_launches(self) -> int:
+        """Kernel launches the graphs of capture_graphs() hold (for the memory estimate)."""
+        body, head = self._launch_names(self.kv_dtype)
+        return len(body) * len(self.token_ladder) + len(head) * len(self.row_ladder)
+
+    def compile_kernels(self, kv_dtype: str) -> dict:
+        """Compile ahead every kernel a step needs (only those entry points; disk-cached)."""
+        wanted = self.kernels_used(kv_dtype)
+        files = list(dict.fromkeys(f for f, _ in wanted))
+        t0 = time.perf_counter()
+        with progress_bar("compiling kernels", len(files)) as advance:
+            self.backend.compile(wanted, progress=advance)
+        secs = time.perf_counter() - t0
+        self.compile_report = {"entry_points": len(wanted), "files": len(files), "seconds": round(secs, 3)}
+        note(f"compiled {len(wanted)} kernels from {len(files)} files in {secs:.1f} s")
+        return self.compile_report
+
+    def capture_graphs(self, kv: KVPool) -> dict:
+        """Freeze, then capture a graph for every token bucket (body) and row bucket (head with
+        sampling) of the capacity, over `kv`. Returns {"graphs", "seconds", "bytes"}."""
+        self.freeze()
+        d = self._bind(kv, 1)
+        self._idle_step(d)
+        keys = [(("body", n), (lambda n=n: self._emit_body(n, kv, d))) for n in self.token_ladder]
+        keys += [(("head", r, True), (lambda r=r: self._emit_head(r, True, d))) for r in self.row_ladder]
+        bytes_before = self.backend.graph_memory() or 0
+        t0 = time.perf_counter()
+        for key, emit in keys[:1] + keys[len(self.token_ladder):][:1]:  # load every kernel once, outside capture
+            self.backend.run(self._plans.plan(key, emit))
+        with progress_bar("capturing graphs", len(keys)) as advance:
+            for key, emit in keys:
+                advance(f"{key[0]} {key[1]}")
+                self._plans.capture(key, emit)
+        self.backend.synchronize()
+        secs = time.perf_counter() - t0
+        nbytes = (self.backend.graph_memory() or 0) - bytes_before
+        note(f"captured {len(keys)} graphs in {secs:.1f} s")
+        return {"graphs": len(keys), "seconds": round(secs, 3), "bytes": nbytes}
+
+    def _idle_step(self, d: StepDescriptor) -> None:
+        """A descriptor of padding only (every token in the padding sequence): running any plan
+        over it touches nothing but the scratch block."""
+        h = d.h
+        for k in ("token_ids", "positions", "logits_rows", "params", "top_k", "steps", "clear", "add_off", "seeds"):
+            h[k][...] = 0
+        h["slot_mapping"][:] = d.scratch_block * d.block_size
+        h["cu_seqlens"][:-1] = 0
+        h["cu_seqlens"][-1] = self.capacity.tokens
+        h["slots"][:] = -1
+        d.upload(d.nbytes)
+
     # -- one step ---------------------------------------------------------------------------
-    def forward(self, batch: Batch, kv: KVPool, validate: bool = True) -> StepOutput:
-        """Run the step; K/V of its tokens land in `kv`; logits for batch.logits_rows come back on the device."""
+    def forward(self, batch: Batch, kv: KVPool, validate: bool = True, sampling: SamplingRows | None = None) -> StepOutput:
+        """Run the step; K/V of its tokens land in `kv`; logits for batch.logits_rows stay on the device;
+        with `sampling`, one token per row is chosen on the device and comes back in .sampled."""
         be, cfg = self.backend, self.cfg
         if validate:
             batch.validate(kv.num_blocks, cfg.n_vocab)
-        N, d = batch.n_tokens, cfg.n_embd
+        N, S, R = batch.n_tokens, batch.n_seqs, len(batch.logits_rows)
+        if sampling is not None and sampling.n_rows != R:
+            raise ValueError(f"sampling has {sampling.n_rows} rows, the batch {R} logits rows")
+        if sampling is not None and len(sampling.add_ids) > self.capacity.history:
+            sampling = self._flush_history(sampling, R)
+        self._fit(StepCapacity(N, S, max(R, 1), 1))
+        d = self._bind(kv, batch.block_tables.shape[1])
+        Nb = N if self.exact_shapes else bucket_for(N, self.token_ladder)
+        Rb = R if self.exact_shapes else bucket_for(R, self.row_ladder)
+        d.upload(d.pack(batch, Nb, Rb, sampling))
+        self._plans.run(("body", Nb), lambda: self._emit_body(Nb, kv, d), self.use_graphs)
+        if R == 0:
+            return StepOutput(self.ws.logits[:0], None)
+        samples = sampling is not None
+        self._plans.run(("head", Rb, samples), lambda: self._emit_head(Rb, samples, d), self.use_graphs)
+        if not samples:
+            return StepOutput(self.ws.logits[:R], None)
+        be.copy_to_host(self.ws.sampled[:R], d.host_ids[:R])
+        be.synchronize()
+        return StepOutput(self.ws.logits[:R], d.host_ids[:R].copy())
+
+    def greedy(self, batch: Batch, kv: KVPool, validate: bool = True) -> np.ndarray:
+        """The greedy next token of each logits row (argmax on the device, ties to the lowest id)."""
+        return self.forward(batch, kv, validate, SamplingRows.greedy(len(batch.logits_rows))).sampled
+
+    def _flush_history(self, s: SamplingRows, R: int) -> SamplingRows:
+        """More new history ids than the step's buffer holds (a long prompt's first sample): set
+        them now with their own upload and launch; the step then adds none."""
+        be = self.backend
+        seen_update(be, R, self.cfg.n_vocab, self.seen_bits, be.upload(s.slots), be.upload(s.clear),
+                    be.upload(s.add_off), be.upload(np.concatenate([s.add_ids, np.full(1, -1, np.int32)])))
+        return SamplingRows(s.params, s.top_k, s.seeds, s.steps, s.slots, np.zeros(R, np.int32),
+                            np.zeros(R + 1, np.int32), np.zeros(0, np.int32))
+
+    # -- the launches of a step (recorded into plans) ---------------------------------------------
+    def _emit_body(self, N: int, kv, d: StepDescriptor) -> None:
+        """embed -> layers for N tokens (padding included) over the descriptor's device fields."""
+        be, cfg, ws, dv = self.backend, self.cfg, self.ws, d.d
         qkv_w = cfg.q_dim + 2 * cfg.kv_dim
-        ids, pos = be.upload(batch.token_ids), be.upload(batch.positions)
-        cu, slots = be.upload(batch.cu_seqlens), be.upload(batch.slot_mapping)
-        tables = be.upload(np.ascontiguousarray(batch.block_tables))
-
-        x = be.empty((N, d), np.float32)  # the residual stream
-        h = be.empty((N, d), np.float32)
-        qkv = be.empty((N, qkv_w), np.float32)
-        att = be.empty((N, cfg.q_dim), np.float32)
-        proj = be.empty((N, d), np.float32)
-        gate = be.empty((N, cfg.n_ff), np.float32)
-        up = be.empty((N, cfg.n_ff), np.float32)
-
-        embed(be, self.token_embd.raw, self.token_embd.qtype, ids, x, N, d)
+        ids, pos, slots, cu, tables = dv["token_ids"], dv["positions"], dv["slot_mapping"], dv["cu_seqlens"], dv["block_tables"]
+        n_seqs = d.cap.seqs + 1  # the padding sequence included
+        x, h, qkv = ws.x, ws.h, ws.qkv
+        embed(be, self.token_embd.raw, self.token_embd.qtype, ids, x, N, cfg.n_embd)
         for li, L in enumerate(self.layers):
-            basic.rmsnorm(be, x, L.attn_norm, h, N, d, cfg.rms_eps)
+            basic.rmsnorm(be, x, L.attn_norm, h, N, cfg.n_embd, cfg.rms_eps)
             self._qkv(L, h, qkv, N)
             if L.q_norm is not None:
                 self._qk_norm(L, qkv, N)
@@ -144,18 +353,28 @@ class ForwardPass:
             rope_ops.rope(be, qkv, qkv_w, pos, N, cfg.n_head_kv, cfg.head_dim, cfg.rope_theta, cfg.rope_style, col=cfg.q_dim)
             kv_ops.kv_append(be, kv.kv_dtype, qkv, qkv_w, cfg.q_dim, cfg.q_dim + cfg.kv_dim, slots,
                              kv.k[li], kv.v[li], N, cfg.n_head_kv, cfg.head_dim)
-            attn_ops.attention(be, kv.kv_dtype, qkv, qkv_w, kv.k[li], kv.v[li], tables, batch.block_tables.shape[1],
-                               cu, pos, att, N, batch.n_seqs, cfg.n_head, cfg.n_head_kv, cfg.head_dim,
+            attn_ops.attention(be, kv.kv_dtype, qkv, qkv_w, kv.k[li], kv.v[li], tables, d.width,
+                               cu, pos, ws.att, N, n_seqs, cfg.n_head, cfg.n_head_kv, cfg.head_dim,
                                kv.block_size, 1.0 / float(np.sqrt(cfg.head_dim)))
-            self._mm(L.wo, att, proj, N)
-            basic.add(be, x, proj, x, N * d)
-            basic.rmsnorm(be, x, L.ffn_norm, h, N, d, cfg.rms_eps)
-            self._mm(L.w_gate, h, gate, N)
-            self._mm(L.w_up, h, up, N)
-            basic.silu_gate(be, gate, up, gate, N * cfg.n_ff)
-            self._mm(L.w_down, gate, proj, N)
-            basic.add(be, x, proj, x, N * d)
-        return self._head(x, batch)
+            self._mm(L.wo, ws.att, ws.proj, N)
+            basic.add(be, x, ws.proj, x, N * cfg.n_embd)
+            basic.rmsnorm(be, x, L.ffn_norm, h, N, cfg.n_embd, cfg.rms_eps)
+            self._mm(L.w_gate, h, ws.gate, N)
+            self._mm(L.w_up, h, ws.up, N)
+            basic.silu_gate(be, ws.gate, ws.up, ws.gate, N * cfg.n_ff)
+            self._mm(L.w_down, ws.gate, ws.proj, N)
+            basic.add(be, x, ws.proj, x, N * cfg.n_embd)
+
+    def _emit_head(self, R: int, samples: bool, d: StepDescriptor) -> None:
+        """The R logits rows: gather -> final norm -> LM head (-> sampling)."""
+        be, cfg, ws, dv = self.backend, self.cfg, self.ws, d.d
+        basic.gather_rows(be, ws.x, dv["logits_rows"], ws.sel, R, cfg.n_embd)
+        basic.rmsnorm(be, ws.sel, self.output_norm, ws.sel, R, cfg.n_embd, cfg.rms_eps)
+        self._mm(self.output, ws.sel, ws.logits, R)
+        if samples:
+            sample_rows(be, ws.logits, R, cfg.n_vocab, dv["params"], dv["top_k"], dv["seeds"], dv["steps"],
+                        self.seen_bits, dv["slots"], dv["clear"], dv["add_off"], dv["add_ids"], ws.sampled,
+                        ws.sample_scratch)
 
     def _mm(self, W: DeviceMatrix, X, Y, n_tokens: int, bias=None, y_stride: int | None = None, y_col: int = 0) -> None:
         if y_stride is None:
@@ -180,17 +399,3 @@ class ForwardPass:
         qw = cfg.q_dim + 2 * cfg.kv_dim
         basic.qk_norm(be, qkv, L.q_norm, N, cfg.n_head, cfg.head_dim, qw, 0, cfg.rms_eps)
         basic.qk_norm(be, qkv, L.k_norm, N, cfg.n_head_kv, cfg.head_dim, qw, cfg.q_dim, cfg.rms_eps)
-
-    def _head(self, x, batch: Batch) -> StepOutput:
-        be, cfg = self.backend, self.cfg
-        R = len(batch.logits_rows)
-        logits = be.empty((R, cfg.n_vocab), np.float32)
-        best = be.empty((R,), np.int32)
-        if R == 0:
-            return StepOutput(logits, best)
-        sel = be.empty((R, cfg.n_embd), np.float32)
-        basic.gather_rows(be, x, be.upload(batch.logits_rows), sel, R, cfg.n_embd)
-        basic.rmsnorm(be, sel, self.output_norm, sel, R, cfg.n_embd, cfg.rms_eps)
-        self._mm(self.output, sel, logits, R)
-        basic.argmax(be, logits, best, R, cfg.n_vocab)
-        return StepOutput(logits, best)

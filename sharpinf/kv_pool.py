@@ -1,16 +1,16 @@
 """The paged KV pool: allocated once on the backend; a sequence's cache is a list of block ids.
 
-Per layer, K and V each hold num_blocks x block_size slots of [n_kv_heads, head_dim]
+Per layer, K and V each hold (num_blocks + 1) x block_size slots of [n_kv_heads, head_dim]
 elements (q8_0: head_dim/32 blocks of {fp16 scale, 32 int8} per head, stored as bytes).
 Physical slot of a sequence's position j: block_table[j // block_size] * block_size + j % block_size.
+Blocks 0 .. num_blocks-1 hold sequences; the extra block `scratch_block` is where the padding
+tokens of a step padded up to its graph's size write and read (their outputs are never used).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from sharpinf.errors import SharpinfError
 from sharpinf.model.config import ModelConfig
@@ -50,7 +50,8 @@ class KVPool:
             raise SharpinfError("KV pool needs block_size >= 1 and num_blocks >= 1")
         if self.kv_dtype == "q8_0" and self.cfg.head_dim % 32:
             raise SharpinfError(f"q8_0 KV needs head_dim divisible by 32, model has {self.cfg.head_dim}")
-        shape, dtype = kv_cache_shape(self.kv_dtype, self.num_blocks, self.block_size, self.cfg.n_head_kv, self.cfg.head_dim)
+        shape, dtype = kv_cache_shape(self.kv_dtype, self.num_blocks + 1, self.block_size, self.cfg.n_head_kv,
+                                      self.cfg.head_dim)
         self.k = [self.backend.zeros(shape, dtype) for _ in range(self.cfg.n_layer)]
         self.v = [self.backend.zeros(shape, dtype) for _ in range(self.cfg.n_layer)]
 
@@ -59,11 +60,14 @@ class KVPool:
         return self.num_blocks * self.block_size
 
     @property
+    def scratch_block(self) -> int:
+        return self.num_blocks
+
+    @property
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in self.k + self.v)
 
     def poison(self) -> None:
         """Fill every slot with NaN bytes: a kernel reading a slot nobody wrote shows up as NaN."""
         for a in self.k + self.v:
-            host = np.full(int(a.nbytes), 0xFF, dtype=np.uint8).view(a.dtype).reshape(a.shape)
-            a[...] = self.backend.upload(host)
+            self.backend.fill_bytes(a, 0xFF)  # on the backend's stream, ordered with the kernels

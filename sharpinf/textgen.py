@@ -45,7 +45,12 @@ class GenerationResult:
 
 @dataclass
 class StopChecker:
-    """Feeds generated tokens; says when and why the request ends, and the final text."""
+    """Feeds generated tokens; says when and why the request ends, and the final text.
+
+    The text grows incrementally (each token's bytes are decoded once), with exactly the
+    result of tokenizer.decode(visible tokens): bytes up to the last UTF-8 start byte are
+    decoded for good, the few after it again at each token, and an incomplete character
+    shows as U+FFFD until its last byte arrives."""
 
     params: SamplingParams
     tokenizer: Tokenizer
@@ -58,15 +63,20 @@ class StopChecker:
         self.stop_ids = set(self.params.stop_token_ids)
         if not self.params.ignore_eos:
             self.stop_ids |= set(self.tokenizer.eot_ids)
+        self._pending = bytearray()  # bytes from the last UTF-8 start byte on
+        self._final = ""  # the decoded text of every byte before _pending (never changes)
 
     def add(self, token: int) -> bool:
         """Record a token; True when the request is finished."""
         self.tokens.append(token)
+        searched_upto = len(self._final)
         if token in self.stop_ids:
-            self.finish_reason = "stop"
-        self.text = self.tokenizer.decode(self._visible())
+            self.finish_reason = "stop"  # a stop token ends the turn and is not part of the text
+        else:
+            self._append_bytes(self.tokenizer.token_bytes(token))
+        self.text = self._final + self._pending.decode("utf-8", errors="replace")
         for s in self.params.stop:
-            at = self.text.find(s)
+            at = self.text.find(s, max(0, searched_upto - len(s) + 1))  # earlier text was searched before
             if at >= 0:
                 self.text, self.finish_reason = self.text[:at], "stop"
                 break
@@ -77,8 +87,13 @@ class StopChecker:
             self.finish_reason = "context"
         return self.finish_reason is not None
 
-    def _visible(self) -> list[int]:
-        # a stop token ends the turn and is not part of the answer's text
-        if self.tokens and self.tokens[-1] in self.stop_ids:
-            return self.tokens[:-1]
-        return self.tokens
+    def _append_bytes(self, b: bytes) -> None:
+        pending = self._pending
+        pending += b
+        # the last byte that starts a character (not 10xxxxxx): what precedes it decodes the same alone
+        cut = len(pending) - 1
+        while cut > 0 and pending[cut] & 0xC0 == 0x80:
+            cut -= 1
+        if cut > 0:
+            self._final += pending[:cut].decode("utf-8", errors="replace")
+            del pending[:cut]

@@ -58,10 +58,11 @@ class BlockManager:
         return max(0, -(-upto // self.block_size) - len(seq.block_table))
 
     # -- prefix cache ------------------------------------------------------------------------
-    def _lookup(self, seq: Sequence) -> list[int]:
-        """Cached blocks for seq's leading full blocks, leaving at least its last token to compute."""
+    def _lookup(self, seq: Sequence) -> tuple[list[int], int | None]:
+        """Cached blocks for seq's leading full blocks, leaving at least its last token to
+        compute, and the chained hash of the last of them."""
         if not self.enable_prefix_caching:
-            return []
+            return [], None
         bs, found, prev = self.block_size, [], None
         for i in range((len(seq.tokens) - 1) // bs):
             toks = tuple(seq.tokens[i * bs : (i + 1) * bs])
@@ -71,14 +72,15 @@ class BlockManager:
                 break
             found.append(b)
             prev = key
-        return found
+        return found, prev
 
     def register_full_blocks(self, seq: Sequence) -> None:
-        """After a step: put seq's newly completed full blocks into the prefix cache."""
+        """After a step: put seq's newly completed full blocks into the prefix cache (only the
+        new ones: the chain's last hash is kept on the sequence)."""
         if not self.enable_prefix_caching:
             return
-        bs, prev = self.block_size, None
-        for i in range(seq.num_computed // bs):
+        bs, prev = self.block_size, seq.last_block_hash
+        for i in range(seq.registered_blocks, seq.num_computed // bs):
             toks = tuple(seq.tokens[i * bs : (i + 1) * bs])
             key = block_hash(prev, toks)
             b = seq.block_table[i]
@@ -86,6 +88,7 @@ class BlockManager:
                 self.cached[key] = b
                 self.info[b] = CachedBlock(key, toks, prev)
             prev = key
+            seq.registered_blocks, seq.last_block_hash = i + 1, key
 
     def _take_free(self) -> int:
         b, _ = self.free.popitem(last=False)
@@ -98,7 +101,7 @@ class BlockManager:
     def admit(self, seq: Sequence, first_chunk: int) -> bool:
         """Attach seq's cached prefix and blocks for its first chunk, all or nothing."""
         assert not seq.block_table and seq.num_computed == 0
-        hits = self._lookup(seq)
+        hits, last_hash = self._lookup(seq)
         revived = sum(1 for b in hits if self.ref[b] == 0)  # cached but free: they leave the free list
         upto = len(hits) * self.block_size + first_chunk
         need = -(-upto // self.block_size) - len(hits)
@@ -110,6 +113,7 @@ class BlockManager:
             self.ref[b] += 1
         seq.block_table = list(hits)
         seq.num_computed = len(hits) * self.block_size
+        seq.registered_blocks, seq.last_block_hash = len(hits), last_hash
         self.queried_tokens += len(seq.tokens)
         self.hit_tokens += seq.num_computed
         seq.metrics.cached_prompt_tokens = seq.num_computed
@@ -135,6 +139,7 @@ class BlockManager:
                 self.free[b] = None
         seq.block_table = []
         seq.num_computed = 0
+        seq.registered_blocks, seq.last_block_hash = 0, None
 
     @property
     def hit_rate(self) -> float:

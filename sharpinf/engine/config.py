@@ -21,6 +21,7 @@ class EngineConfig:
     max_num_seqs: int = 64  # sequences running at once
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True  # off: a prompt is admitted only when it fits one step whole
+    enforce_eager: bool = False  # True: run each step's launches one by one, no CUDA graphs
     seed: int = 0  # for requests that give no seed
 
     def __post_init__(self):

@@ -30,6 +30,7 @@ from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.runtime.backend import Backend
 from sharpinf.runtime.select import get_backend
 from sharpinf.sampling import SamplingParams
+from sharpinf.step_buffers import StepCapacity
 from sharpinf.textgen import StopChecker, check_prompt
 
 Prompt = str | list[int] | list[dict]  # text, token ids, or a chat (list of {"role", "content"})
@@ -71,7 +72,19 @@ class EngineMetrics:
             "rejected": self.rejected,
             "running": len(engine.scheduler.running),
             "waiting": len(engine.scheduler.waiting),
+            "cuda_graphs": engine.graph_report,  # {"graphs", "seconds", "bytes"}; None when eager
+            "kernels_compiled": engine.fp.compile_report,
+            "workspace_bytes": engine.fp.workspace_bytes(),
         }
+
+
+def step_capacity(ec: EngineConfig, cfg) -> StepCapacity:
+    """The largest step the scheduler can make: the token budget (a whole prompt when chunked
+    prefill is off), max_num_seqs sequences, each wanting at most one row of logits."""
+    tokens = ec.max_num_batched_tokens
+    if not ec.enable_chunked_prefill:  # an unchunked prompt runs whole, beside the decodes
+        tokens = max(tokens, cfg.context_length + ec.max_num_seqs)
+    return StepCapacity(tokens=tokens, seqs=ec.max_num_seqs, rows=ec.max_num_seqs, history=tokens + ec.max_num_seqs)
 
 
 class LLMEngine:
@@ -81,12 +94,19 @@ class LLMEngine:
         self.model = open_model(model)
         self.cfg = self.model.config
         self.tokenizer = Tokenizer.from_gguf_metadata(self.model.metadata, where=str(self.model.path))
-        self.fp = ForwardPass(self.model, self.backend)
-        self.budget: KVBudget = plan_kv_budget(self.backend, self.cfg, self.config)
+        # weights, step buffers and kernels first, then the KV pool from what is left, then graphs over it
+        self.fp = ForwardPass(self.model, self.backend, capacity=step_capacity(self.config, self.cfg),
+                              kv_dtype=self.config.kv_dtype)
+        self.fp.freeze()
+        eager = self.config.enforce_eager
+        self.budget: KVBudget = plan_kv_budget(self.backend, self.cfg, self.config,
+                                               graph_launches=0 if eager else self.fp.graph_launches())
         self.pool = KVPool(self.backend, self.cfg, self.budget.num_blocks, self.config.block_size, self.config.kv_dtype)
+        self.graph_report = None if eager else self.fp.capture_graphs(self.pool)
+        self.fp.use_graphs = not eager
         self.blocks = BlockManager(self.budget.num_blocks, self.config.block_size, self.config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.config, self.blocks)
         self.runner = ModelRunner(self.fp, self.pool)
+        self.scheduler = Scheduler(self.config, self.blocks, on_release=self.runner.release)
         self.requests: dict[str, Sequence] = {}
         self.metrics = EngineMetrics()
         self._ids = itertools.count()

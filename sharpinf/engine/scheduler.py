@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from sharpinf.engine.block_manager import BlockManager
 from sharpinf.engine.config import EngineConfig
@@ -41,6 +42,12 @@ class Scheduler:
     step_index: int = 0
     admissions: int = 0
     preemptions: int = 0
+    on_release: Callable[[Sequence], None] | None = None  # a sequence leaves the running set
+
+    def _release(self, seq: Sequence) -> None:
+        self.blocks.release(seq)
+        if self.on_release is not None:
+            self.on_release(seq)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -50,7 +57,7 @@ class Scheduler:
 
     def _preempt(self, victim: Sequence) -> None:
         self.running.remove(victim)
-        self.blocks.release(victim)
+        self._release(victim)
         victim.status = Status.WAITING
         victim.metrics.preemptions += 1
         self.preemptions += 1
@@ -82,14 +89,14 @@ class Scheduler:
         for seq in [s for s in self.running if s.remaining == 1]:  # 1. decodes
             if budget <= 0:
                 break
-            if seq in self.running and self._make_room(seq, len(seq.tokens), scheduled):
+            if seq.status is Status.RUNNING and self._make_room(seq, len(seq.tokens), scheduled):
                 scheduled.append(ScheduledChunk(seq, 1))
                 budget -= 1
 
         for seq in [s for s in self.running if s.remaining > 1]:  # 2. prefills in progress
             if budget <= 0:
                 break
-            if seq not in self.running:
+            if seq.status is not Status.RUNNING:  # preempted to make room above
                 continue
             n = self._chunk(seq, budget)
             if self._make_room(seq, seq.num_computed + n, scheduled):
@@ -118,5 +125,5 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        self.blocks.release(seq)
+        self._release(seq)
         seq.status = Status.FINISHED

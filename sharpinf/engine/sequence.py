@@ -58,9 +58,18 @@ class Sequence:
     finish_reason: str | None = None
     metrics: SeqMetrics = field(default_factory=SeqMetrics)
     admitted_at: int = -1  # scheduler step of (last) admission: LIFO preemption order
+    sample_slot: int = -1  # the device history slot of the repetition penalty (-1: none held)
+    seen_synced: int = 0  # tokens[:seen_synced] are in that slot
+    registered_blocks: int = 0  # leading full blocks already offered to the prefix cache
+    last_block_hash: int | None = None  # the chained hash of the last of them
 
     def __post_init__(self):
         self.tokens = list(self.prompt_ids)
+        p = self.params
+        # what the sampling kernel reads for this request, packed once
+        self.sampling_row = (p.temperature, p.top_p, p.min_p, p.repetition_penalty, 0.0)
+        self.top_k = min(p.top_k, 2**31 - 1)
+        self.penalised = p.repetition_penalty != 1.0
 
     @property
     def output_ids(self) -> list[int]:

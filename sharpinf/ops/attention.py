@@ -34,10 +34,11 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
         return
     warps = min(WARPS, n_heads)
     grid = (n_tokens, -(-n_heads // warps))
+    # io: Q in, O out; the K/V the step reads depend on its contexts (the host bench adds them)
     be.launch(kernel(be, "attention.cu", f"attention_{kv_dtype}_d{head_dim}"), grid, 32 * warps,
               (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                out, I32(n_tokens), I32(n_seqs), I32(n_heads), I32(n_kv_heads), I32(head_dim), I32(block_size),
-               F32(scale)))
+               F32(scale)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
 
 
 # -- NumPy reference ---------------------------------------------------------------------

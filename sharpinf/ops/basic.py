@@ -1,7 +1,9 @@
 """Launchers for the small kernel families: elementwise, rmsnorm, gather, argmax.
 
 Each launcher takes device arrays from the backend and plain ints/floats; it casts
-scalars to the C types the kernels declare. The NumPy references live beside them.
+scalars to the C types the kernels declare, and states the launch's compulsory traffic
+(io = bytes read, bytes written: each input once, each output once) for the host bench's
+roofline table. The NumPy references live beside them.
 """
 
 from __future__ import annotations
@@ -19,32 +21,36 @@ def _grid_1d(n: int, block: int = 256, cap: int = 1024) -> int:
 
 def add(be, a, b, out, n: int) -> None:
     """out = a + b (float32, n elements); out may alias a."""
-    be.launch(kernel(be, "elementwise.cu", "add_f32"), _grid_1d(n), 256, (a, b, out, I32(n)))
+    be.launch(kernel(be, "elementwise.cu", "add_f32"), _grid_1d(n), 256, (a, b, out, I32(n)), io=(8 * n, 4 * n))
 
 
 def silu_gate(be, gate, up, out, n: int) -> None:
     """out = silu(gate) * up: the SwiGLU activation."""
-    be.launch(kernel(be, "elementwise.cu", "silu_gate_f32"), _grid_1d(n), 256, (gate, up, out, I32(n)))
+    be.launch(kernel(be, "elementwise.cu", "silu_gate_f32"), _grid_1d(n), 256, (gate, up, out, I32(n)),
+              io=(8 * n, 4 * n))
 
 
 def rmsnorm(be, x, w, y, rows: int, n: int, eps: float) -> None:
     """y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for `rows` rows of length n (QK-norm: rows = tokens x heads)."""
-    be.launch(kernel(be, "rmsnorm.cu", "rmsnorm_f32"), rows, 128 if n <= 256 else 256, (x, w, y, I32(n), F32(eps)))
+    be.launch(kernel(be, "rmsnorm.cu", "rmsnorm_f32"), rows, 128 if n <= 256 else 256, (x, w, y, I32(n), F32(eps)),
+              io=(4 * (rows * n + n), 4 * rows * n))
 
 
 def qk_norm(be, qkv, w, n_tokens: int, n_heads: int, head_dim: int, row_stride: int, col: int, eps: float) -> None:
     """In place: RMSNorm of each head (head_dim floats) of the heads starting at column `col` of qkv."""
     be.launch(kernel(be, "qk_norm.cu", "qk_norm_f32"), n_tokens * n_heads, 32 if head_dim <= 64 else 128,
-              (qkv, w, I32(n_tokens), I32(n_heads), I32(head_dim), I32(row_stride), I32(col), F32(eps)))
+              (qkv, w, I32(n_tokens), I32(n_heads), I32(head_dim), I32(row_stride), I32(col), F32(eps)),
+              io=(4 * (n_tokens * n_heads * head_dim + head_dim), 4 * n_tokens * n_heads * head_dim))
 
 
 def gather_rows(be, x, rows, out, n_rows: int, n_cols: int) -> None:
-    be.launch(kernel(be, "gather.cu", "gather_rows_f32"), n_rows, 128, (x, rows, out, I32(n_rows), I32(n_cols)))
+    be.launch(kernel(be, "gather.cu", "gather_rows_f32"), n_rows, 128, (x, rows, out, I32(n_rows), I32(n_cols)),
+              io=(4 * n_rows * (n_cols + 1), 4 * n_rows * n_cols))
 
 
 def argmax(be, x, out, rows: int, n: int) -> None:
     """out[r] = argmax(x[r]), ties to the lowest index."""
-    be.launch(kernel(be, "argmax.cu", "argmax_f32"), rows, 256, (x, out, I32(n)))
+    be.launch(kernel(be, "argmax.cu", "argmax_f32"), rows, 256, (x, out, I32(n)), io=(4 * rows * n, 4 * rows))
 
 
 # -- NumPy references ---------------------------------------------------------------------

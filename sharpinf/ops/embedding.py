@@ -16,9 +16,10 @@ def embed(backend, W_dev, qtype: int, ids_dev, out_dev, n_tokens: int, n_embd: i
     """out[n_tokens, n_embd] (float32) = rows ids[0..n_tokens) (int32, in range) of W."""
     if n_tokens < 1:
         raise ValueError(f"embed: n_tokens must be >= 1, got {n_tokens}")
-    quants.row_bytes(qtype, n_embd)  # raises unless n_embd is whole blocks
+    rb = quants.row_bytes(qtype, n_embd)  # raises unless n_embd is whole blocks
     k = kernel(backend, KERNEL_FILE, f"embed_{kernel_suffix(qtype)}")
-    backend.launch(k, (n_tokens, 1), BLOCK, (W_dev, ids_dev, out_dev, np.int32(n_tokens), np.int32(n_embd)))
+    backend.launch(k, (n_tokens, 1), BLOCK, (W_dev, ids_dev, out_dev, np.int32(n_tokens), np.int32(n_embd)),
+                   io=(n_tokens * (rb + 4), 4 * n_tokens * n_embd))
 
 
 # -- NumPy reference -----------------------------------------------------------------------------

@@ -39,6 +39,11 @@ def kv_cache_shape(kv_dtype: str, num_blocks: int, block_size: int, n_kv_heads: 
     return (slots, n_kv_heads, head_dim), np.dtype(dt)
 
 
+def stored_bytes(kv_dtype: str, head_dim: int) -> int:
+    """Bytes one head's K (or V) row takes in the cache."""
+    return head_dim // Q8_BLOCK * Q8_BYTES if kv_dtype == "q8_0" else head_dim * {"f16": 2, "bf16": 2, "f32": 4}[kv_dtype]
+
+
 def kv_append(be, kv_dtype: str, qkv, qkv_stride: int, k_col: int, v_col: int, slot_mapping, k_cache, v_cache,
               n_tokens: int, n_kv_heads: int, head_dim: int) -> None:
     """Write token t's K (columns k_col..) and V (columns v_col..) rows of `qkv` into slot slot_mapping[t]
@@ -53,7 +58,8 @@ def kv_append(be, kv_dtype: str, qkv, qkv_stride: int, k_col: int, v_col: int, s
     grid = max(1, min(-(-threads // BLOCK), _GRID_CAP))
     be.launch(kernel(be, "kv_cache.cu", f"kv_append_{kv_dtype}"), grid, BLOCK,
               (qkv, I32(qkv_stride), I32(k_col), I32(v_col), slot_mapping, k_cache, v_cache, I32(n_tokens),
-               I32(n_kv_heads), I32(head_dim)))
+               I32(n_kv_heads), I32(head_dim)),
+              io=(4 * n_tokens * (2 * n_kv_heads * head_dim + 1), 2 * n_tokens * n_kv_heads * stored_bytes(kv_dtype, head_dim)))
 
 
 # -- NumPy reference ---------------------------------------------------------------------

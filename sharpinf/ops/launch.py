@@ -9,7 +9,17 @@ from sharpinf.runtime.backend import Backend, Kernel
 _cache: "weakref.WeakKeyDictionary[Backend, dict[tuple[str, str], Kernel]]" = weakref.WeakKeyDictionary()
 
 
+class WantedKernel(Kernel):
+    """What kernel() hands out inside backend.collecting(): a name, nothing compiled."""
+
+    def __init__(self, filename: str, name: str):
+        self.filename, self.name = filename, name
+
+
 def kernel(be: Backend, filename: str, name: str) -> Kernel:
+    if be._collecting is not None:
+        be._collecting.append((filename, name))
+        return WantedKernel(filename, name)
     per_backend = _cache.setdefault(be, {})
     key = (filename, name)
     k = per_backend.get(key)

@@ -71,20 +71,21 @@ def matmul(backend, W_dev, qtype: int, X_dev, Y_dev, n_tokens: int, n_out: int, 
         raise ValueError(f"matmul: n_tokens and n_out must be >= 1, got {n_tokens}, {n_out}")
     check_n_in(qtype, n_in)
     _check_aligned(backend, X_dev, "X")
-    grid, block = launch_shape(n_tokens, n_out, MAX_ROW_BLOCKS if backend.name == "cuda" else EMU_ROW_BLOCKS)
+    grid, block = launch_shape(n_tokens, n_out, MAX_ROW_BLOCKS if backend.gpu_shapes else EMU_ROW_BLOCKS)
     has_bias = bias_dev is not None
     bias = bias_dev if has_bias else X_dev  # any valid pointer; never read
     args = (W_dev, X_dev, bias)
     tail = (np.int32(n_tokens), np.int32(n_out), np.int32(n_in), np.int32(has_bias))
     name = f"matmul_{kernel_suffix(qtype)}"
+    io = (n_out * quants.row_bytes(qtype, n_in) + 4 * (n_tokens * n_in + n_out * has_bias), 4 * n_tokens * n_out)
     if y_stride is None or (y_stride == n_out and y_col == 0):
-        backend.launch(kernel(backend, KERNEL_FILE, name), grid, block, args + (Y_dev,) + tail)
+        backend.launch(kernel(backend, KERNEL_FILE, name), grid, block, args + (Y_dev,) + tail, io=io)
         return
     if y_col < 0 or y_col + n_out > y_stride:
         raise ValueError(f"matmul: columns {y_col}..{y_col + n_out} do not fit rows of {y_stride}")
     y_view = Y_dev.reshape(-1)[y_col:]  # contiguous, starting at column y_col of row 0
     backend.launch(kernel(backend, KERNEL_FILE, name + "_ys"), grid, block,
-                   args + (y_view,) + tail + (np.int32(y_stride),))
+                   args + (y_view,) + tail + (np.int32(y_stride),), io=io)
 
 
 # -- NumPy reference -----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def rope(be, qkv, row_stride: int, positions, n_tokens: int, n_heads: int, head_
     grid = max(1, min(-(-items // BLOCK), _GRID_CAP))
     be.launch(kernel(be, "rope.cu", f"rope_{style}"), grid, BLOCK,
               (offset_view(qkv, col), I32(row_stride), positions, I32(n_tokens), I32(n_heads), I32(head_dim),
-               F32(theta)))
+               F32(theta)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
 
 
 # -- NumPy reference ---------------------------------------------------------------------

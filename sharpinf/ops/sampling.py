@@ -52,7 +52,7 @@ def uniform(seed: int, step: int) -> float:
     return float(uniforms(seed, [step])[0])
 
 
-# -- launcher -----------------------------------------------------------------------------
+# -- launchers ----------------------------------------------------------------------------
 def pack_params(params_list: Sequence[SamplingParams]) -> tuple[np.ndarray, np.ndarray]:
     """([R, 5] float32 temperature/top_p/min_p/repetition_penalty/0, [R] int32 top_k)."""
     p = np.zeros((len(params_list), N_PARAMS), F32)
@@ -62,14 +62,40 @@ def pack_params(params_list: Sequence[SamplingParams]) -> tuple[np.ndarray, np.n
     return p, k
 
 
-def pack_seen(seen: Sequence[Sequence[int]], R: int) -> np.ndarray:
-    """[R, max_seen] int32, -1 padded (max_seen >= 1)."""
-    width = max([1] + [len(s) for s in seen])
-    a = np.full((R, width), -1, I32)
-    for r, s in enumerate(seen):
-        if len(s):
-            a[r, : len(s)] = np.asarray(s, dtype=np.int64).clip(-1, 2**31 - 1)
-    return a
+def history_words(vocab: int) -> int:
+    """uint32 words of one history slot: a bit per token id."""
+    return (vocab + 31) // 32
+
+
+def sample_rows(be, logits, R: int, vocab: int, params, top_k, seeds, steps, seen_bits, slots, clear, add_off,
+                add_ids, out, scratch, block: int = BLOCK) -> None:
+    """The launch over device arrays (the forward pass's step plan uses this one): params f32 [R, 5],
+    top_k i32 [R], seeds u64 [R], steps i32 [R], seen_bits u32 [slots, words], slots/clear i32 [R],
+    add_off i32 [R+1], add_ids i32 [*], out i32 [R], scratch f32 [R, 2 * vocab]."""
+    if block % 32 or not 32 <= block <= 1024:
+        raise ValueError(f"sample: block must be a multiple of 32 in [32, 1024], got {block}")
+    be.launch(kernel(be, "sampling.cu", "sample_rows"), R, block,
+              (logits, I32(vocab), params, top_k, seeds, steps, seen_bits, I32(history_words(vocab)), slots, clear,
+               add_off, add_ids, out, scratch),
+              io=(R * vocab * 4 + R * 40, R * 4))
+
+
+def seen_update(be, R: int, vocab: int, seen_bits, slots, clear, add_off, add_ids, block: int = 128) -> None:
+    """Only step 0 of sample_rows: bring R rows' history slots up to date."""
+    be.launch(kernel(be, "sampling.cu", "seen_update"), R, block,
+              (seen_bits, I32(history_words(vocab)), slots, clear, add_off, add_ids, I32(vocab)))
+
+
+def history_arrays(penalised: Sequence[bool], seen: Sequence[Sequence[int]]) -> tuple[np.ndarray, ...]:
+    """(slots, clear, add_off, add_ids) that give row r a fresh slot r holding seen[r] when
+    penalised[r] (else no history); add_ids has at least one entry."""
+    R = len(seen)
+    slots = np.array([r if p else -1 for r, p in enumerate(penalised)], I32)
+    lists = [np.asarray(s, dtype=np.int64).clip(-1, 2**31 - 1) if p else np.zeros(0, np.int64)
+             for p, s in zip(penalised, seen)]
+    add_off = np.concatenate([[0], np.cumsum([len(a) for a in lists])]).astype(I32)
+    add_ids = np.concatenate(lists + [np.full(1, -1)]).astype(I32)
+    return slots, np.ones(R, I32), add_off, add_ids
 
 
 def sample(be, logits_dev, R: int, vocab: int, params_list: Sequence[SamplingParams], seeds: Sequence[int],
@@ -79,23 +105,22 @@ def sample(be, logits_dev, R: int, vocab: int, params_list: Sequence[SamplingPar
     seeds: one int in [0, 2**63) per row (the engine assigns one to seedless requests);
     steps: tokens each request has generated so far; seen: per row, the ids the repetition
     penalty applies to (prompt + generated). scratch_dev: float32 [R, 2*vocab], allocated when
-    None. Returns out_dev. Only the small per-row arrays are uploaded.
+    None. Returns out_dev. A one-off call: each penalised row gets a fresh history slot from
+    its `seen` list (the engine's step plan keeps slots on the device across steps instead).
     """
     if not (len(params_list) == len(seeds) == len(steps) == len(seen) == R):
         raise ValueError(f"sample: {R} rows but {len(params_list)} params, {len(seeds)} seeds, "
                          f"{len(steps)} steps, {len(seen)} seen lists")
     if any(s is None for s in seeds):
         raise ValueError("sample: every row needs a seed (assign one at submission)")
-    if block % 32 or not 32 <= block <= 1024:
-        raise ValueError(f"sample: block must be a multiple of 32 in [32, 1024], got {block}")
     p, k = pack_params(params_list)
-    seen_a = pack_seen(seen, R)
+    slots, clear, add_off, add_ids = history_arrays([sp.repetition_penalty != 1.0 for sp in params_list], seen)
     if scratch_dev is None:
         scratch_dev = be.empty((R, 2 * vocab), F32)
-    be.launch(kernel(be, "sampling.cu", "sample_rows"), R, block,
-              (logits_dev, I32(vocab), be.upload(p), be.upload(k),
-               be.upload(np.array([int(s) for s in seeds], U64)), be.upload(np.asarray(steps, I32)),
-               be.upload(seen_a), I32(seen_a.shape[1]), out_dev, scratch_dev))
+    bits = be.empty((max(1, R), history_words(vocab)), np.uint32)  # cleared by the kernel (clear = 1)
+    sample_rows(be, logits_dev, R, vocab, be.upload(p), be.upload(k), be.upload(np.array([int(s) for s in seeds], U64)),
+                be.upload(np.asarray(steps, I32)), bits, be.upload(slots), be.upload(clear), be.upload(add_off),
+                be.upload(add_ids), out_dev, scratch_dev, block)
     return out_dev
 
 

@@ -6,15 +6,23 @@ g++ against the CPU emulator). Code above this layer never asks which one it has
 Kernel arguments follow CuPy's RawKernel convention: device arrays are passed as
 pointers, scalars must be NumPy scalars of the exact C type (np.int32, np.float32,
 np.uint32, np.int64, ...), so the same call works on both backends.
+
+A launch is checked and packed once by `prepare` into a `Launch`; `run` replays a list of
+them with no further checks. `launch` is prepare + run. Inside `recording()` launches are
+collected instead of run: that is how the forward pass turns one step into a plan (a list
+of Launches over fixed buffers) that eager mode runs and a CUDA graph captures.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from contextlib import AbstractContextManager
-from typing import Any, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
 import numpy as np
+
+from sharpinf.errors import BackendError
 
 Dim3 = int | tuple[int] | tuple[int, int] | tuple[int, int, int]
 
@@ -32,6 +40,25 @@ class Kernel(ABC):
     name: str
 
 
+@dataclass(eq=False)
+class Launch:
+    """One kernel launch with its arguments checked and packed: run it any number of times.
+
+    io: (bytes read, bytes written) as the launcher counts them (the host bench reports them);
+    handle: the backend's packed form (CUDA: a kernel-parameter array; emu: argument bytes)."""
+
+    kernel: Kernel
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    io: tuple[int, int] | None
+    handle: Any
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+
 class Graph(ABC):
     """A captured sequence of launches that can be replayed."""
 
@@ -40,7 +67,10 @@ class Graph(ABC):
 
 
 class Backend(ABC):
-    name: str  # "cuda" or "emu"
+    name: str  # "cuda", "emu" or "trace"
+    gpu_shapes: bool = False  # launchers pick grids for a GPU (cuda, trace) or for the emulator
+    _recording: list[Launch] | None = None
+    _collecting: list[tuple[str, str]] | None = None
 
     # -- kernels ---------------------------------------------------------------
     @abstractmethod
@@ -52,8 +82,58 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    def launch(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0) -> None:
-        """Launch on the backend's current stream; asynchronous on CUDA."""
+    def prepare(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
+                io: tuple[int, int] | None = None) -> Launch:
+        """Check the launch (dimensions, argument types) and pack its arguments, once."""
+
+    @abstractmethod
+    def run(self, launches: Sequence[Launch]) -> None:
+        """Run prepared launches in order on the backend's stream (asynchronous on CUDA);
+        inside capture() they are captured instead."""
+
+    def compile(self, requests: Sequence[tuple[str, str]], progress=None) -> None:
+        """Compile ahead the entry points `requests` names [(file, entry)]; progress(file) is
+        called before each file. The CUDA backend compiles only those entries of each file."""
+        for filename in dict.fromkeys(f for f, _ in requests):
+            if progress is not None:
+                progress(filename)
+            for f, name in requests:
+                if f == filename:
+                    self.kernel(f, name)
+
+    @contextmanager
+    def collecting(self) -> Iterator[list[tuple[str, str]]]:
+        """`with be.collecting() as wanted: ...launchers...`: the (file, entry) pairs the
+        launchers ask for, with nothing compiled or run (ops.launch.kernel honours it)."""
+        wanted: list[tuple[str, str]] = []
+        self._collecting = wanted
+        try:
+            yield wanted
+        finally:
+            self._collecting = None
+
+    def launch(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
+               io: tuple[int, int] | None = None) -> None:
+        """prepare + run; inside recording() the launch is collected, not run."""
+        if self._collecting is not None:
+            return
+        l = self.prepare(kernel, grid, block, args, shared_mem, io)
+        if self._recording is not None:
+            self._recording.append(l)
+        else:
+            self.run((l,))
+
+    @contextmanager
+    def recording(self) -> Iterator[list[Launch]]:
+        """`with be.recording() as plan: ...launchers...`: the launches, prepared, not run."""
+        if self._recording is not None:
+            raise BackendError("recording() does not nest")
+        plan: list[Launch] = []
+        self._recording = plan
+        try:
+            yield plan
+        finally:
+            self._recording = None
 
     # -- memory ----------------------------------------------------------------
     @abstractmethod
@@ -76,12 +156,33 @@ class Backend(ABC):
         """A host copy of a device array; waits for pending work."""
 
     @abstractmethod
+    def fill_bytes(self, dev: Any, byte: int) -> None:
+        """Set every byte of a device array (poisoning, zeroing), in stream order."""
+
+    @abstractmethod
+    def host_buffer(self, nbytes: int) -> np.ndarray:
+        """A uint8 host array that copies can use asynchronously (pinned memory on CUDA)."""
+
+    @abstractmethod
+    def copy_to_device(self, host: np.ndarray, dev: Any) -> None:
+        """dev[...] = host, asynchronous in stream order; host must stay untouched until the
+        next synchronize() (it is pinned staging memory, see host_buffer)."""
+
+    @abstractmethod
+    def copy_to_host(self, dev: Any, host: np.ndarray) -> None:
+        """host[...] = dev, asynchronous in stream order: read host only after synchronize()."""
+
+    @abstractmethod
     def synchronize(self) -> None: ...
 
     # -- CUDA graphs -----------------------------------------------------------
     @abstractmethod
     def capture(self) -> AbstractContextManager[Graph]:
-        """`with backend.capture() as g: ...launches...` then `g.replay()`."""
+        """`with backend.capture() as g: backend.run(plan)` then `g.replay()`."""
+
+    def graph_memory(self) -> int | None:
+        """Device bytes the captured graphs hold, where the backend can tell (None: unknown)."""
+        return None
 
     # -- device memory (the KV budget probe) ------------------------------------
     def memory_info(self) -> tuple[int, int] | None:

@@ -1,22 +1,32 @@
 """CudaBackend: cupy arrays, kernels compiled at run time by NVRTC through cupy.RawModule.
 
-Every launch, allocation and copy runs on one dedicated non-blocking stream, so work
-is ordered among itself and a CUDA graph can capture it. cupy is imported lazily:
+Every launch, allocation, fill and copy runs on one dedicated non-blocking stream, so
+work is ordered among itself and a CUDA graph can capture it. cupy is imported lazily:
 importing this module never needs a GPU.
+
+Launches: `prepare` packs a launch once into a kernel-parameter array (ctypes); `run`
+hands each to cuLaunchKernel with nothing else to do, so a step of hundreds of launches
+costs microseconds each, and the same list is what a graph captures.
+
+Faults: CUDA reports a kernel's illegal access at the next synchronizing call. Every such
+call here turns CuPy's error into a BackendError naming the last kernel launched;
+SHARPINF_SYNC=1 synchronizes after every launch to name the one that faulted.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from sharpinf.errors import BackendError
-from sharpinf.runtime.backend import Backend, Dim3, Graph, Kernel, as_dim3
+from sharpinf.runtime.backend import Backend, Dim3, Graph, Kernel, Launch, as_dim3
 from sharpinf.runtime.args import check_args
 from sharpinf.runtime.paths import cache_dir, cuda_include_dirs, kernels_dir
 
@@ -24,8 +34,7 @@ MAX_THREADS_PER_BLOCK = 1024
 
 
 def _import_cupy():
-    # cupy reads CUPY_CACHE_DIR when it compiles; point it at our cache unless the user chose one.
-    os.environ.setdefault("CUPY_CACHE_DIR", str(cache_dir("cupy")))
+    # sharpinf/__init__ already pointed CUPY_CACHE_DIR at our cache (before any cupy import)
     try:
         import cupy
     except Exception as exc:
@@ -64,29 +73,62 @@ def source_with_deps(path: Path) -> tuple[str, str]:
     return code, digest
 
 
+# C types of kernel scalars, from the NumPy scalar a launcher passes (CuPy's rule)
+_SCALAR_CTYPES = {
+    np.dtype(np.int8): ctypes.c_int8, np.dtype(np.int16): ctypes.c_int16, np.dtype(np.int32): ctypes.c_int32,
+    np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint8): ctypes.c_uint8, np.dtype(np.uint16): ctypes.c_uint16,
+    np.dtype(np.uint32): ctypes.c_uint32, np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.float32): ctypes.c_float,
+    np.dtype(np.float64): ctypes.c_double, np.dtype(np.bool_): ctypes.c_bool,
+    np.dtype(np.float16): ctypes.c_uint16,  # passed as its bits
+}
+_H2D, _D2H = 1, 2  # cudaMemcpyKind
+
+
+def selection_defines(entries: Sequence[str]) -> tuple[str, ...]:
+    """-D options that compile only `entries` of a file (SHARPINF_WANT in common.cuh): each
+    entry name and each of its '_'-prefixes is wanted."""
+    wanted = set()
+    for e in entries:
+        parts = e.split("_")
+        wanted.update("_".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return ("-DSHARPINF_SELECT",) + tuple(f"-DSHARPINF_WANT_{w}=1" for w in sorted(wanted))
+
+
 class CudaKernel(Kernel):
     def __init__(self, name: str, path: Path, fn: Any):
         self.name = name
         self.path = path
-        self.fn = fn
+        self.fn = fn  # cupy RawKernel
+        self.ptr = int(fn.kernel.ptr)  # the CUfunction
 
     def __repr__(self) -> str:
         return f"CudaKernel({self.name!r} from {self.path.name})"
 
 
+@dataclass(eq=False)
+class CudaHandle:
+    head: tuple  # (CUfunction, grid x, y, z, block x, y, z, shared bytes)
+    params: Any  # ctypes void*[n]: what cuLaunchKernel reads
+    values: list  # the ctypes values params points at (kept alive with it)
+    arrays: list  # the device arrays (kept alive: a prepared launch never points at freed memory)
+    params_ptr: int
+
+
 class CudaGraph(Graph):
-    def __init__(self, stream: Any):
-        self._stream = stream
+    def __init__(self, backend: "CudaBackend"):
+        self._backend = backend
         self._graph = None
 
     def replay(self) -> None:
         if self._graph is None:
             raise BackendError("graph replayed before its capture finished")
-        self._graph.launch(self._stream)
+        with self._backend._errors("graph replay"):
+            self._graph.launch(self._backend._stream)
 
 
 class CudaBackend(Backend):
     name = "cuda"
+    gpu_shapes = True
 
     def __init__(self, device: int = 0):
         cp = _import_cupy()
@@ -102,7 +144,25 @@ class CudaBackend(Backend):
             raise BackendError(f"CUDA is not usable: {exc}") from exc
         self.cp = cp
         self.device_id = device
-        self._modules: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._launch_kernel = cp.cuda.driver.launchKernel
+        self._cuda_errors = (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError)
+        self._modules: dict[tuple, Any] = {}
+        self._selected: dict[Path, tuple[frozenset, Any]] = {}  # file -> (entries, module) from compile()
+        self._sync_each = os.environ.get("SHARPINF_SYNC", "").strip() in ("1", "true", "yes", "on")
+        self._capturing = False
+        self._last = "(none yet)"
+        self._graph_bytes = 0
+
+    # -- errors ------------------------------------------------------------------
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """CuPy's CUDA errors as one BackendError that says what was running."""
+        try:
+            yield
+        except self._cuda_errors as exc:
+            hint = "" if self._sync_each else "; set SHARPINF_SYNC=1 to synchronize after every launch and name the kernel that faulted"
+            raise BackendError(f"CUDA error at {what} ({exc}); the last kernel launched was {self._last}{hint}. "
+                               "After an illegal memory access the CUDA context is unusable: restart the process") from exc
 
     # -- kernels -----------------------------------------------------------------
     def _options(self, path: Path) -> tuple[str, ...]:
@@ -110,26 +170,50 @@ class CudaBackend(Backend):
         dirs += [str(d) for d in cuda_include_dirs()]  # cuda_fp16.h where NVRTC lacks it built in
         return ("-std=c++17",) + tuple(f"-I{d}" for d in dirs)
 
+    def _module(self, path: Path, exprs: tuple[str, ...], entries: frozenset | None) -> Any:
+        """The compiled module of `path` with every entry point, or with only `entries` (eagerly
+        compiled: CuPy's disk cache keys on the code and options, defines included)."""
+        code, digest = source_with_deps(path)
+        key = (digest, exprs, entries)
+        module = self._modules.get(key)
+        if module is None:
+            opts = self._options(path) + (selection_defines(sorted(entries)) if entries else ())
+            try:
+                module = self.cp.RawModule(code=code, options=opts, name_expressions=exprs or None)
+                module.compile()
+            except Exception as exc:
+                raise BackendError(f"{path.name}: does not compile: {exc}") from exc
+            self._modules[key] = module
+        return module
+
+    def compile(self, requests: Sequence[tuple[str, str]], progress=None) -> None:
+        """One module per file holding only the requested entry points (see SHARPINF_WANT)."""
+        by_file: dict[Path, set[str]] = {}
+        for filename, name in requests:
+            by_file.setdefault(resolve_source(filename), set()).add(name)
+        for path, names in by_file.items():
+            if progress is not None:
+                progress(path.name)
+            entries = frozenset(names) | self._selected.get(path, (frozenset(), None))[0]
+            self._selected[path] = (entries, self._module(path, (), entries))
+
     def kernel(self, filename: str, name: str, name_expressions: Sequence[str] = ()) -> Kernel:
         path = resolve_source(filename)
         exprs = tuple(name_expressions)
         if "<" in name and name not in exprs:
             raise BackendError(f"{name!r} is a template instantiation; list it in name_expressions")
-        code, digest = source_with_deps(path)
-        key = (digest, exprs)
+        selected = self._selected.get(path)
+        if not exprs and selected is not None and name in selected[0]:
+            module = selected[1]
+        else:  # compile just this entry (templates: the whole file, instantiating exprs)
+            module = self._module(path, exprs, None if exprs else frozenset([name]))
         try:
-            module = self._modules.get(key)
-            if module is None:
-                module = self.cp.RawModule(code=code, options=self._options(path), name_expressions=exprs or None)
-                self._modules[key] = module
-            # RawModule compiles lazily (eagerly with name_expressions): errors surface here.
-            fn = module.get_function(name)
+            return CudaKernel(name, path, module.get_function(name))
         except Exception as exc:
-            self._modules.pop(key, None)
             raise BackendError(f"{path.name}: cannot get kernel {name!r}: {exc}") from exc
-        return CudaKernel(name, path, fn)
 
-    def launch(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0) -> None:
+    def prepare(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
+                io: tuple[int, int] | None = None) -> Launch:
         if not isinstance(kernel, CudaKernel):
             raise BackendError(f"{kernel!r} was not compiled by the cuda backend")
         try:
@@ -141,28 +225,52 @@ class CudaBackend(Backend):
         if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
             raise BackendError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
         args = check_args(args, lambda a: isinstance(a, self.cp.ndarray), self.name)
+        values, arrays = [], []
+        for i, a in enumerate(args):
+            if isinstance(a, self.cp.ndarray):
+                values.append(ctypes.c_void_p(a.data.ptr))
+                arrays.append(a)
+                continue
+            ctype = _SCALAR_CTYPES.get(a.dtype)
+            if ctype is None:
+                raise BackendError(f"{kernel.name}: arg {i}: no C type for a NumPy {a.dtype} scalar")
+            values.append(ctype((a.view(np.uint16) if a.dtype == np.float16 else a).item()))
+        params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+        handle = CudaHandle((kernel.ptr, *g, *b, int(shared_mem)), params, values, arrays, ctypes.addressof(params))
+        return Launch(kernel, g, b, int(shared_mem), io, handle)
+
+    def run(self, launches: Sequence[Launch]) -> None:
+        launch, stream = self._launch_kernel, self._stream.ptr
+        sync_each = self._sync_each and not self._capturing
+        l = None
         try:
-            with self._stream:
-                kernel.fn(g, b, args, shared_mem=int(shared_mem))
-        except self.cp.cuda.compiler.CompileException as exc:  # a lazily compiled module
-            raise BackendError(f"{kernel.path.name}: {exc}") from exc
+            for l in launches:
+                h = l.handle
+                launch(*h.head, stream, h.params_ptr, 0)
+                if sync_each:
+                    self._stream.synchronize()
+        except self._cuda_errors as exc:
+            raise BackendError(f"CUDA error in kernel {l.name} (grid {l.grid}, block {l.block}): {exc}"
+                               + ("" if sync_each else "; it may have come from an earlier kernel: set SHARPINF_SYNC=1")) from exc
+        if l is not None:
+            self._last = l.name
 
     # -- memory ------------------------------------------------------------------
     def empty(self, shape, dtype) -> Any:
-        with self._stream:
+        with self._errors("allocation"), self._stream:
             return self.cp.empty(shape, dtype=dtype)
 
     def zeros(self, shape, dtype) -> Any:
-        with self._stream:
+        with self._errors("allocation"), self._stream:
             return self.cp.zeros(shape, dtype=dtype)
 
     def full(self, shape, value, dtype) -> Any:
-        with self._stream:  # the fill kernel must run on our stream, not the default one
+        with self._errors("allocation"), self._stream:  # the fill kernel must run on our stream
             return self.cp.full(shape, value, dtype=dtype)
 
     def upload(self, host: np.ndarray) -> Any:
         host = np.ascontiguousarray(host)
-        with self._stream:
+        with self._errors("upload"), self._stream:
             dev = self.cp.empty(host.shape, dtype=host.dtype)
             dev.set(host, stream=self._stream)
         return dev
@@ -170,12 +278,38 @@ class CudaBackend(Backend):
     def download(self, dev: Any) -> np.ndarray:
         if not isinstance(dev, self.cp.ndarray):
             raise BackendError(f"download expects a cupy array, got {type(dev).__name__}")
-        host = dev.get(stream=self._stream)
-        self._stream.synchronize()
+        with self._errors("download"):
+            host = dev.get(stream=self._stream)
+            self._stream.synchronize()
         return host
 
+    def fill_bytes(self, dev: Any, byte: int) -> None:
+        with self._errors("fill"):
+            self.cp.cuda.runtime.memsetAsync(dev.data.ptr, int(byte), dev.nbytes, self._stream.ptr)
+
+    def host_buffer(self, nbytes: int) -> np.ndarray:
+        with self._errors("pinned allocation"):
+            mem = self.cp.cuda.alloc_pinned_memory(max(1, nbytes))
+        return np.frombuffer(mem, np.uint8, nbytes)  # the array keeps `mem` alive
+
+    def _check_copy(self, host: np.ndarray, dev: Any) -> None:
+        if host.nbytes != dev.nbytes or not host.flags.c_contiguous or not dev.flags.c_contiguous:
+            raise BackendError(f"copy between {host.nbytes} host bytes and {dev.nbytes} device bytes: "
+                               "sizes must match and both be contiguous")
+
+    def copy_to_device(self, host: np.ndarray, dev: Any) -> None:
+        self._check_copy(host, dev)
+        with self._errors("host-to-device copy"):
+            self.cp.cuda.runtime.memcpyAsync(dev.data.ptr, host.ctypes.data, host.nbytes, _H2D, self._stream.ptr)
+
+    def copy_to_host(self, dev: Any, host: np.ndarray) -> None:
+        self._check_copy(host, dev)
+        with self._errors("device-to-host copy"):
+            self.cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, host.nbytes, _D2H, self._stream.ptr)
+
     def synchronize(self) -> None:
-        self._stream.synchronize()
+        with self._errors("synchronize"):
+            self._stream.synchronize()
 
     @property
     def stream(self) -> Any:
@@ -184,7 +318,7 @@ class CudaBackend(Backend):
 
     # -- device memory ------------------------------------------------------------
     def memory_info(self) -> tuple[int, int]:
-        self._stream.synchronize()
+        self.synchronize()
         free, total = self.cp.cuda.runtime.memGetInfo()
         # cupy's pool holds freed blocks: they are free for us too
         pool_free = self.cp.get_default_memory_pool().free_bytes()
@@ -194,16 +328,15 @@ class CudaBackend(Backend):
         """Pinned host -> device, best of 5 copies of nbytes."""
         import time
 
-        pinned = self.cp.cuda.alloc_pinned_memory(nbytes)
-        host = np.frombuffer(pinned, dtype=np.uint8, count=nbytes)
+        host = self.host_buffer(nbytes)
         host[:] = 1
-        dev = self.cp.empty(nbytes, dtype=np.uint8)
+        dev = self.empty(nbytes, np.uint8)
         best = float("inf")
         for _ in range(5):
-            self._stream.synchronize()
+            self.synchronize()
             t = time.perf_counter()
-            dev.set(host, stream=self._stream)
-            self._stream.synchronize()
+            self.copy_to_device(host, dev)
+            self.synchronize()
             best = min(best, time.perf_counter() - t)
         del dev
         return nbytes / best / 1e9
@@ -213,17 +346,29 @@ class CudaBackend(Backend):
     def capture(self) -> Iterator[Graph]:
         """Capture the launches in the block into a graph. Compile kernels and allocate
         buffers before capturing: neither is legal while a stream is being captured."""
-        graph = CudaGraph(self._stream)
+        graph = CudaGraph(self)
+        free_before = self.cp.cuda.runtime.memGetInfo()[0]
         self._stream.begin_capture()
+        self._capturing = True
         try:
             yield graph
         except BaseException:
+            self._capturing = False
             try:
                 self._stream.end_capture()
             except Exception:
                 pass
             raise
-        graph._graph = self._stream.end_capture()
+        self._capturing = False
+        with self._errors("graph capture"):
+            graph._graph = self._stream.end_capture()  # instantiated here
+            graph._graph.upload(self._stream)
+            self._stream.synchronize()
+        self._graph_bytes += max(0, free_before - self.cp.cuda.runtime.memGetInfo()[0])
+
+    def graph_memory(self) -> int:
+        """Device memory the driver took for graphs captured so far (free memory before - after)."""
+        return self._graph_bytes
 
     # -- facts --------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -238,6 +383,7 @@ class CudaBackend(Backend):
             "device": self.device_id,
             "gpu": name.decode() if isinstance(name, bytes) else str(name),
             "compute_capability": f"{props['major']}.{props['minor']}",
+            "multiprocessors": int(props.get("multiProcessorCount", 0)),
             "memory_total_bytes": int(total),
             "memory_free_bytes": int(free),
             "cuda_runtime": _version(rt.runtimeGetVersion()),
@@ -246,4 +392,5 @@ class CudaBackend(Backend):
             "cupy": cp.__version__,
             "kernels_dir": str(kernels_dir()),
             "cache_dir": os.environ.get("CUPY_CACHE_DIR", str(cache_dir("cupy", create=False))),
+            "sync_each_launch": self._sync_each,
         }

@@ -18,9 +18,9 @@ import numpy as np
 
 from sharpinf.errors import BackendError
 from sharpinf.runtime import paths
-from sharpinf.runtime.backend import Backend, Dim3, Kernel, as_dim3
+from sharpinf.runtime.backend import Backend, Dim3, Kernel, Launch, as_dim3
 from sharpinf.runtime.emu import build
-from sharpinf.runtime.emu.graph import EmuGraph, capturing
+from sharpinf.runtime.emu.graph import EmuGraph, capturing, check_alive, make_handle
 from sharpinf.runtime.emu.isolate import run_isolated  # noqa: F401 - re-exported for tests
 from sharpinf.runtime.emu.module import EmuKernel, Module
 
@@ -72,24 +72,27 @@ class EmuBackend(Backend):
         self._kernels[key] = (k, build.stamps_of(src, key[2]))
         return k
 
-    def launch(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0) -> None:
+    def prepare(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
+                io: tuple[int, int] | None = None) -> Launch:
         if not isinstance(kernel, EmuKernel):
             raise BackendError(f"emu: not an emulator kernel: {kernel!r}")
         if not isinstance(args, (tuple, list)):
             raise BackendError(f"kernel args must be a tuple or list, got {type(args).__name__}")
         g = (grid, 1, 1) if type(grid) is int and grid > 0 else as_dim3(grid)
         b = (block, 1, 1) if type(block) is int and block > 0 else as_dim3(block)
-        if self._graph is not None:
-            packed, arrays = kernel.pack(args, raw=True)
-            self._graph.record(kernel, g, b, int(shared_mem), packed, arrays)
-            return
-        packed, _ = kernel.pack(args)
-        kernel.module.launch(kernel, g, b, int(shared_mem), packed, self._order_code, self.strict, self.workers,
-                             self.seed)
+        if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
+            raise BackendError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
+        packed, arrays = kernel.pack(args, raw=True)
+        return Launch(kernel, g, b, int(shared_mem), io, make_handle(packed, arrays))
 
-    def _replay_one(self, l) -> None:
-        l.kernel.module.launch(l.kernel, l.grid, l.block, l.shared, l.packed, self._order_code, self.strict,
-                               self.workers, self.seed, raw=True)
+    def run(self, launches: Sequence[Launch]) -> None:
+        if self._graph is not None:
+            self._graph.launches.extend(launches)
+            return
+        check_alive(launches, "launch")
+        for l in launches:
+            l.kernel.module.launch(l.kernel, l.grid, l.block, l.shared_mem, l.handle.packed, self._order_code,
+                                   self.strict, self.workers, self.seed, raw=True)
 
     # -- memory ----------------------------------------------------------------
     def empty(self, shape, dtype) -> np.ndarray:
@@ -104,12 +107,24 @@ class EmuBackend(Backend):
     def download(self, dev: np.ndarray) -> np.ndarray:
         return np.array(dev, copy=True)
 
+    def fill_bytes(self, dev: np.ndarray, byte: int) -> None:
+        dev.reshape(-1).view(np.uint8).fill(byte)
+
+    def host_buffer(self, nbytes: int) -> np.ndarray:
+        return np.zeros(nbytes, np.uint8)
+
+    def copy_to_device(self, host: np.ndarray, dev: np.ndarray) -> None:
+        np.copyto(dev, host)
+
+    def copy_to_host(self, dev: np.ndarray, host: np.ndarray) -> None:
+        np.copyto(host, dev)
+
     def synchronize(self) -> None:
         pass
 
     # -- graphs ------------------------------------------------------------------
     def capture(self):
-        return capturing(self, self._replay_one)
+        return capturing(self, self.run)
 
     # -- facts -----------------------------------------------------------------
     def describe(self) -> dict[str, Any]:

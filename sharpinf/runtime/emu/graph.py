@@ -1,19 +1,24 @@
-"""Graph capture for the emulator. As on CUDA, launches inside `capture()` are
-recorded, not run; replay re-runs them with the recorded pointers. Each array
-argument's owning buffer is held by weak reference, so replaying after that
-buffer was freed or replaced raises instead of touching dead memory."""
+"""Prepared launches and graph capture for the emulator.
+
+A prepared emulator launch keeps its packed argument bytes (real data pointers) and,
+for each array argument, a weak reference to the array owning the memory plus the
+owner's data pointer. Running it after that owner was freed or replaced raises instead
+of touching dead memory: the bug a CUDA graph (or a reused launch plan) would hit
+silently on a GPU, where the old pointer is baked in. As on CUDA, `run` inside
+`capture()` records the launches instead of running them; replay runs the record.
+"""
 
 from __future__ import annotations
 
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from sharpinf.errors import BackendError
-from sharpinf.runtime.backend import Graph
+from sharpinf.runtime.backend import Graph, Launch
 
 
 def _owner(a: np.ndarray) -> np.ndarray:
@@ -23,43 +28,41 @@ def _owner(a: np.ndarray) -> np.ndarray:
     return a
 
 
-@dataclass
-class _Launch:
-    kernel: Any
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared: int
+@dataclass(eq=False)
+class EmuHandle:
     packed: bytes
     refs: list[tuple[int, Any, int]]  # (arg index, weakref to owner, owner data pointer)
 
 
-class EmuGraph(Graph):
-    def __init__(self, run: Callable[[_Launch], None]):
-        self._run = run
-        self.launches: list[_Launch] = []
+def make_handle(packed: bytes, arrays: list[tuple[int, np.ndarray]]) -> EmuHandle:
+    refs = []
+    for i, a in arrays:
+        o = _owner(a)
+        refs.append((i, weakref.ref(o), o.ctypes.data))
+    return EmuHandle(packed, refs)
 
-    def record(self, kernel, grid, block, shared, packed, arrays: list[tuple[int, np.ndarray]]) -> None:
-        refs = []
-        for i, a in arrays:
-            o = _owner(a)
-            refs.append((i, weakref.ref(o), o.ctypes.data))
-        self.launches.append(_Launch(kernel, grid, block, shared, packed, refs))
+
+def check_alive(launches: Sequence[Launch], what: str) -> None:
+    for l in launches:
+        for i, ref, ptr in l.handle.refs:
+            o = ref()
+            if o is None or o.ctypes.data != ptr:
+                raise BackendError(f"{what}: argument {i} of kernel {l.name} was reallocated after capture")
+
+
+class EmuGraph(Graph):
+    def __init__(self, run: Callable[[Sequence[Launch]], None]):
+        self._run = run
+        self.launches: list[Launch] = []
 
     def replay(self) -> None:
-        for l in self.launches:
-            for i, ref, ptr in l.refs:
-                o = ref()
-                if o is None or o.ctypes.data != ptr:
-                    raise BackendError(
-                        f"graph replay: argument {i} of kernel {l.kernel.name} was reallocated after capture"
-                    )
-        for l in self.launches:
-            self._run(l)
+        check_alive(self.launches, "graph replay")
+        self._run(self.launches)
 
 
 @contextmanager
 def capturing(owner, run) -> Iterator[EmuGraph]:
-    """Sets owner._graph for the `with` body; launches go to the graph."""
+    """Sets owner._graph for the `with` body; runs go to the graph."""
     if owner._graph is not None:
         raise BackendError("graph capture already in progress")
     g = EmuGraph(run)

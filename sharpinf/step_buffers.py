@@ -1,0 +1,185 @@
+"""The buffers a step runs in, allocated once: the activations (Workspace) and the step
+descriptor (StepDescriptor), so a step allocates nothing and crosses to the device in one copy.
+
+    token_ids, positions, slot_mapping   i32 [T]       the batch's tokens, then padding
+    cu_seqlens                           i32 [S+1]     S = seqs + 1: the last sequence holds the padding
+    logits_rows                          i32 [R]
+    sampling: params f32 [R,5], top_k, steps, slots, clear i32 [R], add_off i32 [R+1], seeds u64 [R]
+    add_ids                              i32 [H]       ids new to the repetition-penalty history
+    block_tables                         i32 [S, W]    last, so the copy stops after the live rows
+
+The host side is one pinned staging buffer with the same layout: a step writes its fields
+there and `upload` sends [0, end of the last live block-table row) with one async copy.
+Padding: a step padded from N to Nb tokens (its graph's size) gives tokens N..Nb-1 id 0,
+position 0 and the slot of position 0 of the scratch block, in sequence S-1 whose block
+table is the scratch block; rows R..Rb-1 take row 0, greedy, no history. Padding reads and
+writes only the scratch block and rows nobody reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sharpinf.batch import Batch
+from sharpinf.model.config import ModelConfig
+from sharpinf.ops.sampling import N_PARAMS
+from sharpinf.runtime.backend import Backend
+
+I32, F32, U64 = np.int32, np.float32, np.uint64
+ALIGN = 16  # bytes: every field starts on a 16-byte boundary (vector loads, u64 fields)
+
+
+@dataclass(frozen=True)
+class StepCapacity:
+    """The most one step holds: tokens, sequences, rows wanting logits, new history ids."""
+
+    tokens: int
+    seqs: int
+    rows: int
+    history: int
+
+    def covers(self, other: "StepCapacity") -> bool:
+        return all(getattr(self, f) >= getattr(other, f) for f in ("tokens", "seqs", "rows", "history"))
+
+    def union(self, other: "StepCapacity") -> "StepCapacity":
+        return StepCapacity(*(max(getattr(self, f), getattr(other, f)) for f in ("tokens", "seqs", "rows", "history")))
+
+
+@dataclass
+class SamplingRows:
+    """Per row of logits_rows: how to pick its token (host arrays, packed by the model runner).
+
+    The history fields keep each penalised request's seen ids on the device across steps:
+    slots[r] (-1: no penalty), clear[r] (the slot is new to this request), and the ids new
+    since its last step, add_ids[add_off[r]:add_off[r+1]]."""
+
+    params: np.ndarray  # f32 [R, 5]: temperature, top_p, min_p, repetition_penalty, 0
+    top_k: np.ndarray  # i32 [R]
+    seeds: np.ndarray  # u64 [R]
+    steps: np.ndarray  # i32 [R]
+    slots: np.ndarray  # i32 [R]
+    clear: np.ndarray  # i32 [R]
+    add_off: np.ndarray  # i32 [R+1]
+    add_ids: np.ndarray  # i32 [n]
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.top_k)
+
+    @classmethod
+    def greedy(cls, R: int) -> "SamplingRows":
+        """Argmax for every row (ties to the lowest id), no history."""
+        return cls(np.zeros((R, N_PARAMS), F32), np.zeros(R, I32), np.zeros(R, U64), np.zeros(R, I32),
+                   np.full(R, -1, I32), np.zeros(R, I32), np.zeros(R + 1, I32), np.zeros(0, I32))
+
+
+class Workspace:
+    """The activations of one step, [tokens or rows, width] float32, sized for a capacity."""
+
+    def __init__(self, be: Backend, cfg: ModelConfig, cap: StepCapacity):
+        T, R = cap.tokens, cap.rows
+        qkv_w = cfg.q_dim + 2 * cfg.kv_dim
+        self.x = be.empty((T, cfg.n_embd), F32)  # the residual stream
+        self.h = be.empty((T, cfg.n_embd), F32)  # normed input of a projection
+        self.qkv = be.empty((T, qkv_w), F32)
+        self.att = be.empty((T, cfg.q_dim), F32)
+        self.proj = be.empty((T, cfg.n_embd), F32)
+        self.gate = be.empty((T, cfg.n_ff), F32)
+        self.up = be.empty((T, cfg.n_ff), F32)
+        self.sel = be.empty((R, cfg.n_embd), F32)  # the rows that want logits
+        self.logits = be.empty((R, cfg.n_vocab), F32)
+        self.sample_scratch = be.empty((R, 2 * cfg.n_vocab), F32)
+        self.sampled = be.empty((R,), I32)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in vars(self).values())
+
+
+@dataclass
+class _Field:
+    offset: int  # bytes
+    dtype: np.dtype
+    count: int
+
+
+@dataclass
+class StepDescriptor:
+    """One step's description: pinned host staging + the device copy, with typed views of each."""
+
+    be: Backend
+    cap: StepCapacity
+    width: int  # W: block-table entries per sequence
+    block_size: int
+    scratch_block: int
+    fields: dict[str, _Field] = field(init=False)
+    nbytes: int = field(init=False)
+
+    def __post_init__(self):
+        T, S, R, H, W = self.cap.tokens, self.cap.seqs + 1, self.cap.rows, self.cap.history, self.width
+        layout = [("token_ids", I32, T), ("positions", I32, T), ("slot_mapping", I32, T), ("cu_seqlens", I32, S + 1),
+                  ("logits_rows", I32, R), ("params", F32, R * N_PARAMS), ("top_k", I32, R), ("steps", I32, R),
+                  ("slots", I32, R), ("clear", I32, R), ("add_off", I32, R + 1), ("seeds", U64, R),
+                  ("add_ids", I32, max(1, H)), ("block_tables", I32, S * W)]
+        self.fields, at = {}, 0
+        for name, dt, n in layout:
+            self.fields[name] = _Field(at, np.dtype(dt), n)
+            at += -(-(n * np.dtype(dt).itemsize) // ALIGN) * ALIGN
+        self.nbytes = at
+        self.host = self.be.host_buffer(at)
+        self.device = self.be.zeros((at,), np.uint8)
+        self.h = {n: self._view(self.host, f) for n, f in self.fields.items()}  # host views
+        self.d = {n: self._view(self.device, f) for n, f in self.fields.items()}  # device views
+        self.h["params"] = self.h["params"].reshape(R, N_PARAMS)
+        self.d["params"] = self.d["params"].reshape(R, N_PARAMS)
+        self.tables = self.h["block_tables"].reshape(S, W)
+        self.host_ids = self.be.host_buffer(R * 4).view(I32)  # sampled ids come back here
+        # the padding sequence's table (row S-1) never changes and is past every copy: set it once
+        self.tables[S - 1, :] = self.scratch_block
+        self.be.copy_to_device(self.host, self.device)
+        self.be.synchronize()
+
+    @staticmethod
+    def _view(buf: Any, f: _Field) -> Any:
+        return buf[f.offset : f.offset + f.count * f.dtype.itemsize].view(f.dtype)
+
+    @property
+    def pad_seq(self) -> int:
+        return self.cap.seqs
+
+    def pack(self, batch: Batch, n_tokens: int, n_rows: int, sampling: SamplingRows | None) -> int:
+        """Write the batch padded to n_tokens tokens and n_rows rows; returns the bytes to upload."""
+        h, N, S, R = self.h, batch.n_tokens, batch.n_seqs, len(batch.logits_rows)
+        h["token_ids"][:N] = batch.token_ids
+        h["token_ids"][N:n_tokens] = 0
+        h["positions"][:N] = batch.positions
+        h["positions"][N:n_tokens] = 0
+        h["slot_mapping"][:N] = batch.slot_mapping
+        h["slot_mapping"][N:n_tokens] = self.scratch_block * self.block_size
+        cu = h["cu_seqlens"]
+        cu[: S + 1] = batch.cu_seqlens
+        cu[S + 1 : self.pad_seq + 1] = N  # empty sequences up to the padding sequence
+        cu[self.pad_seq + 1] = n_tokens
+        h["logits_rows"][:R] = batch.logits_rows
+        h["logits_rows"][R:n_rows] = 0
+        if sampling is not None:
+            h["params"][:R] = sampling.params
+            h["params"][R:n_rows] = 0.0  # padding rows: greedy
+            h["top_k"][:R] = sampling.top_k
+            h["steps"][:R] = sampling.steps
+            h["seeds"][:R] = sampling.seeds
+            h["slots"][:R] = sampling.slots
+            h["slots"][R:n_rows] = -1
+            h["clear"][:R] = sampling.clear
+            h["add_off"][: R + 1] = sampling.add_off
+            h["add_off"][R + 1 : n_rows + 1] = sampling.add_off[R]
+            h["add_ids"][: len(sampling.add_ids)] = sampling.add_ids
+        w = batch.block_tables.shape[1]
+        self.tables[:S, :w] = batch.block_tables
+        return self.fields["block_tables"].offset + S * self.width * 4
+
+    def upload(self, nbytes: int) -> None:
+        self.be.copy_to_device(self.host[:nbytes], self.device[:nbytes])
