@@ -238,10 +238,15 @@ for row, ctx in zip(batch.logits_rows, [B, C + [c_next]]):
 
 
 def build() -> dict[str, nbformat.NotebookNode]:
-    nb = new_notebook(cells=PACKED_STEP)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    return {"01_packed_step.ipynb": nb}
+    from anatomy_cells import ANATOMY  # notebooks/ is this script's folder
+
+    out = {}
+    for name, cells in (("01_packed_step.ipynb", PACKED_STEP), ("02_anatomy_of_a_step.ipynb", ANATOMY)):
+        nb = new_notebook(cells=cells)
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.metadata["language_info"] = {"name": "python"}
+        out[name] = nb
+    return out
 
 
 def main() -> None:

@@ -1,10 +1,12 @@
-"""The five oracles of the packed, paged forward pass (sharpinf verify and the tests use these).
+"""The oracles of the packed, paged forward pass (sharpinf verify and the tests use these).
 
 (a) kernel-vs-reference        teacher-forced logits at every position vs the NumPy reference
 (b) packed-vs-sequential       S >= 2 prompts prefilled in one step vs each alone
 (c) chunked-vs-whole           one prompt prefilled in random chunks vs one chunk
 (d) batched-decode-vs-single   sequences at different positions decoded together vs each alone
 (e) placement                  the same sequence in other, shuffled physical blocks: bit-identical
+and graph-vs-eager (oracles/graph_oracle.py): steps replayed from CUDA graphs, padded to their
+buckets, vs launched eagerly at their exact shapes: bit-identical logits and sampled ids.
 
 Every run NaN-poisons the KV pool first, so a read of a slot nobody wrote shows as NaN.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from oracles.compare import OracleResult, compare_logits, exact
+from oracles.graph_oracle import oracle_graph_vs_eager, standard_schedule
 from oracles.paged_runner import PagedRunner
 from oracles.reference import Reference
 from oracles.tolerances import CROSS_PATH, kernel_vs_reference
@@ -140,5 +143,7 @@ def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0):
         OracleCase("batched-decode-vs-single-user", f"{len(decode)} seqs",
                    lambda: oracle_batched_decode(fp, prompts[:3], decode, kv_dtype=kv)),
         OracleCase("placement", f"{len(longest)} tokens", lambda: oracle_placement(fp, longest, kv_dtype=kv)),
+        OracleCase("graph-vs-eager", "prefill, chunked, decode, mixed steps",
+                   lambda: oracle_graph_vs_eager(fp, standard_schedule(fp.cfg.n_vocab, seed), kv_dtype=kv)),
     ]
     return cases

@@ -206,7 +206,23 @@ class ForwardPass:
 
     @property
     def graph_replays(self) -> int:
+        """Plans run from a captured graph so far (two a step: body and head)."""
         return self._plans.replays
+
+    @property
+    def plans(self) -> dict:
+        """The recorded plans: ("body", Nb) or ("head", Rb, samples) -> list of Launch."""
+        return self._plans.plans
+
+    @property
+    def graphs(self) -> dict:
+        """The captured graphs, keyed like plans."""
+        return self._plans.graphs
+
+    @property
+    def descriptor(self) -> StepDescriptor | None:
+        """The step descriptor of the bound KV pool (host staging + device copy)."""
+        return self._desc
 
     def workspace_bytes(self) -> int:
         return self.ws.nbytes + int(self.seen_bits.nbytes) + (self._desc.nbytes if self._desc else 0)

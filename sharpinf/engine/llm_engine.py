@@ -41,11 +41,21 @@ class RequestOutput:
     request_id: str
     new_token_ids: list[int]
     new_text: str
-    token_ids: list[int]
+    token_ids: list[int]  # every token generated so far (a fresh list)
     text: str
     finished: bool
     finish_reason: str | None
-    prompt_ids: list[int]
+    prompt_ids: list[int]  # the request's own list, shared: do not modify
+
+
+@dataclass
+class StepTimes:
+    """Host seconds of the last step: scheduling; the model runner (batch, upload, launches or
+    graph replays, sampling, the one synchronize); the tokens' bookkeeping (stop rules, text)."""
+
+    schedule_s: float
+    run_s: float
+    finish_s: float
 
 
 @dataclass
@@ -109,6 +119,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.config, self.blocks, on_release=self.runner.release)
         self.requests: dict[str, Sequence] = {}
         self.metrics = EngineMetrics()
+        self.last_step_times: StepTimes | None = None
         self._ids = itertools.count()
         self._seeds = np.random.default_rng(self.config.seed)
 
@@ -167,11 +178,13 @@ class LLMEngine:
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        t0 = time.perf_counter()
         chunks = self.scheduler.schedule()
         if not chunks:
             if self.scheduler.has_work():
                 raise RuntimeError("scheduler made no progress with work pending (a bug: please report)")
             return []
+        t1 = time.perf_counter()
         sampled = self.runner.run(chunks)
         self.metrics.steps += 1
         now = time.perf_counter()
@@ -193,7 +206,8 @@ class LLMEngine:
                 self._finish(seq, seq.stop.finish_reason)
             text = seq.stop.text
             outputs.append(RequestOutput(seq.request_id, [token], text[len(before):] if text.startswith(before) else "",
-                                         list(seq.output_ids), text, done, seq.finish_reason, list(seq.prompt_ids)))
+                                         seq.output_ids, text, done, seq.finish_reason, seq.prompt_ids))
+        self.last_step_times = StepTimes(t1 - t0, now - t1, time.perf_counter() - now)
         return outputs
 
     def engine_metrics(self) -> dict:

@@ -1,0 +1,185 @@
+"""The step machinery: buckets, the one-copy descriptor and its padding, capacity, the
+device-side penalty history (kept across steps, flushed when it overflows), the trace
+backend, and compile-ahead naming only the kernels a model uses."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oracles.paged_runner import PagedRunner
+from sharpinf.batch import Batch, SeqChunk
+from sharpinf.errors import BackendError
+from sharpinf.forward import ForwardPass
+from sharpinf.kv_pool import KVPool
+from sharpinf.model.loader import load_model
+from sharpinf.model.synth import synthetic_model
+from sharpinf.sampling import SamplingParams, apply_repetition_penalty
+from sharpinf.step_buffers import SamplingRows, StepCapacity, StepDescriptor
+from sharpinf.step_plan import bucket_for, bucket_ladder
+
+
+@functools.cache
+def _model(arch="llama", qtype="Q8_0"):
+    return load_model(synthetic_model(arch, qtype, n_embd=128))
+
+
+# -- buckets ---------------------------------------------------------------------------------
+@given(limit=st.integers(1, 5000))
+def test_bucket_ladder_covers_every_size_with_little_padding(limit):
+    ladder = bucket_ladder(limit)
+    assert ladder[: min(4, len(ladder))] == [1, 2, 4, 8][: min(4, len(ladder))] or ladder[-1] == limit
+    assert ladder == sorted(set(ladder)) and ladder[-1] == limit
+    for n in range(1, limit + 1, max(1, limit // 300)):
+        b = bucket_for(n, ladder)
+        assert n <= b <= limit
+        assert b - n <= max(7, n // 8 + 1), (n, b)
+
+
+def test_ladder_sizes_stay_small():
+    assert len(bucket_ladder(512)) <= 40 and len(bucket_ladder(8192)) <= 72
+    assert bucket_for(3, bucket_ladder(64)) == 4 and bucket_for(9, bucket_ladder(64)) == 16
+
+
+# -- the descriptor --------------------------------------------------------------------------
+def test_descriptor_pads_into_the_scratch_block(emu):
+    cap = StepCapacity(tokens=16, seqs=4, rows=4, history=8)
+    d = StepDescriptor(emu, cap, width=6, block_size=4, scratch_block=9)
+    batch = Batch.build([SeqChunk([5, 6, 7], 0, [2]), SeqChunk([8], 4, [3, 1])], 4)
+    nbytes = d.pack(batch, 8, 2, SamplingRows.greedy(2))
+    h = d.h
+    assert h["token_ids"][:8].tolist() == [5, 6, 7, 8, 0, 0, 0, 0]
+    assert h["positions"][:8].tolist() == [0, 1, 2, 4, 0, 0, 0, 0]
+    assert h["slot_mapping"][:8].tolist() == [8, 9, 10, 4, 36, 36, 36, 36]  # pads: scratch block 9, slot 0
+    # two real sequences, two empty ones, then the padding sequence (index 4) holding tokens 4..7
+    assert h["cu_seqlens"].tolist() == [0, 3, 4, 4, 4, 8]
+    assert d.tables[4, 0] == 9 and d.tables[:2, :2].tolist() == [[2, -1], [3, 1]]
+    assert nbytes == d.fields["block_tables"].offset + 2 * 6 * 4  # the copy stops after the live rows
+    d.upload(nbytes)
+    assert np.array_equal(d.device[:nbytes], d.host[:nbytes])
+
+
+# -- capacity ----------------------------------------------------------------------------------
+def test_capacity_grows_until_frozen(emu):
+    fp = ForwardPass(_model(), emu, capacity=StepCapacity(4, 1, 1, 4))
+    pool = KVPool(emu, fp.cfg, num_blocks=16, block_size=4)
+    run = PagedRunner(fp, pool)
+    run.step([(run.new_seq(), list(range(10))), (run.new_seq(), [3, 4])], all_logits=True)
+    assert fp.capacity.tokens >= 12 and fp.capacity.seqs >= 2 and fp.capacity.rows >= 12
+    fp.freeze()
+    with pytest.raises(BackendError, match="exceeds the frozen capacity"):
+        run.step([(run.new_seq(), list(range(40)))], all_logits=True)
+
+
+# -- the penalty history on the device ----------------------------------------------------------
+def _penalised_greedy(fp, prompt, steps, penalty=1.5):
+    """Greedy with a repetition penalty, one sequence: the device's tokens and the host's."""
+    pool = KVPool(fp.backend, fp.cfg, num_blocks=32, block_size=4)
+    run = PagedRunner(fp, pool)
+    sid, toks, synced, got, want = run.new_seq(), list(prompt), 0, [], []
+    feed = list(prompt)
+    for i in range(steps):
+        params = np.array([[0.0, 1.0, 0.0, penalty, 0.0]], np.float32)
+        adds = toks[synced:]
+        rows = SamplingRows(params, np.zeros(1, np.int32), np.zeros(1, np.uint64), np.array([i], np.int32),
+                            np.zeros(1, np.int32), np.array([int(synced == 0)], np.int32),
+                            np.array([0, len(adds)], np.int32), np.array(adds, np.int32))
+        synced = len(toks)
+        logits = run.step([(sid, feed)], sampling=rows)[0][-1]
+        want.append(int(np.argmax(apply_repetition_penalty(logits, toks, penalty))))
+        got.append(int(run.last_sampled[0]))
+        toks.append(got[-1])
+        feed = [got[-1]]
+    return got, want
+
+
+def test_penalty_history_lives_on_the_device_across_steps(emu):
+    fp = ForwardPass(_model(), emu, capacity=StepCapacity(64, 2, 2, 64))
+    prompt = [7, 7, 9, 11, 7, 300, 9, 42] * 3
+    got, want = _penalised_greedy(fp, prompt, 10)
+    assert got == want
+
+
+def test_history_overflow_is_flushed_with_its_own_launch(emu):
+    """More new ids than the step's history buffer (a long prompt's first sample): set before the step."""
+    small = ForwardPass(_model(), emu, capacity=StepCapacity(64, 2, 2, 4))
+    prompt = [7, 7, 9, 11, 7, 300, 9, 42] * 3
+    got, want = _penalised_greedy(small, prompt, 6)
+    assert got == want
+    roomy = ForwardPass(_model(), emu, capacity=StepCapacity(64, 2, 2, 64))
+    assert got == _penalised_greedy(roomy, prompt, 6)[0]
+
+
+def test_engine_penalty_tokens_match_the_host_rule():
+    """Through the engine (slots handed out and taken back, prefix cache, preemption): each greedy
+    token is the argmax of its penalised logits over prompt + generated so far."""
+    from sharpinf.llm import LLM
+
+    llm = LLM(synthetic_model("llama", "Q8_0", n_embd=128), backend="emu", num_blocks=14, block_size=4,
+              max_num_batched_tokens=16, max_num_seqs=3)
+    rng = np.random.default_rng(4)
+    prompts = [rng.integers(3, 60, 12).tolist() for _ in range(4)]
+    sp = SamplingParams(max_tokens=8, repetition_penalty=1.8, ignore_eos=True)
+    outs = llm.generate(prompts, [sp] * 4)
+    fp = llm.engine.fp.with_own_buffers()
+    for p, o in zip(prompts, outs):
+        pool = KVPool(fp.backend, fp.cfg, num_blocks=8, block_size=4)
+        run = PagedRunner(fp, pool)
+        logits = run.prefill_chunks(p + o.token_ids, [len(p) + len(o.token_ids)])
+        for i, tok in enumerate(o.token_ids):
+            seen = p + o.token_ids[:i]
+            assert tok == int(np.argmax(apply_repetition_penalty(logits[len(p) - 1 + i], seen, 1.8))), (i, o.token_ids)
+    assert llm.metrics()["preemptions"] > 0
+
+
+# -- compile ahead ---------------------------------------------------------------------------------
+def test_kernels_used_names_only_this_models_entry_points(emu):
+    fp = ForwardPass(load_model(synthetic_model("qwen3", "Q4_K", n_embd=256)), emu, compile_ahead=False)
+    used = fp.kernels_used("q8_0")
+    assert used == [("embedding.cu", "embed_q4_k"), ("rmsnorm.cu", "rmsnorm_f32"), ("matmul.cu", "matmul_q4_k"),
+                    ("qk_norm.cu", "qk_norm_f32"), ("rope.cu", "rope_neox"), ("kv_cache.cu", "kv_append_q8_0"),
+                    ("attention.cu", "attention_q8_0_d64"), ("elementwise.cu", "add_f32"),
+                    ("elementwise.cu", "silu_gate_f32"), ("gather.cu", "gather_rows_f32"), ("sampling.cu", "sample_rows")]
+    # no argmax: the sampling kernel picks greedy tokens too, so nothing is launched for nothing
+
+
+# -- the trace backend ---------------------------------------------------------------------------
+def test_trace_backend_checks_and_counts_without_running():
+    from sharpinf.runtime.trace_backend import TraceBackend
+
+    tb = TraceBackend()
+    k = tb.kernel("elementwise.cu", "add_f32")
+    a, b = tb.upload(np.ones(8, np.float32)), tb.upload(np.ones(8, np.float32))
+    out = tb.empty((8,), np.float32)
+    tb.launch(k, 1, 32, (a, b, out, np.int32(8)))
+    assert tb.counts.launches == 1 and (out == 0).all()  # counted, not run
+    with pytest.raises(BackendError, match="pass np.int32"):
+        tb.launch(k, 1, 32, (a, b, out, 8))
+    plan = [tb.prepare(k, 1, 32, (a, b, out, np.int32(8)))] * 3
+    with tb.capture() as g:
+        tb.run(plan)
+    tb.counts.reset()
+    g.replay()
+    assert tb.counts.graph_replays == 1 and tb.counts.graph_launches == 3 and tb.counts.launches == 0
+
+
+@settings(max_examples=60)
+@given(pieces=st.lists(st.binary(max_size=4), min_size=1, max_size=25))
+def test_incremental_text_equals_whole_decode(pieces):
+    """The stop checker's text grows a token at a time and always equals decoding all of it."""
+    from sharpinf.textgen import StopChecker
+
+    class Tok:
+        eot_ids: list[int] = []
+
+        def token_bytes(self, i):
+            return pieces[i]
+
+    sc = StopChecker(SamplingParams(max_tokens=None), Tok(), 10**9)
+    for i in range(len(pieces)):
+        sc.add(i)
+        assert sc.text == b"".join(pieces[: i + 1]).decode("utf-8", errors="replace")
