@@ -2,15 +2,28 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-kernels nvrtc-check bench clean
+# The extras follow the machine: cuda12 or cuda13 (cupy, NVRTC, headers) where nvidia-smi reports
+# that driver, else check (NVRTC 12 for the GPU-free compile check). SHARPINF_EXTRAS=dev,cuda12 overrides.
+CUDA_MAJOR      := $(shell sh .ci/cuda_major)
+SHARPINF_EXTRAS ?= dev,$(if $(filter 12 13,$(CUDA_MAJOR)),cuda$(CUDA_MAJOR),check)
+STAMP           := $(VENV)/.installed-$(SHARPINF_EXTRAS)
 
-# (re)install when pyproject changes; an editable install, so sharpinf and oracles import from the tree
+# On a switch of CUDA major, the other major's wheels go first: two cupy builds in one venv collide.
+comma := ,
+OTHER_MAJOR_cuda12 := cupy-cuda13x nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-crt
+OTHER_MAJOR_cuda13 := cupy-cuda12x nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12
+STALE := $(strip $(foreach e,$(subst $(comma), ,$(SHARPINF_EXTRAS)),$(OTHER_MAJOR_$(e))))
+
+.PHONY: install demo test test-kernels nvrtc-check bench gpu-check clean
+
+# (re)install when pyproject or the extras change; an editable install, so sharpinf and oracles import from the tree
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev]"
+	$(if $(STALE),$(PY) -m pip uninstall -q -y $(STALE) 2>/dev/null || true)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[$(SHARPINF_EXTRAS)]"
+	rm -f $(VENV)/.installed*
 	touch $@
 
 install: $(STAMP)
@@ -34,6 +47,12 @@ nvrtc-check: install
 
 bench: install
 	$(PY) bench/reference_decode.py
+
+# On a machine with an NVIDIA GPU: the GPU tests, `sharpinf verify --backend cuda` on SmolLM2 (or a
+# synthetic model of its shape), single-stream decode eager and with graphs, and the bench suites;
+# writes bench/results/gpu/<gpu>-<date>.json. PARTS=tests,verify,stream,bench picks some.
+gpu-check: install
+	$(PY) bench/gpu_check.py $(if $(PARTS),--only $(PARTS))
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

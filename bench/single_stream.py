@@ -1,11 +1,14 @@
-"""Single-stream decode and prefill tokens/s through the ForwardPass, with the device's name.
+"""Single-stream decode and prefill tokens/s through the engine, eager and with CUDA graphs.
 
-    python bench/single_stream.py [--model smollm2-135m|PATH|synth] [--backend cuda|emu] [--prompt 512] [--decode 128]
+    python bench/single_stream.py [--model smollm2-135m|PATH|synth] [--backend cuda|emu]
+                                  [--prompt 512] [--decode 128] [--repeats 3] [--out FILE]
 
-One sequence: a prefill of --prompt tokens in one packed step, then --decode steps of one
-token each (the decode path of the engine, without scheduling). Writes
-bench/results/single_stream_<backend>.json. Meant for a GPU session; runs on the emulator
-with a synthetic model for testing.
+One request at a time through LLMEngine (what a user of `LLM.generate` gets): a prompt of
+--prompt tokens prefilled in one step, then --decode tokens one step each, with the host's
+whole share counted (schedule, upload, launches or graph replay, sampling, the token coming
+back every step). Prefill tokens/s = prompt / time to first token; decode tokens/s = tokens
+after the first / the time between the first and the last. Median of --repeats requests;
+written to --out (default bench/results/single_stream_<backend>.json) and printed.
 """
 
 from __future__ import annotations
@@ -18,12 +21,27 @@ from pathlib import Path
 
 import numpy as np
 
-from sharpinf.batch import Batch, SeqChunk
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool
+from sharpinf.llm import LLM
 from sharpinf.model.loader import load_model
 from sharpinf.model.registry import resolve_model
 from sharpinf.runtime.select import get_backend
+from sharpinf.sampling import SamplingParams
+
+
+def measure(llm: LLM, prompt: list[int], decode: int, repeats: int) -> dict:
+    sp = SamplingParams(max_tokens=decode, ignore_eos=True)
+    llm.generate([prompt], sp)  # warm: first use of each plan, lazily compiled kernels
+    prefill, dec = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = llm.generate([prompt], sp)[0]
+        ttft = out.metrics["ttft_s"]
+        prefill.append(ttft)
+        itl = out.metrics["mean_itl_s"]
+        dec.append(itl if itl else (time.perf_counter() - t0 - ttft) / max(1, decode - 1))
+    return {"prefill_tokens_per_s": round(len(prompt) / statistics.median(prefill), 1),
+            "decode_tokens_per_s": round(1.0 / statistics.median(dec), 2),
+            "decode_ms_per_token": round(statistics.median(dec) * 1e3, 4)}
 
 
 def main() -> None:
@@ -34,6 +52,7 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--kv-dtype", default="f16")
+    ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
     if args.model == "synth":
@@ -44,40 +63,31 @@ def main() -> None:
         path = resolve_model(args.model)
     model = load_model(path)
     be = get_backend(args.backend)
-    fp = ForwardPass(model, be)
-    bs, total = 16, args.prompt + args.decode
-    n_blocks = -(-total // bs)
-    pool = KVPool(be, model.config, num_blocks=n_blocks, block_size=bs, kv_dtype=args.kv_dtype)
-    table = list(range(n_blocks))
-    rng = np.random.default_rng(0)
-    prompt = rng.integers(0, model.config.n_vocab, args.prompt).tolist()
-
-    prefill_s, decode_s = [], []
-    for _ in range(args.repeats):
-        be.synchronize()
-        t = time.perf_counter()
-        tok = int(fp.greedy(Batch.build([SeqChunk(prompt, 0, table)], bs), pool)[0])
-        prefill_s.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        for i in range(args.decode):
-            # a real stream needs the token back each step
-            tok = int(fp.greedy(Batch.build([SeqChunk([tok], args.prompt + i, table)], bs), pool)[0])
-        decode_s.append(time.perf_counter() - t)
-
+    prompt = np.random.default_rng(0).integers(16, model.config.n_vocab, args.prompt).tolist()
+    modes = {}
+    for mode in ("eager", "graph"):
+        llm = LLM(model, backend=be, max_num_seqs=1, max_num_batched_tokens=max(args.prompt, 16),
+                  kv_dtype=args.kv_dtype, enforce_eager=mode == "eager",
+                  num_blocks=-(-(args.prompt + args.decode) // 16) + 2)
+        modes[mode] = measure(llm, prompt, args.decode, args.repeats)
+        del llm
     desc = be.describe()
     result = {
         "bench": "single_stream",
         "backend": be.name,
-        "device": desc.get("gpu") or desc.get("cpu") or "cpu (emulator)",
+        "device": desc.get("gpu") or desc.get("device") or "cpu (emulator)",
         "model": Path(path).name,
         "kv_dtype": args.kv_dtype,
         "prompt_tokens": args.prompt,
         "decode_tokens": args.decode,
-        "prefill_tokens_per_s": round(args.prompt / statistics.median(prefill_s), 1),
-        "decode_tokens_per_s": round(args.decode / statistics.median(decode_s), 2),
+        "prefill_tokens_per_s": modes["graph"]["prefill_tokens_per_s"],
+        "decode_tokens_per_s": modes["graph"]["decode_tokens_per_s"],
+        "decode_tokens_per_s_eager": modes["eager"]["decode_tokens_per_s"],
+        "modes": modes,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "describe": desc,
     }
-    out_path = Path(__file__).parent / "results" / f"single_stream_{be.name}.json"
+    out_path = Path(args.out) if args.out else Path(__file__).parent / "results" / f"single_stream_{be.name}.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "describe"}, indent=2))

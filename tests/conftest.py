@@ -1,8 +1,10 @@
 """Shared fixtures: the backends every kernel test runs on, and GPU skipping.
 
 `backend` is parametrized over emu and cuda; the cuda case skips cleanly (with the
-reason in pytest's summary) where no GPU is usable, so the same test proves a kernel
-on the CPU emulator in CI and on the GPU when one is present.
+reason in pytest's summary) where there is no GPU at all, so the same test proves a kernel
+on the CPU emulator in CI and on the GPU when one is present. A GPU that is there but fails
+the probe (no NVRTC, no headers, a kernel that will not compile) fails the cuda case instead,
+with the probe's reason: a broken install must not pass as a skip.
 """
 
 from __future__ import annotations
@@ -19,21 +21,11 @@ settings.register_profile("sharpinf", deadline=None, derandomize=bool(os.environ
 settings.load_profile("sharpinf")
 
 
-@functools.cache
 def cuda_unavailable_reason() -> str | None:
-    """None when a CUDA GPU is usable, else why not."""
-    try:
-        import cupy  # noqa: F401
-    except Exception as exc:  # ImportError, or a broken CUDA install
-        return f"no CUDA GPU: cupy not importable ({type(exc).__name__})"
-    try:
-        import cupy
+    """Why there is no GPU here at all (no cupy, no driver, no device), else None."""
+    from sharpinf.runtime.cuda_probe import no_gpu_reason
 
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA GPU: no device"
-    except Exception as exc:
-        return f"no CUDA GPU: {exc}"
-    return None
+    return no_gpu_reason()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,7 +51,8 @@ def _make_backend(name: str):
 
 @pytest.fixture(params=["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def backend(request):
-    """Each backend in turn: emu everywhere, cuda where a GPU is usable."""
+    """Each backend in turn: emu everywhere, cuda where a GPU is present (raising the probe's
+    reason, so the test fails, when that GPU is not usable)."""
     return _make_backend(request.param)
 
 

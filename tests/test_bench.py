@@ -46,8 +46,19 @@ def test_bench_quick_all_suites(tmp_path):
     assert c["on"]["long_prompt_prefill_steps"] > 1 and c["off"]["long_prompt_prefill_steps"] == 1
     assert c["on"]["max_gap_s"] > 0 and c["off"]["max_gap_s"] > 0
 
+    h = json.loads((tmp_path / "host.json").read_text())
+    assert h["backend"] == "trace" and (tmp_path / "host.png").stat().st_size > 1000
+    kinds = {"decode_s1", "decode_s64", "mixed"}
+    assert set(h["results"]["launches_per_step"]) == set(h["results"]["host_us_per_step"]) == kinds
+    for k in kinds:  # structure, not timing: graphs replace the step's launches with two replays
+        assert h["results"]["launches_per_step"][k]["eager"] > 10 and h["results"]["launches_per_step"][k]["graph"] == 2
+        assert all(h["results"]["host_us_per_step"][k][m] > 0 for m in ("eager", "graph"))
+    steps = {k: h["results"]["detail"][k]["eager"]["step"] for k in kinds}
+    assert steps["decode_s1"]["tokens"] == 1 and steps["decode_s64"]["tokens"] == 64 and steps["mixed"]["seqs"] == 64
+    assert any(k["kernel"].startswith("matmul") and k["bytes_read"] > 0 for k in h["results"]["detail"]["decode_s1"]["eager"]["kernels"])
+
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking"}
+    assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "host"}
 
 
 def test_single_stream_script_runs_on_the_emulator(tmp_path):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from rich.table import Table
 
-from sharpinf.bench.common import BenchContext, envelope, pyplot, random_prompt, save_fig, title_of
+from sharpinf.bench.common import BenchContext, envelope, pyplot, random_prompt, save_fig
 from sharpinf.kv_pool import kv_bytes_per_slot
 
 SUITE = "host"
@@ -144,6 +144,7 @@ def table(doc: dict) -> Table:
     r = doc["results"]
     t = Table("step", "tokens", "launches (eager)", "host us (eager)", "launches (graph)", "host us (graph)",
               "graph: schedule / run / finish us", title="host cost of an engine step (trace backend: kernels not run)")
+    t.columns[0].no_wrap = True
     for k in KINDS:
         d = r["detail"][k]
         gp = d["graph"]["host_us_parts"]
@@ -181,5 +182,6 @@ def plot(doc: dict, path):
     a2.set_xlabel("MB moved per decode step (compulsory), S = 1")
     a2.set_title("bytes by kernel: the roofline's input")
     a2.grid(alpha=0.3, axis="x")
-    fig.suptitle(title_of(doc).replace(f"({doc['backend']})", "(trace backend)"), fontsize=10)
+    fig.suptitle(f"{doc['model']['label']}: host cost of an engine step (trace backend: kernels counted, not run)",
+                 fontsize=10)
     return save_fig(plt, fig, path)

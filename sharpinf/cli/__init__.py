@@ -29,9 +29,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = app(args=argv, standalone_mode=False)
     except SharpinfError as exc:
+        from rich.markup import escape
+
         from sharpinf.cli.common import err_console
 
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # escaped: a fix like `pip install -e ".[cuda13]"` must keep its brackets
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -1,4 +1,4 @@
-"""`sharpinf bench [MODEL]`: the benchmark suites (throughput, decode, prefill, chunking).
+"""`sharpinf bench [MODEL]`: the benchmark suites (throughput, decode, prefill, chunking, host).
 
 Each suite shows a progress bar and a results table, and writes DIR/<suite>.json and
 DIR/<suite>.png (DIR defaults to bench/results/<backend>/). With --json the tables go to
@@ -16,7 +16,7 @@ from rich.console import Console
 from sharpinf.cli import app
 from sharpinf.errors import SharpinfError
 
-SUITE_NAMES = ("throughput", "decode", "prefill", "chunking")
+SUITE_NAMES = ("throughput", "decode", "prefill", "chunking", "host")
 
 
 def _parse_suites(text: str) -> list[str]:
@@ -47,7 +47,9 @@ def bench(
     model: str = typer.Argument(None, help="Registered name or .gguf path (default: synthetic llama Q8_0, "
                                            "n_embd=128, 2 layers; 'synth' names it too)."),
     backend: str = typer.Option("auto", "--backend", help="emu, cuda, or auto."),
-    suite: str = typer.Option("all", "--suite", help="all, or any of throughput,decode,prefill,chunking (comma list)."),
+    suite: str = typer.Option("all", "--suite", help="all, or any of throughput,decode,prefill,chunking,host (comma "
+                              "list). host: the host's share of an engine step on the trace backend (kernels "
+                              "counted, not run), whatever --backend says."),
     out: Path = typer.Option(None, "--out", help="Results folder (default bench/results/<backend>/)."),
     json_out: bool = typer.Option(False, "--json", help="Print all results as one JSON object on stdout."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes: a smoke run (tests use it)."),
@@ -56,7 +58,7 @@ def bench(
     output_len: str = typer.Option(None, "--output-len", help="throughput: output length N or LO-HI."),
     rate: float = typer.Option(None, "--rate", help="throughput: Poisson arrival rate (0 or inf: all at once)."),
     rate_unit: str = typer.Option("step", "--rate-unit", help="throughput: rate per engine 'step' or per 's'."),
-    max_batched_tokens: int = typer.Option(None, "--max-batched-tokens", help="throughput: per-step token budget."),
+    max_batched_tokens: int = typer.Option(None, "--max-batched-tokens", help="throughput, host: per-step token budget."),
     num_blocks: int = typer.Option(None, "--num-blocks", help="throughput: KV pool blocks (default: sized by the engine)."),
     batch_sizes: str = typer.Option(None, "--batch-sizes", help="decode: comma list of B, e.g. 1,2,4,8."),
     context: int = typer.Option(None, "--context", help="decode: context length of every sequence."),
@@ -71,7 +73,7 @@ def bench(
     from sharpinf.bench import SUITES
     from sharpinf.bench.common import BenchContext, dumps, resolve_bench_model, write_json
     from sharpinf.model.loader import load_model
-    from sharpinf.runtime.select import get_backend
+    from sharpinf.cli.common import backend_named
 
     names = _parse_suites(suite)
     if rate_unit not in ("step", "s"):
@@ -94,7 +96,7 @@ def bench(
     plen, olen = _parse_range(prompt_len, "--prompt-len"), _parse_range(output_len, "--output-len")
 
     console = Console(stderr=json_out, highlight=False)
-    be = get_backend(backend)
+    be = backend_named(backend)
     path, label = resolve_bench_model(model)
     loaded = load_model(path)
     out_dir = Path(out) if out is not None else Path("bench") / "results" / be.name
@@ -109,6 +111,7 @@ def bench(
         "decode": dict(batch_sizes=bsizes, context=context, repeats=repeats),
         "prefill": dict(prompts=prefill_prompts, prompt_len=prefill_len, repeats=repeats),
         "chunking": dict(budget=budget, long_mult=long_mult),
+        "host": dict(budget=max_batched_tokens),
     }
     docs = {}
     for name in names:

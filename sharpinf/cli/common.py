@@ -6,12 +6,32 @@ import json
 import sys
 
 from rich.console import Console
+from rich.text import Text
 
 from sharpinf.errors import SharpinfError
 
 # Piped or logged output keeps whole table rows instead of wrapping them at 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, highlight=False)
+
+
+AUTO_LABELS = {"emu": "the CPU emulator", "reference": "the NumPy reference"}
+
+
+def say_auto(picked: str, why: str) -> None:
+    """One line on stderr when "auto" passed the GPU by, with the probe's reason (brackets kept)."""
+    err_console.print(Text(f"auto: using {AUTO_LABELS.get(picked, picked)} ({why})"), soft_wrap=True)
+
+
+def backend_named(name: str | None):
+    """get_backend(name), saying why when "auto" did not pick the GPU."""
+    from sharpinf.runtime.select import get_backend, last_auto_choice
+
+    be = get_backend(name)
+    choice = last_auto_choice()
+    if choice and choice[0] != "cuda":
+        say_auto(*choice)
+    return be
 
 
 def load(model: str):

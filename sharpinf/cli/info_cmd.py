@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from sharpinf.cli import app
-from sharpinf.cli.common import console, load, print_json
+from sharpinf.cli.common import backend_named, console, load, print_json
 from sharpinf.kv_pool import kv_bytes_per_slot
 
 
@@ -37,9 +37,8 @@ def kv_budget_facts(m, backend: str, kv_dtype: str, gpu_memory_utilization: floa
     from sharpinf.engine.config import EngineConfig
     from sharpinf.engine.kv_budget import plan_kv_budget
     from sharpinf.forward import ForwardPass
-    from sharpinf.runtime.select import get_backend
 
-    be = get_backend(backend)
+    be = backend_named(backend)
     ec = EngineConfig(backend=be.name, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
                       num_blocks=num_blocks)
     ForwardPass(m, be)  # the weights take their place before free memory is measured

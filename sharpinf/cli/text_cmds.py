@@ -11,7 +11,8 @@ from rich.table import Table
 from sharpinf.cli import app
 from pathlib import Path
 
-from sharpinf.cli.common import console, err_console, load, one_of, parse_ids, print_json, tokenizer_of
+from sharpinf.cli.common import (backend_named, console, err_console, load, one_of, parse_ids, print_json, say_auto,
+                                 tokenizer_of)
 from sharpinf.errors import SharpinfError
 
 BACKEND_HELP = ("reference (the NumPy oracle), emu (kernels on the CPU emulator), cuda (kernels on the GPU), "
@@ -23,7 +24,10 @@ def pick_backend(backend: str) -> str:
         return backend
     from sharpinf.runtime.select import cuda_status
 
-    return "cuda" if cuda_status()[0] else "reference"
+    ok, why = cuda_status()
+    if not ok:
+        say_auto("reference", why)
+    return "cuda" if ok else "reference"
 
 
 @app.command()
@@ -71,6 +75,8 @@ def generate(
     kv_dtype: str = typer.Option("fp16", help="KV cache dtype: fp16, bf16, fp32, q8_0."),
     num_blocks: int = typer.Option(None, help="KV pool blocks (default: measured on a GPU, 256 on emu)."),
     max_num_batched_tokens: int = typer.Option(512, help="Per-step token budget of the engine."),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="Launch each step's kernels one by one "
+                                       "instead of replaying the CUDA graphs captured at start-up."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per request: prompt_ids, token_ids, text, finish_reason."),
 ):
     """Generate a continuation (streams to the terminal unless --json); --batch runs many requests."""
@@ -79,7 +85,8 @@ def generate(
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                             min_p=min_p, repetition_penalty=repetition_penalty, seed=seed)
     loaded = load(model)
-    engine_config = dict(kv_dtype=kv_dtype, num_blocks=num_blocks, max_num_batched_tokens=max_num_batched_tokens)
+    engine_config = dict(kv_dtype=kv_dtype, num_blocks=num_blocks, max_num_batched_tokens=max_num_batched_tokens,
+                         enforce_eager=enforce_eager)
     if batch is not None:
         if any(v is not None for v in (prompt, chat, prompt_ids)):
             raise SharpinfError("--batch runs the requests in the file: give no --prompt/--chat/--prompt-ids")
@@ -157,9 +164,7 @@ def run_batch_file(loaded, path: Path, defaults, backend: str, engine_config: di
     if backend == "reference":
         raise SharpinfError("--batch runs through the engine: use --backend emu, cuda or auto")
     if backend == "auto":
-        from sharpinf.runtime.select import get_backend
-
-        backend = get_backend("auto").name
+        backend = backend_named("auto").name
     llm = LLM(loaded, backend=backend, **engine_config)
     ok = [i for i, p in enumerate(params) if not isinstance(p, Exception)]
     with Progress(console=err_console, transient=True, disable=False) as bar:

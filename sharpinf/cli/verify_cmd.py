@@ -7,7 +7,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from sharpinf.cli import app
-from sharpinf.cli.common import console, err_console, load, print_json, tokenizer_of
+from sharpinf.cli.common import backend_named, console, err_console, load, print_json, tokenizer_of
 
 
 def run_cases(cases, quiet: bool):
@@ -59,9 +59,8 @@ def verify(
     if backend != "reference":
         from oracles.paths import path_cases
         from sharpinf.forward import ForwardPass
-        from sharpinf.runtime.select import get_backend
 
-        fp = ForwardPass(loaded, get_backend(backend))
+        fp = ForwardPass(loaded, backend_named(backend))
         cases += path_cases(fp, tok, tuple(kv_dtype_name(k) for k in kv_dtype))
     results = run_cases(cases, quiet=json_out)
     if json_out:

@@ -1,5 +1,5 @@
-"""What `sharpinf doctor` reports: which backends run here and why not, the GPU, the
-compiler versions, the caches, and what to install for whatever is missing."""
+"""What `sharpinf doctor` reports: each step of the GPU probe, which backends run here and why not,
+the GPU, the NVRTC and headers in use, the caches, and what to install for whatever is missing."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from sharpinf.runtime.paths import cache_root, cuda_include_dirs, kernels_dir, pip_nvrtc_library
-from sharpinf.runtime.select import CUDA_HINT, available_backends
+from sharpinf.runtime.cuda_probe import cuda_checks, driver_major_from_smi, install_command
+from sharpinf.runtime.paths import cache_root, cuda_include_dirs, kernels_dir, nvrtc_major, pip_nvrtc_library
+from sharpinf.runtime.select import available_backends
 
 
 def _dir_size(p: Path) -> int:
@@ -42,20 +43,37 @@ def _gpu() -> dict[str, Any] | None:
 
 
 def _pip_nvrtc() -> dict[str, Any]:
+    """The NVRTC the GPU-free compile check (`make nvrtc-check`) uses, and its headers."""
     lib = pip_nvrtc_library()
     if lib is None:
-        return {"path": None, "version": None}
+        return {"path": None, "version": None, "headers": None}
     try:
         from sharpinf.runtime.nvrtc_check import Nvrtc
 
         major, minor = Nvrtc(lib).version()
-        return {"path": str(lib), "version": f"{major}.{minor}"}
     except Exception as exc:
-        return {"path": str(lib), "version": None, "error": str(exc)}
+        return {"path": str(lib), "version": None, "headers": None, "error": str(exc)}
+    headers = cuda_include_dirs(major)
+    return {"path": str(lib), "version": f"{major}.{minor}", "headers": str(headers[0]) if headers else None}
+
+
+def driver_major() -> int | None:
+    """The CUDA major the driver supports: from cupy when it loads, else from nvidia-smi."""
+    try:
+        import cupy
+
+        v = int(cupy.cuda.runtime.driverGetVersion())
+        if v > 0:
+            return v // 1000
+    except Exception:
+        pass
+    return driver_major_from_smi()
 
 
 def collect() -> dict[str, Any]:
+    checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in cuda_checks()]
     backends = {name: {"ok": ok, "reason": why} for name, (ok, why) in available_backends().items()}
+    driver = driver_major()
     gpu = _gpu() if backends["cuda"]["ok"] else None
     gxx = _gxx()
     nvrtc = _pip_nvrtc()
@@ -71,20 +89,28 @@ def collect() -> dict[str, Any]:
 
     advice = []
     if not backends["cuda"]["ok"]:
-        advice.append(f"GPU backend: {CUDA_HINT}; it also needs an NVIDIA driver and a GPU")
+        if driver is None:
+            advice.append(f"GPU backend: needs an NVIDIA driver and a GPU; then {install_command(None)}")
+        else:
+            advice.append(f"GPU backend, for this CUDA {driver} driver: {install_command(driver)}")
     if gxx is None:
         advice.append("CPU emulator: install g++ (e.g. `apt-get install g++`)")
     if nvrtc["version"] is None:
-        advice.append("GPU-free kernel compile check: `pip install nvidia-cuda-nvrtc-cu12` (in the [dev] extra)")
-    if not cuda_include_dirs():
-        advice.append("CUDA headers (cuda_fp16.h) not found: `pip install nvidia-cuda-runtime-cu12` or set CUDA_PATH")
+        advice.append('GPU-free kernel compile check: pip install -e ".[check]" (or the cuda12/cuda13 extra)')
+    elif nvrtc["headers"] is None:
+        advice.append(f"CUDA {nvrtc['version'].split('.')[0]} headers (cuda_fp16.h) for the compile check not found: "
+                      "reinstall the extra that brought its NVRTC, or set CUDA_PATH")
 
+    major = nvrtc_major()
     return {
+        "cuda_checks": checks,  # the GPU probe, in order, up to its first failure
         "backends": backends,
+        "driver_cuda_major": driver,
         "gpu": gpu,  # name, compute capability, memory, cuda runtime/driver, cupy's nvrtc
         "nvrtc_pip": nvrtc,
         "gxx": gxx,
-        "cuda_include_dirs": [str(d) for d in cuda_include_dirs()],
+        "nvrtc_major": major,  # cupy's NVRTC once cupy is loaded, else the pip one
+        "cuda_include_dirs": [str(d) for d in cuda_include_dirs(major)],
         "kernels_dir": kdir,
         "cache_root": str(root),
         "caches": caches,

@@ -1,6 +1,7 @@
 """Compile kernel sources with NVRTC -- the compiler CuPy uses -- without a GPU.
 
-NVRTC's C API is loaded with ctypes from the pip package nvidia-cuda-nvrtc-cu12, and
+NVRTC's C API is loaded with ctypes from a pip NVRTC wheel -- CUDA 12 from the `check` extra,
+or CUDA 13 from `cuda13` on a GPU machine -- with the CUDA headers of the same major, and
 each source is compiled to a CUBIN for every requested arch ("sm_80", "sm_90"), so
 ptxas runs too and inline-asm mistakes (mma/ldmatrix/cp.async operands) are caught.
 An arch spelled "compute_XX" stops at PTX.
@@ -38,7 +39,7 @@ class Nvrtc:
     def __init__(self, path: str | Path | None = None):
         path = path or pip_nvrtc_library()
         if path is None:
-            raise BackendError("NVRTC not found: pip install nvidia-cuda-nvrtc-cu12")
+            raise BackendError('NVRTC not found: pip install -e ".[check]" (or the cuda12/cuda13 extra)')
         try:
             self.lib = ctypes.CDLL(str(path))
         except OSError as exc:
@@ -59,6 +60,7 @@ class Nvrtc:
         for stem in ("PTX", "CUBIN"):
             getattr(lib, f"nvrtcGet{stem}Size").argtypes = [P, ctypes.POINTER(ctypes.c_size_t)]
             getattr(lib, f"nvrtcGet{stem}").argtypes = [P, ctypes.c_char_p]
+        self.major = self.version()[0]  # picks the CUDA headers of the same major
 
     def version(self) -> tuple[int, int]:
         major, minor = ctypes.c_int(), ctypes.c_int()
@@ -97,10 +99,11 @@ class Nvrtc:
             self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-def compile_options(arch: str, include_dirs: Iterable[Path] = ()) -> list[str]:
+def compile_options(arch: str, include_dirs: Iterable[Path] = (), major: int | None = None) -> list[str]:
+    """NVRTC flags; `major` is the NVRTC's CUDA major, whose headers are used."""
     opts = [f"--gpu-architecture={arch}", "-std=c++17", f"-I{kernels_dir()}"]
     opts += [f"-I{d}" for d in include_dirs]
-    opts += [f"-I{d}" for d in cuda_include_dirs()]
+    opts += [f"-I{d}" for d in cuda_include_dirs(major)]
     return opts
 
 
@@ -111,7 +114,8 @@ def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | 
     source = path.read_text()
     results = []
     for arch in archs:
-        ok, log, _ = nvrtc.compile(source, path.name, compile_options(arch, [path.parent]), name_expressions)
+        ok, log, _ = nvrtc.compile(source, path.name, compile_options(arch, [path.parent], nvrtc.major),
+                                     name_expressions)
         results.append(Result(str(path), arch, ok, log))
     return results
 
@@ -133,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     nvrtc = Nvrtc()
     major, minor = nvrtc.version()
-    print(f"NVRTC {major}.{minor} ({nvrtc.path})")
+    headers = cuda_include_dirs(major)
+    print(f"NVRTC {major}.{minor} ({nvrtc.path}); headers: {headers[0] if headers else 'none found'}")
     results = check_all(extra_dirs=argv)
     width = max([len(r.file) for r in results] + [4])
     for r in results:

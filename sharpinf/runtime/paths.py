@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
 from pathlib import Path
 
 from sharpinf.errors import BackendError
@@ -45,32 +47,79 @@ def cache_dir(sub: str, create: bool = True) -> Path:
     return d
 
 
+# NVIDIA's pip wheels of CUDA components, by CUDA major, under the `nvidia` namespace package:
+# (NVRTC's folder, its library, the headers' folder). The CUDA 12 wheels (nvidia-cuda-*-cu12) keep a
+# folder per component; the CUDA 13 ones (nvidia-cuda-nvrtc, -runtime, -crt) share nvidia/cu13/.
+PIP_LAYOUT: dict[int, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
+    12: (("cuda_nvrtc", "lib"), "libnvrtc.so.12", ("cuda_runtime", "include")),
+    13: (("cu13", "lib"), "libnvrtc.so.13", ("cu13", "include")),
+}
+SYSTEM_CUDA = Path("/usr/local/cuda")
+
+
 def _pip_nvidia_dirs(*parts: str) -> list[Path]:
     """<site-packages>/nvidia/<parts...> for the pip CUDA wheels (a namespace package)."""
     try:
-        import nvidia  # namespace package from nvidia-cuda-*-cu12 wheels
+        import nvidia  # namespace package from the nvidia-cuda-* wheels
     except ImportError:
         return []
     return [Path(p, *parts) for p in getattr(nvidia, "__path__", [])]
 
 
-def cuda_include_dirs() -> list[Path]:
-    """Headers for cuda_fp16.h & co.: the pip nvidia-cuda-runtime wheel, else
-    /usr/local/cuda/include, else $CUDA_PATH/include. Empty when none is found (NVRTC
-    then relies on its built-in headers)."""
-    candidates = _pip_nvidia_dirs("cuda_runtime", "include") + [Path("/usr/local/cuda/include")]
+def pip_nvrtc_libraries() -> dict[int, Path]:
+    """{CUDA major: libnvrtc.so.N} for each pip NVRTC wheel installed."""
+    found = {}
+    for major, (lib_dir, name, _) in PIP_LAYOUT.items():
+        for d in _pip_nvidia_dirs(*lib_dir):
+            if (d / name).is_file():
+                found.setdefault(major, d / name)
+    return found
+
+
+def pip_nvrtc_library(major: int | None = None) -> Path | None:
+    """The pip NVRTC of CUDA `major`; by default the newest one installed (one, where the
+    install follows the Makefile: a venv never holds two majors)."""
+    libs = pip_nvrtc_libraries()
+    if major is not None:
+        return libs.get(major)
+    return libs[max(libs)] if libs else None
+
+
+def nvrtc_major() -> int | None:
+    """The major of the NVRTC that compiles here: cupy's once cupy is imported (the cuda backend's
+    compiler), else the pip wheel's (the compile check's); None when there is neither."""
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        try:
+            return int(cupy.cuda.nvrtc.getVersion()[0])
+        except Exception:  # cupy without a loadable NVRTC: the pip one may still be there
+            pass
+    libs = pip_nvrtc_libraries()
+    return max(libs) if libs else None
+
+
+def header_major(include_dir: Path) -> int | None:
+    """The CUDA major of a header folder, from `#define CUDA_VERSION 12090` in its cuda.h."""
+    try:
+        m = re.search(r"^#define\s+CUDA_VERSION\s+(\d+)", (include_dir / "cuda.h").read_text(errors="replace"), re.M)
+    except OSError:
+        return None
+    return int(m.group(1)) // 1000 if m else None
+
+
+def cuda_include_dirs(major: int | None = None) -> list[Path]:
+    """The folder with cuda_fp16.h & co. for NVRTC `major` (default: nvrtc_major()): the pip wheel
+    of that major, else /usr/local/cuda/include or $CUDA_PATH/include when their cuda.h says the
+    same major -- an NVRTC never compiles against another major's headers. With no NVRTC at all
+    (the emulator's case) any set will do. Empty when none is found."""
+    major = major or nvrtc_major()
+    majors = [major] if major else sorted(PIP_LAYOUT)
+    candidates = [d for m in majors if m in PIP_LAYOUT for d in _pip_nvidia_dirs(*PIP_LAYOUT[m][2])]
+    system = [SYSTEM_CUDA / "include"]
     if os.environ.get("CUDA_PATH"):
-        candidates.append(Path(os.environ["CUDA_PATH"]) / "include")
+        system.append(Path(os.environ["CUDA_PATH"]) / "include")
+    candidates += [d for d in system if major is None or header_major(d) == major]
     for c in candidates:
         if (c / "cuda_fp16.h").is_file():
             return [c]
     return []
-
-
-def pip_nvrtc_library() -> Path | None:
-    """libnvrtc.so.12 from the pip package nvidia-cuda-nvrtc-cu12, if installed."""
-    for d in _pip_nvidia_dirs("cuda_nvrtc", "lib"):
-        for name in ("libnvrtc.so.12", "libnvrtc.so"):
-            if (d / name).is_file():
-                return d / name
-    return None

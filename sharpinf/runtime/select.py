@@ -1,4 +1,5 @@
-"""Pick a backend by name: "cuda", "emu", or "auto" (cuda when a GPU is usable, else emu)."""
+"""Pick a backend by name: "cuda", "emu", or "auto" (cuda when the GPU probe passes, else emu);
+"trace" (launches checked and counted, none run: the host-cost bench) only when named."""
 
 from __future__ import annotations
 
@@ -8,25 +9,12 @@ from typing import Any
 
 from sharpinf.errors import BackendError
 from sharpinf.runtime.backend import Backend
+from sharpinf.runtime.cuda_probe import cuda_checks, cuda_status  # noqa: F401  (cuda_checks: for doctor)
 
-NAMES = ("auto", "cuda", "emu")
-CUDA_HINT = "install cupy with `pip install -e .[cuda12]` (CUDA 12 driver) or `pip install -e .[cuda13]` (CUDA 13 driver)"
+NAMES = ("auto", "cuda", "emu", "trace")
 EMU_HINT = "the emulator needs g++ on PATH (e.g. `apt-get install g++`)"
 
-
-def cuda_status() -> tuple[bool, str]:
-    """(usable, why): cupy importable and at least one device answering."""
-    try:
-        import cupy
-    except Exception as exc:
-        return False, f"cupy not importable ({type(exc).__name__}: {exc}); {CUDA_HINT}"
-    try:
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # no driver, driver too old for this cupy, ...
-        return False, f"no usable CUDA driver/device ({exc})"
-    if n < 1:
-        return False, "no CUDA device found"
-    return True, f"{n} CUDA device(s)"
+_last_auto: tuple[str, str] | None = None  # what the last get_backend call picked for "auto", and why
 
 
 def emu_status() -> tuple[bool, str]:
@@ -45,25 +33,37 @@ def available_backends() -> dict[str, tuple[bool, str]]:
     return {"cuda": cuda_status(), "emu": emu_status()}
 
 
+def last_auto_choice() -> tuple[str, str] | None:
+    """(name, why) that the last get_backend call picked for "auto"; None when it was given a backend."""
+    return _last_auto
+
+
 def get_backend(name: str | None = None, **options: Any) -> Backend:
     """The backend `name` (else $SHARPINF_BACKEND, else "auto"), built with `options`
     (CudaBackend: device; EmuBackend: order, strict, workers)."""
+    global _last_auto
+    _last_auto = None
     name = (name or os.environ.get("SHARPINF_BACKEND") or "auto").strip().lower()
     if name not in NAMES:
         raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(NAMES)}")
     if name == "auto":
-        name = "cuda" if cuda_status()[0] else "emu"
+        ok, why = cuda_status()
+        name = "cuda" if ok else "emu"
+        _last_auto = (name, why)
     if name == "cuda":
         ok, why = cuda_status()
-        if not ok:
-            hint = "" if CUDA_HINT in why else f"; {CUDA_HINT}"
-            raise BackendError(f"cuda backend unavailable: {why}{hint}")
+        if not ok:  # why names the failing check and its fix
+            raise BackendError(f"cuda backend unavailable: {why}")
         from sharpinf.runtime.cuda_backend import CudaBackend
 
         return CudaBackend(**options)
     ok, why = emu_status()
-    if not ok:
-        raise BackendError(f"emu backend unavailable: {why}")
+    if not ok:  # the trace backend learns kernel signatures from the emulator's builds too
+        raise BackendError(f"{name} backend unavailable: {why}")
+    if name == "trace":
+        from sharpinf.runtime.trace_backend import TraceBackend
+
+        return TraceBackend()
     from sharpinf.runtime.emu_backend import EmuBackend
 
     return EmuBackend(**options)

@@ -1,0 +1,150 @@
+"""`make gpu-check`: everything a GPU session should prove and measure, in one command.
+
+    python bench/gpu_check.py [--model smollm2-135m|PATH|smollm2-shape] [--only tests,verify,stream,bench]
+                              [--out bench/results/gpu]
+
+  tests   the GPU tests (pytest -m gpu: every kernel and oracle test's cuda case, graphs included)
+  verify  `sharpinf verify MODEL --backend cuda` (all oracles, graph-vs-eager among them)
+  stream  single-stream prefill and decode tokens/s through the engine, eager and with graphs
+  bench   `sharpinf bench MODEL --backend cuda` (decode, prefill, throughput, chunking) and the
+          host-cost suite (trace backend)
+
+MODEL defaults to the real SmolLM2-135M when it is pulled (or SHARPINF_SMOLLM2_PATH names it),
+else a synthetic model of SmolLM2's shape (30 layers, n_embd 576, 9/3 heads, vocab 49152, Q4_1),
+made on the spot. Writes OUT/<gpu>-<date>.json (every result, the device's facts) and the
+suites' files under OUT/<gpu>-<date>/; prints a summary. Exit 1 if any part failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("tests", "verify", "stream", "bench")
+
+
+def smollm2_shape(cache: Path) -> Path:
+    from sharpinf.model.synth import write_synthetic_model
+
+    path = cache / "smollm2-shape-q4_1.gguf"
+    if not path.exists():
+        write_synthetic_model(path, "llama", "Q4_1", n_layer=30, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536,
+                              context_length=8192, n_vocab=49152, rope_theta=100000.0)
+    return path
+
+
+def pick_model(name: str | None) -> tuple[str, str]:
+    """(argument for the CLI, label)."""
+    from sharpinf.model.registry import is_pulled, model_path
+    from sharpinf.runtime.paths import cache_dir
+
+    if name and name != "smollm2-shape":
+        return name, name
+    local = os.environ.get("SHARPINF_SMOLLM2_PATH")
+    if name is None and local:
+        return local, "smollm2-135m"
+    if name is None and is_pulled("smollm2-135m"):
+        return str(model_path("smollm2-135m")), "smollm2-135m"
+    return str(smollm2_shape(cache_dir("synth"))), "synthetic, SmolLM2's shape (Q4_1)"
+
+
+def run(cmd: list[str], timeout: int) -> tuple[int, str, float]:
+    t = time.perf_counter()
+    print("+", " ".join(cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        out, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as exc:
+        out, rc = f"timed out after {timeout} s\n{exc.stdout or ''}", 124
+    return rc, out, time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--only", default=",".join(PARTS))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu"))
+    args = ap.parse_args()
+    parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    bad = [p for p in parts if p not in PARTS]
+    if bad:
+        print(f"unknown part(s) {bad}: choose from {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+
+    from sharpinf.errors import SharpinfError
+    from sharpinf.runtime.select import get_backend
+
+    try:
+        facts = get_backend("cuda").describe()
+    except SharpinfError as exc:
+        print(f"gpu-check needs a usable GPU: {exc}", file=sys.stderr)
+        return 1
+    gpu = facts["gpu"]
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower()
+    stamp = f"{slug}-{time.strftime('%Y%m%d')}"
+    out_dir = Path(args.out)
+    suites_dir = out_dir / stamp
+    model, label = pick_model(args.model)
+    py = sys.executable
+    report: dict = {"gpu": gpu, "device": facts, "model": label, "model_path": model,
+                    "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": {}}
+
+    if "tests" in parts:
+        rc, out, secs = run([py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"], 3600)
+        summary = [l for l in out.splitlines() if re.search(r"\d+ (passed|failed|error)", l)]
+        report["parts"]["tests"] = {"ok": rc == 0, "seconds": round(secs, 1), "summary": summary[-1:] or out[-500:],
+                                    "failures": [l for l in out.splitlines() if l.startswith("FAILED")][:30]}
+    if "verify" in parts:
+        rc, out, secs = run([py, "-m", "sharpinf", "verify", model, "--backend", "cuda", "--json"], 3600)
+        try:
+            rows = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            rows = []
+        report["parts"]["verify"] = {"ok": rc == 0 and bool(rows), "seconds": round(secs, 1),
+                                     "passed": sum(r["passed"] for r in rows), "total": len(rows), "results": rows,
+                                     "log": "" if rows else out[-2000:]}
+    if "stream" in parts:
+        tmp = suites_dir / "single_stream.json"
+        rc, out, secs = run([py, "bench/single_stream.py", "--model", model, "--backend", "cuda",
+                             "--out", str(tmp)], 3600)
+        report["parts"]["stream"] = {"ok": rc == 0, "seconds": round(secs, 1),
+                                     **(json.loads(tmp.read_text()) if rc == 0 else {"log": out[-2000:]})}
+    if "bench" in parts:
+        rc, out, secs = run([py, "-m", "sharpinf", "bench", model, "--backend", "cuda", "--out", str(suites_dir),
+                             "--suite", "decode,prefill,throughput,chunking,host", "--json"], 3600)
+        try:
+            suites = json.loads(out.strip().splitlines()[-1])["suites"]
+        except (ValueError, IndexError, KeyError):
+            suites = {}
+        report["parts"]["bench"] = {"ok": rc == 0 and bool(suites), "seconds": round(secs, 1),
+                                    "suites": sorted(suites), "files": str(suites_dir.relative_to(ROOT)
+                                                                           if suites_dir.is_relative_to(ROOT) else suites_dir),
+                                    "log": "" if suites else out[-2000:]}
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{stamp}.json"
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"\n{gpu} -- {label}")
+    for name, r in report["parts"].items():
+        extra = ""
+        if name == "verify":
+            extra = f"{r['passed']}/{r['total']} oracles pass"
+        elif name == "stream" and r["ok"]:
+            extra = (f"decode {r['decode_tokens_per_s']} tok/s with graphs, {r['decode_tokens_per_s_eager']} eager; "
+                     f"prefill {r['prefill_tokens_per_s']} tok/s")
+        elif name == "tests":
+            extra = " ".join(r["summary"]) if isinstance(r["summary"], list) else ""
+        print(f"  {name:<7} {'ok  ' if r['ok'] else 'FAIL'} {r['seconds']:>7.1f} s  {extra}")
+    print(f"wrote {path}")
+    return 0 if all(r["ok"] for r in report["parts"].values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
