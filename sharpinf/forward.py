@@ -301,6 +301,7 @@ class ForwardPass:
     def _idle_step(self, d: StepDescriptor) -> None:
         """A descriptor of padding only (every token in the padding sequence): running any plan
         over it touches nothing but the scratch block."""
+        self.backend.synchronize()  # nothing may still be copying out of the staging buffer
         h = d.h
         for k in ("token_ids", "positions", "logits_rows", "params", "top_k", "steps", "clear", "add_off", "seeds"):
             h[k][...] = 0

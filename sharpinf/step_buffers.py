@@ -136,6 +136,7 @@ class StepDescriptor:
         self.h["params"] = self.h["params"].reshape(R, N_PARAMS)
         self.d["params"] = self.d["params"].reshape(R, N_PARAMS)
         self.tables = self.h["block_tables"].reshape(S, W)
+        self._copied = None  # marks the last upload (a CUDA event): pack() waits for it
         self.host_ids = self.be.host_buffer(R * 4).view(I32)  # sampled ids come back here
         # the padding sequence's table (row S-1) never changes and is past every copy: set it once
         self.tables[S - 1, :] = self.scratch_block
@@ -152,6 +153,7 @@ class StepDescriptor:
 
     def pack(self, batch: Batch, n_tokens: int, n_rows: int, sampling: SamplingRows | None) -> int:
         """Write the batch padded to n_tokens tokens and n_rows rows; returns the bytes to upload."""
+        self.be.wait(self._copied)  # the previous step's copy must have left the staging buffer
         h, N, S, R = self.h, batch.n_tokens, batch.n_seqs, len(batch.logits_rows)
         h["token_ids"][:N] = batch.token_ids
         h["token_ids"][N:n_tokens] = 0
@@ -183,3 +185,4 @@ class StepDescriptor:
 
     def upload(self, nbytes: int) -> None:
         self.be.copy_to_device(self.host[:nbytes], self.device[:nbytes])
+        self._copied = self.be.mark()

@@ -175,6 +175,14 @@ class Backend(ABC):
     @abstractmethod
     def synchronize(self) -> None: ...
 
+    def mark(self) -> Any:
+        """A marker of the work queued so far (a CUDA event); None where work is synchronous."""
+        return None
+
+    def wait(self, marker: Any) -> None:
+        """Block the host until the work before `marker` is done (e.g. an async copy out of a
+        staging buffer the host is about to overwrite)."""
+
     # -- CUDA graphs -----------------------------------------------------------
     @abstractmethod
     def capture(self) -> AbstractContextManager[Graph]:

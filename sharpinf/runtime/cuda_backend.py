@@ -311,6 +311,16 @@ class CudaBackend(Backend):
         with self._errors("synchronize"):
             self._stream.synchronize()
 
+    def mark(self) -> Any:
+        ev = self.cp.cuda.Event(block=False, disable_timing=True)
+        ev.record(self._stream)
+        return ev
+
+    def wait(self, marker: Any) -> None:
+        if marker is not None:
+            with self._errors("wait for a copy"):
+                marker.synchronize()
+
     @property
     def stream(self) -> Any:
         """The cupy stream every launch uses (for interop: `with backend.stream: ...`)."""

@@ -82,7 +82,7 @@ class EmuBackend(Backend):
         b = (block, 1, 1) if type(block) is int and block > 0 else as_dim3(block)
         if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
             raise BackendError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
-        packed, arrays = kernel.pack(args, raw=True)
+        packed, arrays = kernel.pack(args)
         return Launch(kernel, g, b, int(shared_mem), io, make_handle(packed, arrays))
 
     def run(self, launches: Sequence[Launch]) -> None:
@@ -92,7 +92,7 @@ class EmuBackend(Backend):
         check_alive(launches, "launch")
         for l in launches:
             l.kernel.module.launch(l.kernel, l.grid, l.block, l.shared_mem, l.handle.packed, self._order_code,
-                                   self.strict, self.workers, self.seed, raw=True)
+                                   self.strict, self.workers, self.seed)
 
     # -- memory ----------------------------------------------------------------
     def empty(self, shape, dtype) -> np.ndarray:

@@ -28,7 +28,7 @@ constexpr size_t slot(size_t n) { return (n + 7) & ~(size_t)7; }
 struct Entry {
     const char* name;
     std::string sig;  // "p8,i4,f4"
-    int (*launch)(void* fn, const LaunchCfg& cfg, const unsigned char* args, char* err, size_t errlen, int obj_ptrs);
+    int (*launch)(void* fn, const LaunchCfg& cfg, const unsigned char* args, char* err, size_t errlen);
     void* fn;
 };
 
@@ -44,30 +44,15 @@ struct Launcher {
         (void)buf;
         (void)off;
     }
-    template <size_t... I>
-    static void deref(std::tuple<A...>& t, std::index_sequence<I...>) {
-        (deref_one(std::get<I>(t)), ...);
-        (void)t;
-    }
-    template <class T>
-    static void deref_one(T& v) {
-        if constexpr (std::is_pointer<T>::value) {
-            char* obj = (char*)v;
-            memcpy((void*)&v, obj + 2 * sizeof(void*), sizeof(void*));
-        }
-    }
     static void call(void* c) {
         // K is a compile-time constant, so the kernel body inlines here.
         std::apply(K, static_cast<Ctx*>(c)->args);
     }
-    // obj_ptrs: pointer slots hold numpy array objects; the data pointer is the
-    // first field after the object header (PyArrayObject_fields.data).
-    static int launch(void* fn, const LaunchCfg& cfg, const unsigned char* args, char* err, size_t errlen,
-                      int obj_ptrs) {
+    // args: the packed argument buffer, pointer slots holding data pointers
+    static int launch(void* fn, const LaunchCfg& cfg, const unsigned char* args, char* err, size_t errlen) {
         (void)fn;
         Ctx ctx{};
         unpack(ctx.args, args, std::index_sequence_for<A...>{});
-        if (obj_ptrs) deref(ctx.args, std::index_sequence_for<A...>{});
         return run_grid(cfg, &Launcher::call, &ctx, err, errlen);
     }
     static std::string sig() {
@@ -104,8 +89,8 @@ Entry make_entry(const char* name) {
     extern "C" __attribute__((visibility("default"))) int sharpinf_emu_launch(                   \
         int i, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,     \
         unsigned long long shared, const void* args, int order, int strict, int workers,         \
-        unsigned long long seed, char* err, int errlen, int obj_ptrs) {                                        \
+        unsigned long long seed, char* err, int errlen) {                                        \
         ::sharpinf_emu::LaunchCfg c{{gx, gy, gz}, {bx, by, bz}, (size_t)shared, order, strict,   \
                                     workers, seed, entries[i].name};                             \
-        return entries[i].launch(entries[i].fn, c, (const unsigned char*)args, err, (size_t)errlen, obj_ptrs); \
+        return entries[i].launch(entries[i].fn, c, (const unsigned char*)args, err, (size_t)errlen); \
     }

@@ -57,13 +57,9 @@ class EmuKernel(Kernel):
     def __repr__(self) -> str:
         return f"<EmuKernel {self.name}({', '.join(p.describe() for p in self.params)})>"
 
-    def pack(self, args: Sequence[Any], raw: bool = False) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
-        """The packed argument buffer, and (index, array) for each pointer argument.
-
-        Pointer slots hold the ndarray object's address (id), which the C side
-        turns into the data pointer (PyArrayObject's first field after the object
-        header) - a.ctypes.data costs microseconds per array. raw=True stores
-        real data pointers instead (graphs: the objects may be gone at replay)."""
+    def pack(self, args: Sequence[Any]) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
+        """The packed argument buffer (pointer slots hold the arrays' data pointers), and
+        (index, array) for each pointer argument."""
         if self._unsupported:
             raise BackendError(self._unsupported)
         if len(args) != len(self.params):
@@ -78,7 +74,7 @@ class EmuKernel(Kernel):
                     )
                 if not a.flags.c_contiguous:
                     raise BackendError(f"kernel {self.name}: argument {i} is a non-contiguous array; pass a C-contiguous one")
-                vals.append(a.ctypes.data if raw or not OBJ_PTRS else id(a))
+                vals.append(a.ctypes.data)
                 arrays.append((i, a))
             elif type(a) is want:
                 vals.append(a)
@@ -94,15 +90,6 @@ class EmuKernel(Kernel):
         if isinstance(a, (bool, int, float)):
             return f"{what}({a!r}), not a Python {type(a).__name__}"
         return f"{what}, got {type(a).__name__}"
-
-
-def _object_pointers_work() -> bool:
-    """Is the data pointer where the C side will read it (right after PyObject_HEAD)?"""
-    a = np.arange(3, dtype=np.float32)
-    return ctypes.c_void_p.from_address(id(a) + 2 * ctypes.sizeof(ctypes.c_void_p)).value == a.ctypes.data
-
-
-OBJ_PTRS = _object_pointers_work()
 
 
 class Module:
@@ -121,7 +108,7 @@ class Module:
         self._launch.restype = ctypes.c_int
         self._launch.argtypes = [ctypes.c_int, u, u, u, u, u, u, ctypes.c_ulonglong, ctypes.c_char_p,
                                  ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong,
-                                 ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+                                 ctypes.c_char_p, ctypes.c_int]
         self._err = ctypes.create_string_buffer(16384)
         self.lib = lib
         self.kernels: dict[str, EmuKernel] = {}
@@ -132,8 +119,8 @@ class Module:
             self.kernels[name] = EmuKernel(self, i, name, params)
 
     def launch(self, k: EmuKernel, grid, block, shared: int, packed: bytes, order: int, strict: bool,
-               workers: int, seed: int, raw: bool = False) -> None:
+               workers: int, seed: int) -> None:
         rc = self._launch(k.index, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, packed,
-                          order, strict, workers, seed, self._err, 16384, 0 if raw or not OBJ_PTRS else 1)
+                          order, strict, workers, seed, self._err, 16384)
         if rc:
             raise BackendError(self._err.value.decode(errors="replace"))
