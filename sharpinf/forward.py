@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from sharpinf.batch import Batch
+from sharpinf.device_weights import DeviceLayer, DeviceMatrix, upload_weights
 from sharpinf.errors import BackendError
 from sharpinf.kv_pool import KVPool
 from sharpinf.model.config import ModelConfig
@@ -48,43 +49,6 @@ from sharpinf.progress import note, progress_bar
 from sharpinf.runtime.backend import Backend
 from sharpinf.step_buffers import SamplingRows, StepCapacity, StepDescriptor, Workspace
 from sharpinf.step_plan import PlanCache, bucket_for, bucket_ladder
-
-
-@dataclass
-class DeviceMatrix:
-    """A weight matrix on the device in its GGUF quantized form: raw rows + type."""
-
-    raw: Any  # uint8 [n_out, row_bytes]
-    qtype: int
-    n_out: int
-    n_in: int
-
-
-@dataclass
-class DeviceLayer:
-    attn_norm: Any
-    wqkv: list[DeviceMatrix]  # one fused matrix, or Q, K, V when their types differ
-    bqkv: Any | None
-    q_norm: Any | None
-    k_norm: Any | None
-    wo: DeviceMatrix
-    ffn_norm: Any
-    w_gate: DeviceMatrix
-    w_up: DeviceMatrix
-    w_down: DeviceMatrix
-
-
-def _upload_matrix(be: Backend, model: LoadedModel, names: list[str]) -> DeviceMatrix:
-    """Upload one matrix, or several with the same type stacked by rows (rows are independent blocks)."""
-    ts = [model.tensor(n) for n in names]
-    raw = np.ascontiguousarray(np.concatenate([np.asarray(t.raw).reshape(t.shape[0], -1) for t in ts]))
-    return DeviceMatrix(be.upload(raw), ts[0].qtype, sum(t.shape[0] for t in ts), ts[0].shape[1])
-
-
-def _upload_f32(be: Backend, model: LoadedModel, name: str) -> Any | None:
-    if name not in model.tensors:
-        return None
-    return be.upload(np.ascontiguousarray(model.tensor(name).dequantize().astype(np.float32).reshape(-1)))
 
 
 def _next_pow2(n: int) -> int:
@@ -130,12 +94,10 @@ class ForwardPass:
     exact_shapes: bool = False  # no padding: a plan per exact step shape (the graph-vs-eager oracle's eager side)
 
     def __post_init__(self):
-        be, m = self.backend, self.model
-        self.cfg = m.config
-        self.token_embd = _upload_matrix(be, m, ["token_embd.weight"])
-        self.output = self.token_embd if self.cfg.tied_output else _upload_matrix(be, m, ["output.weight"])
-        self.output_norm = _upload_f32(be, m, "output_norm.weight")
-        self.layers = [self._upload_layer(i) for i in range(self.cfg.n_layer)]
+        be = self.backend
+        self.cfg = self.model.config
+        w = upload_weights(be, self.model)
+        self.token_embd, self.output, self.output_norm, self.layers = w.token_embd, w.output, w.output_norm, w.layers
         self.frozen = False
         self._plans = PlanCache(be)
         self._pool_ref: Any = None
@@ -144,28 +106,6 @@ class ForwardPass:
         self.compile_report: dict | None = None
         if self.compile_ahead:
             self.compile_kernels(self.kv_dtype)
-
-    def _upload_layer(self, i: int) -> DeviceLayer:
-        be, m, p = self.backend, self.model, f"blk.{i}."
-        qkv_names = [p + f"attn_{n}.weight" for n in "qkv"]
-        same_type = len({m.tensor(n).qtype for n in qkv_names}) == 1
-        wqkv = [_upload_matrix(be, m, qkv_names)] if same_type else [_upload_matrix(be, m, [n]) for n in qkv_names]
-        bias = None
-        if p + "attn_q.bias" in m.tensors:
-            host = np.concatenate([m.tensor(p + f"attn_{n}.bias").dequantize().reshape(-1) for n in "qkv"])
-            bias = be.upload(np.ascontiguousarray(host.astype(np.float32)))
-        return DeviceLayer(
-            attn_norm=_upload_f32(be, m, p + "attn_norm.weight"),
-            wqkv=wqkv,
-            bqkv=bias,
-            q_norm=_upload_f32(be, m, p + "attn_q_norm.weight"),
-            k_norm=_upload_f32(be, m, p + "attn_k_norm.weight"),
-            wo=_upload_matrix(be, m, [p + "attn_output.weight"]),
-            ffn_norm=_upload_f32(be, m, p + "ffn_norm.weight"),
-            w_gate=_upload_matrix(be, m, [p + "ffn_gate.weight"]),
-            w_up=_upload_matrix(be, m, [p + "ffn_up.weight"]),
-            w_down=_upload_matrix(be, m, [p + "ffn_down.weight"]),
-        )
 
     # -- buffers ------------------------------------------------------------------------------
     def _resize(self, cap: StepCapacity) -> None:

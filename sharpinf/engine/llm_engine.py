@@ -20,7 +20,7 @@ from sharpinf.engine.config import EngineConfig
 from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
 from sharpinf.engine.model_runner import ModelRunner
 from sharpinf.engine.scheduler import Scheduler
-from sharpinf.engine.sequence import Sequence, Status
+from sharpinf.engine.sequence import Sequence
 from sharpinf.errors import RequestError
 from sharpinf.forward import ForwardPass
 from sharpinf.kv_pool import KVPool

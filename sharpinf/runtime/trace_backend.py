@@ -12,7 +12,7 @@ launch (~2-4 us of CPU in cuLaunchKernel) and per graph launch.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np

@@ -1,0 +1,90 @@
+"""The model's weights on the device, uploaded once in their GGUF quantized form.
+
+Matrices stay raw GGML blocks (the kernels dequantize them); norms and biases become float32.
+Q, K and V are stacked into one fused matrix when their types agree (one matmul per layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sharpinf.model.loader import LoadedModel
+from sharpinf.runtime.backend import Backend
+
+
+@dataclass
+class DeviceMatrix:
+    """A weight matrix on the device in its GGUF quantized form: raw rows + type."""
+
+    raw: Any  # uint8 [n_out, row_bytes]
+    qtype: int
+    n_out: int
+    n_in: int
+
+
+@dataclass
+class DeviceLayer:
+    attn_norm: Any
+    wqkv: list[DeviceMatrix]  # one fused matrix, or Q, K, V when their types differ
+    bqkv: Any | None
+    q_norm: Any | None
+    k_norm: Any | None
+    wo: DeviceMatrix
+    ffn_norm: Any
+    w_gate: DeviceMatrix
+    w_up: DeviceMatrix
+    w_down: DeviceMatrix
+
+
+def _upload_matrix(be: Backend, model: LoadedModel, names: list[str]) -> DeviceMatrix:
+    """Upload one matrix, or several with the same type stacked by rows (rows are independent blocks)."""
+    ts = [model.tensor(n) for n in names]
+    raw = np.ascontiguousarray(np.concatenate([np.asarray(t.raw).reshape(t.shape[0], -1) for t in ts]))
+    return DeviceMatrix(be.upload(raw), ts[0].qtype, sum(t.shape[0] for t in ts), ts[0].shape[1])
+
+
+def _upload_f32(be: Backend, model: LoadedModel, name: str) -> Any | None:
+    if name not in model.tensors:
+        return None
+    return be.upload(np.ascontiguousarray(model.tensor(name).dequantize().astype(np.float32).reshape(-1)))
+
+
+def _upload_layer(be: Backend, m: LoadedModel, i: int) -> DeviceLayer:
+    p = f"blk.{i}."
+    qkv_names = [p + f"attn_{n}.weight" for n in "qkv"]
+    same_type = len({m.tensor(n).qtype for n in qkv_names}) == 1
+    wqkv = [_upload_matrix(be, m, qkv_names)] if same_type else [_upload_matrix(be, m, [n]) for n in qkv_names]
+    bias = None
+    if p + "attn_q.bias" in m.tensors:
+        host = np.concatenate([m.tensor(p + f"attn_{n}.bias").dequantize().reshape(-1) for n in "qkv"])
+        bias = be.upload(np.ascontiguousarray(host.astype(np.float32)))
+    return DeviceLayer(
+        attn_norm=_upload_f32(be, m, p + "attn_norm.weight"),
+        wqkv=wqkv,
+        bqkv=bias,
+        q_norm=_upload_f32(be, m, p + "attn_q_norm.weight"),
+        k_norm=_upload_f32(be, m, p + "attn_k_norm.weight"),
+        wo=_upload_matrix(be, m, [p + "attn_output.weight"]),
+        ffn_norm=_upload_f32(be, m, p + "ffn_norm.weight"),
+        w_gate=_upload_matrix(be, m, [p + "ffn_gate.weight"]),
+        w_up=_upload_matrix(be, m, [p + "ffn_up.weight"]),
+        w_down=_upload_matrix(be, m, [p + "ffn_down.weight"]),
+    )
+
+
+@dataclass
+class DeviceWeights:
+    token_embd: DeviceMatrix
+    output: DeviceMatrix  # the LM head: token_embd itself when the model ties them
+    output_norm: Any
+    layers: list[DeviceLayer]
+
+
+def upload_weights(be: Backend, m: LoadedModel) -> DeviceWeights:
+    emb = _upload_matrix(be, m, ["token_embd.weight"])
+    return DeviceWeights(emb, emb if m.config.tied_output else _upload_matrix(be, m, ["output.weight"]),
+                         _upload_f32(be, m, "output_norm.weight"),
+                         [_upload_layer(be, m, i) for i in range(m.config.n_layer)])
