@@ -70,6 +70,9 @@ def main() -> None:
                   kv_dtype=args.kv_dtype, enforce_eager=mode == "eager",
                   num_blocks=-(-(args.prompt + args.decode) // 16) + 2)
         modes[mode] = measure(llm, prompt, args.decode, args.repeats)
+        graphs = llm.metrics()["cuda_graphs"]
+        if graphs:  # the estimate the KV budget reserved vs what the driver took
+            modes[mode]["graphs"] = {**graphs, "reserved_bytes": llm.engine.budget.graph_reserve_bytes}
         del llm
     desc = be.describe()
     result = {

@@ -109,12 +109,22 @@ class ForwardPass:
 
     # -- buffers ------------------------------------------------------------------------------
     def _resize(self, cap: StepCapacity) -> None:
-        """(Re)allocate the workspace for `cap`; plans and the descriptor go with the old buffers."""
+        """(Re)allocate the workspace for `cap`; plans and the descriptor go with the old buffers,
+        the repetition-penalty history moves over (its slots stay held)."""
+        old_bits = getattr(self, "seen_bits", None)  # None: a fresh ForwardPass
+        self.release_plans()
         self.capacity = cap
         self.ws = Workspace(self.backend, self.cfg, cap)
         self.seen_bits = self.backend.zeros((cap.rows, history_words(self.cfg.n_vocab)), np.uint32)
+        if old_bits is not None:
+            self.seen_bits[: old_bits.shape[0]] = old_bits
         self.token_ladder = bucket_ladder(cap.tokens)
         self.row_ladder = bucket_ladder(cap.rows)
+
+    def release_plans(self) -> None:
+        """Drop plans, graphs and the descriptor (they hold the KV pool's and the buffers' memory)."""
+        if self._desc is not None:
+            self._desc.retire()
         self._plans.clear()
         self._desc = None
         self._pool_ref = None
@@ -136,12 +146,14 @@ class ForwardPass:
         if d is not None and same_pool and width <= d.width:
             return d
         if self.frozen and d is not None:
-            raise BackendError("a frozen ForwardPass runs one KV pool, the one its graphs were captured with")
+            raise BackendError("a frozen ForwardPass runs one KV pool, the one its graphs were captured with"
+                               if not same_pool else f"a block table of {width} blocks is wider than the frozen "
+                               f"descriptor's {d.width}")
         full = -(-self.cfg.context_length // kv.block_size)
+        self.release_plans()
         self._desc = StepDescriptor(self.backend, self.capacity, max(width, min(full, kv.num_blocks)),
                                     kv.block_size, kv.scratch_block)
         self._pool_ref = weakref.ref(kv)
-        self._plans.clear()
         return self._desc
 
     @property
@@ -172,7 +184,7 @@ class ForwardPass:
         plans, unfrozen (the oracles run a lone sequence beside a frozen engine's)."""
         other = copy.copy(self)
         other.frozen, other.use_graphs = False, True
-        other._plans = PlanCache(self.backend)
+        other._plans, other._desc, other.seen_bits = PlanCache(self.backend), None, None
         other._resize(capacity)
         return other
 
@@ -195,9 +207,10 @@ class ForwardPass:
         return body, head
 
     def kernels_used(self, kv_dtype: str) -> list[tuple[str, str]]:
-        """(file, entry point) of every kernel a step runs with KV in kv_dtype."""
+        """(file, entry point) of every kernel a step runs with KV in kv_dtype (and the history
+        flush a long penalised prompt needs, so it never compiles mid-serving)."""
         body, head = self._launch_names(kv_dtype)
-        return list(dict.fromkeys(body + head))
+        return list(dict.fromkeys(body + head + [("sampling.cu", "seen_update")]))
 
     def graph_launches(self) -> int:
         """Kernel launches the graphs of capture_graphs() hold (for the memory estimate)."""
@@ -261,9 +274,9 @@ class ForwardPass:
         N, S, R = batch.n_tokens, batch.n_seqs, len(batch.logits_rows)
         if sampling is not None and sampling.n_rows != R:
             raise ValueError(f"sampling has {sampling.n_rows} rows, the batch {R} logits rows")
+        self._fit(StepCapacity(N, S, max(R, 1), 1))  # before the flush: growth moves the history
         if sampling is not None and len(sampling.add_ids) > self.capacity.history:
             sampling = self._flush_history(sampling, R)
-        self._fit(StepCapacity(N, S, max(R, 1), 1))
         d = self._bind(kv, batch.block_tables.shape[1])
         Nb = N if self.exact_shapes else bucket_for(N, self.token_ladder)
         Rb = R if self.exact_shapes else bucket_for(R, self.row_ladder)

@@ -136,7 +136,7 @@ class StepDescriptor:
         self.h["params"] = self.h["params"].reshape(R, N_PARAMS)
         self.d["params"] = self.d["params"].reshape(R, N_PARAMS)
         self.tables = self.h["block_tables"].reshape(S, W)
-        self._copied = None  # marks the last upload (a CUDA event): pack() waits for it
+        self._copied = self.be.marker()  # the end of the last upload (a CUDA event): pack() waits for it
         self.host_ids = self.be.host_buffer(R * 4).view(I32)  # sampled ids come back here
         # the padding sequence's table (row S-1) never changes and is past every copy: set it once
         self.tables[S - 1, :] = self.scratch_block
@@ -183,6 +183,11 @@ class StepDescriptor:
         self.tables[:S, :w] = batch.block_tables
         return self.fields["block_tables"].offset + S * self.width * 4
 
+    def retire(self) -> None:
+        """Before the buffers go: the last copy out of the staging buffer must have finished (a
+        freed pinned block can be handed out again at once)."""
+        self.be.wait(self._copied)
+
     def upload(self, nbytes: int) -> None:
         self.be.copy_to_device(self.host[:nbytes], self.device[:nbytes])
-        self._copied = self.be.mark()
+        self.be.record(self._copied)

@@ -119,6 +119,19 @@ def test_engine_config_validation():
         EngineConfig(block_size=0)
     with pytest.raises(SharpinfError, match="KV dtype"):
         EngineConfig(kv_dtype="int3")
+    with pytest.raises(SharpinfError, match="max_model_len"):
+        EngineConfig(max_model_len=1)
+
+
+def test_max_model_len_bounds_requests_and_the_unchunked_step():
+    """Without chunked prefill a prompt runs whole: the step buffers hold the longest admitted
+    request (max_model_len + the decodes beside it), not the model's whole context."""
+    llm = LLM(synthetic_model("llama", "Q8_0", n_embd=128), backend="emu", num_blocks=64, block_size=4,
+              max_num_batched_tokens=16, max_num_seqs=4, enable_chunked_prefill=False, max_model_len=48)
+    assert llm.engine.fp.capacity.tokens == 48 + 4
+    outs = llm.generate([[5] * 40, [6] * 50], SamplingParams(max_tokens=4, ignore_eos=True))
+    assert len(outs[0].token_ids) == 4
+    assert outs[1].finish_reason == "rejected" and "context length 48" in outs[1].error
 
 
 def test_generate_batch_file_json_in_input_order(tmp_path, capsys):

@@ -32,7 +32,10 @@ def _model(arch="llama", qtype="Q8_0"):
 @given(limit=st.integers(1, 5000))
 def test_bucket_ladder_covers_every_size_with_little_padding(limit):
     ladder = bucket_ladder(limit)
-    assert ladder[: min(4, len(ladder))] == [1, 2, 4, 8][: min(4, len(ladder))] or ladder[-1] == limit
+    if limit <= 8:
+        assert ladder == [b for b in (1, 2, 4, 8) if b < limit] + [limit]
+    else:
+        assert ladder[:4] == [1, 2, 4, 8]
     assert ladder == sorted(set(ladder)) and ladder[-1] == limit
     for n in range(1, limit + 1, max(1, limit // 300)):
         b = bucket_for(n, ladder)
@@ -112,6 +115,9 @@ def test_history_overflow_is_flushed_with_its_own_launch(emu):
     assert got == want
     roomy = ForwardPass(_model(), emu, capacity=StepCapacity(64, 2, 2, 64))
     assert got == _penalised_greedy(roomy, prompt, 6)[0]
+    # the first step both overflows the history and grows the buffers: the history moves over
+    growing = ForwardPass(_model(), emu, capacity=StepCapacity(4, 1, 1, 4))
+    assert _penalised_greedy(growing, prompt, 6)[0] == got
 
 
 def test_engine_penalty_tokens_match_the_host_rule():
@@ -143,7 +149,8 @@ def test_kernels_used_names_only_this_models_entry_points(emu):
     assert used == [("embedding.cu", "embed_q4_k"), ("rmsnorm.cu", "rmsnorm_f32"), ("matmul.cu", "matmul_q4_k"),
                     ("qk_norm.cu", "qk_norm_f32"), ("rope.cu", "rope_neox"), ("kv_cache.cu", "kv_append_q8_0"),
                     ("attention.cu", "attention_q8_0_d64"), ("elementwise.cu", "add_f32"),
-                    ("elementwise.cu", "silu_gate_f32"), ("gather.cu", "gather_rows_f32"), ("sampling.cu", "sample_rows")]
+                    ("elementwise.cu", "silu_gate_f32"), ("gather.cu", "gather_rows_f32"), ("sampling.cu", "sample_rows"),
+                    ("sampling.cu", "seen_update")]
     # no argmax: the sampling kernel picks greedy tokens too, so nothing is launched for nothing
 
 
@@ -183,3 +190,26 @@ def test_incremental_text_equals_whole_decode(pieces):
     for i in range(len(pieces)):
         sc.add(i)
         assert sc.text == b"".join(pieces[: i + 1]).decode("utf-8", errors="replace")
+
+
+def test_history_survives_the_buffers_growing(emu):
+    """A penalised sequence's seen ids stay in its slot when a later step grows the step buffers."""
+    fp = ForwardPass(_model(), emu, capacity=StepCapacity(4, 1, 1, 8))
+    run = PagedRunner(fp, KVPool(emu, fp.cfg, num_blocks=16, block_size=4))
+    a, b = run.new_seq(), run.new_seq()
+
+    def rows(slots, clear, adds):
+        R = len(slots)
+        params = np.array([[0.0, 1.0, 0.0, 1.5 if s >= 0 else 1.0, 0.0] for s in slots], np.float32)
+        return SamplingRows(params, np.zeros(R, np.int32), np.zeros(R, np.uint64), np.zeros(R, np.int32),
+                            np.array(slots, np.int32), np.array(clear, np.int32),
+                            np.concatenate([[0], np.cumsum([len(x) for x in adds])]).astype(np.int32),
+                            np.array([t for x in adds for t in x], np.int32))
+
+    run.step([(a, [7, 9, 11])], sampling=rows([0], [1], [[7, 9, 11]]))
+    first = int(run.last_sampled[0])
+    run.step([(a, [first]), (b, list(range(20, 30)))], sampling=rows([0, -1], [0, 0], [[first], []]))
+    assert fp.capacity.tokens >= 11  # it grew
+    bits = emu.download(fp.seen_bits)[0]
+    seen = {w * 32 + i for w in range(len(bits)) for i in range(32) if bits[w] >> i & 1}
+    assert seen == {7, 9, 11, first}

@@ -69,7 +69,10 @@ class BenchContext:
 
     def release(self) -> None:
         """Give device memory back between suites (CuPy keeps freed blocks in its pool, which the
-        next engine's KV budget would otherwise count as used)."""
+        next engine's KV budget would otherwise count as used); the shared ForwardPass's plans
+        go too, since they hold the last suite's KV pool."""
+        if self._fp is not None:
+            self._fp.release_plans()
         gc.collect()
         if self.on_gpu:
             try:

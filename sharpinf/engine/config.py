@@ -19,6 +19,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     max_num_batched_tokens: int = 512  # per-step token budget (decodes first, then prefill chunks)
     max_num_seqs: int = 64  # sequences running at once
+    max_model_len: int | None = None  # longest prompt + output of a request (default: the model's context)
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True  # off: a prompt is admitted only when it fits one step whole
     enforce_eager: bool = False  # True: run each step's launches one by one, no CUDA graphs
@@ -32,6 +33,7 @@ class EngineConfig:
             (0 < self.gpu_memory_utilization <= 1, f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"),
             (self.max_num_batched_tokens >= 1, f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}"),
             (self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}"),
+            (self.max_model_len is None or self.max_model_len >= 2, f"max_model_len must be >= 2, got {self.max_model_len}"),
         ]
         for ok, msg in checks:
             if not ok:

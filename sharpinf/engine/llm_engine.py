@@ -88,12 +88,13 @@ class EngineMetrics:
         }
 
 
-def step_capacity(ec: EngineConfig, cfg) -> StepCapacity:
+def step_capacity(ec: EngineConfig, max_model_len: int) -> StepCapacity:
     """The largest step the scheduler can make: the token budget (a whole prompt when chunked
-    prefill is off), max_num_seqs sequences, each wanting at most one row of logits."""
+    prefill is off: set max_model_len to keep that workspace small), max_num_seqs sequences,
+    each wanting at most one row of logits."""
     tokens = ec.max_num_batched_tokens
     if not ec.enable_chunked_prefill:  # an unchunked prompt runs whole, beside the decodes
-        tokens = max(tokens, cfg.context_length + ec.max_num_seqs)
+        tokens = max(tokens, max_model_len + ec.max_num_seqs)
     return StepCapacity(tokens=tokens, seqs=ec.max_num_seqs, rows=ec.max_num_seqs, history=tokens + ec.max_num_seqs)
 
 
@@ -105,7 +106,8 @@ class LLMEngine:
         self.cfg = self.model.config
         self.tokenizer = Tokenizer.from_gguf_metadata(self.model.metadata, where=str(self.model.path))
         # weights, step buffers and kernels first, then the KV pool from what is left, then graphs over it
-        self.fp = ForwardPass(self.model, self.backend, capacity=step_capacity(self.config, self.cfg),
+        self.max_model_len = min(self.cfg.context_length, self.config.max_model_len or self.cfg.context_length)
+        self.fp = ForwardPass(self.model, self.backend, capacity=step_capacity(self.config, self.max_model_len),
                               kv_dtype=self.config.kv_dtype)
         self.fp.freeze()
         eager = self.config.enforce_eager
@@ -135,7 +137,7 @@ class LLMEngine:
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Everything that would make a request impossible, said now rather than later."""
-        ctx, n = self.cfg.context_length, len(prompt_ids)
+        ctx, n = self.max_model_len, len(prompt_ids)
         check_prompt(prompt_ids, self.cfg.n_vocab, ctx)
         total = ctx if params.max_tokens is None else n + params.max_tokens
         if total > ctx:
@@ -155,7 +157,7 @@ class LLMEngine:
         if rid in self.requests:
             raise RequestError(f"request id {rid!r} is already in use")
         seed = params.seed if params.seed is not None else int(self._seeds.integers(0, 2**63))
-        stop = StopChecker(params, self.tokenizer, context_left=self.cfg.context_length - len(ids))
+        stop = StopChecker(params, self.tokenizer, context_left=self.max_model_len - len(ids))
         seq = Sequence(rid, ids, params, seed, stop)
         self.requests[rid] = seq
         self.scheduler.add(seq)

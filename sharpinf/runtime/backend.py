@@ -175,9 +175,12 @@ class Backend(ABC):
     @abstractmethod
     def synchronize(self) -> None: ...
 
-    def mark(self) -> Any:
-        """A marker of the work queued so far (a CUDA event); None where work is synchronous."""
+    def marker(self) -> Any:
+        """A reusable point in the stream's work (a CUDA event); None where work is synchronous."""
         return None
+
+    def record(self, marker: Any) -> None:
+        """Move `marker` to the end of the work queued so far."""
 
     def wait(self, marker: Any) -> None:
         """Block the host until the work before `marker` is done (e.g. an async copy out of a
