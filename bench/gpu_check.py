@@ -55,15 +55,24 @@ def pick_model(name: str | None) -> tuple[str, str]:
     return str(smollm2_shape(cache_dir("synth"))), "synthetic, SmolLM2's shape (Q4_1)"
 
 
-def run(cmd: list[str], timeout: int) -> tuple[int, str, float]:
+def run(cmd: list[str], timeout: int) -> tuple[int, str, str, float]:
+    """(exit code, stdout, stderr + stdout for the log, seconds)."""
     t = time.perf_counter()
     print("+", " ".join(cmd), flush=True)
     try:
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        out, rc = p.stdout + p.stderr, p.returncode
+        out, log, rc = p.stdout, p.stderr + p.stdout, p.returncode
     except subprocess.TimeoutExpired as exc:
-        out, rc = f"timed out after {timeout} s\n{exc.stdout or ''}", 124
-    return rc, out, time.perf_counter() - t
+        out, log, rc = "", f"timed out after {timeout} s\n{exc.stdout or ''}", 124
+    return rc, out, log, time.perf_counter() - t
+
+
+def last_json(out: str):
+    """The JSON document a command printed last on stdout, or None."""
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
 
 
 def main() -> int:
@@ -71,6 +80,7 @@ def main() -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--only", default=",".join(PARTS))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu"))
+    ap.add_argument("--backend", default="cuda", help="cuda; emu only to test this script without a GPU")
     args = ap.parse_args()
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]
@@ -82,11 +92,11 @@ def main() -> int:
     from sharpinf.runtime.select import get_backend
 
     try:
-        facts = get_backend("cuda").describe()
+        facts = get_backend(args.backend).describe()
     except SharpinfError as exc:
         print(f"gpu-check needs a usable GPU: {exc}", file=sys.stderr)
         return 1
-    gpu = facts["gpu"]
+    gpu = facts.get("gpu") or facts["device"]
     slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower()
     stamp = f"{slug}-{time.strftime('%Y%m%d')}"
     out_dir = Path(args.out)
@@ -97,36 +107,32 @@ def main() -> int:
                     "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": {}}
 
     if "tests" in parts:
-        rc, out, secs = run([py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"], 3600)
-        summary = [l for l in out.splitlines() if re.search(r"\d+ (passed|failed|error)", l)]
-        report["parts"]["tests"] = {"ok": rc == 0, "seconds": round(secs, 1), "summary": summary[-1:] or out[-500:],
-                                    "failures": [l for l in out.splitlines() if l.startswith("FAILED")][:30]}
+        rc, out, log, secs = run([py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"], 3600)
+        summary = [l for l in log.splitlines() if re.search(r"\d+ (passed|failed|error)", l)]
+        report["parts"]["tests"] = {"ok": rc == 0, "seconds": round(secs, 1), "summary": summary[-1:] or log[-500:],
+                                    "failures": [l for l in log.splitlines() if l.startswith("FAILED")][:30]}
     if "verify" in parts:
-        rc, out, secs = run([py, "-m", "sharpinf", "verify", model, "--backend", "cuda", "--json"], 3600)
-        try:
-            rows = json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            rows = []
+        rc, out, log, secs = run([py, "-m", "sharpinf", "verify", model, "--backend", args.backend, "--json"], 3600)
+        rows = last_json(out) or []
         report["parts"]["verify"] = {"ok": rc == 0 and bool(rows), "seconds": round(secs, 1),
                                      "passed": sum(r["passed"] for r in rows), "total": len(rows), "results": rows,
-                                     "log": "" if rows else out[-2000:]}
+                                     "log": "" if rows else log[-2000:]}
     if "stream" in parts:
         tmp = suites_dir / "single_stream.json"
-        rc, out, secs = run([py, "bench/single_stream.py", "--model", model, "--backend", "cuda",
-                             "--out", str(tmp)], 3600)
+        rc, out, log, secs = run([py, "bench/single_stream.py", "--model", model, "--backend", args.backend,
+                             "--out", str(tmp)] + (["--prompt", "32", "--decode", "4", "--repeats", "1"]
+                                                   if args.backend != "cuda" else []), 3600)
         report["parts"]["stream"] = {"ok": rc == 0, "seconds": round(secs, 1),
-                                     **(json.loads(tmp.read_text()) if rc == 0 else {"log": out[-2000:]})}
+                                     **(json.loads(tmp.read_text()) if rc == 0 else {"log": log[-2000:]})}
     if "bench" in parts:
-        rc, out, secs = run([py, "-m", "sharpinf", "bench", model, "--backend", "cuda", "--out", str(suites_dir),
-                             "--suite", "decode,prefill,throughput,chunking,host", "--json"], 3600)
-        try:
-            suites = json.loads(out.strip().splitlines()[-1])["suites"]
-        except (ValueError, IndexError, KeyError):
-            suites = {}
+        rc, out, log, secs = run([py, "-m", "sharpinf", "bench", model, "--backend", args.backend, "--out", str(suites_dir),
+                             "--suite", "decode,prefill,throughput,chunking,host", "--json"]
+                            + (["--quick"] if args.backend != "cuda" else []), 3600)
+        suites = (last_json(out) or {}).get("suites", {})
         report["parts"]["bench"] = {"ok": rc == 0 and bool(suites), "seconds": round(secs, 1),
                                     "suites": sorted(suites), "files": str(suites_dir.relative_to(ROOT)
                                                                            if suites_dir.is_relative_to(ROOT) else suites_dir),
-                                    "log": "" if suites else out[-2000:]}
+                                    "log": "" if suites else log[-2000:]}
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{stamp}.json"

@@ -72,3 +72,25 @@ def test_single_stream_script_runs_on_the_emulator(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["backend"] == "emu" and out["decode_tokens_per_s"] > 0 and out["prefill_tokens_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_gpu_check_script_writes_its_report(tmp_path):
+    """bench/gpu_check.py's plumbing (subprocesses, parsing, the report), run on the emulator
+    with a tiny model; on a GPU machine `make gpu-check` runs the same code with --backend cuda."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from sharpinf.model.synth import synthetic_model
+
+    script = Path(__file__).parents[1] / "bench" / "gpu_check.py"
+    model = synthetic_model("llama", "Q8_0", n_embd=128)
+    proc = subprocess.run([sys.executable, str(script), "--backend", "emu", "--model", str(model), "--only",
+                           "verify,stream,bench", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (report,) = tmp_path.glob("*.json")
+    doc = json.loads(report.read_text())
+    assert doc["parts"]["verify"]["passed"] == doc["parts"]["verify"]["total"] > 10
+    assert doc["parts"]["stream"]["decode_tokens_per_s"] > 0 and doc["parts"]["stream"]["decode_tokens_per_s_eager"] > 0
+    assert set(doc["parts"]["bench"]["suites"]) == {"decode", "prefill", "throughput", "chunking", "host"}
