@@ -19,11 +19,14 @@ float64 scalar, which would make the reference slower and no longer float32 math
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from sharpinf.errors import RequestError
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel, load_model
 from sharpinf.ops.kv_cache import decode_kv, encode_kv
@@ -96,8 +99,34 @@ class KVCache:
 
     @classmethod
     def empty(cls, cfg: ModelConfig, capacity: int) -> "KVCache":
-        shape = (cfg.n_layer, capacity, cfg.n_head_kv, cfg.head_dim)
-        return cls(np.zeros(shape, F32), np.zeros(shape, F32))
+        return cls(*_zeros_kv((cfg.n_layer, capacity, cfg.n_head_kv, cfg.head_dim)))
+
+    def reserve(self, n: int, limit: int) -> None:
+        """Room for n positions. The capacity at least doubles (up to limit), so a cache that
+        grows one token at a time copies O(n) in all and holds what the sequence uses."""
+        cap = self.k.shape[1]
+        if n <= cap:
+            return
+        k, v = _zeros_kv((self.k.shape[0], min(max(n, 2 * cap), limit), *self.k.shape[2:]))
+        k[:, :cap], v[:, :cap] = self.k, self.v
+        self.k, self.v = k, v
+
+
+def _zeros_kv(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """K and V buffers, or one line when they cannot fit: a GGUF may declare a 2**24 context,
+    hundreds of GiB of cache, and MemoryError is no message for a user."""
+    need = 2 * math.prod(shape) * 4
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # not on every OS
+        have = None
+    why = f"a KV cache of {shape[1]:,} positions needs {need / 2**30:.1f} GiB"
+    if have is not None and need > have:
+        raise RequestError(f"reference: {why}, more than this machine's {have / 2**30:.1f} GiB of memory")
+    try:
+        return np.zeros(shape, F32), np.zeros(shape, F32)
+    except MemoryError:
+        raise RequestError(f"reference: {why} and the allocation failed") from None
 
 
 @dataclass
@@ -152,6 +181,7 @@ class Reference:
         return cls(load_model(path))
 
     def new_cache(self, capacity: int | None = None) -> KVCache:
+        """A cache of `capacity` positions (default: the whole declared context; it can grow with reserve)."""
         return KVCache.empty(self.cfg, capacity or self.cfg.context_length)
 
     # -- the forward pass ----------------------------------------------------------

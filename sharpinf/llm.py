@@ -7,36 +7,79 @@
 
 A request that cannot run (bad parameters, prompt too long, ...) comes back with
 finish_reason "rejected" and its error; the others run as usual. Nothing is dropped.
+
+One LLM may be shared: any number of threads and interleaved streams may call generate and
+stream at once. The engine steps under one lock, whoever holds it steps for everyone, and
+each step's deltas are routed to the request that owns them.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Iterator, Sequence as Seq
 
+import numpy as np
+
 from sharpinf.engine.llm_engine import LLMEngine, Prompt, RequestOutput
-from sharpinf.errors import SharpinfError
+from sharpinf.errors import RequestError, SharpinfError
 from sharpinf.sampling import SamplingParams
 from sharpinf.textgen import GenerationResult
 
 
-def _is_single(prompts) -> bool:
-    """A string, a list of ids, or one chat is one prompt; a list of those is many."""
-    if isinstance(prompts, str):
-        return True
+def _ids_list(p) -> bool:
+    return isinstance(p, (list, tuple)) and bool(p) and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool)
+                                                          for t in p)
+
+
+def _as_items(prompts) -> list:
+    """One prompt (a string, a list of ids, one chat) or many, as a list of prompts."""
+    if prompts is None:
+        raise RequestError("prompts is None: give a string, a list of token ids, a chat, or a list of those")
+    if isinstance(prompts, np.ndarray):  # ids: 1-D is one prompt, 2-D one per row
+        if prompts.ndim not in (1, 2) or prompts.dtype.kind not in "iu":
+            raise RequestError(f"a NumPy prompt must be a 1-D or 2-D integer array, got {prompts.ndim}-D {prompts.dtype}")
+        return [prompts.tolist()] if prompts.ndim == 1 else prompts.tolist()
+    if isinstance(prompts, str) or _ids_list(prompts):
+        return [prompts]
     if isinstance(prompts, (list, tuple)) and prompts and all(isinstance(p, dict) for p in prompts):
-        return True
-    return isinstance(prompts, (list, tuple)) and bool(prompts) and all(isinstance(p, int) for p in prompts)
+        return [prompts]
+    if isinstance(prompts, (list, tuple)):
+        return [p.tolist() if isinstance(p, np.ndarray) else p for p in prompts]
+    raise RequestError(f"prompts must be a string, token ids, a chat, or a list of those; got {type(prompts).__name__}")
 
 
 class LLM:
     def __init__(self, model, backend=None, **engine_config):
         self.engine = LLMEngine(model, backend=backend, **engine_config)
         self.tokenizer = self.engine.tokenizer
+        self._lock = threading.RLock()
+        self._outbox: dict[str, deque[RequestOutput]] = {}  # each live request's deltas, not yet taken
 
+    # -- the shared loop -----------------------------------------------------------------------
+    def _submit(self, prompt: Prompt, params: SamplingParams | None) -> str:
+        with self._lock:
+            rid = self.engine.add_request(prompt, params)
+            self._outbox[rid] = deque()
+            return rid
+
+    def _step(self) -> None:
+        """One engine step (the caller holds the lock); deltas go to their requests' boxes."""
+        for o in self.engine.step():
+            box = self._outbox.get(o.request_id)
+            if box is not None:
+                box.append(o)
+
+    def _forget(self, rid: str):
+        with self._lock:
+            self._outbox.pop(rid, None)
+            return self.engine.requests.pop(rid, None)
+
+    # -- the API -------------------------------------------------------------------------------
     def generate(self, prompts: Prompt | Seq[Prompt], params: SamplingParams | Seq[SamplingParams] | None = None,
                  on_step=None) -> list[GenerationResult]:
         """Outputs in input order. on_step(engine) is called after each step (progress bars)."""
-        items = [prompts] if _is_single(prompts) else list(prompts)
+        items = _as_items(prompts)
         plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(items)
         if len(plist) != len(items):
             raise SharpinfError(f"{len(items)} prompts but {len(plist)} sampling params")
@@ -44,32 +87,49 @@ class LLM:
         rid_to_index: dict[str, int] = {}
         for i, (prompt, p) in enumerate(zip(items, plist)):
             try:
-                rid_to_index[self.engine.add_request(prompt, p)] = i
+                rid_to_index[self._submit(prompt, p)] = i
             except SharpinfError as exc:
-                prompt_ids = prompt if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt) else []
-                results[i] = GenerationResult(list(prompt_ids), [], "", "rejected", error=str(exc))
-        while self.engine.has_unfinished():
-            self.engine.step()
-            if on_step is not None:
+                ids = [int(t) for t in prompt] if _ids_list(prompt) else []
+                results[i] = GenerationResult(ids, [], "", "rejected", error=str(exc))
+        pending = set(rid_to_index)
+        while pending:
+            with self._lock:
+                pending = {r for r in pending if not self.engine.requests[r].is_finished}
+                if pending:
+                    self._step()
+            if pending and on_step is not None:
                 on_step(self.engine)
         for rid, i in rid_to_index.items():
-            seq = self.engine.requests.pop(rid)
+            seq = self._forget(rid)
             results[i] = GenerationResult(list(seq.prompt_ids), list(seq.output_ids), seq.stop.text,
-                                          seq.finish_reason, seq.metrics.to_json())
+                                          seq.finish_reason, seq.metrics.to_json(), error=seq.error)
         return results  # type: ignore[return-value]
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[RequestOutput]:
-        """Token deltas of one request as they are generated (other requests may run alongside)."""
-        rid = self.engine.add_request(prompt, params)
+        """Token deltas of one request as they are generated, ending with the finished one (other
+        requests, other streams and other threads run alongside; each gets its own deltas).
+        The request is queued at once (a bad one raises here); closing the iterator early aborts it."""
+        return self._deltas(self._submit(prompt, params))
+
+    def _deltas(self, rid: str) -> Iterator[RequestOutput]:
         try:
             while True:
-                outs = [o for o in self.engine.step() if o.request_id == rid]
+                with self._lock:
+                    box = self._outbox[rid]
+                    finished = self.engine.requests[rid].is_finished
+                    if not box and not finished:
+                        self._step()
+                        finished = self.engine.requests[rid].is_finished
+                    outs = list(box)
+                    box.clear()
                 yield from outs
-                if any(o.finished for o in outs) or self.engine.requests[rid].is_finished:
+                if finished:
                     return
         finally:
-            self.engine.abort(rid)
-            self.engine.requests.pop(rid, None)
+            with self._lock:
+                self.engine.abort(rid)
+            self._forget(rid)
 
     def metrics(self) -> dict:
-        return self.engine.engine_metrics()
+        with self._lock:
+            return self.engine.engine_metrics()

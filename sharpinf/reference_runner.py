@@ -9,6 +9,8 @@ from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.sampling import HostSampler, SamplingParams
 from sharpinf.textgen import GenerationResult, StopChecker, check_prompt
 
+INITIAL_ROOM = 256  # generated positions allocated up front; the cache doubles when they run out
+
 
 def generate_reference(ref: Reference, tok: Tokenizer, prompt_ids: list[int], params: SamplingParams,
                        on_token: Callable[[int, str], None] | None = None) -> GenerationResult:
@@ -16,7 +18,10 @@ def generate_reference(ref: Reference, tok: Tokenizer, prompt_ids: list[int], pa
     check_prompt(prompt_ids, cfg.n_vocab, cfg.context_length)
     stop = StopChecker(params, tok, context_left=cfg.context_length - len(prompt_ids))
     sampler = HostSampler(params)
-    cache = ref.new_cache(min(cfg.context_length, len(prompt_ids) + (params.max_tokens or cfg.context_length)))
+    # positions this request can use; the cache grows towards it as tokens come, never sized by
+    # the model's declared context up front (a GGUF may declare 2**24: hundreds of GiB)
+    limit = min(cfg.context_length, len(prompt_ids) + (params.max_tokens or cfg.context_length))
+    cache = ref.new_cache(min(limit, len(prompt_ids) + INITIAL_ROOM))
     logits = ref.forward(prompt_ids, cache)[-1]
     seen = list(prompt_ids)
     while True:
@@ -28,5 +33,6 @@ def generate_reference(ref: Reference, tok: Tokenizer, prompt_ids: list[int], pa
             on_token(token, stop.text[shown:])
         if done:
             break
+        cache.reserve(cache.length + 1, limit)
         logits = ref.forward([token], cache)[-1]
     return GenerationResult(list(prompt_ids), stop.tokens, stop.text, stop.finish_reason)

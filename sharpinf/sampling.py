@@ -17,6 +17,10 @@ from sharpinf.errors import RequestError
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """Validated and normalized at construction: NumPy scalars become Python ones, a single
+    stop string or stop id becomes a one-element tuple, None means no stops. Anything else
+    of the wrong type or value is a one-line RequestError."""
+
     max_tokens: int | None = 64  # None: until a stop or the context limit
     temperature: float = 0.0
     top_k: int = 0  # 0: off
@@ -24,34 +28,28 @@ class SamplingParams:
     min_p: float = 0.0  # 0: off
     repetition_penalty: float = 1.0  # 1: off
     seed: int | None = None
-    stop_token_ids: tuple[int, ...] = ()
-    stop: tuple[str, ...] = ()  # stop strings (not included in the output text)
+    stop_token_ids: tuple[int, ...] = ()  # also: one id, or None
+    stop: tuple[str, ...] = ()  # stop strings (not included in the output text); also: one string, or None
     ignore_eos: bool = False
 
     def __post_init__(self):
-        def bad(what):
-            raise RequestError(f"invalid sampling parameter: {what}")
+        def put(name, value):
+            object.__setattr__(self, name, value)
 
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
-            bad(f"max_tokens must be an integer >= 1 (or None), got {self.max_tokens!r}")
-        if not _finite(self.temperature) or self.temperature < 0:
-            bad(f"temperature must be >= 0, got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            bad(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
-        if not _finite(self.top_p) or not 0 < self.top_p <= 1:
-            bad(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not _finite(self.min_p) or not 0 <= self.min_p <= 1:
-            bad(f"min_p must be in [0, 1], got {self.min_p!r}")
-        if not _finite(self.repetition_penalty) or self.repetition_penalty <= 0:
-            bad(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**63):
-            bad(f"seed must be a non-negative integer, got {self.seed!r}")
-        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
-            bad(f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            bad(f"stop strings must be non-empty strings, got {self.stop!r}")
-        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
-        object.__setattr__(self, "stop", tuple(self.stop))
+        put("max_tokens", _int("max_tokens", self.max_tokens, 1, optional=True))
+        put("temperature", _number("temperature", self.temperature, lambda x: x >= 0, ">= 0"))
+        put("top_k", _int("top_k", self.top_k, 0))
+        put("top_p", _number("top_p", self.top_p, lambda x: 0 < x <= 1, "in (0, 1]"))
+        put("min_p", _number("min_p", self.min_p, lambda x: 0 <= x <= 1, "in [0, 1]"))
+        put("repetition_penalty", _number("repetition_penalty", self.repetition_penalty, lambda x: x > 0, "> 0"))
+        put("seed", _int("seed", self.seed, 0, optional=True, below=2**63))
+        ids = _one_or_many("stop_token_ids", self.stop_token_ids, lambda v: as_int(v) is not None)
+        put("stop_token_ids", tuple(_int(f"stop_token_ids[{i}]", t, 0) for i, t in enumerate(ids)))
+        stops = _one_or_many("stop", self.stop, lambda v: isinstance(v, str))
+        put("stop", tuple(_stop_string(i, s) for i, s in enumerate(stops)))
+        if not isinstance(self.ignore_eos, (bool, np.bool_)):
+            _bad(f"ignore_eos must be true or false, got {_shown(self.ignore_eos)}")
+        put("ignore_eos", bool(self.ignore_eos))
 
     @property
     def greedy(self) -> bool:
@@ -66,8 +64,79 @@ class SamplingParams:
         return cls(**d)
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
+# -- validation: a Python or NumPy scalar of the right kind, or one clear line ----------------------
+
+def _bad(what: str):
+    raise RequestError(f"invalid sampling parameter: {what}")
+
+
+def _shown(v) -> str:
+    """`str '5'`, `bool True`: the type too, since '5' and 5 print alike in many places."""
+    return f"{type(v).__name__} {v!r}"
+
+
+def as_int(v) -> int | None:
+    """A Python int for an int or NumPy integer; None for anything else (bools included: True is no count)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        return None
+    return int(v)
+
+
+def as_float(v) -> float | None:
+    """A Python float for a Python or NumPy int or float; None for anything else (bools, strings)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # an int beyond any float: infinite for the checks that follow
+        return math.inf if v > 0 else -math.inf
+
+
+def _int(name: str, v, lo: int, optional: bool = False, below: int | None = None) -> int | None:
+    """below, when given, is a power of two (shown as 2**k)."""
+    if v is None and optional:
+        return None
+    n = as_int(v)
+    rule = f">= {lo}" + (f" and < 2**{below.bit_length() - 1}" if below else "") + (" (or None)" if optional else "")
+    if n is None:
+        _bad(f"{name} must be an integer {rule}, got {_shown(v)}")
+    if n < lo or (below is not None and n >= below):
+        _bad(f"{name} must be an integer {rule}, got {n}")
+    return n
+
+
+_F32_TINY, _F32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)  # Python floats: no casts
+
+
+def _number(name: str, v, ok, rule: str) -> float:
+    x = as_float(v)
+    if x is None:
+        _bad(f"{name} must be a number {rule}, got {_shown(v)}")
+    if not math.isfinite(x):
+        _bad(f"{name} must be a finite number {rule}, got {x}")
+    if x != 0 and not _F32_TINY <= abs(x) <= _F32_MAX:  # the sampling kernel would see 0 or inf
+        _bad(f"{name} must be 0 or of size {_F32_TINY:.3g} to {_F32_MAX:.3g} (float32), got {x}")
+    if not ok(x):
+        _bad(f"{name} must be {rule}, got {x}")
+    return x
+
+
+def _one_or_many(name: str, v, is_one) -> tuple:
+    """None -> (); one item -> (item,); a list, tuple, set or array -> its items. A str is one stop
+    string, never its characters."""
+    if v is None:
+        return ()
+    if is_one(v):
+        return (v,)
+    if isinstance(v, (list, tuple, set, frozenset, np.ndarray)):
+        return tuple(v.tolist() if isinstance(v, np.ndarray) else v)
+    _bad(f"{name} must be one value or a list of them, got {_shown(v)}")
+
+
+def _stop_string(i: int, s) -> str:
+    if not isinstance(s, str) or not s:
+        _bad(f"stop[{i}] must be a non-empty string, got {_shown(s)}")
+    return s
 
 
 def apply_repetition_penalty(logits: np.ndarray, seen: list[int], penalty: float) -> np.ndarray:

@@ -64,7 +64,7 @@ class BenchContext:
         return self._fp
 
     def progress(self) -> Progress:
-        return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        return Progress(TextColumn("{task.description}", markup=False, style="bold"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=self.console, transient=False)
 
     def release(self) -> None:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
+from rich.text import Text
 
 from sharpinf.cli import app
 from sharpinf.errors import SharpinfError
@@ -73,7 +73,7 @@ def bench(
     from sharpinf.bench import SUITES
     from sharpinf.bench.common import BenchContext, dumps, resolve_bench_model, write_json
     from sharpinf.model.loader import load_model
-    from sharpinf.cli.common import backend_named
+    from sharpinf.cli.common import backend_named, make_console
 
     names = _parse_suites(suite)
     if rate_unit not in ("step", "s"):
@@ -95,15 +95,15 @@ def bench(
             raise SharpinfError(f"--batch-sizes must be integers >= 1, got {batch_sizes!r}")
     plen, olen = _parse_range(prompt_len, "--prompt-len"), _parse_range(output_len, "--output-len")
 
-    console = Console(stderr=json_out, highlight=False)
+    console = make_console(stderr=json_out)
     be = backend_named(backend)
     path, label = resolve_bench_model(model)
     loaded = load_model(path)
     out_dir = Path(out) if out is not None else Path("bench") / "results" / be.name
     ctx = BenchContext(be, loaded, label, out_dir, quick=quick, console=console, seed=seed)
     on_gpu = ctx.on_gpu
-    console.print(f"[bold]sharpinf bench[/] {label} on {be.name} -> {out_dir}/  suites: {', '.join(names)}"
-                  + (" (quick)" if quick else ""))
+    console.print(Text.assemble(("sharpinf bench", "bold"), f" {label} on {be.name} -> {out_dir}/  suites: "
+                                f"{', '.join(names)}" + (" (quick)" if quick else "")))
 
     overrides = {
         "throughput": dict(requests=requests, prompt_len=plen, output_len=olen, rate=rate, rate_unit=rate_unit,

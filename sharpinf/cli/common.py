@@ -8,11 +8,20 @@ import sys
 from rich.console import Console
 from rich.text import Text
 
-from sharpinf.errors import SharpinfError
+from sharpinf.errors import RequestError, SharpinfError
 
-# Piped or logged output keeps whole table rows instead of wrapping them at 80 columns.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, highlight=False)
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that prints strings literally: generated text, paths and prompts are the
+    user's, so `[/x]` or `:smile:` must never be read as Rich markup or emoji codes.
+    Styled output is built from Text objects. Piped or logged output keeps whole table rows
+    instead of wrapping them at 80 columns."""
+    tty = (sys.stderr if stderr else sys.stdout).isatty()
+    return Console(stderr=stderr, markup=False, emoji=False, highlight=False, width=None if tty else 160)
+
+
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 AUTO_LABELS = {"emu": "the CPU emulator", "reference": "the NumPy reference"}
@@ -45,6 +54,16 @@ def tokenizer_of(loaded):
     from sharpinf.model.tokenizer import Tokenizer
 
     return Tokenizer.from_gguf_metadata(loaded.metadata, where=str(loaded.path))
+
+
+def valid_text(s: str, what: str) -> str:
+    """s, if it is Unicode a tokenizer can encode. Command-line bytes that are not UTF-8 arrive as
+    lone surrogates (Python's surrogateescape), and JSON can spell one ("\\ud800")."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(f"{what} is not valid UTF-8 text") from None
+    return s
 
 
 def parse_ids(text: str) -> list[int]:

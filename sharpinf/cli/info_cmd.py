@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from sharpinf.cli import app
 from sharpinf.cli.common import backend_named, console, load, print_json
@@ -61,7 +62,7 @@ def info(model: str = typer.Argument(..., help="Registered name or path to a .gg
     if json_out:
         return print_json(facts)
     cfg = facts["config"]
-    console.print(f"[bold]{facts['path']}[/]")
+    console.print(Text(facts["path"], style="bold"))
     t = Table("field", "value", show_header=False, title="config")
     for k, v in cfg.items():
         t.add_row(k, str(v))

@@ -47,11 +47,11 @@ def path(name: str = typer.Argument(..., help="A registered model name.")):
 
 
 @models_app.command("rm")
-def rm(name: str):
-    """Delete a pulled model from the cache."""
+def rm(name: str = typer.Argument(..., help="A registered model name.")):
+    """Delete a pulled model from the cache (exit 1 when it is not pulled: nothing was deleted)."""
     from sharpinf.model.registry import remove
 
-    remove(name)
+    console.print(f"removed {remove(name)}")
 
 
 @models_app.command("synth")

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from sharpinf.cli import app
-from pathlib import Path
-
-from sharpinf.cli.common import (backend_named, console, err_console, load, one_of, parse_ids, print_json, say_auto,
-                                 tokenizer_of)
+from sharpinf.cli.batch_file import BATCH_HELP, run_batch_file
+from sharpinf.cli.common import console, load, one_of, parse_ids, print_json, say_auto, tokenizer_of, valid_text
 from sharpinf.errors import SharpinfError
 
 BACKEND_HELP = ("reference (the NumPy oracle), emu (kernels on the CPU emulator), cuda (kernels on the GPU), "
@@ -37,7 +37,7 @@ def tokenize(model: str = typer.Argument(..., help="Registered name or path to a
              json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     """Token ids and pieces of TEXT, as llama.cpp would tokenize it."""
     tok = tokenizer_of(load(model))
-    ids = tok.encode(text, add_bos=add_bos)
+    ids = tok.encode(valid_text(text, "TEXT"), add_bos=add_bos)
     pieces = [tok.decode([i]) for i in ids]
     if json_out:
         return print_json({"token_ids": ids, "pieces": pieces})
@@ -50,9 +50,9 @@ def tokenize(model: str = typer.Argument(..., help="Registered name or path to a
 def prompt_ids_from(tok, prompt, chat, prompt_ids) -> list[int]:
     kind, value = one_of(prompt=prompt, chat=chat, prompt_ids=prompt_ids)
     if kind == "prompt":
-        return tok.encode(value)
+        return tok.encode(valid_text(value, "--prompt"))
     if kind == "chat":
-        return tok.apply_chat([{"role": "user", "content": value}])
+        return tok.apply_chat([{"role": "user", "content": valid_text(value, "--chat")}])
     return parse_ids(value)
 
 
@@ -62,8 +62,7 @@ def generate(
     prompt: str = typer.Option(None, help="Raw text prompt."),
     chat: str = typer.Option(None, help="A user message, wrapped in the model's chat template."),
     prompt_ids: str = typer.Option(None, help="Comma-separated token ids."),
-    batch: Path = typer.Option(None, help='A .jsonl file: one request per line with "prompt", "chat" or '
-                               '"prompt_ids", plus optional sampling fields; all run through the engine.'),
+    batch: Path = typer.Option(None, help=BATCH_HELP),
     max_tokens: int = typer.Option(64, help="Most tokens to generate."),
     temperature: float = typer.Option(0.0, help="0 = greedy (the default)."),
     top_k: int = typer.Option(0, help="Keep the k most likely tokens (0 = off)."),
@@ -95,12 +94,12 @@ def generate(
     ids = prompt_ids_from(tok, prompt, chat, prompt_ids)
 
     def stream(_token: int, delta: str) -> None:
-        console.print(delta, end="", markup=False, soft_wrap=True)
+        console.print(Text(delta), end="", soft_wrap=True)  # the model's text, printed literally
 
     result = run_generation(loaded, tok, ids, params, backend, None if json_out else stream, engine_config)
     if json_out:
         return print_json(result.to_json())
-    console.print(f"\n[dim]({len(result.token_ids)} tokens, finish: {result.finish_reason})[/]")
+    console.print(Text(f"\n({len(result.token_ids)} tokens, finish: {result.finish_reason})", style="dim"))
 
 
 def run_generation(loaded, tok, ids, params, backend: str, on_token, engine_config=None):
@@ -120,70 +119,6 @@ def run_generation(loaded, tok, ids, params, backend: str, on_token, engine_conf
             on_token(delta.new_token_ids[0], delta.new_text)
         last = delta
     return GenerationResult(list(ids), last.token_ids, last.text, last.finish_reason)
-
-
-def read_batch_file(path: Path, defaults) -> tuple[list, list]:
-    """Each line: {"prompt": str} | {"chat": str or [messages]} | {"prompt_ids": [ints]}, plus sampling fields."""
-    import dataclasses
-    import json
-
-    from sharpinf.errors import RequestError
-    from sharpinf.sampling import SamplingParams
-
-    if not path.is_file():
-        raise SharpinfError(f"{path}: no such file")
-    prompts, params = [], []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SharpinfError(f"{path}:{n}: not JSON ({exc.msg})") from None
-        kinds = [k for k in ("prompt", "chat", "prompt_ids") if k in obj]
-        if len(kinds) != 1:
-            raise SharpinfError(f"{path}:{n}: give exactly one of prompt, chat, prompt_ids")
-        value = obj.pop(kinds[0])
-        if kinds[0] == "chat" and isinstance(value, str):
-            value = [{"role": "user", "content": value}]
-        prompts.append(value)
-        try:
-            params.append(dataclasses.replace(defaults, **obj) if obj else defaults)
-        except (TypeError, RequestError) as exc:
-            params.append(exc)  # reported for this request only
-    return prompts, params
-
-
-def run_batch_file(loaded, path: Path, defaults, backend: str, engine_config: dict, json_out: bool):
-    from rich.progress import Progress
-
-    from sharpinf.llm import LLM
-    from sharpinf.textgen import GenerationResult
-
-    prompts, params = read_batch_file(path, defaults)
-    if backend == "reference":
-        raise SharpinfError("--batch runs through the engine: use --backend emu, cuda or auto")
-    if backend == "auto":
-        backend = backend_named("auto").name
-    llm = LLM(loaded, backend=backend, **engine_config)
-    ok = [i for i, p in enumerate(params) if not isinstance(p, Exception)]
-    with Progress(console=err_console, transient=True, disable=False) as bar:
-        task = bar.add_task("generating", total=len(ok))
-        outs = llm.generate([prompts[i] for i in ok], [params[i] for i in ok],
-                            on_step=lambda eng: bar.update(task, completed=eng.metrics.finished))
-    results = [GenerationResult([], [], "", "rejected", error=f"bad sampling fields: {p}") if isinstance(p, Exception)
-               else None for p in params]
-    for i, out in zip(ok, outs):
-        results[i] = out
-    for i, r in enumerate(results):
-        if json_out:
-            print_json(r.to_json())
-        else:
-            console.print(f"[bold]#{i}[/] ({r.finish_reason}) " + (r.error or r.text), markup=True, highlight=False)
-    if not json_out:
-        m = llm.metrics()
-        console.print(f"[dim]{m['generated_tokens']} tokens in {m['steps']} steps, {m['throughput_tok_per_s']:.1f} tok/s, "
-                      f"{m['preemptions']} preemptions, prefix-cache hit rate {m['prefix_cache_hit_rate']:.0%}[/]")
 
 
 def score_rows(logits: np.ndarray, ids: list[int], top_k: int) -> dict:
@@ -215,7 +150,7 @@ def score(
     loaded = load(model)
     tok = tokenizer_of(loaded)
     _, _ = one_of(prompt=prompt, prompt_ids=prompt_ids)
-    ids = tok.encode(prompt) if prompt is not None else parse_ids(prompt_ids)
+    ids = tok.encode(valid_text(prompt, "--prompt")) if prompt is not None else parse_ids(prompt_ids)
     if not ids:
         raise SharpinfError("empty input: nothing to score")
     if top_k < 1:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from sharpinf.cli import app
 from sharpinf.cli.common import backend_named, console, err_console, load, print_json, tokenizer_of
@@ -18,7 +20,7 @@ def run_cases(cases, quiet: bool):
                   TimeElapsedColumn(), console=err_console, disable=quiet, transient=True) as bar:
         task = bar.add_task("verify", total=len(cases))
         for c in cases:
-            bar.update(task, description=f"{c.oracle}: {c.case}")
+            bar.update(task, description=escape(f"{c.oracle}: {c.case}"))  # the column reads markup
             try:
                 results.append(c.run())
             except Exception as exc:  # an oracle that crashes is a failed oracle, not a crashed verify
@@ -36,7 +38,7 @@ def results_table(results) -> Table:
             "-" if r.max_abs_dlogit is None else f"{r.max_abs_dlogit:.2e}",
             "-" if r.min_top5_overlap is None else f"{r.min_top5_overlap}/5",
             "-" if r.argmax_equal is None else ("equal" if r.argmax_equal else "DIFFERS"),
-            "[green]pass[/]" if r.passed else f"[red]FAIL[/] {r.detail}",
+            Text("pass", style="green") if r.passed else Text.assemble(("FAIL", "red"), " ", r.detail),
         )
     return t
 

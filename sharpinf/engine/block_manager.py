@@ -97,9 +97,14 @@ class BlockManager:
             del self.cached[entry.key]
         return b
 
+    def cached_prefix_len(self, seq: Sequence) -> int:
+        """Tokens of seq the prefix cache would serve at admission (nothing is taken)."""
+        return len(self._lookup(seq)[0]) * self.block_size
+
     # -- sequences -------------------------------------------------------------------------
     def admit(self, seq: Sequence, first_chunk: int) -> bool:
-        """Attach seq's cached prefix and blocks for its first chunk, all or nothing."""
+        """Attach seq's cached prefix and blocks for its first chunk (the tokens after that
+        prefix), all or nothing."""
         assert not seq.block_table and seq.num_computed == 0
         hits, last_hash = self._lookup(seq)
         revived = sum(1 for b in hits if self.ref[b] == 0)  # cached but free: they leave the free list

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from sharpinf.errors import SharpinfError
 from sharpinf.kv_pool import kv_dtype_name
+from sharpinf.sampling import as_float, as_int
 
 
 @dataclass
@@ -26,6 +29,7 @@ class EngineConfig:
     seed: int = 0  # for requests that give no seed
 
     def __post_init__(self):
+        self._check_types()
         self.kv_dtype = kv_dtype_name(self.kv_dtype)
         checks = [
             (self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}"),
@@ -34,7 +38,36 @@ class EngineConfig:
             (self.max_num_batched_tokens >= 1, f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}"),
             (self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}"),
             (self.max_model_len is None or self.max_model_len >= 2, f"max_model_len must be >= 2, got {self.max_model_len}"),
+            (self.seed >= 0, f"seed must be >= 0, got {self.seed}"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise SharpinfError(f"engine config: {msg}")
+
+    def _check_types(self) -> None:
+        """Each field its type, or one line naming it; NumPy scalars become Python ones."""
+        def bad(name, want):
+            v = getattr(self, name)
+            raise SharpinfError(f"engine config: {name} must be {want}, got {type(v).__name__} {v!r}")
+
+        for name in ("block_size", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "max_model_len", "seed"):
+            v = getattr(self, name)
+            if v is None and name in _OPTIONAL:
+                continue
+            if as_int(v) is None:
+                bad(name, "an integer" + (" or None" if name in _OPTIONAL else ""))
+            setattr(self, name, as_int(v))
+        if as_float(self.gpu_memory_utilization) is None:
+            bad("gpu_memory_utilization", "a number")
+        self.gpu_memory_utilization = as_float(self.gpu_memory_utilization)
+        for name in ("enable_prefix_caching", "enable_chunked_prefill", "enforce_eager"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                bad(name, "True or False")
+            setattr(self, name, bool(getattr(self, name)))
+        if not isinstance(self.kv_dtype, str):
+            bad("kv_dtype", "a string (fp16, bf16, fp32 or q8_0)")
+        if self.backend is not None and not isinstance(self.backend, str):
+            bad("backend", "a string (cuda, emu, auto) or None")
+
+
+_OPTIONAL = ("num_blocks", "max_model_len")

@@ -21,7 +21,7 @@ from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
 from sharpinf.engine.model_runner import ModelRunner
 from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import Sequence
-from sharpinf.errors import RequestError
+from sharpinf.errors import RequestError, SharpinfError
 from sharpinf.forward import ForwardPass
 from sharpinf.kv_pool import KVPool
 from sharpinf.model.loader import LoadedModel
@@ -100,6 +100,10 @@ def step_capacity(ec: EngineConfig, max_model_len: int) -> StepCapacity:
 
 class LLMEngine:
     def __init__(self, model: str | Path | LoadedModel, backend: str | Backend | None = None, **config):
+        unknown = sorted(set(config) - set(EngineConfig.__dataclass_fields__))
+        if unknown:
+            raise SharpinfError(f"unknown engine option(s) {', '.join(unknown)}; the options are "
+                                f"{', '.join(f for f in EngineConfig.__dataclass_fields__ if f != 'backend')}")
         self.config = EngineConfig(backend=backend if isinstance(backend, str) or backend is None else backend.name, **config)
         self.backend = backend if isinstance(backend, Backend) else get_backend(self.config.backend)
         self.model = open_model(model)
@@ -148,14 +152,19 @@ class LLMEngine:
                                f"{self.budget.num_blocks} ({self.budget.tokens} tokens): it could never run")
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise RequestError(f"params must be SamplingParams, got {type(params).__name__}")
-        ids = self.encode(prompt)
-        self.check(ids, params)
-        rid = request_id if request_id is not None else str(next(self._ids))
-        if rid in self.requests:
-            raise RequestError(f"request id {rid!r} is already in use")
+        """Queue a request; a SharpinfError says why it can never run (counted as rejected)."""
+        try:
+            params = params or SamplingParams()
+            if not isinstance(params, SamplingParams):
+                raise RequestError(f"params must be SamplingParams, got {type(params).__name__}")
+            ids = self.encode(prompt)
+            self.check(ids, params)
+            rid = request_id if request_id is not None else str(next(self._ids))
+            if rid in self.requests:
+                raise RequestError(f"request id {rid!r} is already in use")
+        except SharpinfError:
+            self.metrics.rejected += 1
+            raise
         seed = params.seed if params.seed is not None else int(self._seeds.integers(0, 2**63))
         stop = StopChecker(params, self.tokenizer, context_left=self.max_model_len - len(ids))
         seq = Sequence(rid, ids, params, seed, stop)
@@ -176,16 +185,31 @@ class LLMEngine:
         seq.finish_reason = reason
         seq.metrics.finished = time.perf_counter()
         self.scheduler.finish(seq)
-        self.metrics.finished += 1
+        if reason != "rejected":
+            self.metrics.finished += 1
+
+    def _reject_unschedulable(self) -> list[RequestOutput]:
+        """Nothing could be scheduled with work pending: the request at the head of the queue
+        cannot be admitted even with every block free. It is rejected with the reason (its
+        output says so, so a stream ends); the others keep their place and run."""
+        sch = self.scheduler
+        if sch.running or not sch.waiting:  # the scheduler guarantees progress here: a bug, said plainly
+            raise RuntimeError(f"scheduler scheduled nothing with {len(sch.running)} running, {len(sch.waiting)} "
+                               f"waiting and {self.blocks.num_free}/{self.blocks.num_blocks} blocks free (a bug)")
+        seq = sch.waiting[0]
+        need = -(-len(seq.tokens) // self.config.block_size)
+        seq.error = (f"request needs {need} KV blocks for its {len(seq.tokens)} tokens at once, but only "
+                     f"{self.blocks.num_free} of {self.blocks.num_blocks} can be free")
+        self._finish(seq, "rejected")
+        self.metrics.rejected += 1
+        return [RequestOutput(seq.request_id, [], "", seq.output_ids, seq.stop.text, True, "rejected", seq.prompt_ids)]
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         t0 = time.perf_counter()
         chunks = self.scheduler.schedule()
         if not chunks:
-            if self.scheduler.has_work():
-                raise RuntimeError("scheduler made no progress with work pending (a bug: please report)")
-            return []
+            return self._reject_unschedulable() if self.scheduler.has_work() else []
         t1 = time.perf_counter()
         sampled = self.runner.run(chunks)
         self.metrics.steps += 1

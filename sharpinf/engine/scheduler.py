@@ -76,10 +76,11 @@ class Scheduler:
                 return False
         return True
 
-    def _chunk(self, seq: Sequence, budget: int) -> int:
+    def _chunk(self, seq: Sequence, budget: int, remaining: int | None = None) -> int:
+        remaining = seq.remaining if remaining is None else remaining
         if self.config.enable_chunked_prefill:
-            return min(seq.remaining, budget)
-        return seq.remaining  # whole: the step runs over budget rather than split a prompt
+            return min(remaining, budget)
+        return remaining  # whole: the step runs over budget rather than split a prompt
 
     def schedule(self) -> list[ScheduledChunk]:
         cfg, budget = self.config, self.config.max_num_batched_tokens
@@ -93,6 +94,7 @@ class Scheduler:
                 scheduled.append(ScheduledChunk(seq, 1))
                 budget -= 1
 
+        prefill = False  # a prefill chunk is in this step (an unchunked prompt over budget waits)
         for seq in [s for s in self.running if s.remaining > 1]:  # 2. prefills in progress
             if budget <= 0:
                 break
@@ -102,15 +104,16 @@ class Scheduler:
             if self._make_room(seq, seq.num_computed + n, scheduled):
                 scheduled.append(ScheduledChunk(seq, n))
                 budget -= n
+                prefill = True
 
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:  # 3. admissions
             seq = self.waiting[0]
-            n = self._chunk(seq, budget)
-            if n > budget and any(c.n_tokens > 1 for c in scheduled):
+            # the first chunk starts after what the prefix cache serves: count only those blocks
+            n = self._chunk(seq, budget, len(seq.tokens) - self.blocks.cached_prefix_len(seq))
+            if n > budget and prefill:
                 break  # unchunked prompt over budget: it gets a step with no other prefill
             if not self.blocks.admit(seq, n):
                 break  # backpressure: first come, first served, nobody jumps the queue
-            n = self._chunk(seq, budget)  # the prefix cache may have covered part of it
             self.waiting.popleft()
             seq.status = Status.RUNNING
             self.admissions += 1
@@ -118,6 +121,7 @@ class Scheduler:
             self.running.append(seq)
             scheduled.append(ScheduledChunk(seq, n))
             budget -= n
+            prefill = True
         return scheduled
 
     def finish(self, seq: Sequence) -> None:

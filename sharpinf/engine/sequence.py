@@ -56,6 +56,7 @@ class Sequence:
     num_computed: int = 0
     block_table: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    error: str | None = None  # why the engine rejected it after admission to the queue
     metrics: SeqMetrics = field(default_factory=SeqMetrics)
     admitted_at: int = -1  # scheduler step of (last) admission: LIFO preemption order
     sample_slot: int = -1  # the device history slot of the repetition penalty (-1: none held)

@@ -5,6 +5,7 @@ Every way a file can be unusable ends in one ModelError naming the file and the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -15,7 +16,7 @@ import numpy as np
 from ..errors import ModelError
 from . import quants
 from .config import ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
-from .tensors import QTensor
+from .tensors import QTensor, TensorSpan, check_spans
 
 GGUF_MAGIC = b"GGUF"
 
@@ -72,9 +73,26 @@ def _open_reader(path: Path) -> gguf.GGUFReader:
     if magic != GGUF_MAGIC:
         raise ModelError(path, f"not a GGUF file (bad magic {magic!r}, expected {GGUF_MAGIC!r})")
     try:
-        return gguf.GGUFReader(path, "r")
+        return _CheckedReader(path)
+    except ModelError:
+        raise
     except Exception as e:  # the reader raises anything from ValueError to IndexError on bad bytes
         raise ModelError(path, f"truncated or corrupt GGUF: {type(e).__name__}: {e}") from None
+
+
+class _CheckedReader(gguf.GGUFReader):
+    """gguf-py's reader, with every tensor's byte range checked before any is mapped."""
+
+    def __init__(self, path: Path):
+        self._path = path
+        super().__init__(path, "r")
+
+    def _build_tensors(self, start_offs: int, fields: list) -> None:
+        # gguf-py's tensor-info parts: name_len, name, n_dims, dims, type, offset
+        spans = [TensorSpan(f.name, int(f.parts[4][0]), tuple(int(d) for d in f.parts[3]), int(f.parts[5][0]))
+                 for f in fields]
+        check_spans(self._path, spans, start_offs, self.data.shape[0], int(self.alignment))
+        super()._build_tensors(start_offs, fields)
 
 
 def _plain(field) -> Any:
@@ -91,7 +109,7 @@ def _read_metadata(path: Path, reader) -> dict[str, Any]:
 
 
 def _read_tensors(path: Path, reader) -> dict[str, QTensor]:
-    file_size = reader.data.shape[0]
+    # Byte ranges were checked as the reader was built (_CheckedReader): inside the file, aligned, apart.
     tensors: dict[str, QTensor] = {}
     for t in reader.tensors:
         qtype = int(t.tensor_type)
@@ -103,14 +121,8 @@ def _read_tensors(path: Path, reader) -> dict[str, QTensor]:
                 f"unsupported quant type {quants.qtype_name(qtype)} in tensor {t.name!r} "
                 f"(supported: {supported})",
             )
-        n_bytes = quants.row_bytes(qtype, shape[-1]) * int(np.prod(shape[:-1], dtype=np.int64))
-        end = t.data_offset + n_bytes
-        if end > file_size:
-            raise ModelError(
-                path,
-                f"truncated: tensor {t.name!r} data ends at byte {end}, past the end of the file ({file_size} bytes)",
-            )
         rb = quants.row_bytes(qtype, shape[-1])
+        end = t.data_offset + rb * math.prod(shape[:-1])
         raw = reader.data[t.data_offset:end].reshape(-1, rb)  # (rows, row_bytes), read-only memmap view
         tensors[t.name] = QTensor(name=t.name, qtype=qtype, shape=shape, raw=raw)
     return tensors

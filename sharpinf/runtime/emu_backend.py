@@ -6,7 +6,12 @@ Settings (constructor, else environment): order forward|reverse|random
 (SHARPINF_EMU_ORDER) - the order a block's threads are run and resumed, to
 expose missing barriers; strict (SHARPINF_EMU_STRICT=1) - early exits before
 barriers, divergent barriers and partial-warp ops become errors; workers
-(SHARPINF_EMU_WORKERS, default 1 for determinism) - OS threads running blocks."""
+(SHARPINF_EMU_WORKERS, default 1 for determinism) - OS threads running blocks;
+memcheck on|off|strict (SHARPINF_EMU_MEMCHECK, default on) - device allocations get
+guard bytes checked after each launch, which names the kernel, argument and offset
+of a store past either end; strict also puts PROT_NONE pages around each allocation
+and turns the fault of an out-of-bounds load or store into a launch failure naming
+the thread (see emu/memcheck.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from sharpinf.runtime.backend import Backend, Dim3, Kernel, Launch, as_dim3
 from sharpinf.runtime.emu import build
 from sharpinf.runtime.emu.graph import EmuGraph, capturing, check_alive, make_handle
 from sharpinf.runtime.emu.isolate import run_isolated  # noqa: F401 - re-exported for tests
+from sharpinf.runtime.emu.memcheck import MODES, OFF, allocate, fault_message, guard_report, mode_from
 from sharpinf.runtime.emu.module import EmuKernel, Module
 
 ORDERS = {"forward": 0, "reverse": 1, "random": 2}
@@ -35,7 +41,7 @@ class EmuBackend(Backend):
     name = "emu"
 
     def __init__(self, order: str | None = None, strict: bool | None = None, workers: int | None = None,
-                 seed: int | None = None):
+                 seed: int | None = None, memcheck: str | bool | None = None):
         order = (order or os.environ.get("SHARPINF_EMU_ORDER") or "forward").strip().lower()
         if order not in ORDERS:
             raise BackendError(f"emu: unknown thread order {order!r}; choose forward, reverse or random")
@@ -46,6 +52,7 @@ class EmuBackend(Backend):
             raise BackendError("emu: workers must be >= 1")
         self.seed = int(seed if seed is not None else os.environ.get("SHARPINF_EMU_SEED", "0"))
         self._order_code = ORDERS[order]
+        self.memcheck = mode_from(memcheck)  # OFF, GUARD or STRICT (memcheck.py)
         self._modules: dict[Path, Module] = {}
         self._kernels: dict[tuple, tuple[EmuKernel, list]] = {}  # (filename, name, exprs) -> (kernel, stamps)
         self._graph: EmuGraph | None = None
@@ -90,19 +97,44 @@ class EmuBackend(Backend):
             self._graph.launches.extend(launches)
             return
         check_alive(launches, "launch")
+        mc = self.memcheck
         for l in launches:
-            l.kernel.module.launch(l.kernel, l.grid, l.block, l.shared_mem, l.handle.packed, self._order_code,
-                                   self.strict, self.workers, self.seed)
+            h = l.handle
+            rc = l.kernel.module.launch(l.kernel, l.grid, l.block, l.shared_mem, h.packed, self._order_code,
+                                        self.strict, self.workers, self.seed, mc, h.guards if mc else b"")
+            if rc:
+                raise BackendError(self._failure(l, rc))
+
+    def _failure(self, l: Launch, rc: int) -> str:
+        """The message for a failed launch: the kernel's error or fault, then what it wrote
+        into guards (which are refilled, so later launches are not blamed)."""
+        mod = l.kernel.module
+        guarded = [(idx, ref(), n) for idx, ref, n in l.handle.guarded]  # alive: check_alive ran
+        parts = []
+        if rc & 1:
+            parts.append(fault_message(l.name, mod.fault, l.block, guarded) if mod.fault[0] else mod.error())
+        if rc & 2:
+            parts.append(guard_report(l.name, guarded) or f"memcheck: kernel {l.name} overwrote a guard")
+        return "; ".join(parts)
 
     # -- memory ----------------------------------------------------------------
     def empty(self, shape, dtype) -> np.ndarray:
-        return np.empty(shape, dtype)
+        return allocate(shape, dtype, self.memcheck)
 
     def zeros(self, shape, dtype) -> np.ndarray:
-        return np.zeros(shape, dtype)
+        if self.memcheck == OFF:
+            return np.zeros(shape, dtype)
+        a = allocate(shape, dtype, self.memcheck)
+        a.fill(0)
+        return a
 
     def upload(self, host: np.ndarray) -> np.ndarray:
-        return np.array(host, copy=True, order="C")
+        if self.memcheck == OFF:
+            return np.array(host, copy=True, order="C")
+        host = np.asarray(host)
+        a = allocate(host.shape, host.dtype, self.memcheck)
+        a[...] = host
+        return a
 
     def download(self, dev: np.ndarray) -> np.ndarray:
         return np.array(dev, copy=True)
@@ -111,7 +143,7 @@ class EmuBackend(Backend):
         dev.reshape(-1).view(np.uint8).fill(byte)
 
     def host_buffer(self, nbytes: int) -> np.ndarray:
-        return np.zeros(nbytes, np.uint8)
+        return self.zeros(nbytes, np.uint8)
 
     def copy_to_device(self, host: np.ndarray, dev: np.ndarray) -> None:
         np.copyto(dev, host)
@@ -138,4 +170,5 @@ class EmuBackend(Backend):
             "order": self.order,
             "strict": self.strict,
             "workers": self.workers,
+            "memcheck": next(k for k, v in MODES.items() if v == self.memcheck),
         }

@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from sharpinf.errors import BackendError
+from sharpinf.errors import BackendError, SharpinfError
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]  # sharpinf/runtime/paths.py -> repo root
 
@@ -42,8 +42,22 @@ def cache_root() -> Path:
 def cache_dir(sub: str, create: bool = True) -> Path:
     """A named cache folder (e.g. "cupy", "emu") under cache_root(); created unless create=False."""
     d = cache_root() / sub
-    if create:
+    return writable_dir(d, "SHARPINF_CACHE_DIR") if create else d
+
+
+def writable_dir(d: Path, var: str) -> Path:
+    """d, created if missing, that we can write into; else one line naming the folder and the
+    environment variable that chose it (or that would choose another)."""
+    env = os.environ.get(var)
+    fix = f"(from {var}={env})" if env else f"(set {var} to use another folder)"
+    if d.exists() and not d.is_dir():
+        raise SharpinfError(f"{d} is not a folder {fix}")
+    try:
         d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SharpinfError(f"cannot create the folder {d}: {exc.strerror} {fix}") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise SharpinfError(f"the folder {d} is not writable {fix}")
     return d
 
 

@@ -44,9 +44,14 @@ struct LaunchCfg {
     int workers;
     uint64_t seed;
     const char* kernel;
+    int memcheck;            // 0 off, 1 guard bytes, 2 strict: a fault ends the launch (memcheck.py)
+    const uint64_t* guards;  // (address, length) pairs of guard bytes, checked after the grid
+    int nguards;
+    uint64_t* fault;         // strict: the fault record (see Fault in emu_sched.cpp), or null
 };
 typedef void (*ThreadFn)(void* ctx);
-// 0 on success; else fills err (NUL-terminated, truncated to errlen).
+// 0 on success; else bit 0: the launch failed and err says why (NUL-terminated, truncated
+// to errlen); bit 1: a guard byte of cfg.guards was overwritten.
 SHARPINF_EMU_API int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t errlen);
 
 }  // namespace sharpinf_emu

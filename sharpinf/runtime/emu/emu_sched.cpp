@@ -7,13 +7,21 @@
    fiber's stack and the threads not yet started get fibers (pooled stacks)
    when first scheduled. Barriers and warp ops release eagerly at the last
    arrival; when no thread can run and some have not finished, that is a
-   deadlock, reported with each stuck thread's op and file:line. */
+   deadlock, reported with each stuck thread's op and file:line.
+
+   Memcheck (memcheck.py): after the grid, run_grid checks the launch's guard
+   bytes; in strict mode a SIGSEGV/SIGBUS in a block (an access to the PROT_NONE
+   page beside a buffer) ends that block like __trap(), with a fault record
+   naming the address, the access and the thread. */
 #include "emu_rt.h"
 #include "emu_fiber.h"
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -47,6 +55,13 @@ struct Warp {
     unsigned arrived, want, existing, exited;
 };
 
+// A strict-memcheck fault, as LaunchCfg.fault receives it: filled (1), address,
+// access (0 read, 1 write, 2 unknown), block x y z, thread (linear, x y z), signal.
+enum { F_FILLED, F_ADDR, F_ACCESS, F_BX, F_BY, F_BZ, F_LIN, F_TX, F_TY, F_TZ, F_SIG, F_WORDS };
+struct Fault {
+    uint64_t w[F_WORDS];
+};
+
 struct Block {
     const LaunchCfg* cfg;
     ThreadFn fn;
@@ -57,6 +72,7 @@ struct Block {
     std::vector<Warp> warps;
     int alive, ndone, first_done, at_bar, nrun, bar_count, cursor, loop_pos;
     bool looping, failed;
+    Fault fault;  // strict memcheck: set by on_fault, w[F_FILLED] = 1
     const char* bar_file;
     int bar_line;
     FiberCtx main;
@@ -441,6 +457,82 @@ void assert_fail(const char* expr, const char* file, int line) {
     fail(tls.blk, s);
 }
 
+// ---- memcheck ----------------------------------------------------------------------
+static const unsigned char GUARD_BYTE = 0xA5;  // memcheck.py GUARD_BYTE
+
+static bool guards_intact(const LaunchCfg& cfg) {
+    for (int i = 0; i < cfg.nguards; ++i) {
+        const unsigned char* p = (const unsigned char*)cfg.guards[2 * i];
+        size_t n = cfg.guards[2 * i + 1];
+        unsigned char bad = 0;
+        for (size_t j = 0; j < n; ++j) bad |= p[j] ^ GUARD_BYTE;  // no early exit: vectorizes
+        if (bad) return false;
+    }
+    return true;
+}
+
+static __thread int t_catch;  // this OS thread runs blocks of a strict-memcheck launch
+static struct sigaction g_old_segv, g_old_bus;
+
+// Strict memcheck: a fault in a block ends the block as fail() does, from the
+// signal handler (on the alternate stack; SA_NODEFER so nothing stays blocked
+// after we switch away without returning). Kernel code holds no locks, so the
+// abandoned fiber leaves nothing inconsistent; the message is built later, in
+// run_block, outside the handler. Faults anywhere else go to the previous handler.
+static void on_fault(int sig, siginfo_t* si, void* ucv) {
+    Block* b = tls.blk;
+    if (!t_catch || !b || !tls.cur) {
+        sigaction(sig, sig == SIGBUS ? &g_old_bus : &g_old_segv, nullptr);
+        return;  // the access faults again, under the previous handler (or the default: a crash)
+    }
+    uint64_t access = 2;
+#if defined(__x86_64__)
+    if (si->si_code == SEGV_MAPERR || si->si_code == SEGV_ACCERR)  // page faults: bit 1 of the error code is "write"
+        access = (((ucontext_t*)ucv)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
+#else
+    (void)ucv;
+#endif
+    const EThread* t = tls.cur;
+    b->fault = Fault{{1, (uint64_t)(uintptr_t)si->si_addr, access, tls.blockIdx.x, tls.blockIdx.y, tls.blockIdx.z,
+                      (uint64_t)t->lin, t->tid.x, t->tid.y, t->tid.z, (uint64_t)sig}};
+    b->failed = true;
+    FiberCtx dead;
+    fiber_switch(&dead, &b->main);
+    abort();  // unreachable
+}
+
+static void arm_fault_handler() {
+    for (int sig : {SIGSEGV, SIGBUS}) {
+        struct sigaction cur;
+        sigaction(sig, nullptr, &cur);
+        if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fault) continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_fault;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sig, &sa, sig == SIGBUS ? &g_old_bus : &g_old_segv);
+    }
+}
+
+// The handler must not run on the fiber's own 64 KiB stack; keep an existing
+// alternate stack of the thread (Python's faulthandler sets one) if it is big enough.
+static void ensure_altstack() {
+    static __thread bool done;
+    if (done) return;
+    done = true;
+    const size_t want = 64 * 1024;
+    stack_t cur;
+    if (sigaltstack(nullptr, &cur) == 0 && !(cur.ss_flags & SS_DISABLE) && cur.ss_size >= 32 * 1024) return;
+    void* m = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return;  // then the handler runs on the fiber stack
+    stack_t ss;
+    ss.ss_sp = m;
+    ss.ss_size = want;
+    ss.ss_flags = 0;
+    sigaltstack(&ss, nullptr);  // kept for the thread's life (helpers are never joined)
+}
+
 // Per-launch thread layout shared by all blocks of the launch.
 static void setup_block(Block* b, const LaunchCfg& cfg, ThreadFn fn, void* ctx) {
     b->cfg = &cfg;
@@ -492,6 +584,7 @@ static bool run_block(Worker& wk, Block* b, uint64_t block_lin) {
     b->loop_pos = 0;
     b->looping = true;
     b->failed = false;
+    b->fault.w[F_FILLED] = 0;
     if (b->cfg->shared) memset(wk.smem.data(), 0xFF, b->cfg->shared);  // NaN poison
     tls.blk = b;
     char* s = wk.pool.get();
@@ -501,14 +594,28 @@ static bool run_block(Worker& wk, Block* b, uint64_t block_lin) {
     fiber_switch(&b->main, &first->ctx);
     for (char* st : b->stacks) wk.pool.put(st);
     b->stacks.clear();
+    if (b->fault.w[F_FILLED]) {
+        const uint64_t* f = b->fault.w;
+        char s[200];
+        snprintf(s, sizeof s, "memcheck: thread %s: %s %s at address 0x%llx",
+                 tid_str(b, (int)f[F_LIN]).c_str(), f[F_SIG] == SIGBUS ? "SIGBUS" : "SIGSEGV",
+                 f[F_ACCESS] == 0 ? "reading" : f[F_ACCESS] == 1 ? "writing" : "accessing",
+                 (unsigned long long)f[F_ADDR]);
+        b->err = where(b) + ": " + s;
+    }
     return !b->failed;
 }
 
 // Runs blocks [next++] until exhausted or a failure; returns false on failure.
 static bool run_blocks(const LaunchCfg& cfg, ThreadFn fn, void* ctx, std::atomic<uint64_t>& next,
-                       uint64_t nblocks, std::atomic<bool>& stop, std::string& err) {
+                       uint64_t nblocks, std::atomic<bool>& stop, std::string& err, Fault& fault) {
     Worker& wk = worker();
     Block* b = &wk.blk;
+    if (cfg.memcheck == 2) ensure_altstack();
+    struct Catch {
+        explicit Catch(bool on) { t_catch = on; }
+        ~Catch() { t_catch = 0; }
+    } catching(cfg.memcheck == 2);
     setup_block(b, cfg, fn, ctx);
     if (wk.smem.size() < cfg.shared) wk.smem.resize(cfg.shared);
     tls.dyn_smem = wk.smem.data();
@@ -522,6 +629,7 @@ static bool run_blocks(const LaunchCfg& cfg, ThreadFn fn, void* ctx, std::atomic
         tls.blockIdx = uint3{(unsigned)(i % gx), (unsigned)((i / gx) % gy), (unsigned)(i / ((uint64_t)gx * gy))};
         if (!run_block(wk, b, i)) {
             err = b->err;
+            fault = b->fault;
             stop = true;
             return false;
         }
@@ -597,6 +705,7 @@ int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t err
         snprintf(err, errlen, "%s", m.c_str());
         return 1;
     };
+    if (cfg.fault) cfg.fault[F_FILLED] = 0;
     uint64_t nthreads = (uint64_t)cfg.block[0] * cfg.block[1] * cfg.block[2];
     if (nthreads == 0 || nthreads > 1024)
         return report(std::string("kernel ") + cfg.kernel + ": block of " + std::to_string(nthreads) +
@@ -612,14 +721,20 @@ int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t err
     int nw = cfg.workers < 1 ? 1 : cfg.workers;
     if ((uint64_t)nw > nblocks) nw = (int)nblocks;
     std::vector<std::string> errs(nw);
+    std::vector<Fault> faults(nw, Fault{{0}});
+    if (cfg.memcheck == 2) arm_fault_handler();
     if (nw == 1) {
-        run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[0]);
+        run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[0], faults[0]);
     } else {
-        helpers().run(nw - 1, [&](int w) { run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[w]); });
+        helpers().run(nw - 1, [&](int w) { run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[w], faults[w]); });
     }
-    for (auto& e : errs)
-        if (!e.empty()) return report(e);
-    return 0;
+    int rc = cfg.nguards && !guards_intact(cfg) ? 2 : 0;
+    for (int w = 0; w < nw; ++w) {
+        if (errs[w].empty()) continue;
+        if (cfg.fault && faults[w].w[F_FILLED]) memcpy(cfg.fault, faults[w].w, sizeof faults[w].w);
+        return report(errs[w]) | rc;
+    }
+    return rc;
 }
 
 }  // namespace sharpinf_emu

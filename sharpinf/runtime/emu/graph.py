@@ -2,10 +2,12 @@
 
 A prepared emulator launch keeps its packed argument bytes (real data pointers) and,
 for each array argument, a weak reference to the array owning the memory plus the
-owner's data pointer. Running it after that owner was freed or replaced raises instead
-of touching dead memory: the bug a CUDA graph (or a reused launch plan) would hit
-silently on a GPU, where the old pointer is baked in. As on CUDA, `run` inside
-`capture()` records the launches instead of running them; replay runs the record.
+owner's data pointer (and, for owners with memcheck guards, their guard ranges, which
+the runtime checks after the launch: memcheck.py). Running it after that owner was freed
+or replaced raises instead of touching dead memory: the bug a CUDA graph (or a reused
+launch plan) would hit silently on a GPU, where the old pointer is baked in. As on
+CUDA, `run` inside `capture()` records the launches instead of running them; replay
+runs the record.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from sharpinf.errors import BackendError
 from sharpinf.runtime.backend import Graph, Launch
+from sharpinf.runtime.emu.memcheck import GuardedBuffer
 
 
 def _owner(a: np.ndarray) -> np.ndarray:
@@ -32,14 +35,27 @@ def _owner(a: np.ndarray) -> np.ndarray:
 class EmuHandle:
     packed: bytes
     refs: list[tuple[int, Any, int]]  # (arg index, weakref to owner, owner data pointer)
+    guarded: list[tuple[list[int], Any, int]]  # per GuardedBuffer owner: (arg indices, weakref, view nbytes)
+    guards: bytes  # those owners' guard ranges, as the runtime reads them (GuardedBuffer.spec)
 
 
 def make_handle(packed: bytes, arrays: list[tuple[int, np.ndarray]]) -> EmuHandle:
-    refs = []
+    refs: list[tuple[int, Any, int]] = []
+    guarded: list[tuple[list[int], Any, int]] = []
+    spec = b""
     for i, a in arrays:
         o = _owner(a)
-        refs.append((i, weakref.ref(o), o.ctypes.data))
-    return EmuHandle(packed, refs)
+        ref = weakref.ref(o)
+        refs.append((i, ref, o.ctypes.data))
+        if type(o) is GuardedBuffer:
+            for g in guarded:
+                if g[1]() is o:  # the same owner again
+                    g[0].append(i)
+                    break
+            else:
+                guarded.append(([i], ref, a.nbytes))
+                spec += o.spec
+    return EmuHandle(packed, refs, guarded, spec)
 
 
 def check_alive(launches: Sequence[Launch], what: str) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from sharpinf.errors import BackendError
 from sharpinf.runtime.backend import Kernel
+from sharpinf.runtime.emu.memcheck import FAULT_WORDS
 
 # (kind, width) -> (numpy scalar type, struct code). 'p' is a pointer.
 _SCALARS = {
@@ -108,8 +109,11 @@ class Module:
         self._launch.restype = ctypes.c_int
         self._launch.argtypes = [ctypes.c_int, u, u, u, u, u, u, ctypes.c_ulonglong, ctypes.c_char_p,
                                  ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong,
-                                 ctypes.c_char_p, ctypes.c_int]
+                                 ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                                 ctypes.c_void_p]
         self._err = ctypes.create_string_buffer(16384)
+        self.fault = (ctypes.c_ulonglong * FAULT_WORDS)()  # strict memcheck's fault record (memcheck.py)
+        self._fault_ptr = ctypes.addressof(self.fault)
         self.lib = lib
         self.kernels: dict[str, EmuKernel] = {}
         for i in range(lib.sharpinf_emu_count()):
@@ -119,8 +123,12 @@ class Module:
             self.kernels[name] = EmuKernel(self, i, name, params)
 
     def launch(self, k: EmuKernel, grid, block, shared: int, packed: bytes, order: int, strict: bool,
-               workers: int, seed: int) -> None:
-        rc = self._launch(k.index, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, packed,
-                          order, strict, workers, seed, self._err, 16384)
-        if rc:
-            raise BackendError(self._err.value.decode(errors="replace"))
+               workers: int, seed: int, memcheck: int = 0, guards: bytes = b"") -> int:
+        """0, else bit 0: the launch failed (error(), and `fault` in strict memcheck);
+        bit 1: a guard range of `guards` (address, length pairs) was overwritten."""
+        return self._launch(k.index, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, packed,
+                            order, strict, workers, seed, self._err, 16384, memcheck, guards, len(guards) >> 4,
+                            self._fault_ptr)
+
+    def error(self) -> str:
+        return self._err.value.decode(errors="replace")
