@@ -18,7 +18,10 @@ class Tolerance:
 REFERENCE_VS_NAIVE = Tolerance(2e-3, 5, True, "float32 vs float64 on the same formulas")
 # incremental decode vs one full pass on the same reference: same math, other grouping
 INCREMENTAL_VS_FULL = Tolerance(1e-3, 5, True, "same float32 math, different matmul shapes")
-# two fast paths against each other on a real model (the reference engine's rule)
+# Two paths of the forward pass against each other (packed vs sequential, chunked vs whole,
+# batched vs single, other blocks, graph vs eager, engine vs alone) need no tolerance: they are
+# bit-identical by design and the oracles assert it (oracles/compare.exact). This one is kept
+# for a pair of paths that is not -- none today -- with the reason to be stated where it is used.
 CROSS_PATH = Tolerance(1.0, 4, True, "argmax equal, top-5 overlap >= 4, |dlogit| <= 1 on real models")
 
 

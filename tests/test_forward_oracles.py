@@ -3,9 +3,9 @@ on synthetic llama, qwen2 and qwen3 models for every supported quant type, with 
 fp16 and q8_0, on every backend (emu here; cuda where a GPU is usable).
 
     (a) kernel-vs-reference   per-KV-dtype tolerance (oracles/tolerances.py)
-    (b) packed-vs-sequential  CROSS_PATH
-    (c) chunked-vs-whole      CROSS_PATH
-    (d) batched decode        CROSS_PATH
+    (b) packed-vs-sequential  bit-identical
+    (c) chunked-vs-whole      bit-identical
+    (d) batched decode        bit-identical
     (e) placement             bit-identical
 
 Every (arch, quant, KV dtype) runs each oracle once on fixed, seeded small shapes; then
