@@ -148,8 +148,9 @@ class Case:
         self.qkv[:, :q_dim] = rng.standard_normal((self.N, q_dim)).astype(np.float32)
         self.scale = 1.0 / np.sqrt(head_dim)
 
-    def run(self, be, tables=None, k=None, v=None, rows=None):
-        """Attention over the whole batch, or over the sequences `rows` alone (packed in that order)."""
+    def run(self, be, tables=None, k=None, v=None, rows=None, variant="simple"):
+        """Attention over the whole batch, or over the sequences `rows` alone (packed in that order),
+        by the simple kernel or the split-KV variant."""
         tables = self.tables if tables is None else tables
         k, v = (self.k, self.v) if k is None else (k, v)
         if rows is None:
@@ -161,10 +162,15 @@ class Case:
             tables = tables[rows]
         n = len(pos)
         out = be.full((n, self.n_heads * self.head_dim), np.nan, np.float32)
-        attn_ops.attention(be, self.kv_dtype, be.upload(qkv), self.stride, be.upload(k), be.upload(v),
-                           be.upload(np.ascontiguousarray(tables)), self.max_blocks, be.upload(cu), be.upload(pos),
-                           out, n, len(cu) - 1, self.n_heads, self.n_kv_heads, self.head_dim, self.block_size,
-                           self.scale)
+        args = (be, self.kv_dtype, be.upload(qkv), self.stride, be.upload(k), be.upload(v),
+                be.upload(np.ascontiguousarray(tables)), self.max_blocks, be.upload(cu), be.upload(pos),
+                out, n, len(cu) - 1, self.n_heads, self.n_kv_heads, self.head_dim, self.block_size, self.scale)
+        if variant == "split":
+            scratch = attn_ops.SplitScratch.alloc(be, n, self.n_heads, self.n_kv_heads, self.head_dim)
+            attn_ops.attention_split(*args, scratch)
+            assert not be.download(scratch.tickets).any(), "the merge must leave every ticket at zero"
+        else:
+            attn_ops.attention(*args)
         return be.download(out)
 
     def reference(self):
@@ -211,20 +217,20 @@ def batches(draw, kv_dtype):
     )
 
 
-def _check_case(backend, kv_dtype, b):
+def _check_case(backend, kv_dtype, b, variant="simple"):
     case = Case(b["seed"], kv_dtype, b["prefixes"], b["chunks"], b["block_size"], b["group"], b["n_kv_heads"],
                 b["head_dim"])
-    got = case.run(backend)
+    got = case.run(backend, variant=variant)
     case.check_reference(got)
     # placement invariance: the same keys in other physical blocks give the same bits
     tables, k, v = case.moved(b["seed"] ^ 0x5EED)
-    np.testing.assert_array_equal(case.run(backend, tables, k, v), got)
+    np.testing.assert_array_equal(case.run(backend, tables, k, v, variant=variant), got)
     # packing invariance: a sequence alone, and the batch in reverse order, give the same bits
     S = len(case.chunks)
     s = b["seed"] % S
-    np.testing.assert_array_equal(case.run(backend, rows=[s]), got[case.cu[s]:case.cu[s + 1]])
+    np.testing.assert_array_equal(case.run(backend, rows=[s], variant=variant), got[case.cu[s]:case.cu[s + 1]])
     if S > 1:
-        rev = case.run(backend, rows=list(range(S))[::-1])
+        rev = case.run(backend, rows=list(range(S))[::-1], variant=variant)
         at = 0
         for r in range(S - 1, -1, -1):
             n = case.chunks[r]
@@ -232,31 +238,64 @@ def _check_case(backend, kv_dtype, b):
             at += n
 
 
+VARIANTS = ("simple", "split")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
-def test_attention_property(backend, kv_dtype):
-    @settings(max_examples=30, deadline=None, derandomize=True,
+def test_attention_property(backend, kv_dtype, variant):
+    @settings(max_examples=30 if variant == "simple" else 15, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(b=batches(kv_dtype))
     def prop(b):
-        _check_case(backend, kv_dtype, b)
+        _check_case(backend, kv_dtype, b, variant)
 
     prop()
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
-def test_attention_decode_and_mixed(backend, kv_dtype):
+def test_attention_decode_and_mixed(backend, kv_dtype, variant):
     """A fixed mixed step: decodes (chunk 1) at block boundaries, a fresh prefill, a long prefix, head_dim 128."""
     b = dict(prefixes=[0, 3, 4, 15, 16, 70, 0], chunks=[1, 1, 1, 1, 1, 20, 17], block_size=4, group=2,
              n_kv_heads=2, head_dim=128, seed=1234)
-    _check_case(backend, kv_dtype, b)
+    _check_case(backend, kv_dtype, b, variant)
 
 
-def test_attention_one_key(backend):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_attention_one_key(backend, variant):
     """Position 0: the output is exactly V[0] (softmax of one score is 1)."""
     case = Case(7, "f32", [0], [1], 16, 1, 1, 32)
-    got = case.run(backend)
+    got = case.run(backend, variant=variant)
     slot = case.tables[0, 0] * 16
     np.testing.assert_array_equal(got[0], case.v[slot, 0])
+
+
+@pytest.mark.parametrize("kv_dtype", ["f16", "q8_0"])
+def test_split_attention_over_many_partitions(backend, kv_dtype):
+    """Contexts of 1,100 keys: 18 partitions of 64 over the 16 splits, a GQA group of 9 (two blocks
+    of query heads), a decode beside a prefill chunk."""
+    b = dict(prefixes=[1099, 640, 0], chunks=[1, 3, 5], block_size=16, group=9, n_kv_heads=1, head_dim=64, seed=99)
+    _check_case(backend, kv_dtype, b, "split")
+
+
+def test_split_attention_q8_1_output(backend):
+    """The fused q8_1 copy of the output is exactly quantize_q8_1 of the float output."""
+    from sharpinf.ops.quant_act import Q8Act, quantize_q8_1_reference
+
+    case = Case(5, "f16", [30, 0], [2, 7], 4, 2, 2, 64)
+    be = backend
+    n, width = case.N, case.n_heads * case.head_dim
+    out, q8 = be.empty((n, width), np.float32), Q8Act.empty(be, n, width)
+    scratch = attn_ops.SplitScratch.alloc(be, n, case.n_heads, case.n_kv_heads, case.head_dim)
+    attn_ops.attention_split(be, case.kv_dtype, be.upload(case.qkv), case.stride, be.upload(case.k), be.upload(case.v),
+                             be.upload(case.tables), case.max_blocks, be.upload(case.cu), be.upload(case.positions),
+                             out, n, 2, case.n_heads, case.n_kv_heads, case.head_dim, case.block_size, case.scale,
+                             scratch, q8)
+    q, d, s = quantize_q8_1_reference(be.download(out))
+    np.testing.assert_array_equal(be.download(q8.q), q)
+    np.testing.assert_array_equal(be.download(q8.d), d)
+    np.testing.assert_array_equal(be.download(q8.s), s)
 
 
 def test_attention_forward_matches_single_sequence_oracle(backend):

@@ -8,6 +8,9 @@ The kernel is chosen from shapes only (kv dtype, head_dim, n_heads), never from 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from sharpinf.errors import SharpinfError
@@ -39,6 +42,67 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
               (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                out, I32(n_tokens), I32(n_seqs), I32(n_heads), I32(n_kv_heads), I32(head_dim), I32(block_size),
                F32(scale)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
+
+
+# -- the split-KV variant (kernels_cu/attention_split.cu) -------------------------------------
+SPLITS = 16  # AS_SPLITS
+GROUP = 8  # AS_GROUP: query heads per block
+SPLIT_HEAD_DIMS = (16, 32, 64, 128, 256)
+
+
+@dataclass
+class SplitScratch:
+    """The split kernel's partial states and merge tickets for up to `tokens` query tokens."""
+
+    partial: Any  # float [tokens, n_heads, SPLITS, head_dim + 2]
+    tickets: Any  # int [tokens, n_kv_heads * groups], zero between launches
+    tokens: int
+
+    @classmethod
+    def alloc(cls, be, tokens: int, n_heads: int, n_kv_heads: int, head_dim: int) -> "SplitScratch":
+        groups = -(-(n_heads // n_kv_heads) // GROUP)
+        return cls(be.empty((tokens * n_heads * SPLITS * (head_dim + 2),), F32),
+                   be.zeros((tokens * n_kv_heads * groups,), I32), tokens)
+
+
+def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
+                    cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
+                    head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None) -> None:
+    """attention() computed split-KV (flash-decoding); with out_q8 (a Q8Act) the output is also
+    written in q8_1 for the dp4a o-projection (head_dim a multiple of 32)."""
+    if kv_dtype not in KV_DTYPES:
+        raise SharpinfError(f"unknown KV dtype {kv_dtype!r}; expected one of {KV_DTYPES}")
+    if head_dim not in SPLIT_HEAD_DIMS or (kv_dtype == "q8_0" and head_dim < 32):
+        raise SharpinfError(f"split attention supports head_dim {SPLIT_HEAD_DIMS} (q8_0: 32 and up), got {head_dim}")
+    if n_kv_heads <= 0 or n_heads % n_kv_heads:
+        raise SharpinfError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+    if out_q8 is not None and head_dim % 32:
+        raise SharpinfError(f"a q8_1 attention output needs head_dim a multiple of 32, got {head_dim}")
+    if n_tokens <= 0:
+        return
+    if n_tokens > scratch.tokens:
+        raise SharpinfError(f"split attention scratch holds {scratch.tokens} tokens, the step has {n_tokens}")
+    groups = -(-(n_heads // n_kv_heads) // GROUP)
+    q8 = out_q8 if out_q8 is not None else _NoQ8(out)
+    be.launch(kernel(be, "attention_split.cu", f"attention_split_{kv_dtype}_d{head_dim}"),
+              (n_tokens, n_kv_heads * groups, SPLITS), 128,
+              (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
+               out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(n_tokens), I32(n_seqs), I32(n_heads),
+               I32(n_kv_heads), I32(block_size), F32(scale), I32(out_q8 is not None)),
+              io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
+
+
+@dataclass
+class _NoQ8:
+    """Placeholder pointers when the split kernel writes no q8_1 copy (never dereferenced)."""
+
+    buf: Any
+
+    @property
+    def q(self):
+        return self.buf
+
+    d = s = q
 
 
 # -- NumPy reference ---------------------------------------------------------------------

@@ -1,0 +1,63 @@
+// rmsnorm_q8_1.cu -- variant of rmsnorm.cu for the dp4a path: the normalised row goes straight
+// to q8_1, the activation format matmul_dp4a.cu reads, so a step quantizes each activation once.
+//
+//   rmsnorm_q8_1(x, w, q, d, s, n, eps)   q8_1( x * rsqrt(mean(x^2) + eps) * w )
+//   quantize_q8_1(x, q, d, s, n)          q8_1( x )            (activations no norm precedes)
+//     x  float [rows, n]; w float [n]; n a multiple of 32
+//     q  int8  [rows, n]        block b of a row = values 32b..32b+31
+//     d  float [rows, n/32]     the block's scale: amax / 127
+//     s  int   [rows, n/32]     the block's sum of q (for the weight types with an offset)
+//   value = d * q, q = roundf(v / d) computed as roundf(v * (1/d)) (0 when the block is all zero)
+//   -- the same rule as the NumPy reference (sharpinf/ops/quant_act.py), bit for bit.
+//
+// Algorithm: one block per row. The sum of squares is rmsnorm.cu's, same block size (the
+// launcher's choice depends on n only), so the normalised values equal rmsnorm_f32's bits; then
+// each warp takes 32-value blocks w, w + warps, ...: lane l holds value 32b + l, the warp's max
+// and int sum are xor-butterfly shuffles (fixed order), lane 0 writes d and s.
+// Launch: grid = rows, block = 128 (n <= 256) or 256 threads.
+// Bound: memory -- reads 4n bytes, writes ~1.3n; a few us per step, one launch per norm.
+#include "common.cuh"
+
+__device__ __forceinline__ int warp_sum_int(int v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(SHARPINF_FULL_MASK, v, off);
+    return v;
+}
+
+// Quantize the row's 32-value blocks; value(i) gives the float to store at i.
+template <typename Value>
+__device__ __forceinline__ void q8_1_row(Value value, signed char* q, float* d, int* s, int n) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int b = warp; b < n / 32; b += warps) {
+        const int i = b * 32 + lane;
+        const float v = value(i);
+        const float amax = warp_reduce_max(fabsf(v));
+        const float scale = amax / 127.0f;
+        const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+        const int qv = (int)roundf(v * inv);
+        q[i] = (signed char)qv;
+        const int sum = warp_sum_int(qv);
+        if (lane == 0) {
+            d[b] = scale;
+            s[b] = sum;
+        }
+    }
+}
+
+extern "C" __global__ void rmsnorm_q8_1(const float* x, const float* w, signed char* q, float* d, int* s, int n,
+                                        float eps) {
+    __shared__ float smem32[32];
+    const long long row = blockIdx.x;
+    x += row * n;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
+    ss = block_reduce_sum(ss, smem32);
+    const float scale = rsqrtf(ss / (float)n + eps);
+    q8_1_row([&](int i) { return x[i] * scale * w[i]; }, q + row * n, d + row * (n / 32), s + row * (n / 32), n);
+}
+
+extern "C" __global__ void quantize_q8_1(const float* x, signed char* q, float* d, int* s, int n) {
+    const long long row = blockIdx.x;
+    x += row * n;
+    q8_1_row([&](int i) { return x[i]; }, q + row * n, d + row * (n / 32), s + row * (n / 32), n);
+}

@@ -1,0 +1,69 @@
+"""Launcher for kernels_cu/matmul_dp4a.cu (Y = X W^T with X in q8_1, integer dot products) and
+its NumPy reference. W is the raw GGUF rows, as for matmul.py; X a Q8Act (ops/quant_act.py).
+Launch choices depend on the shapes only and change no result (see the kernel's header)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sharpinf.model import quants
+from sharpinf.ops.launch import kernel
+from sharpinf.ops.matmul import check_n_in, kernel_suffix
+from sharpinf.ops.quant_act import Q8Act, dequantize_q8_1
+
+KERNEL_FILE = "matmul_dp4a.cu"
+TILE_TOKENS = 8  # DP_TILE
+WARPS = 4  # DP_WARPS
+MAX_ROW_BLOCKS = 4096
+EMU_ROW_BLOCKS = 64
+
+
+def group_lanes(n_in: int) -> int:
+    """Lanes that share one output row: min(32, the largest power of two <= n_in / 32)."""
+    g, chunks = 1, n_in // 32
+    while g < 32 and 2 * g <= chunks:
+        g *= 2
+    return g
+
+
+def launch_shape(n_tokens: int, n_out: int, n_in: int, max_row_blocks: int) -> tuple[tuple[int, int], int]:
+    rows_per_block = WARPS * (32 // group_lanes(n_in))
+    return (min(-(-n_out // rows_per_block), max_row_blocks), -(-n_tokens // TILE_TOKENS)), 32 * WARPS
+
+
+def matmul_dp4a(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
+                accumulate: bool = False, y_stride: int | None = None, y_col: int = 0) -> None:
+    """Y[n_tokens, n_out] (=, or += with accumulate) X W^T (+ bias). With y_stride, Y_dev is a wider
+    [n_tokens, y_stride] buffer filled at columns y_col .. y_col + n_out."""
+    if n_tokens < 1 or n_out < 1:
+        raise ValueError(f"matmul_dp4a: n_tokens and n_out must be >= 1, got {n_tokens}, {n_out}")
+    check_n_in(qtype, n_in)
+    if X.n != n_in:
+        raise ValueError(f"matmul_dp4a: activations of {X.n} values for rows of {n_in}")
+    stride = n_out if y_stride is None else y_stride
+    if y_col < 0 or y_col + n_out > stride:
+        raise ValueError(f"matmul_dp4a: columns {y_col}..{y_col + n_out} do not fit rows of {stride}")
+    grid, block = launch_shape(n_tokens, n_out, n_in, MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
+    has_bias = bias_dev is not None
+    y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
+    io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
+          + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
+    be.launch(kernel(be, KERNEL_FILE, f"matmul_dp4a_{kernel_suffix(qtype)}"), grid, block,
+              (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
+               np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
+
+
+# -- NumPy reference -----------------------------------------------------------------------------
+def matmul_dp4a_reference(W_raw: np.ndarray, qtype: int, q: np.ndarray, d: np.ndarray,
+                          bias: np.ndarray | None = None, residual: np.ndarray | None = None) -> np.ndarray:
+    """dequantize(X) @ dequantize(W)^T (+ bias) (+ residual) in float64, as float32."""
+    X = dequantize_q8_1(q, d)
+    n_in = X.shape[1]
+    raw = np.asarray(W_raw).view(np.uint8).reshape(-1)
+    n_out = raw.size // quants.row_bytes(qtype, n_in)
+    Y = X @ quants.dequantize(raw, qtype, (n_out, n_in)).astype(np.float64).T
+    if bias is not None:
+        Y = Y + np.asarray(bias, np.float64)
+    if residual is not None:
+        Y = np.asarray(residual, np.float64) + Y
+    return Y.astype(np.float32)
