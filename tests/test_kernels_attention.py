@@ -331,3 +331,50 @@ def test_attention_forward_matches_single_sequence_oracle(backend):
         w = np.exp(sc - sc.max(-1, keepdims=True))
         want[:, h] = (w / w.sum(-1, keepdims=True)) @ v[:, h // 2]
     np.testing.assert_allclose(backend.download(out).reshape(L, n_heads, hd), want, rtol=0, atol=2e-5)
+
+
+# -- the fused rope + qk-norm + KV append variant ---------------------------------------------
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+@pytest.mark.parametrize("norm", [False, True])
+@pytest.mark.parametrize("head_dim", [32, 64, 128])
+def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim):
+    """rope_kv.cu against qk_norm.cu + rope.cu + kv_cache.cu: the same rotation bits; with the norm
+    (a warp per head instead of a block) within float rounding."""
+    from sharpinf.ops import basic
+
+    rng = _rng("ropekv", kv_dtype, norm, head_dim)
+    n, nh, nkv, bs, theta, eps = 9, 4, 2, 4, 10000.0, 1e-6
+    q_dim, kv_dim = nh * head_dim, nkv * head_dim
+    stride = q_dim + 2 * kv_dim
+    qkv = rng.standard_normal((n, stride)).astype(np.float32)
+    pos = rng.integers(0, 3000, n).astype(np.int32)
+    slots = rng.permutation(8 * bs)[:n].astype(np.int32)
+    slots[4] = -1
+    wq, wk = (1 + 0.1 * rng.standard_normal((2, head_dim))).astype(np.float32)
+    shape, dt = kv_ops.kv_cache_shape(kv_dtype, 8, bs, nkv, head_dim)
+    outs = {}
+    for fused in (False, True):
+        d, dpos, dslots = backend.upload(qkv), backend.upload(pos), backend.upload(slots)
+        kc, vc = backend.upload(_poison(shape, dt)), backend.upload(_poison(shape, dt))
+        qn, kn = (backend.upload(wq), backend.upload(wk)) if norm else (None, None)
+        if fused:
+            rope_ops.rope_kv(backend, kv_dtype, d, stride, dpos, dslots, qn, kn, kc, vc, n, nh, nkv, head_dim,
+                             theta, eps, "neox")
+        else:
+            if norm:
+                basic.qk_norm(backend, d, qn, n, nh, head_dim, stride, 0, eps)
+                basic.qk_norm(backend, d, kn, n, nkv, head_dim, stride, q_dim, eps)
+            rope_ops.rope(backend, d, stride, dpos, n, nh, head_dim, theta, "neox", col=0)
+            rope_ops.rope(backend, d, stride, dpos, n, nkv, head_dim, theta, "neox", col=q_dim)
+            kv_ops.kv_append(backend, kv_dtype, d, stride, q_dim, q_dim + kv_dim, dslots, kc, vc, n, nkv, head_dim)
+        outs[fused] = [backend.download(a) for a in (d, kc, vc)]
+    (q0, k0, v0), (q1, k1, v1) = outs[False], outs[True]
+    if not norm or head_dim <= 64:  # one warp per head either way: the same sums
+        np.testing.assert_array_equal(q1[:, :q_dim + kv_dim], q0[:, :q_dim + kv_dim])
+        np.testing.assert_array_equal(k1.view(np.uint8), k0.view(np.uint8))
+    else:
+        np.testing.assert_allclose(q1[:, :q_dim + kv_dim], q0[:, :q_dim + kv_dim], rtol=0, atol=2e-6 * np.abs(q0).max())
+        np.testing.assert_allclose(kv_ops.decode_kv(kv_dtype, k1)[slots[slots >= 0]],
+                                   kv_ops.decode_kv(kv_dtype, k0)[slots[slots >= 0]], rtol=0,
+                                   atol=0.02 * np.abs(q0).max())
+    np.testing.assert_array_equal(v1.view(np.uint8), v0.view(np.uint8))

@@ -104,3 +104,20 @@ def test_a_tokens_output_is_the_same_in_any_batch(backend, qtype):
 
 def test_group_lanes_follow_n_in_only():
     assert [group_lanes(n) for n in (32, 64, 96, 128, 576, 1024, 1536, 4096)] == [1, 2, 2, 4, 16, 32, 32, 32]
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=TYPE_IDS)
+def test_gate_up_is_silu_gate_of_the_two_matmuls_bit_for_bit(backend, qtype):
+    from sharpinf.ops import basic
+    from sharpinf.ops.matmul_dp4a import gate_up_dp4a
+
+    rng = _rng("gu", qtype)
+    n_in, n_ff, n = 2 * max(32, quants.BLOCK_ELEMS[qtype]), 37, 11
+    wg, wu = _raw(rng, qtype, n_ff, n_in), _raw(rng, qtype, n_ff, n_in)
+    X, *_ = _act(backend, rng, n, n_in)
+    g, u = _run(backend, wg, qtype, X, n, n_ff, n_in), _run(backend, wu, qtype, X, n, n_ff, n_in)
+    want = backend.empty((n, n_ff), np.float32)
+    basic.silu_gate(backend, backend.upload(g), backend.upload(u), want, n * n_ff)
+    got = backend.empty((n, n_ff), np.float32)
+    gate_up_dp4a(backend, backend.upload(wg), backend.upload(wu), qtype, X, got, n, n_ff, n_in)
+    np.testing.assert_array_equal(backend.download(got), backend.download(want))

@@ -40,6 +40,26 @@ def rope(be, qkv, row_stride: int, positions, n_tokens: int, n_heads: int, head_
                F32(theta)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
 
 
+def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_norm, k_norm, k_cache, v_cache,
+            n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, theta: float, eps: float, style: str) -> None:
+    """The fused variant (kernels_cu/rope_kv.cu): per token, (qwen3: q_norm/k_norm given) RMSNorm of each
+    Q and K head, RoPE of Q and K in place in qkv, then K and V into the cache at slot_mapping."""
+    if style not in STYLES:
+        raise SharpinfError(f"unknown rope style {style!r}; expected one of {STYLES}")
+    if head_dim % 2 or (kv_dtype == "q8_0" and head_dim % 32):
+        raise SharpinfError(f"rope_kv: head_dim {head_dim} must be even (a multiple of 32 for a q8_0 cache)")
+    if n_tokens <= 0:
+        return
+    has_norm = q_norm is not None
+    kv_dim = n_kv_heads * head_dim
+    be.launch(kernel(be, "rope_kv.cu", f"rope_kv_{kv_dtype}"), n_tokens, 128,
+              (qkv, I32(qkv_stride), positions, slot_mapping, q_norm if has_norm else qkv, k_norm if has_norm else qkv,
+               k_cache, v_cache, I32(n_tokens), I32(n_heads), I32(n_kv_heads), I32(head_dim), F32(theta), F32(eps),
+               I32(style == "neox"), I32(has_norm)),
+              io=(4 * n_tokens * ((n_heads + 2 * n_kv_heads) * head_dim + 2), 4 * n_tokens * (n_heads + n_kv_heads) * head_dim
+                  + 2 * n_tokens * kv_dim * (4 if kv_dtype == "f32" else 2)))
+
+
 # -- NumPy reference ---------------------------------------------------------------------
 def rope_reference(x: np.ndarray, positions: np.ndarray, theta: float, style: str) -> np.ndarray:
     """x: [T, heads, head_dim]; returns the rotated heads in float64 (angles and products in float64)."""

@@ -1,0 +1,55 @@
+// gate_up_dp4a.cu -- the FFN's first half in one kernel: out = silu(X Wg^T) * (X Wu^T), X in q8_1.
+//
+//   gate_up_dp4a_<type>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in)
+//     Wg, Wu  the gate and up projections, raw GGUF rows of one type (as matmul.cu)
+//     X       the normed activations in q8_1 (rmsnorm_q8_1.cu); out float [n_tokens, n_ff]
+//
+// What it changes against the simple path (matmul.cu twice, then elementwise.cu's silu_gate): one
+// launch instead of three; each lane unpacks the gate and the up chunk of the same row, dots both
+// with the token's activation block (dp4a.cuh), and the epilogue writes silu(g) * u, computed as
+// g / (1 + e^-g) * u like elementwise.cu. Gate and up each reduce in matmul_dp4a.cu's fixed order,
+// so out equals silu_gate(matmul_dp4a(Wg), matmul_dp4a(Wu)) bit for bit, whatever the batch.
+// Launch: as matmul_dp4a.cu (block 128, grid (ceil(n_ff / rows per block) capped, ceil(n_tokens / 8))).
+// Bound: memory -- both matrices streamed once per 8-token tile; the activation block is loaded
+// once for the two dots.
+#include "dp4a.cuh"
+
+#define GU_ARGS                                                                                                 \
+    const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, const int *xs,    \
+        float *out, int n_tokens, int n_ff, int n_in
+#define GU_PASS Wg, Wu, xq, xd, xs, xd, out, n_tokens, n_ff, n_in, 0, 0, (long long)n_ff
+
+// One entry per type, each compiled only when wanted (SHARPINF_WANT, common.cuh).
+#if SHARPINF_WANT(gate_up_dp4a_f32)
+extern "C" __global__ void gate_up_dp4a_f32(GU_ARGS) { dp4a_rows<GB_F32, 2>(GU_PASS); }
+#endif
+#if SHARPINF_WANT(gate_up_dp4a_f16)
+extern "C" __global__ void gate_up_dp4a_f16(GU_ARGS) { dp4a_rows<GB_F16, 2>(GU_PASS); }
+#endif
+#if SHARPINF_WANT(gate_up_dp4a_bf16)
+extern "C" __global__ void gate_up_dp4a_bf16(GU_ARGS) { dp4a_rows<GB_BF16, 2>(GU_PASS); }
+#endif
+#if SHARPINF_WANT(gate_up_dp4a_q8_0)
+extern "C" __global__ void gate_up_dp4a_q8_0(GU_ARGS) { dp4a_rows<GB_Q8_0, 2>(GU_PASS); }
+#endif
+#if SHARPINF_WANT(gate_up_dp4a_q4_0)
+extern "C" __global__ void gate_up_dp4a_q4_0(GU_ARGS) { dp4a_rows<GB_Q4_0, 2>(GU_PASS); }
+#endif
+#if SHARPINF_WANT(gate_up_dp4a_q4_1)
+extern "C" __global__ void gate_up_dp4a_q4_1(GU_ARGS) { dp4a_rows<GB_Q4_1, 2>(GU_PASS); }
+#endif
+#if SHARPINF_WANT(gate_up_dp4a_q5_0)
+extern "C" __global__ void gate_up_dp4a_q5_0(GU_ARGS) { dp4a_rows<GB_Q5_0, 2>(GU_PASS); }
+#endif
+#if SHARPINF_WANT(gate_up_dp4a_q5_1)
+extern "C" __global__ void gate_up_dp4a_q5_1(GU_ARGS) { dp4a_rows<GB_Q5_1, 2>(GU_PASS); }
+#endif
+#if SHARPINF_WANT(gate_up_dp4a_q4_k)
+extern "C" __global__ void gate_up_dp4a_q4_k(GU_ARGS) { dp4a_rows<GB_Q4_K, 2>(GU_PASS); }
+#endif
+#if SHARPINF_WANT(gate_up_dp4a_q5_k)
+extern "C" __global__ void gate_up_dp4a_q5_k(GU_ARGS) { dp4a_rows<GB_Q5_K, 2>(GU_PASS); }
+#endif
+#if SHARPINF_WANT(gate_up_dp4a_q6_k)
+extern "C" __global__ void gate_up_dp4a_q6_k(GU_ARGS) { dp4a_rows<GB_Q6_K, 2>(GU_PASS); }
+#endif

@@ -1,0 +1,94 @@
+"""Kernel variants: for each op family, the readable baseline and the faster kernels beside it.
+
+    op         variants           kernels
+    matmul     simple             matmul.cu (+ elementwise.cu for the residual and SwiGLU)
+               dp4a               rmsnorm_q8_1.cu -> matmul_dp4a.cu / gate_up_dp4a.cu: q8_1
+                                  activations, integer dot products, fused bias/residual/SwiGLU
+    attention  simple             attention.cu: a warp per (token, head)
+               split              attention_split.cu: split-KV (flash-decoding), GQA-shared loads
+    rope_kv    simple             qk_norm.cu, rope.cu, kv_cache.cu
+               fused              rope_kv.cu: all three in one launch per step
+
+A choice is "simple", "fast" (every op's fastest variant), a dict {op: variant}, or the same as
+text: "matmul=dp4a,attention=split". Every variant passes every oracle the baseline passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from sharpinf.errors import SharpinfError
+
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "matmul": ("simple", "dp4a"),
+    "attention": ("simple", "split"),
+    "rope_kv": ("simple", "fused"),
+}
+FAST = {op: names[-1] for op, names in VARIANTS.items()}  # the last listed is the fastest
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    matmul: str = "simple"
+    attention: str = "simple"
+    rope_kv: str = "simple"
+
+    def __post_init__(self):
+        for op, names in VARIANTS.items():
+            if getattr(self, op) not in names:
+                raise SharpinfError(f"unknown {op} variant {getattr(self, op)!r}: choose {', '.join(names)}")
+
+    @property
+    def q8_activations(self) -> bool:
+        """The linear layers read q8_1 activations (and the reference rounds them the same way)."""
+        return self.matmul == "dp4a"
+
+    @property
+    def name(self) -> str:
+        if self == KernelChoice():
+            return "simple"
+        if self == KernelChoice(**FAST):
+            return "fast"
+        return ",".join(f"{k}={v}" for k, v in asdict(self).items())
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def parse(cls, spec: "str | dict | KernelChoice | None") -> "KernelChoice":
+        if spec is None or isinstance(spec, KernelChoice):
+            return spec or cls(**FAST)
+        if isinstance(spec, dict):
+            unknown = set(spec) - set(VARIANTS)
+            if unknown:
+                raise SharpinfError(f"unknown op(s) {', '.join(sorted(unknown))}: the ops are {', '.join(VARIANTS)}")
+            return cls(**spec)
+        if not isinstance(spec, str):
+            raise SharpinfError(f"kernels must be 'simple', 'fast', 'op=variant,...' or a dict, got {type(spec).__name__}")
+        text = spec.strip().lower()
+        if text == "simple":
+            return cls()
+        if text == "fast":
+            return cls(**FAST)
+        pairs = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            op, sep, name = part.partition("=")
+            if not sep:
+                raise SharpinfError(f"kernels: {part!r} is not op=variant (or use 'simple' / 'fast')")
+            pairs[op.strip()] = name.strip()
+        return cls.parse(pairs)
+
+
+def choices_for(spec: str) -> list[KernelChoice]:
+    """`--kernels all`: the baseline and the fast set, between them every variant of every op."""
+    if spec.strip().lower() == "all":
+        return [KernelChoice(), KernelChoice(**FAST)]
+    return [KernelChoice.parse(spec)]
+
+
+def describe_variants() -> list[dict]:
+    """One row per (op, variant): what `sharpinf bench --suite kernels` and the docs list."""
+    return [{"op": op, "variant": v, "baseline": i == 0} for op, names in VARIANTS.items() for i, v in enumerate(names)]
+
+
+OPS = tuple(f.name for f in fields(KernelChoice))
