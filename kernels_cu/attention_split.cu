@@ -1,13 +1,15 @@
 // attention_split.cu -- variant of attention.cu: split-KV (flash-decoding) varlen paged attention.
 //
 //   attention_split_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
-//       cu_seqlens, positions, out, out_q, out_d, out_s, partial, tickets, n_tokens, n_seqs, n_heads,
+//       cu_seqlens, positions, out, out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads,
 //       n_kv_heads, block_size, scale, quantize)
 //   Inputs as attention.cu. out: float [n_tokens, n_heads * HD]; with quantize != 0 the rows are
 //   also written in q8_1 (out_q int8, out_d float, out_s int per 32 values: quant_act.py's rule),
 //   the input of the dp4a o-projection. partial: float scratch [n_tokens, n_heads, SPLITS, HD + 2];
 //   tickets: int [n_tokens, n_kv_heads * groups], zero before the first launch (the kernel leaves
-//   them zero again, so graphs replay it).
+//   them zero again, so graphs replay it). A launch runs the tokens t0 .. t0 + gridDim.x - 1 (< n_tokens)
+//   and indexes partial and tickets from t0: the launcher walks a long step in windows of the
+//   scratch's size (a query's arithmetic does not depend on its window).
 //
 // What it changes against attention.cu (one warp per (token, head), each lane a strided set of
 // keys, no split):
@@ -22,7 +24,7 @@
 // Arithmetic of a query depends only on its position and its own keys: partitions, splits, the
 // warp of a key, the walk order and the merge order are all fixed by absolute key positions and
 // shapes, so results are bit-identical alone, packed, chunked, in other blocks, under graphs.
-// Launch: grid = (n_tokens, n_kv_heads * ceil(g / 8), SPLITS), block = 128 threads.
+// Launch: grid = (window tokens, n_kv_heads * ceil(g / 8), SPLITS), block = 128 threads.
 // Bound: memory -- each K/V byte of a query's context is read once per (token, KV head); decode
 // at long context reads the KV at the device's bandwidth once enough blocks run (16 per KV head).
 #include "common.cuh"
@@ -67,7 +69,7 @@ template <int HD, typename KV>
 __device__ __forceinline__ void attention_split_impl(
     const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
     const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
-    float* partial, int* tickets, int n_tokens, int n_seqs, int n_heads, int n_kv_heads, int block_size, float scale,
+    float* partial, int* tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads, int block_size, float scale,
     int quantize) {
     constexpr int EPT = (HD + AS_THREADS - 1) / AS_THREADS;  // output elements per thread
     __shared__ float q_s[AS_GROUP][HD];
@@ -75,7 +77,7 @@ __device__ __forceinline__ void attention_split_impl(
     __shared__ float m_s[AS_GROUP], l_s[AS_GROUP], f_s[AS_GROUP];
     __shared__ int last_s;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = AS_THREADS / 32;
-    const int t = blockIdx.x, split = blockIdx.z;
+    const int tl = blockIdx.x, t = t0 + tl, split = blockIdx.z;  // tl: the token in the window
     const int group = n_heads / n_kv_heads, groups = (group + AS_GROUP - 1) / AS_GROUP;
     const int kvh = blockIdx.y / groups, h0 = kvh * group + (blockIdx.y % groups) * AS_GROUP;
     const int g = min(AS_GROUP, kvh * group + group - h0);  // query heads of this block
@@ -157,7 +159,7 @@ __device__ __forceinline__ void attention_split_impl(
 #pragma unroll
     for (int h = 0; h < AS_GROUP; ++h) {
         if (h >= g) continue;
-        float* ps = partial + (((long long)t * n_heads + h0 + h) * AS_SPLITS + split) * (HD + 2);
+        float* ps = partial + (((long long)tl * n_heads + h0 + h) * AS_SPLITS + split) * (HD + 2);
 #pragma unroll
         for (int k = 0; k < EPT; ++k)
             if (tid + AS_THREADS * k < HD) ps[tid + AS_THREADS * k] = acc[h][k];
@@ -168,7 +170,7 @@ __device__ __forceinline__ void attention_split_impl(
     }
     __threadfence();  // the partial is visible before the ticket says so
     __syncthreads();
-    int* ticket = tickets + (long long)t * gridDim.y + blockIdx.y;
+    int* ticket = tickets + (long long)tl * gridDim.y + blockIdx.y;
     if (tid == 0) last_s = atomicAdd(ticket, 1) == nsplits - 1;
     __syncthreads();
     if (!last_s) return;
@@ -177,7 +179,7 @@ __device__ __forceinline__ void attention_split_impl(
     // the last block merges the splits 0..nsplits-1 in order, per head
     float* o_row = out + (long long)t * n_heads * HD;
     for (int h = 0; h < g; ++h) {
-        const volatile float* ph = partial + ((long long)t * n_heads + h0 + h) * AS_SPLITS * (HD + 2);
+        const volatile float* ph = partial + ((long long)tl * n_heads + h0 + h) * AS_SPLITS * (HD + 2);
         float mx = -CUDART_INF_F;
         for (int s = 0; s < nsplits; ++s) mx = fmaxf(mx, ph[s * (HD + 2) + HD]);
         float total = 0.0f;
@@ -216,11 +218,11 @@ __device__ __forceinline__ void attention_split_impl(
 #define AS_ARGS                                                                                                \
     const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,      \
         int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, signed char *out_q,   \
-        float *out_d, int *out_s, float *partial, int *tickets, int n_tokens, int n_seqs, int n_heads,         \
+        float *out_d, int *out_s, float *partial, int *tickets, int t0, int n_tokens, int n_seqs, int n_heads,         \
         int n_kv_heads, int block_size, float scale, int quantize
 #define AS_PASS(KC, VC)                                                                                        \
     qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, out_q, out_d, out_s, \
-        partial, tickets, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, quantize
+        partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, quantize
 
 template <int HD, typename T>
 __device__ __forceinline__ void as_typed(AS_ARGS) {
@@ -233,7 +235,7 @@ __device__ __forceinline__ void as_q8(AS_ARGS) {
     attention_split_impl<HD>(AS_PASS(kc, vc));
 }
 #define AS_CALL qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, \
-        out_q, out_d, out_s, partial, tickets, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, quantize
+        out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, quantize
 
 // One entry per (KV dtype, head_dim), each compiled only when wanted (SHARPINF_WANT, common.cuh).
 #if SHARPINF_WANT(attention_split_f32_d16)

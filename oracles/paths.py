@@ -30,13 +30,19 @@ from sharpinf.kv_pool import KVPool
 _last_reference: list[Reference] = []
 
 
-def reference_for(model, kv_dtype: str) -> Reference:
-    """The reference of `model` with KV stored as kv_dtype; weights dequantized once per model."""
+def reference_for(model, kv_dtype: str, act_quant: str = "f32") -> Reference:
+    """The reference of `model` with KV stored as kv_dtype and matmul inputs rounded as
+    act_quant ("q8_1" for the dp4a kernels); weights dequantized once per model."""
     if not _last_reference or _last_reference[0].model is not model:
         _last_reference[:] = [Reference(model)]
     ref = _last_reference[0]
-    ref.kv_dtype = kv_dtype
+    ref.kv_dtype, ref.act_quant = kv_dtype, act_quant
     return ref
+
+
+def act_quant_of(fp: ForwardPass) -> str:
+    """How fp's matmuls read activations: the reference rounds them the same way."""
+    return "q8_1" if fp.choice.q8_activations else "f32"
 
 
 def fresh_runner(fp: ForwardPass, kv_dtype: str, num_blocks: int, block_size: int, seed: int) -> PagedRunner:
@@ -50,12 +56,15 @@ def blocks_for(lengths: list[int], block_size: int, spare: int = 3) -> int:
 
 
 def oracle_kernel_vs_reference(fp, tokens, kv_dtype="f16", block_size=16, seed=0) -> OracleResult:
-    """The reference stores K/V rounded as the kv_dtype cache does, so the bound stays tight."""
+    """The reference stores K/V rounded as the kv_dtype cache does, and rounds matmul inputs to
+    q8_1 when the kernels read them so, so the bound stays tight."""
     run = fresh_runner(fp, kv_dtype, blocks_for([len(tokens)], block_size), block_size, seed)
     got = run.prefill_chunks(list(tokens), [len(tokens)])
-    want = reference_for(fp.model, kv_dtype).logits(list(tokens))
-    tol = kernel_vs_reference(kv_dtype, float(np.abs(want).max()) / 10.0)
-    return compare_logits("kernel-vs-reference", f"{len(tokens)} tokens, KV {kv_dtype}", got, want, tol)
+    act = act_quant_of(fp)
+    want = reference_for(fp.model, kv_dtype, act).logits(list(tokens))
+    tol = kernel_vs_reference(kv_dtype, float(np.abs(want).max()) / 10.0, act)
+    return compare_logits("kernel-vs-reference", f"{len(tokens)} tokens, KV {kv_dtype}, kernels {fp.choice.name}",
+                          got, want, tol)
 
 
 def oracle_packed_vs_sequential(fp, prompts, kv_dtype="f16", block_size=16, seed=0) -> OracleResult:

@@ -12,6 +12,7 @@ It follows llama.cpp's graph for the archs we support:
                 h = rmsnorm(x) * ffn_norm
                 x += (silu(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T
     logits = (rmsnorm(x) * output_norm) @ W_out.T                    (W_out = token_embd when tied)
+With act_quant="q8_1" every matmul's input is first rounded to q8_1 (the dp4a kernels' input).
 
 Every array is asserted float32: NumPy 2 promotes to float64 on a stray Python
 float64 scalar, which would make the reference slower and no longer float32 math.
@@ -30,6 +31,7 @@ from sharpinf.errors import RequestError
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel, load_model
 from sharpinf.ops.kv_cache import decode_kv, encode_kv
+from sharpinf.ops.quant_act import round_q8_1
 
 F32 = np.float32
 
@@ -136,6 +138,10 @@ class Reference:
     # "q8_0" round each stored row exactly as the paged KV cache does (ops/kv_cache.py's
     # NumPy encoder), so kernels with a narrow KV cache can be held to a tight tolerance.
     kv_dtype: str = "f32"
+    # What a linear layer reads. "f32" is the plain reference; "q8_1" rounds the input of every
+    # matmul (the LM head's too) to q8_1 and back, as the dp4a kernels read their activations
+    # (ops/quant_act.py's NumPy rule), so they are held to a tolerance as tight as the float ones.
+    act_quant: str = "f32"
     cfg: ModelConfig = field(init=False)
     layers: list[LayerWeights] = field(init=False)
 
@@ -176,6 +182,14 @@ class Reference:
             return rows
         return _f32(decode_kv(self.kv_dtype, encode_kv(self.kv_dtype, rows)))
 
+    def _lin(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """A linear layer, its input rounded as act_quant says."""
+        if self.act_quant == "q8_1":
+            x = round_q8_1(x)
+        elif self.act_quant != "f32":
+            raise ValueError(f"reference: act_quant must be 'f32' or 'q8_1', got {self.act_quant!r}")
+        return linear(x, w)
+
     @classmethod
     def from_path(cls, path: str | Path) -> "Reference":
         return cls(load_model(path))
@@ -204,7 +218,7 @@ class Reference:
         x = self.token_embd[ids]  # [T, d]
         for li, L in enumerate(self.layers):
             h = rmsnorm(x, L.attn_norm, cfg.rms_eps)
-            qkv = linear(h, L.wqkv)
+            qkv = self._lin(h, L.wqkv)
             if L.bqkv is not None:
                 qkv = qkv + L.bqkv
             q = qkv[:, : cfg.q_dim].reshape(T, cfg.n_head, cfg.head_dim)
@@ -218,12 +232,12 @@ class Reference:
             q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]
             cache.k[li, start : start + T] = self._stored(k)
             cache.v[li, start : start + T] = self._stored(v)
-            x = _f32(x + linear(self._attention(q, cache.k[li, : start + T], cache.v[li, : start + T], mask), L.wo))
+            x = _f32(x + self._lin(self._attention(q, cache.k[li, : start + T], cache.v[li, : start + T], mask), L.wo))
             h = rmsnorm(x, L.ffn_norm, cfg.rms_eps)
-            gu = linear(h, L.w_gate_up)
-            x = _f32(x + linear(silu(gu[:, : cfg.n_ff]) * gu[:, cfg.n_ff :], L.w_down))
+            gu = self._lin(h, L.w_gate_up)
+            x = _f32(x + self._lin(silu(gu[:, : cfg.n_ff]) * gu[:, cfg.n_ff :], L.w_down))
         cache.length = start + T
-        return linear(rmsnorm(x, self.output_norm, cfg.rms_eps), self.output)
+        return self._lin(rmsnorm(x, self.output_norm, cfg.rms_eps), self.output)
 
     def _attention(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Causal GQA attention. q [T, H, d]; keys, vals [S, H_kv, d]; mask [T, S] -> [T, H * d].

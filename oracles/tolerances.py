@@ -33,8 +33,24 @@ CROSS_PATH = Tolerance(1.0, 4, True, "argmax equal, top-5 overlap >= 4, |dlogit|
 KERNEL_VS_REFERENCE_BOUND = {"f32": 2e-3, "f16": 3e-2, "bf16": 3e-2, "q8_0": 0.3}
 
 
-def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0) -> Tolerance:
+# With q8_1 activations (the dp4a matmuls) the reference rounds each matmul input to q8_1 as
+# the kernels do, and the integer dot products are exact. What is left: an input whose float32
+# value differs by an ulp or two between kernel and reference (the norm, the attention output,
+# silu * up) rounds to the neighbouring q8_1 step (amax/127 of its 32-value block) when it sits
+# that close to a rounding edge. Each such flip moves its matmul's output by |w| * amax/127 and
+# travels on through the residual stream and the KV, so it grows with the sequence. Measured
+# over llama/qwen2/qwen3 x 11 types x KV f16/q8_0 on the emulator (per logit_scale unit):
+# 7..120 tokens worst 0.23, median 0.08; 200..300 tokens worst 0.35, median 0.12. Against the
+# plain float reference the same kernels are 4-5x further off (median 0.42, worst 1.1): the
+# rounding reference is what keeps this tight. Cross-path oracles stay exact: the rounding is
+# the same on every path.
+Q8_1_ACTIVATIONS_BOUND = 0.5
+
+
+def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0, act_quant: str = "f32") -> Tolerance:
     """logit_scale = max |reference logit| / 10 (at least 1) widens the bound for synthetic
     models, whose logits run larger than a real model's."""
-    return Tolerance(KERNEL_VS_REFERENCE_BOUND[kv_dtype] * max(1.0, logit_scale), 4, True,
-                     f"float32 kernels vs float32 reference, both rounding KV to {kv_dtype}")
+    bound = KERNEL_VS_REFERENCE_BOUND[kv_dtype] + (Q8_1_ACTIVATIONS_BOUND if act_quant == "q8_1" else 0.0)
+    acts = ", matmul inputs to q8_1" if act_quant == "q8_1" else ""
+    return Tolerance(bound * max(1.0, logit_scale), 4, True,
+                     f"float32 kernels vs float32 reference, both rounding KV to {kv_dtype}{acts}")

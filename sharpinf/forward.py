@@ -3,15 +3,17 @@
 Prefill, chunked prefill, decode and mixed steps are the same call: the Batch says
 which tokens of which sequences run and where their KV lives. Per layer:
 
-    h   = rmsnorm(x) * attn_norm                        rmsnorm.cu
-    qkv = h @ [Wq; Wk; Wv]^T (+ bias)                   matmul.cu   [N, q_dim + 2 kv_dim]
-    q,k = rmsnorm per head (qwen3)                      rmsnorm.cu  (rows = N x heads)
-    q,k = rope at each token's absolute position        rope.cu
-    K/V of this step -> paged cache via slot_mapping    kv_cache.cu
-    o   = varlen paged causal attention                 attention.cu
-    x  += o @ Wo^T                                      matmul.cu, elementwise.cu
-    x  += (silu(h2 @ Wg^T) * (h2 @ Wu^T)) @ Wd^T        matmul.cu, elementwise.cu
+    h   = rmsnorm(x) * attn_norm
+    qkv = h @ [Wq; Wk; Wv]^T (+ bias)                   [N, q_dim + 2 kv_dim]
+    q,k = rmsnorm per head (qwen3), then rope at each token's absolute position
+    K/V of this step -> paged cache via slot_mapping
+    o   = varlen paged causal attention
+    x  += o @ Wo^T
+    x  += (silu(h2 @ Wg^T) * (h2 @ Wu^T)) @ Wd^T        h2 = rmsnorm(x) * ffn_norm
 then only the rows that want logits: gather -> final rmsnorm -> LM head -> (sampling).
+Which kernels do each op is the `kernels` choice (ops/variants.py; step_kernels.py emits them):
+"simple", the readable baselines, 14 launches a layer; "fast" (the default), q8_1 activations,
+dp4a matmuls with fused epilogues, split-KV attention, fused RoPE + KV append, 9 a layer.
 
 How a step runs (see step_buffers.py and step_plan.py): the activations live in a
 Workspace allocated once; the batch is written into one pinned staging buffer and sent
@@ -33,21 +35,18 @@ from typing import Any
 import numpy as np
 
 from sharpinf.batch import Batch
-from sharpinf.device_weights import DeviceLayer, DeviceMatrix, upload_weights
+from sharpinf.device_weights import upload_weights
 from sharpinf.errors import BackendError
 from sharpinf.kv_pool import KVPool
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel
-from sharpinf.ops import attention as attn_ops
-from sharpinf.ops import basic
-from sharpinf.ops import kv_cache as kv_ops
-from sharpinf.ops import rope as rope_ops
 from sharpinf.ops.embedding import embed
-from sharpinf.ops.matmul import matmul
 from sharpinf.ops.sampling import history_words, sample_rows, seen_update
+from sharpinf.ops.variants import KernelChoice, resolve_kernels
 from sharpinf.progress import note, progress_bar
 from sharpinf.runtime.backend import Backend
 from sharpinf.step_buffers import SamplingRows, StepCapacity, StepDescriptor, Workspace
+from sharpinf.step_kernels import StepKernels
 from sharpinf.step_plan import PlanCache, bucket_for, bucket_ladder
 
 
@@ -81,6 +80,8 @@ class ForwardPass:
     capacity: the largest step (tokens, sequences, logits rows, new history ids); it grows
     on demand until freeze() (the engine freezes it: its graphs hold the buffers' addresses).
     kv_dtype: the KV cache dtype whose kernels are compiled ahead (others compile on first use).
+    kernels: "fast" (default), "simple", {op: variant} or "op=variant,..." (ops/variants.py);
+    .choice is what runs ("fast" leaves out a variant the model's shapes do not fit, and says so).
     """
 
     model: LoadedModel
@@ -92,10 +93,12 @@ class ForwardPass:
     layers: list[DeviceLayer] = field(init=False)
     use_graphs: bool = True  # replay captured graphs where there are some (capture_graphs)
     exact_shapes: bool = False  # no padding: a plan per exact step shape (the graph-vs-eager oracle's eager side)
+    kernels: Any = "fast"
 
     def __post_init__(self):
         be = self.backend
         self.cfg = self.model.config
+        self.choice: KernelChoice = resolve_kernels(self.kernels, self.cfg)
         w = upload_weights(be, self.model)
         self.token_embd, self.output, self.output_norm, self.layers = w.token_embd, w.output, w.output_norm, w.layers
         self.frozen = False
@@ -114,7 +117,8 @@ class ForwardPass:
         old_bits = getattr(self, "seen_bits", None)  # None: a fresh ForwardPass
         self.release_plans()
         self.capacity = cap
-        self.ws = Workspace(self.backend, self.cfg, cap)
+        self.ws = Workspace(self.backend, self.cfg, cap, self.choice)
+        self.k = StepKernels(self.backend, self.cfg, self.choice, self.ws)
         self.seen_bits = self.backend.zeros((cap.rows, history_words(self.cfg.n_vocab)), np.uint32)
         if old_bits is not None:
             self.seen_bits[: old_bits.shape[0]] = old_bits
@@ -179,11 +183,14 @@ class ForwardPass:
     def workspace_bytes(self) -> int:
         return self.ws.nbytes + int(self.seen_bits.nbytes) + (self._desc.nbytes if self._desc else 0)
 
-    def with_own_buffers(self, capacity: StepCapacity = DEFAULT_CAPACITY) -> "ForwardPass":
+    def with_own_buffers(self, capacity: StepCapacity = DEFAULT_CAPACITY, kernels: Any = None) -> "ForwardPass":
         """Another ForwardPass over the same uploaded weights, with its own step buffers and
-        plans, unfrozen (the oracles run a lone sequence beside a frozen engine's)."""
+        plans, unfrozen (the oracles run a lone sequence beside a frozen engine's), in the same
+        kernel variants or in `kernels`."""
         other = copy.copy(self)
         other.frozen, other.use_graphs = False, True
+        if kernels is not None:
+            other.kernels, other.choice = kernels, resolve_kernels(kernels, self.cfg)
         other._plans, other._desc, other.seen_bits = PlanCache(self.backend), None, None
         other._resize(capacity)
         return other
@@ -308,64 +315,15 @@ class ForwardPass:
     # -- the launches of a step (recorded into plans) ---------------------------------------------
     def _emit_body(self, N: int, kv, d: StepDescriptor) -> None:
         """embed -> layers for N tokens (padding included) over the descriptor's device fields."""
-        be, cfg, ws, dv = self.backend, self.cfg, self.ws, d.d
-        qkv_w = cfg.q_dim + 2 * cfg.kv_dim
-        ids, pos, slots, cu, tables = dv["token_ids"], dv["positions"], dv["slot_mapping"], dv["cu_seqlens"], dv["block_tables"]
-        n_seqs = d.cap.seqs + 1  # the padding sequence included
-        x, h, qkv = ws.x, ws.h, ws.qkv
-        embed(be, self.token_embd.raw, self.token_embd.qtype, ids, x, N, cfg.n_embd)
+        embed(self.backend, self.token_embd.raw, self.token_embd.qtype, d.d["token_ids"], self.ws.x, N, self.cfg.n_embd)
         for li, L in enumerate(self.layers):
-            basic.rmsnorm(be, x, L.attn_norm, h, N, cfg.n_embd, cfg.rms_eps)
-            self._qkv(L, h, qkv, N)
-            if L.q_norm is not None:
-                self._qk_norm(L, qkv, N)
-            rope_ops.rope(be, qkv, qkv_w, pos, N, cfg.n_head, cfg.head_dim, cfg.rope_theta, cfg.rope_style, col=0)
-            rope_ops.rope(be, qkv, qkv_w, pos, N, cfg.n_head_kv, cfg.head_dim, cfg.rope_theta, cfg.rope_style, col=cfg.q_dim)
-            kv_ops.kv_append(be, kv.kv_dtype, qkv, qkv_w, cfg.q_dim, cfg.q_dim + cfg.kv_dim, slots,
-                             kv.k[li], kv.v[li], N, cfg.n_head_kv, cfg.head_dim)
-            attn_ops.attention(be, kv.kv_dtype, qkv, qkv_w, kv.k[li], kv.v[li], tables, d.width,
-                               cu, pos, ws.att, N, n_seqs, cfg.n_head, cfg.n_head_kv, cfg.head_dim,
-                               kv.block_size, 1.0 / float(np.sqrt(cfg.head_dim)))
-            self._mm(L.wo, ws.att, ws.proj, N)
-            basic.add(be, x, ws.proj, x, N * cfg.n_embd)
-            basic.rmsnorm(be, x, L.ffn_norm, h, N, cfg.n_embd, cfg.rms_eps)
-            self._mm(L.w_gate, h, ws.gate, N)
-            self._mm(L.w_up, h, ws.up, N)
-            basic.silu_gate(be, ws.gate, ws.up, ws.gate, N * cfg.n_ff)
-            self._mm(L.w_down, ws.gate, ws.proj, N)
-            basic.add(be, x, ws.proj, x, N * cfg.n_embd)
+            self.k.layer(L, li, kv, d, N)
 
     def _emit_head(self, R: int, samples: bool, d: StepDescriptor) -> None:
         """The R logits rows: gather -> final norm -> LM head (-> sampling)."""
         be, cfg, ws, dv = self.backend, self.cfg, self.ws, d.d
-        basic.gather_rows(be, ws.x, dv["logits_rows"], ws.sel, R, cfg.n_embd)
-        basic.rmsnorm(be, ws.sel, self.output_norm, ws.sel, R, cfg.n_embd, cfg.rms_eps)
-        self._mm(self.output, ws.sel, ws.logits, R)
+        self.k.head(self.output_norm, self.output, dv["logits_rows"], R)
         if samples:
             sample_rows(be, ws.logits, R, cfg.n_vocab, dv["params"], dv["top_k"], dv["seeds"], dv["steps"],
                         self.seen_bits, dv["slots"], dv["clear"], dv["add_off"], dv["add_ids"], ws.sampled,
                         ws.sample_scratch)
-
-    def _mm(self, W: DeviceMatrix, X, Y, n_tokens: int, bias=None, y_stride: int | None = None, y_col: int = 0) -> None:
-        if y_stride is None:
-            return matmul(self.backend, W.raw, W.qtype, X, Y, n_tokens, W.n_out, W.n_in, bias_dev=bias)
-        matmul(self.backend, W.raw, W.qtype, X, Y, n_tokens, W.n_out, W.n_in, bias_dev=bias,
-               y_stride=y_stride, y_col=y_col)
-
-    def _qkv(self, L: DeviceLayer, h, qkv, N: int) -> None:
-        cfg = self.cfg
-        if len(L.wqkv) == 1:
-            return self._mm(L.wqkv[0], h, qkv, N, bias=L.bqkv)
-        # mixed quant types: three matmuls write their column ranges of the fused buffer
-        col = 0
-        for W in L.wqkv:
-            bias = None if L.bqkv is None else L.bqkv[col : col + W.n_out]
-            self._mm(W, h, qkv, N, bias=bias, y_stride=cfg.q_dim + 2 * cfg.kv_dim, y_col=col)
-            col += W.n_out
-
-    def _qk_norm(self, L: DeviceLayer, qkv, N: int) -> None:
-        """qwen3: RMSNorm over each head's head_dim for Q and K, in place in the fused buffer."""
-        cfg, be = self.cfg, self.backend
-        qw = cfg.q_dim + 2 * cfg.kv_dim
-        basic.qk_norm(be, qkv, L.q_norm, N, cfg.n_head, cfg.head_dim, qw, 0, cfg.rms_eps)
-        basic.qk_norm(be, qkv, L.k_norm, N, cfg.n_head_kv, cfg.head_dim, qw, cfg.q_dim, cfg.rms_eps)

@@ -25,7 +25,10 @@ import numpy as np
 
 from sharpinf.batch import Batch
 from sharpinf.model.config import ModelConfig
+from sharpinf.ops.attention import SplitScratch
+from sharpinf.ops.quant_act import Q8Act
 from sharpinf.ops.sampling import N_PARAMS
+from sharpinf.ops.variants import KernelChoice
 from sharpinf.runtime.backend import Backend
 
 I32, F32, U64 = np.int32, np.float32, np.uint64
@@ -77,26 +80,35 @@ class SamplingRows:
 
 
 class Workspace:
-    """The activations of one step, [tokens or rows, width] float32, sized for a capacity."""
+    """The activations of one step, [tokens or rows, width], sized for a capacity, with the
+    buffers the chosen kernel variants need (q8_1 copies for dp4a, split-attention scratch)."""
 
-    def __init__(self, be: Backend, cfg: ModelConfig, cap: StepCapacity):
+    def __init__(self, be: Backend, cfg: ModelConfig, cap: StepCapacity, choice: KernelChoice = KernelChoice()):
         T, R = cap.tokens, cap.rows
         qkv_w = cfg.q_dim + 2 * cfg.kv_dim
         self.x = be.empty((T, cfg.n_embd), F32)  # the residual stream
-        self.h = be.empty((T, cfg.n_embd), F32)  # normed input of a projection
         self.qkv = be.empty((T, qkv_w), F32)
         self.att = be.empty((T, cfg.q_dim), F32)
-        self.proj = be.empty((T, cfg.n_embd), F32)
         self.gate = be.empty((T, cfg.n_ff), F32)
         self.up = be.empty((T, cfg.n_ff), F32)
         self.sel = be.empty((R, cfg.n_embd), F32)  # the rows that want logits
         self.logits = be.empty((R, cfg.n_vocab), F32)
         self.sample_scratch = be.empty((R, 2 * cfg.n_vocab), F32)
         self.sampled = be.empty((R,), I32)
+        if choice.q8_activations:  # what the dp4a matmuls read: the normed x, attention out, SwiGLU out
+            self.xq, self.attq = Q8Act.empty(be, T, cfg.n_embd), Q8Act.empty(be, T, cfg.q_dim)
+            self.ffq, self.selq = Q8Act.empty(be, T, cfg.n_ff), Q8Act.empty(be, R, cfg.n_embd)
+        else:  # the float matmuls' input and output (the residual add is its own kernel)
+            self.h, self.proj = be.empty((T, cfg.n_embd), F32), be.empty((T, cfg.n_embd), F32)
+        if choice.attention == "split":
+            self.split = SplitScratch.alloc(be, T, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
 
     @property
     def nbytes(self) -> int:
-        return sum(int(a.nbytes) for a in vars(self).values())
+        def size(a) -> int:
+            return int(a.nbytes) if hasattr(a, "nbytes") else sum(size(v) for v in vars(a).values() if hasattr(v, "nbytes"))
+
+        return sum(size(a) for a in vars(self).values())
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Acceptance of the packed, paged forward pass: the five oracles of oracles/paths.py pass
 on synthetic llama, qwen2 and qwen3 models for every supported quant type, with KV in
-fp16 and q8_0, on every backend (emu here; cuda where a GPU is usable).
+fp16 and q8_0, for the simple and the fast kernel variants (ops/variants.py), on every
+backend (emu here; cuda where a GPU is usable).
 
-    (a) kernel-vs-reference   per-KV-dtype tolerance (oracles/tolerances.py)
+    (a) kernel-vs-reference   per-KV-dtype (and q8_1 activation) tolerance (oracles/tolerances.py)
     (b) packed-vs-sequential  bit-identical
     (c) chunked-vs-whole      bit-identical
     (d) batched decode        bit-identical
@@ -43,14 +44,22 @@ N_VOCAB = 512  # synthetic models' vocabulary
 _FP: dict[tuple[str, str, str], ForwardPass] = {}
 
 
-def forward_pass(arch: str, qtype: str, backend) -> ForwardPass:
-    """One ForwardPass per (model, backend) for the whole module: weights upload once."""
+def forward_pass(arch: str, qtype: str, backend, kernels: str = "fast") -> ForwardPass:
+    """One ForwardPass per (model, backend, kernel set) for the whole module: weights upload once."""
     key = (arch, qtype, backend.name)
     if key not in _FP:
         # K quants need rows of 256; the others head_dim 32 (n_embd 128, 4 heads) for the q8_0 cache
         n_embd = 256 if qtype in K_QUANTS else 128
         _FP[key] = ForwardPass(load_model(synthetic_model(arch, qtype, n_embd=n_embd)), backend)
-    return _FP[key]
+    if (*key, kernels) not in _FP:  # the same weights, the other kernel variants
+        _FP[(*key, kernels)] = _FP[key].with_own_buffers(kernels=kernels)
+    return _FP[(*key, kernels)]
+
+
+@pytest.fixture(params=["simple", "fast"])
+def kernels(request):
+    """Every oracle runs for the readable baselines and for the fast variants (ops/variants.py)."""
+    return request.param
 
 
 def tokens(n: int, seed: int) -> list[int]:
@@ -71,43 +80,43 @@ ids = [f"{a}-{q}-{kv}" for a, q, kv in CASES]
 
 
 @pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
-def test_a_kernel_vs_reference(backend, arch, qtype, kv):
+def test_a_kernel_vs_reference(backend, kernels, arch, qtype, kv):
     rng = case_rng("a", arch, qtype, kv)
     n, bs = int(rng.integers(1, 40)), int(rng.choice([4, 16]))
-    check(paths.oracle_kernel_vs_reference(forward_pass(arch, qtype, backend), tokens(n, n), kv, bs, seed=n))
+    check(paths.oracle_kernel_vs_reference(forward_pass(arch, qtype, backend, kernels), tokens(n, n), kv, bs, seed=n))
 
 
 @pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
-def test_b_packed_vs_sequential(backend, arch, qtype, kv):
+def test_b_packed_vs_sequential(backend, kernels, arch, qtype, kv):
     rng = case_rng("b", arch, qtype, kv)
     lens = rng.integers(1, 24, int(rng.integers(2, 5))).tolist()
     bs = int(rng.choice([4, 16]))
     prompts = [tokens(n, 100 + i) for i, n in enumerate(lens)]
-    check(paths.oracle_packed_vs_sequential(forward_pass(arch, qtype, backend), prompts, kv, bs, seed=len(lens)))
+    check(paths.oracle_packed_vs_sequential(forward_pass(arch, qtype, backend, kernels), prompts, kv, bs, seed=len(lens)))
 
 
 @pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
-def test_c_chunked_vs_whole(backend, arch, qtype, kv):
+def test_c_chunked_vs_whole(backend, kernels, arch, qtype, kv):
     rng = case_rng("c", arch, qtype, kv)
     n, bs = int(rng.integers(8, 40)), int(rng.choice([4, 16]))
-    check(paths.oracle_chunked_vs_whole(forward_pass(arch, qtype, backend), tokens(n, n), kv, bs, seed=n))
+    check(paths.oracle_chunked_vs_whole(forward_pass(arch, qtype, backend, kernels), tokens(n, n), kv, bs, seed=n))
 
 
 @pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
-def test_d_batched_decode(backend, arch, qtype, kv):
+def test_d_batched_decode(backend, kernels, arch, qtype, kv):
     rng = case_rng("d", arch, qtype, kv)
     lens = rng.integers(1, 24, int(rng.integers(2, 5))).tolist()
     steps, bs = int(rng.integers(1, 4)), int(rng.choice([4, 16]))
     prompts = [tokens(n, 200 + i) for i, n in enumerate(lens)]
     decode = [tokens(steps, 300 + i) for i in range(len(lens))]
-    check(paths.oracle_batched_decode(forward_pass(arch, qtype, backend), prompts, decode, kv, bs, seed=steps))
+    check(paths.oracle_batched_decode(forward_pass(arch, qtype, backend, kernels), prompts, decode, kv, bs, seed=steps))
 
 
 @pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
-def test_e_placement_exact(backend, arch, qtype, kv):
+def test_e_placement_exact(backend, kernels, arch, qtype, kv):
     rng = case_rng("e", arch, qtype, kv)
     n, bs = int(rng.integers(1, 40)), int(rng.choice([4, 16]))
-    r = paths.oracle_placement(forward_pass(arch, qtype, backend), tokens(n, n), kv, bs, seed=n)
+    r = paths.oracle_placement(forward_pass(arch, qtype, backend, kernels), tokens(n, n), kv, bs, seed=n)
     check(r)
     assert r.max_abs_dlogit == 0.0
 
@@ -132,17 +141,17 @@ def prompt_len(draw, long_every: int = 8):
 @HYP
 @given(model=models, kv=kv_dtypes, bs=block_sizes, n=prompt_len(), seed=seeds)
 @example(model=("qwen2", "Q8_0"), kv="f16", bs=16, n=300, seed=0)
-def test_hyp_kernel_vs_reference(backend, model, kv, bs, n, seed):
-    check(paths.oracle_kernel_vs_reference(forward_pass(*model, backend), tokens(n, seed), kv, bs, seed=seed))
+def test_hyp_kernel_vs_reference(backend, kernels, model, kv, bs, n, seed):
+    check(paths.oracle_kernel_vs_reference(forward_pass(*model, backend, kernels), tokens(n, seed), kv, bs, seed=seed))
 
 
 @HYP
 @given(model=models, kv=kv_dtypes, bs=block_sizes, lens=st.lists(prompt_len(long_every=16), min_size=1, max_size=8),
        seed=seeds)
 @example(model=("qwen3", "Q5_1"), kv="q8_0", bs=16, lens=[299, 1, 7], seed=5)
-def test_hyp_packed_vs_sequential(backend, model, kv, bs, lens, seed):
+def test_hyp_packed_vs_sequential(backend, kernels, model, kv, bs, lens, seed):
     prompts = [tokens(n, seed + i) for i, n in enumerate(lens)]
-    check(paths.oracle_packed_vs_sequential(forward_pass(*model, backend), prompts, kv, bs, seed=seed))
+    check(paths.oracle_packed_vs_sequential(forward_pass(*model, backend, kernels), prompts, kv, bs, seed=seed))
 
 
 @st.composite
@@ -157,25 +166,25 @@ def chunked_prompt(draw):
 @HYP
 @given(model=models, kv=kv_dtypes, bs=block_sizes, shape=chunked_prompt(), seed=seeds)
 @example(model=("llama", "Q4_K"), kv="q8_0", bs=4, shape=(290, [1, 15, 16, 17, 100, 141]), seed=2)
-def test_hyp_chunked_vs_whole(backend, model, kv, bs, shape, seed):
+def test_hyp_chunked_vs_whole(backend, kernels, model, kv, bs, shape, seed):
     n, chunks = shape
-    check(paths.oracle_chunked_vs_whole(forward_pass(*model, backend), tokens(n, seed), kv, bs, seed=seed, chunks=chunks))
+    check(paths.oracle_chunked_vs_whole(forward_pass(*model, backend, kernels), tokens(n, seed), kv, bs, seed=seed, chunks=chunks))
 
 
 @HYP
 @given(model=models, kv=kv_dtypes, bs=block_sizes, lens=st.lists(prompt_len(long_every=16), min_size=1, max_size=8),
        steps=st.integers(1, 4), seed=seeds)
-def test_hyp_batched_decode(backend, model, kv, bs, lens, steps, seed):
+def test_hyp_batched_decode(backend, kernels, model, kv, bs, lens, steps, seed):
     prompts = [tokens(n, seed + i) for i, n in enumerate(lens)]
     decode = [tokens(steps, seed + 1000 + i) for i in range(len(lens))]
-    check(paths.oracle_batched_decode(forward_pass(*model, backend), prompts, decode, kv, bs, seed=seed))
+    check(paths.oracle_batched_decode(forward_pass(*model, backend, kernels), prompts, decode, kv, bs, seed=seed))
 
 
 @HYP
 @given(model=models, kv=kv_dtypes, bs=block_sizes, n=prompt_len(), seed=seeds)
 @example(model=("qwen3", "BF16"), kv="f16", bs=16, n=300, seed=3)
-def test_hyp_placement_exact(backend, model, kv, bs, n, seed):
-    check(paths.oracle_placement(forward_pass(*model, backend), tokens(n, seed), kv, bs, seed=seed))
+def test_hyp_placement_exact(backend, kernels, model, kv, bs, n, seed):
+    check(paths.oracle_placement(forward_pass(*model, backend, kernels), tokens(n, seed), kv, bs, seed=seed))
 
 
 # -- near-ties: cases hypothesis found where two logits sit within float noise of each other ---
@@ -193,7 +202,7 @@ NEAR_TIES = [
 @pytest.mark.parametrize("arch,qtype,kv,seed,flips", NEAR_TIES)
 def test_near_ties_pass_only_as_explained_flips(emu, arch, qtype, kv, seed, flips):
     toks = np.random.default_rng(seed).integers(0, N_VOCAB, 300).tolist()
-    r = paths.oracle_kernel_vs_reference(forward_pass(arch, qtype, emu), toks, kv, 16)
+    r = paths.oracle_kernel_vs_reference(forward_pass(arch, qtype, emu, "simple"), toks, kv, 16)
     check(r)
     assert r.argmax_equal and (f"{flips} argmax flip" in r.detail if flips else "flip" not in r.detail)
 
@@ -201,12 +210,12 @@ def test_near_ties_pass_only_as_explained_flips(emu, arch, qtype, kv, seed, flip
 # -- the NaN poison really exposes an illegal read -------------------------------------------
 @pytest.mark.parametrize("kv", KV_DTYPES)
 @pytest.mark.parametrize("poisoned", [True, False], ids=["poisoned", "zeroed"])
-def test_poison_exposes_illegal_read(backend, kv, poisoned):
+def test_poison_exposes_illegal_read(backend, kernels, kv, poisoned):
     """Prefill 10 tokens (blocks of 4), then decode one token with a block table whose logical
     block 1 points at a block nobody wrote. The descriptor is valid (ids in range, no repeats,
     slots agree), so only the poison can tell: the logits become NaN and the oracle fails.
     With a zeroed pool the same illegal read is silent (finite, merely wrong) logits."""
-    fp = forward_pass("llama", "Q8_0", backend)
+    fp = forward_pass("llama", "Q8_0", backend, kernels)
     pool = KVPool(backend, fp.cfg, num_blocks=8, block_size=4, kv_dtype=kv)
     if poisoned:
         pool.poison()

@@ -48,11 +48,13 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
 SPLITS = 16  # AS_SPLITS
 GROUP = 8  # AS_GROUP: query heads per block
 SPLIT_HEAD_DIMS = (16, 32, 64, 128, 256)
+SPLIT_WINDOW = 128  # query tokens per split launch (bounds the scratch: 128 x heads x 16 x (hd + 2) floats)
 
 
 @dataclass
 class SplitScratch:
-    """The split kernel's partial states and merge tickets for up to `tokens` query tokens."""
+    """The split kernel's partial states and merge tickets for a window of `tokens` query tokens
+    (a longer step runs in several launches: the scratch stays small at any step size)."""
 
     partial: Any  # float [tokens, n_heads, SPLITS, head_dim + 2]
     tickets: Any  # int [tokens, n_kv_heads * groups], zero between launches
@@ -60,6 +62,7 @@ class SplitScratch:
 
     @classmethod
     def alloc(cls, be, tokens: int, n_heads: int, n_kv_heads: int, head_dim: int) -> "SplitScratch":
+        tokens = max(1, min(tokens, SPLIT_WINDOW))
         groups = -(-(n_heads // n_kv_heads) // GROUP)
         return cls(be.empty((tokens * n_heads * SPLITS * (head_dim + 2),), F32),
                    be.zeros((tokens * n_kv_heads * groups,), I32), tokens)
@@ -80,16 +83,16 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
         raise SharpinfError(f"a q8_1 attention output needs head_dim a multiple of 32, got {head_dim}")
     if n_tokens <= 0:
         return
-    if n_tokens > scratch.tokens:
-        raise SharpinfError(f"split attention scratch holds {scratch.tokens} tokens, the step has {n_tokens}")
     groups = -(-(n_heads // n_kv_heads) // GROUP)
     q8 = out_q8 if out_q8 is not None else _NoQ8(out)
-    be.launch(kernel(be, "attention_split.cu", f"attention_split_{kv_dtype}_d{head_dim}"),
-              (n_tokens, n_kv_heads * groups, SPLITS), 128,
-              (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
-               out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(n_tokens), I32(n_seqs), I32(n_heads),
-               I32(n_kv_heads), I32(block_size), F32(scale), I32(out_q8 is not None)),
-              io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
+    fn = kernel(be, "attention_split.cu", f"attention_split_{kv_dtype}_d{head_dim}")
+    for t0 in range(0, n_tokens, scratch.tokens):  # a window of the scratch's size per launch
+        n = min(scratch.tokens, n_tokens - t0)
+        be.launch(fn, (n, n_kv_heads * groups, SPLITS), 128,
+                  (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
+                   out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n_tokens), I32(n_seqs),
+                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(out_q8 is not None)),
+                  io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
 
 
 @dataclass

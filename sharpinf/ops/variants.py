@@ -79,6 +79,33 @@ class KernelChoice:
         return cls.parse(pairs)
 
 
+def unsupported(choice: KernelChoice, cfg) -> dict[str, str]:
+    """{op: why} for the variants of `choice` the model's shapes do not fit."""
+    from sharpinf.ops.attention import SPLIT_HEAD_DIMS
+
+    why = {}
+    if choice.attention == "split" and cfg.head_dim not in SPLIT_HEAD_DIMS:
+        why["attention"] = f"split attention is compiled for head_dim {SPLIT_HEAD_DIMS}, the model has {cfg.head_dim}"
+    return why
+
+
+def resolve_kernels(spec, cfg) -> KernelChoice:
+    """The variants that run for a model: "fast" (or None) takes the baseline of an op whose fast
+    variant does not fit the model's shapes, with a note; a variant asked for by name must fit."""
+    choice = KernelChoice.parse(spec)
+    why = unsupported(choice, cfg)
+    if not why:
+        return choice
+    by_name = not (spec is None or (isinstance(spec, str) and spec.strip().lower() == "fast"))
+    if by_name:
+        raise SharpinfError(f"kernels {choice.name}: " + "; ".join(why.values()))
+    from sharpinf.progress import note
+
+    for reason in why.values():
+        note(f"{reason}: using the simple kernel")
+    return KernelChoice(**{**asdict(choice), **{op: VARIANTS[op][0] for op in why}})
+
+
 def choices_for(spec: str) -> list[KernelChoice]:
     """`--kernels all`: the baseline and the fast set, between them every variant of every op."""
     if spec.strip().lower() == "all":

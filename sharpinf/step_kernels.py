@@ -1,0 +1,159 @@
+"""The launches of one layer and of the logits head, op by op, in the kernel variants chosen
+(ops/variants.py). forward.py says what a layer computes; this file says which kernels do it.
+
+    op          simple (the readable baselines)           fast
+    norm        rmsnorm.cu -> float h                     rmsnorm_q8_1.cu -> q8_1 h (one pass)
+    linear      matmul.cu, then elementwise add for x +=  matmul_dp4a.cu, the add fused (accumulate)
+    rope_kv     qk_norm.cu x2, rope.cu x2, kv_cache.cu    rope_kv.cu
+    attention   attention.cu                              attention_split.cu (+ its q8_1 output)
+    ffn         matmul x2, silu_gate, matmul, add          gate_up_dp4a.cu, quantize_q8_1, dp4a += down
+
+A layer is 14 launches in the simple set (12 without qk-norm), 9 in the fast one. An `Act` is an
+activation in the form the next matmul reads: float rows, or their q8_1 copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sharpinf.device_weights import DeviceLayer, DeviceMatrix
+from sharpinf.model.config import ModelConfig
+from sharpinf.ops import attention as attn_ops
+from sharpinf.ops import basic
+from sharpinf.ops import kv_cache as kv_ops
+from sharpinf.ops import rope as rope_ops
+from sharpinf.ops.matmul import matmul
+from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
+from sharpinf.ops.quant_act import Q8Act, quantize_q8_1, rmsnorm_q8_1
+from sharpinf.ops.variants import KernelChoice
+from sharpinf.step_buffers import Workspace
+
+
+@dataclass
+class Act:
+    """An activation as a matmul reads it: float32 rows (simple) or q8_1 (dp4a)."""
+
+    f: Any = None
+    q: Q8Act | None = None
+
+
+@dataclass
+class StepKernels:
+    be: Any
+    cfg: ModelConfig
+    choice: KernelChoice
+    ws: Workspace
+
+    @property
+    def dp4a(self) -> bool:
+        return self.choice.matmul == "dp4a"
+
+    # -- norms and linear layers --------------------------------------------------------------
+    def norm(self, x, w, rows: int, out_f=None, out_q: Q8Act | None = None) -> Act:
+        """rmsnorm(x) * w for `rows` rows of n_embd, in the form the next matmul reads."""
+        cfg = self.cfg
+        if self.dp4a:
+            rmsnorm_q8_1(self.be, x, w, out_q, rows, cfg.n_embd, cfg.rms_eps)
+            return Act(q=out_q)
+        basic.rmsnorm(self.be, x, w, out_f, rows, cfg.n_embd, cfg.rms_eps)
+        return Act(f=out_f)
+
+    def quantized(self, f, q: Q8Act, rows: int) -> Act:
+        """Float rows the next matmul reads: as they are (simple) or quantized to q8_1 (dp4a)."""
+        if not self.dp4a:
+            return Act(f=f)
+        quantize_q8_1(self.be, f, q, rows, q.n)
+        return Act(f=f, q=q)
+
+    def linear(self, W: DeviceMatrix, a: Act, Y, rows: int, bias=None, accumulate: bool = False,
+               y_stride: int | None = None, y_col: int = 0) -> None:
+        """Y (=, or += with accumulate) a W^T (+ bias); Y may be a column range of a wider buffer."""
+        be = self.be
+        if self.dp4a:
+            return matmul_dp4a(be, W.raw, W.qtype, a.q, Y, rows, W.n_out, W.n_in, bias_dev=bias,
+                               accumulate=accumulate, y_stride=y_stride, y_col=y_col)
+        if not accumulate:
+            return matmul(be, W.raw, W.qtype, a.f, Y, rows, W.n_out, W.n_in, bias_dev=bias, y_stride=y_stride,
+                          y_col=y_col)
+        assert bias is None and y_stride is None, "the residual adds have neither"
+        matmul(be, W.raw, W.qtype, a.f, self.ws.proj, rows, W.n_out, W.n_in)
+        basic.add(be, Y, self.ws.proj, Y, rows * W.n_out)
+
+    # -- the layer's parts ----------------------------------------------------------------------
+    def qkv(self, L: DeviceLayer, a: Act, N: int) -> None:
+        """ws.qkv = a [Wq; Wk; Wv]^T (+ bias): one matmul, or three into their column ranges
+        when Q, K and V have different quant types."""
+        if len(L.wqkv) == 1:
+            return self.linear(L.wqkv[0], a, self.ws.qkv, N, bias=L.bqkv)
+        col, width = 0, self.cfg.q_dim + 2 * self.cfg.kv_dim
+        for W in L.wqkv:
+            bias = None if L.bqkv is None else L.bqkv[col : col + W.n_out]
+            self.linear(W, a, self.ws.qkv, N, bias=bias, y_stride=width, y_col=col)
+            col += W.n_out
+
+    def rope_kv(self, L: DeviceLayer, kv, li: int, positions, slots, N: int) -> None:
+        """(qwen3) per-head RMSNorm of Q and K, RoPE of Q and K, then K and V into the paged cache."""
+        be, cfg, qkv = self.be, self.cfg, self.ws.qkv
+        qkv_w = cfg.q_dim + 2 * cfg.kv_dim
+        if self.choice.rope_kv == "fused":
+            return rope_ops.rope_kv(be, kv.kv_dtype, qkv, qkv_w, positions, slots, L.q_norm, L.k_norm, kv.k[li],
+                                    kv.v[li], N, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rope_theta,
+                                    cfg.rms_eps, cfg.rope_style)
+        if L.q_norm is not None:
+            basic.qk_norm(be, qkv, L.q_norm, N, cfg.n_head, cfg.head_dim, qkv_w, 0, cfg.rms_eps)
+            basic.qk_norm(be, qkv, L.k_norm, N, cfg.n_head_kv, cfg.head_dim, qkv_w, cfg.q_dim, cfg.rms_eps)
+        rope_ops.rope(be, qkv, qkv_w, positions, N, cfg.n_head, cfg.head_dim, cfg.rope_theta, cfg.rope_style, col=0)
+        rope_ops.rope(be, qkv, qkv_w, positions, N, cfg.n_head_kv, cfg.head_dim, cfg.rope_theta, cfg.rope_style,
+                      col=cfg.q_dim)
+        kv_ops.kv_append(be, kv.kv_dtype, qkv, qkv_w, cfg.q_dim, cfg.q_dim + cfg.kv_dim, slots, kv.k[li], kv.v[li],
+                         N, cfg.n_head_kv, cfg.head_dim)
+
+    def attention(self, kv, li: int, d, N: int) -> Act:
+        """ws.att = varlen paged causal attention of the step's queries over their sequences' KV."""
+        be, cfg, ws, dv = self.be, self.cfg, self.ws, d.d
+        args = (be, kv.kv_dtype, ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, kv.k[li], kv.v[li], dv["block_tables"], d.width,
+                dv["cu_seqlens"], dv["positions"], ws.att, N, d.cap.seqs + 1, cfg.n_head, cfg.n_head_kv,
+                cfg.head_dim, kv.block_size, 1.0 / float(np.sqrt(cfg.head_dim)))
+        if self.choice.attention == "split":
+            fused_q8 = self.dp4a and cfg.head_dim % 32 == 0  # the merge writes the q8_1 copy itself
+            attn_ops.attention_split(*args, ws.split, ws.attq if fused_q8 else None)
+            if fused_q8:
+                return Act(f=ws.att, q=ws.attq)
+        else:
+            attn_ops.attention(*args)
+        return self.quantized(ws.att, getattr(ws, "attq", None), N)
+
+    def ffn(self, L: DeviceLayer, a: Act, x, N: int) -> None:
+        """x += (silu(a Wg^T) * (a Wu^T)) Wd^T."""
+        be, cfg, ws = self.be, self.cfg, self.ws
+        g, u = L.w_gate, L.w_up
+        if self.dp4a and g.qtype == u.qtype:
+            gate_up_dp4a(be, g.raw, u.raw, g.qtype, a.q, ws.gate, N, cfg.n_ff, cfg.n_embd)
+        else:  # the fused kernel's result bit for bit (its epilogue is silu_gate's arithmetic)
+            self.linear(g, a, ws.gate, N)
+            self.linear(u, a, ws.up, N)
+            basic.silu_gate(be, ws.gate, ws.up, ws.gate, N * cfg.n_ff)
+        self.linear(L.w_down, self.quantized(ws.gate, getattr(ws, "ffq", None), N), x, N, accumulate=True)
+
+    # -- a whole layer, the head ------------------------------------------------------------------
+    def layer(self, L: DeviceLayer, li: int, kv, d, N: int) -> None:
+        """x += attention(norm(x)); x += ffn(norm(x)) for the step's N tokens."""
+        ws, dv = self.ws, d.d
+        x = ws.x
+        a = self.norm(x, L.attn_norm, N, getattr(ws, "h", None), getattr(ws, "xq", None))
+        self.qkv(L, a, N)
+        self.rope_kv(L, kv, li, dv["positions"], dv["slot_mapping"], N)
+        o = self.attention(kv, li, d, N)
+        self.linear(L.wo, o, x, N, accumulate=True)
+        a = self.norm(x, L.ffn_norm, N, getattr(ws, "h", None), getattr(ws, "xq", None))
+        self.ffn(L, a, x, N)
+
+    def head(self, output_norm, output: DeviceMatrix, rows_dev, R: int) -> None:
+        """ws.logits[:R] = LM head of the final norm of the rows of x that want logits."""
+        ws = self.ws
+        basic.gather_rows(self.be, ws.x, rows_dev, ws.sel, R, self.cfg.n_embd)
+        a = self.norm(ws.sel, output_norm, R, ws.sel, getattr(ws, "selq", None))
+        self.linear(output, a, ws.logits, R)
