@@ -1,13 +1,15 @@
 """`make gpu-check`: everything a GPU session should prove and measure, in one command.
 
     python bench/gpu_check.py [--model smollm2-135m|PATH|smollm2-shape] [--only tests,verify,stream,bench]
-                              [--out bench/results/gpu]
+                              [--kernels fast,simple] [--big-model qwen3-8b-shape:Q4_K] [--out bench/results/gpu]
 
   tests   the GPU tests (pytest -m gpu: every kernel and oracle test's cuda case, graphs included)
-  verify  `sharpinf verify MODEL --backend cuda` (all oracles, graph-vs-eager among them)
-  stream  single-stream prefill and decode tokens/s through the engine, eager and with graphs
-  bench   `sharpinf bench MODEL --backend cuda` (decode, prefill, throughput, chunking) and the
-          host-cost suite (trace backend)
+  verify  `sharpinf verify MODEL --backend cuda --kernels all` (all oracles for the simple and the
+          fast kernels, graph-vs-eager among them)
+  stream  single-stream prefill and decode tokens/s through the engine, eager and with graphs,
+          for each kernel set, on MODEL and on the big model (an 8B-class shape, tiled weights)
+  bench   `sharpinf bench MODEL --backend cuda` (decode, prefill, throughput, chunking, kernels)
+          and the host-cost suite (trace backend); the kernels suite on the big model too
 
 MODEL defaults to the real SmolLM2-135M when it is pulled (or SHARPINF_SMOLLM2_PATH names it),
 else a synthetic model of SmolLM2's shape (30 layers, n_embd 576, 9/3 heads, vocab 49152, Q4_1),
@@ -75,12 +77,39 @@ def last_json(out: str):
         return None
 
 
+def big_model_path(spec: str) -> str:
+    """SHAPE-shape:TYPE -> the benchmark model's path (made once); anything else as given."""
+    if "-shape:" not in spec:
+        return spec
+    from sharpinf.model.synth import shape_model
+
+    name, qtype = spec.split("-shape:")
+    return str(shape_model(name, qtype))
+
+
+def _kernel_summary(doc: dict) -> dict:
+    """Per op, the best GB/s of each variant at N = 1 and its share of the device bandwidth."""
+    r = doc.get("results", {})
+    best: dict = {}
+    for row in r.get("rows", []):
+        if row["tokens"] == 1:
+            key = f"{row['op']} {row['shape']} {row['variant']}"
+            best[key] = {"gb_s": round(row["gb_s"], 1), "pct_of_bandwidth": row["pct_of_bandwidth"] and
+                         round(row["pct_of_bandwidth"], 1), "speedup": round(row["speedup"], 2)}
+    return {"device_bandwidth_gb_s": r.get("device_bandwidth_gb_s"), "n1": best,
+            "ptxas_spills": r.get("ptxas", {}).get("spills")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None)
     ap.add_argument("--only", default=",".join(PARTS))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu"))
     ap.add_argument("--backend", default="cuda", help="cuda; emu only to test this script without a GPU")
+    ap.add_argument("--kernels", default="fast,simple", help="kernel sets for stream (verify runs all when both)")
+    ap.add_argument("--big-model", default="qwen3-8b-shape:Q4_K",
+                    help="the 8B-class model for stream and the kernels suite: SHAPE-shape:TYPE (a benchmark model "
+                         "of that shape, made here), a path or a registered name; '' skips it")
     args = ap.parse_args()
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]
@@ -111,28 +140,48 @@ def main() -> int:
         summary = [l for l in log.splitlines() if re.search(r"\d+ (passed|failed|error)", l)]
         report["parts"]["tests"] = {"ok": rc == 0, "seconds": round(secs, 1), "summary": summary[-1:] or log[-500:],
                                     "failures": [l for l in log.splitlines() if l.startswith("FAILED")][:30]}
+    kernel_sets = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    verify_kernels = "all" if {"fast", "simple"} <= set(kernel_sets) else kernel_sets[0]
+    big = args.big_model.strip()
     if "verify" in parts:
-        rc, out, log, secs = run([py, "-m", "sharpinf", "verify", model, "--backend", args.backend, "--json"], 3600)
+        rc, out, log, secs = run([py, "-m", "sharpinf", "verify", model, "--backend", args.backend, "--kernels",
+                                  verify_kernels, "--json"], 3600)
         rows = last_json(out) or []
         report["parts"]["verify"] = {"ok": rc == 0 and bool(rows), "seconds": round(secs, 1),
                                      "passed": sum(r["passed"] for r in rows), "total": len(rows), "results": rows,
                                      "log": "" if rows else log[-2000:]}
     if "stream" in parts:
-        tmp = suites_dir / "single_stream.json"
-        rc, out, log, secs = run([py, "bench/single_stream.py", "--model", model, "--backend", args.backend,
-                             "--out", str(tmp)] + (["--prompt", "32", "--decode", "4", "--repeats", "1"]
-                                                   if args.backend != "cuda" else []), 3600)
-        report["parts"]["stream"] = {"ok": rc == 0, "seconds": round(secs, 1),
-                                     **(json.loads(tmp.read_text()) if rc == 0 else {"log": log[-2000:]})}
+        runs, t0 = {}, time.perf_counter()
+        small = ["--prompt", "32", "--decode", "4", "--repeats", "1"] if args.backend != "cuda" else []
+        for m_arg, m_label in [(model, label)] + ([(big, big)] if big else []):
+            for k in kernel_sets:
+                tmp = suites_dir / f"single_stream_{re.sub(r'[^A-Za-z0-9]+', '-', m_label)}_{k}.json"
+                rc, out, log, secs = run([py, "bench/single_stream.py", "--model", m_arg, "--backend", args.backend,
+                                          "--kernels", k, "--out", str(tmp)] + small, 3600)
+                runs[f"{m_label} / {k}"] = {"ok": rc == 0, "seconds": round(secs, 1),
+                                            **(json.loads(tmp.read_text()) if rc == 0 else {"log": log[-2000:]})}
+        report["parts"]["stream"] = {"ok": all(r["ok"] for r in runs.values()),
+                                     "seconds": round(time.perf_counter() - t0, 1), "runs": runs}
     if "bench" in parts:
+        quick = ["--quick"] if args.backend != "cuda" else []
         rc, out, log, secs = run([py, "-m", "sharpinf", "bench", model, "--backend", args.backend, "--out", str(suites_dir),
-                             "--suite", "decode,prefill,throughput,chunking,host", "--json"]
-                            + (["--quick"] if args.backend != "cuda" else []), 3600)
+                                  "--suite", "decode,prefill,throughput,chunking,kernels,host", "--json"] + quick, 3600)
         suites = (last_json(out) or {}).get("suites", {})
-        report["parts"]["bench"] = {"ok": rc == 0 and bool(suites), "seconds": round(secs, 1),
-                                    "suites": sorted(suites), "files": str(suites_dir.relative_to(ROOT)
-                                                                           if suites_dir.is_relative_to(ROOT) else suites_dir),
-                                    "log": "" if suites else log[-2000:]}
+        ok, logs = rc == 0 and bool(suites), "" if suites else log[-2000:]
+        if big:
+            big_dir = suites_dir / re.sub(r"[^A-Za-z0-9]+", "-", big)
+            rc2, out2, log2, secs2 = run([py, "-m", "sharpinf", "bench", big_model_path(big), "--backend",
+                                          args.backend, "--out", str(big_dir), "--suite", "kernels", "--json"] + quick,
+                                         3600)
+            big_suites = (last_json(out2) or {}).get("suites", {})
+            ok, secs = ok and rc2 == 0 and bool(big_suites), secs + secs2
+            suites.update({f"{big} {k}": v for k, v in big_suites.items()})
+            logs += "" if big_suites else log2[-2000:]
+        report["parts"]["bench"] = {"ok": ok, "seconds": round(secs, 1), "suites": sorted(suites),
+                                    "files": str(suites_dir.relative_to(ROOT) if suites_dir.is_relative_to(ROOT)
+                                                 else suites_dir),
+                                    "kernels": {k: _kernel_summary(v) for k, v in suites.items() if k.endswith("kernels")},
+                                    "log": logs}
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{stamp}.json"
@@ -142,9 +191,10 @@ def main() -> int:
         extra = ""
         if name == "verify":
             extra = f"{r['passed']}/{r['total']} oracles pass"
-        elif name == "stream" and r["ok"]:
-            extra = (f"decode {r['decode_tokens_per_s']} tok/s with graphs, {r['decode_tokens_per_s_eager']} eager; "
-                     f"prefill {r['prefill_tokens_per_s']} tok/s")
+        elif name == "stream":
+            extra = "; ".join(f"{k}: decode {v['decode_tokens_per_s']} tok/s with graphs, "
+                              f"{v['decode_tokens_per_s_eager']} eager, prefill {v['prefill_tokens_per_s']} tok/s"
+                              if v["ok"] else f"{k}: FAILED" for k, v in r["runs"].items())
         elif name == "tests":
             extra = " ".join(r["summary"]) if isinstance(r["summary"], list) else ""
         print(f"  {name:<7} {'ok  ' if r['ok'] else 'FAIL'} {r['seconds']:>7.1f} s  {extra}")

@@ -1,7 +1,11 @@
 """Single-stream decode and prefill tokens/s through the engine, eager and with CUDA graphs.
 
-    python bench/single_stream.py [--model smollm2-135m|PATH|synth] [--backend cuda|emu]
-                                  [--prompt 512] [--decode 128] [--repeats 3] [--out FILE]
+    python bench/single_stream.py [--model smollm2-135m|PATH|synth|SHAPE-shape:TYPE] [--backend cuda|emu]
+                                  [--kernels fast|simple|op=variant,...] [--prompt 512] [--decode 128]
+                                  [--repeats 3] [--out FILE]
+
+SHAPE-shape:TYPE (e.g. qwen3-8b-shape:Q4_K, smollm2-135m-shape:Q4_1) is a benchmark model of a
+real model's shape in TYPE, tiled random weights, made on the spot (sharpinf/model/synth.py SHAPES).
 
 One request at a time through LLMEngine (what a user of `LLM.generate` gets): a prompt of
 --prompt tokens prefilled in one step, then --decode tokens one step each, with the host's
@@ -52,6 +56,7 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--kv-dtype", default="f16")
+    ap.add_argument("--kernels", default="auto", help="kernel variants (sharpinf/ops/variants.py; auto: fast on a GPU)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -59,6 +64,11 @@ def main() -> None:
         from sharpinf.model.synth import synthetic_model
 
         path = synthetic_model("llama", "Q8_0", n_embd=128)
+    elif "-shape:" in args.model:
+        from sharpinf.model.synth import shape_model
+
+        name, qtype = args.model.split("-shape:")
+        path = shape_model(name, qtype)
     else:
         path = resolve_model(args.model)
     model = load_model(path)
@@ -67,7 +77,7 @@ def main() -> None:
     modes = {}
     for mode in ("eager", "graph"):
         llm = LLM(model, backend=be, max_num_seqs=1, max_num_batched_tokens=max(args.prompt, 16),
-                  kv_dtype=args.kv_dtype, enforce_eager=mode == "eager",
+                  kv_dtype=args.kv_dtype, enforce_eager=mode == "eager", kernels=args.kernels,
                   num_blocks=-(-(args.prompt + args.decode) // 16) + 2)
         modes[mode] = measure(llm, prompt, args.decode, args.repeats)
         graphs = llm.metrics()["cuda_graphs"]
@@ -81,6 +91,7 @@ def main() -> None:
         "device": desc.get("gpu") or desc.get("device") or "cpu (emulator)",
         "model": Path(path).name,
         "kv_dtype": args.kv_dtype,
+        "kernels": args.kernels,
         "prompt_tokens": args.prompt,
         "decode_tokens": args.decode,
         "prefill_tokens_per_s": modes["graph"]["prefill_tokens_per_s"],

@@ -239,9 +239,11 @@ for row, ctx in zip(batch.logits_rows, [B, C + [c_next]]):
 
 def build() -> dict[str, nbformat.NotebookNode]:
     from anatomy_cells import ANATOMY  # notebooks/ is this script's folder
+    from variants_cells import VARIANTS_NB
 
     out = {}
-    for name, cells in (("01_packed_step.ipynb", PACKED_STEP), ("02_anatomy_of_a_step.ipynb", ANATOMY)):
+    for name, cells in (("01_packed_step.ipynb", PACKED_STEP), ("02_anatomy_of_a_step.ipynb", ANATOMY),
+                        ("03_from_simple_to_fast.ipynb", VARIANTS_NB)):
         nb = new_notebook(cells=cells)
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nb.metadata["language_info"] = {"name": "python"}

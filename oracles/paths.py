@@ -126,7 +126,8 @@ def oracle_placement(fp, tokens, kv_dtype="f16", block_size=16, seed=0) -> Oracl
 
 
 def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0):
-    """The five oracles on a short prompt set for `sharpinf verify` (real or synthetic model)."""
+    """The five oracles and graph-vs-eager on a short prompt set for `sharpinf verify` (real or
+    synthetic model), in fp's kernel variants (each label names them)."""
     from oracles.foundation import OracleCase
 
     rng = np.random.default_rng(seed)
@@ -157,4 +158,19 @@ def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0):
         OracleCase("graph-vs-eager", "prefill, chunked, decode, mixed steps",
                    lambda: oracle_graph_vs_eager(fp, standard_schedule(fp.cfg.n_vocab, seed), kv_dtype=kv)),
     ]
-    return cases
+    return [_naming_kernels(c, fp.choice.name) for c in cases]
+
+
+def _naming_kernels(c, kernels: str):
+    """The case, its label and its result's label saying which kernel variants ran."""
+    from dataclasses import replace
+
+    from oracles.foundation import OracleCase
+
+    tag = f", kernels {kernels}"
+
+    def run():
+        r = c.run()
+        return r if r.case.endswith(tag) else replace(r, case=r.case + tag)
+
+    return OracleCase(c.oracle, c.case + tag, run)

@@ -12,8 +12,9 @@ which tokens of which sequences run and where their KV lives. Per layer:
     x  += (silu(h2 @ Wg^T) * (h2 @ Wu^T)) @ Wd^T        h2 = rmsnorm(x) * ffn_norm
 then only the rows that want logits: gather -> final rmsnorm -> LM head -> (sampling).
 Which kernels do each op is the `kernels` choice (ops/variants.py; step_kernels.py emits them):
-"simple", the readable baselines, 14 launches a layer; "fast" (the default), q8_1 activations,
-dp4a matmuls with fused epilogues, split-KV attention, fused RoPE + KV append, 9 a layer.
+"simple", the readable baselines, 14 launches a layer (16 with qk-norm); "fast", q8_1
+activations, dp4a matmuls with fused epilogues, split-KV attention, fused RoPE + KV append, 9 a
+layer; "auto" (the default) is fast on a GPU and simple on the emulator.
 
 How a step runs (see step_buffers.py and step_plan.py): the activations live in a
 Workspace allocated once; the batch is written into one pinned staging buffer and sent
@@ -80,8 +81,9 @@ class ForwardPass:
     capacity: the largest step (tokens, sequences, logits rows, new history ids); it grows
     on demand until freeze() (the engine freezes it: its graphs hold the buffers' addresses).
     kv_dtype: the KV cache dtype whose kernels are compiled ahead (others compile on first use).
-    kernels: "fast" (default), "simple", {op: variant} or "op=variant,..." (ops/variants.py);
-    .choice is what runs ("fast" leaves out a variant the model's shapes do not fit, and says so).
+    kernels: "auto" (default: "fast" on a GPU, "simple" on the emulator), "fast", "simple",
+    {op: variant} or "op=variant,..." (ops/variants.py); .choice is what runs ("fast" leaves out a
+    variant the model's shapes do not fit, and says so).
     """
 
     model: LoadedModel
@@ -93,12 +95,12 @@ class ForwardPass:
     layers: list[DeviceLayer] = field(init=False)
     use_graphs: bool = True  # replay captured graphs where there are some (capture_graphs)
     exact_shapes: bool = False  # no padding: a plan per exact step shape (the graph-vs-eager oracle's eager side)
-    kernels: Any = "fast"
+    kernels: Any = "auto"
 
     def __post_init__(self):
         be = self.backend
         self.cfg = self.model.config
-        self.choice: KernelChoice = resolve_kernels(self.kernels, self.cfg)
+        self.choice: KernelChoice = resolve_kernels(self.kernels, self.cfg, be)
         w = upload_weights(be, self.model)
         self.token_embd, self.output, self.output_norm, self.layers = w.token_embd, w.output, w.output_norm, w.layers
         self.frozen = False
@@ -190,7 +192,7 @@ class ForwardPass:
         other = copy.copy(self)
         other.frozen, other.use_graphs = False, True
         if kernels is not None:
-            other.kernels, other.choice = kernels, resolve_kernels(kernels, self.cfg)
+            other.kernels, other.choice = kernels, resolve_kernels(kernels, self.cfg, self.backend)
         other._plans, other._desc, other.seen_bits = PlanCache(self.backend), None, None
         other._resize(capacity)
         return other
@@ -218,6 +220,12 @@ class ForwardPass:
         flush a long penalised prompt needs, so it never compiles mid-serving)."""
         body, head = self._launch_names(kv_dtype)
         return list(dict.fromkeys(body + head + [("sampling.cu", "seen_update")]))
+
+    def launches_per_layer(self) -> int:
+        """Kernel launches of one transformer layer in the chosen variants (a decode step runs
+        n_layer of these, plus the embedding and the head)."""
+        body, _ = self._launch_names(self.kv_dtype)
+        return (len(body) - 1) // self.cfg.n_layer  # the embedding is the one launch outside the layers
 
     def graph_launches(self) -> int:
         """Kernel launches the graphs of capture_graphs() hold (for the memory estimate)."""

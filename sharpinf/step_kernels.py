@@ -8,7 +8,7 @@
     attention   attention.cu                              attention_split.cu (+ its q8_1 output)
     ffn         matmul x2, silu_gate, matmul, add          gate_up_dp4a.cu, quantize_q8_1, dp4a += down
 
-A layer is 14 launches in the simple set (12 without qk-norm), 9 in the fast one. An `Act` is an
+A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one. An `Act` is an
 activation in the form the next matmul reads: float rows, or their q8_1 copy.
 """
 
@@ -23,7 +23,6 @@ from sharpinf.device_weights import DeviceLayer, DeviceMatrix
 from sharpinf.model.config import ModelConfig
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic
-from sharpinf.ops import kv_cache as kv_ops
 from sharpinf.ops import rope as rope_ops
 from sharpinf.ops.matmul import matmul
 from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
@@ -96,20 +95,10 @@ class StepKernels:
 
     def rope_kv(self, L: DeviceLayer, kv, li: int, positions, slots, N: int) -> None:
         """(qwen3) per-head RMSNorm of Q and K, RoPE of Q and K, then K and V into the paged cache."""
-        be, cfg, qkv = self.be, self.cfg, self.ws.qkv
-        qkv_w = cfg.q_dim + 2 * cfg.kv_dim
-        if self.choice.rope_kv == "fused":
-            return rope_ops.rope_kv(be, kv.kv_dtype, qkv, qkv_w, positions, slots, L.q_norm, L.k_norm, kv.k[li],
-                                    kv.v[li], N, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rope_theta,
-                                    cfg.rms_eps, cfg.rope_style)
-        if L.q_norm is not None:
-            basic.qk_norm(be, qkv, L.q_norm, N, cfg.n_head, cfg.head_dim, qkv_w, 0, cfg.rms_eps)
-            basic.qk_norm(be, qkv, L.k_norm, N, cfg.n_head_kv, cfg.head_dim, qkv_w, cfg.q_dim, cfg.rms_eps)
-        rope_ops.rope(be, qkv, qkv_w, positions, N, cfg.n_head, cfg.head_dim, cfg.rope_theta, cfg.rope_style, col=0)
-        rope_ops.rope(be, qkv, qkv_w, positions, N, cfg.n_head_kv, cfg.head_dim, cfg.rope_theta, cfg.rope_style,
-                      col=cfg.q_dim)
-        kv_ops.kv_append(be, kv.kv_dtype, qkv, qkv_w, cfg.q_dim, cfg.q_dim + cfg.kv_dim, slots, kv.k[li], kv.v[li],
-                         N, cfg.n_head_kv, cfg.head_dim)
+        cfg = self.cfg
+        fn = rope_ops.rope_kv if self.choice.rope_kv == "fused" else rope_ops.rope_kv_separate
+        fn(self.be, kv.kv_dtype, self.ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, positions, slots, L.q_norm, L.k_norm,
+           kv.k[li], kv.v[li], N, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rope_theta, cfg.rms_eps, cfg.rope_style)
 
     def attention(self, kv, li: int, d, N: int) -> Act:
         """ws.att = varlen paged causal attention of the step's queries over their sequences' KV."""

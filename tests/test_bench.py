@@ -57,8 +57,38 @@ def test_bench_quick_all_suites(tmp_path):
     assert steps["decode_s1"]["tokens"] == 1 and steps["decode_s64"]["tokens"] == 64 and steps["mixed"]["seqs"] == 64
     assert any(k["kernel"].startswith("matmul") and k["bytes_read"] > 0 for k in h["results"]["detail"]["decode_s1"]["eager"]["kernels"])
 
+    assert h["results"]["kernels"] == "fast" and h["results"]["launches_per_layer"] == 9
+
+    k = json.loads((tmp_path / "kernels.json").read_text())  # every variant whatever --kernels (auto: simple on emu)
+    assert (tmp_path / "kernels.png").stat().st_size > 1000 and k["kernels"] == "simple"
+    rows = k["results"]["rows"]
+    seen = {(r["op"], r["variant"]) for r in rows}
+    assert seen == {("norm", "simple"), ("norm", "dp4a"), ("matmul", "simple"), ("matmul", "dp4a"),
+                    ("ffn_in", "simple"), ("ffn_in", "dp4a"), ("rope_kv", "simple"), ("rope_kv", "fused"),
+                    ("attention", "simple"), ("attention", "split")}
+    assert {r["tokens"] for r in rows} == {1, 8} and all(r["us"] > 0 and r["gb_s"] > 0 and r["bytes"] > 0 for r in rows)
+    assert all(r["speedup"] == 1.0 for r in rows if r["variant"] == "simple")
+    assert {r["shape"].split(" ")[0] for r in rows if r["op"] == "matmul"} == {"qkv", "o", "down", "lm_head"}
+    p = k["results"]["ptxas"]
+    if p["available"]:  # NVRTC installed (the check extra): the fast kernels this model runs, none spilling
+        assert p["spills"] == 0 and {e["entry"] for e in p["entries"]} >= {"matmul_dp4a_q8_0", "rmsnorm_q8_1"}
+
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "host"}
+    assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "kernels", "host"}
+
+
+def test_host_suite_counts_the_simple_kernels_launches(tmp_path):
+    """--kernels simple: the readable baselines' 14 launches a layer (llama); fast: 9."""
+    from typer.testing import CliRunner
+
+    import sharpinf.cli.bench_cmd  # noqa: F401
+    from sharpinf.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "--suite", "host", "--quick", "--kernels", "simple", "--out",
+                                   str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.output
+    h = json.loads((tmp_path / "host.json").read_text())["results"]
+    assert h["kernels"] == "simple" and h["launches_per_layer"] == 14
 
 
 def test_single_stream_script_runs_on_the_emulator(tmp_path):
@@ -86,11 +116,20 @@ def test_gpu_check_script_writes_its_report(tmp_path):
 
     script = Path(__file__).parents[1] / "bench" / "gpu_check.py"
     model = synthetic_model("llama", "Q8_0", n_embd=128)
-    proc = subprocess.run([sys.executable, str(script), "--backend", "emu", "--model", str(model), "--only",
-                           "verify,stream,bench", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    big = synthetic_model("qwen3", "Q4_K", n_embd=256)  # stands in for the 8B-class shape
+    proc = subprocess.run([sys.executable, str(script), "--backend", "emu", "--model", str(model), "--big-model",
+                           str(big), "--only", "verify,stream,bench", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (report,) = tmp_path.glob("*.json")
     doc = json.loads(report.read_text())
-    assert doc["parts"]["verify"]["passed"] == doc["parts"]["verify"]["total"] > 10
-    assert doc["parts"]["stream"]["decode_tokens_per_s"] > 0 and doc["parts"]["stream"]["decode_tokens_per_s_eager"] > 0
-    assert set(doc["parts"]["bench"]["suites"]) == {"decode", "prefill", "throughput", "chunking", "host"}
+    verify = doc["parts"]["verify"]
+    assert verify["passed"] == verify["total"] > 20
+    assert {"kernels simple", "kernels fast"} <= {r["case"].rsplit(", ", 1)[-1] for r in verify["results"]}
+    runs = doc["parts"]["stream"]["runs"]
+    assert len(runs) == 4 and {k.rsplit(" / ", 1)[1] for k in runs} == {"fast", "simple"}
+    assert all(r["decode_tokens_per_s"] > 0 and r["decode_tokens_per_s_eager"] > 0 for r in runs.values())
+    bench = doc["parts"]["bench"]
+    assert set(bench["suites"]) == {"decode", "prefill", "throughput", "chunking", "kernels", "host",
+                                    f"{big} kernels"}
+    assert set(bench["kernels"]) == {"kernels", f"{big} kernels"} and bench["kernels"]["kernels"]["n1"]

@@ -55,12 +55,14 @@ def test_f_engine_equals_single_user_under_random_load(data):
     assert r.passed, r.detail
 
 
+@pytest.mark.parametrize("kernels", ["simple", "fast"])
 @pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_1"), ("qwen3", "Q5_0")])
-def test_f_engine_equals_single_user_other_archs(arch, qtype):
+def test_f_engine_equals_single_user_other_archs(arch, qtype, kernels):
     rng = np.random.default_rng(3)
     prompts = [rng.integers(3, 500, int(rng.integers(1, 50))).tolist() for _ in range(6)]
     params = [SamplingParams(max_tokens=6) for _ in prompts]
-    llm = make_llm(arch, qtype, num_blocks=40, block_size=4, max_num_batched_tokens=24, max_num_seqs=4)
+    llm = make_llm(arch, qtype, num_blocks=40, block_size=4, max_num_batched_tokens=24, max_num_seqs=4,
+                   kernels=kernels)
     r = oracle_engine_vs_single_user(llm, prompts, params, arrivals=[0, 0, 1, 3, 3, 6])
     assert r.passed, r.detail
 

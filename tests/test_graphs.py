@@ -19,9 +19,9 @@ from sharpinf.model.synth import synthetic_model
 
 
 @functools.cache
-def _fp(arch: str, qtype: str, backend):
+def _fp(arch: str, qtype: str, backend, kernels: str = "fast"):
     n_embd = 256 if qtype.endswith("_K") else 128
-    return ForwardPass(load_model(synthetic_model(arch, qtype, n_embd=n_embd)), backend)
+    return ForwardPass(load_model(synthetic_model(arch, qtype, n_embd=n_embd)), backend, kernels=kernels)
 
 
 @st.composite
@@ -49,12 +49,13 @@ def schedules(draw) -> Schedule:
     return Schedule(tokens, steps, params)
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+@pytest.mark.parametrize("kernels", ["simple", "fast"])
+@settings(max_examples=15, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 @given(sched=schedules(), block_size=st.sampled_from([4, 16]), kv=st.sampled_from(["f16", "q8_0"]),
        model=st.sampled_from([("llama", "Q8_0"), ("qwen3", "Q4_K"), ("qwen2", "Q4_1")]))
-def test_graph_replay_is_bit_identical_to_eager(backend, sched, block_size, kv, model):
-    r = oracle_graph_vs_eager(_fp(*model, backend), sched, kv_dtype=kv, block_size=block_size)
+def test_graph_replay_is_bit_identical_to_eager(backend, kernels, sched, block_size, kv, model):
+    r = oracle_graph_vs_eager(_fp(*model, backend, kernels), sched, kv_dtype=kv, block_size=block_size)
     assert r.passed, f"{r.case}: {r.detail}"
 
 

@@ -348,8 +348,6 @@ def test_attention_forward_matches_single_sequence_oracle(backend):
 def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim):
     """rope_kv.cu against qk_norm.cu + rope.cu + kv_cache.cu: the same rotation bits; with the norm
     (a warp per head instead of a block) within float rounding."""
-    from sharpinf.ops import basic
-
     rng = _rng("ropekv", kv_dtype, norm, head_dim)
     n, nh, nkv, bs, theta, eps = 9, 4, 2, 4, 10000.0, 1e-6
     q_dim, kv_dim = nh * head_dim, nkv * head_dim
@@ -365,16 +363,8 @@ def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim):
         d, dpos, dslots = backend.upload(qkv), backend.upload(pos), backend.upload(slots)
         kc, vc = backend.upload(_poison(shape, dt)), backend.upload(_poison(shape, dt))
         qn, kn = (backend.upload(wq), backend.upload(wk)) if norm else (None, None)
-        if fused:
-            rope_ops.rope_kv(backend, kv_dtype, d, stride, dpos, dslots, qn, kn, kc, vc, n, nh, nkv, head_dim,
-                             theta, eps, "neox")
-        else:
-            if norm:
-                basic.qk_norm(backend, d, qn, n, nh, head_dim, stride, 0, eps)
-                basic.qk_norm(backend, d, kn, n, nkv, head_dim, stride, q_dim, eps)
-            rope_ops.rope(backend, d, stride, dpos, n, nh, head_dim, theta, "neox", col=0)
-            rope_ops.rope(backend, d, stride, dpos, n, nkv, head_dim, theta, "neox", col=q_dim)
-            kv_ops.kv_append(backend, kv_dtype, d, stride, q_dim, q_dim + kv_dim, dslots, kc, vc, n, nkv, head_dim)
+        fn = rope_ops.rope_kv if fused else rope_ops.rope_kv_separate
+        fn(backend, kv_dtype, d, stride, dpos, dslots, qn, kn, kc, vc, n, nh, nkv, head_dim, theta, eps, "neox")
         outs[fused] = [backend.download(a) for a in (d, kc, vc)]
     (q0, k0, v0), (q1, k1, v1) = outs[False], outs[True]
     if not norm or head_dim <= 64:  # one warp per head either way: the same sums

@@ -144,7 +144,8 @@ def test_engine_penalty_tokens_match_the_host_rule():
 
 # -- compile ahead ---------------------------------------------------------------------------------
 def test_kernels_used_names_only_this_models_entry_points(emu):
-    fp = ForwardPass(load_model(synthetic_model("qwen3", "Q4_K", n_embd=256)), emu, compile_ahead=False)
+    fp = ForwardPass(load_model(synthetic_model("qwen3", "Q4_K", n_embd=256)), emu, compile_ahead=False,
+                     kernels="simple")
     used = fp.kernels_used("q8_0")
     assert used == [("embedding.cu", "embed_q4_k"), ("rmsnorm.cu", "rmsnorm_f32"), ("matmul.cu", "matmul_q4_k"),
                     ("qk_norm.cu", "qk_norm_f32"), ("rope.cu", "rope_neox"), ("kv_cache.cu", "kv_append_q8_0"),
@@ -152,6 +153,12 @@ def test_kernels_used_names_only_this_models_entry_points(emu):
                     ("elementwise.cu", "silu_gate_f32"), ("gather.cu", "gather_rows_f32"), ("sampling.cu", "sample_rows"),
                     ("sampling.cu", "seen_update")]
     # no argmax: the sampling kernel picks greedy tokens too, so nothing is launched for nothing
+    fast = fp.with_own_buffers(kernels="fast").kernels_used("q8_0")
+    assert fast == [("embedding.cu", "embed_q4_k"), ("rmsnorm_q8_1.cu", "rmsnorm_q8_1"),
+                    ("matmul_dp4a.cu", "matmul_dp4a_q4_k"), ("rope_kv.cu", "rope_kv_q8_0"),
+                    ("attention_split.cu", "attention_split_q8_0_d64"), ("gate_up_dp4a.cu", "gate_up_dp4a_q4_k"),
+                    ("rmsnorm_q8_1.cu", "quantize_q8_1"), ("gather.cu", "gather_rows_f32"),
+                    ("sampling.cu", "sample_rows"), ("sampling.cu", "seen_update")]
 
 
 # -- the trace backend ---------------------------------------------------------------------------

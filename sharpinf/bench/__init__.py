@@ -4,6 +4,8 @@
     decode      one decode step vs batch size B: weights read once per step for all B sequences
     prefill     S prompts in one packed step vs one step each
     chunking    decoders' inter-token gaps while a long prompt arrives, chunked prefill on vs off
+    kernels     each variant of each op (simple vs fast) on the model's shapes, N = 1, 8, 64:
+                time, achieved GB/s beside the measured device bandwidth, ptxas registers/spills
     host        the host's share of an engine step, on the trace backend (launches counted, not run):
                 launches and microseconds per step, eager and with CUDA graphs; bytes per kernel
 
@@ -12,6 +14,8 @@ Each suite writes DIR/<suite>.json (device, backend, model, config, results) and
 
 from __future__ import annotations
 
-from sharpinf.bench import chunking_latency, decode_scaling, host_cost, prefill_packing, throughput
+from sharpinf.bench import (chunking_latency, decode_scaling, host_cost, kernel_variants, prefill_packing,
+                            throughput)
 
-SUITES = {m.SUITE: m for m in (throughput, decode_scaling, prefill_packing, chunking_latency, host_cost)}
+SUITES = {m.SUITE: m for m in (throughput, decode_scaling, prefill_packing, chunking_latency, kernel_variants,
+                               host_cost)}

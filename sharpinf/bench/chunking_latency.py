@@ -35,8 +35,9 @@ def _one(ctx: BenchContext, chunked: bool, budget: int, decoders: int, decoder_p
     cfg, bs = ctx.model.config, 16
     rng = np.random.default_rng(ctx.seed)
     need_blocks = decoders * -(-(decoder_prompt + decode_tokens) // bs) + -(-(long_len + 8) // bs) + 8
-    eng = LLMEngine(ctx.model, backend=ctx.backend, max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
-                    enable_prefix_caching=False, num_blocks=need_blocks, block_size=bs, max_num_seqs=decoders + 2)
+    eng = LLMEngine(ctx.model, backend=ctx.backend, kernels=ctx.kernels, max_num_batched_tokens=budget,
+                    enable_chunked_prefill=chunked, enable_prefix_caching=False, num_blocks=need_blocks, block_size=bs,
+                    max_num_seqs=decoders + 2)
     # warm-up in this engine: kernels compiled, allocator primed
     eng.add_request(random_prompt(rng, 4, cfg.n_vocab), SamplingParams(max_tokens=2, ignore_eos=True))
     while eng.has_unfinished():

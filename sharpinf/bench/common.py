@@ -49,6 +49,7 @@ class BenchContext:
     quick: bool = False
     console: Console = field(default_factory=lambda: Console(highlight=False))
     seed: int = 0
+    kernels: Any = "auto"  # the kernel variants every suite runs (ops/variants.py)
     _fp: Any = field(default=None, repr=False)
 
     @property
@@ -60,7 +61,7 @@ class BenchContext:
         if self._fp is None:
             from sharpinf.forward import ForwardPass
 
-            self._fp = ForwardPass(self.model, self.backend)
+            self._fp = ForwardPass(self.model, self.backend, kernels=self.kernels)
         return self._fp
 
     def progress(self) -> Progress:
@@ -140,6 +141,13 @@ def model_facts(ctx: BenchContext) -> dict:
             "weight_bytes": int(sum(int(t.nbytes) for t in ctx.model.tensors.values()))}
 
 
+def kernels_name(ctx: BenchContext) -> str:
+    """The kernel set the suites ran, as resolved for this model and backend."""
+    from sharpinf.ops.variants import resolve_kernels
+
+    return resolve_kernels(ctx.kernels, ctx.model.config, ctx.backend).name
+
+
 def envelope(ctx: BenchContext, suite: str, config: dict, results: dict) -> dict:
     """One suite's JSON: what ran where, its settings, and its numbers."""
     return {
@@ -147,6 +155,7 @@ def envelope(ctx: BenchContext, suite: str, config: dict, results: dict) -> dict
         "backend": ctx.backend.name,
         "device": device_facts(ctx.backend),
         "model": model_facts(ctx),
+        "kernels": kernels_name(ctx),
         "config": config,
         "results": results,
         "host": {"python": platform.python_version(), "machine": platform.machine()},

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from rich.table import Table
 
-from sharpinf.bench.common import BenchContext, envelope, pyplot, random_prompt, save_fig
+from sharpinf.bench.common import BenchContext, envelope, kernels_name, pyplot, random_prompt, save_fig
 from sharpinf.kv_pool import kv_bytes_per_slot
 
 SUITE = "host"
@@ -46,8 +46,8 @@ def _setups(budget: int, steps: int) -> list[_Setup]:
 def _engine(ctx: BenchContext, eager: bool, budget: int, block_size: int, blocks: int):
     from sharpinf.engine.llm_engine import LLMEngine
 
-    return LLMEngine(ctx.model, backend=ctx.backend, num_blocks=blocks, block_size=block_size, max_num_seqs=64,
-                     max_num_batched_tokens=budget, enforce_eager=eager)
+    return LLMEngine(ctx.model, backend=ctx.backend, kernels=ctx.kernels, num_blocks=blocks, block_size=block_size,
+                     max_num_seqs=64, max_num_batched_tokens=budget, enforce_eager=eager)
 
 
 def _kernel_bytes(eng, log) -> list[dict]:
@@ -67,7 +67,7 @@ def _kernel_bytes(eng, log) -> list[dict]:
 
 
 def _measure(ctx: BenchContext, setup: _Setup, eager: bool, steps: int, prompt_len: int, budget: int,
-             block_size: int) -> dict:
+             block_size: int) -> tuple[dict, int]:
     from sharpinf.sampling import SamplingParams
 
     cfg = ctx.model.config
@@ -109,7 +109,7 @@ def _measure(ctx: BenchContext, setup: _Setup, eager: bool, steps: int, prompt_l
         "graph_replays": int(np.median(replays)),
         "step": shape,
         "kernels": kernels,
-    }
+    }, eng.fp.launches_per_layer()
 
 
 def run(ctx: BenchContext, steps: int, prompt_len: int, budget: int, block_size: int) -> dict:
@@ -119,14 +119,17 @@ def run(ctx: BenchContext, steps: int, prompt_len: int, budget: int, block_size:
     prompt_len = min(prompt_len, ctx.model.config.context_length // 4)
     setups = _setups(budget, steps)
     out: dict[str, dict] = {}
+    per_layer = None
     with ctx.progress() as bar:
         task = bar.add_task(f"{SUITE}: {', '.join(KINDS)} x eager, graph", total=2 * len(setups))
         for s in setups:
             out[s.kind] = {}
             for mode in ("eager", "graph"):
-                out[s.kind][mode] = _measure(ctx, s, mode == "eager", steps, prompt_len, budget, block_size)
+                out[s.kind][mode], per_layer = _measure(ctx, s, mode == "eager", steps, prompt_len, budget, block_size)
                 bar.advance(task)
     results = {
+        "kernels": kernels_name(ctx),
+        "launches_per_layer": per_layer,  # eager: the layer's kernels, the unit the decode path is judged by
         # launches per step: kernel launches (eager) / graph replays plus any launch outside them (graph)
         "launches_per_step": {k: {"eager": v["eager"]["kernel_launches"],
                                   "graph": v["graph"]["graph_replays"] + v["graph"]["kernel_launches"]} for k, v in out.items()},
@@ -143,7 +146,8 @@ def run(ctx: BenchContext, steps: int, prompt_len: int, budget: int, block_size:
 def table(doc: dict) -> Table:
     r = doc["results"]
     t = Table("step", "tokens", "launches (eager)", "host us (eager)", "launches (graph)", "host us (graph)",
-              "graph: schedule / run / finish us", title="host cost of an engine step (trace backend: kernels not run)")
+              "graph: schedule / run / finish us", title=f"host cost of an engine step, kernels {r.get('kernels', '?')}, "
+              f"{r.get('launches_per_layer', '?')} launches a layer (trace backend: kernels not run)")
     t.columns[0].no_wrap = True
     for k in KINDS:
         d = r["detail"][k]

@@ -40,7 +40,7 @@ def _warm(ctx: BenchContext) -> None:
     from sharpinf.engine.llm_engine import LLMEngine
     from sharpinf.sampling import SamplingParams
 
-    eng = LLMEngine(ctx.model, backend=ctx.backend, num_blocks=8, max_num_batched_tokens=64)
+    eng = LLMEngine(ctx.model, backend=ctx.backend, kernels=ctx.kernels, num_blocks=8, max_num_batched_tokens=64)
     eng.add_request(random_prompt(np.random.default_rng(12345), 8, ctx.model.config.n_vocab),
                     SamplingParams(max_tokens=2, ignore_eos=True))
     while eng.has_unfinished():
@@ -70,7 +70,7 @@ def run(ctx: BenchContext, requests: int, prompt_len: tuple[int, int], output_le
     engine_config = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                          num_blocks=num_blocks, enable_prefix_caching=True, enable_chunked_prefill=True)
     _warm(ctx)
-    eng = LLMEngine(ctx.model, backend=ctx.backend, **engine_config)
+    eng = LLMEngine(ctx.model, backend=ctx.backend, kernels=ctx.kernels, **engine_config)
 
     rids: list[str] = []
     timeline = []  # per step: (t, tokens run, running, waiting, kv usage)

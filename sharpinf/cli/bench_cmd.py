@@ -1,4 +1,4 @@
-"""`sharpinf bench [MODEL]`: the benchmark suites (throughput, decode, prefill, chunking, host).
+"""`sharpinf bench [MODEL]`: the benchmark suites (throughput, decode, prefill, chunking, kernels, host).
 
 Each suite shows a progress bar and a results table, and writes DIR/<suite>.json and
 DIR/<suite>.png (DIR defaults to bench/results/<backend>/). With --json the tables go to
@@ -14,9 +14,10 @@ import typer
 from rich.text import Text
 
 from sharpinf.cli import app
+from sharpinf.cli.common import KERNELS_HELP
 from sharpinf.errors import SharpinfError
 
-SUITE_NAMES = ("throughput", "decode", "prefill", "chunking", "host")
+SUITE_NAMES = ("throughput", "decode", "prefill", "chunking", "kernels", "host")
 
 
 def _parse_suites(text: str) -> list[str]:
@@ -47,9 +48,11 @@ def bench(
     model: str = typer.Argument(None, help="Registered name or .gguf path (default: synthetic llama Q8_0, "
                                            "n_embd=128, 2 layers; 'synth' names it too)."),
     backend: str = typer.Option("auto", "--backend", help="emu, cuda, or auto."),
-    suite: str = typer.Option("all", "--suite", help="all, or any of throughput,decode,prefill,chunking,host (comma "
-                              "list). host: the host's share of an engine step on the trace backend (kernels "
-                              "counted, not run), whatever --backend says."),
+    suite: str = typer.Option("all", "--suite", help="all, or any of throughput,decode,prefill,chunking,kernels,host "
+                              "(comma list). kernels: every variant of every op on the model's shapes, GB/s beside "
+                              "the device bandwidth. host: the host's share of an engine step on the trace backend "
+                              "(kernels counted, not run), whatever --backend says."),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " (every suite but kernels, which runs all)"),
     out: Path = typer.Option(None, "--out", help="Results folder (default bench/results/<backend>/)."),
     json_out: bool = typer.Option(False, "--json", help="Print all results as one JSON object on stdout."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes: a smoke run (tests use it)."),
@@ -60,22 +63,24 @@ def bench(
     rate_unit: str = typer.Option("step", "--rate-unit", help="throughput: rate per engine 'step' or per 's'."),
     max_batched_tokens: int = typer.Option(None, "--max-batched-tokens", help="throughput, host: per-step token budget."),
     num_blocks: int = typer.Option(None, "--num-blocks", help="throughput: KV pool blocks (default: sized by the engine)."),
-    batch_sizes: str = typer.Option(None, "--batch-sizes", help="decode: comma list of B, e.g. 1,2,4,8."),
-    context: int = typer.Option(None, "--context", help="decode: context length of every sequence."),
+    batch_sizes: str = typer.Option(None, "--batch-sizes", help="decode: comma list of B, e.g. 1,2,4,8; kernels: "
+                                    "the token counts N (default 1,8,64)."),
+    context: int = typer.Option(None, "--context", help="decode, kernels: context length of every sequence."),
     prefill_prompts: int = typer.Option(None, "--prefill-prompts", help="prefill: number of prompts S."),
     prefill_len: int = typer.Option(None, "--prefill-len", help="prefill: tokens per prompt."),
     budget: int = typer.Option(None, "--budget", help="chunking: per-step token budget."),
     long_mult: int = typer.Option(None, "--long-mult", help="chunking: long prompt = this x the budget."),
-    repeats: int = typer.Option(None, "--repeats", help="decode/prefill: timed repeats."),
+    repeats: int = typer.Option(None, "--repeats", help="decode/prefill/kernels: timed repeats."),
     seed: int = typer.Option(0, "--seed", help="Seed of the prompts and arrivals."),
 ):
     """Benchmarks of the engine and the forward pass, with tables, JSON and plots."""
     from sharpinf.bench import SUITES
     from sharpinf.bench.common import BenchContext, dumps, resolve_bench_model, write_json
     from sharpinf.model.loader import load_model
-    from sharpinf.cli.common import backend_named, make_console
+    from sharpinf.cli.common import backend_named, kernels_spec, make_console
 
     names = _parse_suites(suite)
+    kernels = kernels_spec(kernels)
     if rate_unit not in ("step", "s"):
         raise SharpinfError(f"--rate-unit must be 'step' or 's', got {rate_unit!r}")
     for name, v in (("--requests", requests), ("--max-batched-tokens", max_batched_tokens), ("--num-blocks", num_blocks),
@@ -100,7 +105,7 @@ def bench(
     path, label = resolve_bench_model(model)
     loaded = load_model(path)
     out_dir = Path(out) if out is not None else Path("bench") / "results" / be.name
-    ctx = BenchContext(be, loaded, label, out_dir, quick=quick, console=console, seed=seed)
+    ctx = BenchContext(be, loaded, label, out_dir, quick=quick, console=console, seed=seed, kernels=kernels)
     on_gpu = ctx.on_gpu
     console.print(Text.assemble(("sharpinf bench", "bold"), f" {label} on {be.name} -> {out_dir}/  suites: "
                                 f"{', '.join(names)}" + (" (quick)" if quick else "")))
@@ -111,6 +116,7 @@ def bench(
         "decode": dict(batch_sizes=bsizes, context=context, repeats=repeats),
         "prefill": dict(prompts=prefill_prompts, prompt_len=prefill_len, repeats=repeats),
         "chunking": dict(budget=budget, long_mult=long_mult),
+        "kernels": dict(tokens=bsizes, context=context, repeats=repeats),
         "host": dict(budget=max_batched_tokens),
     }
     docs = {}

@@ -85,3 +85,16 @@ def one_of(**options):
         names = ", ".join("--" + k.replace("_", "-") for k in options)
         raise SharpinfError(f"give exactly one of {names}")
     return given[0]
+
+
+KERNELS_HELP = ("Kernel variants: auto (default: fast on a GPU, simple on the emulator), fast (dp4a matmuls on "
+                "q8_1 activations, split-KV attention, fused RoPE + KV append), simple (the readable baselines), "
+                "or op=variant,... (ops: matmul=simple|dp4a, attention=simple|split, rope_kv=simple|fused).")
+
+
+def kernels_spec(text: str) -> str:
+    """--kernels as given, checked now: a bad op or variant is one line before anything loads."""
+    from sharpinf.ops.variants import check_kernels
+
+    check_kernels(text)
+    return text

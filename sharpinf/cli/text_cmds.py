@@ -12,7 +12,8 @@ from rich.text import Text
 
 from sharpinf.cli import app
 from sharpinf.cli.batch_file import BATCH_HELP, run_batch_file
-from sharpinf.cli.common import console, load, one_of, parse_ids, print_json, say_auto, tokenizer_of, valid_text
+from sharpinf.cli.common import (KERNELS_HELP, console, kernels_spec, load, one_of, parse_ids, print_json, say_auto,
+                                 tokenizer_of, valid_text)
 from sharpinf.errors import SharpinfError
 
 BACKEND_HELP = ("reference (the NumPy oracle), emu (kernels on the CPU emulator), cuda (kernels on the GPU), "
@@ -76,6 +77,7 @@ def generate(
     max_num_batched_tokens: int = typer.Option(512, help="Per-step token budget of the engine."),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help="Launch each step's kernels one by one "
                                        "instead of replaying the CUDA graphs captured at start-up."),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per request: prompt_ids, token_ids, text, finish_reason."),
 ):
     """Generate a continuation (streams to the terminal unless --json); --batch runs many requests."""
@@ -83,9 +85,10 @@ def generate(
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                             min_p=min_p, repetition_penalty=repetition_penalty, seed=seed)
+    kernels = kernels_spec(kernels)
     loaded = load(model)
     engine_config = dict(kv_dtype=kv_dtype, num_blocks=num_blocks, max_num_batched_tokens=max_num_batched_tokens,
-                         enforce_eager=enforce_eager)
+                         enforce_eager=enforce_eager, kernels=kernels)
     if batch is not None:
         if any(v is not None for v in (prompt, chat, prompt_ids)):
             raise SharpinfError("--batch runs the requests in the file: give no --prompt/--chat/--prompt-ids")
@@ -144,9 +147,11 @@ def score(
     prompt_ids: str = typer.Option(None, help="Comma-separated token ids."),
     top_k: int = typer.Option(5, help="How many top next tokens to show per position."),
     backend: str = typer.Option("auto", help=BACKEND_HELP),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
     json_out: bool = typer.Option(False, "--json", help="JSON keys: token_ids, top_ids, top_logits, next_token_logprob, perplexity."),
 ):
     """Teacher-forced scoring: top-k next tokens at every position, log-probs and perplexity."""
+    kernels = kernels_spec(kernels)
     loaded = load(model)
     tok = tokenizer_of(loaded)
     _, _ = one_of(prompt=prompt, prompt_ids=prompt_ids)
@@ -155,7 +160,7 @@ def score(
         raise SharpinfError("empty input: nothing to score")
     if top_k < 1:
         raise SharpinfError("--top-k must be >= 1")
-    logits = teacher_forced_logits(loaded, ids, backend)
+    logits = teacher_forced_logits(loaded, ids, backend, kernels)
     rows = score_rows(logits, ids, min(top_k, logits.shape[1]))
     if json_out:
         return print_json(rows)
@@ -169,7 +174,7 @@ def score(
         console.print(f"perplexity: {rows['perplexity']:.3f}")
 
 
-def teacher_forced_logits(loaded, ids: list[int], backend: str) -> np.ndarray:
+def teacher_forced_logits(loaded, ids: list[int], backend: str, kernels: str = "auto") -> np.ndarray:
     from sharpinf.textgen import check_prompt
 
     check_prompt(ids, loaded.config.n_vocab, loaded.config.context_length + 1)
@@ -182,4 +187,4 @@ def teacher_forced_logits(loaded, ids: list[int], backend: str) -> np.ndarray:
     from sharpinf.runtime.select import get_backend
     from sharpinf.scoring import teacher_forced_logits as fp_logits
 
-    return fp_logits(ForwardPass(loaded, get_backend(backend)), ids)
+    return fp_logits(ForwardPass(loaded, get_backend(backend), kernels=kernels), ids)

@@ -9,7 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from sharpinf.cli import app
-from sharpinf.cli.common import backend_named, console, err_console, load, print_json, tokenizer_of
+from sharpinf.cli.common import (KERNELS_HELP, backend_named, console, err_console, load, print_json,
+                                 tokenizer_of)
 
 
 def run_cases(cases, quiet: bool):
@@ -49,12 +50,16 @@ def verify(
     backend: str = typer.Option("auto", help="reference: the oracle against independent truths; emu or cuda: "
                                 "also the kernel path against the reference (auto: cuda if a GPU is usable, else emu)."),
     kv_dtype: list[str] = typer.Option(["f16", "q8_0"], help="KV dtypes for kernel-vs-reference (repeatable)."),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " 'all': every oracle for the simple "
+                                "and the fast set (between them every variant of every op)."),
     json_out: bool = typer.Option(False, "--json", help="One JSON list of results."),
 ):
     """Prove a path correct: every named oracle, a rich table, non-zero exit on any failure."""
     from oracles.foundation import foundation_cases
     from sharpinf.kv_pool import kv_dtype_name
+    from sharpinf.ops.variants import choices_for
 
+    choices = choices_for(kernels)  # checked before the model loads
     loaded = load(model)
     tok = tokenizer_of(loaded)
     cases = foundation_cases(loaded, tok)
@@ -62,8 +67,10 @@ def verify(
         from oracles.paths import path_cases
         from sharpinf.forward import ForwardPass
 
-        fp = ForwardPass(loaded, backend_named(backend))
-        cases += path_cases(fp, tok, tuple(kv_dtype_name(k) for k in kv_dtype))
+        fp = ForwardPass(loaded, backend_named(backend), kernels=choices[0])
+        for spec in choices:  # the same uploaded weights for each kernel set
+            fpk = fp if spec is choices[0] else fp.with_own_buffers(kernels=spec)
+            cases += path_cases(fpk, tok, tuple(kv_dtype_name(k) for k in kv_dtype))
     results = run_cases(cases, quiet=json_out)
     if json_out:
         print_json([r.to_json() for r in results])

@@ -8,6 +8,7 @@ import numpy as np
 
 from sharpinf.errors import SharpinfError
 from sharpinf.kv_pool import kv_dtype_name
+from sharpinf.ops.variants import check_kernels
 from sharpinf.sampling import as_float, as_int
 
 
@@ -26,11 +27,14 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True  # off: a prompt is admitted only when it fits one step whole
     enforce_eager: bool = False  # True: run each step's launches one by one, no CUDA graphs
+    kernels: str | dict = "auto"  # kernel variants: auto (fast on a GPU, simple on the emulator), fast, simple,
+    #                               "op=variant,..." or {op: variant} (sharpinf/ops/variants.py)
     seed: int = 0  # for requests that give no seed
 
     def __post_init__(self):
         self._check_types()
         self.kv_dtype = kv_dtype_name(self.kv_dtype)
+        check_kernels(self.kernels)  # one line naming a bad op or variant, before anything loads
         checks = [
             (self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}"),
             (self.num_blocks is None or self.num_blocks >= 1, f"num_blocks must be >= 1, got {self.num_blocks}"),

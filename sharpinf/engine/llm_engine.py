@@ -112,7 +112,7 @@ class LLMEngine:
         # weights, step buffers and kernels first, then the KV pool from what is left, then graphs over it
         self.max_model_len = min(self.cfg.context_length, self.config.max_model_len or self.cfg.context_length)
         self.fp = ForwardPass(self.model, self.backend, capacity=step_capacity(self.config, self.max_model_len),
-                              kv_dtype=self.config.kv_dtype)
+                              kv_dtype=self.config.kv_dtype, kernels=self.config.kernels)
         self.fp.freeze()
         eager = self.config.enforce_eager
         self.budget: KVBudget = plan_kv_budget(self.backend, self.cfg, self.config,

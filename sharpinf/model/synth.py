@@ -38,9 +38,14 @@ def write_synthetic_model(
     context_length: int = 1024,
     tied: bool = True,
     norm_qtype: str = "F32",
+    tile_rows: int | None = None,
     **overrides: Any,
 ) -> Path:
     """Write a GGUF model and return its path.
+
+    tile_rows: for benchmark models of real size (8B-class shapes): each matrix is `tile_rows`
+    random rows, quantized once and repeated down the matrix -- valid blocks, real sizes and
+    bytes to read, made in seconds without the float matrix ever existing. Not for oracles.
 
     overrides: n_vocab (512), head_dim (n_embd // n_head; written as key_length for any arch
     when it differs), rope_theta (10000), rms_eps (1e-5); any other key containing a dot is
@@ -81,7 +86,7 @@ def write_synthetic_model(
     meta.update(synthetic_tokenizer_metadata(n_vocab=n_vocab, seed=0))
     meta.update({k: v for k, v in overrides.items() if "." in k})
 
-    weights = _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied)
+    weights = _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied, tile_rows)
 
     path = Path(path)
     writer = gguf.GGUFWriter(path, arch)
@@ -89,7 +94,7 @@ def write_synthetic_model(
         _add_kv(writer, key, value)
     for name, x in weights.items():
         t = nq if x.ndim == 1 else wq  # norms and biases (norm_qtype) vs matrices
-        raw = quants.quantize(x, t)  # (rows, row_bytes)
+        raw = x.quantize(t) if isinstance(x, _Tiled) else quants.quantize(x, t)  # (rows, row_bytes)
         if x.ndim == 1:
             raw = raw.reshape(-1)
         writer.add_tensor(name, raw, raw_shape=_byte_shape(x.shape, t), raw_dtype=gguf.GGMLQuantizationType(t))
@@ -127,11 +132,28 @@ def _add_kv(writer, key: str, value: Any) -> None:
         raise TypeError(f"cannot write metadata {key!r} of type {type(value).__name__}")
 
 
-def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied) -> dict[str, np.ndarray]:
+class _Tiled:
+    """A matrix of `rows` distinct rows repeated to n_out (write_synthetic_model's tile_rows)."""
+
+    ndim = 2
+
+    def __init__(self, rows: np.ndarray, n_out: int):
+        self.rows, self.shape = rows, (n_out, rows.shape[1])
+
+    def quantize(self, qtype: int) -> np.ndarray:
+        raw = quants.quantize(self.rows, qtype)
+        return np.tile(raw, (-(-self.shape[0] // raw.shape[0]), 1))[: self.shape[0]]
+
+
+def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied,
+             tile_rows: int | None = None) -> dict[str, np.ndarray]:
     """name -> float32 array in numpy order ((out, in) for matrices), in GGUF file order."""
     rng = np.random.default_rng(seed)
 
     def mat(out_f: int, in_f: int, gain: float = 1.0) -> np.ndarray:
+        if tile_rows:
+            return _Tiled((rng.standard_normal((min(tile_rows, out_f), in_f)) * (gain / np.sqrt(in_f))).astype(np.float32),
+                          out_f)
         return (rng.standard_normal((out_f, in_f)) * (gain / np.sqrt(in_f))).astype(np.float32)
 
     def norm(n: int) -> np.ndarray:
@@ -141,7 +163,8 @@ def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim
         return (0.1 * rng.standard_normal(n)).astype(np.float32)
 
     # Unit-variance embedding; tied, logits come out ~ sqrt(n_embd) wide.
-    w = {"token_embd.weight": rng.standard_normal((n_vocab, n_embd)).astype(np.float32)}
+    w = {"token_embd.weight": mat(n_vocab, n_embd, np.sqrt(n_embd)) if tile_rows
+         else rng.standard_normal((n_vocab, n_embd)).astype(np.float32)}
     for i in range(n_layer):
         b = f"blk.{i}."
         w[b + "attn_norm.weight"] = norm(n_embd)
@@ -188,3 +211,25 @@ def synthetic_model(arch: str = "llama", qtype: str = "Q8_0", **kw: Any) -> Path
 
 # Bump when the generator's output changes, so stale cached files are not reused.
 _GENERATOR_VERSION = 2
+
+
+# Real models' shapes for benchmarks (write_synthetic_model(..., **SHAPES[name], tile_rows=64)).
+SHAPES: dict[str, dict[str, Any]] = {
+    "smollm2-135m": dict(arch="llama", n_layer=30, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, n_vocab=49152,
+                         context_length=8192, rope_theta=100000.0),
+    "qwen3-8b": dict(arch="qwen3", n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, n_ff=12288, n_vocab=151936,
+                     head_dim=128, context_length=40960, rope_theta=1000000.0, tied=False, rms_eps=1e-6),
+}
+
+
+def shape_model(name: str, qtype: str, directory: str | Path | None = None) -> Path:
+    """A benchmark model of a real model's shape (SHAPES) in qtype, tiled weights, cached on disk."""
+    spec = dict(SHAPES[name])
+    arch = spec.pop("arch")
+    path = Path(directory or _cache_dir()) / f"{name}-shape-{qtype.lower()}.gguf"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        write_synthetic_model(tmp, arch, qtype, tile_rows=64, **spec)
+        os.replace(tmp, path)
+    return path

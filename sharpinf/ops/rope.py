@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from sharpinf.errors import SharpinfError
+from sharpinf.ops import basic, kv_cache
 from sharpinf.ops.launch import kernel
 
 I32, F32 = np.int32, np.float32
@@ -58,6 +59,21 @@ def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_
                I32(style == "neox"), I32(has_norm)),
               io=(4 * n_tokens * ((n_heads + 2 * n_kv_heads) * head_dim + 2), 4 * n_tokens * (n_heads + n_kv_heads) * head_dim
                   + 2 * n_tokens * kv_dim * (4 if kv_dtype == "f32" else 2)))
+
+
+def rope_kv_separate(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_norm, k_norm, k_cache,
+                     v_cache, n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, theta: float, eps: float,
+                     style: str) -> None:
+    """rope_kv() by the readable kernels, one launch per part: (qwen3) qk_norm.cu for Q and K,
+    rope.cu for Q and K, kv_cache.cu's append (the baseline the fused kernel must equal)."""
+    q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
+    if q_norm is not None:
+        basic.qk_norm(be, qkv, q_norm, n_tokens, n_heads, head_dim, qkv_stride, 0, eps)
+        basic.qk_norm(be, qkv, k_norm, n_tokens, n_kv_heads, head_dim, qkv_stride, q_dim, eps)
+    rope(be, qkv, qkv_stride, positions, n_tokens, n_heads, head_dim, theta, style, col=0)
+    rope(be, qkv, qkv_stride, positions, n_tokens, n_kv_heads, head_dim, theta, style, col=q_dim)
+    kv_cache.kv_append(be, kv_dtype, qkv, qkv_stride, q_dim, q_dim + kv_dim, slot_mapping, k_cache, v_cache,
+                       n_tokens, n_kv_heads, head_dim)
 
 
 # -- NumPy reference ---------------------------------------------------------------------

@@ -9,8 +9,11 @@
     rope_kv    simple             qk_norm.cu, rope.cu, kv_cache.cu
                fused              rope_kv.cu: all three in one launch per step
 
-A choice is "simple", "fast" (every op's fastest variant), a dict {op: variant}, or the same as
-text: "matmul=dp4a,attention=split". Every variant passes every oracle the baseline passes.
+A choice is "simple", "fast" (every op's fastest variant), a dict {op: variant}, the same as
+text: "matmul=dp4a,attention=split", or "auto" (the default): "fast" on a GPU, "simple" on the
+CPU emulator -- the fast kernels are written for a GPU's memory system, and the emulator, which
+runs each thread's C++ on one core, runs the readable ones faster. Every variant passes every
+oracle the baseline passes.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "rope_kv": ("simple", "fused"),
 }
 FAST = {op: names[-1] for op, names in VARIANTS.items()}  # the last listed is the fastest
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -55,9 +59,10 @@ class KernelChoice:
         return asdict(self)
 
     @classmethod
-    def parse(cls, spec: "str | dict | KernelChoice | None") -> "KernelChoice":
-        if spec is None or isinstance(spec, KernelChoice):
-            return spec or cls(**FAST)
+    def parse(cls, spec: "str | dict | KernelChoice") -> "KernelChoice":
+        """A choice by name or per op ("auto" needs a backend: resolve_kernels)."""
+        if isinstance(spec, KernelChoice):
+            return spec
         if isinstance(spec, dict):
             unknown = set(spec) - set(VARIANTS)
             if unknown:
@@ -66,6 +71,8 @@ class KernelChoice:
         if not isinstance(spec, str):
             raise SharpinfError(f"kernels must be 'simple', 'fast', 'op=variant,...' or a dict, got {type(spec).__name__}")
         text = spec.strip().lower()
+        if text == AUTO:
+            raise SharpinfError("kernels 'auto' depends on the backend: resolve it with resolve_kernels")
         if text == "simple":
             return cls()
         if text == "fast":
@@ -89,15 +96,27 @@ def unsupported(choice: KernelChoice, cfg) -> dict[str, str]:
     return why
 
 
-def resolve_kernels(spec, cfg) -> KernelChoice:
-    """The variants that run for a model: "fast" (or None) takes the baseline of an op whose fast
-    variant does not fit the model's shapes, with a note; a variant asked for by name must fit."""
+def _is_auto(spec) -> bool:
+    return spec is None or (isinstance(spec, str) and spec.strip().lower() == AUTO)
+
+
+def check_kernels(spec) -> None:
+    """Raise one clear line for a choice that names no op or variant (before anything loads)."""
+    if not _is_auto(spec):
+        KernelChoice.parse(spec)
+
+
+def resolve_kernels(spec, cfg, backend=None) -> KernelChoice:
+    """The variants that run for a model on a backend. "auto" (or None) is "fast" where the backend
+    shapes launches for a GPU, else "simple"; "fast" takes the baseline of an op whose fast variant
+    does not fit the model's shapes, with a note; a variant asked for by name must fit."""
+    if _is_auto(spec):
+        spec = "fast" if getattr(backend, "gpu_shapes", False) else "simple"
     choice = KernelChoice.parse(spec)
     why = unsupported(choice, cfg)
     if not why:
         return choice
-    by_name = not (spec is None or (isinstance(spec, str) and spec.strip().lower() == "fast"))
-    if by_name:
+    if not (isinstance(spec, str) and spec.strip().lower() == "fast"):
         raise SharpinfError(f"kernels {choice.name}: " + "; ".join(why.values()))
     from sharpinf.progress import note
 
@@ -106,11 +125,13 @@ def resolve_kernels(spec, cfg) -> KernelChoice:
     return KernelChoice(**{**asdict(choice), **{op: VARIANTS[op][0] for op in why}})
 
 
-def choices_for(spec: str) -> list[KernelChoice]:
-    """`--kernels all`: the baseline and the fast set, between them every variant of every op."""
-    if spec.strip().lower() == "all":
-        return [KernelChoice(), KernelChoice(**FAST)]
-    return [KernelChoice.parse(spec)]
+def choices_for(spec: str) -> list:
+    """`--kernels all`: the baseline and the fast set, between them every variant of every op;
+    any other spec stands for itself (resolved per backend by resolve_kernels)."""
+    if isinstance(spec, str) and spec.strip().lower() == "all":
+        return ["simple", "fast"]
+    check_kernels(spec)
+    return [spec]
 
 
 def describe_variants() -> list[dict]:

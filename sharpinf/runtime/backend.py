@@ -204,6 +204,11 @@ class Backend(ABC):
         """Measured pinned host-to-device copy rate in GB/s, or None where there is no copy."""
         return None
 
+    def device_bandwidth(self, nbytes: int = 512 << 20) -> float | None:
+        """Measured device memory bandwidth in GB/s (bytes read + written by a device-to-device
+        copy), the roofline the bench compares kernels with; None where memory is the host's."""
+        return None
+
     # -- facts -----------------------------------------------------------------
     @abstractmethod
     def describe(self) -> dict[str, Any]:

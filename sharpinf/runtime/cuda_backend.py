@@ -81,7 +81,7 @@ _SCALAR_CTYPES = {
     np.dtype(np.float64): ctypes.c_double, np.dtype(np.bool_): ctypes.c_bool,
     np.dtype(np.float16): ctypes.c_uint16,  # passed as its bits
 }
-_H2D, _D2H = 1, 2  # cudaMemcpyKind
+_H2D, _D2H, _D2D = 1, 2, 3  # cudaMemcpyKind
 
 
 def selection_defines(entries: Sequence[str]) -> tuple[str, ...]:
@@ -350,6 +350,22 @@ class CudaBackend(Backend):
             best = min(best, time.perf_counter() - t)
         del dev
         return nbytes / best / 1e9
+
+    def device_bandwidth(self, nbytes: int = 512 << 20) -> float:
+        """Device -> device copy of nbytes, best of 5: (read + written bytes) / time."""
+        import time
+
+        src, dst = self.zeros(nbytes, np.uint8), self.empty(nbytes, np.uint8)
+        best = float("inf")
+        for _ in range(5):
+            self.synchronize()
+            t = time.perf_counter()
+            with self._errors("device-to-device copy"):
+                self.cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, _D2D, self._stream.ptr)
+            self.synchronize()
+            best = min(best, time.perf_counter() - t)
+        del src, dst
+        return 2 * nbytes / best / 1e9
 
     # -- CUDA graphs --------------------------------------------------------------
     @contextmanager

@@ -1,0 +1,143 @@
+"""The kernel-variant registry (sharpinf/ops/variants.py) and its wiring into the forward pass:
+choices parse or fail with one clear line, "fast" falls back per op where a model's shapes do
+not fit, each choice runs the kernels it names (launches per layer), mixed choices pass the
+kernel-vs-reference oracle, and the ptxas report of the fast kernels shows no spills."""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import pytest
+
+from oracles import paths
+from sharpinf.errors import SharpinfError
+from sharpinf.forward import ForwardPass
+from sharpinf.model.loader import load_model
+from sharpinf.model.synth import synthetic_model
+from sharpinf.ops.variants import FAST, VARIANTS, KernelChoice, choices_for, describe_variants, resolve_kernels
+
+
+def test_parse_every_spelling():
+    assert KernelChoice.parse("simple") == KernelChoice() and KernelChoice().name == "simple"
+    assert KernelChoice.parse(" FAST ") == KernelChoice(**FAST)
+    assert KernelChoice.parse("fast").name == "fast" and KernelChoice.parse("fast").q8_activations
+    mixed = KernelChoice.parse("matmul=dp4a, attention=simple")
+    assert (mixed.matmul, mixed.attention, mixed.rope_kv) == ("dp4a", "simple", "simple")
+    assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple"
+    assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
+    assert KernelChoice.parse(mixed) is mixed
+    assert choices_for("all") == ["simple", "fast"] and choices_for("auto") == ["auto"]
+    rows = describe_variants()
+    assert len(rows) == sum(len(v) for v in VARIANTS.values()) and sum(r["baseline"] for r in rows) == len(VARIANTS)
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("matmul=fastest", "unknown matmul variant 'fastest'"),
+    ("softmax=split", "unknown op(s) softmax"),
+    ("matmul", "is not op=variant"),
+    ({"rope": "fused"}, "unknown op(s) rope"),
+    (3, "kernels must be"),
+    ("auto", "depends on the backend"),  # parse alone cannot resolve it; resolve_kernels can
+])
+def test_bad_choices_are_one_clear_line(spec, needle):
+    with pytest.raises(SharpinfError, match=None) as e:
+        KernelChoice.parse(spec)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_fast_falls_back_per_op_where_the_model_does_not_fit(capsys, monkeypatch):
+    monkeypatch.setenv("SHARPINF_PROGRESS", "1")  # notes show (off by default when stderr is no terminal)
+    odd = SimpleNamespace(head_dim=48)  # split attention is compiled for 16, 32, 64, 128, 256
+    got = resolve_kernels("fast", odd)
+    assert (got.matmul, got.attention, got.rope_kv) == ("dp4a", "simple", "fused")
+    assert "head_dim" in capsys.readouterr().err
+    with pytest.raises(SharpinfError, match="head_dim"):
+        resolve_kernels("attention=split", odd)
+    assert resolve_kernels("fast", SimpleNamespace(head_dim=64)) == KernelChoice(**FAST)
+
+
+def test_auto_is_fast_on_a_gpu_and_simple_on_the_emulator(emu):
+    from sharpinf.runtime.trace_backend import TraceBackend
+
+    cfg = SimpleNamespace(head_dim=64)
+    assert resolve_kernels("auto", cfg, TraceBackend()).name == "fast"  # shapes launches as a GPU does
+    assert resolve_kernels(None, cfg, emu).name == resolve_kernels("AUTO", cfg, emu).name == "simple"
+    assert resolve_kernels("auto", SimpleNamespace(head_dim=48), TraceBackend()).attention == "simple"
+    assert ForwardPass(_model("llama"), emu, compile_ahead=False).choice.name == "simple"
+
+
+@functools.cache
+def _model(arch: str, qtype: str = "Q8_0"):
+    return load_model(synthetic_model(arch, qtype, n_embd=128))
+
+
+@pytest.mark.parametrize("arch,kernels,per_layer", [
+    ("llama", "simple", 14), ("qwen3", "simple", 16), ("llama", "fast", 9), ("qwen3", "fast", 9),
+    ("llama", "matmul=dp4a", 12),  # q8_1 norms, dp4a matmuls; attention output and SwiGLU quantized apart
+    ("llama", "attention=split,rope_kv=fused", 12),
+])
+def test_launches_per_layer(emu, arch, kernels, per_layer):
+    fp = ForwardPass(_model(arch), emu, kernels=kernels, compile_ahead=False)
+    assert fp.launches_per_layer() == per_layer
+
+
+def test_workspace_holds_what_the_choice_needs(emu):
+    simple = ForwardPass(_model("llama"), emu, kernels="simple", compile_ahead=False)
+    fast = simple.with_own_buffers(kernels="fast")
+    assert fast.layers is simple.layers and fast.choice.name == "fast" and simple.choice.name == "simple"
+    assert hasattr(simple.ws, "h") and not hasattr(simple.ws, "xq") and not hasattr(simple.ws, "split")
+    assert hasattr(fast.ws, "xq") and hasattr(fast.ws, "split") and not hasattr(fast.ws, "h")
+    assert fast.workspace_bytes() > 0 and simple.workspace_bytes() > 0
+
+
+@pytest.mark.parametrize("kernels", ["matmul=dp4a", "attention=split,rope_kv=fused", "matmul=dp4a,attention=split"])
+@pytest.mark.parametrize("arch,qtype", [("qwen3", "Q4_0"), ("qwen2", "Q5_1")])
+def test_mixed_choices_pass_the_oracles(emu, kernels, arch, qtype):
+    fp = ForwardPass(_model(arch, qtype), emu, kernels=kernels)
+    toks = list(range(5, 35))
+    for kv in ("f16", "q8_0"):
+        r = paths.oracle_kernel_vs_reference(fp, toks, kv, 4)
+        assert r.passed and kernels.split(",")[0] in r.case, r
+    r = paths.oracle_chunked_vs_whole(fp, toks, "f16", 4, chunks=[1, 12, 17])
+    assert r.passed and r.max_abs_dlogit == 0.0, r
+
+
+def test_engine_and_llm_take_kernels():
+    from sharpinf.llm import LLM
+
+    llm = LLM(synthetic_model("llama", "Q8_0", n_embd=128), backend="emu", kernels="simple", num_blocks=16)
+    assert llm.engine.fp.choice.name == "simple"
+    with pytest.raises(SharpinfError, match="unknown attention variant"):
+        LLM(synthetic_model("llama", "Q8_0", n_embd=128), backend="emu", kernels="attention=flash")
+
+
+def test_fast_kernels_do_not_spill():
+    """ptxas -v (sm_90) of every entry point of the fast kernel files: no spill stores or loads."""
+    from sharpinf.bench.kernel_variants import FAST_FILES
+    from sharpinf.runtime.ptxas_report import ptxas_available, ptxas_report
+
+    why = ptxas_available()
+    if why:
+        pytest.skip(f"no NVRTC here: {why}")
+    report = ptxas_report(list(FAST_FILES), "sm_90")
+    assert len(report) >= 40 and {p.file for p in report} == set(FAST_FILES)
+    assert all(p.registers > 0 for p in report)
+    assert not [p.entry for p in report if p.spills]
+
+
+def test_ptxas_log_parsing():
+    from sharpinf.runtime.ptxas_report import parse_ptxas_log
+
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k_a' for 'sm_90'
+ptxas info    : Function properties for k_a
+ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 4096 bytes smem
+ptxas info    : Compiling entry function 'k_b' for 'sm_90'
+ptxas info    : Function properties for k_b
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers"""
+    a, b = parse_ptxas_log(log, "x.cu")
+    assert (a.entry, a.registers, a.spill_stores, a.spill_loads, a.stack_bytes, a.smem_bytes) == ("k_a", 255, 8, 12, 16, 4096)
+    assert a.spills and not b.spills and b.registers == 32 and b.smem_bytes == 0
