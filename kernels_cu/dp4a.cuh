@@ -8,9 +8,16 @@
 #define DP_WARPS 4  // warps per block
 
 // --- loads ---------------------------------------------------------------------------------------
+// On the emulator every load checks the alignment the GPU's load instruction needs (a misaligned
+// vector load faults on a GPU; a memcpy on the CPU would hide it), so the tests catch it.
+#ifdef SHARPINF_EMU
+#define DP_ALIGNED(p, n) assert(((unsigned long long)(p) & ((n) - 1)) == 0 && "load not aligned as the GPU needs")
+#endif
+
 // A 32-bit word at a 2-byte aligned address (GGUF blocks of 18, 22, 34 and 210 bytes).
 __device__ __forceinline__ int dp_word_a2(const unsigned char* p) {
 #ifdef SHARPINF_EMU
+    DP_ALIGNED(p, 2);
     int v;
     __builtin_memcpy(&v, p, 4);
     return v;
@@ -23,6 +30,7 @@ __device__ __forceinline__ int dp_word_a2(const unsigned char* p) {
 // A 32-bit word at a 4-byte aligned address.
 __device__ __forceinline__ int dp_word_a4(const unsigned char* p) {
 #ifdef SHARPINF_EMU
+    DP_ALIGNED(p, 4);
     return dp_word_a2(p);
 #else
     return *reinterpret_cast<const int*>(p);
@@ -32,6 +40,7 @@ __device__ __forceinline__ int dp_word_a4(const unsigned char* p) {
 // 8 words (32 bytes) at a 16-byte aligned address: two 128-bit loads.
 __device__ __forceinline__ void dp_words8_a16(const void* p, int (&w)[8]) {
 #ifdef SHARPINF_EMU
+    DP_ALIGNED(p, 16);
     __builtin_memcpy(w, p, 32);
 #else
     const int4 a = reinterpret_cast<const int4*>(p)[0], b = reinterpret_cast<const int4*>(p)[1];

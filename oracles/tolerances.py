@@ -37,20 +37,26 @@ KERNEL_VS_REFERENCE_BOUND = {"f32": 2e-3, "f16": 3e-2, "bf16": 3e-2, "q8_0": 0.3
 # the kernels do, and the integer dot products are exact. What is left: an input whose float32
 # value differs by an ulp or two between kernel and reference (the norm, the attention output,
 # silu * up) rounds to the neighbouring q8_1 step (amax/127 of its 32-value block) when it sits
-# that close to a rounding edge. Each such flip moves its matmul's output by |w| * amax/127 and
-# travels on through the residual stream and the KV, so it grows with the sequence. Measured
-# over llama/qwen2/qwen3 x 11 types x KV f16/q8_0 on the emulator (per logit_scale unit):
-# 7..120 tokens worst 0.23, median 0.08; 200..300 tokens worst 0.35, median 0.12. Against the
-# plain float reference the same kernels are 4-5x further off (median 0.42, worst 1.1): the
-# rounding reference is what keeps this tight. Cross-path oracles stay exact: the rounding is
-# the same on every path.
-Q8_1_ACTIVATIONS_BOUND = 0.5
+# that close to a rounding edge. Each such flip moves its matmul's output by |w| * amax/127; the
+# move reaches the next layers' inputs, where it pushes more values across edges, so the flips
+# multiply with depth until the two roundings are as independent as q8_1 and no rounding are.
+# Measured (max |dlogit| per logit_scale unit, emulator): 2-layer synthetic llama/qwen2/qwen3 x
+# 11 types x KV f16/q8_0, 7..120 tokens: worst 0.23, median 0.08; 200..300 tokens: worst 0.35
+# (against the plain float reference the same kernels are 4-5x further off: median 0.42, worst
+# 1.1 -- on shallow models the rounding reference is what keeps the check tight). SmolLM2-135M
+# (30 layers), 35-token chat, KV f16: 0.53; there the kernels sit as far from the rounding
+# reference as from the float one (median 0.7 logits over 30 positions, argmax equal at 97%),
+# and the rounding reference sits 0.64 from the float one: the size of q8_1's own noise on
+# that model. Bound: 0.5 + 0.01 per layer (0.52 at 2 layers, 0.8 at 30). Cross-path oracles
+# stay exact whatever the depth: the rounding is the same on every path.
+def q8_1_activations_bound(n_layer: int) -> float:
+    return 0.5 + 0.01 * n_layer
 
 
-def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0, act_quant: str = "f32") -> Tolerance:
+def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0, act_quant: str = "f32", n_layer: int = 2) -> Tolerance:
     """logit_scale = max |reference logit| / 10 (at least 1) widens the bound for synthetic
     models, whose logits run larger than a real model's."""
-    bound = KERNEL_VS_REFERENCE_BOUND[kv_dtype] + (Q8_1_ACTIVATIONS_BOUND if act_quant == "q8_1" else 0.0)
-    acts = ", matmul inputs to q8_1" if act_quant == "q8_1" else ""
+    bound = KERNEL_VS_REFERENCE_BOUND[kv_dtype] + (q8_1_activations_bound(n_layer) if act_quant == "q8_1" else 0.0)
+    acts = f", matmul inputs to q8_1 over {n_layer} layers" if act_quant == "q8_1" else ""
     return Tolerance(bound * max(1.0, logit_scale), 4, True,
                      f"float32 kernels vs float32 reference, both rounding KV to {kv_dtype}{acts}")

@@ -121,3 +121,19 @@ def test_gate_up_is_silu_gate_of_the_two_matmuls_bit_for_bit(backend, qtype):
     got = backend.empty((n, n_ff), np.float32)
     gate_up_dp4a(backend, backend.upload(wg), backend.upload(wu), qtype, X, got, n, n_ff, n_in)
     np.testing.assert_array_equal(backend.download(got), backend.download(want))
+
+
+def test_emulator_rejects_a_load_the_gpu_could_not_do(emu):
+    """128-bit loads need 16-byte aligned addresses on a GPU; the emulator checks each dp4a load's
+    alignment, so activations at an odd offset fail the launch instead of passing silently."""
+    from sharpinf.errors import BackendError
+
+    rng = _rng("align")
+    n_in, n_out = 64, 8
+    W = _raw(rng, quants.Q8_0, n_out, n_in)
+    q, d, s = quantize_q8_1_reference(rng.standard_normal((1, n_in)).astype(np.float32))
+    shifted = emu.upload(np.concatenate([np.zeros(4, np.int8), q.reshape(-1)]))[4:]  # 4 bytes past an aligned start
+    X = Q8Act(shifted, emu.upload(d), emu.upload(s), n_in)
+    y = emu.empty((1, n_out), np.float32)
+    with pytest.raises(BackendError, match="aligned"):
+        matmul_dp4a(emu, emu.upload(W), quants.Q8_0, X, y, 1, n_out, n_in)
