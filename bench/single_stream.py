@@ -78,6 +78,7 @@ def main() -> None:
     for mode in ("eager", "graph"):
         llm = LLM(model, backend=be, max_num_seqs=1, max_num_batched_tokens=max(args.prompt, 16),
                   kv_dtype=args.kv_dtype, enforce_eager=mode == "eager", kernels=args.kernels,
+                  enable_prefix_caching=False,  # every repeat prefills the whole prompt
                   num_blocks=-(-(args.prompt + args.decode) // 16) + 2)
         modes[mode] = measure(llm, prompt, args.decode, args.repeats)
         graphs = llm.metrics()["cuda_graphs"]

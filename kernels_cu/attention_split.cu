@@ -17,22 +17,29 @@
 //     SPLITS = 16 blocks per (token, KV head) each take partitions s, s + 16, ... so a decode at
 //     any context runs on 16 x n_kv_heads blocks, and merge in a fixed order (the block that
 //     finishes last, found by an atomic ticket, merges: which block that is changes nothing);
-//   * one block serves the g query heads of a KV head (GQA): each K row is loaded once for all g;
-//     scores: a warp per key (lanes over head_dim, xor-butterfly sum); P V: a thread per output
-//     element walking the partition's keys in order (coalesced V loads);
+//   * one block serves the g query heads of a KV head (GQA): each K/V row is loaded once for all g;
+//   * latency first (a decode step is a handful of blocks, so what costs is the chain of
+//     dependent loads, not bandwidth): the partition's cache rows are looked up in the block
+//     table once, by 64 threads at once, into shared memory; K and V rows are read 8 elements
+//     (16 bytes for f16/bf16) per load, every load of a thread independent of the others;
+//     scores: two threads per key, each half of head_dim, summed with one shuffle;
+//     P V: a thread per (8-element column group, key slice) -- slices walk keys j = slice,
+//     slice + SLICES, ... in order, then the slices are summed in slice order at the end;
 //   * the output may be quantized to q8_1 in the merge (the dp4a path needs no extra launch).
 // Arithmetic of a query depends only on its position and its own keys: partitions, splits, the
-// warp of a key, the walk order and the merge order are all fixed by absolute key positions and
-// shapes, so results are bit-identical alone, packed, chunked, in other blocks, under graphs.
+// threads of a key, the walk order, the slice sum and the merge order are all fixed by absolute
+// key positions and head_dim, so results are bit-identical alone, packed, chunked, in other
+// blocks, under graphs.
 // Launch: grid = (window tokens, n_kv_heads * ceil(g / 8), SPLITS), block = 128 threads.
-// Bound: memory -- each K/V byte of a query's context is read once per (token, KV head); decode
-// at long context reads the KV at the device's bandwidth once enough blocks run (16 per KV head).
+// Bound: at decode, latency (a few dependent global loads per partition); at long context,
+// memory -- each K/V byte of a query's context is read once per (token, KV head).
 #include "common.cuh"
 
 #define AS_PART 64      // keys per partition
 #define AS_SPLITS 16    // blocks per (token, KV head group)
 #define AS_GROUP 8      // query heads per block (larger GQA groups take several blocks)
 #define AS_THREADS 128  // 4 warps
+#define AS_VEC 8        // K/V elements per load
 
 struct AsQuery {
     int pos;
@@ -52,16 +59,42 @@ struct AsQuery {
     }
 };
 
-// ---- one element of a K/V row per cache type --------------------------------------------------
-template <typename T, int HD> struct AsKv {
+// ---- 8 consecutive elements [e0, e0 + 8) of a K/V row (e0 a multiple of 8), per cache type ----
+// 16 bytes at a 16-byte aligned address (the emulator checks the alignment the GPU needs).
+__device__ __forceinline__ void as_load16(const void* p, void* dst) {
+#ifdef SHARPINF_EMU
+    SHARPINF_ASSERT_ALIGNED(p, 16);
+    __builtin_memcpy(dst, p, 16);
+#else
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(p);
+#endif
+}
+template <typename T, int HD> struct AsKv {  // f32, f16, bf16 rows of HD elements
     const T* base;
-    __device__ __forceinline__ float at(long long r, int e) const { return to_float(base[r * HD + e]); }
+    __device__ __forceinline__ void load8(long long r, int e0, float (&v)[AS_VEC]) const {
+        constexpr int PER = 16 / sizeof(T);  // elements per 16-byte load
+        T h[AS_VEC];
+#pragma unroll
+        for (int c = 0; c < AS_VEC / PER; ++c) as_load16(base + r * HD + e0 + c * PER, h + c * PER);
+#pragma unroll
+        for (int i = 0; i < AS_VEC; ++i) v[i] = to_float(h[i]);
+    }
 };
-template <int HD> struct AsKvQ8 {
+template <int HD> struct AsKvQ8 {  // q8_0 rows: HD / 32 blocks of (half d, 32 int8), 34 bytes each
     const unsigned char* base;
-    __device__ __forceinline__ float at(long long r, int e) const {
-        const unsigned char* blk = base + r * (HD / 32 * 34) + (e / 32) * 34;
-        return to_float(*reinterpret_cast<const __half*>(blk)) * (float)(signed char)blk[2 + e % 32];
+    __device__ __forceinline__ void load8(long long r, int e0, float (&v)[AS_VEC]) const {
+        const unsigned char* blk = base + r * (HD / 32 * 34) + (e0 / 32) * 34;
+        const unsigned short* q = reinterpret_cast<const unsigned short*>(blk + 2 + e0 % 32);  // 2-byte aligned
+#ifdef SHARPINF_EMU
+        SHARPINF_ASSERT_ALIGNED(q, 2);
+#endif
+        const float d = to_float(*reinterpret_cast<const __half*>(blk));
+#pragma unroll
+        for (int i = 0; i < AS_VEC / 2; ++i) {
+            const unsigned short w = q[i];
+            v[2 * i] = d * (float)(signed char)(w & 0xffu);
+            v[2 * i + 1] = d * (float)(signed char)(w >> 8);
+        }
     }
 };
 
@@ -71,10 +104,15 @@ __device__ __forceinline__ void attention_split_impl(
     const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
     float* partial, int* tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads, int block_size, float scale,
     int quantize) {
-    constexpr int EPT = (HD + AS_THREADS - 1) / AS_THREADS;  // output elements per thread
-    __shared__ float q_s[AS_GROUP][HD];
+    constexpr int COLS = HD / AS_VEC;            // 8-element column groups of a row
+    constexpr int SLICES = AS_THREADS / COLS;    // key slices in P V
+    constexpr int HALF_CHUNKS = HD / 2 / AS_VEC;  // loads per thread per key in the scores
+    static_assert(HD % 16 == 0 && SLICES >= 1, "head_dim must be a multiple of 16, at most 1024");
+    __shared__ __align__(16) float q_s[AS_GROUP][HD];
     __shared__ float p_s[AS_GROUP][AS_PART];  // scores, then weights, of one partition
-    __shared__ float m_s[AS_GROUP], l_s[AS_GROUP], f_s[AS_GROUP];
+    __shared__ long long row_s[AS_PART];      // cache row (slot * n_kv_heads + kv head) of each key
+    __shared__ float red_s[SLICES * HD];      // the slices' P V sums of one head
+    __shared__ float m_s[AS_GROUP], l_s[AS_GROUP], f_s[AS_GROUP], sc_s[AS_SPLITS];
     __shared__ int last_s;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = AS_THREADS / 32;
     const int tl = blockIdx.x, t = t0 + tl, split = blockIdx.z;  // tl: the token in the window
@@ -91,29 +129,44 @@ __device__ __forceinline__ void attention_split_impl(
         m_s[tid] = -CUDART_INF_F;
         l_s[tid] = 0.0f;
     }
-    float acc[AS_GROUP][EPT];
+    const int col = tid % COLS, slice = tid / COLS, e_pv = col * AS_VEC;  // this thread's P V share
+    float acc[AS_GROUP][AS_VEC];
 #pragma unroll
     for (int h = 0; h < AS_GROUP; ++h)
 #pragma unroll
-        for (int k = 0; k < EPT; ++k) acc[h][k] = 0.0f;
-    __syncthreads();
+        for (int i = 0; i < AS_VEC; ++i) acc[h][i] = 0.0f;
 
     for (int part = split; part * AS_PART <= qi.pos; part += AS_SPLITS) {
         const int j0 = part * AS_PART, nk = min(AS_PART, qi.pos + 1 - j0);
-        // 1. scores: warp w takes keys j0 + w, j0 + w + 4, ...; lanes over head_dim
-        for (int jj = warp; jj < nk; jj += warps) {
-            const long long r = qi.slot(j0 + jj, block_size) * n_kv_heads + kvh;
-            float kv[(HD + 31) / 32];
+        // 0. the partition's cache rows, one key per thread
+        if (tid < nk) row_s[tid] = qi.slot(j0 + tid, block_size) * n_kv_heads + kvh;
+        __syncthreads();
+        // 1. scores: threads 2k and 2k + 1 take key k, each half of head_dim, one shuffle adds them
+        {
+            const int kk = tid >> 1, e_half = (tid & 1) * (HD / 2);
+            float s[AS_GROUP];
 #pragma unroll
-            for (int k = 0; k < (HD + 31) / 32; ++k) kv[k] = lane + 32 * k < HD ? kc.at(r, lane + 32 * k) : 0.0f;
-            for (int h = 0; h < g; ++h) {
-                float sdot = 0.0f;
+            for (int h = 0; h < AS_GROUP; ++h) s[h] = 0.0f;
+            if (kk < nk) {
+                const long long r = row_s[kk];
 #pragma unroll
-                for (int k = 0; k < (HD + 31) / 32; ++k)
-                    if (lane + 32 * k < HD) sdot += q_s[h][lane + 32 * k] * kv[k];
-                sdot = warp_reduce_sum(sdot);
-                if (lane == 0) p_s[h][jj] = sdot * scale;
+                for (int c = 0; c < HALF_CHUNKS; ++c) {
+                    const int e0 = e_half + c * AS_VEC;
+                    float kv[AS_VEC];
+                    kc.load8(r, e0, kv);
+#pragma unroll
+                    for (int h = 0; h < AS_GROUP; ++h)
+                        if (h < g)
+#pragma unroll
+                            for (int i = 0; i < AS_VEC; ++i) s[h] = fmaf(q_s[h][e0 + i], kv[i], s[h]);
+                }
             }
+#pragma unroll
+            for (int h = 0; h < AS_GROUP; ++h) s[h] += __shfl_xor_sync(SHARPINF_FULL_MASK, s[h], 1);
+            if ((tid & 1) == 0 && kk < nk)
+#pragma unroll
+                for (int h = 0; h < AS_GROUP; ++h)
+                    if (h < g) p_s[h][kk] = s[h] * scale;
         }
         __syncthreads();
         // 2. per head: the new running max, the rescale factor, the weights and their sum
@@ -136,37 +189,42 @@ __device__ __forceinline__ void attention_split_impl(
             }
         }
         __syncthreads();
-        // 3. acc = acc * f + sum_j p_j v_j: a thread per output element, keys in order
+        // 3. acc = acc * f + sum over this slice's keys of p_j v_j, keys in order
 #pragma unroll
-        for (int k = 0; k < EPT; ++k) {
-            const int e = tid + AS_THREADS * k;
-            if (e >= HD) continue;
+        for (int h = 0; h < AS_GROUP; ++h)  // unrolled: acc stays in registers
+            if (h < g)
 #pragma unroll
-            for (int h = 0; h < AS_GROUP; ++h)  // unrolled: acc stays in registers
-                if (h < g) acc[h][k] *= f_s[h];
-            for (int jj = 0; jj < nk; ++jj) {
-                const long long r = qi.slot(j0 + jj, block_size) * n_kv_heads + kvh;
-                const float v = vc.at(r, e);
+                for (int i = 0; i < AS_VEC; ++i) acc[h][i] *= f_s[h];
+        for (int jj = slice; jj < nk; jj += SLICES) {
+            float v[AS_VEC];
+            vc.load8(row_s[jj], e_pv, v);
 #pragma unroll
-                for (int h = 0; h < AS_GROUP; ++h)
-                    if (h < g) acc[h][k] = fmaf(p_s[h][jj], v, acc[h][k]);
-            }
+            for (int h = 0; h < AS_GROUP; ++h)
+                if (h < g)
+#pragma unroll
+                    for (int i = 0; i < AS_VEC; ++i) acc[h][i] = fmaf(p_s[h][jj], v[i], acc[h][i]);
         }
-        __syncthreads();
+        __syncthreads();  // row_s and p_s are rewritten by the next partition
     }
 
-    // this split's state -> partial[t][h][split][0..HD+1]: acc, then m, l
+    // this split's state -> partial[t][h][split][0..HD+1]: acc (the slices summed in order), then m, l
 #pragma unroll
     for (int h = 0; h < AS_GROUP; ++h) {
-        if (h >= g) continue;
-        float* ps = partial + (((long long)tl * n_heads + h0 + h) * AS_SPLITS + split) * (HD + 2);
+        if (h >= g) continue;  // uniform per block
 #pragma unroll
-        for (int k = 0; k < EPT; ++k)
-            if (tid + AS_THREADS * k < HD) ps[tid + AS_THREADS * k] = acc[h][k];
+        for (int i = 0; i < AS_VEC; ++i) red_s[slice * HD + e_pv + i] = acc[h][i];
+        __syncthreads();
+        float* ps = partial + (((long long)tl * n_heads + h0 + h) * AS_SPLITS + split) * (HD + 2);
+        for (int e = tid; e < HD; e += AS_THREADS) {
+            float o = 0.0f;
+            for (int sl = 0; sl < SLICES; ++sl) o += red_s[sl * HD + e];
+            ps[e] = o;
+        }
         if (tid == 0) {
             ps[HD] = m_s[h];
             ps[HD + 1] = l_s[h];
         }
+        __syncthreads();
     }
     __threadfence();  // the partial is visible before the ticket says so
     __syncthreads();
@@ -176,23 +234,23 @@ __device__ __forceinline__ void attention_split_impl(
     if (!last_s) return;
     __threadfence();
 
-    // the last block merges the splits 0..nsplits-1 in order, per head
+    // the last block merges the splits 0..nsplits-1 in order, per head (L2 loads: other blocks wrote them)
     float* o_row = out + (long long)t * n_heads * HD;
     for (int h = 0; h < g; ++h) {
-        const volatile float* ph = partial + ((long long)tl * n_heads + h0 + h) * AS_SPLITS * (HD + 2);
+        const float* ph = partial + ((long long)tl * n_heads + h0 + h) * AS_SPLITS * (HD + 2);
         float mx = -CUDART_INF_F;
-        for (int s = 0; s < nsplits; ++s) mx = fmaxf(mx, ph[s * (HD + 2) + HD]);
+        for (int s = 0; s < nsplits; ++s) mx = fmaxf(mx, __ldcg(ph + s * (HD + 2) + HD));
         float total = 0.0f;
-        for (int s = 0; s < nsplits; ++s) total += ph[s * (HD + 2) + HD + 1] * expf(ph[s * (HD + 2) + HD] - mx);
+        for (int s = 0; s < nsplits; ++s) total += __ldcg(ph + s * (HD + 2) + HD + 1) * expf(__ldcg(ph + s * (HD + 2) + HD) - mx);
         const float inv = 1.0f / total;
-#pragma unroll
-        for (int k = 0; k < EPT; ++k) {
-            const int e = tid + AS_THREADS * k;
-            if (e >= HD) continue;
+        if (tid < nsplits) sc_s[tid] = expf(__ldcg(ph + tid * (HD + 2) + HD) - mx);
+        __syncthreads();
+        for (int e = tid; e < HD; e += AS_THREADS) {
             float o = 0.0f;
-            for (int s = 0; s < nsplits; ++s) o += ph[s * (HD + 2) + e] * expf(ph[s * (HD + 2) + HD] - mx);
+            for (int s = 0; s < nsplits; ++s) o += __ldcg(ph + s * (HD + 2) + e) * sc_s[s];
             o_row[(h0 + h) * HD + e] = o * inv;
         }
+        __syncthreads();  // sc_s is rewritten for the next head
     }
     if (tid == 0) *ticket = 0;  // ready for the next step (and the next graph replay)
     if (!quantize) return;

@@ -47,6 +47,14 @@
 #define SHARPINF_WANT(group) 1
 #endif
 
+// --- alignment of vector loads --------------------------------------------------------
+// On the emulator every vector load checks the alignment the GPU's load instruction needs (a
+// misaligned vector load faults on a GPU; a memcpy on the CPU would hide it), so the tests catch it.
+#ifdef SHARPINF_EMU
+#define SHARPINF_ASSERT_ALIGNED(p, n) \
+    assert(((unsigned long long)(p) & ((n) - 1)) == 0 && "load not aligned as the GPU needs")
+#endif
+
 // --- fp16 / bf16 conversions ----------------------------------------------------
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }

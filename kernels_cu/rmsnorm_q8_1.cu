@@ -14,7 +14,8 @@
 // launcher's choice depends on n only), so the normalised values equal rmsnorm_f32's bits; then
 // each warp takes 32-value blocks w, w + warps, ...: lane l holds value 32b + l, the warp's max
 // and int sum are xor-butterfly shuffles (fixed order), lane 0 writes d and s.
-// Launch: grid = rows, block = 128 (n <= 256) or 256 threads.
+// Launch: rmsnorm_q8_1 grid = rows, block = 128 (n <= 256), 256 (n <= 2048) or 1024 threads;
+// quantize_q8_1 grid = (rows, n / 2048 rounded up), block = 512 threads.
 // Bound: memory -- reads 4n bytes, writes ~1.3n; a few us per step, one launch per norm.
 #include "common.cuh"
 
@@ -24,40 +25,62 @@ __device__ __forceinline__ int warp_sum_int(int v) {
     return v;
 }
 
-// Quantize the row's 32-value blocks; value(i) gives the float to store at i.
+// Quantize 32-value blocks b0, b0 + step, ... < b_end of a row; value(i) gives the float to store
+// at i. A warp takes blocks warp, warp + warps, ...; RQ_UNROLL of them at once, so their loads and
+// shuffle chains overlap (a block's arithmetic is the same whichever warp or pass takes it).
+#define RQ_UNROLL 4
 template <typename Value>
-__device__ __forceinline__ void q8_1_row(Value value, signed char* q, float* d, int* s, int n) {
+__device__ __forceinline__ void q8_1_row(Value value, signed char* q, float* d, int* s, int b_begin, int b_end) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    for (int b = warp; b < n / 32; b += warps) {
-        const int i = b * 32 + lane;
-        const float v = value(i);
-        const float amax = warp_reduce_max(fabsf(v));
-        const float scale = amax / 127.0f;
-        const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-        const int qv = (int)roundf(v * inv);
-        q[i] = (signed char)qv;
-        const int sum = warp_sum_int(qv);
-        if (lane == 0) {
-            d[b] = scale;
-            s[b] = sum;
+    for (int b0 = b_begin + warp; b0 < b_end; b0 += warps * RQ_UNROLL) {
+        float v[RQ_UNROLL];
+#pragma unroll
+        for (int u = 0; u < RQ_UNROLL; ++u) {
+            const int b = b0 + u * warps;
+            v[u] = b < b_end ? value(b * 32 + lane) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < RQ_UNROLL; ++u) {
+            const int b = b0 + u * warps;
+            if (b >= b_end) break;  // uniform per warp
+            const float amax = warp_reduce_max(fabsf(v[u]));
+            const float scale = amax / 127.0f;
+            const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+            const int qv = (int)roundf(v[u] * inv);
+            q[b * 32 + lane] = (signed char)qv;
+            const int sum = warp_sum_int(qv);
+            if (lane == 0) {
+                d[b] = scale;
+                s[b] = sum;
+            }
         }
     }
 }
 
+// The sum of squares is taken by the first rmsnorm.cu-sized set of threads (128 for n <= 256, else
+// 256: basic.rmsnorm's rule) in rmsnorm.cu's order, whatever the block size, so the normalised
+// values equal rmsnorm_f32's bits; the other threads (a block of up to 1024) only help quantize.
 extern "C" __global__ void rmsnorm_q8_1(const float* x, const float* w, signed char* q, float* d, int* s, int n,
                                         float eps) {
     __shared__ float smem32[32];
     const long long row = blockIdx.x;
     x += row * n;
+    const int sum_threads = n <= 256 ? 128 : 256;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
-    ss = block_reduce_sum(ss, smem32);
+    if (threadIdx.x < sum_threads)
+        for (int i = threadIdx.x; i < n; i += sum_threads) ss += x[i] * x[i];
+    ss = block_reduce_sum(ss, smem32);  // warps past sum_threads add exact zeros at the tree's end
     const float scale = rsqrtf(ss / (float)n + eps);
-    q8_1_row([&](int i) { return x[i] * scale * w[i]; }, q + row * n, d + row * (n / 32), s + row * (n / 32), n);
+    q8_1_row([&](int i) { return x[i] * scale * w[i]; }, q + row * n, d + row * (n / 32), s + row * (n / 32), 0,
+             n / 32);
 }
 
+// grid = (rows, chunks of RQ_CHUNK blocks): no reduction across the row, so a long row spreads
+// over several blocks.
+#define RQ_CHUNK 64
 extern "C" __global__ void quantize_q8_1(const float* x, signed char* q, float* d, int* s, int n) {
     const long long row = blockIdx.x;
     x += row * n;
-    q8_1_row([&](int i) { return x[i]; }, q + row * n, d + row * (n / 32), s + row * (n / 32), n);
+    const int b_begin = blockIdx.y * RQ_CHUNK, b_end = min(n / 32, b_begin + RQ_CHUNK);
+    q8_1_row([&](int i) { return x[i]; }, q + row * n, d + row * (n / 32), s + row * (n / 32), b_begin, b_end);
 }

@@ -11,13 +11,17 @@
 // What it changes against the simple path (qk_norm.cu x 2, rope.cu x 2, kv_cache.cu: up to five
 // launches) -- one launch, one block per token, three phases split by __syncthreads:
 //   1. (has_norm) a warp per head: sum of squares over its lanes, xor-butterfly total, scale;
-//   2. a thread per rotation pair, over every Q and K head: angles formed and reduced in double,
-//      then sincosf -- rope.cu's arithmetic exactly, so the rotation equals rope.cu's bits;
+//   2. the angles, a thread per rotation pair, formed and reduced in double, then sincosf --
+//      rope.cu's arithmetic exactly, kept in shared memory; then a thread per (head, pair)
+//      rotates, so the rotation equals rope.cu's bits and every rotation of a token runs at once;
 //   3. K and V of the token into its slot (q8_0: a warp per 32-value block, kv_cache.cu's rule).
 // Each token's arithmetic depends on that token only.
-// Launch: grid = n_tokens, block = 128 threads.
+// Launch: grid = n_tokens, block = (n_heads + n_kv_heads) * head_dim / 2 threads rounded up to a
+// warp, 128 to 1024 (results do not depend on it: every thread's work is one head's or one pair's).
 // Bound: latency -- a few KB per token; the point is two to four fewer launches per layer.
 #include "common.cuh"
+
+#define RK_MAX_HALF 128  // head_dim <= 256
 
 template <typename T> struct RkStore {
     __device__ __forceinline__ static void row(const float* src, T* dst, int n, int tid, int nt) {
@@ -60,6 +64,8 @@ __device__ __forceinline__ void rope_kv_impl(float* qkv, int qkv_stride, const i
         }
         __syncthreads();
     }
+    // 2a. the angles of the token's position, once per rotation pair, into shared memory
+    __shared__ float sin_s[RK_MAX_HALF], cos_s[RK_MAX_HALF];
     const int half = head_dim >> 1;
     const double log_theta = log((double)theta);
     const double two_pi = 6.283185307179586476925286766559;
@@ -67,15 +73,18 @@ __device__ __forceinline__ void rope_kv_impl(float* qkv, int qkv_stride, const i
         const double inv_freq = exp(-(double)(2 * i) / (double)head_dim * log_theta);
         const double ang = (double)positions[t] * inv_freq;
         const double red = ang - two_pi * rint(ang / two_pi);
-        float s, c;
-        sincosf((float)red, &s, &c);
+        sincosf((float)red, &sin_s[i], &cos_s[i]);
+    }
+    __syncthreads();
+    // 2b. a thread per (head, pair): every rotation of the token at once
+    for (int p = tid; p < heads * half; p += nt) {
+        const int h = p / half, i = p % half;
         const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-        for (int h = 0; h < heads; ++h) {
-            float* hp = row + h * head_dim;
-            const float a = hp[ia], b = hp[ib];
-            hp[ia] = a * c - b * s;
-            hp[ib] = a * s + b * c;
-        }
+        const float s = sin_s[i], c = cos_s[i];
+        float* hp = row + h * head_dim;
+        const float a = hp[ia], b = hp[ib];
+        hp[ia] = a * c - b * s;
+        hp[ib] = a * s + b * c;
     }
     __syncthreads();
     const long long slot = slot_mapping[t];

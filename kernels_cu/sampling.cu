@@ -205,7 +205,7 @@ extern "C" __global__ void seen_update(SEEN_ARGS, int vocab) {
     seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, blockIdx.x);
 }
 
-extern "C" __global__ void sample_rows(const float* logits, int vocab, const float* params, const int* top_k,
+extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(const float* logits, int vocab, const float* params, const int* top_k,
                                        const unsigned long long* seeds, const int* steps, SEEN_ARGS, int* out,
                                        float* scratch) {
     __shared__ float redf[32];

@@ -344,12 +344,13 @@ def test_attention_forward_matches_single_sequence_oracle(backend):
 # -- the fused rope + qk-norm + KV append variant ---------------------------------------------
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("norm", [False, True])
-@pytest.mark.parametrize("head_dim", [32, 64, 128])
-def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim):
+@pytest.mark.parametrize("head_dim,nh,nkv", [(32, 4, 2), (64, 4, 2), (128, 4, 2), (256, 4, 2), (128, 32, 8)])
+def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, nh, nkv):
     """rope_kv.cu against qk_norm.cu + rope.cu + kv_cache.cu: the same rotation bits; with the norm
-    (a warp per head instead of a block) within float rounding."""
-    rng = _rng("ropekv", kv_dtype, norm, head_dim)
-    n, nh, nkv, bs, theta, eps = 9, 4, 2, 4, 10000.0, 1e-6
+    (a warp per head instead of a block) within float rounding. 32 + 8 heads of 128: more rotations
+    than a block's 1024 threads."""
+    rng = _rng("ropekv", kv_dtype, norm, head_dim, nh)
+    n, bs, theta, eps = 9, 4, 10000.0, 1e-6
     q_dim, kv_dim = nh * head_dim, nkv * head_dim
     stride = q_dim + 2 * kv_dim
     qkv = rng.standard_normal((n, stride)).astype(np.float32)

@@ -13,7 +13,7 @@ import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from rich.console import Console
@@ -99,6 +99,29 @@ def repeat_timed(backend: Backend, fn: Callable[[], Any], repeats: int, warmup: 
     for _ in range(warmup):
         fn()
     return [timed(backend, fn) for _ in range(repeats)]
+
+
+def launch_timed(backend: Backend, calls: Sequence[Callable[[], Any]], repeats: int, min_calls: int = 32,
+                 budget_s: float = 0.5) -> list[float]:
+    """Device seconds per call of a kernel (or a few), one value per repeat.
+
+    The calls' launches are recorded once. On a GPU they are captured into one CUDA graph that
+    runs them back to back, repeated until a replay holds >= min_calls calls: one call's launch
+    and a host sync would otherwise be most of what a microsecond kernel's timing measures. Give
+    several calls over copies of the inputs (`calls`) so that together they exceed the L2 cache,
+    or the numbers are the cache's, not the device memory's. Repeats stop at about budget_s of
+    replays (at least 3). Elsewhere (the emulator) each repeat runs the recorded launches once."""
+    with backend.recording() as plan:
+        for call in calls:
+            call()
+    reps = -(-min_calls // len(calls)) if backend.gpu_shapes else 1
+    n = reps * len(calls)
+    with backend.capture() as graph:
+        for _ in range(reps):
+            backend.run(plan)
+    warm = timed(backend, graph.replay)  # warm-up; a long replay (a big matrix) is repeated less
+    repeats = max(3, min(repeats, int(budget_s / max(warm, 1e-9)))) if backend.gpu_shapes else repeats
+    return [timed(backend, graph.replay) / n for _ in range(repeats)]
 
 
 # -- statistics ------------------------------------------------------------------------------

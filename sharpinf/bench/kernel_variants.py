@@ -9,7 +9,9 @@ device's measured bandwidth, and the speedup over the readable baseline.
     attention   N sequences decoding at `context`              simple, split
 
 for N = 1, 8, 64 tokens. GB/s counts the compulsory bytes (weights, activations in and out;
-attention: the K/V of the context) over the median time of `repeats` synchronized launches.
+attention: the K/V of the context) over the median device time of a launch: on a GPU each case
+runs back to back in a CUDA graph (bench.common.launch_timed), over enough copies of its weights
+(or KV cache) to exceed the L2 cache, so small shapes are timed from device memory too.
 Decode is bound by memory, so GB/s beside the measured device bandwidth (a device-to-device
 copy) says how close a kernel is to the roofline. ptxas facts (registers, spills, shared
 memory) of the fast kernels the model uses come along where NVRTC is installed.
@@ -24,7 +26,7 @@ import numpy as np
 from rich.console import Group
 from rich.table import Table
 
-from sharpinf.bench.common import BenchContext, envelope, pyplot, repeat_timed, save_fig, title_of
+from sharpinf.bench.common import BenchContext, envelope, launch_timed, pyplot, save_fig, title_of
 from sharpinf.model import quants
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic
@@ -57,8 +59,21 @@ class _Case:
     shape: str
     variant: str
     tokens: int
-    nbytes: int  # compulsory bytes moved
-    fn: Callable[[], None]
+    nbytes: int  # compulsory bytes moved by one call
+    calls: list[Callable[[], None]]  # the same work over copies of its inputs (timed together, per call)
+
+
+ROTATE_BYTES = 256 << 20  # copies of a case's inputs add up to this, past any L2 cache (50-60 MB on Hopper)
+MAX_COPIES = 64
+
+
+def _copies(be, arr, nbytes: int) -> list:
+    """arr and enough device copies of it that together they exceed the L2 cache (GPU only)."""
+    if not be.gpu_shapes:
+        return [arr]
+    k = max(1, min(MAX_COPIES, -(-ROTATE_BYTES // max(1, nbytes))))
+    host = be.download(arr)
+    return [arr] + [be.upload(host) for _ in range(k - 1)]
 
 
 def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng) -> list[_Case]:
@@ -82,9 +97,9 @@ def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng) -> list[
     h, hq = be.empty((N, cfg.n_embd), np.float32), Q8Act.empty(be, N, cfg.n_embd)
     nb_in = 4 * N * cfg.n_embd + 4 * cfg.n_embd
     cases += [_Case("norm", f"{N}x{cfg.n_embd}", "simple", N, nb_in + 4 * N * cfg.n_embd,
-                    lambda: basic.rmsnorm(be, x_e, L.attn_norm, h, N, cfg.n_embd, cfg.rms_eps)),
+                    [lambda: basic.rmsnorm(be, x_e, L.attn_norm, h, N, cfg.n_embd, cfg.rms_eps)]),
               _Case("norm", f"{N}x{cfg.n_embd}", "dp4a", N, nb_in + N * cfg.n_embd * 9 // 8,
-                    lambda: rmsnorm_q8_1(be, x_e, L.attn_norm, hq, N, cfg.n_embd, cfg.rms_eps))]
+                    [lambda: rmsnorm_q8_1(be, x_e, L.attn_norm, hq, N, cfg.n_embd, cfg.rms_eps)])]
 
     # matmuls: the layer's projections and the LM head, each variant into its own output
     mats = [(f"qkv {W.n_out}x{W.n_in}" if len(L.wqkv) == 1 else f"{n} {W.n_out}x{W.n_in}", W, x_e, xq_e)
@@ -96,10 +111,12 @@ def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng) -> list[
         y = be.empty((N, W.n_out), np.float32)
         wb = W.n_out * quants.row_bytes(W.qtype, W.n_in)
         shape = f"{label} {quants.qtype_name(W.qtype)}"
+        ws = _copies(be, W.raw, wb)
         cases += [_Case("matmul", shape, "simple", N, wb + 4 * N * (W.n_in + W.n_out),
-                        lambda W=W, xf=xf, y=y: matmul(be, W.raw, W.qtype, xf, y, N, W.n_out, W.n_in)),
+                        [lambda W=W, w=w, xf=xf, y=y: matmul(be, w, W.qtype, xf, y, N, W.n_out, W.n_in) for w in ws]),
                   _Case("matmul", shape, "dp4a", N, wb + N * W.n_in * 9 // 8 + 4 * N * W.n_out,
-                        lambda W=W, xq=xq, y=y: matmul_dp4a(be, W.raw, W.qtype, xq, y, N, W.n_out, W.n_in))]
+                        [lambda W=W, w=w, xq=xq, y=y: matmul_dp4a(be, w, W.qtype, xq, y, N, W.n_out, W.n_in)
+                         for w in ws])]
 
     # the FFN's first half: gate and up and SwiGLU
     g, u = L.w_gate, L.w_up
@@ -107,15 +124,19 @@ def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng) -> list[
     wb = (g.n_out * quants.row_bytes(g.qtype, g.n_in) + u.n_out * quants.row_bytes(u.qtype, u.n_in))
     shape = f"gate+up 2x{cfg.n_ff}x{cfg.n_embd} {quants.qtype_name(g.qtype)}"
 
-    def ffn_simple():
-        matmul(be, g.raw, g.qtype, x_e, gate, N, g.n_out, g.n_in)
-        matmul(be, u.raw, u.qtype, x_e, up, N, u.n_out, u.n_in)
+    gus = list(zip(_copies(be, g.raw, wb), _copies(be, u.raw, wb)))
+
+    def ffn_simple(gw, uw):
+        matmul(be, gw, g.qtype, x_e, gate, N, g.n_out, g.n_in)
+        matmul(be, uw, u.qtype, x_e, up, N, u.n_out, u.n_in)
         basic.silu_gate(be, gate, up, gate, N * cfg.n_ff)
 
-    cases.append(_Case("ffn_in", shape, "simple", N, wb + 4 * N * (cfg.n_embd + cfg.n_ff), ffn_simple))
+    cases.append(_Case("ffn_in", shape, "simple", N, wb + 4 * N * (cfg.n_embd + cfg.n_ff),
+                       [lambda gw=gw, uw=uw: ffn_simple(gw, uw) for gw, uw in gus]))
     if g.qtype == u.qtype:
         cases.append(_Case("ffn_in", shape, "dp4a", N, wb + N * cfg.n_embd * 9 // 8 + 4 * N * cfg.n_ff,
-                           lambda: gate_up_dp4a(be, g.raw, u.raw, g.qtype, xq_e, gate, N, cfg.n_ff, cfg.n_embd)))
+                           [lambda gw=gw, uw=uw: gate_up_dp4a(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff, cfg.n_embd)
+                            for gw, uw in gus]))
 
     # rope + KV append (+ qk-norm), and attention: N sequences, each decoding at `context`
     bs = 16
@@ -135,18 +156,20 @@ def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng) -> list[
 
     rope_args = (be, kv_dtype, qkv, qkv_w, positions, slots, L.q_norm, L.k_norm, k_cache, v_cache, N, cfg.n_head,
                  cfg.n_head_kv, cfg.head_dim, cfg.rope_theta, cfg.rms_eps, cfg.rope_style)
-    cases += [_Case("rope_kv", f"{N} tokens", "simple", N, rope_bytes, lambda: rope_ops.rope_kv_separate(*rope_args)),
-              _Case("rope_kv", f"{N} tokens", "fused", N, rope_bytes, lambda: rope_ops.rope_kv(*rope_args))]
+    cases += [_Case("rope_kv", f"{N} tokens", "simple", N, rope_bytes, [lambda: rope_ops.rope_kv_separate(*rope_args)]),
+              _Case("rope_kv", f"{N} tokens", "fused", N, rope_bytes, [lambda: rope_ops.rope_kv(*rope_args)])]
 
     out = be.empty((N, cfg.q_dim), np.float32)
-    args = (be, kv_dtype, qkv, qkv_w, k_cache, v_cache, tables, per_seq, cu, positions, out, N, N, cfg.n_head,
-            cfg.n_head_kv, cfg.head_dim, bs, 1.0 / float(np.sqrt(cfg.head_dim)))
     att_bytes = 2 * N * (context + 1) * kv_elt + 8 * N * cfg.q_dim
+    kvs = list(zip(_copies(be, k_cache, att_bytes // 2), _copies(be, v_cache, att_bytes // 2)))
+    args = [(be, kv_dtype, qkv, qkv_w, kc, vc, tables, per_seq, cu, positions, out, N, N, cfg.n_head,
+             cfg.n_head_kv, cfg.head_dim, bs, 1.0 / float(np.sqrt(cfg.head_dim))) for kc, vc in kvs]
     shape = f"{N} seqs x {context + 1} keys, KV {kv_dtype}"
-    cases.append(_Case("attention", shape, "simple", N, att_bytes, lambda: attn_ops.attention(*args)))
+    cases.append(_Case("attention", shape, "simple", N, att_bytes, [lambda a=a: attn_ops.attention(*a) for a in args]))
     if cfg.head_dim in attn_ops.SPLIT_HEAD_DIMS:
         scratch = attn_ops.SplitScratch.alloc(be, N, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
-        cases.append(_Case("attention", shape, "split", N, att_bytes, lambda: attn_ops.attention_split(*args, scratch)))
+        cases.append(_Case("attention", shape, "split", N, att_bytes,
+                           [lambda a=a: attn_ops.attention_split(*a, scratch) for a in args]))
     return cases
 
 
@@ -180,7 +203,7 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
                 task = bar.add_task(f"{SUITE}: {len(cases)} cases x N = {', '.join(map(str, tokens))}",
                                     total=len(cases) * len(tokens))
             for c in cases:
-                times = repeat_timed(be, c.fn, repeats, warmup=1)
+                times = launch_timed(be, c.calls, repeats)
                 t = float(np.median(times))
                 rows.append({"op": c.op, "shape": c.shape, "variant": c.variant, "tokens": N, "us": t * 1e6,
                              "us_min": min(times) * 1e6, "bytes": c.nbytes, "gb_s": c.nbytes / t / 1e9,
@@ -190,7 +213,8 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
     for r in rows:
         r["speedup"] = base[(r["op"], r["shape"], r["tokens"])] / r["us"]
     config = dict(tokens=tokens, context=context, repeats=repeats, kv_dtype=kv_dtype,
-                  timing="median of repeats after 1 warm-up, each synchronized",
+                  timing="median of repeats of a graph replay (GPU: back-to-back calls over input copies past "
+                         "the L2 cache, per call; elsewhere one call), after 1 warm-up",
                   bytes="compulsory: weights + activations in and out; attention: the context's K and V")
     results = {"device_bandwidth_gb_s": bw, "rows": rows, "ptxas": _ptxas(ctx)}
     ctx.release()

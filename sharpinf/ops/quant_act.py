@@ -37,7 +37,12 @@ class Q8Act:
 
 
 def _block(n: int) -> int:
-    return 128 if n <= 256 else 256  # as basic.rmsnorm: the sum's order depends on n only
+    # the kernel sums squares over basic.rmsnorm's 128/256 threads whatever the block (bits equal
+    # rmsnorm_f32's); a long row gets more threads to quantize its 32-value blocks
+    return 128 if n <= 256 else 256 if n <= 2048 else 1024
+
+
+RQ_CHUNK = 64  # 32-value blocks per quantize_q8_1 block (kernels_cu/rmsnorm_q8_1.cu)
 
 
 def rmsnorm_q8_1(be, x, w, out: Q8Act, rows: int, n: int, eps: float) -> None:
@@ -48,7 +53,8 @@ def rmsnorm_q8_1(be, x, w, out: Q8Act, rows: int, n: int, eps: float) -> None:
 
 def quantize_q8_1(be, x, out: Q8Act, rows: int, n: int) -> None:
     """out = q8_1(x) for `rows` rows."""
-    be.launch(kernel(be, "rmsnorm_q8_1.cu", "quantize_q8_1"), rows, _block(n), (x, out.q, out.d, out.s, I32(n)),
+    be.launch(kernel(be, "rmsnorm_q8_1.cu", "quantize_q8_1"), (rows, -(-n // (32 * RQ_CHUNK))), 512,
+              (x, out.q, out.d, out.s, I32(n)),
               io=(4 * rows * n, rows * n * 3 // 2))
 
 

@@ -47,13 +47,15 @@ def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_
     Q and K head, RoPE of Q and K in place in qkv, then K and V into the cache at slot_mapping."""
     if style not in STYLES:
         raise SharpinfError(f"unknown rope style {style!r}; expected one of {STYLES}")
-    if head_dim % 2 or (kv_dtype == "q8_0" and head_dim % 32):
-        raise SharpinfError(f"rope_kv: head_dim {head_dim} must be even (a multiple of 32 for a q8_0 cache)")
+    if head_dim % 2 or (kv_dtype == "q8_0" and head_dim % 32) or head_dim > 256:
+        raise SharpinfError(f"rope_kv: head_dim {head_dim} must be even, at most 256 (a multiple of 32 for a q8_0 cache)")
     if n_tokens <= 0:
         return
     has_norm = q_norm is not None
     kv_dim = n_kv_heads * head_dim
-    be.launch(kernel(be, "rope_kv.cu", f"rope_kv_{kv_dtype}"), n_tokens, 128,
+    pairs = (n_heads + n_kv_heads) * head_dim // 2  # a thread per rotation (results do not depend on it)
+    block = min(1024, max(128, -(-pairs // 32) * 32))
+    be.launch(kernel(be, "rope_kv.cu", f"rope_kv_{kv_dtype}"), n_tokens, block,
               (qkv, I32(qkv_stride), positions, slot_mapping, q_norm if has_norm else qkv, k_norm if has_norm else qkv,
                k_cache, v_cache, I32(n_tokens), I32(n_heads), I32(n_kv_heads), I32(head_dim), F32(theta), F32(eps),
                I32(style == "neox"), I32(has_norm)),

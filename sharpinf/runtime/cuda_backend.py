@@ -168,7 +168,10 @@ class CudaBackend(Backend):
     def _options(self, path: Path) -> tuple[str, ...]:
         dirs = [str(kernels_dir())] + ([str(path.parent)] if path.parent != kernels_dir() else [])
         dirs += [str(d) for d in cuda_include_dirs()]  # cuda_fp16.h where NVRTC lacks it built in
-        return ("-std=c++17",) + tuple(f"-I{d}" for d in dirs)
+        # SHARPINF_NVRTC_OPTIONS: extra options for every kernel, e.g. "-DDP_UNROLL=1" to measure a
+        # kernel's tuning constant without editing it (CuPy's cache keys on the options)
+        extra = tuple(os.environ.get("SHARPINF_NVRTC_OPTIONS", "").split())
+        return ("-std=c++17",) + tuple(f"-I{d}" for d in dirs) + extra
 
     def _module(self, path: Path, exprs: tuple[str, ...], entries: frozenset | None) -> Any:
         """The compiled module of `path` with every entry point, or with only `entries` (eagerly
