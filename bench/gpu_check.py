@@ -8,7 +8,7 @@
           fast kernels, graph-vs-eager among them)
   stream  single-stream prefill and decode tokens/s through the engine, eager and with graphs,
           for each kernel set, on MODEL and on the big model (an 8B-class shape, tiled weights)
-  bench   `sharpinf bench MODEL --backend cuda` (decode, prefill, throughput, chunking, kernels)
+  bench   `sharpinf bench MODEL --backend cuda` (decode, prefill, throughput, chunking, kernels, serve)
           and the host-cost suite (trace backend); the kernels suite on the big model too
 
 MODEL defaults to the real SmolLM2-135M when it is pulled (or SHARPINF_SMOLLM2_PATH names it),
@@ -172,7 +172,7 @@ def main() -> int:
     if "bench" in parts:
         quick = ["--quick"] if args.backend != "cuda" else []
         rc, out, log, secs = run([py, "-m", "sharpinf", "bench", model, "--backend", args.backend, "--out", str(suites_dir),
-                                  "--suite", "decode,prefill,throughput,chunking,kernels,host", "--json"] + quick, 3600)
+                                  "--suite", "decode,prefill,throughput,chunking,kernels,host,serve", "--json"] + quick, 3600)
         suites = (last_json(out) or {}).get("suites", {})
         ok, logs = rc == 0 and bool(suites), "" if suites else log[-2000:]
         if big:

@@ -14,6 +14,8 @@ import numpy as np
 
 from sharpinf.errors import RequestError
 
+MAX_LOGPROBS = 20  # the most alternatives a token's logprobs may list (OpenAI's limit too)
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -31,6 +33,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()  # also: one id, or None
     stop: tuple[str, ...] = ()  # stop strings (not included in the output text); also: one string, or None
     ignore_eos: bool = False
+    logprobs: int | None = None  # None: off; k >= 0: each new token's log-probability and the k most likely (k <= 20)
 
     def __post_init__(self):
         def put(name, value):
@@ -50,6 +53,7 @@ class SamplingParams:
         if not isinstance(self.ignore_eos, (bool, np.bool_)):
             _bad(f"ignore_eos must be true or false, got {_shown(self.ignore_eos)}")
         put("ignore_eos", bool(self.ignore_eos))
+        put("logprobs", _int("logprobs", self.logprobs, 0, optional=True, below=MAX_LOGPROBS + 1))
 
     @property
     def greedy(self) -> bool:
@@ -93,14 +97,18 @@ def as_float(v) -> float | None:
 
 
 def _int(name: str, v, lo: int, optional: bool = False, below: int | None = None) -> int | None:
-    """below, when given, is a power of two (shown as 2**k)."""
+    """below, when given: a power of two (shown as 2**k) or a small bound (shown as a range)."""
     if v is None and optional:
         return None
     n = as_int(v)
-    rule = f">= {lo}" + (f" and < 2**{below.bit_length() - 1}" if below else "") + (" (or None)" if optional else "")
+    pow2 = below is not None and not below & (below - 1)
+    rule = (f">= {lo}" + (f" and < 2**{below.bit_length() - 1}" if pow2 else f" and <= {below - 1}" if below else "")
+            + (" (or None)" if optional else ""))
     if n is None:
         _bad(f"{name} must be an integer {rule}, got {_shown(v)}")
     if n < lo or (below is not None and n >= below):
+        if below is not None and below & (below - 1):  # not a power of two: say the bound plainly
+            _bad(f"{name} must be an integer from {lo} to {below - 1}, got {n}")
         _bad(f"{name} must be an integer {rule}, got {n}")
     return n
 

@@ -73,8 +73,15 @@ def test_bench_quick_all_suites(tmp_path):
     if p["available"]:  # NVRTC installed (the check extra): the fast kernels this model runs, none spilling
         assert p["spills"] == 0 and {e["entry"] for e in p["entries"]} >= {"matmul_dp4a_q8_0", "rmsnorm_q8_1"}
 
+    sv = json.loads((tmp_path / "serve.json").read_text())  # a real server on loopback, streamed requests
+    assert (tmp_path / "serve.png").stat().st_size > 1000
+    r = sv["results"]
+    assert r["completed"] == r["requests"] == 12 and r["failed"] == 0 and r["server_idle_after"] is True
+    assert r["output_tokens"] > 0 and r["request_throughput_per_s"] > 0 and r["output_tok_per_s"] > 0
+    assert r["ttft_s"]["n"] == 12 and all(r[k]["p99"] >= r[k]["p50"] > 0 for k in ("ttft_s", "e2e_s"))
+
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "kernels", "host"}
+    assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "kernels", "host", "serve"}
 
 
 def test_host_suite_counts_the_simple_kernels_launches(tmp_path):
@@ -130,6 +137,6 @@ def test_gpu_check_script_writes_its_report(tmp_path):
     assert len(runs) == 4 and {k.rsplit(" / ", 1)[1] for k in runs} == {"fast", "simple"}
     assert all(r["decode_tokens_per_s"] > 0 and r["decode_tokens_per_s_eager"] > 0 for r in runs.values())
     bench = doc["parts"]["bench"]
-    assert set(bench["suites"]) == {"decode", "prefill", "throughput", "chunking", "kernels", "host",
+    assert set(bench["suites"]) == {"decode", "prefill", "throughput", "chunking", "kernels", "host", "serve",
                                     f"{big} kernels"}
     assert set(bench["kernels"]) == {"kernels", f"{big} kernels"} and bench["kernels"]["kernels"]["n1"]

@@ -64,3 +64,16 @@ def test_emu_fast_kernels_pass_kernel_vs_reference(smol, tok):
     fp = ForwardPass(smol, get_backend("emu"), kernels="fast")
     r = paths.oracle_kernel_vs_reference(fp, tok.apply_chat(QUESTION), "f16")
     assert r.passed and "kernels fast" in r.case, r
+
+
+@pytest.mark.slow
+def test_serve_answers_the_capital_question_over_http(smol):
+    """Acceptance: `sharpinf serve smollm2-135m --backend emu` answers the chat question with Paris."""
+    openai = pytest.importorskip("openai")
+    from sharpinf.engine.llm_engine import LLMEngine
+    from sharpinf.serve.loopback import LoopbackServer
+
+    with LoopbackServer(lambda: LLMEngine(smol, backend="emu", num_blocks=16), "smollm2-135m") as s:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=300)
+        r = c.chat.completions.create(model="smollm2-135m", messages=QUESTION, max_tokens=12, temperature=0)
+        assert "Paris" in r.choices[0].message.content

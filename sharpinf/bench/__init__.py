@@ -6,6 +6,8 @@
     chunking    decoders' inter-token gaps while a long prompt arrives, chunked prefill on vs off
     kernels     each variant of each op (simple vs fast) on the model's shapes, N = 1, 8, 64:
                 time, achieved GB/s beside the measured device bandwidth, ptxas registers/spills
+    serve       a bounded load generator against `sharpinf serve` on loopback: req/s, tok/s, TTFT,
+                TPOT, ITL, end-to-end (mean, p50, p90, p99), failures -- as vLLM's serving benchmark
     host        the host's share of an engine step, on the trace backend (launches counted, not run):
                 launches and microseconds per step, eager and with CUDA graphs; bytes per kernel
 
@@ -15,7 +17,7 @@ Each suite writes DIR/<suite>.json (device, backend, model, config, results) and
 from __future__ import annotations
 
 from sharpinf.bench import (chunking_latency, decode_scaling, host_cost, kernel_variants, prefill_packing,
-                            throughput)
+                            serve_load, throughput)
 
 SUITES = {m.SUITE: m for m in (throughput, decode_scaling, prefill_packing, chunking_latency, kernel_variants,
-                               host_cost)}
+                               host_cost, serve_load)}

@@ -222,6 +222,20 @@ def pyplot():
     return plt
 
 
+def latency_cdf(ax, seconds, name: str, unit: str) -> None:
+    """A latency's CDF on ax in ms, with its p50 and p99 marked; unit names what a sample is."""
+    xs = np.sort(np.asarray(seconds, dtype=float)) * 1e3
+    if len(xs):
+        ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post")
+        for q, style in ((50, "--"), (99, ":")):
+            ax.axvline(np.percentile(xs, q), color="gray", ls=style, lw=1, label=f"p{q} {np.percentile(xs, q):.1f} ms")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel(f"{name} (ms)")
+    ax.set_ylabel(f"fraction of {unit}")
+    ax.set_title(f"{name} CDF")
+    ax.grid(alpha=0.3)
+
+
 def title_of(doc: dict) -> str:
     return f"{doc['model']['label']} on {doc['device']['name']} ({doc['backend']})"
 

@@ -15,8 +15,8 @@ from collections import deque
 import numpy as np
 from rich.table import Table
 
-from sharpinf.bench.common import (BenchContext, envelope, fmt_ms, fmt_rate, pyplot, random_prompt, save_fig, stats,
-                                   title_of)
+from sharpinf.bench.common import (BenchContext, envelope, fmt_ms, fmt_rate, latency_cdf, pyplot, random_prompt,
+                                   save_fig, stats, title_of)
 
 SUITE = "throughput"
 
@@ -161,17 +161,8 @@ def plot(doc: dict, path) -> object | None:
         return None
     r = doc["results"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for ax, key, name in ((axes[0], "ttft_s", "TTFT"), (axes[1], "itl_s", "inter-token latency")):
-        xs = np.sort(np.asarray(r["samples"][key], dtype=float)) * 1e3
-        if len(xs):
-            ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post")
-            for q, style in ((50, "--"), (99, ":")):
-                ax.axvline(np.percentile(xs, q), color="gray", ls=style, lw=1, label=f"p{q} {np.percentile(xs, q):.1f} ms")
-            ax.legend(loc="lower right", fontsize=8)
-        ax.set_xlabel(f"{name} (ms)")
-        ax.set_ylabel("fraction of " + ("requests" if key == "ttft_s" else "tokens"))
-        ax.set_title(f"{name} CDF")
-        ax.grid(alpha=0.3)
+    latency_cdf(axes[0], r["samples"]["ttft_s"], "TTFT", "requests")
+    latency_cdf(axes[1], r["samples"]["itl_s"], "inter-token latency", "tokens")
     tl = r["timeline"]
     ax = axes[2]
     ts = [p["t_s"] for p in tl]

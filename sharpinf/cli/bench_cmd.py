@@ -17,7 +17,7 @@ from sharpinf.cli import app
 from sharpinf.cli.common import KERNELS_HELP
 from sharpinf.errors import SharpinfError
 
-SUITE_NAMES = ("throughput", "decode", "prefill", "chunking", "kernels", "host")
+SUITE_NAMES = ("throughput", "decode", "prefill", "chunking", "kernels", "host", "serve")
 
 
 def _parse_suites(text: str) -> list[str]:
@@ -48,21 +48,22 @@ def bench(
     model: str = typer.Argument(None, help="Registered name or .gguf path (default: synthetic llama Q8_0, "
                                            "n_embd=128, 2 layers; 'synth' names it too)."),
     backend: str = typer.Option("auto", "--backend", help="emu, cuda, or auto."),
-    suite: str = typer.Option("all", "--suite", help="all, or any of throughput,decode,prefill,chunking,kernels,host "
+    suite: str = typer.Option("all", "--suite", help="all, or any of throughput,decode,prefill,chunking,kernels,host,serve "
                               "(comma list). kernels: every variant of every op on the model's shapes, GB/s beside "
                               "the device bandwidth. host: the host's share of an engine step on the trace backend "
-                              "(kernels counted, not run), whatever --backend says."),
+                              "(kernels counted, not run), whatever --backend says. serve: a bounded load test of "
+                              "`sharpinf serve` on loopback (req/s, tok/s, TTFT, TPOT, ITL, failures)."),
     kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " (every suite but kernels, which runs all)"),
     out: Path = typer.Option(None, "--out", help="Results folder (default bench/results/<backend>/)."),
     json_out: bool = typer.Option(False, "--json", help="Print all results as one JSON object on stdout."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes: a smoke run (tests use it)."),
-    requests: int = typer.Option(None, "--requests", help="throughput: number of requests."),
-    prompt_len: str = typer.Option(None, "--prompt-len", help="throughput: prompt length N or LO-HI."),
-    output_len: str = typer.Option(None, "--output-len", help="throughput: output length N or LO-HI."),
+    requests: int = typer.Option(None, "--requests", help="throughput, serve: number of requests."),
+    prompt_len: str = typer.Option(None, "--prompt-len", help="throughput, serve: prompt length N or LO-HI."),
+    output_len: str = typer.Option(None, "--output-len", help="throughput, serve: output length N or LO-HI."),
     rate: float = typer.Option(None, "--rate", help="throughput: Poisson arrival rate (0 or inf: all at once)."),
     rate_unit: str = typer.Option("step", "--rate-unit", help="throughput: rate per engine 'step' or per 's'."),
-    max_batched_tokens: int = typer.Option(None, "--max-batched-tokens", help="throughput, host: per-step token budget."),
-    num_blocks: int = typer.Option(None, "--num-blocks", help="throughput: KV pool blocks (default: sized by the engine)."),
+    max_batched_tokens: int = typer.Option(None, "--max-batched-tokens", help="throughput, host, serve: per-step token budget."),
+    num_blocks: int = typer.Option(None, "--num-blocks", help="throughput, serve: KV pool blocks (default: sized by the engine)."),
     batch_sizes: str = typer.Option(None, "--batch-sizes", help="decode: comma list of B, e.g. 1,2,4,8; kernels: "
                                     "the token counts N (default 1,8,64)."),
     context: int = typer.Option(None, "--context", help="decode, kernels: context length of every sequence."),
@@ -71,6 +72,7 @@ def bench(
     budget: int = typer.Option(None, "--budget", help="chunking: per-step token budget."),
     long_mult: int = typer.Option(None, "--long-mult", help="chunking: long prompt = this x the budget."),
     repeats: int = typer.Option(None, "--repeats", help="decode/prefill/kernels: timed repeats."),
+    concurrency: int = typer.Option(None, "--concurrency", help="serve: requests in flight at once."),
     seed: int = typer.Option(0, "--seed", help="Seed of the prompts and arrivals."),
 ):
     """Benchmarks of the engine and the forward pass, with tables, JSON and plots."""
@@ -85,7 +87,8 @@ def bench(
         raise SharpinfError(f"--rate-unit must be 'step' or 's', got {rate_unit!r}")
     for name, v in (("--requests", requests), ("--max-batched-tokens", max_batched_tokens), ("--num-blocks", num_blocks),
                     ("--context", context), ("--prefill-prompts", prefill_prompts), ("--prefill-len", prefill_len),
-                    ("--budget", budget), ("--long-mult", long_mult), ("--repeats", repeats)):
+                    ("--budget", budget), ("--long-mult", long_mult), ("--repeats", repeats),
+                    ("--concurrency", concurrency)):
         if v is not None and v < 1:
             raise SharpinfError(f"{name} must be >= 1, got {v}")
     if rate is not None and rate < 0:
@@ -118,6 +121,8 @@ def bench(
         "chunking": dict(budget=budget, long_mult=long_mult),
         "kernels": dict(tokens=bsizes, context=context, repeats=repeats),
         "host": dict(budget=max_batched_tokens),
+        "serve": dict(requests=requests, concurrency=concurrency, prompt_len=plen, output_len=olen,
+                      max_num_batched_tokens=max_batched_tokens, num_blocks=num_blocks),
     }
     docs = {}
     for name in names:

@@ -18,7 +18,7 @@ import numpy as np
 from sharpinf.engine.block_manager import BlockManager
 from sharpinf.engine.config import EngineConfig
 from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
-from sharpinf.engine.model_runner import ModelRunner
+from sharpinf.engine.model_runner import ModelRunner, TokenLogprobs
 from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import Sequence
 from sharpinf.errors import RequestError, SharpinfError
@@ -46,6 +46,8 @@ class RequestOutput:
     finished: bool
     finish_reason: str | None
     prompt_ids: list[int]  # the request's own list, shared: do not modify
+    new_logprobs: list[TokenLogprobs] | None = None  # with SamplingParams.logprobs: one per new token
+    error: str | None = None  # why a rejected request could not run
 
 
 @dataclass
@@ -202,7 +204,8 @@ class LLMEngine:
                      f"{self.blocks.num_free} of {self.blocks.num_blocks} can be free")
         self._finish(seq, "rejected")
         self.metrics.rejected += 1
-        return [RequestOutput(seq.request_id, [], "", seq.output_ids, seq.stop.text, True, "rejected", seq.prompt_ids)]
+        return [RequestOutput(seq.request_id, [], "", seq.output_ids, seq.stop.text, True, "rejected", seq.prompt_ids,
+                              error=seq.error)]
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -231,8 +234,10 @@ class LLMEngine:
             if done:
                 self._finish(seq, seq.stop.finish_reason)
             text = seq.stop.text
+            lp = self.runner.last_logprobs.get(seq.request_id)
             outputs.append(RequestOutput(seq.request_id, [token], text[len(before):] if text.startswith(before) else "",
-                                         seq.output_ids, text, done, seq.finish_reason, seq.prompt_ids))
+                                         seq.output_ids, text, done, seq.finish_reason, seq.prompt_ids,
+                                         None if lp is None else [lp]))
         self.last_step_times = StepTimes(t1 - t0, now - t1, time.perf_counter() - now)
         return outputs
 

@@ -4,6 +4,8 @@ Only the chosen ids (one int per sampling sequence) come back to the host each s
 logits stay on the device, where the sampling kernel reads them. A request with a
 repetition penalty holds a history slot on the device while it runs: each step sends only
 the ids it has not sent yet (its prompt once, then one token a step), never the history.
+A request that asks for logprobs has its logits row copied back (that row only) and
+log-softmaxed on the host: the model's distribution, before penalty, temperature and filters.
 """
 
 from __future__ import annotations
@@ -23,6 +25,23 @@ I32 = np.int32
 
 
 @dataclass
+class TokenLogprobs:
+    """A sampled token's log-probability under the model, and the k most likely ids with theirs."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # (id, logprob), most likely first, ties by lowest id
+
+    @classmethod
+    def of(cls, logits: np.ndarray, token_id: int, k: int) -> "TokenLogprobs":
+        x = logits.astype(np.float64)
+        m = x.max()
+        lp = x - (m + np.log(np.exp(x - m).sum()))
+        top = np.lexsort((np.arange(len(lp)), -lp))[:k] if k else []
+        return cls(int(token_id), float(lp[token_id]), [(int(i), float(lp[i])) for i in top])
+
+
+@dataclass
 class ModelRunner:
     fp: ForwardPass
     pool: KVPool
@@ -31,6 +50,7 @@ class ModelRunner:
     tokens_run: int = 0
     last_batch: Batch | None = field(default=None, repr=False)
     free_slots: list[int] = field(init=False)
+    last_logprobs: dict[str, "TokenLogprobs"] = field(default_factory=dict, repr=False)  # request id -> this step's
 
     def __post_init__(self):
         self.free_slots = list(range(self.fp.capacity.rows - 1, -1, -1))
@@ -57,7 +77,14 @@ class ModelRunner:
         self.tokens_run += batch.n_tokens
         if out.sampled is None:
             return [None] * len(chunks)
-        chosen = iter(out.sampled.tolist())
+        ids = out.sampled.tolist()
+        self.last_logprobs = {}
+        for r, c in enumerate(samplers):
+            k = c.seq.params.logprobs
+            if k is not None:
+                row = self.fp.backend.download(out.logits[r : r + 1])[0]
+                self.last_logprobs[c.seq.request_id] = TokenLogprobs.of(row, ids[r], k)
+        chosen = iter(ids)
         return [next(chosen) if c.samples else None for c in chunks]
 
     def sampling_rows(self, chunks: list[ScheduledChunk]) -> SamplingRows:

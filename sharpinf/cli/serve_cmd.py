@@ -1,0 +1,75 @@
+"""`sharpinf serve MODEL`: an OpenAI-compatible server (FastAPI + uvicorn) over the engine."""
+
+from __future__ import annotations
+
+import typer
+from rich.text import Text
+
+from sharpinf.cli import app
+from sharpinf.cli.common import KERNELS_HELP, err_console, kernels_spec
+from sharpinf.errors import SharpinfError
+
+
+def build_server(model: str, backend: str = "auto", served_model_name: str | None = None, **engine_config):
+    """(FastAPI app, EngineLoop): the engine is built in the loop's thread once start() is called."""
+    from pathlib import Path
+
+    from sharpinf.cli.common import backend_named, load
+    from sharpinf.engine.llm_engine import LLMEngine
+    from sharpinf.serve.app import create_app
+    from sharpinf.serve.engine_loop import EngineLoop
+
+    name = served_model_name or (Path(model).stem if model.endswith(".gguf") else model)
+
+    def make_engine():
+        return LLMEngine(load(model), backend=backend_named(backend), **engine_config)
+
+    loop = EngineLoop(make_engine)
+    return create_app(loop, name), loop
+
+
+@app.command()
+def serve(
+    model: str = typer.Argument(..., help="Registered name or path to a .gguf."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, help="TCP port."),
+    served_model_name: str = typer.Option(None, help="The model's name in the API (default: MODEL, or the "
+                                          "file's stem for a path); requests naming another model get a 404."),
+    backend: str = typer.Option("auto", help="auto (a GPU when one is usable, else the CPU emulator), cuda or emu."),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
+    kv_dtype: str = typer.Option("fp16", help="KV cache dtype: fp16, bf16, fp32, q8_0."),
+    num_blocks: int = typer.Option(None, help="KV pool blocks (default: measured on a GPU, 256 on emu)."),
+    max_num_seqs: int = typer.Option(None, help="Most sequences in one step (default: the engine's)."),
+    max_num_batched_tokens: int = typer.Option(512, help="Per-step token budget of the engine."),
+    max_model_len: int = typer.Option(None, help="Longest prompt + output (default: the model's context)."),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
+    log_level: str = typer.Option("warning", help="uvicorn's log level: critical, error, warning, info, debug."),
+):
+    """Serve MODEL over HTTP with OpenAI's API: /v1/completions, /v1/chat/completions (streaming
+    with stream: true), /v1/models, /health, /metrics (Prometheus), /tokenize, /detokenize.
+
+    \b
+    curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+      -d '{"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}'
+    """
+    try:
+        import uvicorn
+    except ImportError:
+        raise SharpinfError('serving needs fastapi and uvicorn: pip install -e ".[serve]"') from None
+    if backend == "reference":
+        raise SharpinfError("serve runs the engine: choose --backend auto, cuda or emu")
+    config = dict(kv_dtype=kv_dtype, num_blocks=num_blocks, max_num_batched_tokens=max_num_batched_tokens,
+                  enforce_eager=enforce_eager, kernels=kernels_spec(kernels))
+    if max_num_seqs is not None:
+        config["max_num_seqs"] = max_num_seqs
+    if max_model_len is not None:
+        config["max_model_len"] = max_model_len
+    api, loop = build_server(model, backend, served_model_name, **config)
+    loop.start()
+    err_console.print(Text(f"serving {model} on http://{host}:{port} (loading; /health says ok when ready)"))
+    try:
+        uvicorn.run(api, host=host, port=port, log_level=log_level)
+    finally:
+        loop.stop()
+        if loop.load_error:
+            err_console.print(Text.assemble(("error:", "bold red"), f" the model failed to load: {loop.load_error}"))

@@ -1,0 +1,234 @@
+"""The FastAPI app: OpenAI's routes over an EngineLoop, plus /health, /metrics, /tokenize, /detokenize.
+
+Handlers never step the engine: they submit (in a worker thread, since a step holds the engine's
+lock), then await their request's deltas. A streaming client that goes away, or one waiting for
+a whole answer that disconnects, aborts its request: the engine frees its blocks at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sharpinf.engine.llm_engine import RequestOutput
+from sharpinf.errors import RequestError, SharpinfError
+from sharpinf.serve import protocol as P
+from sharpinf.serve.engine_loop import EngineLoop
+from sharpinf.serve.metrics import ServerMetrics
+
+DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
+
+
+def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
+    app = FastAPI(title="sharpinf", description="OpenAI-compatible server over sharpinf's engine")
+    metrics = ServerMetrics(lambda: loop.call(lambda e: e.engine_metrics()) if loop.ready else None)
+    app.state.metrics = metrics
+
+    @app.exception_handler(P.ApiError)
+    async def api_error(_request: Request, exc: P.ApiError):
+        if exc.status < 500 and exc.status != 404 or exc.code == "model_not_found":
+            metrics.requests.labels("bad_request").inc()
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(P.ApiError(exc.status_code, str(exc.detail), kind).body(), status_code=exc.status_code)
+
+    def ensure_ready() -> None:
+        if loop.load_error:
+            raise P.ApiError(503, f"the model failed to load: {loop.load_error}", "server_error")
+        if not loop.ready:
+            raise P.ApiError(503, "the model is loading; retry when /health says ok", "server_error")
+
+    async def json_body(request: Request):
+        try:
+            return json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError):
+            raise P.bad("the request body is not valid JSON") from None
+
+    def check_model(body) -> None:
+        name = body.get("model") if isinstance(body, dict) else None
+        if name is not None and name != model_name:
+            raise P.ApiError(404, f"the model '{name}' does not exist; this server serves '{model_name}'",
+                             "invalid_request_error", "model", "model_not_found")
+
+    # -- health, models, metrics ------------------------------------------------------------------
+    @app.get("/health")
+    async def health():
+        if loop.load_error:
+            return JSONResponse({"status": "error", "error": loop.load_error}, status_code=503)
+        if not loop.ready:
+            return JSONResponse({"status": "loading"}, status_code=503)
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        card = {"id": model_name, "object": "model", "created": int(time.time()), "owned_by": "sharpinf"}
+        if loop.ready:
+            card["max_model_len"] = loop.engine.max_model_len
+        return {"object": "list", "data": [card]}
+
+    @app.get("/metrics")
+    async def prometheus():
+        data = await asyncio.to_thread(metrics.exposition)
+        return Response(data, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # -- tokenizer ---------------------------------------------------------------------------------
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        ensure_ready()
+        body = await json_body(request)
+        check_model(body)
+        if not isinstance(body, dict) or ("prompt" in body) == ("messages" in body):
+            raise P.bad("give 'prompt' (a string) or 'messages' (a chat), one of them")
+        prompt = P._messages(body) if "messages" in body else body["prompt"]
+        if "prompt" in body and not isinstance(prompt, str):
+            raise P.bad("'prompt' must be a string", "prompt")
+        try:
+            ids = await asyncio.to_thread(loop.call, lambda e: e.encode(prompt))
+        except SharpinfError as exc:
+            raise P.bad(str(exc)) from None
+        return {"tokens": ids, "count": len(ids), "max_model_len": loop.engine.max_model_len}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        ensure_ready()
+        body = await json_body(request)
+        check_model(body)
+        ids = body.get("tokens") if isinstance(body, dict) else None
+        vocab = loop.engine.cfg.n_vocab
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
+                                                for t in ids):
+            raise P.bad(f"'tokens' must be a list of token ids in [0, {vocab})", "tokens")
+        text = await asyncio.to_thread(loop.call, lambda e: e.tokenizer.decode(ids))
+        return {"prompt": text}
+
+    # -- completions ---------------------------------------------------------------------------------
+    async def submit(parsed: P.Parsed):
+        try:
+            return await asyncio.to_thread(loop.submit, parsed.prompt, parsed.params, asyncio.get_running_loop())
+        except RequestError as exc:
+            raise P.bad(str(exc)) from None
+
+    def abort_later(rid: str) -> None:
+        """Abort without waiting for the engine's lock (a step may hold it): from a worker thread."""
+        asyncio.get_running_loop().run_in_executor(None, loop.abort, rid)
+
+    async def complete(request: Request, chat: bool):
+        ensure_ready()
+        body = await json_body(request)
+        check_model(body)
+        parsed = P.parse(body, chat)
+        t0 = time.perf_counter()
+        rid, queue = await submit(parsed)
+        resp_id = P.new_id(chat)
+        tok = loop.engine.tokenizer
+        if parsed.stream:
+            return StreamingResponse(stream(request, parsed, rid, queue, resp_id, tok, t0), media_type="text/event-stream")
+        return await whole(request, parsed, rid, queue, resp_id, tok, t0)
+
+    def timing(t0: float):
+        last = [None]
+
+        def tick() -> None:
+            now = time.perf_counter()
+            if last[0] is None:
+                metrics.ttft.observe(now - t0)
+            else:
+                metrics.itl.observe(now - last[0])
+            last[0] = now
+
+        return tick
+
+    async def whole(request, parsed: P.Parsed, rid, queue, resp_id, tok, t0):
+        tick, lps, out, get, checked = timing(t0), [], None, None, time.perf_counter()
+        while out is None or not out.finished:
+            get = get or asyncio.ensure_future(queue.get())  # kept across polls: no output is ever dropped
+            await asyncio.wait({get}, timeout=DISCONNECT_POLL_S)
+            now = time.perf_counter()
+            if not get.done() or now - checked >= DISCONNECT_POLL_S:  # tokens may come faster than the poll
+                checked = now
+                if await request.is_disconnected():
+                    get.cancel()
+                    abort_later(rid)
+                    metrics.requests.labels("aborted").inc()
+                    return Response(status_code=499)
+            if not get.done():
+                continue
+            out, get = get.result(), None
+            if isinstance(out, Exception):
+                metrics.requests.labels("error").inc()
+                raise P.ApiError(500, f"the engine failed: {out}", "server_error")
+            if out.new_token_ids:
+                tick()
+                metrics.generation_tokens.inc(len(out.new_token_ids))
+            lps += out.new_logprobs or []
+        if out.finish_reason == "rejected":
+            raise P.bad(out.error or "the request could not run")
+        metrics.requests.labels("ok").inc()
+        metrics.prompt_tokens.inc(len(out.prompt_ids))
+        lp = None
+        if parsed.logprobs is not None:
+            lp = P.chat_logprobs(tok, lps) if parsed.chat else P.completion_logprobs(tok, lps, 0)
+        return P.completion_body(resp_id, model_name, out.text, P.FINISH.get(out.finish_reason, out.finish_reason), lp,
+                                 P.usage(len(out.prompt_ids), len(out.token_ids)), parsed.chat)
+
+    async def stream(request, parsed: P.Parsed, rid, queue, resp_id, tok, t0) -> AsyncIterator[str]:
+        def sse(obj) -> str:
+            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+        tick, first, finished, offset = timing(t0), True, False, 0
+        try:
+            while not finished:
+                out: RequestOutput | Exception = await queue.get()
+                if isinstance(out, Exception):  # the engine ended the request
+                    finished = True
+                    metrics.requests.labels("error").inc()
+                    yield sse(P.ApiError(500, f"the engine failed: {out}", "server_error").body())
+                    break
+                finished = out.finished
+                if out.finish_reason == "rejected":
+                    metrics.requests.labels("bad_request").inc()
+                    yield sse(P.bad(out.error or "the request could not run").body())
+                    break
+                if out.new_token_ids:
+                    tick()
+                    metrics.generation_tokens.inc(len(out.new_token_ids))
+                lp = None
+                if parsed.logprobs is not None and out.new_logprobs:
+                    lp = (P.chat_logprobs(tok, out.new_logprobs) if parsed.chat
+                          else P.completion_logprobs(tok, out.new_logprobs, offset))
+                offset += len(out.new_text)
+                if out.new_text or lp or finished or (first and parsed.chat):
+                    finish = P.FINISH.get(out.finish_reason, out.finish_reason) if finished else None
+                    yield sse(P.completion_body(resp_id, model_name, out.new_text, finish, lp, None, parsed.chat,
+                                                chunk=True, first=first))
+                    first = False
+                if finished:
+                    metrics.requests.labels("ok").inc()
+                    metrics.prompt_tokens.inc(len(out.prompt_ids))
+                    if parsed.include_usage:
+                        yield sse(P.usage_chunk(resp_id, model_name, parsed.chat,
+                                                P.usage(len(out.prompt_ids), len(out.token_ids))))
+            yield "data: [DONE]\n\n"
+        finally:
+            if not finished:  # the client went away (or the engine failed): free the request's blocks
+                abort_later(rid)
+                metrics.requests.labels("aborted").inc()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await complete(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await complete(request, chat=True)
+
+    return app

@@ -1,0 +1,49 @@
+"""The server's Prometheus metrics (prometheus-client), in a registry of its own.
+
+Counters and histograms are fed by the handlers (a request's outcome, its time to first token,
+the gaps between its tokens); the engine's state (running and waiting sequences, KV usage,
+preemptions, prefix-cache hit rate, tokens/s) is read when /metrics is scraped.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+OUTCOMES = ("ok", "bad_request", "aborted", "error")
+
+
+class ServerMetrics:
+    def __init__(self, engine_state: Callable[[], dict | None]):
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("sharpinf_requests", "Requests by outcome: ok, bad_request (4xx), aborted "
+                                "(client gone), error", ["outcome"], registry=r)
+        for o in OUTCOMES:
+            self.requests.labels(o)
+        self.ttft = Histogram("sharpinf_time_to_first_token_seconds", "Request receipt to its first token",
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("sharpinf_inter_token_latency_seconds", "Time between a request's tokens",
+                             buckets=LATENCY_BUCKETS, registry=r)
+        self.prompt_tokens = Counter("sharpinf_prompt_tokens", "Prompt tokens of accepted requests", registry=r)
+        self.generation_tokens = Counter("sharpinf_generation_tokens", "Tokens generated", registry=r)
+        self._state = engine_state
+        gauges = {
+            "running_sequences": ("running", "Sequences in the running batch"),
+            "waiting_sequences": ("waiting", "Sequences waiting for admission"),
+            "kv_cache_usage_ratio": ("kv_usage", "Share of KV blocks in use"),
+            "preemptions": ("preemptions", "Sequences preempted so far (their KV recomputed later)"),
+            "prefix_cache_hit_rate": ("prefix_cache_hit_rate", "Share of prompt blocks found in the prefix cache"),
+            "throughput_tokens_per_second": ("throughput_tok_per_s", "Tokens generated per second since start"),
+        }
+        for name, (key, doc) in gauges.items():
+            Gauge(f"sharpinf_{name}", doc, registry=r).set_function(lambda key=key: self._read(key))
+
+    def _read(self, key: str) -> float:
+        state = self._state()
+        v = (state or {}).get(key)
+        return float(v) if isinstance(v, (int, float)) else 0.0
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,210 @@
+"""OpenAI's HTTP API, the parts sharpinf serves: request bodies in, response bodies out.
+
+Requests: /v1/completions (prompt: text or token ids) and /v1/chat/completions (messages, run
+through the model's chat template). Sampling fields as OpenAI names them (max_tokens or
+max_completion_tokens, temperature, top_p, seed, stop, n = 1, logprobs / top_logprobs) plus
+vLLM's extensions top_k, min_p, repetition_penalty, ignore_eos. Defaults are OpenAI's
+(temperature 1, completions max_tokens 16, chat until the context is full). Unknown fields are
+ignored, as OpenAI's own server does; a known field of the wrong type or value is a 400.
+Errors have OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from sharpinf.engine.model_runner import TokenLogprobs
+from sharpinf.errors import RequestError
+from sharpinf.sampling import MAX_LOGPROBS, SamplingParams
+
+# engine finish reasons -> OpenAI's ("context": the model's context is full, a length limit too)
+FINISH = {"stop": "stop", "length": "length", "context": "length", "aborted": "abort", "rejected": "error"}
+
+
+class ApiError(Exception):
+    """An HTTP error in OpenAI's shape."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, "invalid_request_error", param)
+
+
+@dataclass
+class Parsed:
+    prompt: object  # str, list[int], or a chat (list of {"role", "content"})
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    logprobs: int | None  # alternatives to list per token (None: no logprobs)
+    chat: bool
+
+
+def _field(body: dict, name: str, kinds: tuple, default=None):
+    v = body.get(name, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) and bool not in kinds or not isinstance(v, kinds):
+        names = " or ".join({int: "an integer", float: "a number", str: "a string", bool: "true or false",
+                             list: "a list", dict: "an object"}[k] for k in kinds)
+        raise bad(f"'{name}' must be {names}, got {type(v).__name__} {v!r}", name)
+    return v
+
+
+def _prompt(body: dict):
+    p = body.get("prompt")
+    if p is None:
+        raise bad("'prompt' is required: a string or a list of token ids", "prompt")
+    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
+        p = p[0]  # a batch of one
+    if isinstance(p, str):
+        if not p:
+            raise bad("'prompt' is empty", "prompt")
+        return p
+    if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+        return p
+    if isinstance(p, list) and len(p) > 1 and all(isinstance(x, (str, list)) for x in p):
+        raise bad("one prompt per request (send several requests: they are batched on the GPU anyway)", "prompt")
+    raise bad("'prompt' must be a non-empty string or a non-empty list of token ids", "prompt")
+
+
+def _messages(body: dict) -> list[dict]:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise bad("'messages' is required: a non-empty list of {\"role\", \"content\"}", "messages")
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise bad(f"messages[{i}] must be an object with a 'role' string and 'content'", "messages")
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: the text ones, joined
+            if not all(isinstance(c, dict) and c.get("type") == "text" and isinstance(c.get("text"), str)
+                       for c in content):
+                raise bad(f"messages[{i}].content: only text parts are supported", "messages")
+            content = "".join(c["text"] for c in content)
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise bad(f"messages[{i}].content must be a string or a list of text parts", "messages")
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+def parse(body, chat: bool) -> Parsed:
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    prompt = _messages(body) if chat else _prompt(body)
+    n = _field(body, "n", (int,), 1)
+    if n != 1:
+        raise bad(f"'n' must be 1 (got {n}): send several requests instead", "n")
+    if chat:
+        max_tokens = _field(body, "max_completion_tokens", (int,), None)
+        max_tokens = _field(body, "max_tokens", (int,), max_tokens)
+    else:
+        max_tokens = _field(body, "max_tokens", (int,), 16)
+    stop = body.get("stop")
+    if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))):
+        raise bad("'stop' must be a string or a list of strings", "stop")
+    stream = _field(body, "stream", (bool,), False)
+    opts = _field(body, "stream_options", (dict,), {}) or {}
+    include_usage = bool(opts.get("include_usage", False))
+    if chat:
+        want = _field(body, "logprobs", (bool,), False)
+        top = _field(body, "top_logprobs", (int,), 0)
+        if top and not want:
+            raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        logprobs = top if want else None
+    else:
+        logprobs = _field(body, "logprobs", (int,), None)
+    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
+        raise bad(f"logprobs: at most {MAX_LOGPROBS} alternatives per token, got {logprobs}",
+                  "top_logprobs" if chat else "logprobs")
+    fields = dict(max_tokens=max_tokens,
+                  temperature=_field(body, "temperature", (int, float), 1.0),
+                  top_p=_field(body, "top_p", (int, float), 1.0),
+                  top_k=_field(body, "top_k", (int,), 0),
+                  min_p=_field(body, "min_p", (int, float), 0.0),
+                  repetition_penalty=_field(body, "repetition_penalty", (int, float), 1.0),
+                  seed=_field(body, "seed", (int,), None),
+                  stop=stop, ignore_eos=_field(body, "ignore_eos", (bool,), False), logprobs=logprobs)
+    if fields["top_k"] == -1:  # vLLM's "off"
+        fields["top_k"] = 0
+    try:
+        params = SamplingParams(**fields)
+    except RequestError as exc:
+        raise bad(str(exc).removeprefix("invalid sampling parameter: ")) from None
+    return Parsed(prompt, params, stream, include_usage, logprobs, chat)
+
+
+# -- responses ---------------------------------------------------------------------------------
+def new_id(chat: bool) -> str:
+    return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def _token_text(tok, token_id: int) -> str:
+    """A token's text; a token that is part of a UTF-8 character (a lone byte) as "bytes:\\xNN",
+    so distinct tokens stay distinct keys in top_logprobs (vLLM writes them so too)."""
+    raw = tok.token_bytes(token_id)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+
+
+def completion_logprobs(tok, lps: list[TokenLogprobs], offset0: int) -> dict:
+    """The legacy completions shape: tokens, token_logprobs, top_logprobs, text_offset."""
+    tokens, offsets, off = [], [], offset0
+    for lp in lps:
+        tokens.append(_token_text(tok, lp.token_id))
+        offsets.append(off)
+        off += len(tok.decode_token(lp.token_id))
+    return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in lps],
+            "top_logprobs": [{_token_text(tok, i): v for i, v in lp.top} for lp in lps], "text_offset": offsets}
+
+
+def chat_logprobs(tok, lps: list[TokenLogprobs]) -> dict:
+    def entry(i: int, v: float) -> dict:
+        return {"token": _token_text(tok, i), "logprob": v, "bytes": list(tok.token_bytes(i))}
+
+    return {"content": [{**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(i, v) for i, v in lp.top]}
+                        for lp in lps]}
+
+
+def completion_body(rid: str, model: str, text: str, finish: str | None, lp: dict | None, use: dict | None,
+                    chat: bool, chunk: bool = False, first: bool = False) -> dict:
+    created = int(time.time())
+    if chat:
+        if chunk:
+            delta = ({"role": "assistant", "content": text} if first else {"content": text}) if text or first else {}
+            choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": lp,
+                      "finish_reason": finish}
+            obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": finish}
+        obj = "text_completion"
+    body = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+    if use is not None:
+        body["usage"] = use
+    return body
+
+
+def usage_chunk(rid: str, model: str, chat: bool, use: dict) -> dict:
+    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": int(time.time()),
+            "model": model, "choices": [], "usage": use}

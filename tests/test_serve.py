@@ -1,0 +1,324 @@
+"""`sharpinf serve` against the official `openai` client: a real server on 127.0.0.1 (a free port,
+started and stopped here) over a tiny synthetic model on the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import threading
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")
+uvicorn = pytest.importorskip("uvicorn")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from sharpinf.engine.llm_engine import LLMEngine  # noqa: E402
+from sharpinf.llm import LLM  # noqa: E402
+from sharpinf.model.synth import synthetic_model  # noqa: E402
+from sharpinf.sampling import SamplingParams  # noqa: E402
+from sharpinf.serve.loopback import LoopbackServer  # noqa: E402
+
+NAME = "tiny"
+CONFIG = dict(num_blocks=96, max_num_seqs=16, max_num_batched_tokens=128, enable_prefix_caching=True)
+
+
+def _model():
+    return synthetic_model("llama", "Q8_0", n_embd=128)
+
+
+class Server(LoopbackServer):
+    def __init__(self):
+        super().__init__(lambda: LLMEngine(_model(), backend="emu", **CONFIG), NAME, ready_timeout=120)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with Server() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def offline():
+    return LLM(_model(), backend="emu", **CONFIG)
+
+
+def _greedy(offline, prompt, max_tokens, **kw):
+    return offline.generate([prompt], SamplingParams(max_tokens=max_tokens, temperature=0.0, **kw))[0]
+
+
+PROMPTS = ["The quick brown fox", "Once upon a time", "1 2 3 4", "hello world, said the"]
+
+
+# -- answers equal offline generation --------------------------------------------------------------
+@pytest.mark.parametrize("prompt", PROMPTS[:2])
+def test_completion_equals_offline_generation(client, offline, prompt):
+    want = _greedy(offline, prompt, 12)
+    r = client.completions.create(model=NAME, prompt=prompt, max_tokens=12, temperature=0)
+    assert r.choices[0].text == want.text
+    assert r.choices[0].finish_reason == {"context": "length"}.get(want.finish_reason, want.finish_reason)
+    assert r.usage.prompt_tokens == len(want.prompt_ids) and r.usage.completion_tokens == len(want.token_ids)
+    chunks = list(client.completions.create(model=NAME, prompt=prompt, max_tokens=12, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == want.text
+    assert chunks[-1].usage.completion_tokens == len(want.token_ids)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] is not None
+
+
+def test_token_id_prompt_equals_text_prompt(client, offline):
+    ids = offline.tokenizer.encode(PROMPTS[2])
+    a = client.completions.create(model=NAME, prompt=ids, max_tokens=8, temperature=0)
+    b = client.completions.create(model=NAME, prompt=PROMPTS[2], max_tokens=8, temperature=0)
+    assert a.choices[0].text == b.choices[0].text == _greedy(offline, ids, 8).text
+
+
+def test_chat_equals_offline_chat(client, offline):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    want = _greedy(offline, msgs, 10)
+    r = client.chat.completions.create(model=NAME, messages=msgs, max_tokens=10, temperature=0)
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content == want.text
+    stream = client.chat.completions.create(model=NAME, messages=msgs, max_tokens=10, temperature=0, stream=True)
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == want.text
+
+
+def test_seeded_sampling_is_reproducible(client):
+    kw = dict(model=NAME, prompt=PROMPTS[1], max_tokens=10, temperature=1.0, top_p=0.9, seed=7)
+    assert client.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text
+
+
+def test_stop_strings(client, offline):
+    free = _greedy(offline, PROMPTS[0], 16).text
+    assert len(free) > 4
+    stop = free[2:4]
+    r = client.completions.create(model=NAME, prompt=PROMPTS[0], max_tokens=16, temperature=0, stop=[stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == free[: free.index(stop)]
+
+
+def test_logprobs(client):
+    r = client.completions.create(model=NAME, prompt=PROMPTS[3], max_tokens=5, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 5
+    for tok, chosen, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert len(top) <= 3 and chosen <= 0
+        assert math.isclose(chosen, max(top.values()), abs_tol=1e-9)  # greedy: the chosen is the most likely
+        assert sum(math.exp(v) for v in top.values()) <= 1 + 1e-9
+    c = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                                       temperature=0, logprobs=True, top_logprobs=2)
+    content = c.choices[0].logprobs.content
+    assert len(content) == c.usage.completion_tokens and all(len(e.top_logprobs) == 2 for e in content)
+
+
+# -- errors in OpenAI's shape -------------------------------------------------------------------------
+@pytest.mark.parametrize("kw,param", [(dict(temperature=-1), None), (dict(max_tokens=0), None), (dict(n=2), "n"),
+                                      (dict(extra_body={"top_p": "high"}), "top_p"), (dict(logprobs=50), "logprobs")])
+def test_bad_parameters_are_400(client, kw, param):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=NAME, prompt="hi", **{"max_tokens": 4, **kw})
+    err = e.value.body
+    assert err["type"] == "invalid_request_error" and err["message"]
+    if param:
+        assert err["param"] == param
+
+
+def test_unknown_model_is_404(client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.completions.create(model="gpt-5", prompt="hi", max_tokens=4)
+    assert e.value.body["code"] == "model_not_found"
+
+
+def test_a_request_that_can_never_fit_is_400_with_the_reason(client, server):
+    n_ctx = server.loop.engine.max_model_len
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=NAME, prompt=[5] * 20, max_tokens=n_ctx)
+    assert "context length" in e.value.body["message"] or "KV blocks" in e.value.body["message"]
+
+
+def test_malformed_bodies(server):
+    r = httpx.post(server.url + "/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx.post(server.url + "/v1/chat/completions", json={"model": NAME, "messages": "hi"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    r = httpx.get(server.url + "/v1/nothing")
+    assert r.status_code == 404 and "error" in r.json()
+
+
+# -- disconnects, tokenizer, models, metrics ----------------------------------------------------------
+def _generated(server) -> int:
+    return server.loop.call(lambda e: e.metrics.generated_tokens)
+
+
+def test_a_client_that_disconnects_aborts_its_request(server):
+    """Each request asks for 400 tokens; gone after the first, it must stop within a few steps."""
+    before = _generated(server)
+    with httpx.Client(timeout=60) as h:
+        with h.stream("POST", server.url + "/v1/completions",
+                      json={"model": NAME, "prompt": "count", "max_tokens": 400, "temperature": 0, "ignore_eos": True,
+                            "stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    break  # one token came: leave
+    assert server.idle(), "the aborted request still holds the engine"
+    with httpx.Client(timeout=60) as h:  # a non-streaming request whose client times out
+        with pytest.raises(httpx.ReadTimeout):
+            h.post(server.url + "/v1/completions", timeout=0.5,
+                   json={"model": NAME, "prompt": "count", "max_tokens": 400, "temperature": 0, "ignore_eos": True})
+    assert server.idle(), "the abandoned request still holds the engine"
+    assert _generated(server) - before < 2 * 100, "the requests ran on after their clients left"
+
+
+def test_tokenize_detokenize_models(server, offline):
+    r = httpx.post(server.url + "/tokenize", json={"model": NAME, "prompt": "hello world"}).json()
+    assert r["tokens"] == offline.tokenizer.encode("hello world") and r["count"] == len(r["tokens"])
+    assert httpx.post(server.url + "/detokenize", json={"tokens": r["tokens"]}).json()["prompt"] == "hello world"
+    assert httpx.post(server.url + "/detokenize", json={"tokens": [-1]}).status_code == 400
+    models = httpx.get(server.url + "/v1/models").json()
+    assert models["data"][0]["id"] == NAME and models["data"][0]["max_model_len"] > 0
+
+
+def test_metrics_parse(client, server):
+    client.completions.create(model=NAME, prompt="hi", max_tokens=3, temperature=0)
+    text = httpx.get(server.url + "/metrics").text
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("sharpinf_requests", "sharpinf_time_to_first_token_seconds", "sharpinf_inter_token_latency_seconds",
+                 "sharpinf_running_sequences", "sharpinf_waiting_sequences", "sharpinf_kv_cache_usage_ratio",
+                 "sharpinf_preemptions", "sharpinf_prefix_cache_hit_rate", "sharpinf_generation_tokens",
+                 "sharpinf_throughput_tokens_per_second"):
+        assert name in fams, name
+    ok = [s.value for s in fams["sharpinf_requests"].samples if s.name == "sharpinf_requests_total"
+          and s.labels.get("outcome") == "ok"]
+    assert ok and ok[0] >= 1
+    assert any(s.value >= 1 for s in fams["sharpinf_time_to_first_token_seconds"].samples
+               if s.name.endswith("_count"))
+
+
+def test_health_is_503_while_loading():
+    from sharpinf.serve.app import create_app
+    from sharpinf.serve.engine_loop import EngineLoop
+    from fastapi.testclient import TestClient
+
+    gate = threading.Event()
+    loop = EngineLoop(lambda: gate.wait(30) and None)  # never ready while the gate is shut
+    loop.start()
+    try:
+        c = TestClient(create_app(loop, NAME))
+        assert c.get("/health").status_code == 503
+        r = c.post("/v1/completions", json={"model": NAME, "prompt": "hi"})
+        assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
+    finally:
+        gate.set()
+        loop.stop()
+
+
+# -- a bounded load test ------------------------------------------------------------------------------
+def test_load_with_malformed_requests_and_disconnects(server, offline):
+    """240 requests at concurrency 16: ~5% malformed (each a 4xx), ~5% disconnecting mid-stream;
+    every good answer equals offline greedy generation, no 5xx, every block free at the end."""
+    rng = random.Random(0)
+    words = "the a of to in and is it that on was he for with as his they at be this from".split()
+    jobs = []
+    for i in range(240):
+        kind = rng.choices(["good", "bad", "gone"], [0.9, 0.05, 0.05])[0]
+        prompt = " ".join(rng.choice(words) for _ in range(rng.randint(1, 12)))
+        jobs.append((kind, prompt, rng.randint(1, 10), rng.random() < 0.5))
+    good = [(p, n) for k, p, n, _ in jobs if k == "good"]
+    want = {(p, n): out.text for (p, n), out in zip(good, offline.generate(
+        [p for p, _ in good], [SamplingParams(max_tokens=n, temperature=0.0) for _, n in good]))}
+    bad_bodies = [b"{", json.dumps({"model": NAME, "prompt": "x", "max_tokens": -3}).encode(),
+                  json.dumps({"model": NAME, "prompt": "x", "temperature": "hot"}).encode(),
+                  json.dumps({"model": NAME}).encode()]
+    results = []
+
+    async def one(h: httpx.AsyncClient, job, sem):
+        kind, prompt, n, stream = job
+        async with sem:
+            if kind == "bad":
+                r = await h.post("/v1/completions", content=rng.choice(bad_bodies),
+                                 headers={"content-type": "application/json"})
+                results.append((job, r.status_code, None))
+                return
+            body = {"model": NAME, "prompt": prompt, "max_tokens": n if kind == "good" else 300, "temperature": 0,
+                    "stream": stream or kind == "gone", "ignore_eos": kind == "gone"}
+            if not body["stream"]:
+                r = await h.post("/v1/completions", json=body)
+                results.append((job, r.status_code, r.json()["choices"][0]["text"] if r.status_code == 200 else None))
+                return
+            text, status = [], None
+            async with h.stream("POST", "/v1/completions", json=body) as r:
+                status = r.status_code
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    text.append(json.loads(line[6:])["choices"][0]["text"])
+                    if kind == "gone":
+                        break  # leave mid-stream
+            results.append((job, status, "".join(text)))
+
+    async def main():
+        sem = asyncio.Semaphore(16)
+        async with httpx.AsyncClient(base_url=server.url, timeout=300) as h:
+            await asyncio.gather(*(one(h, j, sem) for j in jobs))
+
+    before = _generated(server)
+    asyncio.run(main())
+    assert len(results) == len(jobs)
+    assert not [r for r in results if r[1] >= 500], "no 5xx"
+    for (kind, prompt, n, _), status, text in results:
+        if kind == "bad":
+            assert 400 <= status < 500
+        elif kind == "good":
+            assert status == 200 and text == want[(prompt, n)], (prompt, n)
+    assert server.idle(), "every request ended and every KV block is free"
+    gone = sum(k == "gone" for k, *_ in jobs)
+    assert _generated(server) - before < sum(n for _, n in good) + 60 * gone, "disconnected requests ran on (300 tokens each)"
+
+
+# -- units under the server ---------------------------------------------------------------------------
+def test_token_logprobs_are_the_model_distribution():
+    import numpy as np
+
+    from sharpinf.engine.model_runner import TokenLogprobs
+
+    x = np.array([1.0, 3.0, 3.0, -2.0, 0.5], np.float32)
+    lp = TokenLogprobs.of(x, 4, 3)
+    ref = x.astype(np.float64) - np.log(np.exp(x.astype(np.float64)).sum())
+    assert math.isclose(lp.logprob, ref[4], rel_tol=1e-12)
+    assert [i for i, _ in lp.top] == [1, 2, 0]  # most likely first, ties by the lowest id
+    assert all(math.isclose(v, ref[i], rel_tol=1e-12) for i, v in lp.top)
+    assert TokenLogprobs.of(x, 0, 0).top == []
+
+
+@pytest.mark.parametrize("bad", [-1, 21, 2.5, "3", True])
+def test_sampling_logprobs_is_validated(bad):
+    from sharpinf.errors import RequestError
+
+    with pytest.raises(RequestError, match="logprobs"):
+        SamplingParams(logprobs=bad)
+
+
+def test_protocol_maps_openai_fields():
+    from sharpinf.serve import protocol as P
+
+    c = P.parse({"prompt": ["hi"], "max_tokens": 5, "temperature": 0, "stop": "x", "top_k": -1, "logprobs": 2}, chat=False)
+    assert c.prompt == "hi" and c.params.max_tokens == 5 and c.params.stop == ("x",) and c.params.top_k == 0
+    assert c.logprobs == 2 and c.params.logprobs == 2 and not c.stream
+    d = P.parse({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+                 "max_completion_tokens": 7, "stream": True, "stream_options": {"include_usage": True}}, chat=True)
+    assert d.prompt == [{"role": "user", "content": "ab"}] and d.params.max_tokens == 7 and d.include_usage
+    assert d.params.temperature == 1.0 and d.logprobs is None  # OpenAI's defaults
+    for body, chat in (({"prompt": ["a", "b"]}, False), ({"prompt": []}, False), ({"messages": []}, True),
+                       ({"prompt": "a", "stream": "yes"}, False), ({"messages": [{"role": "user"}], "top_logprobs": 2}, True)):
+        with pytest.raises(P.ApiError) as e:
+            P.parse(body, chat)
+        assert e.value.status == 400 and e.value.body()["error"]["message"]
