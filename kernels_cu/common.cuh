@@ -164,6 +164,48 @@ __device__ __forceinline__ void mma_m16n8k16_f16_f32(float (&d)[4], const unsign
 #endif
 }
 
+// D(16x8,s32) = A(16x32,s8,row) * B(32x8,s8,col) + C, one warp: the int8 tensor-core product,
+// exact (int32 accumulation). Fragment layout (PTX ISA, mma.m16n8k32 .s8): g = lane>>2,
+// t = lane%4; a register holds four int8, the lower-indexed element in the low byte.
+//   a[0] = A[g][4t..4t+3]      a[1] = A[g+8][4t..4t+3]
+//   a[2] = A[g][4t+16..4t+19]  a[3] = A[g+8][4t+16..4t+19]
+//   b[0] = B[4t..4t+3][g]      b[1] = B[4t+16..4t+19][g]
+//   c/d[0..1] = C[g][2t..2t+1]   c/d[2..3] = C[g+8][2t..2t+1]
+// (tests/test_ptx_layouts.py checks this against the ISA's tables, written there as data.)
+__device__ __forceinline__ void mma_m16n8k32_s8_s32(int (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                                                    const int (&c)[4]) {
+#ifndef SHARPINF_EMU
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+          "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+#else
+    const int lane = threadIdx.x & 31, t = lane & 3;
+    // A rows g, g+8 live in lanes (lane & ~3) + j; B columns 2t, 2t+1 in lanes (2t+cs)*4 + j (j = 0..3).
+    unsigned ra[4][4], rb[2][4][2];
+    for (int j = 0; j < 4; ++j)
+        for (int r = 0; r < 4; ++r) ra[j][r] = __shfl_sync(SHARPINF_FULL_MASK, a[r], (lane & ~3) + j);
+    for (int cs = 0; cs < 2; ++cs)
+        for (int j = 0; j < 4; ++j)
+            for (int r = 0; r < 2; ++r) rb[cs][j][r] = __shfl_sync(SHARPINF_FULL_MASK, b[r], (2 * t + cs) * 4 + j);
+    int out[4];
+    for (int rs = 0; rs < 2; ++rs)        // row g + 8*rs
+        for (int cs = 0; cs < 2; ++cs) {  // col 2t + cs
+            int acc = c[rs * 2 + cs];
+            for (int k = 0; k < 32; ++k) {  // k = 16*kh + 4*j + e: register kh of lane j, byte e
+                const int kh = k >> 4, j = (k >> 2) & 3, e = k & 3;
+                const signed char av = (signed char)(ra[j][rs + 2 * kh] >> (8 * e));
+                const signed char bv = (signed char)(rb[cs][j][kh] >> (8 * e));
+                acc += (int)av * (int)bv;
+            }
+            out[rs * 2 + cs] = acc;
+        }
+    for (int i = 0; i < 4; ++i) d[i] = out[i];
+#endif
+}
+
 // --- ldmatrix ---------------------------------------------------------------------------
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16: four 8x8 b16 matrices from shared memory.
 // Lane l supplies the address of row (l%8) of matrix (l/8) (16 contiguous bytes, 16-byte
