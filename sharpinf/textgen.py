@@ -87,6 +87,25 @@ class StopChecker:
             self.finish_reason = "context"
         return self.finish_reason is not None
 
+    def stable_len(self) -> int:
+        """How much of text is final and may be shown: all of it once the request has finished;
+        before that, neither an incomplete UTF-8 character at the end (U+FFFD for now) nor an end
+        that could still grow into a stop string (which would cut it away)."""
+        if self.finish_reason is not None:
+            return len(self.text)
+        end = len(self.text)
+        try:
+            self._pending.decode("utf-8")
+        except UnicodeDecodeError:
+            end = len(self._final)
+        hold = 0
+        for s in self.params.stop:
+            for k in range(min(len(s) - 1, end), hold, -1):  # the longest prefix of s the text ends with
+                if self.text.endswith(s[:k], 0, end):
+                    hold = k
+                    break
+        return end - hold
+
     def _append_bytes(self, b: bytes) -> None:
         pending = self._pending
         pending += b

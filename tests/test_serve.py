@@ -8,6 +8,7 @@ import json
 import math
 import random
 import threading
+import time
 
 import httpx
 import pytest
@@ -156,7 +157,7 @@ def test_malformed_bodies(server):
 
 # -- disconnects, tokenizer, models, metrics ----------------------------------------------------------
 def _generated(server) -> int:
-    return server.loop.call(lambda e: e.metrics.generated_tokens)
+    return server.loop.query(lambda e: e.metrics.generated_tokens)
 
 
 def test_a_client_that_disconnects_aborts_its_request(server):
@@ -322,3 +323,113 @@ def test_protocol_maps_openai_fields():
         with pytest.raises(P.ApiError) as e:
             P.parse(body, chat)
         assert e.value.status == 400 and e.value.body()["error"]["message"]
+
+
+# -- what a hostile review found ------------------------------------------------------------------------
+def test_a_short_request_joins_a_running_batch(server):
+    """Continuous batching over HTTP: a 2-token request sent while a 300-token one decodes finishes
+    first (handlers never wait for the engine to run dry)."""
+    done = []
+
+    def long():
+        httpx.post(server.url + "/v1/completions", timeout=120,
+                   json={"model": NAME, "prompt": "x", "max_tokens": 300, "temperature": 0, "ignore_eos": True})
+        done.append("long")
+
+    th = threading.Thread(target=long)
+    th.start()
+    deadline = time.time() + 30
+    while server.loop.query(lambda e: e.has_unfinished()) is False and time.time() < deadline:
+        time.sleep(0.01)
+    r = httpx.post(server.url + "/v1/completions", timeout=120,
+                   json={"model": NAME, "prompt": "y", "max_tokens": 2, "temperature": 0, "ignore_eos": True})
+    done.append("short")
+    th.join()
+    assert r.status_code == 200 and done == ["short", "long"]
+
+
+def test_streamed_text_equals_the_whole_answer_with_stop_strings(client, offline):
+    """Streams give only final text: what may still become a stop string, or an incomplete UTF-8
+    character, is held back until it is decided."""
+    free = _greedy(offline, PROMPTS[1], 24).text
+    stops = [free[i:i + 3] for i in range(1, len(free) - 3, 4)] + [free[5:7] + "\u00e9\u00e9", "zz"]
+    for seed, stop in enumerate(stops):
+        kw = dict(model=NAME, prompt=PROMPTS[1], max_tokens=24, temperature=0.9, seed=seed, stop=[stop])
+        whole = client.completions.create(**kw).choices[0].text
+        streamed = "".join(c.choices[0].text for c in client.completions.create(stream=True, **kw) if c.choices)
+        assert streamed == whole, (stop, whole, streamed)
+
+
+def test_stable_text_holds_back_stop_prefixes_and_partial_characters():
+    from sharpinf.textgen import StopChecker
+
+    class Tok:  # one byte per token
+        eot_ids = ()
+
+        def token_bytes(self, t):
+            return bytes([t])
+
+    sc = StopChecker(SamplingParams(max_tokens=50, stop=["cab"]), Tok(), context_left=100)
+    shown = []
+    for b in b"xyca" + "\u00e9".encode() + b"cab":
+        sc.add(b)
+        shown.append(sc.text[: sc.stable_len()])
+    assert shown[:5] == ["x", "xy", "xy", "xy", "xy"]  # "c", "ca" may start "cab"; then half of é is pending
+    assert shown[5] == "xyca\u00e9"  # é complete: "ca" can no longer become "cab"
+    assert sc.finish_reason == "stop" and sc.text == "xyca\u00e9" and shown[-1] == sc.text
+
+
+def test_chat_without_max_tokens_runs_to_the_pool_limit(server):
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=120,
+                   json={"model": NAME, "messages": [{"role": "user", "content": "go"}], "temperature": 0})
+    assert r.status_code == 200, r.text
+    limit = server.loop.query(lambda e: e.token_limit())
+    u = r.json()["usage"]
+    assert u["prompt_tokens"] + u["completion_tokens"] <= limit
+
+
+@pytest.mark.parametrize("body,param", [
+    (b'{"model": "tiny", "prompt": "\\ud800 hi"}', "prompt"),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "\\udfff"}]}', "messages"),
+    (b"[" * 100000, None),
+    (b'{"model": 5, "prompt": "hi"}', "model"),
+    (b'{"model": "tiny", "prompt": "hi", "echo": true}', "echo"),
+    (b'{"model": "tiny", "prompt": "hi", "presence_penalty": 0.5}', "presence_penalty"),
+    (b'{"model": "tiny", "prompt": "hi", "stream": true, "stream_options": {"include_usage": "false"}}', "include_usage"),
+    (b'{"model": "tiny", "prompt": "hi", "stop": ' + json.dumps(["s%d" % i for i in range(40)]).encode() + b"}", "stop"),
+])
+def test_hostile_bodies_are_4xx(server, body, param):
+    path = "/v1/chat/completions" if b"messages" in body else "/v1/completions"
+    r = httpx.post(server.url + path, content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["message"]
+    if param:
+        assert err["param"] == param
+
+
+def test_a_chat_template_that_refuses_is_400(server):
+    """The template's raise_exception (roles must alternate, ...) and its absence are the client's 400s."""
+    import sharpinf.serve.app  # noqa: F401
+
+    from sharpinf.model.chat import ChatTemplateError
+
+    def refuse(*_a, **_k):
+        raise ChatTemplateError("roles must alternate user/assistant")
+
+    tok = server.loop.engine.tokenizer
+    orig = tok.apply_chat
+    tok.apply_chat = refuse
+    try:
+        r = httpx.post(server.url + "/v1/chat/completions", timeout=60,
+                       json={"model": NAME, "messages": [{"role": "user", "content": "a"}]})
+        t = httpx.post(server.url + "/tokenize", timeout=60,
+                       json={"model": NAME, "messages": [{"role": "user", "content": "a"}]})
+    finally:
+        tok.apply_chat = orig
+    assert r.status_code == t.status_code == 400 and "alternate" in r.json()["error"]["message"]
+
+
+def test_negative_seeds_are_accepted(client):
+    kw = dict(model=NAME, prompt="hi", max_tokens=4, temperature=1.0, seed=-5)
+    assert client.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text

@@ -145,13 +145,18 @@ class LLMEngine:
         """Everything that would make a request impossible, said now rather than later."""
         ctx, n = self.max_model_len, len(prompt_ids)
         check_prompt(prompt_ids, self.cfg.n_vocab, ctx)
-        total = ctx if params.max_tokens is None else n + params.max_tokens
+        total = self.token_limit() if params.max_tokens is None else n + params.max_tokens
         if total > ctx:
             raise RequestError(f"prompt ({n}) + max_tokens ({params.max_tokens}) = {total} exceeds the context length {ctx}")
         need = -(-total // self.config.block_size)
         if need > self.budget.num_blocks:
             raise RequestError(f"request needs {need} KV blocks ({total} tokens) but the pool has only "
                                f"{self.budget.num_blocks} ({self.budget.tokens} tokens): it could never run")
+
+    def token_limit(self) -> int:
+        """The most tokens (prompt + output) one request may hold: the context, or the KV pool if
+        smaller. A request without max_tokens runs until it reaches this (finish "context")."""
+        return min(self.max_model_len, self.budget.tokens)
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
         """Queue a request; a SharpinfError says why it can never run (counted as rejected)."""
@@ -168,7 +173,7 @@ class LLMEngine:
             self.metrics.rejected += 1
             raise
         seed = params.seed if params.seed is not None else int(self._seeds.integers(0, 2**63))
-        stop = StopChecker(params, self.tokenizer, context_left=self.max_model_len - len(ids))
+        stop = StopChecker(params, self.tokenizer, context_left=self.token_limit() - len(ids))
         seq = Sequence(rid, ids, params, seed, stop)
         self.requests[rid] = seq
         self.scheduler.add(seq)
@@ -224,7 +229,6 @@ class LLMEngine:
             self.blocks.register_full_blocks(seq)
             if token is None:
                 continue
-            before = seq.stop.text
             seq.tokens.append(token)
             self.metrics.generated_tokens += 1
             if seq.metrics.first_token is None:
@@ -233,11 +237,12 @@ class LLMEngine:
             done = seq.stop.add(token)
             if done:
                 self._finish(seq, seq.stop.finish_reason)
-            text = seq.stop.text
+            text, stable = seq.stop.text, seq.stop.stable_len()
+            delta = text[seq.sent_chars:stable]  # only text that can no longer change
+            seq.sent_chars = max(seq.sent_chars, stable)
             lp = self.runner.last_logprobs.get(seq.request_id)
-            outputs.append(RequestOutput(seq.request_id, [token], text[len(before):] if text.startswith(before) else "",
-                                         seq.output_ids, text, done, seq.finish_reason, seq.prompt_ids,
-                                         None if lp is None else [lp]))
+            outputs.append(RequestOutput(seq.request_id, [token], delta, seq.output_ids, text, done, seq.finish_reason,
+                                         seq.prompt_ids, None if lp is None else [lp]))
         self.last_step_times = StepTimes(t1 - t0, now - t1, time.perf_counter() - now)
         return outputs
 

@@ -37,7 +37,12 @@ class TokenLogprobs:
         x = logits.astype(np.float64)
         m = x.max()
         lp = x - (m + np.log(np.exp(x - m).sum()))
-        top = np.lexsort((np.arange(len(lp)), -lp))[:k] if k else []
+        top = []
+        if k:  # the k largest (argpartition: no full sort of a 150k vocabulary), then ordered, ties by id
+            cand = np.argpartition(-lp, min(k, len(lp) - 1))[: k + 1] if k < len(lp) else np.arange(len(lp))
+            kth = np.sort(lp[cand])[::-1][min(k, len(cand)) - 1]
+            cand = np.flatnonzero(lp >= kth)  # every id tied with the k-th too, so ties go by the lowest id
+            top = cand[np.lexsort((cand, -lp[cand]))][:k]
         return cls(int(token_id), float(lp[token_id]), [(int(i), float(lp[i])) for i in top])
 
 

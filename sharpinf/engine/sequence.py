@@ -63,6 +63,7 @@ class Sequence:
     seen_synced: int = 0  # tokens[:seen_synced] are in that slot
     registered_blocks: int = 0  # leading full blocks already offered to the prefix cache
     last_block_hash: int | None = None  # the chained hash of the last of them
+    sent_chars: int = 0  # characters of stop.text already given out as deltas (final ones only)
 
     def __post_init__(self):
         self.tokens = list(self.prompt_ids)

@@ -17,9 +17,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sharpinf.engine.llm_engine import RequestOutput
-from sharpinf.errors import RequestError, SharpinfError
+from sharpinf.errors import SharpinfError
 from sharpinf.serve import protocol as P
-from sharpinf.serve.engine_loop import EngineLoop
+from sharpinf.serve.engine_loop import EngineFailure, EngineLoop
 from sharpinf.serve.metrics import ServerMetrics
 
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
@@ -27,7 +27,7 @@ DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its cl
 
 def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
     app = FastAPI(title="sharpinf", description="OpenAI-compatible server over sharpinf's engine")
-    metrics = ServerMetrics(lambda: loop.call(lambda e: e.engine_metrics()) if loop.ready else None)
+    metrics = ServerMetrics(lambda: loop.snapshot)
     app.state.metrics = metrics
 
     @app.exception_handler(P.ApiError)
@@ -50,11 +50,13 @@ def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
     async def json_body(request: Request):
         try:
             return json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError):
-            raise P.bad("the request body is not valid JSON") from None
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise P.bad("the request body is not valid JSON (or nests too deeply)") from None
 
     def check_model(body) -> None:
         name = body.get("model") if isinstance(body, dict) else None
+        if name is not None and not isinstance(name, str):
+            raise P.bad(f"'model' must be a string, got {type(name).__name__}", "model")
         if name is not None and name != model_name:
             raise P.ApiError(404, f"the model '{name}' does not exist; this server serves '{model_name}'",
                              "invalid_request_error", "model", "model_not_found")
@@ -91,10 +93,9 @@ def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
         prompt = P._messages(body) if "messages" in body else body["prompt"]
         if "prompt" in body and not isinstance(prompt, str):
             raise P.bad("'prompt' must be a string", "prompt")
-        try:
-            ids = await asyncio.to_thread(loop.call, lambda e: e.encode(prompt))
-        except SharpinfError as exc:
-            raise P.bad(str(exc)) from None
+        if isinstance(prompt, str):
+            P.text_field(prompt, "prompt")
+        ids = await encode(prompt)
         return {"tokens": ids, "count": len(ids), "max_model_len": loop.engine.max_model_len}
 
     @app.post("/detokenize")
@@ -107,19 +108,35 @@ def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
         if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
                                                 for t in ids):
             raise P.bad(f"'tokens' must be a list of token ids in [0, {vocab})", "tokens")
-        text = await asyncio.to_thread(loop.call, lambda e: e.tokenizer.decode(ids))
+        text = await asyncio.to_thread(loop.engine.tokenizer.decode, ids)  # the tokenizer is read-only: no lock
         return {"prompt": text}
 
     # -- completions ---------------------------------------------------------------------------------
-    async def submit(parsed: P.Parsed):
+    async def encode(prompt) -> list[int]:
+        """Text or a chat -> ids in a worker thread, off the engine's thread (the tokenizer is read-only)."""
         try:
-            return await asyncio.to_thread(loop.submit, parsed.prompt, parsed.params, asyncio.get_running_loop())
-        except RequestError as exc:
+            return await asyncio.to_thread(loop.engine.encode, prompt)
+        except SharpinfError as exc:  # a chat template that refuses the messages, no template, ...
             raise P.bad(str(exc)) from None
 
+    async def submit(parsed: P.Parsed):
+        ids = await encode(parsed.prompt)
+        try:
+            return await asyncio.to_thread(loop.submit, ids, parsed.params, asyncio.get_running_loop())
+        except EngineFailure as exc:
+            raise P.ApiError(503, f"the engine is not running: {exc}", "server_error") from None
+        except SharpinfError as exc:
+            raise P.bad(str(exc)) from None
+
+    def _abort(rid: str) -> None:
+        try:
+            loop.abort(rid)
+        except EngineFailure:
+            pass  # the engine is gone: nothing left to free
+
     def abort_later(rid: str) -> None:
-        """Abort without waiting for the engine's lock (a step may hold it): from a worker thread."""
-        asyncio.get_running_loop().run_in_executor(None, loop.abort, rid)
+        """Abort from a worker thread (it waits for the engine's next step boundary), not awaited."""
+        asyncio.get_running_loop().run_in_executor(None, _abort, rid)
 
     async def complete(request: Request, chat: bool):
         ensure_ready()

@@ -1,24 +1,32 @@
 """EngineLoop: the one thread that steps an LLMEngine for an asyncio server.
 
-Handlers call submit() (from a worker thread: it waits for the engine's lock, which a step
-holds) and get a request id and an asyncio.Queue; the loop thread puts each RequestOutput of
-that request on the queue (through the event loop, thread-safe) and, when the request ends,
-forgets it, so its blocks are free and nothing accumulates. abort() ends a request whose client
-went away. The engine is built in the loop thread (loading and compiling take time), so the
-server answers /health with "loading" meanwhile.
+Nothing else touches the engine. Handlers put commands on a queue -- add a request (its prompt
+already tokenized in the handler's thread), abort one, or run a query -- and the engine thread
+takes them between steps, so a new request joins the running batch at the next step and an
+abort lands within one step (a lock would let the stepping thread starve them: locks are not
+fair). Each RequestOutput goes to its request's asyncio.Queue through the event loop
+(thread-safe); a finished or aborted request is forgotten at once, so its blocks are free and
+nothing accumulates. After every step the loop publishes a snapshot of the engine's metrics for
+/metrics. The engine is built in this thread (loading and compiling take time): until then the
+server answers /health with "loading".
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import traceback
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
-from sharpinf.engine.llm_engine import LLMEngine, Prompt, RequestOutput
+from sharpinf.engine.llm_engine import LLMEngine, RequestOutput
 from sharpinf.sampling import SamplingParams
+
+log = logging.getLogger("sharpinf.serve")
 
 
 @dataclass
@@ -28,15 +36,19 @@ class Subscriber:
     submitted: float = field(default_factory=time.perf_counter)
 
 
+class EngineFailure(RuntimeError):
+    """The engine raised while stepping: every live request ends with this (the details are logged)."""
+
+
 class EngineLoop:
-    def __init__(self, make_engine: Callable[[], LLMEngine], on_step: Callable[[LLMEngine], None] | None = None):
+    def __init__(self, make_engine: Callable[[], LLMEngine]):
         self._make_engine = make_engine
-        self._on_step = on_step
         self.engine: LLMEngine | None = None
-        self.load_error: str | None = None
-        self._lock = threading.Lock()  # the engine: add_request, abort and step
-        self._wake = threading.Condition(self._lock)
-        self._subs: dict[str, Subscriber] = {}
+        self.load_error: str | None = None  # the engine could not be built (or its thread died)
+        self.snapshot: dict | None = None  # engine_metrics() after the last step
+        self._cmds: deque = deque()  # (kind, args, Future); deque appends and pops are thread-safe
+        self._wake = threading.Event()
+        self._subs: dict[str, Subscriber] = {}  # engine thread only
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="sharpinf-engine", daemon=True)
 
@@ -45,73 +57,118 @@ class EngineLoop:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        with self._wake:
-            self._stop = True
-            self._wake.notify_all()
+        self._stop = True
+        self._wake.set()
         self._thread.join(timeout)
 
     @property
     def ready(self) -> bool:
-        return self.engine is not None
+        return self.engine is not None and self.load_error is None
 
-    # -- what handlers call ----------------------------------------------------------------------
-    def submit(self, prompt: Prompt, params: SamplingParams, loop: asyncio.AbstractEventLoop) -> tuple[str, asyncio.Queue]:
-        """Queue a request; a RequestError (bad prompt, too long, can never fit) is raised here."""
+    # -- what handlers call (from worker threads: they wait for the engine's next step boundary) ---
+    def _command(self, kind: str, *args) -> Any:
+        if self.load_error:
+            raise EngineFailure(self.load_error)
+        fut: Future = Future()
+        self._cmds.append((kind, args, fut))
+        self._wake.set()
+        return fut.result()
+
+    def submit(self, prompt_ids: list[int], params: SamplingParams, loop: asyncio.AbstractEventLoop) -> tuple[str, asyncio.Queue]:
+        """Queue a request; a RequestError (bad ids, too long, can never fit) is raised here."""
         queue: asyncio.Queue = asyncio.Queue()
-        with self._wake:
-            rid = self.engine.add_request(prompt, params)
-            self._subs[rid] = Subscriber(queue, loop)
-            self._wake.notify_all()
-        return rid, queue
+        return self._command("add", prompt_ids, params, Subscriber(queue, loop)), queue
 
     def abort(self, rid: str) -> None:
         """End a request (its client went away): its blocks are freed, its queue gets nothing more."""
-        with self._wake:
-            if self._subs.pop(rid, None) is not None and self.engine is not None:
-                self.engine.abort(rid)
-                self.engine.requests.pop(rid, None)
+        self._command("abort", rid)
 
-    def call(self, fn: Callable[[LLMEngine], object]):
-        """fn(engine) under the engine's lock (tokenize, metrics, ...)."""
-        with self._lock:
-            return fn(self.engine)
+    def query(self, fn: Callable[[LLMEngine], Any]) -> Any:
+        """fn(engine) run in the engine thread between steps (tests and tools; keep it short)."""
+        return self._command("query", fn)
 
-    # -- the loop thread -------------------------------------------------------------------------
+    # -- the engine thread -------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             engine = self._make_engine()
+            if engine is None:
+                raise RuntimeError("the engine factory returned no engine")
         except Exception as exc:  # the server says why it cannot serve, and keeps answering
             self.load_error = f"{type(exc).__name__}: {exc}"
+            self._drain_failed()
             return
-        with self._lock:
-            self.engine = engine
-        while True:
-            with self._wake:
-                while not self._stop and not engine.has_unfinished():
+        self.engine = engine
+        self.snapshot = engine.engine_metrics()
+        while not self._stop:
+            try:
+                self._wake.clear()  # before draining: a command queued after this sets it again
+                self._drain(engine)
+                if not engine.has_unfinished():
                     self._wake.wait()
-                if self._stop:
-                    return
+                    continue
                 try:
                     outputs = engine.step()
-                except Exception:  # a bug: every live request gets the error, the server stays up
-                    self._fail_all(traceback.format_exc(limit=3))
+                except Exception:  # a bug: every live request ends with an error, the server stays up
+                    log.exception("engine step failed")
+                    self._fail_all(engine, "the engine failed on this step (see the server's log)")
                     continue
                 for out in outputs:
-                    self._deliver(out)
-                if self._on_step is not None:
-                    self._on_step(engine)
+                    self._deliver(engine, out)
+                self.snapshot = engine.engine_metrics()
+            except Exception:  # never let the thread die with requests waiting on it
+                log.exception("engine loop error")
+                self._fail_all(engine, "the engine loop failed (see the server's log)")
+        self._drain_failed()
 
-    def _deliver(self, out: RequestOutput) -> None:
+    def _drain(self, engine: LLMEngine) -> None:
+        while self._cmds:
+            kind, args, fut = self._cmds.popleft()
+            try:
+                if kind == "add":
+                    ids, params, sub = args
+                    rid = engine.add_request(ids, params)
+                    self._subs[rid] = sub
+                    fut.set_result(rid)
+                elif kind == "abort":
+                    (rid,) = args
+                    if self._subs.pop(rid, None) is not None:
+                        engine.abort(rid)
+                        engine.requests.pop(rid, None)
+                    fut.set_result(None)
+                else:
+                    fut.set_result(args[0](engine))
+            except BaseException as exc:  # the caller gets the error (a RequestError for a bad request)
+                fut.set_exception(exc)
+
+    def _drain_failed(self) -> None:
+        why = EngineFailure(self.load_error or "the server is stopping")
+        while self._cmds:
+            self._cmds.popleft()[2].set_exception(why)
+
+    def _send(self, sub: Subscriber, item) -> bool:
+        try:
+            sub.loop.call_soon_threadsafe(sub.queue.put_nowait, item)
+            return True
+        except RuntimeError:  # its event loop is closed: nobody is listening any more
+            return False
+
+    def _deliver(self, engine: LLMEngine, out: RequestOutput) -> None:
         sub = self._subs.get(out.request_id)
         if out.finished:
             self._subs.pop(out.request_id, None)
-            self.engine.requests.pop(out.request_id, None)
-        if sub is not None:
-            sub.loop.call_soon_threadsafe(sub.queue.put_nowait, out)
+            engine.requests.pop(out.request_id, None)
+        if sub is not None and not self._send(sub, out) and not out.finished:
+            self._subs.pop(out.request_id, None)
+            engine.abort(out.request_id)
+            engine.requests.pop(out.request_id, None)
 
-    def _fail_all(self, why: str) -> None:
+    def _fail_all(self, engine: LLMEngine, why: str) -> None:
         for rid, sub in list(self._subs.items()):
-            self.engine.abort(rid)
-            self.engine.requests.pop(rid, None)
-            sub.loop.call_soon_threadsafe(sub.queue.put_nowait, RuntimeError(why))
+            try:
+                engine.abort(rid)
+            except Exception:
+                log.exception("abort after a failure")
+            engine.requests.pop(rid, None)
+            self._send(sub, EngineFailure(why))
         self._subs.clear()
+        log.debug("%s", traceback.format_exc())

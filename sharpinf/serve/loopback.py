@@ -55,7 +55,7 @@ class LoopbackServer:
         """True once no request is live and no KV block is in use (prefix-cached blocks count as free)."""
         deadline = time.time() + timeout
         while time.time() < deadline:
-            if self.loop.call(lambda e: (e.has_unfinished(), len(e.requests), e.blocks.usage)) == (False, 0, 0.0):
+            if self.loop.query(lambda e: (e.has_unfinished(), len(e.requests), e.blocks.usage)) == (False, 0, 0.0):
                 return True
             time.sleep(0.05)
         return False

@@ -60,6 +60,19 @@ def _field(body: dict, name: str, kinds: tuple, default=None):
     return v
 
 
+MAX_STOPS = 16  # stop strings per request (OpenAI allows 4): each is searched at every token
+
+
+def text_field(s: str, name: str) -> str:
+    """s, if it is text a tokenizer can take: JSON may carry lone UTF-16 surrogates ("\\ud800"),
+    which are not Unicode scalar values."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad(f"'{name}' holds a lone UTF-16 surrogate, not valid Unicode text", name) from None
+    return s
+
+
 def _prompt(body: dict):
     p = body.get("prompt")
     if p is None:
@@ -69,7 +82,7 @@ def _prompt(body: dict):
     if isinstance(p, str):
         if not p:
             raise bad("'prompt' is empty", "prompt")
-        return p
+        return text_field(p, "prompt")
     if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
         return p
     if isinstance(p, list) and len(p) > 1 and all(isinstance(x, (str, list)) for x in p):
@@ -95,7 +108,7 @@ def _messages(body: dict) -> list[dict]:
             content = ""
         if not isinstance(content, str):
             raise bad(f"messages[{i}].content must be a string or a list of text parts", "messages")
-        out.append({"role": m["role"], "content": content})
+        out.append({"role": text_field(m["role"], "messages"), "content": text_field(content, "messages")})
     return out
 
 
@@ -114,9 +127,14 @@ def parse(body, chat: bool) -> Parsed:
     stop = body.get("stop")
     if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))):
         raise bad("'stop' must be a string or a list of strings", "stop")
+    if isinstance(stop, list) and len(stop) > MAX_STOPS:
+        raise bad(f"'stop': at most {MAX_STOPS} stop strings, got {len(stop)}", "stop")
+    for st in [stop] if isinstance(stop, str) else stop or []:
+        text_field(st, "stop")
+    _unsupported(body, chat)
     stream = _field(body, "stream", (bool,), False)
     opts = _field(body, "stream_options", (dict,), {}) or {}
-    include_usage = bool(opts.get("include_usage", False))
+    include_usage = _field(opts, "include_usage", (bool,), False)
     if chat:
         want = _field(body, "logprobs", (bool,), False)
         top = _field(body, "top_logprobs", (int,), 0)
@@ -134,7 +152,7 @@ def parse(body, chat: bool) -> Parsed:
                   top_k=_field(body, "top_k", (int,), 0),
                   min_p=_field(body, "min_p", (int, float), 0.0),
                   repetition_penalty=_field(body, "repetition_penalty", (int, float), 1.0),
-                  seed=_field(body, "seed", (int,), None),
+                  seed=_seed(_field(body, "seed", (int,), None)),
                   stop=stop, ignore_eos=_field(body, "ignore_eos", (bool,), False), logprobs=logprobs)
     if fields["top_k"] == -1:  # vLLM's "off"
         fields["top_k"] = 0
@@ -143,6 +161,24 @@ def parse(body, chat: bool) -> Parsed:
     except RequestError as exc:
         raise bad(str(exc).removeprefix("invalid sampling parameter: ")) from None
     return Parsed(prompt, params, stream, include_usage, logprobs, chat)
+
+
+def _seed(v: int | None) -> int | None:
+    """OpenAI takes any integer seed; the engine's are 63-bit: the same seed always maps the same."""
+    return None if v is None else v % 2**63
+
+
+# fields OpenAI defines that sharpinf does not implement: refused when they would change the answer
+_NEUTRAL = {"echo": False, "best_of": 1, "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": 0,
+            "suffix": "", "tools": [], "functions": [], "response_format": {"type": "text"}}
+
+
+def _unsupported(body: dict, chat: bool) -> None:
+    for name, neutral in _NEUTRAL.items():
+        v = body.get(name)
+        if v is None or v == neutral or (name == "response_format" and isinstance(v, dict) and v.get("type") == "text"):
+            continue
+        raise bad(f"'{name}' is not supported by sharpinf (got {v!r}); repetition_penalty is", name)
 
 
 # -- responses ---------------------------------------------------------------------------------
