@@ -75,6 +75,10 @@ __device__ __forceinline__ int dp_spread4(unsigned b) {
 }
 
 // --- one 32-value chunk of a weight row, per type: load once, dot with each token's block ------
+// Each quantized chunk holds 8 words of 4 int8 (w[k]: values 4k..4k+3) and says how an exact integer
+// dot becomes the float term: from_idot(idot, 0, ...) -- or, for Q6_K, (dot of values 0..15, dot of
+// 16..31, ..., sum of x's first 16). dot() feeds it dp4a's dot; matmul_mma.cu feeds it the tensor
+// cores' -- the same integers into the same float operations, so the two kernels agree bit for bit.
 template <int QT> struct DpChunk;
 
 // Float weights: the activation values are d * q; a float dot in value order.
@@ -102,7 +106,8 @@ template <> struct DpChunk<GB_Q8_0> {
 #pragma unroll
         for (int k = 0; k < 8; ++k) w[k] = dp_word_a2(b + 2 + 4 * k);
     }
-    __device__ __forceinline__ float dot(const DpX& x) const { return (d * x.d) * (float)dp_dot8(w, x.q); }
+    __device__ __forceinline__ float from_idot(int idot, int, float xd, int, int) const { return (d * xd) * (float)idot; }
+    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
 
 // Q4_0 (18 bytes): [d][16 bytes: value j low nibble of byte j, value j+16 high]   (d d_x) (idot - 8 s_x)
@@ -119,7 +124,10 @@ template <> struct DpChunk<GB_Q4_0> {
             w[k + 4] = (raw >> 4) & 0x0F0F0F0F;
         }
     }
-    __device__ __forceinline__ float dot(const DpX& x) const { return (d * x.d) * (float)(dp_dot8(w, x.q) - 8 * x.s); }
+    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
+        return (d * xd) * (float)(idot - 8 * xs);
+    }
+    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
 
 // Q4_1 (20 bytes): [d][m][16 bytes]                        (d d_x) idot + (m d_x) s_x
@@ -137,9 +145,10 @@ template <> struct DpChunk<GB_Q4_1> {
             w[k + 4] = (raw >> 4) & 0x0F0F0F0F;
         }
     }
-    __device__ __forceinline__ float dot(const DpX& x) const {
-        return gb_fma(d * x.d, (float)dp_dot8(w, x.q), (m * x.d) * (float)x.s);
+    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
+        return gb_fma(d * xd, (float)idot, (m * xd) * (float)xs);
     }
+    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
 
 // Q5_0 (22 bytes): [d][qh: bit j = 5th bit of value j][16 bytes]   (d d_x) (idot - 16 s_x)
@@ -157,7 +166,10 @@ template <> struct DpChunk<GB_Q5_0> {
             w[k + 4] = ((raw >> 4) & 0x0F0F0F0F) | dp_spread4(qh >> (16 + 4 * k));
         }
     }
-    __device__ __forceinline__ float dot(const DpX& x) const { return (d * x.d) * (float)(dp_dot8(w, x.q) - 16 * x.s); }
+    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
+        return (d * xd) * (float)(idot - 16 * xs);
+    }
+    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
 
 // Q5_1 (24 bytes): [d][m][qh][16 bytes]                     (d d_x) idot + (m d_x) s_x
@@ -176,9 +188,10 @@ template <> struct DpChunk<GB_Q5_1> {
             w[k + 4] = ((raw >> 4) & 0x0F0F0F0F) | dp_spread4(qh >> (16 + 4 * k));
         }
     }
-    __device__ __forceinline__ float dot(const DpX& x) const {
-        return gb_fma(d * x.d, (float)dp_dot8(w, x.q), (m * x.d) * (float)x.s);
+    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
+        return gb_fma(d * xd, (float)idot, (m * xd) * (float)xs);
     }
+    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
 
 // Q4_K (144 bytes) sub-block s: w = (d sc) q - (dmin m)    (d sc d_x) idot - (dmin m d_x) s_x
@@ -197,9 +210,10 @@ template <> struct DpChunk<GB_Q4_K> {
 #pragma unroll
         for (int k = 0; k < 8; ++k) w[k] = (w[k] >> shift) & 0x0F0F0F0F;
     }
-    __device__ __forceinline__ float dot(const DpX& x) const {
-        return gb_fma(dl * x.d, (float)dp_dot8(w, x.q), -((ml * x.d) * (float)x.s));
+    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
+        return gb_fma(dl * xd, (float)idot, -((ml * xd) * (float)xs));
     }
+    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
 
 // Q5_K (176 bytes): as Q4_K, 5th bit s of qh[l]
@@ -220,9 +234,10 @@ template <> struct DpChunk<GB_Q5_K> {
 #pragma unroll
         for (int k = 0; k < 8; ++k) w[k] = ((w[k] >> shift) & 0x0F0F0F0F) | (((hi[k] >> s) & 0x01010101) << 4);
     }
-    __device__ __forceinline__ float dot(const DpX& x) const {
-        return gb_fma(dl * x.d, (float)dp_dot8(w, x.q), -((ml * x.d) * (float)x.s));
+    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
+        return gb_fma(dl * xd, (float)idot, -((ml * xd) * (float)xs));
     }
+    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
 
 // Q6_K (210 bytes), chunk s = 4h + k: q6 = low nibble (ql) | 2 high bits (qh), value q6 - 32,
@@ -247,9 +262,13 @@ template <> struct DpChunk<GB_Q6_K> {
     }
     __device__ __forceinline__ float dot(const DpX& x) const {
         const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
-        const int s0 = dp_dot8(ones, x.q), s1 = x.s - s0;
-        const int i0 = dp_dot8(w, x.q, 0, 4) - 32 * s0, i1 = dp_dot8(w, x.q, 4, 8) - 32 * s1;
-        return (d * x.d) * (float)(sc0 * i0 + sc1 * i1);
+        return from_idot(dp_dot8(w, x.q, 0, 4), dp_dot8(w, x.q, 4, 8), x.d, x.s, dp_dot8(ones, x.q));
+    }
+    // idot_lo / idot_hi: the raw int8 dots of values 0..15 and 16..31; s0: the sum of x's first 16
+    __device__ __forceinline__ float from_idot(int idot_lo, int idot_hi, float xd, int xs, int s0) const {
+        const int s1 = xs - s0;
+        const int i0 = idot_lo - 32 * s0, i1 = idot_hi - 32 * s1;
+        return (d * xd) * (float)(sc0 * i0 + sc1 * i1);
     }
 };
 

@@ -202,23 +202,30 @@ class ForwardPass:
         self.frozen = True
 
     # -- compile ahead, capture -----------------------------------------------------------------
-    def _launch_names(self, kv_dtype: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        """(file, entry point) of every launch of a body and of a sampling head, in order, with
-        KV in kv_dtype: the launchers run with nothing compiled or launched (backend.collecting)."""
+    def _launch_names(self, kv_dtype: str, tokens: int = 1) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """(file, entry point) of every launch of a body of `tokens` tokens and of a sampling head
+        of as many rows, in order, with KV in kv_dtype: the launchers run with nothing compiled or
+        launched (backend.collecting)."""
         be = self.backend
-        shape = StepDescriptor(be, StepCapacity(1, 1, 1, 1), 1, 16, 0)
+        shape = StepDescriptor(be, StepCapacity(tokens, 1, tokens, 1), 1, 16, 0)
         pool = _PoolShape(kv_dtype, 16, [be.empty((1,), np.uint8)] * self.cfg.n_layer,
                           [be.empty((1,), np.uint8)] * self.cfg.n_layer)
         with be.collecting() as body:
-            self._emit_body(1, pool, shape)
+            self._emit_body(tokens, pool, shape)
         with be.collecting() as head:
-            self._emit_head(1, True, shape)
+            self._emit_head(tokens, True, shape)
         return body, head
 
     def kernels_used(self, kv_dtype: str) -> list[tuple[str, str]]:
         """(file, entry point) of every kernel a step runs with KV in kv_dtype (and the history
-        flush a long penalised prompt needs, so it never compiles mid-serving)."""
+        flush a long penalised prompt needs, so it never compiles mid-serving). Kernels that
+        depend on the step's size (mma: a whole tile of tokens) are collected at that size too."""
         body, head = self._launch_names(kv_dtype)
+        if self.choice.matmul == "mma":
+            from sharpinf.ops.matmul_mma import MIN_TOKENS
+
+            big_body, big_head = self._launch_names(kv_dtype, MIN_TOKENS)
+            body, head = body + big_body, head + big_head
         return list(dict.fromkeys(body + head + [("sampling.cu", "seen_update")]))
 
     def launches_per_layer(self) -> int:

@@ -25,6 +25,7 @@ from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic
 from sharpinf.ops import rope as rope_ops
 from sharpinf.ops.matmul import matmul
+from sharpinf.ops import matmul_mma as mma_ops
 from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1, rmsnorm_q8_1
 from sharpinf.ops.variants import KernelChoice
@@ -48,7 +49,12 @@ class StepKernels:
 
     @property
     def dp4a(self) -> bool:
-        return self.choice.matmul == "dp4a"
+        """The linear layers read q8_1 activations (dp4a, or mma which agrees with it bit for bit)."""
+        return self.choice.matmul in ("dp4a", "mma")
+
+    def tensor_cores(self, qtype: int, rows: int) -> bool:
+        """mma: steps of a whole token tile and quantized weights on int8 tensor cores (same bits)."""
+        return self.choice.matmul == "mma" and rows >= mma_ops.MIN_TOKENS and mma_ops.supports(qtype)
 
     # -- norms and linear layers --------------------------------------------------------------
     def norm(self, x, w, rows: int, out_f=None, out_q: Q8Act | None = None) -> Act:
@@ -72,8 +78,9 @@ class StepKernels:
         """Y (=, or += with accumulate) a W^T (+ bias); Y may be a column range of a wider buffer."""
         be = self.be
         if self.dp4a:
-            return matmul_dp4a(be, W.raw, W.qtype, a.q, Y, rows, W.n_out, W.n_in, bias_dev=bias,
-                               accumulate=accumulate, y_stride=y_stride, y_col=y_col)
+            fn = mma_ops.matmul_mma if self.tensor_cores(W.qtype, rows) else matmul_dp4a
+            return fn(be, W.raw, W.qtype, a.q, Y, rows, W.n_out, W.n_in, bias_dev=bias, accumulate=accumulate,
+                      y_stride=y_stride, y_col=y_col)
         if not accumulate:
             return matmul(be, W.raw, W.qtype, a.f, Y, rows, W.n_out, W.n_in, bias_dev=bias, y_stride=y_stride,
                           y_col=y_col)
@@ -120,7 +127,8 @@ class StepKernels:
         be, cfg, ws = self.be, self.cfg, self.ws
         g, u = L.w_gate, L.w_up
         if self.dp4a and g.qtype == u.qtype:
-            gate_up_dp4a(be, g.raw, u.raw, g.qtype, a.q, ws.gate, N, cfg.n_ff, cfg.n_embd)
+            fn = mma_ops.gate_up_mma if self.tensor_cores(g.qtype, N) else gate_up_dp4a
+            fn(be, g.raw, u.raw, g.qtype, a.q, ws.gate, N, cfg.n_ff, cfg.n_embd)
         else:  # the fused kernel's result bit for bit (its epilogue is silu_gate's arithmetic)
             self.linear(g, a, ws.gate, N)
             self.linear(u, a, ws.up, N)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from oracles import paths
@@ -27,7 +28,8 @@ def test_parse_every_spelling():
     assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
-    assert choices_for("all") == ["simple", "fast"] and choices_for("auto") == ["auto"]
+    assert choices_for("all") == ["simple", "fast", "matmul=mma,attention=split,rope_kv=fused"]
+    assert choices_for("auto") == ["auto"]
     rows = describe_variants()
     assert len(rows) == sum(len(v) for v in VARIANTS.values()) and sum(r["baseline"] for r in rows) == len(VARIANTS)
 
@@ -100,6 +102,25 @@ def test_mixed_choices_pass_the_oracles(emu, kernels, arch, qtype):
         r = paths.oracle_kernel_vs_reference(fp, toks, kv, 4)
         assert r.passed and kernels.split(",")[0] in r.case, r
     r = paths.oracle_chunked_vs_whole(fp, toks, "f16", 4, chunks=[1, 12, 17])
+    assert r.passed and r.max_abs_dlogit == 0.0, r
+
+
+@pytest.mark.parametrize("arch,qtype", [("llama", "Q4_K"), ("qwen2", "Q5_1"), ("qwen3", "Q6_K")])
+def test_mma_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype):
+    """matmul=mma (int8 tensor cores for steps of >= 16 tokens) gives dp4a's logits bit for bit, so
+    prefill on tensor cores and decode on dp4a agree; the oracles hold as they do for dp4a."""
+    n_embd = 256 if qtype in ("Q4_K", "Q6_K") else 128
+    model = load_model(synthetic_model(arch, qtype, n_embd=n_embd))
+    base = dict(attention="split", rope_kv="fused")
+    dp4a = ForwardPass(model, emu, kernels={"matmul": "dp4a", **base})
+    mma = dp4a.with_own_buffers(kernels={"matmul": "mma", **base})
+    assert mma.launches_per_layer() == dp4a.launches_per_layer()
+    assert ("matmul_mma.cu", f"matmul_mma_{qtype.lower()}") in mma.kernels_used("f16")
+    toks = list(range(7, 47))  # 40 tokens: a 40-token step runs on tensor cores
+    nb = paths.blocks_for([len(toks)], 16)
+    got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [40, ]) for fp in (mma, dp4a))
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+    r = paths.oracle_chunked_vs_whole(mma, toks, "f16", 4, chunks=[17, 3, 20])
     assert r.passed and r.max_abs_dlogit == 0.0, r
 
 

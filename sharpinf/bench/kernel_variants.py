@@ -3,7 +3,7 @@ device's measured bandwidth, and the speedup over the readable baseline.
 
     op          cases (layer 0's shapes and types)            variants
     norm        rmsnorm of N rows of n_embd                    simple -> float, dp4a -> q8_1 (fused)
-    matmul      qkv, o, down, lm_head                          simple (float X), dp4a (q8_1 X)
+    matmul      qkv, o, down, lm_head                          simple (float X), dp4a (q8_1 X), mma (N >= 16)
     ffn_in      gate + up + SwiGLU                             simple (2 matmuls + silu_gate), dp4a (gate_up_dp4a)
     rope_kv     qk-norm, RoPE, KV append                       simple (3-5 kernels), fused (rope_kv)
     attention   N sequences decoding at `context`              simple, split
@@ -31,6 +31,7 @@ from sharpinf.model import quants
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic
 from sharpinf.ops import kv_cache as kv_ops
+from sharpinf.ops import matmul_mma as mma_ops
 from sharpinf.ops import rope as rope_ops
 from sharpinf.ops.matmul import matmul
 from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
@@ -38,7 +39,8 @@ from sharpinf.ops.quant_act import Q8Act, quantize_q8_1, rmsnorm_q8_1
 from sharpinf.ops.variants import VARIANTS
 
 SUITE = "kernels"
-FAST_FILES = ("rmsnorm_q8_1.cu", "matmul_dp4a.cu", "gate_up_dp4a.cu", "rope_kv.cu", "attention_split.cu")
+FAST_FILES = ("rmsnorm_q8_1.cu", "matmul_dp4a.cu", "gate_up_dp4a.cu", "rope_kv.cu", "attention_split.cu",
+              "matmul_mma.cu", "gate_up_mma.cu")
 # the variant names each bench op runs, baseline first (the norm and ffn_in ops are the matmul family's)
 OP_VARIANTS = {"norm": VARIANTS["matmul"], "matmul": VARIANTS["matmul"], "ffn_in": VARIANTS["matmul"],
                "rope_kv": VARIANTS["rope_kv"], "attention": VARIANTS["attention"]}
@@ -61,6 +63,7 @@ class _Case:
     tokens: int
     nbytes: int  # compulsory bytes moved by one call
     calls: list[Callable[[], None]]  # the same work over copies of its inputs (timed together, per call)
+    flops: int = 0  # multiply-adds x 2 of one call (matmuls), for TFLOP/s at prefill sizes
 
 
 ROTATE_BYTES = 256 << 20  # copies of a case's inputs add up to this, past any L2 cache (50-60 MB on Hopper)
@@ -116,7 +119,11 @@ def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng) -> list[
                         [lambda W=W, w=w, xf=xf, y=y: matmul(be, w, W.qtype, xf, y, N, W.n_out, W.n_in) for w in ws]),
                   _Case("matmul", shape, "dp4a", N, wb + N * W.n_in * 9 // 8 + 4 * N * W.n_out,
                         [lambda W=W, w=w, xq=xq, y=y: matmul_dp4a(be, w, W.qtype, xq, y, N, W.n_out, W.n_in)
-                         for w in ws])]
+                         for w in ws], flops=2 * N * W.n_out * W.n_in)]
+        if N >= mma_ops.MIN_TOKENS and mma_ops.supports(W.qtype):
+            cases.append(_Case("matmul", shape, "mma", N, wb + N * W.n_in * 9 // 8 + 4 * N * W.n_out,
+                               [lambda W=W, w=w, xq=xq, y=y: mma_ops.matmul_mma(be, w, W.qtype, xq, y, N, W.n_out, W.n_in)
+                                for w in ws], flops=2 * N * W.n_out * W.n_in))
 
     # the FFN's first half: gate and up and SwiGLU
     g, u = L.w_gate, L.w_up
@@ -136,7 +143,12 @@ def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng) -> list[
     if g.qtype == u.qtype:
         cases.append(_Case("ffn_in", shape, "dp4a", N, wb + N * cfg.n_embd * 9 // 8 + 4 * N * cfg.n_ff,
                            [lambda gw=gw, uw=uw: gate_up_dp4a(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff, cfg.n_embd)
-                            for gw, uw in gus]))
+                            for gw, uw in gus], flops=4 * N * cfg.n_ff * cfg.n_embd))
+    if g.qtype == u.qtype and N >= mma_ops.MIN_TOKENS and mma_ops.supports(g.qtype):
+        cases.append(_Case("ffn_in", shape, "mma", N, wb + N * cfg.n_embd * 9 // 8 + 4 * N * cfg.n_ff,
+                           [lambda gw=gw, uw=uw: mma_ops.gate_up_mma(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff,
+                                                                     cfg.n_embd) for gw, uw in gus],
+                           flops=4 * N * cfg.n_ff * cfg.n_embd))
 
     # rope + KV append (+ qk-norm), and attention: N sequences, each decoding at `context`
     bs = 16
@@ -207,6 +219,7 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
                 t = float(np.median(times))
                 rows.append({"op": c.op, "shape": c.shape, "variant": c.variant, "tokens": N, "us": t * 1e6,
                              "us_min": min(times) * 1e6, "bytes": c.nbytes, "gb_s": c.nbytes / t / 1e9,
+                             "tflops": c.flops / t / 1e12 if c.flops else None,
                              "pct_of_bandwidth": 100 * c.nbytes / t / 1e9 / bw if bw else None})
                 bar.advance(task)
     base = {(r["op"], r["shape"], r["tokens"]): r["us"] for r in rows if r["variant"] == OP_VARIANTS[r["op"]][0]}
@@ -224,7 +237,7 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
 def table(doc: dict):
     r = doc["results"]
     bw = r["device_bandwidth_gb_s"]
-    t = Table("op", "shape", "N", "variant", "us", "GB/s", "% of bw", "x baseline",
+    t = Table("op", "shape", "N", "variant", "us", "GB/s", "% of bw", "TFLOP/s", "x baseline",
               title=f"kernel variants (device bandwidth {f'{bw:,.0f} GB/s' if bw else 'not measured on this backend'})")
     t.columns[1].overflow = "fold"
     if doc["backend"] != "cuda":
@@ -232,7 +245,7 @@ def table(doc: dict):
     for row in r["rows"]:
         t.add_row(row["op"], row["shape"], str(row["tokens"]), row["variant"], f"{row['us']:,.1f}",
                   f"{row['gb_s']:,.2f}", "-" if row["pct_of_bandwidth"] is None else f"{row['pct_of_bandwidth']:.0f}%",
-                  f"{row['speedup']:.2f}")
+                  "-" if not row.get("tflops") else f"{row['tflops']:.2f}", f"{row['speedup']:.2f}")
     p = r["ptxas"]
     if not p.get("available"):
         return Group(t, f"ptxas report left out: {p.get('why')}")

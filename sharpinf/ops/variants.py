@@ -4,6 +4,9 @@
     matmul     simple             matmul.cu (+ elementwise.cu for the residual and SwiGLU)
                dp4a               rmsnorm_q8_1.cu -> matmul_dp4a.cu / gate_up_dp4a.cu: q8_1
                                   activations, integer dot products, fused bias/residual/SwiGLU
+               mma                as dp4a, but steps of >= 16 tokens on int8 tensor cores
+                                  (matmul_mma.cu / gate_up_mma.cu), bit-identical to dp4a; opt-in
+                                  until a GPU session has measured it (fast is dp4a)
     attention  simple             attention.cu: a warp per (token, head)
                split              attention_split.cu: split-KV (flash-decoding), GQA-shared loads
     rope_kv    simple             qk_norm.cu, rope.cu, kv_cache.cu
@@ -23,11 +26,12 @@ from dataclasses import asdict, dataclass, fields
 from sharpinf.errors import SharpinfError
 
 VARIANTS: dict[str, tuple[str, ...]] = {
-    "matmul": ("simple", "dp4a"),
+    "matmul": ("simple", "dp4a", "mma"),
     "attention": ("simple", "split"),
     "rope_kv": ("simple", "fused"),
 }
-FAST = {op: names[-1] for op, names in VARIANTS.items()}  # the last listed is the fastest
+# the fastest measured: mma (prefill on tensor cores) joins once a GPU session has timed it
+FAST = {"matmul": "dp4a", "attention": "split", "rope_kv": "fused"}
 AUTO = "auto"
 
 
@@ -45,7 +49,7 @@ class KernelChoice:
     @property
     def q8_activations(self) -> bool:
         """The linear layers read q8_1 activations (and the reference rounds them the same way)."""
-        return self.matmul == "dp4a"
+        return self.matmul in ("dp4a", "mma")
 
     @property
     def name(self) -> str:
@@ -126,10 +130,11 @@ def resolve_kernels(spec, cfg, backend=None) -> KernelChoice:
 
 
 def choices_for(spec: str) -> list:
-    """`--kernels all`: the baseline and the fast set, between them every variant of every op;
-    any other spec stands for itself (resolved per backend by resolve_kernels)."""
+    """`--kernels all`: the baseline, the fast set and the fast set with mma (the tensor-core
+    prefill, opt-in for now): between them every variant of every op; any other spec stands for
+    itself (resolved per backend by resolve_kernels)."""
     if isinstance(spec, str) and spec.strip().lower() == "all":
-        return ["simple", "fast"]
+        return ["simple", "fast", KernelChoice(**{**FAST, "matmul": "mma"}).name]
     check_kernels(spec)
     return [spec]
 

@@ -1,0 +1,58 @@
+// matmul_mma.cu -- variant of matmul_dp4a.cu for prefill: Y = X W^T on int8 tensor cores.
+//
+//   matmul_mma_<type>(W, Xq, Xd, Xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)
+//     arguments as matmul_dp4a.cu; <type>: the quantized GGUF types (q8_0 q4_0 q4_1 q5_0 q5_1 q4_k
+//     q5_k q6_k; float weights have no int8 form: they stay on dp4a)
+//
+// Algorithm: every 32-value chunk of a weight row is a q8_1-sized integer block, exactly like the
+// activation's q8_1 block, so one mma.m16n8k32.s8 gives the exact int32 dots of 16 rows x 8 tokens
+// for that chunk (Q6_K: a second mma with values 16..31 zeroed gives the first half's dot). Each
+// dot then goes through the same float operations as dp4a's (DpChunk::from_idot, dp4a.cuh), and the
+// per-chunk terms are added in dp4a's order: the lane-group member gp sums chunks gp, gp + G, ... ,
+// and the G sums meet in dp4a's xor-butterfly tree, rebuilt by visiting gp in bit-reversed order
+// with a binary-counter merge. So the output equals matmul_dp4a's bit for bit, for any N: prefill on
+// tensor cores, decode on dp4a, one answer (the oracles' exactness holds across the two).
+// Why int8 mma, not f16: activations are already q8_1 (rmsnorm_q8_1.cu) and the weights' quants are
+// small integers, so the dot is exact and the only float work is dp4a's own; an f16 path would
+// dequantize both and round differently from decode.
+// Tiles: a warp owns 16 rows (one m16) x 16 tokens (two n8); a block 4 warps = 64 rows x 16 tokens.
+// Fragments (PTX ISA tables, tests/ptx_layouts.py): lane (g, t) loads rows g and g + 8's chunk,
+// takes its words t and 4 + t for A; B is token g's activation words t and 4 + t.
+// Launch: grid = (ceil(n_out / 64), ceil(n_tokens / 16)), block = 128.
+// Bound: at prefill sizes, the float epilogue per (row, token, chunk) -- the same count as dp4a's --
+// and the weight loads (read once per 16 tokens, through L1, each chunk by the 4 lanes of a group).
+// Not yet: cp.async double buffering and ldmatrix staging of the weight tiles in shared memory, larger
+// token tiles; measure first (`sharpinf bench --suite kernels`, a GPU session).
+#include "mma_rows.cuh"
+
+#define MM_ARGS                                                                                                  \
+    const unsigned char *W, const signed char *xq, const float *xd, const int *xs, const float *bias, float *Y, \
+        int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride
+#define MM_PASS W, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, (long long)y_stride
+
+// The entry points, one per type (written out: the emulator reads these signatures), each compiled
+// only when wanted (SHARPINF_WANT, common.cuh).
+#if SHARPINF_WANT(matmul_mma_q8_0)
+extern "C" __global__ void matmul_mma_q8_0(MM_ARGS) { mma_rows<GB_Q8_0, 1>(MM_PASS); }
+#endif
+#if SHARPINF_WANT(matmul_mma_q4_0)
+extern "C" __global__ void matmul_mma_q4_0(MM_ARGS) { mma_rows<GB_Q4_0, 1>(MM_PASS); }
+#endif
+#if SHARPINF_WANT(matmul_mma_q4_1)
+extern "C" __global__ void matmul_mma_q4_1(MM_ARGS) { mma_rows<GB_Q4_1, 1>(MM_PASS); }
+#endif
+#if SHARPINF_WANT(matmul_mma_q5_0)
+extern "C" __global__ void matmul_mma_q5_0(MM_ARGS) { mma_rows<GB_Q5_0, 1>(MM_PASS); }
+#endif
+#if SHARPINF_WANT(matmul_mma_q5_1)
+extern "C" __global__ void matmul_mma_q5_1(MM_ARGS) { mma_rows<GB_Q5_1, 1>(MM_PASS); }
+#endif
+#if SHARPINF_WANT(matmul_mma_q4_k)
+extern "C" __global__ void matmul_mma_q4_k(MM_ARGS) { mma_rows<GB_Q4_K, 1>(MM_PASS); }
+#endif
+#if SHARPINF_WANT(matmul_mma_q5_k)
+extern "C" __global__ void matmul_mma_q5_k(MM_ARGS) { mma_rows<GB_Q5_K, 1>(MM_PASS); }
+#endif
+#if SHARPINF_WANT(matmul_mma_q6_k)
+extern "C" __global__ void matmul_mma_q6_k(MM_ARGS) { mma_rows<GB_Q6_K, 1>(MM_PASS); }
+#endif

@@ -1,0 +1,164 @@
+// mma_rows.cuh -- what matmul_mma.cu and gate_up_mma.cu share: Y = X W^T on int8 tensor cores
+// (mma.m16n8k32.s8), bit-identical to matmul_dp4a.cu / gate_up_dp4a.cu. See matmul_mma.cu's header.
+#pragma once
+#include "dp4a.cuh"
+
+#define MM_WARPS 4    // warps per block; a warp owns 16 weight rows
+#define MM_TOKENS 16  // tokens per block: two n8 tiles
+#define MM_MAX_LEVELS 5  // log2 of dp4a's largest lane group (32)
+
+// r = w[k] for a run-time k without a run-time register index (which would go to local memory)
+__device__ __forceinline__ int mm_pick(const int (&w)[8], int k) {
+    int r = w[0];
+#pragma unroll
+    for (int u = 1; u < 8; ++u)
+        if (u == k) r = w[u];
+    return r;
+}
+
+__device__ __forceinline__ int mm_bitrev(int x, int bits) {
+    int r = 0;
+    for (int b = 0; b < bits; ++b) r |= ((x >> b) & 1) << (bits - 1 - b);
+    return r;
+}
+
+// word k (4 int8) of token t's q8_1 block c, 0 past the last token
+__device__ __forceinline__ int mm_xword(const signed char* xq, int t, int n_tokens, int n_in, int c, int k) {
+    return t < n_tokens ? *reinterpret_cast<const int*>(xq + (long long)t * n_in + 32LL * c + 4 * k) : 0;
+}
+
+// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2: Y = silu(X W^T) * (X W2^T).
+template <int QT, int NMAT>
+__device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
+                                         const signed char* __restrict__ xq, const float* __restrict__ xd,
+                                         const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
+                                         long long y_stride) {
+    constexpr bool HALVES = QT == GB_Q6_K;  // Q6_K scales 16-value halves: their dots separately
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n_chunks = n_in / 32;
+    const int G = dp_group_lanes(n_chunks);
+    int LG = 0;
+    while ((1 << LG) < G) ++LG;
+    const int r0 = (blockIdx.x * MM_WARPS + warp) * 16, n0 = blockIdx.y * MM_TOKENS;
+    const int row[2] = {r0 + g, r0 + g + 8};  // this lane's rows: C elements 0,1 and 2,3
+    const long long row_bytes = gb_row_bytes<QT>(n_in);
+    const unsigned char* mats[2] = {W, NMAT > 1 ? W2 : W};
+
+    // dp4a's order for output (row, token): lane group member gp sums chunks gp, gp + G, ... in
+    // order (a left fold from 0), then the G sums meet in an xor butterfly. Visiting gp in
+    // bit-reversed order, a binary-counter merge of the sums (st[level]) builds that same tree.
+    float st[NMAT][8][MM_MAX_LEVELS], total[NMAT][8];
+#pragma unroll
+    for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            total[m][e] = 0.0f;
+#pragma unroll
+            for (int l = 0; l < MM_MAX_LEVELS; ++l) st[m][e][l] = 0.0f;
+        }
+
+    for (int gi = 0; gi < G; ++gi) {
+        const int gp = mm_bitrev(gi, LG);
+        float part[NMAT][8];
+#pragma unroll
+        for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) part[m][e] = 0.0f;
+        for (int c = gp; c < n_chunks; c += G) {
+            DpChunk<QT> ch[NMAT][2];
+            unsigned a[NMAT][4], alo[NMAT][4];
+#pragma unroll
+            for (int m = 0; m < NMAT; ++m) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    ch[m][h] = DpChunk<QT>{};
+                    if (row[h] < n_out) ch[m][h].load(mats[m] + (long long)row[h] * row_bytes, c);
+                }
+                // A fragment: rows g, g+8 x values 4t..4t+3 (a[0], a[1]) and 16+4t.. (a[2], a[3])
+                a[m][0] = (unsigned)mm_pick(ch[m][0].w, t);
+                a[m][1] = (unsigned)mm_pick(ch[m][1].w, t);
+                a[m][2] = (unsigned)mm_pick(ch[m][0].w, 4 + t);
+                a[m][3] = (unsigned)mm_pick(ch[m][1].w, 4 + t);
+                alo[m][0] = a[m][0];
+                alo[m][1] = a[m][1];
+                alo[m][2] = alo[m][3] = 0u;  // values 16..31 zeroed: the dot of the first half
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                const int tb = n0 + nt * 8 + g;  // the B fragment's token
+                const unsigned b[2] = {(unsigned)mm_xword(xq, tb, n_tokens, n_in, c, t),
+                                       (unsigned)mm_xword(xq, tb, n_tokens, n_in, c, 4 + t)};
+                int tok[2], xsv[2], s0[2];
+                float xdv[2];
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {  // the C fragment's tokens 2t, 2t+1
+                    tok[j] = n0 + nt * 8 + 2 * t + j;
+                    const bool live = tok[j] < n_tokens;
+                    xdv[j] = live ? xd[(long long)tok[j] * n_chunks + c] : 0.0f;
+                    xsv[j] = live ? xs[(long long)tok[j] * n_chunks + c] : 0;
+                    s0[j] = 0;
+                    if (HALVES) {
+                        const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
+                        int xw[8];
+#pragma unroll
+                        for (int k = 0; k < 8; ++k) xw[k] = k < 4 ? mm_xword(xq, tok[j], n_tokens, n_in, c, k) : 0;
+                        s0[j] = dp_dot8(ones, xw);
+                    }
+                }
+                const int zero[4] = {0, 0, 0, 0};
+#pragma unroll
+                for (int m = 0; m < NMAT; ++m) {
+                    int full[4], lo[4] = {0, 0, 0, 0};
+                    mma_m16n8k32_s8_s32(full, a[m], b, zero);
+                    if (HALVES) mma_m16n8k32_s8_s32(lo, alo[m], b, zero);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {  // C element e: row g + 8 (e >> 1), token 2t + (e & 1)
+                        const int j = e & 1;
+                        const float v = HALVES ? ch[m][e >> 1].from_idot(lo[e], full[e] - lo[e], xdv[j], xsv[j], s0[j])
+                                               : ch[m][e >> 1].from_idot(full[e], 0, xdv[j], xsv[j], 0);
+                        part[m][nt * 4 + e] = part[m][nt * 4 + e] + v;
+                    }
+                }
+            }
+        }
+        // merge this group member's sums into the tree (levels unrolled: registers, no local memory)
+#pragma unroll
+        for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                float v = part[m][e];
+                bool placed = false;
+#pragma unroll
+                for (int l = 0; l < MM_MAX_LEVELS; ++l) {
+                    if (!placed && l < LG) {
+                        if ((gi >> l) & 1) {
+                            v = st[m][e][l] + v;
+                        } else {
+                            st[m][e][l] = v;
+                            placed = true;
+                        }
+                    }
+                }
+                if (gi == G - 1) total[m][e] = v;  // the last member closes every level
+            }
+    }
+
+    // epilogue, as dp4a's
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = row[e >> 1], tk = n0 + nt * 8 + 2 * t + (e & 1);
+            if (r >= n_out || tk >= n_tokens) continue;
+            float* y = Y + (long long)tk * y_stride + r;
+            if (NMAT == 2) {
+                const float gv = total[0][nt * 4 + e], uv = total[NMAT - 1][nt * 4 + e];
+                *y = gv / (1.0f + expf(-gv)) * uv;  // silu(gate) * up, as elementwise.cu
+            } else {
+                const float v = total[0][nt * 4 + e];
+                const float rr = has_bias ? v + bias[r] : v;
+                *y = accumulate ? *y + rr : rr;
+            }
+        }
+}

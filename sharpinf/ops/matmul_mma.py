@@ -1,0 +1,61 @@
+"""Launcher for kernels_cu/matmul_mma.cu and gate_up_mma.cu: Y = X W^T (and the SwiGLU pair) on
+int8 tensor cores, bit-identical to matmul_dp4a / gate_up_dp4a (see the kernel's header), for the
+quantized weight types. Its reference is therefore the dp4a kernel itself, bit for bit, and
+through it ops/matmul_dp4a.py's NumPy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sharpinf.model import quants
+from sharpinf.ops.launch import kernel
+from sharpinf.ops.matmul import check_n_in, kernel_suffix
+from sharpinf.ops.quant_act import Q8Act
+
+MMA_TYPES = frozenset({quants.Q8_0, quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K,
+                       quants.Q6_K})
+ROWS_PER_BLOCK = 64  # MM_WARPS x 16
+TOKENS_PER_BLOCK = 16  # MM_TOKENS
+MIN_TOKENS = 16  # a step smaller than one token tile stays on dp4a (same bits, less waste)
+
+
+def supports(qtype: int) -> bool:
+    return int(qtype) in MMA_TYPES
+
+
+def _check(name: str, qtype: int, X: Q8Act, n_tokens: int, n_out: int, n_in: int) -> None:
+    if not supports(qtype):
+        raise ValueError(f"{name}: no int8 form for {quants.qtype_name(qtype)} weights (use the dp4a kernel)")
+    if n_tokens < 1 or n_out < 1:
+        raise ValueError(f"{name}: n_tokens and n_out must be >= 1, got {n_tokens}, {n_out}")
+    check_n_in(qtype, n_in)
+    if X.n != n_in:
+        raise ValueError(f"{name}: activations of {X.n} values for rows of {n_in}")
+
+
+def _grid(n_out: int, n_tokens: int) -> tuple[int, int]:
+    return -(-n_out // ROWS_PER_BLOCK), -(-n_tokens // TOKENS_PER_BLOCK)
+
+
+def matmul_mma(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
+               accumulate: bool = False, y_stride: int | None = None, y_col: int = 0) -> None:
+    """As matmul_dp4a (same arguments, same bits), on tensor cores."""
+    _check("matmul_mma", qtype, X, n_tokens, n_out, n_in)
+    stride = n_out if y_stride is None else y_stride
+    if y_col < 0 or y_col + n_out > stride:
+        raise ValueError(f"matmul_mma: columns {y_col}..{y_col + n_out} do not fit rows of {stride}")
+    has_bias = bias_dev is not None
+    y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
+    io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
+          + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
+    be.launch(kernel(be, "matmul_mma.cu", f"matmul_mma_{kernel_suffix(qtype)}"), _grid(n_out, n_tokens), 128,
+              (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
+               np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
+
+
+def gate_up_mma(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int) -> None:
+    """As gate_up_dp4a (same arguments, same bits), on tensor cores."""
+    _check("gate_up_mma", qtype, X, n_tokens, n_ff, n_in)
+    be.launch(kernel(be, "gate_up_mma.cu", f"gate_up_mma_{kernel_suffix(qtype)}"), _grid(n_ff, n_tokens), 128,
+              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in)),
+              io=(2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff))

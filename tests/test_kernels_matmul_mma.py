@@ -1,0 +1,68 @@
+"""The int8 tensor-core matmul (kernels_cu/matmul_mma.cu, gate_up_mma.cu) against the dp4a kernels,
+bit for bit: every quantized type, chunk counts that give every lane-group size (1, 2, 4, 8, 16,
+32: every shape of dp4a's reduction tree), partial row and token tiles, bias and residual. Through
+dp4a the NumPy reference holds too (tests/test_kernels_matmul_dp4a.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sharpinf.model import quants
+from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
+from sharpinf.ops.matmul_mma import MMA_TYPES, gate_up_mma, matmul_mma
+
+from test_kernels_matmul_dp4a import _act, _raw, _rng
+
+TYPES = sorted(MMA_TYPES)
+TYPE_IDS = [quants.qtype_name(q) for q in TYPES]
+K_QUANTS = {quants.Q4_K, quants.Q5_K, quants.Q6_K}
+
+
+def _shapes(qtype):
+    """(n_in, n_out, n_tokens): chunk counts 1..64 (lane groups 1..32), rows and tokens past a tile."""
+    if qtype in K_QUANTS:
+        return [(256, 70, 5), (512, 33, 17), (1024, 64, 16), (2048, 17, 3)]
+    return [(32, 20, 3), (96, 70, 17), (160, 33, 1), (576, 65, 20), (2048, 16, 33)]
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=TYPE_IDS)
+def test_mma_equals_dp4a_bit_for_bit(backend, qtype):
+    rng = _rng("mma", qtype)
+    for n_in, n_out, n_tok in _shapes(qtype):
+        raw = _raw(rng, qtype, n_out, n_in)
+        X, *_ = _act(backend, rng, n_tok, n_in)
+        W = backend.upload(raw)
+        bias = backend.upload(rng.standard_normal(n_out).astype(np.float32))
+        res = rng.standard_normal((n_tok, n_out)).astype(np.float32)
+        for kw in ({}, {"bias_dev": bias}, {"accumulate": True}):
+            ys = []
+            for fn in (matmul_dp4a, matmul_mma):
+                Y = backend.upload(res) if kw.get("accumulate") else backend.empty((n_tok, n_out), np.float32)
+                fn(backend, W, qtype, X, Y, n_tok, n_out, n_in, **kw)
+                ys.append(backend.download(Y))
+            np.testing.assert_array_equal(ys[1].view(np.uint32), ys[0].view(np.uint32), err_msg=f"{n_in} {n_out} {n_tok} {kw}")
+
+
+@pytest.mark.parametrize("qtype", [quants.Q4_0, quants.Q5_1, quants.Q4_K, quants.Q6_K],
+                         ids=lambda q: quants.qtype_name(q))
+def test_gate_up_mma_equals_dp4a_bit_for_bit(backend, qtype):
+    rng = _rng("gu-mma", qtype)
+    n_in = 512 if qtype in K_QUANTS else 160
+    n_ff, n_tok = 70, 19
+    wg, wu = _raw(rng, qtype, n_ff, n_in), _raw(rng, qtype, n_ff, n_in)
+    X, *_ = _act(backend, rng, n_tok, n_in)
+    outs = []
+    for fn in (gate_up_dp4a, gate_up_mma):
+        out = backend.empty((n_tok, n_ff), np.float32)
+        fn(backend, backend.upload(wg), backend.upload(wu), qtype, X, out, n_tok, n_ff, n_in)
+        outs.append(backend.download(out))
+    np.testing.assert_array_equal(outs[1].view(np.uint32), outs[0].view(np.uint32))
+
+
+def test_float_weights_have_no_int8_form(backend):
+    rng = _rng("mma-f32")
+    X, *_ = _act(backend, rng, 2, 64)
+    with pytest.raises(ValueError, match="no int8 form"):
+        matmul_mma(backend, backend.upload(np.zeros((4, 64), np.float32)), quants.F32, X,
+                   backend.empty((2, 4), np.float32), 2, 4, 64)
