@@ -84,6 +84,21 @@ def test_bench_quick_all_suites(tmp_path):
     assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "kernels", "host", "serve"}
 
 
+def test_prefill_suite_sets_the_tensor_core_matmuls_beside_dp4a(tmp_path):
+    from typer.testing import CliRunner
+
+    import sharpinf.cli.bench_cmd  # noqa: F401
+    from sharpinf.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "--backend", "emu", "--suite", "prefill", "--quick", "--kernels", "fast",
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    r = json.loads((tmp_path / "prefill.json").read_text())["results"]
+    assert r["kernels"] == "fast" and list(r["variants"]) == ["matmul=mma,attention=split,rope_kv=fused"]
+    v = r["variants"]["matmul=mma,attention=split,rope_kv=fused"]
+    assert v["same_next_tokens_as_dp4a"] is True and v["packed"]["tokens"] == r["packed"]["tokens"] == 64
+
+
 def test_host_suite_counts_the_simple_kernels_launches(tmp_path):
     """--kernels simple: the readable baselines' 14 launches a layer (llama); fast: 9."""
     from typer.testing import CliRunner

@@ -1,4 +1,5 @@
-"""Packed vs sequential prefill: S prompts in one packed step vs one step per prompt.
+"""Packed vs sequential prefill: S prompts in one packed step vs one step per prompt (and, when
+the matmuls are dp4a's, the same with the int8 tensor-core matmuls, matmul=mma, beside them).
 
 Both runs feed exactly the same tokens into the same KV slots; packing turns S skinny
 matmuls into one fat one (weights read once instead of S times) and S sets of launches
@@ -39,31 +40,43 @@ def run(ctx: BenchContext, prompts: int, prompt_len: int, repeats: int, block_si
     packed = Batch.build(chunks, block_size).validate(pool.num_blocks, cfg.n_vocab)
     singles = [Batch.build([c], block_size).validate(pool.num_blocks, cfg.n_vocab) for c in chunks]
 
-    def run_packed():
-        return fp.greedy(packed, pool, validate=False)
+    def measure(fp) -> dict:
+        def run_packed():
+            return fp.greedy(packed, pool, validate=False)
 
-    def run_sequential():
-        return [fp.greedy(b, pool, validate=False) for b in singles]
+        def run_sequential():
+            return [fp.greedy(b, pool, validate=False) for b in singles]
 
-    # warm-up, and the agreement check: the same next token for every prompt either way
-    best_packed = run_packed().tolist()
-    best_seq = [int(o[0]) for o in run_sequential()]
-    t_packed, t_seq = [], []
-    with ctx.progress() as bar:
-        task = bar.add_task(f"{SUITE}: {prompts} x {prompt_len} tokens", total=repeats)
-        for _ in range(repeats):
-            t_packed.append(timed(be, run_packed))
-            t_seq.append(timed(be, run_sequential))
-            bar.advance(task)
-    tp, ts = float(np.median(t_packed)), float(np.median(t_seq))
-    n_packed, n_seq = packed.n_tokens, sum(b.n_tokens for b in singles)
-    results = {
-        "packed": {"steps": 1, "tokens": n_packed, "time_s": tp, "time_s_all": t_packed, "tok_per_s": n_packed / tp},
-        "sequential": {"steps": len(singles), "tokens": n_seq, "time_s": ts, "time_s_all": t_seq,
-                       "tok_per_s": n_seq / ts},
-        "speedup": ts / tp,
-        "next_token_agreement": sum(a == b for a, b in zip(best_packed, best_seq)) / prompts,
-    }
+        # warm-up, and the agreement check: the same next token for every prompt either way
+        best_packed = run_packed().tolist()
+        best_seq = [int(o[0]) for o in run_sequential()]
+        t_packed, t_seq = [], []
+        with ctx.progress() as bar:
+            task = bar.add_task(f"{SUITE}: {prompts} x {prompt_len} tokens, kernels {fp.choice.name}", total=repeats)
+            for _ in range(repeats):
+                t_packed.append(timed(be, run_packed))
+                t_seq.append(timed(be, run_sequential))
+                bar.advance(task)
+        tp, ts = float(np.median(t_packed)), float(np.median(t_seq))
+        n_packed, n_seq = packed.n_tokens, sum(b.n_tokens for b in singles)
+        return {
+            "packed": {"steps": 1, "tokens": n_packed, "time_s": tp, "time_s_all": t_packed, "tok_per_s": n_packed / tp},
+            "sequential": {"steps": len(singles), "tokens": n_seq, "time_s": ts, "time_s_all": t_seq,
+                           "tok_per_s": n_seq / ts},
+            "speedup": ts / tp,
+            "next_token_agreement": sum(a == b for a, b in zip(best_packed, best_seq)) / prompts,
+            "next_tokens": best_packed,
+        }
+
+    results = measure(fp)
+    results["kernels"] = fp.choice.name
+    # with the dp4a matmuls: the same prefill with the tensor-core matmuls beside it (bit-identical,
+    # so the next tokens must agree exactly)
+    if fp.choice.matmul == "dp4a":
+        mma = fp.with_own_buffers(kernels={**fp.choice.to_json(), "matmul": "mma"})
+        other = measure(mma)
+        other["same_next_tokens_as_dp4a"] = other["next_tokens"] == results["next_tokens"]
+        results["variants"] = {mma.choice.name: other}
     config = dict(prompts=prompts, prompt_len=prompt_len, repeats=repeats, block_size=block_size,
                   timing="median of repeats after 1 warm-up, synchronized")
     del pool
@@ -78,6 +91,11 @@ def table(doc: dict) -> Table:
     for name in ("packed", "sequential"):
         m = r[name]
         t.add_row(name, str(m["steps"]), f"{m['tokens']:,}", fmt_ms(m["time_s"]), fmt_rate(m["tok_per_s"]))
+    for kname, v in r.get("variants", {}).items():
+        for name in ("packed", "sequential"):
+            m = v[name]
+            t.add_row(f"{name}, {kname}", str(m["steps"]), f"{m['tokens']:,}", fmt_ms(m["time_s"]),
+                      fmt_rate(m["tok_per_s"]))
     t.caption = f"same next token for {r['next_token_agreement']:.0%} of the prompts"
     return t
 
