@@ -81,16 +81,6 @@ def last_json(out: str):
         return None
 
 
-def big_model_path(spec: str) -> str:
-    """SHAPE-shape:TYPE -> the benchmark model's path (made once); anything else as given."""
-    if "-shape:" not in spec:
-        return spec
-    from sharpinf.model.synth import shape_model
-
-    name, qtype = spec.split("-shape:")
-    return str(shape_model(name, qtype))
-
-
 def _kernel_summary(doc: dict) -> dict:
     """Per op, the best GB/s of each variant at N = 1 and its share of the device bandwidth."""
     r = doc.get("results", {})
@@ -177,7 +167,7 @@ def main() -> int:
         ok, logs = rc == 0 and bool(suites), "" if suites else log[-2000:]
         if big:
             big_dir = suites_dir / re.sub(r"[^A-Za-z0-9]+", "-", big)
-            rc2, out2, log2, secs2 = run([py, "-m", "sharpinf", "bench", big_model_path(big), "--backend",
+            rc2, out2, log2, secs2 = run([py, "-m", "sharpinf", "bench", big, "--backend",
                                           args.backend, "--out", str(big_dir), "--suite", "kernels", "--json"] + quick,
                                          3600)
             big_suites = (last_json(out2) or {}).get("suites", {})

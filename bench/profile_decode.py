@@ -37,17 +37,11 @@ def main() -> None:
 
     from sharpinf.engine.llm_engine import LLMEngine
     from sharpinf.model.loader import load_model
-    from sharpinf.model.registry import resolve_model
+    from sharpinf.bench.common import resolve_bench_model
     from sharpinf.runtime.select import get_backend
     from sharpinf.sampling import SamplingParams
 
-    if "-shape:" in args.model:
-        from sharpinf.model.synth import shape_model
-
-        name, qtype = args.model.split("-shape:")
-        path = shape_model(name, qtype)
-    else:
-        path = resolve_model(args.model)
+    path, _ = resolve_bench_model(args.model)
     model = load_model(path)
     be = get_backend("cuda")
     sp = SamplingParams(max_tokens=args.steps * 3 + 8, ignore_eos=True)

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sharpinf.bench.common import resolve_bench_model
 from sharpinf.llm import LLM
 from sharpinf.model.loader import load_model
-from sharpinf.model.registry import resolve_model
 from sharpinf.runtime.select import get_backend
 from sharpinf.sampling import SamplingParams
 
@@ -60,17 +60,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    if args.model == "synth":
-        from sharpinf.model.synth import synthetic_model
-
-        path = synthetic_model("llama", "Q8_0", n_embd=128)
-    elif "-shape:" in args.model:
-        from sharpinf.model.synth import shape_model
-
-        name, qtype = args.model.split("-shape:")
-        path = shape_model(name, qtype)
-    else:
-        path = resolve_model(args.model)
+    path, _ = resolve_bench_model(args.model)
     model = load_model(path)
     be = get_backend(args.backend)
     prompt = np.random.default_rng(0).integers(16, model.config.n_vocab, args.prompt).tolist()

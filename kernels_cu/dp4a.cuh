@@ -272,6 +272,20 @@ template <> struct DpChunk<GB_Q6_K> {
     }
 };
 
+// --- the epilogue (matmul_mma.cu's too: the same operations, the same bits) ----------------------------
+// NMAT = 1: *y = v (+ bias[row]) (+ *y when accumulate, in the order x + (...) as elementwise.cu's add).
+// NMAT = 2: *y = silu(v) * up, computed as v / (1 + e^-v) * up like elementwise.cu's silu_gate.
+template <int NMAT>
+__device__ __forceinline__ void dp_store(float* y, float v, float up, const float* bias, int row, int has_bias,
+                                         int accumulate) {
+    if (NMAT == 2) {
+        *y = v / (1.0f + expf(-v)) * up;
+    } else {
+        const float r = has_bias ? v + bias[row] : v;
+        *y = accumulate ? *y + r : r;
+    }
+}
+
 // --- the row loop -------------------------------------------------------------------------------------
 __device__ __forceinline__ int dp_group_lanes(int n_chunks) {
     int g = 1;
@@ -349,13 +363,8 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
                     for (int u = 1; u < DP_TILE; ++u)
                         if (u == t) v[m] = acc[m][u];
                 }
-                float* y = Y + (long long)(t0 + t) * y_stride + row;
-                if (NMAT == 2) {
-                    *y = v[0] / (1.0f + expf(-v[0])) * v[NMAT - 1];  // silu(gate) * up, as elementwise.cu
-                } else {
-                    const float r = has_bias ? v[0] + bias[row] : v[0];
-                    *y = accumulate ? *y + r : r;
-                }
+                dp_store<NMAT>(Y + (long long)(t0 + t) * y_stride + row, v[0], v[NMAT - 1], bias, row, has_bias,
+                               accumulate);
             }
         }
     }

@@ -144,21 +144,14 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
             }
     }
 
-    // epilogue, as dp4a's
+    // epilogue: dp4a's own (dp_store)
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int r = row[e >> 1], tk = n0 + nt * 8 + 2 * t + (e & 1);
             if (r >= n_out || tk >= n_tokens) continue;
-            float* y = Y + (long long)tk * y_stride + r;
-            if (NMAT == 2) {
-                const float gv = total[0][nt * 4 + e], uv = total[NMAT - 1][nt * 4 + e];
-                *y = gv / (1.0f + expf(-gv)) * uv;  // silu(gate) * up, as elementwise.cu
-            } else {
-                const float v = total[0][nt * 4 + e];
-                const float rr = has_bias ? v + bias[r] : v;
-                *y = accumulate ? *y + rr : rr;
-            }
+            dp_store<NMAT>(Y + (long long)tk * y_stride + r, total[0][nt * 4 + e], total[NMAT - 1][nt * 4 + e], bias, r,
+                           has_bias, accumulate);
         }
 }

@@ -31,10 +31,23 @@ def default_model_path() -> Path:
     return synthetic_model("llama", "Q8_0", **SYNTH_KW)
 
 
+SHAPE_MARK = "-shape:"  # SHAPE-shape:TYPE, e.g. qwen3-8b-shape:Q4_K
+
+
 def resolve_bench_model(model: str | None) -> tuple[Path, str]:
-    """(path, label): None or "synth" -> the synthetic default; else a registered name or a path."""
+    """(path, label): None or "synth" -> the synthetic default; SHAPE-shape:TYPE -> a benchmark
+    model of a real model's shape in TYPE (sharpinf.model.synth.SHAPES, tiled random weights, made
+    once); else a registered name or a path."""
     if model is None or model == SYNTH_NAME:
         return default_model_path(), f"synthetic llama Q8_0 (n_embd={SYNTH_KW['n_embd']}, n_layer={SYNTH_KW['n_layer']})"
+    if SHAPE_MARK in str(model):
+        from sharpinf.errors import SharpinfError
+        from sharpinf.model.synth import SHAPES, shape_model
+
+        name, qtype = str(model).split(SHAPE_MARK, 1)
+        if name not in SHAPES:
+            raise SharpinfError(f"no shape {name!r}: the shapes are {', '.join(SHAPES)}")
+        return shape_model(name, qtype), str(model)
     from sharpinf.model.registry import resolve_model
 
     return resolve_model(model), str(model)

@@ -46,7 +46,8 @@ def _parse_range(text: str | None, what: str) -> tuple[int, int] | None:
 @app.command()
 def bench(
     model: str = typer.Argument(None, help="Registered name or .gguf path (default: synthetic llama Q8_0, "
-                                           "n_embd=128, 2 layers; 'synth' names it too)."),
+                                           "n_embd=128, 2 layers; 'synth' names it too); SHAPE-shape:TYPE (e.g. "
+                                           "qwen3-8b-shape:Q4_K) a benchmark model of a real model's shape."),
     backend: str = typer.Option("auto", "--backend", help="emu, cuda, or auto."),
     suite: str = typer.Option("all", "--suite", help="all, or any of throughput,decode,prefill,chunking,kernels,host,serve "
                               "(comma list). kernels: every variant of every op on the model's shapes, GB/s beside "

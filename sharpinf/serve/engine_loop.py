@@ -16,11 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
-import traceback
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from sharpinf.engine.llm_engine import LLMEngine, RequestOutput
@@ -33,7 +31,6 @@ log = logging.getLogger("sharpinf.serve")
 class Subscriber:
     queue: asyncio.Queue
     loop: asyncio.AbstractEventLoop
-    submitted: float = field(default_factory=time.perf_counter)
 
 
 class EngineFailure(RuntimeError):
@@ -171,4 +168,3 @@ class EngineLoop:
             engine.requests.pop(rid, None)
             self._send(sub, EngineFailure(why))
         self._subs.clear()
-        log.debug("%s", traceback.format_exc())
