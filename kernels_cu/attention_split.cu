@@ -34,69 +34,12 @@
 // Bound: at decode, latency (a few dependent global loads per partition); at long context,
 // memory -- each K/V byte of a query's context is read once per (token, KV head).
 #include "common.cuh"
+#include "kv_rows.cuh"
 
 #define AS_PART 64      // keys per partition
 #define AS_SPLITS 16    // blocks per (token, KV head group)
 #define AS_GROUP 8      // query heads per block (larger GQA groups take several blocks)
 #define AS_THREADS 128  // 4 warps
-#define AS_VEC 8        // K/V elements per load
-
-struct AsQuery {
-    int pos;
-    const int* table;
-    __device__ __forceinline__ AsQuery(int t, const int* cu_seqlens, int n_seqs, const int* positions,
-                                       const int* block_tables, int max_blocks_per_seq) {
-        int lo = 0, hi = n_seqs - 1;  // the sequence of token t: largest s with cu_seqlens[s] <= t
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (cu_seqlens[mid] <= t) lo = mid; else hi = mid - 1;
-        }
-        pos = positions[t];
-        table = block_tables + (long long)lo * max_blocks_per_seq;
-    }
-    __device__ __forceinline__ long long slot(int j, int block_size) const {
-        return (long long)table[j / block_size] * block_size + j % block_size;
-    }
-};
-
-// ---- 8 consecutive elements [e0, e0 + 8) of a K/V row (e0 a multiple of 8), per cache type ----
-// 16 bytes at a 16-byte aligned address (the emulator checks the alignment the GPU needs).
-__device__ __forceinline__ void as_load16(const void* p, void* dst) {
-#ifdef SHARPINF_EMU
-    SHARPINF_ASSERT_ALIGNED(p, 16);
-    __builtin_memcpy(dst, p, 16);
-#else
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(p);
-#endif
-}
-template <typename T, int HD> struct AsKv {  // f32, f16, bf16 rows of HD elements
-    const T* base;
-    __device__ __forceinline__ void load8(long long r, int e0, float (&v)[AS_VEC]) const {
-        constexpr int PER = 16 / sizeof(T);  // elements per 16-byte load
-        T h[AS_VEC];
-#pragma unroll
-        for (int c = 0; c < AS_VEC / PER; ++c) as_load16(base + r * HD + e0 + c * PER, h + c * PER);
-#pragma unroll
-        for (int i = 0; i < AS_VEC; ++i) v[i] = to_float(h[i]);
-    }
-};
-template <int HD> struct AsKvQ8 {  // q8_0 rows: HD / 32 blocks of (half d, 32 int8), 34 bytes each
-    const unsigned char* base;
-    __device__ __forceinline__ void load8(long long r, int e0, float (&v)[AS_VEC]) const {
-        const unsigned char* blk = base + r * (HD / 32 * 34) + (e0 / 32) * 34;
-        const unsigned short* q = reinterpret_cast<const unsigned short*>(blk + 2 + e0 % 32);  // 2-byte aligned
-#ifdef SHARPINF_EMU
-        SHARPINF_ASSERT_ALIGNED(q, 2);
-#endif
-        const float d = to_float(*reinterpret_cast<const __half*>(blk));
-#pragma unroll
-        for (int i = 0; i < AS_VEC / 2; ++i) {
-            const unsigned short w = q[i];
-            v[2 * i] = d * (float)(signed char)(w & 0xffu);
-            v[2 * i + 1] = d * (float)(signed char)(w >> 8);
-        }
-    }
-};
 
 template <int HD, typename KV>
 __device__ __forceinline__ void attention_split_impl(

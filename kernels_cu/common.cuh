@@ -242,6 +242,8 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem_src) : "memory");
 #else
+    SHARPINF_ASSERT_ALIGNED(smem_dst, 16);  // the GPU faults on a misaligned cp.async
+    SHARPINF_ASSERT_ALIGNED(gmem_src, 16);
     __builtin_memcpy(smem_dst, gmem_src, 16);
 #endif
 }

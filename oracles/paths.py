@@ -62,7 +62,7 @@ def oracle_kernel_vs_reference(fp, tokens, kv_dtype="f16", block_size=16, seed=0
     got = run.prefill_chunks(list(tokens), [len(tokens)])
     act = act_quant_of(fp)
     want = reference_for(fp.model, kv_dtype, act).logits(list(tokens))
-    tol = kernel_vs_reference(kv_dtype, float(np.abs(want).max()) / 10.0, act, fp.cfg.n_layer)
+    tol = kernel_vs_reference(kv_dtype, float(np.abs(want).max()) / 10.0, act, fp.cfg.n_layer, fp.choice.attention)
     return compare_logits("kernel-vs-reference", f"{len(tokens)} tokens, KV {kv_dtype}, kernels {fp.choice.name}",
                           got, want, tol)
 

@@ -100,7 +100,7 @@ class Workspace:
             self.ffq, self.selq = Q8Act.empty(be, T, cfg.n_ff), Q8Act.empty(be, R, cfg.n_embd)
         else:  # the float matmuls' input and output (the residual add is its own kernel)
             self.h, self.proj = be.empty((T, cfg.n_embd), F32), be.empty((T, cfg.n_embd), F32)
-        if choice.attention == "split":
+        if choice.attention in ("split", "flash"):  # the same scratch: partial states and merge tickets
             self.split = SplitScratch.alloc(be, T, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
 
     @property

@@ -5,7 +5,8 @@
     norm        rmsnorm.cu -> float h                     rmsnorm_q8_1.cu -> q8_1 h (one pass)
     linear      matmul.cu, then elementwise add for x +=  matmul_dp4a.cu, the add fused (accumulate)
     rope_kv     qk_norm.cu x2, rope.cu x2, kv_cache.cu    rope_kv.cu
-    attention   attention.cu                              attention_split.cu (+ its q8_1 output)
+    attention   attention.cu                              attention_split.cu (+ its q8_1 output),
+                                                          or attention_flash.cu (tensor cores)
     ffn         matmul x2, silu_gate, matmul, add          gate_up_dp4a.cu, quantize_q8_1, dp4a += down
 
 A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one. An `Act` is an
@@ -113,9 +114,10 @@ class StepKernels:
         args = (be, kv.kv_dtype, ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, kv.k[li], kv.v[li], dv["block_tables"], d.width,
                 dv["cu_seqlens"], dv["positions"], ws.att, N, d.cap.seqs + 1, cfg.n_head, cfg.n_head_kv,
                 cfg.head_dim, kv.block_size, 1.0 / float(np.sqrt(cfg.head_dim)))
-        if self.choice.attention == "split":
+        if self.choice.attention in ("split", "flash"):
             fused_q8 = self.dp4a and cfg.head_dim % 32 == 0  # the merge writes the q8_1 copy itself
-            attn_ops.attention_split(*args, ws.split, ws.attq if fused_q8 else None)
+            fn = attn_ops.attention_split if self.choice.attention == "split" else attn_ops.attention_flash
+            fn(*args, ws.split, ws.attq if fused_q8 else None)
             if fused_q8:
                 return Act(f=ws.att, q=ws.attq)
         else:

@@ -34,7 +34,8 @@ def test_bench_quick_all_suites(tmp_path):
     assert [r["batch_size"] for r in d] == [1, 2, 4, 8]
     assert all(r["step_s"] > 0 and r["tok_per_s"] > 0 for r in d)
 
-    p = json.loads((tmp_path / "prefill.json").read_text())["results"]
+    p = json.loads((tmp_path / "prefill.json").read_text())["results"]["configs"][0]
+    assert (p["prompts"], p["prompt_len"]) == (4, 16)
     assert p["packed"]["tokens"] == p["sequential"]["tokens"] == 4 * 16
     assert p["packed"]["steps"] == 1 and p["sequential"]["steps"] == 4
     assert p["packed"]["tok_per_s"] > 0 and p["sequential"]["tok_per_s"] > 0
@@ -62,16 +63,27 @@ def test_bench_quick_all_suites(tmp_path):
     k = json.loads((tmp_path / "kernels.json").read_text())  # every variant whatever --kernels (auto: simple on emu)
     assert (tmp_path / "kernels.png").stat().st_size > 1000 and k["kernels"] == "simple"
     rows = k["results"]["rows"]
-    seen = {(r["op"], r["variant"]) for r in rows}
+    decode = [r for r in rows if r["phase"] == "decode"]
+    seen = {(r["op"], r["variant"]) for r in decode}
     assert seen == {("norm", "simple"), ("norm", "dp4a"), ("matmul", "simple"), ("matmul", "dp4a"),
                     ("ffn_in", "simple"), ("ffn_in", "dp4a"), ("rope_kv", "simple"), ("rope_kv", "fused"),
-                    ("attention", "simple"), ("attention", "split")}
-    assert {r["tokens"] for r in rows} == {1, 8} and all(r["us"] > 0 and r["gb_s"] > 0 and r["bytes"] > 0 for r in rows)
+                    ("attention", "simple"), ("attention", "split"), ("attention", "flash")}
+    assert {r["tokens"] for r in decode} == {1, 8} and all(r["us"] > 0 and r["gb_s"] > 0 and r["bytes"] > 0 for r in rows)
     assert all(r["speedup"] == 1.0 for r in rows if r["variant"] == "simple")
-    assert {r["shape"].split(" ")[0] for r in rows if r["op"] == "matmul"} == {"qkv", "o", "down", "lm_head"}
+    assert {r["shape"].split(" ")[0] for r in decode if r["op"] == "matmul"} == {"qkv", "o", "down", "lm_head"}
+    # prefill: the GEMMs at N = 16 (no LM head) in all three matmul variants, with TFLOP/s; attention
+    # over one 24-token prompt in all three attention variants
+    prefill = [r for r in rows if r["phase"] == "prefill"]
+    assert {(r["op"], r["variant"], r["tokens"]) for r in prefill if r["op"] != "attention"} == {
+        (op, v, 16) for op in ("matmul", "ffn_in") for v in ("simple", "dp4a", "mma")}
+    assert {r["shape"].split(" ")[0] for r in prefill if r["op"] == "matmul"} == {"qkv", "o", "down"}
+    assert {(r["variant"], r["tokens"]) for r in prefill if r["op"] == "attention"} == {
+        ("simple", 24), ("split", 24), ("flash", 24)}
+    assert all(r["tflops"] > 0 for r in prefill if r["variant"] != "simple" or r["op"] == "attention")
     p = k["results"]["ptxas"]
-    if p["available"]:  # NVRTC installed (the check extra): the fast kernels this model runs, none spilling
-        assert p["spills"] == 0 and {e["entry"] for e in p["entries"]} >= {"matmul_dp4a_q8_0", "rmsnorm_q8_1"}
+    if p["available"]:  # NVRTC installed (the check extra): the fast and tensor kernels this model runs, none spilling
+        assert p["spills"] == 0 and {e["entry"] for e in p["entries"]} >= {"matmul_dp4a_q8_0", "rmsnorm_q8_1",
+                                                                            "attention_flash_f16_d32"}
 
     sv = json.loads((tmp_path / "serve.json").read_text())  # a real server on loopback, streamed requests
     assert (tmp_path / "serve.png").stat().st_size > 1000
@@ -84,19 +96,25 @@ def test_bench_quick_all_suites(tmp_path):
     assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "kernels", "host", "serve"}
 
 
-def test_prefill_suite_sets_the_tensor_core_matmuls_beside_dp4a(tmp_path):
+def test_prefill_suite_sets_the_tensor_core_variants_beside_dp4a(tmp_path):
     from typer.testing import CliRunner
 
     import sharpinf.cli.bench_cmd  # noqa: F401
     from sharpinf.cli import app
 
     res = CliRunner().invoke(app, ["bench", "--backend", "emu", "--suite", "prefill", "--quick", "--kernels", "fast",
-                                   "--out", str(tmp_path)])
+                                   "--prefill-prompts", "2", "--prefill-len", "20", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    r = json.loads((tmp_path / "prefill.json").read_text())["results"]
-    assert r["kernels"] == "fast" and list(r["variants"]) == ["matmul=mma,attention=split,rope_kv=fused"]
-    v = r["variants"]["matmul=mma,attention=split,rope_kv=fused"]
-    assert v["same_next_tokens_as_dp4a"] is True and v["packed"]["tokens"] == r["packed"]["tokens"] == 64
+    doc = json.loads((tmp_path / "prefill.json").read_text())
+    assert doc["config"]["configs"] == [[2, 20]]
+    r = doc["results"]
+    c = r["configs"][0]
+    assert r["kernels"] == "fast" and list(c["variants"]) == ["matmul=mma,attention=split,rope_kv=fused", "tensor"]
+    v = c["variants"]["matmul=mma,attention=split,rope_kv=fused"]
+    assert v["must_agree"] and v["same_next_tokens_as_dp4a"] is True
+    assert v["packed"]["tokens"] == c["packed"]["tokens"] == 40
+    t = c["variants"]["tensor"]
+    assert not t["must_agree"] and t["next_token_agreement"] == 1.0  # packed = sequential with flash too
 
 
 def test_host_suite_counts_the_simple_kernels_launches(tmp_path):

@@ -56,9 +56,10 @@ def forward_pass(arch: str, qtype: str, backend, kernels: str = "fast") -> Forwa
     return _FP[(*key, kernels)]
 
 
-@pytest.fixture(params=["simple", "fast"])
+@pytest.fixture(params=["simple", "fast", "tensor"])
 def kernels(request):
-    """Every oracle runs for the readable baselines and for the fast variants (ops/variants.py)."""
+    """Every oracle runs for the readable baselines, the fast variants and the tensor-core ones
+    (ops/variants.py): mma matmuls in steps of >= 16 tokens, flash attention in every step."""
     return request.param
 
 

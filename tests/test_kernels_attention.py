@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from oracles.tolerances import FLASH_ATTENTION_VS_REFERENCE
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import kv_cache as kv_ops
 from sharpinf.ops import rope as rope_ops
@@ -108,6 +109,8 @@ def test_q8_0_reference_roundtrip():
 # float rounding in q.k (head_dim terms), the softmax and the weighted sum. Measured <= 2.6e-7 * max|V|
 # on the emulator for every dtype (the K/V rounding is in both sides); the tolerance leaves 10x.
 TOL = {"f32": 3e-6, "f16": 3e-6, "bf16": 3e-6, "q8_0": 3e-6}  # atol, relative to max |V|
+# flash multiplies f16 operands (Q, P; K and V of f32 / q8_0 caches): oracles/tolerances.py
+FLASH_TOL = FLASH_ATTENTION_VS_REFERENCE
 
 
 class Case:
@@ -165,9 +168,10 @@ class Case:
         args = (be, self.kv_dtype, be.upload(qkv), self.stride, be.upload(k), be.upload(v),
                 be.upload(np.ascontiguousarray(tables)), self.max_blocks, be.upload(cu), be.upload(pos),
                 out, n, len(cu) - 1, self.n_heads, self.n_kv_heads, self.head_dim, self.block_size, self.scale)
-        if variant == "split":
+        if variant in ("split", "flash"):
             scratch = attn_ops.SplitScratch.alloc(be, window or n, self.n_heads, self.n_kv_heads, self.head_dim)
-            attn_ops.attention_split(*args, scratch)
+            fn = attn_ops.attention_split if variant == "split" else attn_ops.attention_flash
+            fn(*args, scratch)
             assert not be.download(scratch.tickets).any(), "the merge must leave every ticket at zero"
         else:
             attn_ops.attention(*args)
@@ -191,12 +195,29 @@ class Case:
 
         return perm[self.tables].astype(np.int32), move(self.k), move(self.v)
 
-    def check_reference(self, got):
+    def check_reference(self, got, variant="simple"):
         want = self.reference().reshape(got.shape)
         assert not np.isnan(got).any(), "NaN in the output: a poisoned slot was read"
         V = kv_ops.decode_kv(self.kv_dtype, self.v)
         vmax = np.abs(V[~np.isnan(V)]).max()
-        np.testing.assert_allclose(got, want, rtol=0, atol=TOL[self.kv_dtype] * vmax)
+        tol = FLASH_TOL if variant == "flash" else TOL[self.kv_dtype]
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol * vmax)
+
+    def run_token_alone(self, be, t, variant):
+        """Token t as a step of its own (a decode of its position over the same cache)."""
+        s = int(np.searchsorted(self.cu, t, side="right") - 1)
+        n = self.n_heads * self.head_dim
+        out = be.full((1, n), np.nan, np.float32)
+        args = (be, self.kv_dtype, be.upload(self.qkv[t:t + 1]), self.stride, be.upload(self.k), be.upload(self.v),
+                be.upload(np.ascontiguousarray(self.tables[s:s + 1])), self.max_blocks, be.upload(np.array([0, 1], np.int32)),
+                be.upload(self.positions[t:t + 1]), out, 1, 1, self.n_heads, self.n_kv_heads, self.head_dim,
+                self.block_size, self.scale)
+        if variant == "simple":
+            attn_ops.attention(*args)
+        else:
+            scratch = attn_ops.SplitScratch.alloc(be, 1, self.n_heads, self.n_kv_heads, self.head_dim)
+            (attn_ops.attention_split if variant == "split" else attn_ops.attention_flash)(*args, scratch)
+        return be.download(out)[0]
 
 
 def _head_dims(kv_dtype):
@@ -221,7 +242,7 @@ def _check_case(backend, kv_dtype, b, variant="simple"):
     case = Case(b["seed"], kv_dtype, b["prefixes"], b["chunks"], b["block_size"], b["group"], b["n_kv_heads"],
                 b["head_dim"])
     got = case.run(backend, variant=variant)
-    case.check_reference(got)
+    case.check_reference(got, variant)
     # placement invariance: the same keys in other physical blocks give the same bits
     tables, k, v = case.moved(b["seed"] ^ 0x5EED)
     np.testing.assert_array_equal(case.run(backend, tables, k, v, variant=variant), got)
@@ -238,7 +259,7 @@ def _check_case(backend, kv_dtype, b, variant="simple"):
             at += n
 
 
-VARIANTS = ("simple", "split")
+VARIANTS = ("simple", "split", "flash")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -264,30 +285,60 @@ def test_attention_decode_and_mixed(backend, kv_dtype, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_attention_one_key(backend, variant):
-    """Position 0: the output is exactly V[0] (softmax of one score is 1)."""
-    case = Case(7, "f32", [0], [1], 16, 1, 1, 32)
+    """Position 0: the output is exactly V[0] (softmax of one score is 1). An f16 cache: flash's
+    operands are f16, so its V is exact there."""
+    case = Case(7, "f32" if variant != "flash" else "f16", [0], [1], 16, 1, 1, 32)
     got = case.run(backend, variant=variant)
     slot = case.tables[0, 0] * 16
-    np.testing.assert_array_equal(got[0], case.v[slot, 0])
+    np.testing.assert_array_equal(got[0], kv_ops.decode_kv(case.kv_dtype, case.v)[slot, 0])
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_attention_decode_equals_prefill(backend, variant):
+    """A token's output inside a prefill chunk (beside other sequences) and as a step of its own --
+    a decode at its position over the same cache -- are the same bits: one kernel serves both."""
+    case = Case(21, "f16", [70, 0, 5], [20, 9, 1], 4, 3, 2, 64)
+    got = case.run(backend, variant=variant)
+    for t in (0, 7, 19, 20, 28, 29):
+        np.testing.assert_array_equal(case.run_token_alone(backend, t, variant), got[t], err_msg=f"token {t}")
+
+
+@pytest.mark.parametrize("variant", ["split", "flash"])
 @pytest.mark.parametrize("kv_dtype", ["f16", "q8_0"])
-def test_split_attention_over_many_partitions(backend, kv_dtype):
+def test_split_attention_over_many_partitions(backend, kv_dtype, variant):
     """Contexts of 1,100 keys: 18 partitions of 64 over the 16 splits, a GQA group of 9 (two blocks
-    of query heads), a decode beside a prefill chunk."""
+    of query heads for split; 7 tokens x 9 heads a tile for flash), a decode beside a prefill chunk."""
     b = dict(prefixes=[1099, 640, 0], chunks=[1, 3, 5], block_size=16, group=9, n_kv_heads=1, head_dim=64, seed=99)
-    _check_case(backend, kv_dtype, b, "split")
+    _check_case(backend, kv_dtype, b, variant)
 
 
-def test_split_attention_in_windows_is_bit_identical(backend):
-    """A step longer than the scratch runs in several launches (windows of 3 tokens here): the
-    output is the one-launch output bit for bit, and the tickets end at zero."""
+@pytest.mark.parametrize("kv_dtype", ["bf16", "q8_0"])
+def test_flash_attention_head_dim_256_and_long_tiles(backend, kv_dtype):
+    """head_dim 256 (2 warps, partitions of 32 keys), GQA 4: tiles of 8 tokens; chunks of 30 and 45
+    tokens cut into several tiles, one ending mid-partition."""
+    b = dict(prefixes=[33, 0, 100], chunks=[30, 45, 1], block_size=16, group=4, n_kv_heads=2, head_dim=256, seed=5)
+    _check_case(backend, kv_dtype, b, "flash")
+
+
+@pytest.mark.parametrize("variant", ["split", "flash"])
+def test_split_attention_in_windows_is_bit_identical(backend, variant):
+    """A step longer than the scratch runs in several launches (windows of 3 tokens here, cutting
+    flash's tiles): the output is the one-launch output bit for bit, and the tickets end at zero."""
     case = Case(11, "f16", [40, 0, 7], [1, 6, 4], 8, 2, 2, 32)
-    whole = case.run(backend, variant="split")
-    np.testing.assert_array_equal(case.run(backend, variant="split", window=3), whole)
+    whole = case.run(backend, variant=variant)
+    np.testing.assert_array_equal(case.run(backend, variant=variant, window=3), whole)
 
 
-def test_split_attention_q8_1_output(backend):
+def test_flash_attention_rejects_groups_it_cannot_hold(backend):
+    from sharpinf.errors import SharpinfError
+
+    assert attn_ops.flash_fits(65, 1, 64) and attn_ops.flash_fits(33, 1, 256) and not attn_ops.flash_fits(64, 1, 64)
+    with pytest.raises(SharpinfError, match="GQA groups of up to 64"):
+        Case(1, "f16", [0], [1], 4, 65, 1, 16).run(backend, variant="flash")
+
+
+@pytest.mark.parametrize("variant", ["split", "flash"])
+def test_split_attention_q8_1_output(backend, variant):
     """The fused q8_1 copy of the output is exactly quantize_q8_1 of the float output."""
     from sharpinf.ops.quant_act import Q8Act, quantize_q8_1_reference
 
@@ -296,10 +347,10 @@ def test_split_attention_q8_1_output(backend):
     n, width = case.N, case.n_heads * case.head_dim
     out, q8 = be.empty((n, width), np.float32), Q8Act.empty(be, n, width)
     scratch = attn_ops.SplitScratch.alloc(be, n, case.n_heads, case.n_kv_heads, case.head_dim)
-    attn_ops.attention_split(be, case.kv_dtype, be.upload(case.qkv), case.stride, be.upload(case.k), be.upload(case.v),
-                             be.upload(case.tables), case.max_blocks, be.upload(case.cu), be.upload(case.positions),
-                             out, n, 2, case.n_heads, case.n_kv_heads, case.head_dim, case.block_size, case.scale,
-                             scratch, q8)
+    fn = attn_ops.attention_split if variant == "split" else attn_ops.attention_flash
+    fn(be, case.kv_dtype, be.upload(case.qkv), case.stride, be.upload(case.k), be.upload(case.v),
+       be.upload(case.tables), case.max_blocks, be.upload(case.cu), be.upload(case.positions),
+       out, n, 2, case.n_heads, case.n_kv_heads, case.head_dim, case.block_size, case.scale, scratch, q8)
     q, d, s = quantize_q8_1_reference(be.download(out))
     np.testing.assert_array_equal(be.download(q8.q), q)
     np.testing.assert_array_equal(be.download(q8.d), d)

@@ -28,7 +28,9 @@ def test_parse_every_spelling():
     assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
-    assert choices_for("all") == ["simple", "fast", "matmul=mma,attention=split,rope_kv=fused"]
+    assert choices_for("all") == ["simple", "fast", "tensor"]
+    assert KernelChoice.parse("tensor") == KernelChoice(matmul="mma", attention="flash", rope_kv="fused")
+    assert KernelChoice.parse("matmul=mma,attention=flash,rope_kv=fused").name == "tensor"
     assert choices_for("auto") == ["auto"]
     rows = describe_variants()
     assert len(rows) == sum(len(v) for v in VARIANTS.values()) and sum(r["baseline"] for r in rows) == len(VARIANTS)
@@ -77,7 +79,7 @@ def _model(arch: str, qtype: str = "Q8_0"):
 @pytest.mark.parametrize("arch,kernels,per_layer", [
     ("llama", "simple", 14), ("qwen3", "simple", 16), ("llama", "fast", 9), ("qwen3", "fast", 9),
     ("llama", "matmul=dp4a", 12),  # q8_1 norms, dp4a matmuls; attention output and SwiGLU quantized apart
-    ("llama", "attention=split,rope_kv=fused", 12),
+    ("llama", "attention=split,rope_kv=fused", 12), ("qwen3", "tensor", 9),
 ])
 def test_launches_per_layer(emu, arch, kernels, per_layer):
     fp = ForwardPass(_model(arch), emu, kernels=kernels, compile_ahead=False)
@@ -130,7 +132,7 @@ def test_engine_and_llm_take_kernels():
     llm = LLM(synthetic_model("llama", "Q8_0", n_embd=128), backend="emu", kernels="simple", num_blocks=16)
     assert llm.engine.fp.choice.name == "simple"
     with pytest.raises(SharpinfError, match="unknown attention variant"):
-        LLM(synthetic_model("llama", "Q8_0", n_embd=128), backend="emu", kernels="attention=flash")
+        LLM(synthetic_model("llama", "Q8_0", n_embd=128), backend="emu", kernels="attention=paged")
 
 
 def test_fast_kernels_do_not_spill():

@@ -69,6 +69,9 @@ def bench(
                                     "the token counts N (default 1,8,64)."),
     context: int = typer.Option(None, "--context", help="decode, kernels: context length of every sequence."),
     prefill_prompts: int = typer.Option(None, "--prefill-prompts", help="prefill: number of prompts S."),
+    prefill_sizes: str = typer.Option(None, "--prefill-sizes", help="kernels: comma list of prefill sizes, the "
+                                      "GEMMs' N and the prompt lengths of prefill attention (on a GPU by default "
+                                      "128,512,2048 and 512,2048,8192)."),
     prefill_len: int = typer.Option(None, "--prefill-len", help="prefill: tokens per prompt."),
     budget: int = typer.Option(None, "--budget", help="chunking: per-step token budget."),
     long_mult: int = typer.Option(None, "--long-mult", help="chunking: long prompt = this x the budget."),
@@ -94,6 +97,14 @@ def bench(
             raise SharpinfError(f"{name} must be >= 1, got {v}")
     if rate is not None and rate < 0:
         raise SharpinfError(f"--rate must be >= 0, got {rate}")
+    psizes = None
+    if prefill_sizes is not None:
+        try:
+            psizes = sorted({int(b) for b in prefill_sizes.split(",") if b.strip()})
+        except ValueError:
+            raise SharpinfError(f"--prefill-sizes must be a comma list of integers, got {prefill_sizes!r}") from None
+        if not psizes or psizes[0] < 1:
+            raise SharpinfError(f"--prefill-sizes must be integers >= 1, got {prefill_sizes!r}")
     bsizes = None
     if batch_sizes is not None:
         try:
@@ -120,7 +131,7 @@ def bench(
         "decode": dict(batch_sizes=bsizes, context=context, repeats=repeats),
         "prefill": dict(prompts=prefill_prompts, prompt_len=prefill_len, repeats=repeats),
         "chunking": dict(budget=budget, long_mult=long_mult),
-        "kernels": dict(tokens=bsizes, context=context, repeats=repeats),
+        "kernels": dict(tokens=bsizes, context=context, repeats=repeats, prefill=psizes, prefill_context=psizes),
         "host": dict(budget=max_batched_tokens),
         "serve": dict(requests=requests, concurrency=concurrency, prompt_len=plen, output_len=olen,
                       max_num_batched_tokens=max_batched_tokens, num_blocks=num_blocks),

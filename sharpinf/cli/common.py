@@ -88,8 +88,9 @@ def one_of(**options):
 
 
 KERNELS_HELP = ("Kernel variants: auto (default: fast on a GPU, simple on the emulator), fast (dp4a matmuls on "
-                "q8_1 activations, split-KV attention, fused RoPE + KV append), simple (the readable baselines), "
-                "or op=variant,... (ops: matmul=simple|dp4a, attention=simple|split, rope_kv=simple|fused).")
+                "q8_1 activations, split-KV attention, fused RoPE + KV append), tensor (fast with tensor cores: "
+                "int8 mma matmuls for steps of >= 16 tokens, flash attention), simple (the readable baselines), "
+                "or op=variant,... (ops: matmul=simple|dp4a|mma, attention=simple|split|flash, rope_kv=simple|fused).")
 
 
 def kernels_spec(text: str) -> str:

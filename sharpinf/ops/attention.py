@@ -73,14 +73,7 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None) -> None:
     """attention() computed split-KV (flash-decoding); with out_q8 (a Q8Act) the output is also
     written in q8_1 for the dp4a o-projection (head_dim a multiple of 32)."""
-    if kv_dtype not in KV_DTYPES:
-        raise SharpinfError(f"unknown KV dtype {kv_dtype!r}; expected one of {KV_DTYPES}")
-    if head_dim not in SPLIT_HEAD_DIMS or (kv_dtype == "q8_0" and head_dim < 32):
-        raise SharpinfError(f"split attention supports head_dim {SPLIT_HEAD_DIMS} (q8_0: 32 and up), got {head_dim}")
-    if n_kv_heads <= 0 or n_heads % n_kv_heads:
-        raise SharpinfError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
-    if out_q8 is not None and head_dim % 32:
-        raise SharpinfError(f"a q8_1 attention output needs head_dim a multiple of 32, got {head_dim}")
+    _check_split_frame("split", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
     if n_tokens <= 0:
         return
     groups = -(-(n_heads // n_kv_heads) // GROUP)
@@ -91,6 +84,60 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
         be.launch(fn, (n, n_kv_heads * groups, SPLITS), 128,
                   (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                    out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n_tokens), I32(n_seqs),
+                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(out_q8 is not None)),
+                  io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
+
+
+def _check_split_frame(variant: str, kv_dtype: str, n_heads: int, n_kv_heads: int, head_dim: int, out_q8) -> None:
+    """The shapes the split and flash kernels are compiled for (one clear line otherwise)."""
+    if kv_dtype not in KV_DTYPES:
+        raise SharpinfError(f"unknown KV dtype {kv_dtype!r}; expected one of {KV_DTYPES}")
+    if head_dim not in SPLIT_HEAD_DIMS or (kv_dtype == "q8_0" and head_dim < 32):
+        raise SharpinfError(f"{variant} attention supports head_dim {SPLIT_HEAD_DIMS} (q8_0: 32 and up), got {head_dim}")
+    if n_kv_heads <= 0 or n_heads % n_kv_heads:
+        raise SharpinfError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+    if out_q8 is not None and head_dim % 32:
+        raise SharpinfError(f"a q8_1 attention output needs head_dim a multiple of 32, got {head_dim}")
+
+
+# -- the tensor-core variant (kernels_cu/attention_flash.cu) ----------------------------------
+def flash_rows(head_dim: int) -> int:
+    """Query rows ((token, head) pairs of one KV head) per flash block: 16 a warp, 4 warps (2 at 256)."""
+    return 64 if head_dim <= 128 else 32
+
+
+def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
+    """Why the flash kernel cannot serve these shapes, or None."""
+    if head_dim not in SPLIT_HEAD_DIMS:
+        return f"flash attention is compiled for head_dim {SPLIT_HEAD_DIMS}, the model has {head_dim}"
+    group = n_heads // max(1, n_kv_heads)
+    if group > flash_rows(head_dim):
+        return f"flash attention holds GQA groups of up to {flash_rows(head_dim)} heads, the model has {group}"
+    return None
+
+
+def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
+                    cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
+                    head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None) -> None:
+    """attention() on tensor cores (f16 mma) for every step, prefill and decode alike: blocks of
+    (token, head) rows of one sequence and KV head share each K/V tile; the split kernel's frame
+    (partitions at fixed positions, 16 splits, fixed-order merge, the same scratch)."""
+    _check_split_frame("flash", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
+    why = flash_fits(n_heads, n_kv_heads, head_dim)
+    if why:
+        raise SharpinfError(why)
+    if n_tokens <= 0:
+        return
+    rows = flash_rows(head_dim)
+    per_tile = rows // (n_heads // n_kv_heads)  # tokens of a tile
+    q8 = out_q8 if out_q8 is not None else _NoQ8(out)
+    fn = kernel(be, "attention_flash.cu", f"attention_flash_{kv_dtype}_d{head_dim}")
+    for t0 in range(0, n_tokens, scratch.tokens):  # a window of the scratch's size per launch
+        n = min(scratch.tokens, n_tokens - t0)
+        tiles = min(n, n_seqs + -(-n // per_tile))  # at most one partial tile per sequence
+        be.launch(fn, (tiles, n_kv_heads, SPLITS), 2 * rows,
+                  (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
+                   out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n), I32(n_seqs),
                    I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(out_q8 is not None)),
                   io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
 

@@ -9,14 +9,21 @@
                                   until a GPU session has measured it (fast is dp4a)
     attention  simple             attention.cu: a warp per (token, head)
                split              attention_split.cu: split-KV (flash-decoding), GQA-shared loads
+               flash              attention_flash.cu: the split frame on f16 tensor cores, 64 (token,
+                                  head) rows of one sequence sharing each K/V tile; every step
     rope_kv    simple             qk_norm.cu, rope.cu, kv_cache.cu
                fused              rope_kv.cu: all three in one launch per step
 
-A choice is "simple", "fast" (every op's fastest variant), a dict {op: variant}, the same as
-text: "matmul=dp4a,attention=split", or "auto" (the default): "fast" on a GPU, "simple" on the
-CPU emulator -- the fast kernels are written for a GPU's memory system, and the emulator, which
-runs each thread's C++ on one core, runs the readable ones faster. Every variant passes every
-oracle the baseline passes.
+A choice is "simple", "fast" (every op's fastest measured variant), "tensor" (fast with the
+tensor-core variants: mma matmuls and flash attention; opt-in until a GPU session has measured
+them), a dict {op: variant}, the same as text: "matmul=dp4a,attention=split", or "auto" (the
+default): "fast" on a GPU, "simple" on the CPU emulator -- the fast kernels are written for a
+GPU's memory system, and the emulator, which runs each thread's C++ on one core, runs the
+readable ones faster. Every variant passes every oracle the baseline passes.
+
+Every choice is batch-invariant, prefill and decode included: each op runs one kernel for every
+step (mma takes >= 16-token steps but is bit-identical to dp4a), so a token's logits do not depend
+on the step it is in -- there is no separate "invariant" mode to pay for.
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ from sharpinf.errors import SharpinfError
 
 VARIANTS: dict[str, tuple[str, ...]] = {
     "matmul": ("simple", "dp4a", "mma"),
-    "attention": ("simple", "split"),
+    "attention": ("simple", "split", "flash"),
     "rope_kv": ("simple", "fused"),
 }
 # the fastest measured: mma (prefill on tensor cores) joins once a GPU session has timed it
 FAST = {"matmul": "dp4a", "attention": "split", "rope_kv": "fused"}
+TENSOR = {"matmul": "mma", "attention": "flash", "rope_kv": "fused"}  # the tensor-core set
 AUTO = "auto"
 
 
@@ -57,6 +65,8 @@ class KernelChoice:
             return "simple"
         if self == KernelChoice(**FAST):
             return "fast"
+        if self == KernelChoice(**TENSOR):
+            return "tensor"
         return ",".join(f"{k}={v}" for k, v in asdict(self).items())
 
     def to_json(self) -> dict:
@@ -81,22 +91,28 @@ class KernelChoice:
             return cls()
         if text == "fast":
             return cls(**FAST)
+        if text == "tensor":
+            return cls(**TENSOR)
         pairs = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             op, sep, name = part.partition("=")
             if not sep:
-                raise SharpinfError(f"kernels: {part!r} is not op=variant (or use 'simple' / 'fast')")
+                raise SharpinfError(f"kernels: {part!r} is not op=variant (or use 'simple' / 'fast' / 'tensor')")
             pairs[op.strip()] = name.strip()
         return cls.parse(pairs)
 
 
 def unsupported(choice: KernelChoice, cfg) -> dict[str, str]:
     """{op: why} for the variants of `choice` the model's shapes do not fit."""
-    from sharpinf.ops.attention import SPLIT_HEAD_DIMS
+    from sharpinf.ops.attention import SPLIT_HEAD_DIMS, flash_fits
 
     why = {}
     if choice.attention == "split" and cfg.head_dim not in SPLIT_HEAD_DIMS:
         why["attention"] = f"split attention is compiled for head_dim {SPLIT_HEAD_DIMS}, the model has {cfg.head_dim}"
+    if choice.attention == "flash":
+        reason = flash_fits(getattr(cfg, "n_head", 1), getattr(cfg, "n_head_kv", 1), cfg.head_dim)
+        if reason:
+            why["attention"] = reason
     return why
 
 
@@ -120,7 +136,7 @@ def resolve_kernels(spec, cfg, backend=None) -> KernelChoice:
     why = unsupported(choice, cfg)
     if not why:
         return choice
-    if not (isinstance(spec, str) and spec.strip().lower() == "fast"):
+    if not (isinstance(spec, str) and spec.strip().lower() in ("fast", "tensor")):
         raise SharpinfError(f"kernels {choice.name}: " + "; ".join(why.values()))
     from sharpinf.progress import note
 
@@ -130,11 +146,10 @@ def resolve_kernels(spec, cfg, backend=None) -> KernelChoice:
 
 
 def choices_for(spec: str) -> list:
-    """`--kernels all`: the baseline, the fast set and the fast set with mma (the tensor-core
-    prefill, opt-in for now): between them every variant of every op; any other spec stands for
-    itself (resolved per backend by resolve_kernels)."""
+    """`--kernels all`: the baseline, the fast set and the tensor-core set: between them every
+    variant of every op; any other spec stands for itself (resolved per backend by resolve_kernels)."""
     if isinstance(spec, str) and spec.strip().lower() == "all":
-        return ["simple", "fast", KernelChoice(**{**FAST, "matmul": "mma"}).name]
+        return ["simple", "fast", "tensor"]
     check_kernels(spec)
     return [spec]
 

@@ -1,0 +1,404 @@
+// attention_flash.cu -- variant of attention.cu: varlen paged attention on tensor cores
+// (flash-attention 2's per-warp register tiles, inside attention_split.cu's fixed split-KV frame).
+//
+//   attention_flash_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
+//       cu_seqlens, positions, out, out_q, out_d, out_s, partial, tickets, t0, n_window, n_seqs, n_heads,
+//       n_kv_heads, block_size, scale, quantize)
+//   Inputs and outputs as attention_split.cu (the same scratch: partial float [window, n_heads, SPLITS,
+//   HD + 2], tickets int, zero between launches). A launch serves the window of tokens
+//   t0 .. t0 + n_window - 1; the launcher walks a long step in windows of the scratch's size.
+//
+// Rows. One block serves one KV head and ROWS query rows, a row being a (token, query head) pair of
+// that KV head's GQA group, token-major: the block's tokens are a tile of ROWS / g consecutive tokens
+// of ONE sequence (g = n_heads / n_kv_heads), so every K/V tile it stages in shared memory is read
+// by ROWS rows -- by the g heads of a decode token as much as by the tokens of a prefill chunk.
+// Tiles never straddle sequences: af_find_tile (the one place tiles are derived from cu_seqlens)
+// cuts each sequence's tokens in the window into tiles and numbers them in sequence order.
+//
+// Algorithm, per block (KV head, tile, split):
+//   * keys in partitions of KT at fixed absolute positions (KT = 64; 32 at head_dim 256); split s of
+//     SPLITS = 16 takes partitions s, s + 16, ... (decode at any context still runs 16 blocks per
+//     KV head); per partition, one tile through shared memory, f16:
+//       K tile [KT][HD]   (cp.async for an f16 cache; f32 / bf16 / q8_0 converted on the way)
+//       S = Q K^T         mma.m16n8k16 f16 -> f32, each warp its own 16 rows (Q via ldmatrix.x4)
+//       online softmax    in f32 in the accumulator fragments: row max and sum over a quad of lanes
+//       V tile [HD][KT]   stored transposed (the B operand of P V), same buffer as K
+//       O += P V          P re-used from the S fragments as the A operand (rounded to f16)
+//   * the last block of (tile, KV head) to finish merges each row's splits in split order, as
+//     attention_split.cu does, and may write the q8_1 copy of the output.
+// Causal masking is by absolute position: key j is visible to row r iff j <= pos(r). A partition a
+// row cannot see leaves its state bit-unchanged (max unchanged, factor 1, weights 0), so a row's
+// arithmetic depends only on its own position, its Q and its keys: not on the other rows of its
+// warp or block, the tile cut, the window, the step, or where its KV lives. This is why flash can
+// serve decode as well as prefill, and one kernel for both keeps every cross-path result exact.
+// Rounding: Q, K, V and P are f16 operands (products exact, sums in f32): an f32 cache loses its
+// low bits and values beyond 65504 (do not use f32 KV above that); see oracles/tolerances.py.
+// Launch: grid = (tiles in the window (bound), n_kv_heads, SPLITS), block = 32 * WARPS threads
+// (4 warps, ROWS = 64; 2 warps at head_dim 256), static shared memory <= 38 KB.
+// Bound: prefill -- tensor-core math plus one K/V tile read per (tile, partition) (ROWS rows share
+// it); decode -- like attention_split.cu, latency of a few dependent loads per partition.
+#include "common.cuh"
+#include "kv_rows.cuh"
+
+#define AF_SPLITS 16  // blocks per (tile, KV head): partitions s, s + 16, ...
+
+template <int HD> struct AfShape {
+    static constexpr int WARPS = HD <= 128 ? 4 : 2;  // 16 query rows a warp
+    static constexpr int ROWS = 16 * WARPS;
+    static constexpr int THREADS = 32 * WARPS;
+    static constexpr int KT = HD <= 128 ? 64 : 32;  // keys per partition (a K or V tile)
+    static constexpr int QS = HD + 8;               // smem row stride of Q and K (halves): no bank conflicts
+    static constexpr int VS = KT + 8;               // smem row stride of the transposed V tile
+    static constexpr int KV_HALVES = KT * QS > HD * VS ? KT * QS : HD * VS;
+};
+
+// The window's tile b: tokens [begin, end) of sequence seq (seq = -1 past the last tile).
+// Each thread counts the tiles of a contiguous run of sequences, a block-wide scan turns the counts
+// into first-tile numbers, and the thread whose run holds b writes the tile to tile_s.
+template <int THREADS>
+__device__ __forceinline__ void af_find_tile(int b, const int* cu_seqlens, int n_seqs, int t0, int n_window,
+                                             int tpb, int* scan_s, int* tile_s) {
+    const int tid = threadIdx.x, per = (n_seqs + THREADS - 1) / THREADS;
+    const int s0 = min(n_seqs, tid * per), s1 = min(n_seqs, s0 + per);
+    int count = 0;
+    for (int s = s0; s < s1; ++s) {
+        const int len = min(cu_seqlens[s + 1], t0 + n_window) - max(cu_seqlens[s], t0);
+        count += len > 0 ? (len + tpb - 1) / tpb : 0;
+    }
+    if (tid == 0) tile_s[0] = -1;
+    scan_s[tid] = count;
+    __syncthreads();
+    for (int off = 1; off < THREADS; off <<= 1) {  // inclusive scan (Hillis-Steele)
+        const int v = tid >= off ? scan_s[tid - off] : 0;
+        __syncthreads();
+        scan_s[tid] += v;
+        __syncthreads();
+    }
+    int at = scan_s[tid] - count;
+    if (b >= at && b < at + count) {
+        for (int s = s0; s < s1; ++s) {
+            const int lo = max(cu_seqlens[s], t0), hi = min(cu_seqlens[s + 1], t0 + n_window);
+            const int tiles = hi > lo ? (hi - lo + tpb - 1) / tpb : 0;
+            if (b < at + tiles) {
+                tile_s[0] = s;
+                tile_s[1] = lo + (b - at) * tpb;
+                tile_s[2] = min(hi, tile_s[1] + tpb);
+                break;
+            }
+            at += tiles;
+        }
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ unsigned af_load2(const __half* p) { return *reinterpret_cast<const unsigned*>(p); }
+
+template <int HD, typename KV>
+__device__ __forceinline__ void attention_flash_impl(
+    const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
+    const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
+    float* partial, int* tickets, int t0, int n_window, int n_seqs, int n_heads, int n_kv_heads, int block_size,
+    float scale, int quantize) {
+    using S = AfShape<HD>;
+    constexpr int ROWS = S::ROWS, THREADS = S::THREADS, WARPS = S::WARPS, KT = S::KT, QS = S::QS, VS = S::VS;
+    constexpr int NT = KT / 8, KS = HD / 16, DT = HD / 8, PK = KT / 16;  // key tiles, k-steps, dim tiles, P k-steps
+    static_assert(HD % 16 == 0 && HD <= 256, "head_dim: a multiple of 16, at most 256");
+    __shared__ __align__(16) __half q_s[ROWS * QS];
+    __shared__ __align__(16) __half kv_s[S::KV_HALVES];  // the K tile, then the transposed V tile
+    __shared__ long long row_s[KT];                      // cache row (slot * n_kv_heads + kv head) of each key
+    __shared__ int pos_s[ROWS];                          // each row's position, -1 for no row
+    __shared__ int scan_s[THREADS], tile_s[3], last_s;
+    __shared__ float sc_s[WARPS][AF_SPLITS];             // the merge's per-split factors, a row per warp
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, split = blockIdx.z, kvh = blockIdx.y;
+    const int g = n_heads / n_kv_heads, tpb = ROWS / g;  // the launcher guarantees g <= ROWS
+
+    af_find_tile<THREADS>(blockIdx.x, cu_seqlens, n_seqs, t0, n_window, tpb, scan_s, tile_s);
+    const int seq = tile_s[0], begin = tile_s[1], rows = (tile_s[2] - tile_s[1]) * g;
+    if (seq < 0) return;  // uniform: past the window's last tile
+    for (int r = tid; r < ROWS; r += THREADS) pos_s[r] = r < rows ? positions[begin + r / g] : -1;
+    __syncthreads();
+    int maxpos = -1, wmax = -1;  // the block's and this warp's largest position
+    for (int r = lane; r < ROWS; r += 32) {
+        maxpos = max(maxpos, pos_s[r]);
+        if (r / 16 == warp) wmax = max(wmax, pos_s[r]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        maxpos = max(maxpos, __shfl_xor_sync(SHARPINF_FULL_MASK, maxpos, off));
+        wmax = max(wmax, __shfl_xor_sync(SHARPINF_FULL_MASK, wmax, off));
+    }
+    const int nsplits = min(AF_SPLITS, maxpos / KT + 1);  // splits holding a partition some row sees
+    if (split >= nsplits) return;  // uniform per block
+    const int* table = block_tables + (long long)seq * max_blocks_per_seq;
+
+    // Q rows -> f16 in shared memory (rows past the tile: zeros)
+    for (int i = tid; i < ROWS * HD / 2; i += THREADS) {
+        const int r = i / (HD / 2), e = 2 * (i % (HD / 2));
+        float a = 0.0f, b = 0.0f;
+        if (r < rows) {
+            const float* q = qkv + (long long)(begin + r / g) * qkv_stride + (kvh * g + r % g) * HD + e;
+            a = q[0];
+            b = q[1];
+        }
+        *reinterpret_cast<unsigned*>(q_s + r * QS + e) = kv_pack_half2(a, b);
+    }
+    // this thread's rows of the accumulator fragments: ra = 16 * warp + lane / 4 and ra + 8
+    const int quad = lane >> 2, t4 = lane & 3, ra = 16 * warp + quad;
+    const int pos_r[2] = {pos_s[ra], pos_s[ra + 8]};
+    float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};
+    float acc[DT][4];
+#pragma unroll
+    for (int d = 0; d < DT; ++d)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[d][i] = 0.0f;
+
+    for (int part = split; part * KT <= maxpos; part += AF_SPLITS) {
+        const int j0 = part * KT, nk = min(KT, maxpos + 1 - j0);
+        const bool active = wmax >= j0;  // uniform per warp: some row of the warp sees a key here
+        if (tid < KT) row_s[tid] = tid < nk ? ((long long)table[(j0 + tid) / block_size] * block_size + (j0 + tid) % block_size) * n_kv_heads + kvh : 0;
+        __syncthreads();
+        // K tile [KT][HD]; keys past nk zero (they are masked, but garbage could be NaN)
+        for (int c = tid; c < KT * HD / 8; c += THREADS) {
+            const int j = c / (HD / 8), e0 = (c % (HD / 8)) * 8;
+            if (j < nk) kv_stage8(kc, row_s[j], e0, kv_s + j * QS + e0);
+            else *reinterpret_cast<uint4*>(kv_s + j * QS + e0) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+        unsigned pa[PK][4];  // P as the A operand of P V: k-step kk holds key tiles 2kk and 2kk + 1
+        float f[2] = {1.0f, 1.0f};
+        if (active) {
+            float s[NT][4];
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) {
+                unsigned a[4];
+                ldmatrix_x4(a, q_s + (16 * warp + (lane & 15)) * QS + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    const __half* kr = kv_s + (n * 8 + quad) * QS + ks * 16 + 2 * t4;
+                    const unsigned b[2] = {af_load2(kr), af_load2(kr + 8)};
+                    mma_m16n8k16_f16_f32(s[n], a, b, s[n]);
+                }
+            }
+            // scale, mask by absolute position, online softmax per row (rows ra: i = 0, 1; ra + 8: i = 2, 3)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = -CUDART_INF_F;
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const int j = j0 + n * 8 + 2 * t4 + c;
+                        const float v = j <= pos_r[h] ? s[n][2 * h + c] * scale : -CUDART_INF_F;
+                        s[n][2 * h + c] = v;
+                        mx = fmaxf(mx, v);
+                    }
+                mx = fmaxf(mx, __shfl_xor_sync(SHARPINF_FULL_MASK, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(SHARPINF_FULL_MASK, mx, 2));
+                const float m_new = fmaxf(m[h], mx);
+                // a row that has seen no key yet keeps m = -inf: factor 1 and weights 0 (not NaN)
+                f[h] = m_new == -CUDART_INF_F ? 1.0f : expf(m[h] - m_new);
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float v = s[n][2 * h + c];
+                        const float p = v == -CUDART_INF_F ? 0.0f : expf(v - m_new);
+                        s[n][2 * h + c] = p;
+                        sum += p;
+                    }
+                sum += __shfl_xor_sync(SHARPINF_FULL_MASK, sum, 1);
+                sum += __shfl_xor_sync(SHARPINF_FULL_MASK, sum, 2);
+                l[h] = l[h] * f[h] + sum;
+                m[h] = m_new;
+            }
+#pragma unroll
+            for (int kk = 0; kk < PK; ++kk) {
+                pa[kk][0] = kv_pack_half2(s[2 * kk][0], s[2 * kk][1]);
+                pa[kk][1] = kv_pack_half2(s[2 * kk][2], s[2 * kk][3]);
+                pa[kk][2] = kv_pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[kk][3] = kv_pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            }
+        }
+        __syncthreads();  // every warp is done with the K tile
+        // V tile, transposed: kv_s[e * VS + j] = V[j][e]
+        for (int c = tid; c < KT * HD / 8; c += THREADS) {
+            const int j = c / (HD / 8), e0 = (c % (HD / 8)) * 8;
+            float v[AS_VEC];
+            if (j < nk) vc.load8(row_s[j], e0, v);
+            else
+#pragma unroll
+                for (int i = 0; i < AS_VEC; ++i) v[i] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < AS_VEC; ++i) kv_s[(e0 + i) * VS + j] = __float2half_rn(v[i]);
+        }
+        __syncthreads();
+        if (active) {
+#pragma unroll
+            for (int d = 0; d < DT; ++d) {
+                acc[d][0] *= f[0];
+                acc[d][1] *= f[0];
+                acc[d][2] *= f[1];
+                acc[d][3] *= f[1];
+#pragma unroll
+                for (int kk = 0; kk < PK; ++kk) {
+                    const __half* vr = kv_s + (d * 8 + quad) * VS + kk * 16 + 2 * t4;
+                    const unsigned b[2] = {af_load2(vr), af_load2(vr + 8)};
+                    mma_m16n8k16_f16_f32(acc[d], pa[kk], b, acc[d]);
+                }
+            }
+        }
+        __syncthreads();  // row_s and kv_s are rewritten by the next partition
+    }
+
+    // this split's state of each row that sees a key in it -> partial[token - t0][head][split]
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = ra + 8 * h;
+        if (r >= rows || pos_r[h] < split * KT) continue;
+        float* ps = partial + (((long long)(begin + r / g - t0) * n_heads + kvh * g + r % g) * AF_SPLITS + split) * (HD + 2);
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+            ps[d * 8 + 2 * t4] = acc[d][2 * h];
+            ps[d * 8 + 2 * t4 + 1] = acc[d][2 * h + 1];
+        }
+        if (t4 == 0) {
+            ps[HD] = m[h];
+            ps[HD + 1] = l[h];
+        }
+    }
+    __threadfence();  // the partials are visible before the ticket says so
+    __syncthreads();
+    int* ticket = tickets + (long long)blockIdx.x * n_kv_heads + kvh;
+    if (tid == 0) last_s = atomicAdd(ticket, 1) == nsplits - 1;
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+
+    // the last block merges each row's splits 0..nsplits(row)-1 in order: a warp per row
+    for (int r = warp; r < rows; r += WARPS) {
+        const int t = begin + r / g, h = kvh * g + r % g, ns = min(AF_SPLITS, pos_s[r] / KT + 1);
+        const float* ph = partial + ((long long)(t - t0) * n_heads + h) * AF_SPLITS * (HD + 2);
+        float mx = -CUDART_INF_F;
+        for (int s = 0; s < ns; ++s) mx = fmaxf(mx, __ldcg(ph + s * (HD + 2) + HD));
+        if (lane < ns) sc_s[warp][lane] = expf(__ldcg(ph + lane * (HD + 2) + HD) - mx);  // split s's factor
+        __syncwarp();
+        float total = 0.0f;
+        for (int s = 0; s < ns; ++s) total += __ldcg(ph + s * (HD + 2) + HD + 1) * sc_s[warp][s];
+        const float inv = 1.0f / total;
+        for (int e = lane; e < HD; e += 32) {
+            float o = 0.0f;
+            for (int s = 0; s < ns; ++s) o += __ldcg(ph + s * (HD + 2) + e) * sc_s[warp][s];
+            out[(long long)t * n_heads * HD + h * HD + e] = o * inv;
+        }
+        __syncwarp();  // sc_s is rewritten for the warp's next row
+    }
+    if (tid == 0) *ticket = 0;  // ready for the next launch (and the next graph replay)
+    if (!quantize) return;
+    __syncthreads();  // the tile's output rows are written: quantize their 32-value blocks
+    const int n = n_heads * HD, per_token = g * HD / 32, ntok = rows / g;
+    for (int i = warp; i < ntok * per_token; i += WARPS) {
+        const long long t = begin + i / per_token;
+        const int b = kvh * per_token + i % per_token;  // the 32-value block within the row
+        const float v = out[t * n + b * 32 + lane];
+        const float amax = warp_reduce_max(fabsf(v));
+        const float dq = amax / 127.0f;
+        const float iq = dq != 0.0f ? 1.0f / dq : 0.0f;
+        const int qv = (int)roundf(v * iq);
+        out_q[t * n + b * 32 + lane] = (signed char)qv;
+        int sum = qv;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(SHARPINF_FULL_MASK, sum, off);
+        if (lane == 0) {
+            out_d[t * (n / 32) + b] = dq;
+            out_s[t * (n / 32) + b] = sum;
+        }
+    }
+}
+
+#define AF_ARGS                                                                                                \
+    const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,      \
+        int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, signed char *out_q,   \
+        float *out_d, int *out_s, float *partial, int *tickets, int t0, int n_window, int n_seqs, int n_heads, \
+        int n_kv_heads, int block_size, float scale, int quantize
+#define AF_PASS(KC, VC)                                                                                        \
+    qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, out_q, out_d, out_s, \
+        partial, tickets, t0, n_window, n_seqs, n_heads, n_kv_heads, block_size, scale, quantize
+#define AF_CALL qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, \
+        out_q, out_d, out_s, partial, tickets, t0, n_window, n_seqs, n_heads, n_kv_heads, block_size, scale, quantize
+
+template <int HD, typename T>
+__device__ __forceinline__ void af_typed(AF_ARGS) {
+    const AsKv<T, HD> kc{static_cast<const T*>(k_cache)}, vc{static_cast<const T*>(v_cache)};
+    attention_flash_impl<HD>(AF_PASS(kc, vc));
+}
+template <int HD>
+__device__ __forceinline__ void af_q8(AF_ARGS) {
+    const AsKvQ8<HD> kc{static_cast<const unsigned char*>(k_cache)}, vc{static_cast<const unsigned char*>(v_cache)};
+    attention_flash_impl<HD>(AF_PASS(kc, vc));
+}
+
+// One entry per (KV dtype, head_dim), each compiled only when wanted (SHARPINF_WANT, common.cuh).
+#if SHARPINF_WANT(attention_flash_f32_d16)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f32_d16(AF_ARGS) { af_typed<16, float>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_f32_d32)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f32_d32(AF_ARGS) { af_typed<32, float>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_f32_d64)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f32_d64(AF_ARGS) { af_typed<64, float>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_f32_d128)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f32_d128(AF_ARGS) { af_typed<128, float>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_f32_d256)
+extern "C" __global__ void __launch_bounds__(64, 1) attention_flash_f32_d256(AF_ARGS) { af_typed<256, float>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_f16_d16)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f16_d16(AF_ARGS) { af_typed<16, __half>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_f16_d32)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f16_d32(AF_ARGS) { af_typed<32, __half>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_f16_d64)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f16_d64(AF_ARGS) { af_typed<64, __half>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_f16_d128)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f16_d128(AF_ARGS) { af_typed<128, __half>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_f16_d256)
+extern "C" __global__ void __launch_bounds__(64, 1) attention_flash_f16_d256(AF_ARGS) { af_typed<256, __half>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_bf16_d16)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_bf16_d16(AF_ARGS) { af_typed<16, __nv_bfloat16>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_bf16_d32)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_bf16_d32(AF_ARGS) { af_typed<32, __nv_bfloat16>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_bf16_d64)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_bf16_d64(AF_ARGS) { af_typed<64, __nv_bfloat16>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_bf16_d128)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_bf16_d128(AF_ARGS) { af_typed<128, __nv_bfloat16>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_bf16_d256)
+extern "C" __global__ void __launch_bounds__(64, 1) attention_flash_bf16_d256(AF_ARGS) { af_typed<256, __nv_bfloat16>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_q8_0_d32)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_q8_0_d32(AF_ARGS) { af_q8<32>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_q8_0_d64)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_q8_0_d64(AF_ARGS) { af_q8<64>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_q8_0_d128)
+extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_q8_0_d128(AF_ARGS) { af_q8<128>(AF_CALL); }
+#endif
+#if SHARPINF_WANT(attention_flash_q8_0_d256)
+extern "C" __global__ void __launch_bounds__(64, 1) attention_flash_q8_0_d256(AF_ARGS) { af_q8<256>(AF_CALL); }
+#endif
