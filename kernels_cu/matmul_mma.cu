@@ -16,13 +16,18 @@
 // small integers, so the dot is exact and the only float work is dp4a's own; an f16 path would
 // dequantize both and round differently from decode.
 // Tiles: a warp owns 16 rows (one m16) x 16 tokens (two n8); a block 4 warps = 64 rows x 16 tokens.
+// Staging: the 4 warps walk the chunks in the same order, so the block's activation tile of a chunk
+// (16 tokens x 32 int8, their d and s; 48-byte rows) is staged once in shared memory, by cp.async,
+// double-buffered -- chunk k + 1 loads while chunk k's mmas and float terms run -- and read as both
+// n8 tiles' B fragments by one ldmatrix.x4. Weights are read straight from global memory into A
+// fragments (each chunk's words by the 4 lanes of a quad, used for 16 tokens in registers).
 // Fragments (PTX ISA tables, tests/ptx_layouts.py): lane (g, t) loads rows g and g + 8's chunk,
 // takes its words t and 4 + t for A; B is token g's activation words t and 4 + t.
-// Launch: grid = (ceil(n_out / 64), ceil(n_tokens / 16)), block = 128.
-// Bound: at prefill sizes, the float epilogue per (row, token, chunk) -- the same count as dp4a's --
-// and the weight loads (read once per 16 tokens, through L1, each chunk by the 4 lanes of a group).
-// Not yet: cp.async double buffering and ldmatrix staging of the weight tiles in shared memory, larger
-// token tiles; measure first (`sharpinf bench --suite kernels`, a GPU session).
+// Launch: grid = (ceil(n_out / 64), ceil(n_tokens / 16)), block = 128, 1.8 KB static shared memory.
+// Bound: at prefill sizes, the float epilogue per (row, token, chunk) -- the same count as dp4a's,
+// the price of bit-identity with decode -- then the weight reads (each weight byte is read from L2
+// once per 16 tokens). Next, once measured: more tokens per block (fewer weight re-reads), which the
+// per-output reduction tree's registers (168-202 now, no spills) limit.
 #include "mma_rows.cuh"
 
 #define MM_ARGS                                                                                                  \

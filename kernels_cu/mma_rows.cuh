@@ -22,9 +22,33 @@ __device__ __forceinline__ int mm_bitrev(int x, int bits) {
     return r;
 }
 
-// word k (4 int8) of token t's q8_1 block c, 0 past the last token
-__device__ __forceinline__ int mm_xword(const signed char* xq, int t, int n_tokens, int n_in, int c, int k) {
-    return t < n_tokens ? *reinterpret_cast<const int*>(xq + (long long)t * n_in + 32LL * c + 4 * k) : 0;
+// The activation tile of one 32-value chunk: the block's 16 tokens' q8_1 blocks (int8 values, d, s),
+// shared by the block's 4 warps. Rows padded to 48 bytes: ldmatrix's 8 row reads hit 8 distinct
+// bank quads. Tokens past the last are zeros.
+#define MM_XROW 12  // ints a staged row (8 used)
+struct MmXTile {
+    int q[MM_TOKENS][MM_XROW];
+    float d[MM_TOKENS];
+    int s[MM_TOKENS];
+};
+
+// Stage chunk c of the block's tokens n0.. into tile: the values by cp.async (32 threads, 16 bytes
+// each), d and s by plain loads (16 threads). Visible after cp_async_wait_all() and a barrier.
+__device__ __forceinline__ void mm_stage_x(MmXTile& tile, const signed char* xq, const float* xd, const int* xs,
+                                           int n0, int n_tokens, int n_in, int c) {
+    const int tid = threadIdx.x, n_chunks = n_in / 32;
+    if (tid < 2 * MM_TOKENS) {
+        const int tk = tid >> 1, half = tid & 1;
+        int* dst = &tile.q[tk][4 * half];
+        if (n0 + tk < n_tokens) cp_async_16(dst, xq + (long long)(n0 + tk) * n_in + 32LL * c + 16 * half);
+        else *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+    } else if (tid < 3 * MM_TOKENS) {
+        const int tk = tid - 2 * MM_TOKENS;
+        const bool live = n0 + tk < n_tokens;
+        tile.d[tk] = live ? xd[(long long)(n0 + tk) * n_chunks + c] : 0.0f;
+        tile.s[tk] = live ? xs[(long long)(n0 + tk) * n_chunks + c] : 0;
+    }
+    cp_async_commit();
 }
 
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2: Y = silu(X W^T) * (X W2^T).
@@ -40,6 +64,7 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
     const int G = dp_group_lanes(n_chunks);
     int LG = 0;
     while ((1 << LG) < G) ++LG;
+    __shared__ __align__(16) MmXTile xtile[2];  // double buffer: chunk k's tile in use, k + 1's loading
     const int r0 = (blockIdx.x * MM_WARPS + warp) * 16, n0 = blockIdx.y * MM_TOKENS;
     const int row[2] = {r0 + g, r0 + g + 8};  // this lane's rows: C elements 0,1 and 2,3
     const long long row_bytes = gb_row_bytes<QT>(n_in);
@@ -58,6 +83,10 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
             for (int l = 0; l < MM_MAX_LEVELS; ++l) st[m][e][l] = 0.0f;
         }
 
+    // every warp walks the same chunks in the same order: gp = bitrev(gi), then c = gp, gp + G, ...
+    // (G <= n_chunks, so every gp has a chunk); the tile of the next chunk loads during this one's mmas
+    mm_stage_x(xtile[0], xq, xd, xs, n0, n_tokens, n_in, 0);
+    int k = 0;  // chunks done
     for (int gi = 0; gi < G; ++gi) {
         const int gp = mm_bitrev(gi, LG);
         float part[NMAT][8];
@@ -65,7 +94,16 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
         for (int m = 0; m < NMAT; ++m)
 #pragma unroll
             for (int e = 0; e < 8; ++e) part[m][e] = 0.0f;
-        for (int c = gp; c < n_chunks; c += G) {
+        for (int c = gp; c < n_chunks; c += G, ++k) {
+            cp_async_wait_all();
+            __syncthreads();  // chunk c's tile is in; every warp is done with the other buffer
+            {
+                const int nc = c + G < n_chunks ? c + G : (gi + 1 < G ? mm_bitrev(gi + 1, LG) : -1);
+                if (nc >= 0) mm_stage_x(xtile[(k + 1) & 1], xq, xd, xs, n0, n_tokens, n_in, nc);
+            }
+            const MmXTile& xt = xtile[k & 1];
+            unsigned bx[4];  // B fragments of both n8 tiles: tokens g and 8 + g, words t and 4 + t
+            ldmatrix_x4(bx, &xt.q[(lane & 7) + ((lane >> 4) & 1) * 8][((lane >> 3) & 1) * 4]);
             DpChunk<QT> ch[NMAT][2];
             unsigned a[NMAT][4], alo[NMAT][4];
 #pragma unroll
@@ -86,23 +124,20 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
             }
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
-                const int tb = n0 + nt * 8 + g;  // the B fragment's token
-                const unsigned b[2] = {(unsigned)mm_xword(xq, tb, n_tokens, n_in, c, t),
-                                       (unsigned)mm_xword(xq, tb, n_tokens, n_in, c, 4 + t)};
-                int tok[2], xsv[2], s0[2];
+                const unsigned b[2] = {bx[2 * nt], bx[2 * nt + 1]};
+                int xsv[2], s0[2];
                 float xdv[2];
 #pragma unroll
-                for (int j = 0; j < 2; ++j) {  // the C fragment's tokens 2t, 2t+1
-                    tok[j] = n0 + nt * 8 + 2 * t + j;
-                    const bool live = tok[j] < n_tokens;
-                    xdv[j] = live ? xd[(long long)tok[j] * n_chunks + c] : 0.0f;
-                    xsv[j] = live ? xs[(long long)tok[j] * n_chunks + c] : 0;
+                for (int j = 0; j < 2; ++j) {  // the C fragment's tokens 2t, 2t+1 (tile rows)
+                    const int tr = nt * 8 + 2 * t + j;
+                    xdv[j] = xt.d[tr];
+                    xsv[j] = xt.s[tr];
                     s0[j] = 0;
                     if (HALVES) {
                         const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
                         int xw[8];
 #pragma unroll
-                        for (int k = 0; k < 8; ++k) xw[k] = k < 4 ? mm_xword(xq, tok[j], n_tokens, n_in, c, k) : 0;
+                        for (int w = 0; w < 8; ++w) xw[w] = w < 4 ? xt.q[tr][w] : 0;
                         s0[j] = dp_dot8(ones, xw);
                     }
                 }
