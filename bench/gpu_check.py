@@ -1,15 +1,17 @@
 """`make gpu-check`: everything a GPU session should prove and measure, in one command.
 
     python bench/gpu_check.py [--model smollm2-135m|PATH|smollm2-shape] [--only tests,verify,stream,bench]
-                              [--kernels fast,simple] [--big-model qwen3-8b-shape:Q4_K] [--out bench/results/gpu]
+                              [--kernels fast,tensor,simple] [--big-model qwen3-8b-shape:Q4_K] [--out bench/results/gpu]
 
   tests   the GPU tests (pytest -m gpu: every kernel and oracle test's cuda case, graphs included)
-  verify  `sharpinf verify MODEL --backend cuda --kernels all` (all oracles for the simple and the
-          fast kernels, graph-vs-eager among them)
+  verify  `sharpinf verify MODEL --backend cuda --kernels all` (all oracles for the simple, the
+          fast and the tensor-core kernels, graph-vs-eager among them)
   stream  single-stream prefill and decode tokens/s through the engine, eager and with graphs,
           for each kernel set, on MODEL and on the big model (an 8B-class shape, tiled weights)
   bench   `sharpinf bench MODEL --backend cuda` (decode, prefill, throughput, chunking, kernels, serve)
-          and the host-cost suite (trace backend); the kernels suite on the big model too
+          and the host-cost suite (trace backend); the kernels and prefill suites on the big model too
+          (prefill GEMMs at N = 128..2048 with TFLOP/s, prefill attention to 8k, 8 x 128 and 2 x 2048
+          prompts packed vs sequential with fast and tensor)
 
 MODEL defaults to the real SmolLM2-135M when it is pulled (or SHARPINF_SMOLLM2_PATH names it),
 else a synthetic model of SmolLM2's shape (30 layers, n_embd 576, 9/3 heads, vocab 49152, Q4_1),
@@ -100,7 +102,8 @@ def main() -> int:
     ap.add_argument("--only", default=",".join(PARTS))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu"))
     ap.add_argument("--backend", default="cuda", help="cuda; emu only to test this script without a GPU")
-    ap.add_argument("--kernels", default="fast,simple", help="kernel sets for stream (verify runs all when both)")
+    ap.add_argument("--kernels", default="fast,tensor,simple",
+                    help="kernel sets for stream (verify runs all when fast and simple are both named)")
     ap.add_argument("--big-model", default="qwen3-8b-shape:Q4_K",
                     help="the 8B-class model for stream and the kernels suite: SHAPE-shape:TYPE (a benchmark model "
                          "of that shape, made here), a path or a registered name; '' skips it")
@@ -168,7 +171,7 @@ def main() -> int:
         if big:
             big_dir = suites_dir / re.sub(r"[^A-Za-z0-9]+", "-", big)
             rc2, out2, log2, secs2 = run([py, "-m", "sharpinf", "bench", big, "--backend",
-                                          args.backend, "--out", str(big_dir), "--suite", "kernels", "--json"] + quick,
+                                          args.backend, "--out", str(big_dir), "--suite", "kernels,prefill", "--json"] + quick,
                                          3600)
             big_suites = (last_json(out2) or {}).get("suites", {})
             ok, secs = ok and rc2 == 0 and bool(big_suites), secs + secs2

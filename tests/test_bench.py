@@ -165,11 +165,12 @@ def test_gpu_check_script_writes_its_report(tmp_path):
     doc = json.loads(report.read_text())
     verify = doc["parts"]["verify"]
     assert verify["passed"] == verify["total"] > 20
-    assert {"kernels simple", "kernels fast"} <= {r["case"].rsplit(", ", 1)[-1] for r in verify["results"]}
+    assert {"kernels simple", "kernels fast", "kernels tensor"} <= {r["case"].rsplit(", ", 1)[-1]
+                                                                     for r in verify["results"]}
     runs = doc["parts"]["stream"]["runs"]
-    assert len(runs) == 4 and {k.rsplit(" / ", 1)[1] for k in runs} == {"fast", "simple"}
+    assert len(runs) == 6 and {k.rsplit(" / ", 1)[1] for k in runs} == {"fast", "tensor", "simple"}
     assert all(r["decode_tokens_per_s"] > 0 and r["decode_tokens_per_s_eager"] > 0 for r in runs.values())
     bench = doc["parts"]["bench"]
     assert set(bench["suites"]) == {"decode", "prefill", "throughput", "chunking", "kernels", "host", "serve",
-                                    f"{big} kernels"}
+                                    f"{big} kernels", f"{big} prefill"}
     assert set(bench["kernels"]) == {"kernels", f"{big} kernels"} and bench["kernels"]["kernels"]["n1"]
