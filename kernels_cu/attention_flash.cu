@@ -306,19 +306,7 @@ __device__ __forceinline__ void attention_flash_impl(
     for (int i = warp; i < ntok * per_token; i += WARPS) {
         const long long t = begin + i / per_token;
         const int b = kvh * per_token + i % per_token;  // the 32-value block within the row
-        const float v = out[t * n + b * 32 + lane];
-        const float amax = warp_reduce_max(fabsf(v));
-        const float dq = amax / 127.0f;
-        const float iq = dq != 0.0f ? 1.0f / dq : 0.0f;
-        const int qv = (int)roundf(v * iq);
-        out_q[t * n + b * 32 + lane] = (signed char)qv;
-        int sum = qv;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(SHARPINF_FULL_MASK, sum, off);
-        if (lane == 0) {
-            out_d[t * (n / 32) + b] = dq;
-            out_s[t * (n / 32) + b] = sum;
-        }
+        q8_1_block(out[t * n + b * 32 + lane], out_q + t * n + b * 32, out_d + t * (n / 32) + b, out_s + t * (n / 32) + b);
     }
 }
 

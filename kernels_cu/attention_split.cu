@@ -199,21 +199,9 @@ __device__ __forceinline__ void attention_split_impl(
     if (!quantize) return;
     __syncthreads();  // this block's output row is written: quantize its 32-value blocks
     const int n = n_heads * HD, first = h0 * HD / 32, blocks = g * HD / 32;
-    for (int b = first + warp; b < first + blocks; b += warps) {
-        const float v = o_row[b * 32 + lane];
-        const float amax = warp_reduce_max(fabsf(v));
-        const float dq = amax / 127.0f;
-        const float iq = dq != 0.0f ? 1.0f / dq : 0.0f;
-        const int qv = (int)roundf(v * iq);
-        out_q[(long long)t * n + b * 32 + lane] = (signed char)qv;
-        int sum = qv;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(SHARPINF_FULL_MASK, sum, off);
-        if (lane == 0) {
-            out_d[(long long)t * (n / 32) + b] = dq;
-            out_s[(long long)t * (n / 32) + b] = sum;
-        }
-    }
+    for (int b = first + warp; b < first + blocks; b += warps)
+        q8_1_block(o_row[b * 32 + lane], out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
+                   out_s + (long long)t * (n / 32) + b);
 }
 
 #define AS_ARGS                                                                                                \

@@ -79,6 +79,28 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
     return v;
 }
 
+__device__ __forceinline__ int warp_sum_int(int v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(SHARPINF_FULL_MASK, v, off);
+    return v;
+}
+
+// One q8_1 block by one warp: lane l holds value l of the 32; writes q[l], and lane 0 *d (the scale
+// amax / 127) and *s (the sum of the 32 int8). quant_act.py's rule; every q8_1 writer calls this.
+__device__ __forceinline__ void q8_1_block(float v, signed char* q, float* d, int* s) {
+    const int lane = threadIdx.x & 31;
+    const float amax = warp_reduce_max(fabsf(v));
+    const float scale = amax / 127.0f;
+    const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    const int qv = (int)roundf(v * inv);
+    q[lane] = (signed char)qv;
+    const int sum = warp_sum_int(qv);
+    if (lane == 0) {
+        *d = scale;
+        *s = sum;
+    }
+}
+
 // Block-wide reductions for 1-D blocks whose blockDim.x is a multiple of 32 (<= 1024).
 // smem32 must hold 32 floats. Every thread must call; every thread gets the result.
 // The leading __syncthreads lets the same smem32 be reused by back-to-back calls.

@@ -19,12 +19,6 @@
 // Bound: memory -- reads 4n bytes, writes ~1.3n; a few us per step, one launch per norm.
 #include "common.cuh"
 
-__device__ __forceinline__ int warp_sum_int(int v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(SHARPINF_FULL_MASK, v, off);
-    return v;
-}
-
 // Quantize 32-value blocks b0, b0 + step, ... < b_end of a row; value(i) gives the float to store
 // at i. A warp takes blocks warp, warp + warps, ...; RQ_UNROLL of them at once, so their loads and
 // shuffle chains overlap (a block's arithmetic is the same whichever warp or pass takes it).
@@ -43,16 +37,7 @@ __device__ __forceinline__ void q8_1_row(Value value, signed char* q, float* d, 
         for (int u = 0; u < RQ_UNROLL; ++u) {
             const int b = b0 + u * warps;
             if (b >= b_end) break;  // uniform per warp
-            const float amax = warp_reduce_max(fabsf(v[u]));
-            const float scale = amax / 127.0f;
-            const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-            const int qv = (int)roundf(v[u] * inv);
-            q[b * 32 + lane] = (signed char)qv;
-            const int sum = warp_sum_int(qv);
-            if (lane == 0) {
-                d[b] = scale;
-                s[b] = sum;
-            }
+            q8_1_block(v[u], q + b * 32, d + b, s + b);
         }
     }
 }
