@@ -3,8 +3,8 @@
 //
 //   attention_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
 //                        cu_seqlens, positions, out, n_tokens, n_seqs, n_heads, n_kv_heads,
-//                        head_dim, block_size, scale)           (HD = head_dim: 16, 32, 64 or 128)
-// <kv> in f16, bf16, f32, q8_0 (the cache layouts of kv_cache.cu); q8_0 needs head_dim 32, 64, 128.
+//                        head_dim, block_size, scale, sliding_window)   (HD = head_dim: 16, 32, 64, 128 or 256)
+// <kv> in f16, bf16, f32, q8_0 (the cache layouts of kv_cache.cu); q8_0 needs head_dim 32 and up.
 //
 // Inputs:
 //   qkv: float32 rows of stride qkv_stride; Q of token t, head h at qkv[t*qkv_stride + h*head_dim].
@@ -15,7 +15,9 @@
 //   positions: int32 [n_tokens], the absolute position of each query token.
 //   out: float32 [n_tokens, n_heads*head_dim].
 // Query token t (sequence s, position p), head h reads KV head h / (n_heads/n_kv_heads) at
-// positions 0..p of sequence s only: out = softmax(scale * q.K^T) V, in float.
+// positions lo..p of sequence s only: out = softmax(scale * q.K^T) V, in float. lo = 0, or with a
+// sliding window (sliding_window = W > 0: gemma3's local layers) lo = max(0, p - W + 1) -- W keys,
+// its own included, llama.cpp's is_masked_swa edge.
 //
 // Design: one warp per (token, head). Lane l takes keys j = l, l+32, ... <= p and keeps its
 // own online-softmax state (max m, sum l) and a head_dim accumulator in registers; no
@@ -26,6 +28,8 @@
 // Every operation and its order depends only on (q, p, the sequence's keys/values), never
 // on what else is in the batch or on which physical blocks hold the keys: results are
 // bit-identical under packing and placement.
+// head_dim 256 keeps a 256-float accumulator per lane: readable, and it spills on a GPU (the
+// split and flash variants are the fast ones there).
 // Launch: block = (32*WARPS) threads with WARPS = 4 (1..ATTN_MAX_WARPS works), grid =
 // (n_tokens, ceil(n_heads / WARPS)); warp w of block (t, y) takes head y*WARPS + w.
 // Shared memory: static q staging only (ATTN_MAX_WARPS * head_dim floats); ATTN_MAX_WARPS = 8.
@@ -136,7 +140,7 @@ __device__ __forceinline__ void attention_impl(const float* qkv, int qkv_stride,
                                                const int* block_tables, int max_blocks_per_seq,
                                                const int* cu_seqlens, const int* positions, float* out,
                                                int n_tokens, int n_seqs, int n_heads, int n_kv_heads,
-                                               int block_size, float scale) {
+                                               int block_size, float scale, int sliding_window) {
     __shared__ float q_s[ATTN_MAX_WARPS][HD];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int t = blockIdx.x;
@@ -153,7 +157,8 @@ __device__ __forceinline__ void attention_impl(const float* qkv, int qkv_stride,
 #pragma unroll
     for (int e = 0; e < HD; ++e) acc[e] = 0.0f;
 
-    for (int j = lane; j <= qi.pos; j += 32) {
+    const int lo = sliding_window > 0 ? max(0, qi.pos - sliding_window + 1) : 0;  // first visible key
+    for (int j = lo + lane; j <= qi.pos; j += 32) {
         const long long r = qi.slot(j, block_size) * n_kv_heads + kvh;
         const float s = kc.dot(q_s[warp], r) * scale;
         float p;
@@ -191,10 +196,10 @@ __device__ __forceinline__ void attention_impl(const float* qkv, int qkv_stride,
 #define ATTN_ARGS                                                                                        \
     const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,  \
         int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, int n_tokens,     \
-        int n_seqs, int n_heads, int n_kv_heads, int head_dim, int block_size, float scale
+        int n_seqs, int n_heads, int n_kv_heads, int head_dim, int block_size, float scale, int sliding_window
 #define ATTN_PASS(KC, VC)                                                                                   \
     qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, n_tokens, n_seqs, \
-        n_heads, n_kv_heads, block_size, scale
+        n_heads, n_kv_heads, block_size, scale, sliding_window
 
 template <int HD, typename T>
 __device__ __forceinline__ void attention_typed(ATTN_ARGS) {
@@ -210,7 +215,7 @@ __device__ __forceinline__ void attention_q8(ATTN_ARGS) {
 
 #define ATTN_PASS_ALL                                                                                        \
     qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, n_tokens, \
-        n_seqs, n_heads, n_kv_heads, head_dim, block_size, scale
+        n_seqs, n_heads, n_kv_heads, head_dim, block_size, scale, sliding_window
 
 template <int HD> __device__ __forceinline__ void attn_f32(ATTN_ARGS) { attention_typed<HD, float>(ATTN_PASS_ALL); }
 template <int HD> __device__ __forceinline__ void attn_f16(ATTN_ARGS) { attention_typed<HD, __half>(ATTN_PASS_ALL); }
@@ -234,6 +239,9 @@ extern "C" __global__ void attention_f32_d64(ATTN_ARGS) { attn_f32<64>(ATTN_PASS
 #if SHARPINF_WANT(attention_f32_d128)
 extern "C" __global__ void attention_f32_d128(ATTN_ARGS) { attn_f32<128>(ATTN_PASS_ALL); }
 #endif
+#if SHARPINF_WANT(attention_f32_d256)
+extern "C" __global__ void attention_f32_d256(ATTN_ARGS) { attn_f32<256>(ATTN_PASS_ALL); }
+#endif
 #if SHARPINF_WANT(attention_f16_d16)
 extern "C" __global__ void attention_f16_d16(ATTN_ARGS) { attn_f16<16>(ATTN_PASS_ALL); }
 #endif
@@ -245,6 +253,9 @@ extern "C" __global__ void attention_f16_d64(ATTN_ARGS) { attn_f16<64>(ATTN_PASS
 #endif
 #if SHARPINF_WANT(attention_f16_d128)
 extern "C" __global__ void attention_f16_d128(ATTN_ARGS) { attn_f16<128>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_f16_d256)
+extern "C" __global__ void attention_f16_d256(ATTN_ARGS) { attn_f16<256>(ATTN_PASS_ALL); }
 #endif
 #if SHARPINF_WANT(attention_bf16_d16)
 extern "C" __global__ void attention_bf16_d16(ATTN_ARGS) { attn_bf16<16>(ATTN_PASS_ALL); }
@@ -258,6 +269,9 @@ extern "C" __global__ void attention_bf16_d64(ATTN_ARGS) { attn_bf16<64>(ATTN_PA
 #if SHARPINF_WANT(attention_bf16_d128)
 extern "C" __global__ void attention_bf16_d128(ATTN_ARGS) { attn_bf16<128>(ATTN_PASS_ALL); }
 #endif
+#if SHARPINF_WANT(attention_bf16_d256)
+extern "C" __global__ void attention_bf16_d256(ATTN_ARGS) { attn_bf16<256>(ATTN_PASS_ALL); }
+#endif
 #if SHARPINF_WANT(attention_q8_0_d32)
 extern "C" __global__ void attention_q8_0_d32(ATTN_ARGS) { attn_q8_0<32>(ATTN_PASS_ALL); }
 #endif
@@ -266,4 +280,7 @@ extern "C" __global__ void attention_q8_0_d64(ATTN_ARGS) { attn_q8_0<64>(ATTN_PA
 #endif
 #if SHARPINF_WANT(attention_q8_0_d128)
 extern "C" __global__ void attention_q8_0_d128(ATTN_ARGS) { attn_q8_0<128>(ATTN_PASS_ALL); }
+#endif
+#if SHARPINF_WANT(attention_q8_0_d256)
+extern "C" __global__ void attention_q8_0_d256(ATTN_ARGS) { attn_q8_0<256>(ATTN_PASS_ALL); }
 #endif

@@ -3,7 +3,7 @@
 //
 //   attention_flash_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
 //       cu_seqlens, positions, out, out_q, out_d, out_s, partial, tickets, t0, n_window, n_seqs, n_heads,
-//       n_kv_heads, block_size, scale, quantize)
+//       n_kv_heads, block_size, scale, sliding_window, quantize)
 //   Inputs and outputs as attention_split.cu (the same scratch: partial float [window, n_heads, SPLITS,
 //   HD + 2], tickets int, zero between launches). A launch serves the window of tokens
 //   t0 .. t0 + n_window - 1; the launcher walks a long step in windows of the scratch's size.
@@ -26,7 +26,9 @@
 //       O += P V          P re-used from the S fragments as the A operand (rounded to f16)
 //   * the last block of (tile, KV head) to finish merges each row's splits in split order, as
 //     attention_split.cu does, and may write the q8_1 copy of the output.
-// Causal masking is by absolute position: key j is visible to row r iff j <= pos(r). A partition a
+// Masking is by absolute position: key j is visible to row r iff j <= pos(r), and with a sliding
+// window W > 0 also j > pos(r) - W; the block's partitions start at the one holding its lowest
+// visible key. A partition a
 // row cannot see leaves its state bit-unchanged (max unchanged, factor 1, weights 0), so a row's
 // arithmetic depends only on its own position, its Q and its keys: not on the other rows of its
 // warp or block, the tile cut, the window, the step, or where its KV lives. This is why flash can
@@ -98,7 +100,7 @@ __device__ __forceinline__ void attention_flash_impl(
     const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
     const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
     float* partial, int* tickets, int t0, int n_window, int n_seqs, int n_heads, int n_kv_heads, int block_size,
-    float scale, int quantize) {
+    float scale, int sliding_window, int quantize) {
     using S = AfShape<HD>;
     constexpr int ROWS = S::ROWS, THREADS = S::THREADS, WARPS = S::WARPS, KT = S::KT, QS = S::QS, VS = S::VS;
     constexpr int NT = KT / 8, KS = HD / 16, DT = HD / 8, PK = KT / 16;  // key tiles, k-steps, dim tiles, P k-steps
@@ -117,16 +119,28 @@ __device__ __forceinline__ void attention_flash_impl(
     if (seq < 0) return;  // uniform: past the window's last tile
     for (int r = tid; r < ROWS; r += THREADS) pos_s[r] = r < rows ? positions[begin + r / g] : -1;
     __syncthreads();
-    int maxpos = -1, wmax = -1;  // the block's and this warp's largest position
+    int maxpos = -1, wmax = -1;            // the block's and this warp's largest position
+    constexpr int NO_ROW = 0x7fffffff;
+    int minpos = NO_ROW, wmin = NO_ROW;  // and smallest (rows of the tile only)
     for (int r = lane; r < ROWS; r += 32) {
         maxpos = max(maxpos, pos_s[r]);
         if (r / 16 == warp) wmax = max(wmax, pos_s[r]);
+        if (r < rows) {
+            minpos = min(minpos, pos_s[r]);
+            if (r / 16 == warp) wmin = min(wmin, pos_s[r]);
+        }
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
         maxpos = max(maxpos, __shfl_xor_sync(SHARPINF_FULL_MASK, maxpos, off));
         wmax = max(wmax, __shfl_xor_sync(SHARPINF_FULL_MASK, wmax, off));
+        minpos = min(minpos, __shfl_xor_sync(SHARPINF_FULL_MASK, minpos, off));
+        wmin = min(wmin, __shfl_xor_sync(SHARPINF_FULL_MASK, wmin, off));
     }
+    // the lowest visible key of the block and of this warp (lo(p) = max(0, p - W + 1) grows with p)
+    const int W = sliding_window;
+    const int block_lo = W > 0 ? max(0, minpos - W + 1) : 0;
+    const int warp_lo = W > 0 && wmin != NO_ROW ? max(0, wmin - W + 1) : 0;
     const int nsplits = min(AF_SPLITS, maxpos / KT + 1);  // splits holding a partition some row sees
     if (split >= nsplits) return;  // uniform per block
     const int* table = block_tables + (long long)seq * max_blocks_per_seq;
@@ -152,15 +166,23 @@ __device__ __forceinline__ void attention_flash_impl(
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[d][i] = 0.0f;
 
-    for (int part = split; part * KT <= maxpos; part += AF_SPLITS) {
+    // this split's partitions: split, split + SPLITS, ... from the first holding a key the block sees
+    const int part_lo = block_lo / KT;
+    const int part0 = part_lo <= split ? split : split + (part_lo - split + AF_SPLITS - 1) / AF_SPLITS * AF_SPLITS;
+    for (int part = part0; part * KT <= maxpos; part += AF_SPLITS) {
         const int j0 = part * KT, nk = min(KT, maxpos + 1 - j0);
-        const bool active = wmax >= j0;  // uniform per warp: some row of the warp sees a key here
-        if (tid < KT) row_s[tid] = tid < nk ? ((long long)table[(j0 + tid) / block_size] * block_size + (j0 + tid) % block_size) * n_kv_heads + kvh : 0;
+        // uniform per warp: some row of the warp may see a key here (only saves work: a row that sees
+        // none of the partition's keys is left bit-unchanged either way)
+        const bool active = wmax >= j0 && warp_lo < j0 + KT;
+        // keys below the block's lowest visible one are neither looked up nor read (their blocks may
+        // have been freed): zeros stand in, masked like any key a row cannot see
+        const int jv = max(0, block_lo - j0);  // the partition's first key the block may read
+        if (tid < KT) row_s[tid] = tid < nk && tid >= jv ? ((long long)table[(j0 + tid) / block_size] * block_size + (j0 + tid) % block_size) * n_kv_heads + kvh : 0;
         __syncthreads();
         // K tile [KT][HD]; keys past nk zero (they are masked, but garbage could be NaN)
         for (int c = tid; c < KT * HD / 8; c += THREADS) {
             const int j = c / (HD / 8), e0 = (c % (HD / 8)) * 8;
-            if (j < nk) kv_stage8(kc, row_s[j], e0, kv_s + j * QS + e0);
+            if (j < nk && j >= jv) kv_stage8(kc, row_s[j], e0, kv_s + j * QS + e0);
             else *reinterpret_cast<uint4*>(kv_s + j * QS + e0) = make_uint4(0u, 0u, 0u, 0u);
         }
         cp_async_commit();
@@ -194,7 +216,8 @@ __device__ __forceinline__ void attention_flash_impl(
 #pragma unroll
                     for (int c = 0; c < 2; ++c) {
                         const int j = j0 + n * 8 + 2 * t4 + c;
-                        const float v = j <= pos_r[h] ? s[n][2 * h + c] * scale : -CUDART_INF_F;
+                        const bool seen = j <= pos_r[h] && (W <= 0 || j > pos_r[h] - W);
+                        const float v = seen ? s[n][2 * h + c] * scale : -CUDART_INF_F;
                         s[n][2 * h + c] = v;
                         mx = fmaxf(mx, v);
                     }
@@ -231,7 +254,7 @@ __device__ __forceinline__ void attention_flash_impl(
         for (int c = tid; c < KT * HD / 8; c += THREADS) {
             const int j = c / (HD / 8), e0 = (c % (HD / 8)) * 8;
             float v[AS_VEC];
-            if (j < nk) vc.load8(row_s[j], e0, v);
+            if (j < nk && j >= jv) vc.load8(row_s[j], e0, v);
             else
 #pragma unroll
                 for (int i = 0; i < AS_VEC; ++i) v[i] = 0.0f;
@@ -314,12 +337,12 @@ __device__ __forceinline__ void attention_flash_impl(
     const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,      \
         int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, signed char *out_q,   \
         float *out_d, int *out_s, float *partial, int *tickets, int t0, int n_window, int n_seqs, int n_heads, \
-        int n_kv_heads, int block_size, float scale, int quantize
+        int n_kv_heads, int block_size, float scale, int sliding_window, int quantize
 #define AF_PASS(KC, VC)                                                                                        \
     qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, out_q, out_d, out_s, \
-        partial, tickets, t0, n_window, n_seqs, n_heads, n_kv_heads, block_size, scale, quantize
+        partial, tickets, t0, n_window, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, quantize
 #define AF_CALL qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, \
-        out_q, out_d, out_s, partial, tickets, t0, n_window, n_seqs, n_heads, n_kv_heads, block_size, scale, quantize
+        out_q, out_d, out_s, partial, tickets, t0, n_window, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, quantize
 
 template <int HD, typename T>
 __device__ __forceinline__ void af_typed(AF_ARGS) {

@@ -2,8 +2,9 @@
 //
 //   attention_split_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
 //       cu_seqlens, positions, out, out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads,
-//       n_kv_heads, block_size, scale, quantize)
-//   Inputs as attention.cu. out: float [n_tokens, n_heads * HD]; with quantize != 0 the rows are
+//       n_kv_heads, block_size, scale, sliding_window, quantize)
+//   Inputs as attention.cu (sliding_window > 0: a query at p sees keys max(0, p - sliding_window + 1)
+//   .. p). out: float [n_tokens, n_heads * HD]; with quantize != 0 the rows are
 //   also written in q8_1 (out_q int8, out_d float, out_s int per 32 values: quant_act.py's rule),
 //   the input of the dp4a o-projection. partial: float scratch [n_tokens, n_heads, SPLITS, HD + 2];
 //   tickets: int [n_tokens, n_kv_heads * groups], zero before the first launch (the kernel leaves
@@ -26,6 +27,10 @@
 //     P V: a thread per (8-element column group, key slice) -- slices walk keys j = slice,
 //     slice + SLICES, ... in order, then the slices are summed in slice order at the end;
 //   * the output may be quantized to q8_1 in the merge (the dp4a path needs no extra launch).
+// A sliding window skips the partitions wholly before the query's first visible key and masks
+// the keys below it in the first one it reads (score -inf, weight 0) without reading them, so the
+// blocks of positions every window has left may be freed; a split left with no partition merges
+// in with weight 0.
 // Arithmetic of a query depends only on its position and its own keys: partitions, splits, the
 // threads of a key, the walk order, the slice sum and the merge order are all fixed by absolute
 // key positions and head_dim, so results are bit-identical alone, packed, chunked, in other
@@ -46,7 +51,7 @@ __device__ __forceinline__ void attention_split_impl(
     const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
     const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
     float* partial, int* tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads, int block_size, float scale,
-    int quantize) {
+    int sliding_window, int quantize) {
     constexpr int COLS = HD / AS_VEC;            // 8-element column groups of a row
     constexpr int SLICES = AS_THREADS / COLS;    // key slices in P V
     constexpr int HALF_CHUNKS = HD / 2 / AS_VEC;  // loads per thread per key in the scores
@@ -79,10 +84,15 @@ __device__ __forceinline__ void attention_split_impl(
 #pragma unroll
         for (int i = 0; i < AS_VEC; ++i) acc[h][i] = 0.0f;
 
-    for (int part = split; part * AS_PART <= qi.pos; part += AS_SPLITS) {
+    const int lo = sliding_window > 0 ? max(0, qi.pos - sliding_window + 1) : 0;  // the first visible key
+    const int part_lo = lo / AS_PART;                               // its partition
+    // this split's partitions: split, split + SPLITS, ... from the first at or after part_lo
+    const int part0 = part_lo <= split ? split : split + (part_lo - split + AS_SPLITS - 1) / AS_SPLITS * AS_SPLITS;
+    for (int part = part0; part * AS_PART <= qi.pos; part += AS_SPLITS) {
         const int j0 = part * AS_PART, nk = min(AS_PART, qi.pos + 1 - j0);
         // 0. the partition's cache rows, one key per thread
-        if (tid < nk) row_s[tid] = qi.slot(j0 + tid, block_size) * n_kv_heads + kvh;
+        // (keys below the window are never looked up or read: their blocks may have been freed)
+        if (tid < nk && j0 + tid >= lo) row_s[tid] = qi.slot(j0 + tid, block_size) * n_kv_heads + kvh;
         __syncthreads();
         // 1. scores: threads 2k and 2k + 1 take key k, each half of head_dim, one shuffle adds them
         {
@@ -90,7 +100,7 @@ __device__ __forceinline__ void attention_split_impl(
             float s[AS_GROUP];
 #pragma unroll
             for (int h = 0; h < AS_GROUP; ++h) s[h] = 0.0f;
-            if (kk < nk) {
+            if (kk < nk && j0 + kk >= lo) {
                 const long long r = row_s[kk];
 #pragma unroll
                 for (int c = 0; c < HALF_CHUNKS; ++c) {
@@ -109,7 +119,7 @@ __device__ __forceinline__ void attention_split_impl(
             if ((tid & 1) == 0 && kk < nk)
 #pragma unroll
                 for (int h = 0; h < AS_GROUP; ++h)
-                    if (h < g) p_s[h][kk] = s[h] * scale;
+                    if (h < g) p_s[h][kk] = j0 + kk >= lo ? s[h] * scale : -CUDART_INF_F;
         }
         __syncthreads();
         // 2. per head: the new running max, the rescale factor, the weights and their sum
@@ -139,6 +149,7 @@ __device__ __forceinline__ void attention_split_impl(
 #pragma unroll
                 for (int i = 0; i < AS_VEC; ++i) acc[h][i] *= f_s[h];
         for (int jj = slice; jj < nk; jj += SLICES) {
+            if (j0 + jj < lo) continue;  // weight 0: skipping it leaves acc as it was
             float v[AS_VEC];
             vc.load8(row_s[jj], e_pv, v);
 #pragma unroll
@@ -208,10 +219,10 @@ __device__ __forceinline__ void attention_split_impl(
     const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,      \
         int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, signed char *out_q,   \
         float *out_d, int *out_s, float *partial, int *tickets, int t0, int n_tokens, int n_seqs, int n_heads,         \
-        int n_kv_heads, int block_size, float scale, int quantize
+        int n_kv_heads, int block_size, float scale, int sliding_window, int quantize
 #define AS_PASS(KC, VC)                                                                                        \
     qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, out_q, out_d, out_s, \
-        partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, quantize
+        partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, quantize
 
 template <int HD, typename T>
 __device__ __forceinline__ void as_typed(AS_ARGS) {
@@ -224,7 +235,8 @@ __device__ __forceinline__ void as_q8(AS_ARGS) {
     attention_split_impl<HD>(AS_PASS(kc, vc));
 }
 #define AS_CALL qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, \
-        out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, quantize
+        out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, \
+        quantize
 
 // One entry per (KV dtype, head_dim), each compiled only when wanted (SHARPINF_WANT, common.cuh).
 #if SHARPINF_WANT(attention_split_f32_d16)

@@ -274,12 +274,13 @@ template <> struct DpChunk<GB_Q6_K> {
 
 // --- the epilogue (matmul_mma.cu's too: the same operations, the same bits) ----------------------------
 // NMAT = 1: *y = v (+ bias[row]) (+ *y when accumulate, in the order x + (...) as elementwise.cu's add).
-// NMAT = 2: *y = silu(v) * up, computed as v / (1 + e^-v) * up like elementwise.cu's silu_gate.
+// NMAT = 2: *y = act(v) * up (act: ACT_SILU or ACT_GELU_TANH), common.cuh's gated_act like
+// elementwise.cu's silu_gate / gelu_gate.
 template <int NMAT>
 __device__ __forceinline__ void dp_store(float* y, float v, float up, const float* bias, int row, int has_bias,
-                                         int accumulate) {
+                                         int accumulate, int act) {
     if (NMAT == 2) {
-        *y = v / (1.0f + expf(-v)) * up;
+        *y = gated_act(act, v, up);
     } else {
         const float r = has_bias ? v + bias[row] : v;
         *y = accumulate ? *y + r : r;
@@ -294,13 +295,13 @@ __device__ __forceinline__ int dp_group_lanes(int n_chunks) {
 }
 
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2 (W2 the second matrix, the same
-// type and shape): Y = silu(X W^T) * (X W2^T), the SwiGLU of a gate and an up projection.
+// type and shape): Y = act(X W^T) * (X W2^T), the SwiGLU (or GeGLU) of a gate and an up projection.
 template <int QT, int NMAT>
 __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                           const signed char* __restrict__ xq, const float* __restrict__ xd,
                                           const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
                                           int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
-                                          long long y_stride) {
+                                          long long y_stride, int act = ACT_SILU) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int n_chunks = n_in / 32;
     const int G = dp_group_lanes(n_chunks), g = lane % G, rows_per_warp = 32 / G;
@@ -364,7 +365,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
                         if (u == t) v[m] = acc[m][u];
                 }
                 dp_store<NMAT>(Y + (long long)(t0 + t) * y_stride + row, v[0], v[NMAT - 1], bias, row, has_bias,
-                               accumulate);
+                               accumulate, act);
             }
         }
     }

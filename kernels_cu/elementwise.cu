@@ -2,6 +2,8 @@
 //   add_<t>(a, b, out, n):          out[i] = a[i] + b[i]
 //   mul_<t>(a, b, out, n):          out[i] = a[i] * b[i]
 //   silu_gate_<t>(gate, up, out, n): out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x)
+//   gelu_gate_f32(gate, up, out, n): out[i] = gelu(gate[i]) * up[i], GELU's tanh form (gemma3)
+//   softcap_f32(x, n, cap):          x[i] = cap * tanh(x[i] / cap), in place (final-logit softcapping)
 // <t> is f32 (float) or f16 (__half; math in float). n is int32; out may alias an input.
 // Launch: 1-D, any grid and block (256 threads suggested); grid-stride loop, so
 // grid = min(ceil(n / 256), a few per SM) is enough.
@@ -10,8 +12,10 @@
 struct AddOp { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
 struct MulOp { __device__ __forceinline__ float operator()(float a, float b) const { return a * b; } };
 struct SiluGateOp {
-    // x / (1 + e^-x): for very negative x, e^-x overflows to inf and the result is -0, not NaN.
-    __device__ __forceinline__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
+    __device__ __forceinline__ float operator()(float g, float u) const { return gated_act(ACT_SILU, g, u); }
+};
+struct GeluGateOp {
+    __device__ __forceinline__ float operator()(float g, float u) const { return gated_act(ACT_GELU_TANH, g, u); }
 };
 
 template <typename T, typename Op>
@@ -26,6 +30,14 @@ extern "C" __global__ void add_f32(const float* a, const float* b, float* out, i
 extern "C" __global__ void mul_f32(const float* a, const float* b, float* out, int n) { map2<float, MulOp>(a, b, out, n); }
 extern "C" __global__ void silu_gate_f32(const float* gate, const float* up, float* out, int n) {
     map2<float, SiluGateOp>(gate, up, out, n);
+}
+
+extern "C" __global__ void gelu_gate_f32(const float* gate, const float* up, float* out, int n) {
+    map2<float, GeluGateOp>(gate, up, out, n);
+}
+extern "C" __global__ void softcap_f32(float* x, int n, float cap) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = cap * tanhf(x[i] / cap);
 }
 
 extern "C" __global__ void add_f16(const __half* a, const __half* b, __half* out, int n) { map2<__half, AddOp>(a, b, out, n); }

@@ -1,14 +1,15 @@
-// gate_up_dp4a.cu -- the FFN's first half in one kernel: out = silu(X Wg^T) * (X Wu^T), X in q8_1.
+// gate_up_dp4a.cu -- the FFN's first half in one kernel: out = act(X Wg^T) * (X Wu^T), X in q8_1.
 //
-//   gate_up_dp4a_<type>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in)
+//   gate_up_dp4a_<type>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in, act)
 //     Wg, Wu  the gate and up projections, raw GGUF rows of one type (as matmul.cu)
 //     X       the normed activations in q8_1 (rmsnorm_q8_1.cu); out float [n_tokens, n_ff]
+//     act     ACT_SILU (SwiGLU) or ACT_GELU_TANH (GeGLU, gemma3): common.cuh's gated_act
 //
 // What it changes against the simple path (matmul.cu twice, then elementwise.cu's silu_gate): one
 // launch instead of three; each lane unpacks the gate and the up chunk of the same row, dots both
-// with the token's activation block (dp4a.cuh), and the epilogue writes silu(g) * u, computed as
-// g / (1 + e^-g) * u like elementwise.cu. Gate and up each reduce in matmul_dp4a.cu's fixed order,
-// so out equals silu_gate(matmul_dp4a(Wg), matmul_dp4a(Wu)) bit for bit, whatever the batch.
+// with the token's activation block (dp4a.cuh), and the epilogue writes act(g) * u with common.cuh's
+// gated_act, as elementwise.cu's silu_gate / gelu_gate do. Gate and up each reduce in matmul_dp4a.cu's fixed order,
+// so out equals silu_gate (gelu_gate)(matmul_dp4a(Wg), matmul_dp4a(Wu)) bit for bit, whatever the batch.
 // Launch: as matmul_dp4a.cu (block 128, grid (ceil(n_ff / rows per block) capped, ceil(n_tokens / 8))).
 // Bound: memory -- both matrices streamed once per 8-token tile; the activation block is loaded
 // once for the two dots.
@@ -16,8 +17,8 @@
 
 #define GU_ARGS                                                                                                 \
     const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, const int *xs,    \
-        float *out, int n_tokens, int n_ff, int n_in
-#define GU_PASS Wg, Wu, xq, xd, xs, xd, out, n_tokens, n_ff, n_in, 0, 0, (long long)n_ff
+        float *out, int n_tokens, int n_ff, int n_in, int act
+#define GU_PASS Wg, Wu, xq, xd, xs, xd, out, n_tokens, n_ff, n_in, 0, 0, (long long)n_ff, act
 
 // One entry per type, each compiled only when wanted (SHARPINF_WANT, common.cuh).
 #if SHARPINF_WANT(gate_up_dp4a_f32)

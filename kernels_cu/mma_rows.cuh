@@ -51,13 +51,13 @@ __device__ __forceinline__ void mm_stage_x(MmXTile& tile, const signed char* xq,
     cp_async_commit();
 }
 
-// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2: Y = silu(X W^T) * (X W2^T).
+// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2: Y = act(X W^T) * (X W2^T).
 template <int QT, int NMAT>
 __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                          const signed char* __restrict__ xq, const float* __restrict__ xd,
                                          const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
                                          int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
-                                         long long y_stride) {
+                                         long long y_stride, int act = ACT_SILU) {
     constexpr bool HALVES = QT == GB_Q6_K;  // Q6_K scales 16-value halves: their dots separately
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int n_chunks = n_in / 32;
@@ -187,6 +187,6 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
             const int r = row[e >> 1], tk = n0 + nt * 8 + 2 * t + (e & 1);
             if (r >= n_out || tk >= n_tokens) continue;
             dp_store<NMAT>(Y + (long long)tk * y_stride + r, total[0][nt * 4 + e], total[NMAT - 1][nt * 4 + e], bias, r,
-                           has_bias, accumulate);
+                           has_bias, accumulate, act);
         }
 }

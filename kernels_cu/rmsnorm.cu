@@ -2,10 +2,13 @@
 //   rmsnorm_<t>(x, w, y, n, eps): x, y are [rows, n] row-major of type <t>; w is float[n];
 //   n (int32) is any length >= 1, odd included; eps is float. y may alias x.
 // <t> is f32 or f16 (sums and scaling in float).
+//   rmsnorm_add_f32(y, w, x, n, eps): x += rmsnorm(y) * w, row by row -- a sublayer's output through
+//   its post-norm into the residual stream (gemma3's sandwich norms): rmsnorm_f32 then add_f32 in
+//   one pass (the add may fuse with the last product). x must not alias y.
 // Launch: grid = rows (one block per row), block = a multiple of 32 up to 1024 (256 suggested).
 #include "common.cuh"
 
-template <typename T>
+template <typename T, bool ADD = false>
 __device__ __forceinline__ void rmsnorm_row(const T* x, const float* __restrict__ w, T* y, int n, float eps) {
     __shared__ float smem32[32];
     const long long row = blockIdx.x;
@@ -19,7 +22,10 @@ __device__ __forceinline__ void rmsnorm_row(const T* x, const float* __restrict_
     ss = block_reduce_sum(ss, smem32);
     // rsqrtf is ~1 ulp on the GPU; eps keeps an all-zero row finite.
     const float scale = rsqrtf(ss / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = from_float<T>(to_float(x[i]) * scale * w[i]);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = to_float(x[i]) * scale * w[i];
+        y[i] = from_float<T>(ADD ? to_float(y[i]) + v : v);  // (may contract into one FMA)
+    }
 }
 
 extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float* y, int n, float eps) {
@@ -27,4 +33,7 @@ extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float* y,
 }
 extern "C" __global__ void rmsnorm_f16(const __half* x, const float* w, __half* y, int n, float eps) {
     rmsnorm_row<__half>(x, w, y, n, eps);
+}
+extern "C" __global__ void rmsnorm_add_f32(const float* y, const float* w, float* x, int n, float eps) {
+    rmsnorm_row<float, true>(y, w, x, n, eps);
 }

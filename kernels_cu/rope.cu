@@ -1,9 +1,10 @@
 // rope.cu -- rotary position embedding, in place, on the heads of a packed token batch.
-//   rope_norm(x, row_stride, positions, n_tokens, n_heads, head_dim, theta)
+//   rope_norm(x, row_stride, positions, n_tokens, n_heads, head_dim, theta, freq_scale)
 //   rope_neox(...same...)
 // x: float32, token t's head h element e at x[t*row_stride + h*head_dim + e] (call with
 // x = qkv for Q and x = qkv + q_dim for K); positions: int32[n_tokens]; head_dim even.
-// Pair i (0 <= i < head_dim/2) is rotated by angle = pos * theta^(-2i/head_dim):
+// Pair i (0 <= i < head_dim/2) is rotated by angle = pos * freq_scale * theta^(-2i/head_dim)
+// (freq_scale: linear RoPE scaling, 1 / rope.scaling.factor; 1 for most models):
 //   norm: elements (2i, 2i+1)      neox: elements (i, i + head_dim/2)
 //   (a, b) -> (a*cos - b*sin, a*sin + b*cos)
 // Accuracy: the angle is formed and reduced to [-pi, pi] in double (a few double ops per
@@ -16,7 +17,7 @@
 
 template <bool NEOX>
 __device__ __forceinline__ void rope_impl(float* x, int row_stride, const int* positions, int n_tokens,
-                                          int n_heads, int head_dim, float theta) {
+                                          int n_heads, int head_dim, float theta, float freq_scale) {
     const int half = head_dim >> 1;
     const long long items = (long long)n_tokens * half;
     // log(theta) in double once per thread; inv_freq_i = exp(-(2i/d) * log(theta))
@@ -26,7 +27,7 @@ __device__ __forceinline__ void rope_impl(float* x, int row_stride, const int* p
          it += (long long)gridDim.x * blockDim.x) {
         const int t = (int)(it / half), i = (int)(it % half);
         const double inv_freq = exp(-(double)(2 * i) / (double)head_dim * log_theta);
-        const double ang = (double)positions[t] * inv_freq;
+        const double ang = (double)positions[t] * (double)freq_scale * inv_freq;  // pos * 1 is exact
         const double red = ang - two_pi * rint(ang / two_pi);  // |red| <= pi
         float s, c;
         sincosf((float)red, &s, &c);
@@ -42,11 +43,11 @@ __device__ __forceinline__ void rope_impl(float* x, int row_stride, const int* p
 }
 
 extern "C" __global__ void rope_norm(float* x, int row_stride, const int* positions, int n_tokens, int n_heads,
-                                     int head_dim, float theta) {
-    rope_impl<false>(x, row_stride, positions, n_tokens, n_heads, head_dim, theta);
+                                     int head_dim, float theta, float freq_scale) {
+    rope_impl<false>(x, row_stride, positions, n_tokens, n_heads, head_dim, theta, freq_scale);
 }
 
 extern "C" __global__ void rope_neox(float* x, int row_stride, const int* positions, int n_tokens, int n_heads,
-                                     int head_dim, float theta) {
-    rope_impl<true>(x, row_stride, positions, n_tokens, n_heads, head_dim, theta);
+                                     int head_dim, float theta, float freq_scale) {
+    rope_impl<true>(x, row_stride, positions, n_tokens, n_heads, head_dim, theta, freq_scale);
 }

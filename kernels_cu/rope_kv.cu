@@ -2,7 +2,7 @@
 //   (qwen3) RMSNorm of each Q and K head, RoPE of the Q and K heads, K and V into the paged cache.
 //
 //   rope_kv_<kv>(qkv, qkv_stride, positions, slot_mapping, q_norm, k_norm, k_cache, v_cache,
-//                n_tokens, n_heads, n_kv_heads, head_dim, theta, eps, neox, has_norm)
+//                n_tokens, n_heads, n_kv_heads, head_dim, theta, freq_scale, eps, neox, has_norm)
 //     qkv     float [n_tokens, qkv_stride]: Q at column 0, K at n_heads * head_dim, V after K;
 //             Q and K are rotated in place (attention reads Q from here)
 //     q_norm, k_norm  float [head_dim] (read only when has_norm)
@@ -47,7 +47,7 @@ template <typename T, bool Q8>
 __device__ __forceinline__ void rope_kv_impl(float* qkv, int qkv_stride, const int* positions, const int* slot_mapping,
                                              const float* q_norm, const float* k_norm, void* k_cache, void* v_cache,
                                              int n_tokens, int n_heads, int n_kv_heads, int head_dim, float theta,
-                                             float eps, int neox, int has_norm) {
+                                             float freq_scale, float eps, int neox, int has_norm) {
     const int t = blockIdx.x, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
     if (t >= n_tokens) return;  // uniform per block
     float* row = qkv + (long long)t * qkv_stride;
@@ -71,7 +71,7 @@ __device__ __forceinline__ void rope_kv_impl(float* qkv, int qkv_stride, const i
     const double two_pi = 6.283185307179586476925286766559;
     for (int i = tid; i < half; i += nt) {
         const double inv_freq = exp(-(double)(2 * i) / (double)head_dim * log_theta);
-        const double ang = (double)positions[t] * inv_freq;
+        const double ang = (double)positions[t] * (double)freq_scale * inv_freq;
         const double red = ang - two_pi * rint(ang / two_pi);
         sincosf((float)red, &sin_s[i], &cos_s[i]);
     }
@@ -105,9 +105,9 @@ __device__ __forceinline__ void rope_kv_impl(float* qkv, int qkv_stride, const i
 #define RK_ARGS                                                                                                  \
     float *qkv, int qkv_stride, const int *positions, const int *slot_mapping, const float *q_norm,             \
         const float *k_norm, void *k_cache, void *v_cache, int n_tokens, int n_heads, int n_kv_heads, int head_dim, \
-        float theta, float eps, int neox, int has_norm
+        float theta, float freq_scale, float eps, int neox, int has_norm
 #define RK_PASS qkv, qkv_stride, positions, slot_mapping, q_norm, k_norm, k_cache, v_cache, n_tokens, n_heads, \
-        n_kv_heads, head_dim, theta, eps, neox, has_norm
+        n_kv_heads, head_dim, theta, freq_scale, eps, neox, has_norm
 
 extern "C" __global__ void rope_kv_f32(RK_ARGS) { rope_kv_impl<float, false>(RK_PASS); }
 extern "C" __global__ void rope_kv_f16(RK_ARGS) { rope_kv_impl<__half, false>(RK_PASS); }

@@ -59,30 +59,39 @@ def tokenizer_roundtrip(tok, case: str) -> OracleResult:
 
 
 def synthetic_models() -> list[tuple[str, str]]:
-    return [("llama", "Q8_0"), ("qwen2", "Q4_1"), ("qwen3", "Q4_K")]
+    return [("llama", "Q8_0"), ("qwen2", "Q4_1"), ("qwen3", "Q4_K"), ("gemma3", "Q5_0")]
+
+
+# gemma3 with both kinds of layer (5 windowed, 1 global) and a window shorter than the prompts
+SYNTH_SHAPES = {"gemma3": dict(n_layer=6, n_head_kv=1, sliding_window=4)}
+
+
+def _synthetic(arch: str, qtype: str):
+    from sharpinf.model.loader import load_model
+    from sharpinf.model.synth import synthetic_model
+
+    return load_model(synthetic_model(arch, qtype, **SYNTH_SHAPES.get(arch, {})))
 
 
 def foundation_cases(model=None, tokenizer=None) -> list[OracleCase]:
     """Synthetic-model checks always; the given model's checks when one is passed."""
-    from sharpinf.model.loader import load_model
-    from sharpinf.model.synth import synthetic_model
     from sharpinf.model.tokenizer import Tokenizer
 
     rng = np.random.default_rng(0)
     cases = []
     for arch, qtype in synthetic_models():
         def run_synth(arch=arch, qtype=qtype):
-            m = load_model(synthetic_model(arch, qtype))
+            m = _synthetic(arch, qtype)
             ids = rng.integers(0, m.config.n_vocab, size=7).tolist()
             return reference_vs_naive(m, ids, f"synthetic {arch}/{qtype}, 7 tokens")
 
         def run_incr(arch=arch, qtype=qtype):
-            m = load_model(synthetic_model(arch, qtype))
+            m = _synthetic(arch, qtype)
             ids = rng.integers(0, m.config.n_vocab, size=12).tolist()
             return incremental_vs_full(Reference(m), ids, f"synthetic {arch}/{qtype}, 12 tokens", split=5)
 
         def run_tok(arch=arch, qtype=qtype):
-            m = load_model(synthetic_model(arch, qtype))
+            m = _synthetic(arch, qtype)
             return tokenizer_roundtrip(Tokenizer.from_gguf_metadata(m.metadata), f"synthetic {arch} vocab")
 
         cases += [OracleCase("reference-vs-naive", f"synthetic {arch}/{qtype}", run_synth),

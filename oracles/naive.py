@@ -18,15 +18,23 @@ def _rmsnorm(x, w, eps):
     return x / math.sqrt(float(np.mean(x * x)) + eps) * w
 
 
-def _rotate(vec, pos, theta, style):
+def _rotate(vec, pos, theta, style, freq_scale=1.0):
     d = len(vec)
     out = vec.copy()
     for i in range(d // 2):
-        angle = pos / theta ** (2 * i / d)
+        angle = pos * freq_scale / theta ** (2 * i / d)
         a, b = (2 * i, 2 * i + 1) if style == "norm" else (i, i + d // 2)
         out[a] = vec[a] * math.cos(angle) - vec[b] * math.sin(angle)
         out[b] = vec[a] * math.sin(angle) + vec[b] * math.cos(angle)
     return out
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _act(cfg, g):
+    return _gelu_tanh(g) if cfg.ffn_act == "gelu_tanh" else g / (1 + np.exp(-g))
 
 
 def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
@@ -44,8 +52,12 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
         return name in model.tensors
 
     emb = w("token_embd.weight")
-    xs = [emb[t].copy() for t in token_ids]
+    xs = [emb[t] * cfg.embd_scale for t in token_ids]
     for li in range(cfg.n_layer):
+        # gemma3: windowed layers rotate with the local base, unscaled; keys p-W+1..p only
+        window = cfg.window(li)
+        theta, freq_scale = (cfg.rope_theta_local, 1.0) if window and cfg.rope_theta_local else (
+            cfg.rope_theta, cfg.rope_freq_scale)
         p = f"blk.{li}."
         Wq, Wk, Wv, Wo = (w(p + f"attn_{n}.weight") for n in ("q", "k", "v", "output"))
         ks, vs, attn_out = [], [], []
@@ -60,25 +72,35 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
             if has(p + "attn_q_norm.weight"):
                 heads_q = [_rmsnorm(hq, w(p + "attn_q_norm.weight"), cfg.rms_eps) for hq in heads_q]
                 heads_k = [_rmsnorm(hk, w(p + "attn_k_norm.weight"), cfg.rms_eps) for hk in heads_k]
-            heads_q = [_rotate(hq, pos, cfg.rope_theta, cfg.rope_style) for hq in heads_q]
-            heads_k = [_rotate(hk, pos, cfg.rope_theta, cfg.rope_style) for hk in heads_k]
+            heads_q = [_rotate(hq, pos, theta, cfg.rope_style, freq_scale) for hq in heads_q]
+            heads_k = [_rotate(hk, pos, theta, cfg.rope_style, freq_scale) for hk in heads_k]
             ks.append(heads_k)
             vs.append(heads_v)
             out = []
             for hq_i, hq in enumerate(heads_q):
                 kv = hq_i // (cfg.n_head // cfg.n_head_kv)
-                scores = [float(hq @ ks[s][kv]) / math.sqrt(cfg.head_dim) for s in range(pos + 1)]
+                seen = range(max(0, pos - window + 1) if window else 0, pos + 1)
+                scale = cfg.attn_scale or 1 / math.sqrt(cfg.head_dim)
+                scores = [float(hq @ ks[s][kv]) * scale for s in seen]
                 m = max(scores)
                 e = [math.exp(sc - m) for sc in scores]
-                out.append(sum(e[s] / sum(e) * vs[s][kv] for s in range(pos + 1)))
+                out.append(sum(e[i] / sum(e) * vs[s][kv] for i, s in enumerate(seen)))
             attn_out.append(np.concatenate(out))
         new_xs = []
         for x, a in zip(xs, attn_out):
-            x = x + Wo @ a
+            a = Wo @ a
+            if has(p + "post_attention_norm.weight"):
+                a = _rmsnorm(a, w(p + "post_attention_norm.weight"), cfg.rms_eps)
+            x = x + a
             h = _rmsnorm(x, w(p + "ffn_norm.weight"), cfg.rms_eps)
             g, u = w(p + "ffn_gate.weight") @ h, w(p + "ffn_up.weight") @ h
-            x = x + w(p + "ffn_down.weight") @ (g / (1 + np.exp(-g)) * u)
+            f = w(p + "ffn_down.weight") @ (_act(cfg, g) * u)
+            if has(p + "post_ffw_norm.weight"):
+                f = _rmsnorm(f, w(p + "post_ffw_norm.weight"), cfg.rms_eps)
+            x = x + f
             new_xs.append(x)
         xs = new_xs
     out_w = w("output.weight") if has("output.weight") else emb
-    return np.stack([out_w @ _rmsnorm(x, w("output_norm.weight"), cfg.rms_eps) for x in xs])
+    logits = np.stack([out_w @ _rmsnorm(x, w("output_norm.weight"), cfg.rms_eps) for x in xs])
+    cap = cfg.final_softcap
+    return cap * np.tanh(logits / cap) if cap else logits

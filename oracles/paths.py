@@ -135,10 +135,15 @@ def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0):
         texts = ["The capital of France is", "def fibonacci(n):\n    if n < 2:\n        return n",
                  "Once upon a time, in a small village by the sea, there lived an old fisherman who"]
         prompts = [tokenizer.encode(t) for t in texts]
-        prompts.append(tokenizer.apply_chat([{"role": "user", "content": "Name three primary colours."}]))
+        if tokenizer.chat_template:  # a base model (Gemma 3 270M) has none
+            prompts.append(tokenizer.apply_chat([{"role": "user", "content": "Name three primary colours."}]))
     else:
         prompts = [rng.integers(0, fp.cfg.n_vocab, n).tolist() for n in (5, 17, 33, 41)]
     longest = max(prompts, key=len)
+    windows = [w for w in fp.cfg.layer_window if w]
+    if windows:  # sliding-window layers: the long prompt runs past the smallest window
+        body = [t for p in prompts for t in p[1:]] or [1]
+        longest = longest[:1] + (body * (min(windows) // len(body) + 2))[: min(windows) + 40]
     decode = [rng.integers(0, fp.cfg.n_vocab, 4).tolist() for _ in prompts[:3]]
     cases = []
     for kv in kv_dtypes:

@@ -3,15 +3,21 @@
 One sequence, a contiguous KV cache, weights dequantized to float32, float32 math.
 It follows llama.cpp's graph for the archs we support:
 
-    x = token_embd[ids]
+    x = token_embd[ids] (* sqrt(n_embd): gemma3)
     per layer:  h = rmsnorm(x) * attn_norm
                 q, k, v = h @ Wq.T (+bq), h @ Wk.T (+bk), h @ Wv.T (+bv)
-                q, k = rmsnorm_per_head(q, k) * q_norm, k_norm      (qwen3)
-                q, k = rope(q, k, positions)                         (norm: pairs (2i, 2i+1); neox: (i, i+d/2))
-                x += softmax(q k^T / sqrt(d) + causal) v @ Wo.T      (query head h reads KV head h // group)
+                q, k = rmsnorm_per_head(q, k) * q_norm, k_norm      (qwen3, gemma3)
+                q, k = rope(q, k, positions)                         (norm: pairs (2i, 2i+1); neox: (i, i+d/2);
+                                                                      gemma3: base 10000 on windowed layers)
+                a = softmax(q k^T * scale + mask) v @ Wo.T           (query head h reads KV head h // group;
+                                                                      mask: causal, and on a windowed layer
+                                                                      keys p-W+1..p only)
+                x += a                     (gemma3: x += rmsnorm(a) * post_attention_norm)
                 h = rmsnorm(x) * ffn_norm
-                x += (silu(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T
-    logits = (rmsnorm(x) * output_norm) @ W_out.T                    (W_out = token_embd when tied)
+                f = (act(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T       (act: silu; gemma3: gelu, tanh form)
+                x += f                     (gemma3: x += rmsnorm(f) * post_ffw_norm)
+    logits = (rmsnorm(x) * output_norm) @ W_out.T                    (W_out = token_embd when tied;
+                                                                      cap * tanh(logits / cap) if declared)
 With act_quant="q8_1" every matmul's input is first rounded to q8_1 (the dp4a kernels' input).
 
 Every array is asserted float32: NumPy 2 promotes to float64 on a stray Python
@@ -53,10 +59,11 @@ def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return _f32((w @ x.T).T)
 
 
-def rope_cos_sin(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin of shape [T, head_dim // 2]: angle = pos * theta^(-2i/d) for pair i."""
+def rope_cos_sin(positions: np.ndarray, head_dim: int, theta: float,
+                 freq_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin of shape [T, head_dim // 2]: angle = pos * freq_scale * theta^(-2i/d) for pair i."""
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    angles = positions.astype(np.float64)[:, None] * inv_freq[None, :]
+    angles = (positions.astype(np.float64) * float(F32(freq_scale)))[:, None] * inv_freq[None, :]
     return np.cos(angles).astype(F32), np.sin(angles).astype(F32)
 
 
@@ -78,6 +85,27 @@ def silu(x: np.ndarray) -> np.ndarray:
     return _f32(x / (F32(1) + np.exp(-x)))
 
 
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (ggml_gelu, HF gelu_pytorch_tanh)."""
+    inner = F32(np.sqrt(2.0 / np.pi)) * x * (F32(1) + F32(0.044715) * x * x)
+    return _f32(F32(0.5) * x * (F32(1) + np.tanh(inner)))
+
+
+ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
+
+
+def attention_mask(positions: np.ndarray, n_keys: int, window: int = 0) -> np.ndarray:
+    """[T, n_keys] additive mask over absolute key positions: 0 where query p sees key j -- j <= p, and
+    with a sliding window W also j > p - W (W keys, its own included; llama.cpp's is_masked_swa) -- else -inf."""
+    j, p = np.arange(n_keys)[None, :], positions[:, None]
+    visible = (j <= p) & ((j > p - window) if window else True)
+    return np.where(visible, F32(0), F32(-np.inf))
+
+
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    return _f32(F32(cap) * np.tanh(x / F32(cap))) if cap else x
+
+
 @dataclass
 class LayerWeights:
     attn_norm: np.ndarray  # [d]
@@ -89,6 +117,8 @@ class LayerWeights:
     ffn_norm: np.ndarray
     w_gate_up: np.ndarray  # [2 n_ff, d]: gate rows then up rows
     w_down: np.ndarray  # [d, n_ff]
+    post_attn_norm: np.ndarray | None = None  # [d] (gemma3)
+    post_ffn_norm: np.ndarray | None = None
 
 
 @dataclass
@@ -173,6 +203,8 @@ class Reference:
                     ffn_norm=w(p + "ffn_norm.weight"),
                     w_gate_up=np.concatenate([w(p + "ffn_gate.weight"), w(p + "ffn_up.weight")]),
                     w_down=w(p + "ffn_down.weight"),
+                    post_attn_norm=opt(p + "post_attention_norm.weight"),
+                    post_ffn_norm=opt(p + "post_ffw_norm.weight"),
                 )
             )
 
@@ -211,11 +243,11 @@ class Reference:
         if ids.min() < 0 or ids.max() >= cfg.n_vocab:
             raise ValueError(f"reference.forward: token id out of range [0, {cfg.n_vocab})")
         positions = np.arange(start, start + T)
-        cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
-        # causal mask over the whole context: query t (absolute start+t) sees keys 0..start+t
-        mask = np.where(np.arange(start + T)[None, :] <= positions[:, None], F32(0), F32(-np.inf))
-
+        ropes = {}  # (base, scale) -> cos, sin: two kinds of layer at most
         x = self.token_embd[ids]  # [T, d]
+        if cfg.embd_scale != 1.0:
+            x = _f32(x * F32(cfg.embd_scale))
+        act = ACTIVATIONS[cfg.ffn_act]
         for li, L in enumerate(self.layers):
             h = rmsnorm(x, L.attn_norm, cfg.rms_eps)
             qkv = self._lin(h, L.wqkv)
@@ -227,27 +259,37 @@ class Reference:
             if L.q_norm is not None:
                 q = rmsnorm(q, L.q_norm, cfg.rms_eps)
                 k = rmsnorm(k, L.k_norm, cfg.rms_eps)
+            rope = cfg.rope_for(li)
+            if rope not in ropes:
+                ropes[rope] = rope_cos_sin(positions, cfg.head_dim, *rope)
             # Q and K heads rotate alike: one call over [T, n_head + n_head_kv, d]
-            qk = apply_rope(np.concatenate([q, k], axis=1), cos, sin, cfg.rope_style)
+            qk = apply_rope(np.concatenate([q, k], axis=1), *ropes[rope], cfg.rope_style)
             q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]
             cache.k[li, start : start + T] = self._stored(k)
             cache.v[li, start : start + T] = self._stored(v)
-            x = _f32(x + self._lin(self._attention(q, cache.k[li, : start + T], cache.v[li, : start + T], mask), L.wo))
+            mask = attention_mask(positions, start + T, cfg.window(li))
+            a = self._lin(self._attention(q, cache.k[li, : start + T], cache.v[li, : start + T], mask), L.wo)
+            x = _f32(x + self._post(a, L.post_attn_norm))
             h = rmsnorm(x, L.ffn_norm, cfg.rms_eps)
             gu = self._lin(h, L.w_gate_up)
-            x = _f32(x + self._lin(silu(gu[:, : cfg.n_ff]) * gu[:, cfg.n_ff :], L.w_down))
+            f = self._lin(act(gu[:, : cfg.n_ff]) * gu[:, cfg.n_ff :], L.w_down)
+            x = _f32(x + self._post(f, L.post_ffn_norm))
         cache.length = start + T
-        return self._lin(rmsnorm(x, self.output_norm, cfg.rms_eps), self.output)
+        return softcap(self._lin(rmsnorm(x, self.output_norm, cfg.rms_eps), self.output), cfg.final_softcap)
+
+    def _post(self, y: np.ndarray, norm: np.ndarray | None) -> np.ndarray:
+        """A sublayer's output as the residual adds it: itself, or rmsnorm(y) * norm (gemma3's post-norms)."""
+        return y if norm is None else rmsnorm(y, norm, self.cfg.rms_eps)
 
     def _attention(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """Causal GQA attention. q [T, H, d]; keys, vals [S, H_kv, d]; mask [T, S] -> [T, H * d].
+        """Masked GQA attention. q [T, H, d]; keys, vals [S, H_kv, d]; mask [T, S] -> [T, H * d].
 
         Query heads are grouped by the KV head they read (h // group), so each group is
         one batched matmul against its own keys."""
         cfg = self.cfg
         T, g = q.shape[0], cfg.gqa_group
         qg = q.reshape(T, cfg.n_head_kv, g, cfg.head_dim).transpose(1, 2, 0, 3)  # [H_kv, g, T, d]
-        scores = qg @ keys.transpose(1, 2, 0)[:, None] * F32(1.0 / np.sqrt(cfg.head_dim)) + mask  # [H_kv, g, T, S]
+        scores = qg @ keys.transpose(1, 2, 0)[:, None] * F32(cfg.kq_scale) + mask  # [H_kv, g, T, S]
         p = np.exp(scores - scores.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
         out = p @ vals.transpose(1, 0, 2)[:, None]  # [H_kv, g, T, d]

@@ -109,7 +109,7 @@ class Batch:
             block_size=block_size,
         )
 
-    def validate(self, num_blocks: int, n_vocab: int | None = None) -> "Batch":
+    def validate(self, num_blocks: int, n_vocab: int | None = None, window: int = 0) -> "Batch":
         """Every rule the kernels rely on; a BatchError names the first one broken (vectorized:
         per-sequence rules are checked for all sequences at once, then the first offender named)."""
         N, S, bs = self.n_tokens, self.n_seqs, self.block_size
@@ -131,16 +131,18 @@ class Batch:
             raise BatchError(f"token id out of range [0, {n_vocab})")
         if np.any(self.slot_mapping < 0) or np.any(self.slot_mapping >= num_blocks * bs):
             raise BatchError(f"slot_mapping out of range [0, {num_blocks * bs})")
-        self._check_sequences(num_blocks, cu)
+        self._check_sequences(num_blocks, cu, window)
         if len(np.unique(self.slot_mapping)) != N:
             raise BatchError("slot_mapping repeats a slot: two tokens would write the same KV entry")
         if len(self.logits_rows) and (self.logits_rows.min() < 0 or self.logits_rows.max() >= N):
             raise BatchError(f"logits_rows out of range [0, {N})")
         return self
 
-    def _check_sequences(self, num_blocks: int, cu: np.ndarray) -> None:
+    def _check_sequences(self, num_blocks: int, cu: np.ndarray, window: int = 0) -> None:
         """Per sequence, in this order: positions agree with the context length, the block table
-        covers it, its ids are in the pool, none repeats, slot_mapping follows from them."""
+        covers it, its ids are in the pool, none repeats, slot_mapping follows from them. With a
+        window (every layer slides: ModelConfig.kv_window), an entry may be -1 (its block freed) when
+        all its positions lie before the window of the sequence's first query in this step."""
         N, S, bs, W = self.n_tokens, self.n_seqs, self.block_size, self.block_tables.shape[1]
         seq = np.repeat(np.arange(S), np.diff(cu))
         t = np.arange(N)
@@ -151,6 +153,9 @@ class Batch:
         cover_bad = need > W
         tables = self.block_tables.astype(np.int64)
         live = np.arange(W)[None, :] < np.minimum(need, W)[:, None]
+        if window > 0:  # the first key any of this step's queries sees, per sequence
+            first_key = np.maximum(ctx - np.diff(cu) - window + 1, 0)
+            live &= ~((tables == -1) & ((np.arange(W)[None, :] + 1) * bs <= first_key[:, None]))
         range_bad = np.any(live & ((tables < 0) | (tables >= num_blocks)), axis=1)
         marked = np.where(live, tables, -2 - np.arange(W)[None, :])  # dead entries: distinct, never equal
         srt = np.sort(marked, axis=1)

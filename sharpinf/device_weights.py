@@ -37,6 +37,8 @@ class DeviceLayer:
     w_gate: DeviceMatrix
     w_up: DeviceMatrix
     w_down: DeviceMatrix
+    post_attn_norm: Any | None = None  # gemma3's sandwich norms
+    post_ffn_norm: Any | None = None
 
 
 def _upload_matrix(be: Backend, model: LoadedModel, names: list[str]) -> DeviceMatrix:
@@ -72,6 +74,8 @@ def _upload_layer(be: Backend, m: LoadedModel, i: int) -> DeviceLayer:
         w_gate=_upload_matrix(be, m, [p + "ffn_gate.weight"]),
         w_up=_upload_matrix(be, m, [p + "ffn_up.weight"]),
         w_down=_upload_matrix(be, m, [p + "ffn_down.weight"]),
+        post_attn_norm=_upload_f32(be, m, p + "post_attention_norm.weight"),
+        post_ffn_norm=_upload_f32(be, m, p + "post_ffw_norm.weight"),
     )
 
 

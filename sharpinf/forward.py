@@ -292,7 +292,7 @@ class ForwardPass:
         with `sampling`, one token per row is chosen on the device and comes back in .sampled."""
         be, cfg = self.backend, self.cfg
         if validate:
-            batch.validate(kv.num_blocks, cfg.n_vocab)
+            batch.validate(kv.num_blocks, cfg.n_vocab, cfg.kv_window)
         N, S, R = batch.n_tokens, batch.n_seqs, len(batch.logits_rows)
         if sampling is not None and sampling.n_rows != R:
             raise ValueError(f"sampling has {sampling.n_rows} rows, the batch {R} logits rows")
@@ -330,7 +330,8 @@ class ForwardPass:
     # -- the launches of a step (recorded into plans) ---------------------------------------------
     def _emit_body(self, N: int, kv, d: StepDescriptor) -> None:
         """embed -> layers for N tokens (padding included) over the descriptor's device fields."""
-        embed(self.backend, self.token_embd.raw, self.token_embd.qtype, d.d["token_ids"], self.ws.x, N, self.cfg.n_embd)
+        embed(self.backend, self.token_embd.raw, self.token_embd.qtype, d.d["token_ids"], self.ws.x, N, self.cfg.n_embd,
+              self.cfg.embd_scale)
         for li, L in enumerate(self.layers):
             self.k.layer(L, li, kv, d, N)
 

@@ -98,6 +98,8 @@ class Workspace:
         if choice.q8_activations:  # what the dp4a matmuls read: the normed x, attention out, SwiGLU out
             self.xq, self.attq = Q8Act.empty(be, T, cfg.n_embd), Q8Act.empty(be, T, cfg.q_dim)
             self.ffq, self.selq = Q8Act.empty(be, T, cfg.n_ff), Q8Act.empty(be, R, cfg.n_embd)
+            if cfg.post_norms:  # a sublayer's output, before its post-norm adds it to x (gemma3)
+                self.proj = be.empty((T, cfg.n_embd), F32)
         else:  # the float matmuls' input and output (the residual add is its own kernel)
             self.h, self.proj = be.empty((T, cfg.n_embd), F32), be.empty((T, cfg.n_embd), F32)
         if choice.attention in ("split", "flash"):  # the same scratch: partial states and merge tickets

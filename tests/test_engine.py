@@ -87,6 +87,48 @@ def test_metrics_are_reported(llm):
     assert outs[0].metrics["ttft_s"] > 0 and outs[0].metrics["mean_itl_s"] is not None
 
 
+def test_slide_then_release_frees_each_block_once():
+    """BlockManager.slide (every layer windowed) frees the leading blocks before the next query's
+    window, leaving SLID in the table; release (finish or preemption) skips them; a block shared
+    through the prefix cache stays held by its other owner."""
+    from sharpinf.engine.block_manager import SLID
+    from sharpinf.engine.sequence import Sequence
+    from sharpinf.textgen import StopChecker
+
+    class Tok:
+        eot_ids = ()
+
+        def decode(self, ids):
+            return ""
+
+    def seq(tokens):
+        p = SamplingParams(max_tokens=1)
+        return Sequence("r", tokens, p, 0, StopChecker(p, Tok(), 100))
+
+    bm = BlockManager(num_blocks=12, block_size=4, window=6)
+    a, b = seq(list(range(3, 23))), seq(list(range(3, 23)))
+    assert bm.admit(a, 20)
+    a.num_computed = 20
+    bm.register_full_blocks(a)
+    bm.slide(a)  # the next query (position 20) sees 15..20: blocks 0..2 (positions 0..11) are gone
+    assert a.block_table[:3] == [SLID] * 3 and SLID not in a.block_table[3:] and bm.slid == 3
+    assert bm.num_free == 12 - 2 and a.slid_blocks == 3
+    bm.slide(a)  # again: nothing more
+    assert bm.slid == 3
+    assert bm.admit(b, 4) and b.num_computed == 16  # the cached prefix, blocks 0..3 (0..2 revived)
+    assert bm.ref[a.block_table[3]] == 2
+    bm.release(a)  # finish or preemption: SLID entries skipped
+    assert bm.ref[b.block_table[3]] == 1 and a.block_table == [] and a.slid_blocks == 0
+    bm.release(b)
+    assert bm.num_free == 12 and not any(bm.ref)
+    plain = BlockManager(num_blocks=12, block_size=4)  # a model with a global layer: nothing slides
+    c = seq(list(range(3, 23)))
+    assert plain.admit(c, 20)
+    c.num_computed = 20
+    plain.slide(c)
+    assert SLID not in c.block_table and plain.num_free == 7
+
+
 def test_prefix_cache_serves_shared_blocks_and_keeps_last_token_computed():
     bm = BlockManager(num_blocks=8, block_size=4)
     from sharpinf.engine.sequence import Sequence

@@ -28,9 +28,21 @@ from sharpinf.sampling import SamplingParams
 MODEL = dict(arch="llama", qtype="Q8_0", n_embd=128)
 
 
+# gemma3: 5 windowed layers and a global one, a window of 8 keys -- shorter than most prompts here,
+# so chunks straddle its edge, decodes run past it and preempted requests recompute across it
+GEMMA = dict(n_layer=6, n_head_kv=1, sliding_window=8)
+
+
+# every layer windowed (2 layers, both local): blocks every window has left are freed as the
+# sequences move on (BlockManager.slide)
+GEMMA_LOCAL = dict(n_layer=2, n_head_kv=1, sliding_window=8)
+
+
 @functools.cache
 def model_path(arch="llama", qtype="Q8_0"):
-    return synthetic_model(arch, qtype, n_embd=128)
+    if arch == "gemma3-local":
+        return synthetic_model("gemma3", qtype, n_embd=128, **GEMMA_LOCAL)
+    return synthetic_model(arch, qtype, n_embd=128, **(GEMMA if arch == "gemma3" else {}))
 
 
 def make_llm(arch="llama", qtype="Q8_0", **cfg) -> LLM:
@@ -56,7 +68,7 @@ def test_f_engine_equals_single_user_under_random_load(data):
 
 
 @pytest.mark.parametrize("kernels", ["simple", "fast"])
-@pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_1"), ("qwen3", "Q5_0")])
+@pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("gemma3", "Q8_0")])
 def test_f_engine_equals_single_user_other_archs(arch, qtype, kernels):
     rng = np.random.default_rng(3)
     prompts = [rng.integers(3, 500, int(rng.integers(1, 50))).tolist() for _ in range(6)]
@@ -83,6 +95,42 @@ def test_g_preemption_with_pool_at_5_percent_of_demand():
     assert r.passed, r.detail
     m = llm.metrics()
     assert m["finished"] == 200 and m["preemptions"] > 0
+
+
+@pytest.mark.parametrize("kernels", ["simple", "fast"])
+def test_g_preemption_past_the_sliding_window(kernels):
+    """gemma3: 40 requests longer than the window in a pool far too small; the preempted ones
+    recompute their prompt and generated tokens across the window's edge and still equal alone."""
+    rng = np.random.default_rng(4)
+    base = [rng.integers(3, 500, int(rng.integers(10, 30))).tolist() for _ in range(8)]
+    prompts = [base[i % 8] for i in range(40)]
+    params = [SamplingParams(max_tokens=int(rng.integers(4, 14)), ignore_eos=True) for _ in prompts]
+    llm = make_llm("gemma3", "Q8_0", num_blocks=24, block_size=4, max_num_batched_tokens=32, max_num_seqs=8,
+                   enable_prefix_caching=False, kernels=kernels)
+    r = oracle_preemption(llm, prompts, params)
+    assert r.passed, r.detail
+    assert llm.metrics()["finished"] == 40
+
+
+@pytest.mark.parametrize("kernels", ["simple", "fast", "tensor"])
+def test_sliding_windows_free_blocks_and_change_nothing(kernels):
+    """A model whose every layer slides: blocks the windows have left go back to the pool while
+    their sequences run (fed in chunks, decoded, some prompts served from the prefix cache), and
+    every request still gets the tokens it gets alone. With a global layer (the 6-layer gemma3)
+    nothing slides."""
+    rng = np.random.default_rng(8)
+    system = rng.integers(3, 500, 21).tolist()
+    prompts = [system + rng.integers(3, 500, int(rng.integers(5, 40))).tolist() for _ in range(10)]
+    params = [SamplingParams(max_tokens=int(rng.integers(8, 20)), ignore_eos=True) for _ in prompts]
+    llm = make_llm("gemma3-local", "Q8_0", num_blocks=26, block_size=4, max_num_batched_tokens=16, max_num_seqs=6,
+                   kernels=kernels)
+    assert llm.engine.blocks.window == 8
+    r = oracle_engine_vs_single_user(llm, prompts, params, arrivals=[0, 0, 0, 1, 2, 2, 5, 9, 9, 12])
+    assert r.passed, r.detail
+    blocks = llm.engine.blocks
+    assert llm.metrics()["finished"] == 10 and blocks.slid > 50 and blocks.hit_tokens > 0
+    assert blocks.num_free == 26 and not any(blocks.ref)
+    assert make_llm("gemma3", "Q8_0", num_blocks=40, block_size=4).engine.blocks.window == 0
 
 
 def test_preempted_long_prompt_over_budget_still_progresses():

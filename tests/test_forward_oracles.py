@@ -1,5 +1,5 @@
 """Acceptance of the packed, paged forward pass: the five oracles of oracles/paths.py pass
-on synthetic llama, qwen2 and qwen3 models for every supported quant type, with KV in
+on synthetic llama, qwen2, qwen3 and gemma3 models for every supported quant type, with KV in
 fp16 and q8_0, for the simple and the fast kernel variants (ops/variants.py), on every
 backend (emu here; cuda where a GPU is usable).
 
@@ -11,7 +11,9 @@ backend (emu here; cuda where a GPU is usable).
 
 Every (arch, quant, KV dtype) runs each oracle once on fixed, seeded small shapes; then
 hypothesis draws shapes (prompt lengths 1..300, mostly short; chunk sizes; S 1..8; block
-size 4 or 16; the block-permutation seed) over all 33 models. Every oracle run NaN-poisons
+size 4 or 16; the block-permutation seed) over all 44 models. The gemma3 models have 6 layers
+(5 with a sliding window of 8 keys, one global) and one KV head for 4 query heads, so most prompts
+outrun the window: chunks straddle its edge and decodes run past it. Every oracle run NaN-poisons
 its pool first, and the last tests prove that poisoning really exposes an illegal read.
 """
 
@@ -34,12 +36,13 @@ from sharpinf.kv_pool import KVPool
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import K_QUANTS, synthetic_model
 
-ARCHS = ("llama", "qwen2", "qwen3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 QTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
 KV_DTYPES = ("f16", "q8_0")
 MODELS = [(a, q) for a in ARCHS for q in QTYPES]
 CASES = [(a, q, kv) for a, q in MODELS for kv in KV_DTYPES]
 N_VOCAB = 512  # synthetic models' vocabulary
+GEMMA_WINDOW = 8  # the synthetic gemma3's sliding window: shorter than most prompts here
 
 _FP: dict[tuple[str, str, str], ForwardPass] = {}
 
@@ -50,7 +53,8 @@ def forward_pass(arch: str, qtype: str, backend, kernels: str = "fast") -> Forwa
     if key not in _FP:
         # K quants need rows of 256; the others head_dim 32 (n_embd 128, 4 heads) for the q8_0 cache
         n_embd = 256 if qtype in K_QUANTS else 128
-        _FP[key] = ForwardPass(load_model(synthetic_model(arch, qtype, n_embd=n_embd)), backend)
+        extra = dict(n_layer=6, n_head_kv=1, sliding_window=GEMMA_WINDOW) if arch == "gemma3" else {}
+        _FP[key] = ForwardPass(load_model(synthetic_model(arch, qtype, n_embd=n_embd, **extra)), backend)
     if (*key, kernels) not in _FP:  # the same weights, the other kernel variants
         _FP[(*key, kernels)] = _FP[key].with_own_buffers(kernels=kernels)
     return _FP[(*key, kernels)]
@@ -122,7 +126,7 @@ def test_e_placement_exact(backend, kernels, arch, qtype, kv):
     assert r.max_abs_dlogit == 0.0
 
 
-# -- hypothesis: shapes drawn over all 33 models ---------------------------------------------
+# -- hypothesis: shapes drawn over all 44 models ---------------------------------------------
 HYP = settings(max_examples=12, deadline=None, derandomize=True, database=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 models = st.sampled_from(MODELS)

@@ -37,8 +37,9 @@ def _poison(shape, dtype) -> np.ndarray:
 
 # -- rope -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("style", ["norm", "neox"])
-@pytest.mark.parametrize("n_tokens,n_heads,head_dim", [(1, 1, 16), (7, 3, 64), (13, 5, 128), (3, 1, 32)])
-def test_rope(backend, style, n_tokens, n_heads, head_dim):
+@pytest.mark.parametrize("n_tokens,n_heads,head_dim", [(1, 1, 16), (7, 3, 64), (13, 5, 128), (3, 1, 32), (5, 2, 256)])
+@pytest.mark.parametrize("freq_scale", [1.0, 0.125], ids=["unscaled", "linear8"])
+def test_rope(backend, style, n_tokens, n_heads, head_dim, freq_scale):
     rng = _rng("rope", style, n_tokens, n_heads, head_dim)
     col, pad = 5 * head_dim, 3  # rotate heads that start mid-row; the rest of the row must be untouched
     stride = col + n_heads * head_dim + pad
@@ -47,12 +48,13 @@ def test_rope(backend, style, n_tokens, n_heads, head_dim):
     pos[0] = 8000
     theta = 10000.0 if head_dim != 128 else 1e6
     dx = backend.upload(x)
-    rope_ops.rope(backend, dx, stride, backend.upload(pos), n_tokens, n_heads, head_dim, theta, style, col=col)
+    rope_ops.rope(backend, dx, stride, backend.upload(pos), n_tokens, n_heads, head_dim, theta, style, col=col,
+                  freq_scale=freq_scale)
     got = backend.download(dx)
     np.testing.assert_array_equal(got[:, :col], x[:, :col])
     np.testing.assert_array_equal(got[:, col + n_heads * head_dim:], x[:, col + n_heads * head_dim:])
     want = rope_ops.rope_reference(x[:, col:col + n_heads * head_dim].reshape(n_tokens, n_heads, head_dim),
-                                   pos, theta, style)
+                                   pos, theta, style, freq_scale)
     # angles are formed and reduced in double: the error is a few float ulps of |x| at every position
     # (measured <= 3e-7 * max|x| on the emulator); a float angle would be off by ~pos * 2e-7 rad (1.6e-3 at 8000)
     err = np.abs(got[:, col:col + n_heads * head_dim].reshape(want.shape) - want)
@@ -116,8 +118,9 @@ FLASH_TOL = FLASH_ATTENTION_VS_REFERENCE
 class Case:
     """A packed batch over a paged cache, with everything on the host."""
 
-    def __init__(self, seed, kv_dtype, prefixes, chunks, block_size, group, n_kv_heads, head_dim):
+    def __init__(self, seed, kv_dtype, prefixes, chunks, block_size, group, n_kv_heads, head_dim, sliding_window=0):
         rng = np.random.default_rng(seed)
+        self.sliding_window = sliding_window  # 0: causal; W > 0: a query at p sees keys p - W + 1 .. p
         self.kv_dtype, self.block_size, self.head_dim = kv_dtype, block_size, head_dim
         self.n_kv_heads, self.n_heads = n_kv_heads, n_kv_heads * group
         self.prefixes, self.chunks = list(prefixes), list(chunks)
@@ -171,17 +174,17 @@ class Case:
         if variant in ("split", "flash"):
             scratch = attn_ops.SplitScratch.alloc(be, window or n, self.n_heads, self.n_kv_heads, self.head_dim)
             fn = attn_ops.attention_split if variant == "split" else attn_ops.attention_flash
-            fn(*args, scratch)
+            fn(*args, scratch, sliding_window=self.sliding_window)
             assert not be.download(scratch.tickets).any(), "the merge must leave every ticket at zero"
         else:
-            attn_ops.attention(*args)
+            attn_ops.attention(*args, sliding_window=self.sliding_window)
         return be.download(out)
 
     def reference(self):
         q = self.qkv[:, :self.n_heads * self.head_dim].reshape(self.N, self.n_heads, self.head_dim)
         return attn_ops.paged_attention_reference(q, self.k, self.v, self.tables, self.cu, self.positions,
                                                   block_size=self.block_size, scale=self.scale,
-                                                  kv_dtype=self.kv_dtype)
+                                                  kv_dtype=self.kv_dtype, sliding_window=self.sliding_window)
 
     def moved(self, seed):
         """The same logical cache in other physical blocks (a random relabelling)."""
@@ -213,10 +216,11 @@ class Case:
                 be.upload(self.positions[t:t + 1]), out, 1, 1, self.n_heads, self.n_kv_heads, self.head_dim,
                 self.block_size, self.scale)
         if variant == "simple":
-            attn_ops.attention(*args)
+            attn_ops.attention(*args, sliding_window=self.sliding_window)
         else:
             scratch = attn_ops.SplitScratch.alloc(be, 1, self.n_heads, self.n_kv_heads, self.head_dim)
-            (attn_ops.attention_split if variant == "split" else attn_ops.attention_flash)(*args, scratch)
+            (attn_ops.attention_split if variant == "split" else attn_ops.attention_flash)(
+                *args, scratch, sliding_window=self.sliding_window)
         return be.download(out)[0]
 
 
@@ -235,12 +239,14 @@ def batches(draw, kv_dtype):
         n_kv_heads=draw(st.integers(1, 2)),
         head_dim=draw(st.sampled_from(_head_dims(kv_dtype))),
         seed=draw(st.integers(0, 2**32 - 1)),
+        # half the cases slide: windows of one key, inside a partition, across partitions (64 keys)
+        sliding_window=draw(st.sampled_from([0, 0, 0, 1, 7, 40])),
     )
 
 
 def _check_case(backend, kv_dtype, b, variant="simple"):
     case = Case(b["seed"], kv_dtype, b["prefixes"], b["chunks"], b["block_size"], b["group"], b["n_kv_heads"],
-                b["head_dim"])
+                b["head_dim"], b.get("sliding_window", 0))
     got = case.run(backend, variant=variant)
     case.check_reference(got, variant)
     # placement invariance: the same keys in other physical blocks give the same bits
@@ -327,6 +333,70 @@ def test_split_attention_in_windows_is_bit_identical(backend, variant):
     case = Case(11, "f16", [40, 0, 7], [1, 6, 4], 8, 2, 2, 32)
     whole = case.run(backend, variant=variant)
     np.testing.assert_array_equal(case.run(backend, variant=variant, window=3), whole)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("kv_dtype", ["f16", "q8_0"])
+def test_sliding_window_attention(backend, kv_dtype, variant):
+    """Gemma 3's local layers: windows of 100 keys over contexts up to 1,100 (the first visible key
+    mid-partition, whole partitions and whole splits skipped), decodes beside a prefill chunk that
+    straddles the window's edge; plus the exact edge: a window of W keys at position W - 1 still sees
+    key 0, at W no longer (llama.cpp's is_masked_swa)."""
+    b = dict(prefixes=[1099, 640, 0, 90], chunks=[1, 3, 5, 30], block_size=16, group=2, n_kv_heads=1,
+             head_dim=64, seed=7, sliding_window=100)
+    _check_case(backend, kv_dtype, b, variant)
+    case = Case(3, kv_dtype, [0], [9], 4, 2, 1, 32, sliding_window=8)
+    got = case.run(backend, variant=variant)
+    case.check_reference(got, variant)
+    ref = attn_ops.paged_attention_reference  # the reference's own edge, checked against a direct formula
+    q = case.qkv[:, :case.n_heads * 32].reshape(case.N, case.n_heads, 32)
+    want7 = ref(q[7:8], case.k, case.v, case.tables, np.array([0, 1]), case.positions[7:8], block_size=4,
+                scale=case.scale, kv_dtype=kv_dtype, sliding_window=0)  # position 7 with W = 8: all 8 keys
+    want8 = ref(q[8:9], case.k, case.v, case.tables, np.array([0, 1]), np.array([8]), block_size=4,
+                scale=case.scale, kv_dtype=kv_dtype, sliding_window=0)
+    tol = (FLASH_TOL if variant == "flash" else TOL[kv_dtype]) * 8
+    np.testing.assert_allclose(got[7], want7.reshape(-1), rtol=0, atol=tol)
+    # without key 0 the output moves by ~0.5 here, far outside any tolerance
+    assert np.abs(got[8] - want8.reshape(-1)).max() > 0.05, "position 8 must no longer see key 0"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("kv_dtype", ["f16", "q8_0"])
+def test_sliding_window_never_reads_below_the_window(backend, kv_dtype, variant):
+    """Blocks every query of a sequence has left behind may be freed and reused (an all-windowed
+    model's block manager does so): pointing their table entries at a NaN-poisoned block changes
+    no bit of the output -- the kernels neither look those keys up nor read them."""
+    case = Case(31, kv_dtype, [200, 90, 37, 0], [1, 30, 3, 12], 4, 2, 1, 64, sliding_window=20)
+    got = case.run(backend, variant=variant)
+    case.check_reference(got, variant)
+    poisoned = case.tables[0, -1]  # every row's spare entry: a block nobody wrote
+    tables = case.tables.copy()
+    slid = 0
+    for s in range(len(case.chunks)):
+        first_key = max(0, case.prefixes[s] - case.sliding_window + 1)  # of the sequence's first query
+        n = first_key // case.block_size
+        tables[s, :n] = poisoned
+        slid += n
+    assert slid >= 50
+    np.testing.assert_array_equal(case.run(backend, tables, variant=variant), got)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_sliding_window_decode_equals_prefill(backend, variant):
+    """With a window too, a token inside a prefill chunk and as a decode of its own are the same bits
+    (flash: a tile whose rows have different first keys)."""
+    case = Case(23, "f16", [70, 0, 5], [20, 9, 1], 4, 3, 2, 64, sliding_window=13)
+    got = case.run(backend, variant=variant)
+    for t in (0, 7, 19, 20, 28, 29):
+        np.testing.assert_array_equal(case.run_token_alone(backend, t, variant), got[t], err_msg=f"token {t}")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_sliding_window_head_dim_256(backend, variant):
+    """Gemma 3 270M's shape: head_dim 256, one KV head for 4 query heads, a window of 48 (flash: partitions of 32)."""
+    b = dict(prefixes=[100, 0], chunks=[1, 40], block_size=16, group=4, n_kv_heads=1, head_dim=256, seed=11,
+             sliding_window=48)
+    _check_case(backend, "f16", b, variant)
 
 
 def test_flash_attention_rejects_groups_it_cannot_hold(backend):
@@ -416,7 +486,8 @@ def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, 
         kc, vc = backend.upload(_poison(shape, dt)), backend.upload(_poison(shape, dt))
         qn, kn = (backend.upload(wq), backend.upload(wk)) if norm else (None, None)
         fn = rope_ops.rope_kv if fused else rope_ops.rope_kv_separate
-        fn(backend, kv_dtype, d, stride, dpos, dslots, qn, kn, kc, vc, n, nh, nkv, head_dim, theta, eps, "neox")
+        fn(backend, kv_dtype, d, stride, dpos, dslots, qn, kn, kc, vc, n, nh, nkv, head_dim, theta, eps, "neox",
+           freq_scale=0.125 if head_dim == 256 else 1.0)  # linear scaling on a gemma-wide head
         outs[fused] = [backend.download(a) for a in (d, kc, vc)]
     (q0, k0, v0), (q1, k1, v1) = outs[False], outs[True]
     if not norm or head_dim <= 64:  # one warp per head either way: the same sums

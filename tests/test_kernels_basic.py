@@ -32,11 +32,17 @@ def _silu_gate(g, u):
         return g / (1.0 + np.exp(-g)) * u.astype(np.float64)
 
 
+def _gelu_gate(g, u):
+    g = g.astype(np.float64)  # ggml_gelu's tanh form (oracles/reference.py's gelu_tanh, in float64)
+    return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * g * (1 + 0.044715 * g * g))) * u.astype(np.float64)
+
+
 OPS = {"add": np.add, "mul": np.multiply, "silu_gate": _silu_gate}
+F32_OPS = {**OPS, "gelu_gate": _gelu_gate}  # GeGLU has an f32 entry only
 
 
 @pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("op", list(F32_OPS))
 def test_elementwise_f32(backend, op, n):
     rng = _rng(op, n)
     a = (rng.standard_normal(n) * 4).astype(np.float32)
@@ -45,9 +51,11 @@ def test_elementwise_f32(backend, op, n):
     k = backend.kernel("elementwise.cu", f"{op}_f32")
     backend.launch(k, _grid_1d(n), BLOCK, (da, db, out, np.int32(n)))
     got = backend.download(out)
-    want = OPS[op](a, b)
+    want = F32_OPS[op](a, b)
     if op == "silu_gate":
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6 * np.abs(want).max())
+    elif op == "gelu_gate":  # float32 1 + tanh(z) cancels for z < 0: a few 1e-5 relative where gelu is tiny
+        np.testing.assert_allclose(got, want, rtol=5e-5, atol=1e-6 * np.abs(want).max())
     else:
         np.testing.assert_array_equal(got, want.astype(np.float32))  # one IEEE rounding either way
 
@@ -75,6 +83,56 @@ def test_silu_gate_extremes(backend):
     got = backend.download(out)
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got, _silu_gate(g, u), rtol=1e-6, atol=1e-30)
+
+
+def test_gelu_gate_extremes_and_the_reference(backend):
+    """GeGLU at the tails (gelu(-1e4) = -0, gelu(1e4) = 1e4: tanh saturates, nothing overflows) and
+    against oracles/reference.py's float32 gelu_tanh."""
+    from oracles.reference import gelu_tanh
+
+    g = np.array([-1e4, -100.0, -10.0, -3.0, -0.5, 0.0, 0.5, 3.0, 10.0, 100.0, 1e4], np.float32)
+    u = np.linspace(0.5, 2.0, g.size).astype(np.float32)
+    out = backend.empty(g.shape, np.float32)
+    backend.launch(backend.kernel("elementwise.cu", "gelu_gate_f32"), 1, 32,
+                   (backend.upload(g), backend.upload(u), out, np.int32(g.size)))
+    got = backend.download(out)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, _gelu_gate(g, u), rtol=5e-5, atol=1e-6)
+    np.testing.assert_allclose(got, gelu_tanh(g) * u, rtol=5e-5, atol=1e-6)
+
+
+def test_softcap(backend):
+    """x = cap * tanh(x / cap) in place: small logits almost unchanged, large ones bounded by cap."""
+    from sharpinf.ops import basic
+
+    x = np.array([-1e4, -45.0, -3.0, 0.0, 0.25, 3.0, 29.0, 45.0, 1e4], np.float32)
+    d = backend.upload(x)
+    basic.softcap(backend, d, x.size, 30.0)
+    got = backend.download(d)
+    np.testing.assert_allclose(got, 30.0 * np.tanh(x.astype(np.float64) / 30.0), rtol=2e-6, atol=1e-6)
+    assert np.abs(got).max() <= 30.0
+
+
+@pytest.mark.parametrize("n", [1, 100, 640, 1031])
+def test_rmsnorm_add(backend, n):
+    """Gemma 3's post-norm: x += rmsnorm(y) * w, as rmsnorm_f32 then add_f32 within an ulp (the add
+    may fuse with the last product into one FMA), y untouched."""
+    from sharpinf.ops import basic
+
+    rng = _rng("rmsnorm_add", n)
+    rows = 3
+    x, y = (rng.standard_normal((2, rows, n)) * 3).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    dx, dy, dw = backend.upload(x), backend.upload(y), backend.upload(w)
+    basic.rmsnorm_add(backend, dy, dw, dx, rows, n, 1e-6)
+    normed = backend.empty((rows, n), np.float32)
+    basic.rmsnorm(backend, dy, dw, normed, rows, n, 1e-6)
+    want = backend.empty((rows, n), np.float32)
+    basic.add(backend, backend.upload(x), normed, want, rows * n)
+    np.testing.assert_allclose(backend.download(dx), backend.download(want), rtol=0,
+                               atol=2.5e-7 * np.abs(backend.download(want)).max())
+    np.testing.assert_array_equal(backend.download(dy), y)
+    np.testing.assert_allclose(backend.download(dx), x + basic.rmsnorm_reference(y, w, 1e-6), rtol=1e-5, atol=1e-5)
 
 
 # -- rmsnorm ----------------------------------------------------------------------------

@@ -216,21 +216,22 @@ def test_matmul_into_column_ranges_of_a_fused_buffer(backend):
 
 
 # -- embedding ------------------------------------------------------------------------------------
-def _run_embed(backend, raw, qtype, ids, n_embd):
+def _run_embed(backend, raw, qtype, ids, n_embd, scale=1.0):
     out = backend.empty((len(ids), n_embd), np.float32)
-    embed(backend, backend.upload(raw), qtype, backend.upload(ids.astype(np.int32)), out, len(ids), n_embd)
+    embed(backend, backend.upload(raw), qtype, backend.upload(ids.astype(np.int32)), out, len(ids), n_embd, scale)
     return backend.download(out)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=TYPE_IDS)
 @pytest.mark.parametrize("k", [1, 3])
-def test_embedding_exact(backend, qtype, k):
+@pytest.mark.parametrize("scale", [1.0, 640 ** 0.5], ids=["unscaled", "gemma-sqrt640"])
+def test_embedding_exact(backend, qtype, k, scale):
     rng = _rng("embed", qtype, k)
     n_vocab, n_embd = 37, _min_n_in(qtype) * k
     for raw in (_quantized_weights(rng, qtype, n_vocab, n_embd), _random_raw(rng, qtype, n_vocab, n_embd)):
         ids = np.concatenate([[0, n_vocab - 1, 5, 5], rng.integers(0, n_vocab, 7)])
-        got = _run_embed(backend, raw, qtype, ids, n_embd)
-        np.testing.assert_array_equal(_bits(got), _bits(embed_reference(raw, qtype, ids, n_embd)))
+        got = _run_embed(backend, raw, qtype, ids, n_embd, scale)
+        np.testing.assert_array_equal(_bits(got), _bits(embed_reference(raw, qtype, ids, n_embd, scale)))
 
 
 @pytest.mark.parametrize("qtype", FLOAT_TYPES, ids=[quants.qtype_name(q) for q in FLOAT_TYPES])

@@ -107,19 +107,20 @@ def test_group_lanes_follow_n_in_only():
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=TYPE_IDS)
-def test_gate_up_is_silu_gate_of_the_two_matmuls_bit_for_bit(backend, qtype):
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_gate_up_is_act_gate_of_the_two_matmuls_bit_for_bit(backend, qtype, act):
     from sharpinf.ops import basic
     from sharpinf.ops.matmul_dp4a import gate_up_dp4a
 
-    rng = _rng("gu", qtype)
+    rng = _rng("gu", qtype, act)
     n_in, n_ff, n = 2 * max(32, quants.BLOCK_ELEMS[qtype]), 37, 11
     wg, wu = _raw(rng, qtype, n_ff, n_in), _raw(rng, qtype, n_ff, n_in)
     X, *_ = _act(backend, rng, n, n_in)
     g, u = _run(backend, wg, qtype, X, n, n_ff, n_in), _run(backend, wu, qtype, X, n, n_ff, n_in)
     want = backend.empty((n, n_ff), np.float32)
-    basic.silu_gate(backend, backend.upload(g), backend.upload(u), want, n * n_ff)
+    basic.act_gate(backend, backend.upload(g), backend.upload(u), want, n * n_ff, act)
     got = backend.empty((n, n_ff), np.float32)
-    gate_up_dp4a(backend, backend.upload(wg), backend.upload(wu), qtype, X, got, n, n_ff, n_in)
+    gate_up_dp4a(backend, backend.upload(wg), backend.upload(wu), qtype, X, got, n, n_ff, n_in, act=act)
     np.testing.assert_array_equal(backend.download(got), backend.download(want))
 
 

@@ -46,7 +46,8 @@ def test_mma_equals_dp4a_bit_for_bit(backend, qtype):
 
 @pytest.mark.parametrize("qtype", [quants.Q4_0, quants.Q5_1, quants.Q4_K, quants.Q6_K],
                          ids=lambda q: quants.qtype_name(q))
-def test_gate_up_mma_equals_dp4a_bit_for_bit(backend, qtype):
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_gate_up_mma_equals_dp4a_bit_for_bit(backend, qtype, act):
     rng = _rng("gu-mma", qtype)
     n_in = 512 if qtype in K_QUANTS else 160
     n_ff, n_tok = 70, 19
@@ -55,7 +56,7 @@ def test_gate_up_mma_equals_dp4a_bit_for_bit(backend, qtype):
     outs = []
     for fn in (gate_up_dp4a, gate_up_mma):
         out = backend.empty((n_tok, n_ff), np.float32)
-        fn(backend, backend.upload(wg), backend.upload(wu), qtype, X, out, n_tok, n_ff, n_in)
+        fn(backend, backend.upload(wg), backend.upload(wu), qtype, X, out, n_tok, n_ff, n_in, act=act)
         outs.append(backend.download(out))
     np.testing.assert_array_equal(outs[1].view(np.uint32), outs[0].view(np.uint32))
 

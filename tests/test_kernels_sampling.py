@@ -117,9 +117,10 @@ def test_matches_reference_other_blocks(backend, block):
     assert s <= 1
 
 
-def test_large_vocab(backend):
-    rng = _rng("large")
-    V, R = 32003, 3
+@pytest.mark.parametrize("V", [32003, 262144], ids=["32k", "gemma3-262k"])
+def test_large_vocab(backend, V):
+    rng = _rng("large", V)
+    R = 3
     x = (rng.standard_normal((R, V)) * 3).astype(np.float32)
     params = [SamplingParams(temperature=0.8, top_k=50, top_p=0.95),
               SamplingParams(temperature=1.0, top_p=0.9, min_p=0.01),

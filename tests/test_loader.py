@@ -44,9 +44,10 @@ def test_every_arch_and_quant(arch, qtype):
     n_embd = 256 if k_quant else 64
     assert (c.arch, c.n_layer, c.n_embd, c.n_head, c.n_head_kv) == (arch, 2, n_embd, 4, 2)
     assert (c.n_ff, c.head_dim, c.n_vocab, c.context_length) == (256 if k_quant else 128, n_embd // 4, 512, 1024)
-    assert c.rope_style == ROPE_STYLE[arch] and c.rope_theta == 10000.0
+    assert c.rope_style == ROPE_STYLE[arch] and c.rope_theta == (1e6 if arch == "gemma3" else 10000.0)
     assert c.rms_eps == pytest.approx(1e-5)
-    assert c.has_qkv_bias == (arch == "qwen2") and c.has_qk_norm == (arch == "qwen3") and c.tied_output
+    assert c.has_qkv_bias == (arch == "qwen2") and c.has_qk_norm == (arch in ("qwen3", "gemma3")) and c.tied_output
+    assert c.post_norms == (arch == "gemma3") and c.layer_window == ((16, 16) if arch == "gemma3" else ())
 
     assert set(m.tensors) == set(expected_shapes(c))
     truth = gguf_truth(path)
@@ -122,6 +123,32 @@ def test_deterministic_bytes(tmp_path):
     assert a.read_bytes() == b.read_bytes() != c.read_bytes()
     assert synthetic_model("llama", "Q8_0") == synthetic_model("llama", "Q8_0")
     assert synthetic_model("llama", "Q8_0", seed=1) != synthetic_model("llama", "Q8_0")
+
+
+def test_gemma3_config_as_llama_cpp_reads_it(tmp_path):
+    """llama.cpp's gemma3: layers 5, 11, ... global, the others windowed with RoPE base 10000 unscaled;
+    linear RoPE scaling on the global layers only; no window key, no windows; sqrt(n_embd) embeddings,
+    1/sqrt(head_dim) attention, GeGLU, post-norms, a softcap only when declared."""
+    p = write_synthetic_model(tmp_path / "g.gguf", "gemma3", "Q8_0", n_layer=12, sliding_window=32,
+                              **{"gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": 8.0,
+                                 "gemma3.final_logit_softcapping": 30.0})
+    c = load_model(p).config
+    assert c.layer_window == (32,) * 5 + (0,) + (32,) * 5 + (0,) and not c.all_layers_windowed
+    assert c.rope_for(0) == (10000.0, 1.0) and c.rope_for(5) == (1e6, 0.125) and c.rope_for(11) == (1e6, 0.125)
+    assert c.embd_scale == 8.0 and c.kq_scale == 0.25 and c.ffn_act == "gelu_tanh" and c.final_softcap == 30.0
+    assert "blk.11.post_ffw_norm.weight" in expected_shapes(c) and "blk.0.post_attention_norm.weight" in expected_shapes(c)
+    c = load_model(write_synthetic_model(tmp_path / "n.gguf", "gemma3", "Q8_0", sliding_window=0)).config
+    assert c.layer_window == () and c.window(0) == 0 and c.rope_for(0) == (1e6, 1.0) and c.final_softcap == 0.0
+    assert load_model(write_synthetic_model(tmp_path / "l.gguf", "gemma3", "Q8_0")).config.all_layers_windowed
+
+
+def test_unsupported_rope_scaling_is_one_line(tmp_path):
+    from sharpinf.errors import ModelError
+
+    p = write_synthetic_model(tmp_path / "y.gguf", "llama", "Q8_0", **{"llama.rope.scaling.type": "yarn",
+                                                                       "llama.rope.scaling.factor": 4.0})
+    with pytest.raises(ModelError, match="unsupported RoPE scaling 'yarn'"):
+        load_model(p)
 
 
 def test_overrides(tmp_path):

@@ -57,9 +57,9 @@ def rm(name: str = typer.Argument(..., help="A registered model name.")):
 @models_app.command("synth")
 def synth(
     out: Path = typer.Argument(..., help="Where to write the .gguf."),
-    arch: str = typer.Option("llama", help="llama, qwen2 or qwen3."),
+    arch: str = typer.Option("llama", help="llama, qwen2, qwen3 or gemma3 (sliding window 16 on 5 layers of 6)."),
     qtype: str = typer.Option("Q8_0", help="Weight quant type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K."),
-    layers: int = typer.Option(2, help="Number of layers."),
+    layers: int = typer.Option(2, help="Number of layers (gemma3: 6 or more has a global layer too)."),
     seed: int = typer.Option(0, help="Random seed: same seed, same bytes."),
     tied: bool = typer.Option(True, help="Tie the LM head to token_embd."),
 ):

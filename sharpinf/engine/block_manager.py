@@ -6,6 +6,11 @@ everything before them, so a later request with the same prefix takes the block
 instead of recomputing it. Freed blocks keep their hash until they are handed out
 again; the free list is ordered oldest-freed first, so the most recently used cached
 blocks are the last to go.
+
+Sliding windows: when every layer of the model is windowed (ModelConfig.kv_window > 0), a block
+whose positions all lie before the window of the sequence's next query is never read again (the
+attention kernels neither look it up nor read it): slide() frees it and leaves SLID in its table
+entry. When any layer attends to the whole context (Gemma 3's global layers), nothing slides.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from sharpinf.engine.sequence import Sequence
+
+SLID = -1  # a block-table entry whose block slid out of every layer's window and was freed
 
 
 def block_hash(prev: int | None, tokens: tuple[int, ...]) -> int:
@@ -33,12 +40,14 @@ class BlockManager:
     num_blocks: int
     block_size: int
     enable_prefix_caching: bool = True
+    window: int = 0  # ModelConfig.kv_window: > 0 when every layer slides, so old blocks can be freed
     ref: list[int] = field(init=False)
     free: "OrderedDict[int, None]" = field(init=False)
     cached: dict[int, int] = field(default_factory=dict)  # hash -> block id
     info: dict[int, CachedBlock] = field(default_factory=dict)  # block id -> its cache entry
     hit_tokens: int = 0
     queried_tokens: int = 0
+    slid: int = 0  # blocks freed by sliding windows so far
 
     def __post_init__(self):
         self.ref = [0] * self.num_blocks
@@ -135,15 +144,32 @@ class BlockManager:
             seq.block_table.append(b)
         return True
 
+    def slide(self, seq: Sequence) -> None:
+        """After a step: free seq's leading blocks that every layer's window has left. Its next query
+        is at position num_computed and sees keys from num_computed - window + 1 on; so do all later
+        ones. (Call after register_full_blocks: a freed block stays in the prefix cache.)"""
+        if not self.window:
+            return
+        gone = min(max(0, seq.num_computed - self.window + 1) // self.block_size, len(seq.block_table))
+        for i in range(seq.slid_blocks, gone):
+            self._unref(seq.block_table[i])
+            seq.block_table[i] = SLID
+            self.slid += 1
+        seq.slid_blocks = max(seq.slid_blocks, gone)
+
+    def _unref(self, b: int) -> None:
+        self.ref[b] -= 1
+        assert self.ref[b] >= 0, "block freed twice"
+        if self.ref[b] == 0:
+            self.free[b] = None
+
     def release(self, seq: Sequence) -> None:
         """Finish or preemption: drop seq's hold on its blocks (cached ones stay findable)."""
         for b in reversed(seq.block_table):  # tail first: the prefix stays cached longest
-            self.ref[b] -= 1
-            assert self.ref[b] >= 0, "block freed twice"
-            if self.ref[b] == 0:
-                self.free[b] = None
+            if b != SLID:
+                self._unref(b)
         seq.block_table = []
-        seq.num_computed = 0
+        seq.num_computed = seq.slid_blocks = 0
         seq.registered_blocks, seq.last_block_hash = 0, None
 
     @property

@@ -122,7 +122,8 @@ class LLMEngine:
         self.pool = KVPool(self.backend, self.cfg, self.budget.num_blocks, self.config.block_size, self.config.kv_dtype)
         self.graph_report = None if eager else self.fp.capture_graphs(self.pool)
         self.fp.use_graphs = not eager
-        self.blocks = BlockManager(self.budget.num_blocks, self.config.block_size, self.config.enable_prefix_caching)
+        self.blocks = BlockManager(self.budget.num_blocks, self.config.block_size, self.config.enable_prefix_caching,
+                                   window=self.fp.cfg.kv_window)
         self.runner = ModelRunner(self.fp, self.pool)
         self.scheduler = Scheduler(self.config, self.blocks, on_release=self.runner.release)
         self.requests: dict[str, Sequence] = {}
@@ -227,6 +228,7 @@ class LLMEngine:
             seq = chunk.seq
             seq.num_computed += chunk.n_tokens
             self.blocks.register_full_blocks(seq)
+            self.blocks.slide(seq)
             if token is None:
                 continue
             seq.tokens.append(token)

@@ -54,7 +54,8 @@ class Sequence:
     tokens: list[int] = field(init=False)
     status: Status = Status.WAITING
     num_computed: int = 0
-    block_table: list[int] = field(default_factory=list)
+    block_table: list[int] = field(default_factory=list)  # SLID (-1) for blocks freed by a sliding window
+    slid_blocks: int = 0  # leading blocks of block_table already freed because every window has left them
     finish_reason: str | None = None
     error: str | None = None  # why the engine rejected it after admission to the queue
     metrics: SeqMetrics = field(default_factory=SeqMetrics)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 
 # How llama.cpp rotates each arch. `norm`: pairs (2i, 2i+1) are adjacent, because
 # the HF->GGUF converter permuted Q/K rows for llama. `neox`: pairs (i, i + d/2).
-ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox"}
+ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,41 @@ class ModelConfig:
     has_qkv_bias: bool  # qwen2
     has_qk_norm: bool  # qwen3
     tied_output: bool  # no output.weight: the LM head is token_embd
+    # Gemma 3 (llama.cpp's gemma3 graph); the defaults are the llama/qwen behaviour.
+    layer_window: tuple[int, ...] = ()  # per layer: sliding window W (a query at p sees p-W+1..p), 0 = full
+    rope_theta_local: float = 0.0  # RoPE base of the windowed layers (0: rope_theta)
+    rope_freq_scale: float = 1.0  # linear RoPE scaling of the full-attention layers: angle = pos * scale * ...
+    embd_scale: float = 1.0  # the embedding rows are multiplied by this (gemma3: sqrt(n_embd))
+    attn_scale: float = 0.0  # scale of q.k (0: 1 / sqrt(head_dim))
+    ffn_act: str = "silu"  # the gate's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    post_norms: bool = False  # RMSNorm of the attention and FFN outputs before each residual add
+    final_softcap: float = 0.0  # logits = cap * tanh(logits / cap) when > 0
+
+    def window(self, layer: int) -> int:
+        """The layer's sliding window (0: it attends to the whole causal context)."""
+        return self.layer_window[layer] if self.layer_window else 0
+
+    def rope_for(self, layer: int) -> tuple[float, float]:
+        """(base, linear frequency scale) of the layer's RoPE: windowed layers use the local base
+        unscaled, as llama.cpp does for gemma3."""
+        if self.window(layer) and self.rope_theta_local:
+            return self.rope_theta_local, 1.0
+        return self.rope_theta, self.rope_freq_scale
+
+    @property
+    def kq_scale(self) -> float:
+        return self.attn_scale or 1.0 / float(self.head_dim) ** 0.5
+
+    @property
+    def all_layers_windowed(self) -> bool:
+        """Every layer slides: a position every layer's window has left is never read again."""
+        return bool(self.layer_window) and all(w > 0 for w in self.layer_window)
+
+    @property
+    def kv_window(self) -> int:
+        """How far back any layer reads when every layer is windowed (the largest window), so the KV
+        blocks of older positions can be freed; 0 when some layer reads the whole context (gemma3)."""
+        return max(self.layer_window) if self.all_layers_windowed else 0
 
     @property
     def q_dim(self) -> int:

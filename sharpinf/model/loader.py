@@ -179,11 +179,52 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         has_qkv_bias="blk.0.attn_q.bias" in tensors,
         has_qk_norm="blk.0.attn_q_norm.weight" in tensors,
         tied_output="output.weight" not in tensors,
+        rope_freq_scale=_rope_freq_scale(path, meta, arch),
+        **(_gemma3_fields(path, meta, arch, n_embd, n_head, head_dim) if arch == "gemma3" else {}),
     )
     for field in ("n_vocab", "n_embd", "n_layer", "head_dim", "n_ff", "context_length"):
         if getattr(config, field) <= 0:
             raise ModelError(path, f"bad metadata: {field} = {getattr(config, field)} (must be positive)")
     return config
+
+
+def _rope_freq_scale(path: Path, meta: dict[str, Any], arch: str) -> float:
+    """llama.cpp's rope_freq_scale_train: 1 / rope.scaling.factor for linear scaling (the only kind we run)."""
+    kind = meta.get(f"{arch}.rope.scaling.type", "none")
+    factor = _get(path, meta, f"{arch}.rope.scaling.factor", float, 0.0)
+    if kind in ("none", "") or not factor:
+        return 1.0
+    if kind != "linear":
+        raise ModelError(path, f"unsupported RoPE scaling {kind!r} (supported: linear)")
+    if factor < 0:
+        raise ModelError(path, f"bad metadata: rope.scaling.factor = {factor}")
+    return 1.0 / factor
+
+
+GEMMA3_SWA_PERIOD = 6  # llama.cpp hard-codes it: layer i is global when i % 6 == 5 (no GGUF key)
+GEMMA3_LOCAL_ROPE_BASE = 10000.0  # and the windowed layers' RoPE base (no GGUF key either)
+
+
+def _gemma3_fields(path: Path, meta: dict[str, Any], arch: str, n_embd: int, n_head: int,
+                   head_dim: int) -> dict[str, Any]:
+    """What llama.cpp's gemma3 graph adds (src/llama-model.cpp, src/models/gemma3*.cpp): windows on
+    5 layers of every 6 when the GGUF declares one, GeGLU, sandwich norms, sqrt(n_embd) embeddings,
+    1/sqrt(head_dim) attention (27B: 1/sqrt(n_embd / n_head)), an optional final softcap."""
+    n_layer = _get(path, meta, f"{arch}.block_count", int)
+    window = _get(path, meta, f"{arch}.attention.sliding_window", int, 0)
+    if window < 0:
+        raise ModelError(path, f"bad metadata: attention.sliding_window = {window}")
+    windows = tuple(window if i % GEMMA3_SWA_PERIOD < GEMMA3_SWA_PERIOD - 1 else 0 for i in range(max(0, n_layer)))
+    scale = 1.0 / math.sqrt(n_embd // n_head if n_layer == 62 else head_dim)  # llama.cpp: 62 layers = 27B
+    return dict(
+        layer_window=windows if window else (),
+        rope_theta_local=GEMMA3_LOCAL_ROPE_BASE if window else 0.0,
+        embd_scale=math.sqrt(n_embd),
+        attn_scale=scale,
+        ffn_act="gelu_tanh",
+        post_norms=True,
+        final_softcap=_get(path, meta, f"{arch}.final_logit_softcapping", float, 0.0),
+    )
 
 
 # ---------------------------------------------------------------- shape validation
@@ -211,10 +252,14 @@ def _iter_expected(c: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
             yield b + "attn_q_norm.weight", (c.head_dim,)
             yield b + "attn_k_norm.weight", (c.head_dim,)
         yield b + "attn_output.weight", (c.n_embd, c.q_dim)
+        if c.post_norms:
+            yield b + "post_attention_norm.weight", (c.n_embd,)
         yield b + "ffn_norm.weight", (c.n_embd,)
         yield b + "ffn_gate.weight", (c.n_ff, c.n_embd)
         yield b + "ffn_up.weight", (c.n_ff, c.n_embd)
         yield b + "ffn_down.weight", (c.n_embd, c.n_ff)
+        if c.post_norms:
+            yield b + "post_ffw_norm.weight", (c.n_embd,)
     yield "output_norm.weight", (c.n_embd,)
     if not c.tied_output:
         yield "output.weight", (c.n_vocab, c.n_embd)

@@ -63,7 +63,7 @@ REGISTRY: dict[str, ModelSpec] = {
             filename="gemma-3-270m-q4_k_m.gguf",
             parts=_GEMMA_PARTS,
             sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-            about="Gemma 3 270M base, Q4_K_M (gemma3 arch: for later architecture work)",
+            about="Gemma 3 270M base, Q4_K_M (gemma3 arch: sliding-window attention, SentencePiece, 253 MB)",
         ),
     )
 }

@@ -21,7 +21,7 @@ from .config import SUPPORTED_ARCHS
 
 K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
 # overrides that are not raw GGUF keys
-_KNOWN_OVERRIDES = {"n_vocab", "head_dim", "rope_theta", "rms_eps"}
+_KNOWN_OVERRIDES = {"n_vocab", "head_dim", "rope_theta", "rms_eps", "sliding_window"}
 
 
 def write_synthetic_model(
@@ -48,10 +48,14 @@ def write_synthetic_model(
     bytes to read, made in seconds without the float matrix ever existing. Not for oracles.
 
     overrides: n_vocab (512), head_dim (n_embd // n_head; written as key_length for any arch
-    when it differs), rope_theta (10000), rms_eps (1e-5); any other key containing a dot is
-    written as raw GGUF metadata, replacing the generated value.
+    when it differs), rope_theta (10000), rms_eps (1e-5), sliding_window (gemma3: 16; 0 writes
+    no window); any other key containing a dot is written as raw GGUF metadata, replacing the
+    generated value.
+
+    gemma3: Q/K norms and the post-attention and post-FFN norms, a SentencePiece vocabulary, and, as
+    llama.cpp reads it, a window on every layer but 5, 11, ... (6 layers or more have both kinds).
     """
-    from .synth_vocab import synthetic_tokenizer_metadata  # lazily: it trains a BPE vocab
+    from .synth_vocab import synthetic_spm_tokenizer_metadata, synthetic_tokenizer_metadata  # lazily: BPE training
 
     if arch not in SUPPORTED_ARCHS:
         raise ValueError(f"unknown arch {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
@@ -74,16 +78,20 @@ def write_synthetic_model(
         f"{arch}.feed_forward_length": n_ff,
         f"{arch}.attention.head_count": n_head,
         f"{arch}.attention.head_count_kv": n_head_kv,
-        f"{arch}.rope.freq_base": float(overrides.get("rope_theta", 10000.0)),
+        f"{arch}.rope.freq_base": float(overrides.get("rope_theta", 1e6 if arch == "gemma3" else 10000.0)),
         f"{arch}.attention.layer_norm_rms_epsilon": float(overrides.get("rms_eps", 1e-5)),
         f"{arch}.vocab_size": n_vocab,
         "general.file_type": _FILE_TYPE[qtype.upper()],
         "general.quantization_version": 2,
     }
-    if arch == "qwen3" or head_dim != n_embd // n_head:
+    if arch == "gemma3" and overrides.get("sliding_window", 16):
+        meta[f"{arch}.attention.sliding_window"] = int(overrides.get("sliding_window", 16))
+    if arch in ("qwen3", "gemma3") or head_dim != n_embd // n_head:
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim
-    meta.update(synthetic_tokenizer_metadata(n_vocab=n_vocab, seed=0))
+    # gemma3 comes with a SentencePiece vocabulary, as the real ones do; the others byte-level BPE
+    vocab = synthetic_spm_tokenizer_metadata if arch == "gemma3" else synthetic_tokenizer_metadata
+    meta.update(vocab(n_vocab=n_vocab, seed=0))
     meta.update({k: v for k, v in overrides.items() if "." in k})
 
     weights = _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied, tile_rows)
@@ -162,9 +170,11 @@ def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim
     def bias(n: int) -> np.ndarray:
         return (0.1 * rng.standard_normal(n)).astype(np.float32)
 
-    # Unit-variance embedding; tied, logits come out ~ sqrt(n_embd) wide.
-    w = {"token_embd.weight": mat(n_vocab, n_embd, np.sqrt(n_embd)) if tile_rows
-         else rng.standard_normal((n_vocab, n_embd)).astype(np.float32)}
+    # Unit-variance embedding; tied, logits come out ~ sqrt(n_embd) wide. gemma3 scales the rows by
+    # sqrt(n_embd) as it reads them, so they are stored that much smaller (as in the real model).
+    emb_gain = 1.0 / np.sqrt(n_embd) if arch == "gemma3" else 1.0
+    w = {"token_embd.weight": mat(n_vocab, n_embd, np.sqrt(n_embd) * emb_gain) if tile_rows
+         else (rng.standard_normal((n_vocab, n_embd)) * emb_gain).astype(np.float32)}
     for i in range(n_layer):
         b = f"blk.{i}."
         w[b + "attn_norm.weight"] = norm(n_embd)
@@ -174,16 +184,22 @@ def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim
         w[b + "attn_v.weight"] = mat(kv_dim, n_embd)
         if arch == "qwen2":
             w[b + "attn_q.bias"], w[b + "attn_k.bias"], w[b + "attn_v.bias"] = bias(q_dim), bias(kv_dim), bias(kv_dim)
-        if arch == "qwen3":
+        if arch in ("qwen3", "gemma3"):
             w[b + "attn_q_norm.weight"], w[b + "attn_k_norm.weight"] = norm(head_dim), norm(head_dim)
         # gain 4 on the residual writes: the layers then outweigh the unit embedding, so a
         # tied head does not just echo the input token back (checked: gaps ~1, few copies)
         w[b + "attn_output.weight"] = mat(n_embd, q_dim, 4.0)
+        if arch == "gemma3":  # (llama.cpp's tensor order)
+            w[b + "post_attention_norm.weight"] = norm(n_embd)
         w[b + "ffn_norm.weight"] = norm(n_embd)
         w[b + "ffn_gate.weight"] = mat(n_ff, n_embd)
         w[b + "ffn_up.weight"] = mat(n_ff, n_embd)
         w[b + "ffn_down.weight"] = mat(n_embd, n_ff, 4.0)
-    w["output_norm.weight"] = norm(n_embd)
+        if arch == "gemma3":
+            w[b + "post_ffw_norm.weight"] = norm(n_embd)
+    # gemma3's post-norms keep the residual near unit size: gain 4 on the final norm spreads its
+    # tied logits like the other archs' (clear greedy winners)
+    w["output_norm.weight"] = norm(n_embd) * np.float32(4.0 if arch == "gemma3" else 1.0)
     if not tied:
         # gain 4: logits ~4 wide, like a tied head on a small model
         w["output.weight"] = mat(n_vocab, n_embd, 4.0)
@@ -210,7 +226,7 @@ def synthetic_model(arch: str = "llama", qtype: str = "Q8_0", **kw: Any) -> Path
 
 
 # Bump when the generator's output changes, so stale cached files are not reused.
-_GENERATOR_VERSION = 2
+_GENERATOR_VERSION = 3
 
 
 # Real models' shapes for benchmarks (write_synthetic_model(..., **SHAPES[name], tile_rows=64)).

@@ -1,13 +1,21 @@
-"""A small, deterministic GPT-2-style (byte-level BPE) vocabulary for synthetic GGUF models.
+"""Small, deterministic vocabularies for synthetic GGUF models.
 
-Shaped like SmolLM2's: control tokens <|endoftext|>, <|im_start|>, <|im_end|> first, the 256
-byte tokens next, then learned merges; a ChatML chat template. Merges are learned with the
-`tokenizers` BPE trainer on the corpus below, so the same (n_vocab, seed) always gives the
-same vocabulary.
+synthetic_tokenizer_metadata: GPT-2-style (byte-level BPE, tokenizer.ggml.model "gpt2"), shaped
+like SmolLM2's: control tokens <|endoftext|>, <|im_start|>, <|im_end|> first, the 256 byte tokens
+next, then learned merges; a ChatML chat template. Merges are learned with the `tokenizers` BPE
+trainer on the corpus below.
+
+synthetic_spm_tokenizer_metadata: SentencePiece BPE (tokenizer.ggml.model "llama"), shaped like
+Gemma 3's: <pad> <eos> <bos> <unk> and the turn markers as control tokens, "\n" runs as
+user-defined ones, the 256 byte pieces <0x00>..<0xFF>, then pieces with scores learned by the
+`sentencepiece` BPE trainer on the same corpus; a Gemma-style chat template.
+
+The same (n_vocab, seed) always gives the same vocabulary.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from typing import Any
@@ -15,7 +23,7 @@ from typing import Any
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_BYTE = 1, 3, 4, 6
 
 # SmolLM2-Instruct's template, byte for byte (newlines inside its string literals are real ones), so synthetic models render chats like the real one.
 CHATML_TEMPLATE = (
@@ -154,4 +162,97 @@ def synthetic_tokenizer_metadata(n_vocab: int = 512, seed: int = 0) -> dict[str,
         "tokenizer.ggml.padding_token_id": 2,
         "tokenizer.ggml.add_bos_token": False,
         "tokenizer.chat_template": CHATML_TEMPLATE,
+    }
+
+
+# Gemma 3's ids for these (pad 0, eos 1, bos 2, unk 3; all control), then its turn markers.
+SPM_SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+# User-defined: always split out of the text whole, as Gemma 3's "\n" runs (it has tab and space runs too).
+SPM_USER_DEFINED = ["\n", "\n\n", "\n\n\n"]
+
+# Gemma 3's template for messages whose content is a string (no images), role checks left out.
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+    "{% set first_user_prefix = messages[0]['content'] + '\n\n' %}{% set loop_messages = messages[1:] %}"
+    "{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% if message['role'] == 'assistant' %}{% set role = 'model' %}"
+    "{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + (message['content'] | trim)"
+    " + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+
+def _learn_spm_pieces(n_pieces: int, seed: int) -> list[tuple[str, float]]:
+    """Up to n_pieces (piece, score) from the sentencepiece BPE trainer, best score first: merges
+    (score -rank, as in Gemma 3's vocabulary), then single characters. "▁" always stays in; where
+    n_pieces is less than the corpus has characters, the rarest go (they fall back to bytes)."""
+    import sentencepiece  # lazily, like the tokenizer that reads these
+
+    lines = [ln.rstrip("\n") for ln in _corpus(seed)]
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        model_type="bpe",
+        # + the trainer's own <unk> (dropped below); at least room for every character of the corpus
+        vocab_size=max(n_pieces, 256) + 1,
+        hard_vocab_limit=False,  # a corpus too small for n_pieces gives fewer
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        add_dummy_prefix=False,  # as Gemma 3 (tokenizer.ggml.add_space_prefix false)
+        remove_extra_whitespaces=False,
+        unk_id=0,
+        bos_id=-1,
+        eos_id=-1,
+        num_threads=1,
+        minloglevel=2,
+    )
+    sp = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    pieces = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size()) if not sp.is_unknown(i)]
+    kept = pieces[:n_pieces]
+    if all(piece != "\u2581" for piece, _ in kept):
+        kept[-1] = next(p for p in pieces if p[0] == "\u2581")
+    return kept
+
+
+def synthetic_spm_tokenizer_metadata(n_vocab: int = 512, seed: int = 0) -> dict[str, Any]:
+    """GGUF tokenizer keys -> values for a SentencePiece BPE vocabulary of exactly n_vocab tokens."""
+    n_fixed = len(SPM_SPECIAL_TOKENS) + len(SPM_USER_DEFINED) + 256
+    if n_vocab < n_fixed + 1:
+        raise ValueError(f"n_vocab must be at least {n_fixed + 1} (specials + 256 bytes + '▁'), got {n_vocab}")
+    tokens = SPM_SPECIAL_TOKENS + SPM_USER_DEFINED + [f"<0x{b:02X}>" for b in range(256)]
+    types = [TOKEN_CONTROL] * len(SPM_SPECIAL_TOKENS) + [TOKEN_USER_DEFINED] * len(SPM_USER_DEFINED)
+    types += [TOKEN_BYTE] * 256
+    scores = [-1000.0] * (len(SPM_SPECIAL_TOKENS) + len(SPM_USER_DEFINED)) + [0.0] * 256
+    seen = set(tokens)
+    for piece, score in _learn_spm_pieces(n_vocab - n_fixed, seed):
+        if piece in seen:  # cannot happen ("\n" is not in the training lines); keeps ids unique
+            continue
+        seen.add(piece)
+        tokens.append(piece)
+        types.append(TOKEN_NORMAL)
+        scores.append(score)
+    # A corpus too small for n_vocab: pad with unused control tokens, as Gemma 3 has them.
+    i = 0
+    while len(tokens) < n_vocab:
+        tokens.append(f"<unused{i}>")
+        types.append(TOKEN_CONTROL)
+        scores.append(-1000.0)
+        i += 1
+    return {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.pre": "default",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.bos_token_id": 2,
+        "tokenizer.ggml.eos_token_id": 1,
+        "tokenizer.ggml.unknown_token_id": 3,
+        "tokenizer.ggml.padding_token_id": 0,
+        "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.ggml.add_eos_token": False,
+        "tokenizer.ggml.add_space_prefix": False,
+        "tokenizer.chat_template": GEMMA_TEMPLATE,
     }

@@ -1,8 +1,12 @@
-"""Byte-level BPE tokenizer built from a GGUF file's tokenizer.* metadata (tokenizer.ggml.model "gpt2").
+"""Tokenizers built from a GGUF file's tokenizer.* metadata, giving llama.cpp's token ids.
 
-Encoding runs on the `tokenizers` library, configured to give llama.cpp's token ids: the same
-pre-tokenizer regexes per tokenizer.ggml.pre (llama-vocab.cpp), the same merge ranks, control
-and user-defined tokens matched verbatim in the text. Decoding is done here, byte for byte.
+Shared by every vocabulary (Tokenizer, here): special tokens split out of the text first as
+llama.cpp does (llama-vocab.cpp, tokenizer_st_partition), BOS, decoding byte for byte from each
+token's bytes. The raw text in between goes to the vocabulary's own encoder:
+- tokenizer.ggml.model "gpt2" (byte-level BPE, here): the `tokenizers` library, configured to give
+  llama.cpp's ids: the same pre-tokenizer regexes per tokenizer.ggml.pre, the same merge ranks.
+- tokenizer.ggml.model "llama" (SentencePiece BPE: Gemma 3, Llama 2): the `sentencepiece`
+  library, in tokenizer_spm.py.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Iterable
 
-from tokenizers import AddedToken, Regex, pre_tokenizers
+from tokenizers import Regex, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
@@ -44,8 +48,17 @@ PRE_TOKENIZER_REGEXES: dict[str, list[str]] = {
 }
 # llama.cpp takes a whole pre-token that is in the vocabulary as one token for these (ignore_merges).
 _IGNORE_MERGES = {"llama3", "llama-bpe", "llama-v3"}
-# Texts of tokens that end a chat turn, besides tokenizer.ggml.eos_token_id.
-_EOT_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|eom_id|>", "<|end|>")
+# Texts of tokens that end generation besides tokenizer.ggml.eos_token_id: llama.cpp's list
+# (llama-vocab.cpp, special_eog_ids). llama.cpp also makes each one a control token where the GGUF
+# says otherwise, so it is split out of text only when parsing specials (Gemma 3's "</s>" is
+# user-defined in the GGUF); a vocabulary with "<|tool_response>" (gemma4) keeps "</s>" as it is.
+_EOG_TEXTS = (
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+)
+# Token types decode(skip_special=True) leaves out (llama.cpp: attr CONTROL or UNKNOWN).
+_HIDDEN_TYPES = (TOKEN_CONTROL, TOKEN_UNKNOWN)
 
 _BYTE_OF_CHAR = {c: b for b, c in bytes_to_unicode().items()}
 
@@ -71,65 +84,138 @@ def _piece_bytes(text: str) -> bytes:
     return bytes(out)
 
 
-class Tokenizer:
-    """Text <-> token ids for a GGUF gpt2 (byte-level BPE) vocabulary."""
+class _ByteLevelBPE:
+    """tokenizer.ggml.model "gpt2": raw text (no special tokens in it) -> ids on `tokenizers`."""
 
-    def __init__(self, metadata: dict[str, Any], where: str = "<metadata>"):
-        model = metadata.get("tokenizer.ggml.model")
-        if model != "gpt2":
-            raise ModelError(where, f"unsupported tokenizer.ggml.model {model!r} (only 'gpt2' byte-level BPE)")
+    add_space_prefix = False
+    default_ids: dict[str, int] = {}  # no default BOS/EOS ids
+
+    def __init__(self, metadata: dict[str, Any], tokens: list[str], types: list[int], where: str):
         try:
-            tokens = list(metadata["tokenizer.ggml.tokens"])
             merges = list(metadata["tokenizer.ggml.merges"])
         except KeyError as e:
             raise ModelError(where, f"missing tokenizer metadata key {e.args[0]}") from None
-        types = list(metadata.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens))
-        if len(types) != len(tokens):
-            raise ModelError(where, f"{len(tokens)} tokens but {len(types)} token types")
         self.pre = metadata.get("tokenizer.ggml.pre", "default")
-        pre_tok = _pre_tokenizer(self.pre, where)
-
-        self._tokens = tokens
-        self._types = types
-        self._bytes = [
+        self.default_add_bos = self.pre in _IGNORE_MERGES  # llama.cpp's default for llama3-style vocabularies
+        self.token_bytes = [
             t.encode("utf-8") if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN) else _piece_bytes(t)
             for t, ty in zip(tokens, types)
         ]
-        self._text_to_id = {t: i for i, t in enumerate(tokens)}
-        self._bos = metadata.get("tokenizer.ggml.bos_token_id")
-        self._eos = metadata.get("tokenizer.ggml.eos_token_id")
-        default_bos = self.pre in _IGNORE_MERGES  # llama.cpp's default for llama3-style vocabularies
-        self.add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", default_bos))
-        self.chat_template: str | None = metadata.get("tokenizer.chat_template")
-        eot = {self._eos} if self._eos is not None else set()
-        if metadata.get("tokenizer.ggml.eot_token_id") is not None:
-            eot.add(int(metadata["tokenizer.ggml.eot_token_id"]))
-        eot.update(self._text_to_id[t] for t in _EOT_TEXTS if t in self._text_to_id)
-        self.eot_ids: frozenset[int] = frozenset(eot)
-
+        text_to_id = {t: i for i, t in enumerate(tokens)}
         pairs = []
         for m in merges:
             cut = m.find(" ", 1)  # as llama.cpp: the first space after the first character
             left, right = m[:cut], m[cut + 1 :]
             # The tokenizers library rejects a merge whose parts or result are not tokens.
-            if cut > 0 and left in self._text_to_id and right in self._text_to_id and left + right in self._text_to_id:
+            if cut > 0 and left in text_to_id and right in text_to_id and left + right in text_to_id:
                 pairs.append((left, right))
-        bpe = models.BPE(self._text_to_id, pairs, ignore_merges=self.pre in _IGNORE_MERGES)
+        self.hf = HFTokenizer(models.BPE(text_to_id, pairs, ignore_merges=self.pre in _IGNORE_MERGES))
+        self.hf.pre_tokenizer = _pre_tokenizer(self.pre, where)
 
-        def build(special_types: tuple[int, ...]) -> HFTokenizer:
-            tok = HFTokenizer(bpe)
-            tok.pre_tokenizer = pre_tok
-            specials = [
-                AddedToken(t, special=True, normalized=False, single_word=False, lstrip=False, rstrip=False)
-                for t, ty in zip(tokens, types)
-                if ty in special_types and t
-            ]
-            tok.add_special_tokens(specials)
-            return tok
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+
+class _SpecialSplitter:
+    """llama.cpp's tokenizer_st_partition: special tokens come out of the text verbatim.
+
+    Longest token first (equal lengths: lower id first), each one splits every raw-text piece
+    left so far at all its occurrences. Only tokens that occur in the text are tried; to find
+    them without searching the text for each one (Gemma 3 has 6,400, 6,242 of them "<unusedN>"),
+    tokens are grouped by their first 2 characters, then by their first 8.
+    """
+
+    def __init__(self, specials: list[tuple[str, int]]):
+        self._order = sorted(specials, key=lambda s: -len(s[0]))
+        self._groups: dict[str, dict[str, list[int]]] = {}
+        for k, (text, _) in enumerate(self._order):
+            self._groups.setdefault(text[:2], {}).setdefault(text[:8], []).append(k)
+
+    def split(self, text: str) -> list[str | int]:
+        """The text as raw-text pieces (str) and special token ids (int), in order."""
+        frags: list[str | int] = [text] if text else []
+        present = sorted(
+            k
+            for head, subgroups in self._groups.items() if head in text
+            for longer_head, ks in subgroups.items() if longer_head in text
+            for k in ks
+        )
+        for k in present:
+            special, token_id = self._order[k]
+            if special not in text:
+                continue
+            out: list[str | int] = []
+            for frag in frags:
+                if isinstance(frag, int) or special not in frag:
+                    out.append(frag)
+                    continue
+                for j, part in enumerate(frag.split(special)):
+                    if j:
+                        out.append(token_id)
+                    if part:
+                        out.append(part)
+            frags = out
+        return frags
+
+
+class Tokenizer:
+    """Text <-> token ids for a GGUF vocabulary: "gpt2" (byte-level BPE) or "llama" (SentencePiece).
+
+    The part both share is here: special tokens split out of the text first (CONTROL, USER_DEFINED
+    and UNKNOWN ones; with parse_special false only USER_DEFINED), BOS, decoding from per-token
+    bytes. Each raw-text piece in between goes to the vocabulary's own encoder.
+    """
+
+    def __init__(self, metadata: dict[str, Any], where: str = "<metadata>"):
+        model = metadata.get("tokenizer.ggml.model")
+        if model not in ("gpt2", "llama"):
+            supported = "'gpt2' byte-level BPE, 'llama' SentencePiece"
+            raise ModelError(where, f"unsupported tokenizer.ggml.model {model!r} (supported: {supported})")
+        try:
+            tokens = list(metadata["tokenizer.ggml.tokens"])
+        except KeyError as e:
+            raise ModelError(where, f"missing tokenizer metadata key {e.args[0]}") from None
+        types = list(metadata.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens))
+        if len(types) != len(tokens):
+            raise ModelError(where, f"{len(tokens)} tokens but {len(types)} token types")
+        text_to_id = {t: i for i, t in enumerate(tokens)}
+        # End-of-generation tokens found by their text, and made control tokens, as llama.cpp does.
+        eog = {text_to_id[t] for t in _EOG_TEXTS if t in text_to_id}
+        if "<|tool_response>" in text_to_id and "</s>" in text_to_id:
+            eog.discard(text_to_id["</s>"])
+        for i in eog:
+            types[i] = TOKEN_CONTROL
+        if model == "gpt2":
+            self._model = _ByteLevelBPE(metadata, tokens, types, where)
+        else:
+            from sharpinf.model.tokenizer_spm import SentencePieceBPE  # lazily: sentencepiece, protobuf
+
+            self._model = SentencePieceBPE(metadata, tokens, types, where)
+        self.model = model
+        self.pre = metadata.get("tokenizer.ggml.pre", "default")
+
+        self._tokens = tokens
+        self._types = types
+        self._bytes = self._model.token_bytes
+        defaults = self._model.default_ids
+        self._bos = metadata.get("tokenizer.ggml.bos_token_id", defaults.get("bos"))
+        self._eos = metadata.get("tokenizer.ggml.eos_token_id", defaults.get("eos"))
+        self.add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", self._model.default_add_bos))
+        # SentencePiece's dummy " " before the text: decode drops it again from the first token.
+        self.add_space_prefix: bool = self._model.add_space_prefix
+        self.chat_template: str | None = metadata.get("tokenizer.chat_template")
+        if self._eos is not None:
+            eog.add(self._eos)
+        if metadata.get("tokenizer.ggml.eot_token_id") is not None:
+            eog.add(int(metadata["tokenizer.ggml.eot_token_id"]))
+        self.eot_ids: frozenset[int] = frozenset(eog)
+
+        def splitter(kinds: tuple[int, ...]) -> _SpecialSplitter:
+            return _SpecialSplitter([(t, i) for i, (t, ty) in enumerate(zip(tokens, types)) if ty in kinds and t])
 
         # llama.cpp matches user-defined tokens always, control (and unknown) ones only when parsing specials.
-        self._hf_special = build((TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN))
-        self._hf_plain = build((TOKEN_USER_DEFINED,))
+        self._split_special = splitter((TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN))
+        self._split_plain = splitter((TOKEN_USER_DEFINED,))
 
     @classmethod
     def from_gguf_metadata(cls, metadata: dict[str, Any], where: str = "<metadata>") -> "Tokenizer":
@@ -161,22 +247,27 @@ class Tokenizer:
         return self._tokens[self._eos] if self._eos is not None else ""
 
     def id_to_piece(self, token_id: int) -> str:
-        """The vocabulary entry as stored (GPT-2 byte-to-unicode form for normal tokens)."""
+        """The vocabulary entry as stored (gpt2: GPT-2 byte-to-unicode form; llama: "▁" for spaces)."""
         return self._tokens[token_id]
 
     def token_type(self, token_id: int) -> int:
         return self._types[token_id]
 
     def is_special(self, token_id: int) -> bool:
-        return self._types[token_id] == TOKEN_CONTROL
+        """Control and unknown tokens: the ones decode(skip_special=True) hides, as llama.cpp does."""
+        return self._types[token_id] in _HIDDEN_TYPES
 
     # --- encode / decode ----------------------------------------------------------------------
     def encode(self, text: str, add_bos: bool | None = None, parse_special: bool = True) -> list[int]:
         """Token ids for text; add_bos None means tokenizer.ggml.add_bos_token."""
-        hf = self._hf_special if parse_special else self._hf_plain
-        ids = hf.encode(text, add_special_tokens=False).ids if text else []
+        ids = []
         if (self.add_bos if add_bos is None else add_bos) and self._bos is not None:
-            ids = [self._bos] + ids
+            ids.append(self._bos)
+        for frag in (self._split_special if parse_special else self._split_plain).split(text):
+            if isinstance(frag, int):
+                ids.append(frag)
+            else:
+                ids += self._model.encode(frag)
         return ids
 
     def token_bytes(self, token_id: int) -> bytes:
@@ -184,12 +275,18 @@ class Tokenizer:
         return self._bytes[token_id]
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        """Text for ids; bytes joined first so multi-token characters survive, bad UTF-8 -> U+FFFD."""
+        """Text for ids; bytes joined first so multi-token characters survive, bad UTF-8 -> U+FFFD.
+
+        With add_space_prefix (SentencePiece) the first token loses one leading space, as in
+        llama.cpp's detokenize; a hidden first token (skip_special) keeps the space of the next."""
         out = bytearray()
+        strip_space = self.add_space_prefix
         for i in ids:
-            if skip_special and self._types[i] == TOKEN_CONTROL:
-                continue
-            out += self._bytes[i]
+            piece = b"" if skip_special and self._types[i] in _HIDDEN_TYPES else self._bytes[i]
+            if strip_space and piece[:1] == b" ":
+                piece = piece[1:]
+            strip_space = False
+            out += piece
         return out.decode("utf-8", errors="replace")
 
     def decode_token(self, token_id: int) -> str:

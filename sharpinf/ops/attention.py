@@ -1,8 +1,8 @@
 """Launcher for kernels_cu/attention.cu (varlen paged causal attention) and its NumPy reference.
 
 A packed batch of N query tokens from S sequences: sequence s owns tokens cu_seqlens[s]..cu_seqlens[s+1]-1;
-token t at absolute position positions[t] attends to its own sequence's keys at positions 0..positions[t],
-found through block_tables[s] (slot = block_tables[s, j // block_size] * block_size + j % block_size).
+token t at absolute position positions[t] attends to its own sequence's keys at positions 0..positions[t]
+(with a sliding window W > 0: max(0, p - W + 1)..p, gemma3's local layers), found through block_tables[s] (slot = block_tables[s, j // block_size] * block_size + j % block_size).
 The kernel is chosen from shapes only (kv dtype, head_dim, n_heads), never from the batch's contents.
 """
 
@@ -18,19 +18,19 @@ from sharpinf.ops.kv_cache import KV_DTYPES, decode_kv
 from sharpinf.ops.launch import kernel
 
 I32, F32 = np.int32, np.float32
-HEAD_DIMS = (16, 32, 64, 128)
+HEAD_DIMS = (16, 32, 64, 128, 256)
 WARPS = 4  # heads per block (one warp per (token, head))
 
 
 def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
               cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
-              head_dim: int, block_size: int, scale: float) -> None:
+              head_dim: int, block_size: int, scale: float, sliding_window: int = 0) -> None:
     """out[t, h*head_dim:(h+1)*head_dim] = softmax(scale * q K^T) V over token t's visible keys.
     qkv: float32 [N, qkv_stride] with Q at column 0; out: float32 [N, n_heads*head_dim]."""
     if kv_dtype not in KV_DTYPES:
         raise SharpinfError(f"unknown KV dtype {kv_dtype!r}; expected one of {KV_DTYPES}")
     if head_dim not in HEAD_DIMS or (kv_dtype == "q8_0" and head_dim < 32):
-        raise SharpinfError(f"attention supports head_dim {HEAD_DIMS} (q8_0: 32, 64, 128), got {head_dim}")
+        raise SharpinfError(f"attention supports head_dim {HEAD_DIMS} (q8_0: 32 and up), got {head_dim}")
     if n_kv_heads <= 0 or n_heads % n_kv_heads:
         raise SharpinfError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
     if n_tokens <= 0:
@@ -41,7 +41,7 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
     be.launch(kernel(be, "attention.cu", f"attention_{kv_dtype}_d{head_dim}"), grid, 32 * warps,
               (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                out, I32(n_tokens), I32(n_seqs), I32(n_heads), I32(n_kv_heads), I32(head_dim), I32(block_size),
-               F32(scale)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
+               F32(scale), I32(sliding_window)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
 
 
 # -- the split-KV variant (kernels_cu/attention_split.cu) -------------------------------------
@@ -70,7 +70,8 @@ class SplitScratch:
 
 def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
-                    head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None) -> None:
+                    head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
+                    sliding_window: int = 0) -> None:
     """attention() computed split-KV (flash-decoding); with out_q8 (a Q8Act) the output is also
     written in q8_1 for the dp4a o-projection (head_dim a multiple of 32)."""
     _check_split_frame("split", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
@@ -84,7 +85,8 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
         be.launch(fn, (n, n_kv_heads * groups, SPLITS), 128,
                   (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                    out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n_tokens), I32(n_seqs),
-                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(out_q8 is not None)),
+                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(sliding_window),
+                   I32(out_q8 is not None)),
                   io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
 
 
@@ -118,7 +120,8 @@ def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
 
 def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
-                    head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None) -> None:
+                    head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
+                    sliding_window: int = 0) -> None:
     """attention() on tensor cores (f16 mma) for every step, prefill and decode alike: blocks of
     (token, head) rows of one sequence and KV head share each K/V tile; the split kernel's frame
     (partitions at fixed positions, 16 splits, fixed-order merge, the same scratch)."""
@@ -138,7 +141,8 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
         be.launch(fn, (tiles, n_kv_heads, SPLITS), 2 * rows,
                   (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                    out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n), I32(n_seqs),
-                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(out_q8 is not None)),
+                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(sliding_window),
+                   I32(out_q8 is not None)),
                   io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
 
 
@@ -158,8 +162,8 @@ class _NoQ8:
 # -- NumPy reference ---------------------------------------------------------------------
 def paged_attention_reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray,
                               cu_seqlens: np.ndarray, positions: np.ndarray, *, block_size: int, scale: float,
-                              kv_dtype: str = "f32") -> np.ndarray:
-    """Plain float64 paged causal attention.
+                              kv_dtype: str = "f32", sliding_window: int = 0) -> np.ndarray:
+    """Plain float64 paged causal attention (sliding_window W > 0: query p sees keys p - W + 1..p).
 
     q: [N, n_heads, head_dim]; k_cache, v_cache: one layer's caches in their stored form for `kv_dtype`
     (see sharpinf.ops.kv_cache), [slots, n_kv_heads, ...]; returns float64 [N, n_heads, head_dim].
@@ -174,7 +178,7 @@ def paged_attention_reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.nd
     for s in range(len(cu) - 1):
         for t in range(int(cu[s]), int(cu[s + 1])):
             p = int(positions[t])
-            j = np.arange(p + 1)
+            j = np.arange(max(0, p - sliding_window + 1) if sliding_window > 0 else 0, p + 1)
             slots = np.asarray(block_tables)[s, j // block_size].astype(np.int64) * block_size + j % block_size
             for h in range(n_heads):
                 k = K[slots, h // group]  # [p+1, head_dim]

@@ -26,14 +26,30 @@ def add(be, a, b, out, n: int) -> None:
 
 def silu_gate(be, gate, up, out, n: int) -> None:
     """out = silu(gate) * up: the SwiGLU activation."""
-    be.launch(kernel(be, "elementwise.cu", "silu_gate_f32"), _grid_1d(n), 256, (gate, up, out, I32(n)),
-              io=(8 * n, 4 * n))
+    act_gate(be, gate, up, out, n, "silu")
+
+
+def act_gate(be, gate, up, out, n: int, act: str) -> None:
+    """out = act(gate) * up: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, gemma3)."""
+    name = {"silu": "silu_gate_f32", "gelu_tanh": "gelu_gate_f32"}[act]
+    be.launch(kernel(be, "elementwise.cu", name), _grid_1d(n), 256, (gate, up, out, I32(n)), io=(8 * n, 4 * n))
+
+
+def softcap(be, x, n: int, cap: float) -> None:
+    """In place: x = cap * tanh(x / cap) (final-logit softcapping)."""
+    be.launch(kernel(be, "elementwise.cu", "softcap_f32"), _grid_1d(n), 256, (x, I32(n), F32(cap)), io=(4 * n, 4 * n))
 
 
 def rmsnorm(be, x, w, y, rows: int, n: int, eps: float) -> None:
     """y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for `rows` rows of length n (QK-norm: rows = tokens x heads)."""
     be.launch(kernel(be, "rmsnorm.cu", "rmsnorm_f32"), rows, 128 if n <= 256 else 256, (x, w, y, I32(n), F32(eps)),
               io=(4 * (rows * n + n), 4 * rows * n))
+
+
+def rmsnorm_add(be, y, w, x, rows: int, n: int, eps: float) -> None:
+    """x[r] += rmsnorm(y[r]) * w: a sublayer's output through its post-norm into the residual (gemma3)."""
+    be.launch(kernel(be, "rmsnorm.cu", "rmsnorm_add_f32"), rows, 128 if n <= 256 else 256, (y, w, x, I32(n), F32(eps)),
+              io=(4 * (2 * rows * n + n), 4 * rows * n))
 
 
 def qk_norm(be, qkv, w, n_tokens: int, n_heads: int, head_dim: int, row_stride: int, col: int, eps: float) -> None:

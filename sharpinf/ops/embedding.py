@@ -12,19 +12,19 @@ KERNEL_FILE = "embedding.cu"
 BLOCK = 128
 
 
-def embed(backend, W_dev, qtype: int, ids_dev, out_dev, n_tokens: int, n_embd: int) -> None:
-    """out[n_tokens, n_embd] (float32) = rows ids[0..n_tokens) (int32, in range) of W."""
+def embed(backend, W_dev, qtype: int, ids_dev, out_dev, n_tokens: int, n_embd: int, scale: float = 1.0) -> None:
+    """out[n_tokens, n_embd] (float32) = rows ids[0..n_tokens) (int32, in range) of W, times scale."""
     if n_tokens < 1:
         raise ValueError(f"embed: n_tokens must be >= 1, got {n_tokens}")
     rb = quants.row_bytes(qtype, n_embd)  # raises unless n_embd is whole blocks
     k = kernel(backend, KERNEL_FILE, f"embed_{kernel_suffix(qtype)}")
-    backend.launch(k, (n_tokens, 1), BLOCK, (W_dev, ids_dev, out_dev, np.int32(n_tokens), np.int32(n_embd)),
+    backend.launch(k, (n_tokens, 1), BLOCK, (W_dev, ids_dev, out_dev, np.int32(n_tokens), np.int32(n_embd), np.float32(scale)),
                    io=(n_tokens * (rb + 4), 4 * n_tokens * n_embd))
 
 
 # -- NumPy reference -----------------------------------------------------------------------------
-def embed_reference(W_raw: np.ndarray, qtype: int, ids: np.ndarray, n_embd: int) -> np.ndarray:
-    """quants.dequantize of the rows `ids` (float32 [len(ids), n_embd])."""
+def embed_reference(W_raw: np.ndarray, qtype: int, ids: np.ndarray, n_embd: int, scale: float = 1.0) -> np.ndarray:
+    """quants.dequantize of the rows `ids` (float32 [len(ids), n_embd]), times scale (in float32)."""
     rb = quants.row_bytes(qtype, n_embd)
     rows = np.asarray(W_raw).view(np.uint8).reshape(-1, rb)[np.asarray(ids, np.int64)]
-    return quants.dequantize(rows, qtype, (len(rows), n_embd))
+    return quants.dequantize(rows, qtype, (len(rows), n_embd)) * np.float32(scale)

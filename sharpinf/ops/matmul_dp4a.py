@@ -53,14 +53,20 @@ def matmul_dp4a(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: in
                np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
 
 
-def gate_up_dp4a(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int) -> None:
-    """out[n_tokens, n_ff] = silu(X Wg^T) * (X Wu^T), one launch (kernels_cu/gate_up_dp4a.cu)."""
+ACTS = {"silu": 0, "gelu_tanh": 1}  # common.cuh's ACT_SILU, ACT_GELU_TANH
+
+
+def gate_up_dp4a(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int,
+                 act: str = "silu") -> None:
+    """out[n_tokens, n_ff] = act(X Wg^T) * (X Wu^T), one launch (kernels_cu/gate_up_dp4a.cu);
+    act "silu" (SwiGLU) or "gelu_tanh" (GeGLU)."""
     if n_tokens < 1 or n_ff < 1:
         raise ValueError(f"gate_up_dp4a: n_tokens and n_ff must be >= 1, got {n_tokens}, {n_ff}")
     check_n_in(qtype, n_in)
     grid, block = launch_shape(n_tokens, n_ff, n_in, MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
     be.launch(kernel(be, "gate_up_dp4a.cu", f"gate_up_dp4a_{kernel_suffix(qtype)}"), grid, block,
-              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in)),
+              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
+               np.int32(ACTS[act])),
               io=(2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff))
 
 

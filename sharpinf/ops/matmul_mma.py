@@ -10,6 +10,7 @@ import numpy as np
 from sharpinf.model import quants
 from sharpinf.ops.launch import kernel
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
+from sharpinf.ops.matmul_dp4a import ACTS
 from sharpinf.ops.quant_act import Q8Act
 
 MMA_TYPES = frozenset({quants.Q8_0, quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K,
@@ -53,9 +54,11 @@ def matmul_mma(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int
                np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
 
 
-def gate_up_mma(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int) -> None:
+def gate_up_mma(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int,
+                act: str = "silu") -> None:
     """As gate_up_dp4a (same arguments, same bits), on tensor cores."""
     _check("gate_up_mma", qtype, X, n_tokens, n_ff, n_in)
     be.launch(kernel(be, "gate_up_mma.cu", f"gate_up_mma_{kernel_suffix(qtype)}"), _grid(n_ff, n_tokens), 128,
-              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in)),
+              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
+               np.int32(ACTS[act])),
               io=(2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff))

@@ -1,7 +1,7 @@
 """Launcher for kernels_cu/rope.cu (rotary position embedding, in place) and its NumPy reference.
 
 RoPE as oracles/reference.py defines it: pair i of a head is rotated by
-angle = pos * theta^(-2i/head_dim); style "norm" pairs elements (2i, 2i+1), "neox" pairs (i, i + head_dim/2).
+angle = pos * freq_scale * theta^(-2i/head_dim) (freq_scale: linear scaling, 1 by default); style "norm" pairs elements (2i, 2i+1), "neox" pairs (i, i + head_dim/2).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def offset_view(buf, elems: int):
 
 
 def rope(be, qkv, row_stride: int, positions, n_tokens: int, n_heads: int, head_dim: int, theta: float,
-         style: str, col: int = 0) -> None:
+         style: str, col: int = 0, freq_scale: float = 1.0) -> None:
     """In place: rotate the n_heads heads that start at column `col` of the float32 rows of `qkv`
     (row stride `row_stride` elements); positions: int32 device array [n_tokens]."""
     if style not in STYLES:
@@ -38,11 +38,12 @@ def rope(be, qkv, row_stride: int, positions, n_tokens: int, n_heads: int, head_
     grid = max(1, min(-(-items // BLOCK), _GRID_CAP))
     be.launch(kernel(be, "rope.cu", f"rope_{style}"), grid, BLOCK,
               (offset_view(qkv, col), I32(row_stride), positions, I32(n_tokens), I32(n_heads), I32(head_dim),
-               F32(theta)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
+               F32(theta), F32(freq_scale)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
 
 
 def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_norm, k_norm, k_cache, v_cache,
-            n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, theta: float, eps: float, style: str) -> None:
+            n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, theta: float, eps: float, style: str,
+            freq_scale: float = 1.0) -> None:
     """The fused variant (kernels_cu/rope_kv.cu): per token, (qwen3: q_norm/k_norm given) RMSNorm of each
     Q and K head, RoPE of Q and K in place in qkv, then K and V into the cache at slot_mapping."""
     if style not in STYLES:
@@ -57,7 +58,7 @@ def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_
     block = min(1024, max(128, -(-pairs // 32) * 32))
     be.launch(kernel(be, "rope_kv.cu", f"rope_kv_{kv_dtype}"), n_tokens, block,
               (qkv, I32(qkv_stride), positions, slot_mapping, q_norm if has_norm else qkv, k_norm if has_norm else qkv,
-               k_cache, v_cache, I32(n_tokens), I32(n_heads), I32(n_kv_heads), I32(head_dim), F32(theta), F32(eps),
+               k_cache, v_cache, I32(n_tokens), I32(n_heads), I32(n_kv_heads), I32(head_dim), F32(theta), F32(freq_scale), F32(eps),
                I32(style == "neox"), I32(has_norm)),
               io=(4 * n_tokens * ((n_heads + 2 * n_kv_heads) * head_dim + 2), 4 * n_tokens * (n_heads + n_kv_heads) * head_dim
                   + 2 * n_tokens * kv_dim * (4 if kv_dtype == "f32" else 2)))
@@ -65,28 +66,28 @@ def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_
 
 def rope_kv_separate(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_norm, k_norm, k_cache,
                      v_cache, n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, theta: float, eps: float,
-                     style: str) -> None:
+                     style: str, freq_scale: float = 1.0) -> None:
     """rope_kv() by the readable kernels, one launch per part: (qwen3) qk_norm.cu for Q and K,
     rope.cu for Q and K, kv_cache.cu's append (the baseline the fused kernel must equal)."""
     q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
     if q_norm is not None:
         basic.qk_norm(be, qkv, q_norm, n_tokens, n_heads, head_dim, qkv_stride, 0, eps)
         basic.qk_norm(be, qkv, k_norm, n_tokens, n_kv_heads, head_dim, qkv_stride, q_dim, eps)
-    rope(be, qkv, qkv_stride, positions, n_tokens, n_heads, head_dim, theta, style, col=0)
-    rope(be, qkv, qkv_stride, positions, n_tokens, n_kv_heads, head_dim, theta, style, col=q_dim)
+    rope(be, qkv, qkv_stride, positions, n_tokens, n_heads, head_dim, theta, style, col=0, freq_scale=freq_scale)
+    rope(be, qkv, qkv_stride, positions, n_tokens, n_kv_heads, head_dim, theta, style, col=q_dim, freq_scale=freq_scale)
     kv_cache.kv_append(be, kv_dtype, qkv, qkv_stride, q_dim, q_dim + kv_dim, slot_mapping, k_cache, v_cache,
                        n_tokens, n_kv_heads, head_dim)
 
 
 # -- NumPy reference ---------------------------------------------------------------------
-def rope_reference(x: np.ndarray, positions: np.ndarray, theta: float, style: str) -> np.ndarray:
+def rope_reference(x: np.ndarray, positions: np.ndarray, theta: float, style: str, freq_scale: float = 1.0) -> np.ndarray:
     """x: [T, heads, head_dim]; returns the rotated heads in float64 (angles and products in float64)."""
     if style not in STYLES:
         raise SharpinfError(f"unknown rope style {style!r}")
     x = np.asarray(x, dtype=np.float64)
     d = x.shape[-1]
     inv_freq = float(theta) ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-    ang = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    ang = (np.asarray(positions, dtype=np.float64) * float(F32(freq_scale)))[:, None] * inv_freq[None, :]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     if style == "norm":
         a, b = x[..., 0::2], x[..., 1::2]
