@@ -143,7 +143,13 @@ def test_gemma3_config_as_llama_cpp_reads_it(tmp_path):
 
 
 def test_unsupported_rope_scaling_is_one_line(tmp_path):
+    """Linear scaling as llama.cpp reads it (the type defaults to linear; rope.scale_linear is the old
+    key); yarn and the rest are refused in one line rather than run with the wrong angles."""
     from sharpinf.errors import ModelError
+
+    for key in ("llama.rope.scaling.factor", "llama.rope.scale_linear"):
+        c = load_model(write_synthetic_model(tmp_path / f"{key}.gguf", "llama", "Q8_0", **{key: 4.0})).config
+        assert c.rope_freq_scale == 0.25 and c.rope_for(0) == (10000.0, 0.25)
 
     p = write_synthetic_model(tmp_path / "y.gguf", "llama", "Q8_0", **{"llama.rope.scaling.type": "yarn",
                                                                        "llama.rope.scaling.factor": 4.0})

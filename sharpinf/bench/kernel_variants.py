@@ -156,35 +156,42 @@ def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool) -> list[_Case]:
     def ffn_simple(gw, uw):
         matmul(be, gw, g.qtype, x_e, gate, N, g.n_out, g.n_in)
         matmul(be, uw, u.qtype, x_e, up, N, u.n_out, u.n_in)
-        basic.silu_gate(be, gate, up, gate, N * cfg.n_ff)
+        basic.act_gate(be, gate, up, gate, N * cfg.n_ff, cfg.ffn_act)
 
     cases.append(_Case("ffn_in", shape, "simple", N, wb + 4 * N * (cfg.n_embd + cfg.n_ff),
                        [lambda gw=gw, uw=uw: ffn_simple(gw, uw) for gw, uw in gus]))
     if g.qtype == u.qtype:
         cases.append(_Case("ffn_in", shape, "dp4a", N, wb + N * cfg.n_embd * 9 // 8 + 4 * N * cfg.n_ff,
-                           [lambda gw=gw, uw=uw: gate_up_dp4a(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff, cfg.n_embd)
+                           [lambda gw=gw, uw=uw: gate_up_dp4a(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff, cfg.n_embd,
+                                                                act=cfg.ffn_act)
                             for gw, uw in gus], flops=4 * N * cfg.n_ff * cfg.n_embd))
     if g.qtype == u.qtype and N >= mma_ops.MIN_TOKENS and mma_ops.supports(g.qtype):
         cases.append(_Case("ffn_in", shape, "mma", N, wb + N * cfg.n_embd * 9 // 8 + 4 * N * cfg.n_ff,
                            [lambda gw=gw, uw=uw: mma_ops.gate_up_mma(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff,
-                                                                     cfg.n_embd) for gw, uw in gus],
+                                                                     cfg.n_embd, act=cfg.ffn_act) for gw, uw in gus],
                            flops=4 * N * cfg.n_ff * cfg.n_embd))
     return cases
 
 
 def _attention_variants(ctx: BenchContext, op: str, shape: str, N: int, nbytes: int, args: list, flops: int = 0,
                         window: int | None = None) -> list[_Case]:
-    """The attention variants over the same argument tuples (one per K/V copy)."""
+    """The attention variants over the same argument tuples (one per K/V copy), as layer 0 runs them
+    (its sliding window, if any: gemma3)."""
     be, cfg = ctx.backend, ctx.forward_pass().cfg
-    cases = [_Case(op, shape, "simple", N, nbytes, [lambda a=a: attn_ops.attention(*a) for a in args], flops)]
+    sw = cfg.window(0)
+    if sw:
+        shape += f", window {sw}"
+    cases = [_Case(op, shape, "simple", N, nbytes,
+                   [lambda a=a: attn_ops.attention(*a, sliding_window=sw) for a in args], flops)]
     if cfg.head_dim not in attn_ops.SPLIT_HEAD_DIMS:
         return cases
     scratch = attn_ops.SplitScratch.alloc(be, window or N, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
-    cases.append(_Case(op, shape, "split", N, nbytes, [lambda a=a: attn_ops.attention_split(*a, scratch) for a in args],
-                       flops))
+    cases.append(_Case(op, shape, "split", N, nbytes,
+                       [lambda a=a: attn_ops.attention_split(*a, scratch, sliding_window=sw) for a in args], flops))
     if not attn_ops.flash_fits(cfg.n_head, cfg.n_head_kv, cfg.head_dim):
         cases.append(_Case(op, shape, "flash", N, nbytes,
-                           [lambda a=a: attn_ops.attention_flash(*a, scratch) for a in args], flops))
+                           [lambda a=a: attn_ops.attention_flash(*a, scratch, sliding_window=sw) for a in args],
+                           flops))
     return cases
 
 
@@ -205,7 +212,7 @@ def _prefill_attention_cases(ctx: BenchContext, P: int, kv_dtype: str, rng) -> l
     out = be.empty((P, cfg.q_dim), np.float32)
     kvs = list(zip(_copies(be, k_cache, nbytes // 2), _copies(be, v_cache, nbytes // 2)))
     args = [(be, kv_dtype, qkv, qkv_w, kc, vc, tables, nblk, cu, positions, out, P, 1, cfg.n_head, cfg.n_head_kv,
-             cfg.head_dim, bs, 1.0 / float(np.sqrt(cfg.head_dim))) for kc, vc in kvs]
+             cfg.head_dim, bs, cfg.kq_scale) for kc, vc in kvs]
     flops = 4 * (P * (P + 1) // 2) * cfg.n_head * cfg.head_dim
     return _attention_variants(ctx, "attention", f"prefill 1 x {P} tokens, KV {kv_dtype}", P, nbytes, args, flops,
                                window=attn_ops.SPLIT_WINDOW)
@@ -231,16 +238,19 @@ def _rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str
     kv_elt = int(np.prod(shape_kv[1:])) * np.dtype(dt).itemsize  # bytes of one slot's K (or V)
     rope_bytes = 4 * N * qkv_w + 4 * N * (cfg.q_dim + cfg.kv_dim) + 2 * N * kv_elt
 
+    theta, freq_scale = cfg.rope_for(0)
     rope_args = (be, kv_dtype, qkv, qkv_w, positions, slots, L.q_norm, L.k_norm, k_cache, v_cache, N, cfg.n_head,
-                 cfg.n_head_kv, cfg.head_dim, cfg.rope_theta, cfg.rms_eps, cfg.rope_style)
-    cases += [_Case("rope_kv", f"{N} tokens", "simple", N, rope_bytes, [lambda: rope_ops.rope_kv_separate(*rope_args)]),
-              _Case("rope_kv", f"{N} tokens", "fused", N, rope_bytes, [lambda: rope_ops.rope_kv(*rope_args)])]
+                 cfg.n_head_kv, cfg.head_dim, theta, cfg.rms_eps, cfg.rope_style)
+    cases += [_Case("rope_kv", f"{N} tokens", "simple", N, rope_bytes,
+                    [lambda: rope_ops.rope_kv_separate(*rope_args, freq_scale=freq_scale)]),
+              _Case("rope_kv", f"{N} tokens", "fused", N, rope_bytes,
+                    [lambda: rope_ops.rope_kv(*rope_args, freq_scale=freq_scale)])]
 
     out = be.empty((N, cfg.q_dim), np.float32)
     att_bytes = 2 * N * (context + 1) * kv_elt + 8 * N * cfg.q_dim
     kvs = list(zip(_copies(be, k_cache, att_bytes // 2), _copies(be, v_cache, att_bytes // 2)))
     args = [(be, kv_dtype, qkv, qkv_w, kc, vc, tables, per_seq, cu, positions, out, N, N, cfg.n_head,
-             cfg.n_head_kv, cfg.head_dim, bs, 1.0 / float(np.sqrt(cfg.head_dim))) for kc, vc in kvs]
+             cfg.n_head_kv, cfg.head_dim, bs, cfg.kq_scale) for kc, vc in kvs]
     shape = f"{N} seqs x {context + 1} keys, KV {kv_dtype}"
     return cases + _attention_variants(ctx, "attention", shape, N, att_bytes, args)
 

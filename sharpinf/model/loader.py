@@ -189,9 +189,11 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
 
 
 def _rope_freq_scale(path: Path, meta: dict[str, Any], arch: str) -> float:
-    """llama.cpp's rope_freq_scale_train: 1 / rope.scaling.factor for linear scaling (the only kind we run)."""
-    kind = meta.get(f"{arch}.rope.scaling.type", "none")
-    factor = _get(path, meta, f"{arch}.rope.scaling.factor", float, 0.0)
+    """llama.cpp's rope_freq_scale_train: 1 / rope.scaling.factor (or the older rope.scale_linear),
+    the type defaulting to linear -- the only kind we run (yarn & co. need more than a scale)."""
+    kind = meta.get(f"{arch}.rope.scaling.type", "linear")
+    factor = _get(path, meta, f"{arch}.rope.scaling.factor", float, 0.0) or _get(
+        path, meta, f"{arch}.rope.scale_linear", float, 0.0)
     if kind in ("none", "") or not factor:
         return 1.0
     if kind != "linear":
