@@ -30,8 +30,9 @@ def cuda_unavailable_reason() -> str | None:
 
 def pytest_collection_modifyitems(config, items):
     # a test that takes a backend runs kernels: `make test` runs those again in reverse order
+    # (unless it is marked `once`)
     for item in items:
-        if {"backend", "emu"} & set(getattr(item, "fixturenames", ())):
+        if {"backend", "emu"} & set(getattr(item, "fixturenames", ())) and "once" not in item.keywords:
             item.add_marker(pytest.mark.kernels)
     reason = cuda_unavailable_reason()
     if reason is None:
