@@ -82,3 +82,19 @@ def test_bad_input_gives_one_clear_line_and_nonzero_exit(model, args, needle):
     assert "Traceback" not in proc.stderr
     assert needle.lower() in proc.stderr.lower()
     assert len([l for l in proc.stderr.splitlines() if l.strip()]) <= 3
+
+
+def test_models_synth_gemma3_then_generate_past_its_window(tmp_path):
+    """`models synth --arch gemma3`: a SentencePiece vocabulary, windows on 5 layers of 6; a prompt
+    longer than the window gives the reference's tokens on the emulator."""
+    path = tmp_path / "g.gguf"
+    run("models", "synth", path, "--arch", "gemma3", "--layers", "6")
+    facts = json.loads(run("info", path, "--json").stdout)
+    assert facts["config"]["arch"] == "gemma3" and facts["config"]["layer_window"] == [16] * 5 + [0]
+    tok = json.loads(run("tokenize", path, "<start_of_turn>user hello world", "--json").stdout)
+    assert tok["token_ids"][:2] == [2, 4]  # <bos>, then <start_of_turn> as one special token
+    ids = ",".join(str(5 + i % 200) for i in range(30))  # 30 tokens: past the 16-key window
+    ref = json.loads(run("generate", path, "--prompt-ids", ids, "--max-tokens", "5", "--backend", "reference",
+                         "--json").stdout)
+    emu = json.loads(run("generate", path, "--prompt-ids", ids, "--max-tokens", "5", "--backend", "emu", "--json").stdout)
+    assert emu["token_ids"] == ref["token_ids"] and len(ref["token_ids"]) == 5
