@@ -167,6 +167,7 @@ class Tokenizer:
     """
 
     def __init__(self, metadata: dict[str, Any], where: str = "<metadata>"):
+        self.where = where
         model = metadata.get("tokenizer.ggml.model")
         if model not in ("gpt2", "llama"):
             supported = "'gpt2' byte-level BPE, 'llama' SentencePiece"
@@ -298,7 +299,8 @@ class Tokenizer:
 
         tpl = template if template is not None else self.chat_template
         if not tpl:
-            raise ModelError("<metadata>", "no tokenizer.chat_template in this model")
+            raise ModelError(self.where, "no tokenizer.chat_template in this model (a base model? give it plain "
+                                         "text: --prompt)")
         text = render_chat(tpl, messages, add_generation_prompt, bos_token=self.bos_token, eos_token=self.eos_token)
         ids = self.encode(text, add_bos=False)
         # Add BOS only when the model wants it and the template did not already write it.
