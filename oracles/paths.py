@@ -125,9 +125,10 @@ def oracle_placement(fp, tokens, kv_dtype="f16", block_size=16, seed=0) -> Oracl
     return exact("placement", f"{len(tokens)} tokens, shuffled blocks, KV {kv_dtype}", a, b)
 
 
-def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0):
+def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0, past_window: bool = True):
     """The five oracles and graph-vs-eager on a short prompt set for `sharpinf verify` (real or
-    synthetic model), in fp's kernel variants (each label names them)."""
+    synthetic model), in fp's kernel variants (each label names them). With sliding-window layers
+    the long prompt runs past the smallest window, unless past_window is False (verify --quick)."""
     from oracles.foundation import OracleCase
 
     rng = np.random.default_rng(seed)
@@ -141,7 +142,7 @@ def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0):
         prompts = [rng.integers(0, fp.cfg.n_vocab, n).tolist() for n in (5, 17, 33, 41)]
     longest = max(prompts, key=len)
     windows = [w for w in fp.cfg.layer_window if w]
-    if windows:  # sliding-window layers: the long prompt runs past the smallest window
+    if windows and past_window:  # sliding-window layers: the long prompt runs past the smallest window
         body = [t for p in prompts for t in p[1:]] or [1]
         longest = longest[:1] + (body * (min(windows) // len(body) + 2))[: min(windows) + 40]
     decode = [rng.integers(0, fp.cfg.n_vocab, 4).tolist() for _ in prompts[:3]]

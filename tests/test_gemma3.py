@@ -67,3 +67,21 @@ def test_emu_greedy_tokens_equal_reference(gemma, ref):
     llm = LLM(gemma, backend="emu", num_blocks=8)
     got = llm.generate([GREEDY["prompt_ids"]], SamplingParams(max_tokens=8, ignore_eos=True))[0].token_ids
     assert got == want
+
+
+@pytest.mark.slow
+def test_verify_quick_on_the_emulator_passes(gemma3_path):
+    """`sharpinf verify gemma3-270m --backend emu --quick`: every oracle on the real model (short
+    prompts; the full run adds a 553-token prompt past the 512-key window, ~10 min here)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "sharpinf", "verify", str(gemma3_path), "--backend", "emu", "--quick",
+                           "--json"], capture_output=True, text=True, timeout=1800)
+    results = json.loads(proc.stdout)
+    assert proc.returncode == 0 and all(r["passed"] for r in results), [r for r in results if not r["passed"]]
+    oracles = {r["oracle"] for r in results if "gemma-3" in r["case"] or "kernels" in r["case"]}
+    assert oracles >= {"reference-vs-naive", "incremental-vs-full", "tokenizer-roundtrip", "kernel-vs-reference",
+                       "packed-vs-sequential", "chunked-vs-whole", "batched-decode-vs-single-user", "placement",
+                       "graph-vs-eager"}
