@@ -87,24 +87,27 @@ def test_metrics_are_reported(llm):
     assert outs[0].metrics["ttft_s"] > 0 and outs[0].metrics["mean_itl_s"] is not None
 
 
+class _Tok:
+    eot_ids = ()
+
+    def decode(self, ids):
+        return ""
+
+
+def seq(tokens):
+    """A bare engine Sequence of `tokens` (one token to generate), for block-manager tests."""
+    from sharpinf.engine.sequence import Sequence
+    from sharpinf.textgen import StopChecker
+
+    p = SamplingParams(max_tokens=1)
+    return Sequence("r", tokens, p, 0, StopChecker(p, _Tok(), 100))
+
+
 def test_slide_then_release_frees_each_block_once():
     """BlockManager.slide (every layer windowed) frees the leading blocks before the next query's
     window, leaving SLID in the table; release (finish or preemption) skips them; a block shared
     through the prefix cache stays held by its other owner."""
     from sharpinf.engine.block_manager import SLID
-    from sharpinf.engine.sequence import Sequence
-    from sharpinf.textgen import StopChecker
-
-    class Tok:
-        eot_ids = ()
-
-        def decode(self, ids):
-            return ""
-
-    def seq(tokens):
-        p = SamplingParams(max_tokens=1)
-        return Sequence("r", tokens, p, 0, StopChecker(p, Tok(), 100))
-
     bm = BlockManager(num_blocks=12, block_size=4, window=6)
     a, b = seq(list(range(3, 23))), seq(list(range(3, 23)))
     assert bm.admit(a, 20)
@@ -131,19 +134,6 @@ def test_slide_then_release_frees_each_block_once():
 
 def test_prefix_cache_serves_shared_blocks_and_keeps_last_token_computed():
     bm = BlockManager(num_blocks=8, block_size=4)
-    from sharpinf.engine.sequence import Sequence
-    from sharpinf.textgen import StopChecker
-
-    class Tok:
-        eot_ids = ()
-
-        def decode(self, ids):
-            return ""
-
-    def seq(tokens):
-        p = SamplingParams(max_tokens=1)
-        return Sequence("r", tokens, p, 0, StopChecker(p, Tok(), 100))
-
     a = seq(list(range(8)))
     assert bm.admit(a, 8)
     a.num_computed = 8

@@ -142,6 +142,16 @@ def test_gemma3_config_as_llama_cpp_reads_it(tmp_path):
     assert load_model(write_synthetic_model(tmp_path / "l.gguf", "gemma3", "Q8_0")).config.all_layers_windowed
 
 
+def test_gemma3_corrupt_block_count_fails_fast(tmp_path):
+    """A block_count of 2**31 - 1: one line about the first missing layer, not 2**31 per-layer windows
+    first (17 GB of tuple: a MemoryError, or minutes)."""
+    from sharpinf.errors import ModelError
+
+    p = write_synthetic_model(tmp_path / "c.gguf", "gemma3", "Q8_0", **{"gemma3.block_count": 2**31 - 1})
+    with pytest.raises(ModelError, match="missing tensor 'blk.2."):
+        load_model(p)
+
+
 def test_unsupported_rope_scaling_is_one_line(tmp_path):
     """Linear scaling as llama.cpp reads it (the type defaults to linear; rope.scale_linear is the old
     key); yarn and the rest are refused in one line rather than run with the wrong angles."""

@@ -61,14 +61,16 @@ def test_synth_vocab_shape():
     assert len(synthetic_tokenizer_metadata(n_vocab=3000)["tokenizer.ggml.tokens"]) == 3000
 
 
-def test_synth_vocab_deterministic_across_processes():
+@pytest.mark.parametrize("maker", ["synthetic_tokenizer_metadata", "synthetic_spm_tokenizer_metadata"])
+def test_synth_vocab_deterministic_across_processes(maker):
     code = (
-        "import json,hashlib;from sharpinf.model.synth_vocab import synthetic_tokenizer_metadata as s;"
+        f"import json,hashlib;from sharpinf.model.synth_vocab import {maker} as s;"
         "print(hashlib.sha256(json.dumps(s(700, 5)).encode()).hexdigest())"
     )
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)}
     assert len(runs) == 1
-    assert synthetic_tokenizer_metadata(700, 5) != synthetic_tokenizer_metadata(700, 6)
+    if maker == "synthetic_tokenizer_metadata":
+        assert synthetic_tokenizer_metadata(700, 5) != synthetic_tokenizer_metadata(700, 6)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -407,15 +409,6 @@ def test_spm_synth_vocab_shape():
         assert len(set(synthetic_spm_tokenizer_metadata(n_vocab=n)["tokenizer.ggml.tokens"])) == n
     with pytest.raises(ValueError, match="at least 266"):
         synthetic_spm_tokenizer_metadata(n_vocab=265)
-
-
-def test_spm_synth_vocab_deterministic_across_processes():
-    code = (
-        "import json,hashlib;from sharpinf.model.synth_vocab import synthetic_spm_tokenizer_metadata as s;"
-        "print(hashlib.sha256(json.dumps(s(700, 5)).encode()).hexdigest())"
-    )
-    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)}
-    assert len(runs) == 1
 
 
 def test_spm_synth_tokenizer(spm_synth):

@@ -163,11 +163,12 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
     else:
         raise ModelError(path, f"missing metadata key '{arch}.vocab_size' (and no tokenizer.ggml.tokens)")
     head_dim = key("attention.key_length", int, n_embd // n_head)
+    n_layer = key("block_count", int)
     config = ModelConfig(
         arch=arch,
         n_vocab=n_vocab,
         n_embd=n_embd,
-        n_layer=key("block_count", int),
+        n_layer=n_layer,
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim=head_dim,
@@ -180,7 +181,8 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         has_qk_norm="blk.0.attn_q_norm.weight" in tensors,
         tied_output="output.weight" not in tensors,
         rope_freq_scale=_rope_freq_scale(path, meta, arch),
-        **(_gemma3_fields(path, meta, arch, n_embd, n_head, head_dim) if arch == "gemma3" else {}),
+        **(_gemma3_fields(path, meta, arch, n_layer, len(tensors), n_embd, n_head, head_dim)
+           if arch == "gemma3" else {}),
     )
     for field in ("n_vocab", "n_embd", "n_layer", "head_dim", "n_ff", "context_length"):
         if getattr(config, field) <= 0:
@@ -207,16 +209,18 @@ GEMMA3_SWA_PERIOD = 6  # llama.cpp hard-codes it: layer i is global when i % 6 =
 GEMMA3_LOCAL_ROPE_BASE = 10000.0  # and the windowed layers' RoPE base (no GGUF key either)
 
 
-def _gemma3_fields(path: Path, meta: dict[str, Any], arch: str, n_embd: int, n_head: int,
-                   head_dim: int) -> dict[str, Any]:
+def _gemma3_fields(path: Path, meta: dict[str, Any], arch: str, n_layer: int, n_tensors: int, n_embd: int,
+                   n_head: int, head_dim: int) -> dict[str, Any]:
     """What llama.cpp's gemma3 graph adds (src/llama-model.cpp, src/models/gemma3*.cpp): windows on
     5 layers of every 6 when the GGUF declares one, GeGLU, sandwich norms, sqrt(n_embd) embeddings,
     1/sqrt(head_dim) attention (27B: 1/sqrt(n_embd / n_head)), an optional final softcap."""
-    n_layer = _get(path, meta, f"{arch}.block_count", int)
     window = _get(path, meta, f"{arch}.attention.sliding_window", int, 0)
     if window < 0:
         raise ModelError(path, f"bad metadata: attention.sliding_window = {window}")
-    windows = tuple(window if i % GEMMA3_SWA_PERIOD < GEMMA3_SWA_PERIOD - 1 else 0 for i in range(max(0, n_layer)))
+    # at most one window per tensor: a corrupt block_count of 2**31 then fails at the first missing
+    # layer (_validate_shapes) without building 2**31 windows first
+    windows = tuple(window if i % GEMMA3_SWA_PERIOD < GEMMA3_SWA_PERIOD - 1 else 0
+                    for i in range(max(0, min(n_layer, n_tensors))))
     scale = 1.0 / math.sqrt(n_embd // n_head if n_layer == 62 else head_dim)  # llama.cpp: 62 layers = 27B
     return dict(
         layer_window=windows if window else (),
