@@ -134,6 +134,7 @@ __device__ __forceinline__ void attention_split_impl(
                 lp += p;
             }
             lp = warp_reduce_sum(lp);
+            __syncwarp();  // every lane has read m_s[h] above before lane 0 replaces it (shuffles order no memory)
             if (lane == 0) {
                 const float f = expf(m_s[h] - m_new);  // 0 on the first partition (m = -inf)
                 f_s[h] = f;

@@ -44,7 +44,7 @@ from sharpinf.model.synth import synthetic_model
 from sharpinf.ops.matmul import matmul, matmul_reference
 from sharpinf.ops.matmul_dp4a import group_lanes, matmul_dp4a, matmul_dp4a_reference
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1, quantize_q8_1_reference
-from sharpinf.ops.variants import VARIANTS
+from sharpinf.ops.variants import variant_names
 from sharpinf.runtime.paths import kernels_dir
 from sharpinf.runtime.select import get_backend
 
@@ -61,7 +61,7 @@ def header(name):
     lines = (kernels_dir() / name).read_text().splitlines()
     return "\\n".join(l for l in lines[: next(i for i, l in enumerate(lines) if not l.startswith("//"))])
 
-print(VARIANTS)
+print(variant_names())
 """),
     md("""
 ## The simple kernel

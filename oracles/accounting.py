@@ -1,10 +1,18 @@
 """The accounting oracle: the engine does each piece of work once and gives everything back.
 
-`ledger(engine)` records, from now on, every (request, position) whose K/V a step computes.
+`ledger(engine)` records, from now on, every (request, position) whose K/V a step computes --
+read from the Batch the forward pass is actually given (its cu_seqlens and positions; padding is
+added inside the forward pass, never in the Batch), not from what the scheduler's chunks claim,
+so a step that feeds extra tokens, or starts a chunk before num_computed, is seen. Each fed token
+id is checked against the sequence's token at that position too.
 `check_accounting(engine, ledger, seqs)` then asserts, once the engine is idle:
+  fed       every batch sequence is a scheduled chunk's, every fed id is its sequence's token there,
+            and no position lies outside its sequence's tokens;
   once      a position is computed exactly once -- or never, when the prefix cache served it --
             unless its sequence was preempted (then at most once per admission);
   complete  every position a finished request fed (all but its last sampled token) has K/V;
+  total     a request never preempted computed exactly prompt + generated - 1 - cached tokens, and
+            the whole run the sum of those (so no work is attributed to nobody);
   blocks    every block is free again and every reference count is back to 0;
   metrics   finished, rejected, generated and prompt token counts agree with the outcomes.
 """
@@ -14,39 +22,96 @@ from __future__ import annotations
 from collections import Counter
 
 
-def ledger(engine) -> Counter:
-    counts: Counter = Counter()
-    run = engine.runner.run
+class Ledger(Counter):
+    """(request id, position) -> times computed, plus what did not add up as it was recorded."""
+
+    def __init__(self):
+        super().__init__()
+        self.problems: list[str] = []
+        self.tokens = 0  # every token the forward pass was given
+
+
+class _RecordingForward:
+    """Stands in for the model runner's ForwardPass: records each Batch, then runs it."""
+
+    def __init__(self, fp, counts: Ledger):
+        self._fp, self._counts, self.chunks = fp, counts, []
+
+    def __getattr__(self, name):
+        return getattr(self._fp, name)
+
+    def forward(self, batch, *args, **kwargs):
+        record(self._counts, self.chunks, batch)
+        return self._fp.forward(batch, *args, **kwargs)
+
+
+def record(counts: Ledger, chunks, batch) -> None:
+    """Count batch sequence s's positions for chunks[s]'s request (the runner packs in chunk order)."""
+    cu, pos, ids = batch.cu_seqlens, batch.positions, batch.token_ids
+    counts.tokens += batch.n_tokens
+    if batch.n_seqs != len(chunks):
+        counts.problems.append(f"a batch of {batch.n_seqs} sequences for {len(chunks)} scheduled chunks")
+    for s, c in enumerate(chunks[: batch.n_seqs]):
+        seq, p, t = c.seq, pos[cu[s] : cu[s + 1]].tolist(), ids[cu[s] : cu[s + 1]].tolist()
+        for q in p:
+            counts[(seq.request_id, q)] += 1
+        if t != [seq.tokens[q] if 0 <= q < len(seq.tokens) else None for q in p]:
+            counts.problems.append(f"{seq.request_id}: fed ids {t} at positions {p} are not its tokens there "
+                                   f"({len(seq.tokens)} tokens)")
+
+
+def ledger(engine) -> Ledger:
+    """Record every step of `engine` from now on: its model runner's ForwardPass is wrapped (the
+    engine's own `fp`, which the oracles copy for lone runs, is left as it is)."""
+    counts = Ledger()
+    runner = engine.runner
+    rec = _RecordingForward(runner.fp, counts)
+    run = runner.run
 
     def recording(chunks):
-        for c in chunks:
-            rid, start = c.seq.request_id, c.seq.num_computed
-            for p in range(start, start + c.n_tokens):
-                counts[(rid, p)] += 1
+        rec.chunks = list(chunks)  # batch sequence s is chunk s
         return run(chunks)
 
-    engine.runner.run = recording
+    runner.fp, runner.run = rec, recording
     return counts
+
+
+def _per_request(rid: str, seq, counts: Counter, total: int, problems: list[str]) -> None:
+    cached = seq.metrics.cached_prompt_tokens
+    pre = seq.metrics.preemptions
+    fed = len(seq.tokens) - (1 if seq.output_ids else 0)  # the last sampled token is never fed
+    finished_normally = seq.finish_reason in ("stop", "length", "context")
+    for p in range(len(seq.tokens)):
+        n = counts.get((rid, p), 0)
+        if n > pre + 1:
+            problems.append(f"{rid}: position {p} computed {n} times with {pre} preemptions")
+        elif pre == 0 and p < cached and n:
+            problems.append(f"{rid}: position {p} computed though the prefix cache served it")
+        elif pre == 0 and p >= cached and p < fed and finished_normally and n != 1:
+            problems.append(f"{rid}: position {p} computed {n} times")
+        elif finished_normally and p < fed and n == 0 and p >= cached:
+            problems.append(f"{rid}: position {p} never computed")
+    if pre == 0 and finished_normally and total != fed - cached:
+        problems.append(f"{rid}: {total} tokens computed for {len(seq.prompt_ids)} prompt + {len(seq.output_ids)} "
+                        f"generated - 1 - {cached} cached = {fed - cached}")
 
 
 def check_accounting(engine, counts: Counter, seqs: dict, rejected_at_submit: int = 0) -> list[str]:
     """seqs: request id -> its Sequence (as the engine had it), for every request queued."""
-    problems = []
+    problems = list(getattr(counts, "problems", []))
+    totals: Counter = Counter()
+    for (rid, _), n in counts.items():
+        totals[rid] += n
     for rid, seq in seqs.items():
-        cached = seq.metrics.cached_prompt_tokens
-        pre = seq.metrics.preemptions
-        fed = len(seq.tokens) - (1 if seq.output_ids else 0)  # the last sampled token is never fed
-        finished_normally = seq.finish_reason in ("stop", "length", "context")
-        for p in range(len(seq.tokens)):
-            n = counts.get((rid, p), 0)
-            if n > pre + 1:
-                problems.append(f"{rid}: position {p} computed {n} times with {pre} preemptions")
-            elif pre == 0 and p < cached and n:
-                problems.append(f"{rid}: position {p} computed though the prefix cache served it")
-            elif pre == 0 and p >= cached and p < fed and finished_normally and n != 1:
-                problems.append(f"{rid}: position {p} computed {n} times")
-            elif finished_normally and p < fed and n == 0 and p >= cached:
-                problems.append(f"{rid}: position {p} never computed")
+        _per_request(rid, seq, counts, totals[rid], problems)
+    strays = sorted(k for k in counts if k[0] not in seqs or not 0 <= k[1] < len(seqs[k[0]].tokens))
+    if strays:
+        problems.append(f"positions computed outside every request's tokens: {strays[:5]}")
+    if all(s.metrics.preemptions == 0 and s.finish_reason in ("stop", "length", "context") for s in seqs.values()):
+        want = sum(len(s.tokens) - (1 if s.output_ids else 0) - s.metrics.cached_prompt_tokens for s in seqs.values())
+        if sum(counts.values()) != want or getattr(counts, "tokens", want) != want:
+            problems.append(f"run: {sum(counts.values())} positions recorded, {getattr(counts, 'tokens', '?')} tokens "
+                            f"given to the forward pass, for {want} prompt + generated - 1 - cached over requests")
     b = engine.blocks
     if b.num_free != b.num_blocks or any(b.ref):
         problems.append(f"blocks: {b.num_free}/{b.num_blocks} free, {sum(1 for r in b.ref if r)} still referenced")

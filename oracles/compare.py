@@ -30,13 +30,30 @@ def top5_overlap(a: np.ndarray, b: np.ndarray) -> int:
     return min(len(set(x) & set(y)) for x, y in zip(ta.reshape(-1, 5).tolist(), tb.reshape(-1, 5).tolist()))
 
 
+def nonfinite(got: np.ndarray, want: np.ndarray, got_name: str = "got", want_name: str = "reference") -> str:
+    """'' when both are finite everywhere, else which side holds how many non-finite logits and where the
+    first is (row = token, column = vocabulary id). A logit is never NaN or infinite on a correct path,
+    so NaN on both sides is a failure too (two all-NaN arrays are bit-identical)."""
+    parts = []
+    for name, a in ((got_name, got), (want_name, want)):
+        bad = ~np.isfinite(a)
+        if bad.any():
+            row, col = (int(i) for i in np.argwhere(np.atleast_2d(bad))[0])
+            kinds = "NaN" if np.isnan(a).all() else "non-finite"
+            parts.append(f"{int(bad.sum())} {kinds} logit(s) in {name}, first at token {row}, id {col}")
+    if parts and np.isfinite(want).all():
+        parts[0] += f" where {want_name} is finite"
+    return "; ".join(parts)
+
+
 def compare_logits(oracle: str, case: str, got: np.ndarray, want: np.ndarray, tol: Tolerance) -> OracleResult:
     """got/want: [T, vocab]."""
     got, want = np.atleast_2d(got), np.atleast_2d(want)
     if got.shape != want.shape:
         return OracleResult(oracle, case, None, None, None, False, f"shape {got.shape} != {want.shape}")
-    if not np.isfinite(got).all():
-        return OracleResult(oracle, case, None, None, None, False, "non-finite logits")
+    bad = nonfinite(got, want)
+    if bad:
+        return OracleResult(oracle, case, None, None, None, False, bad)
     dmax = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
     overlap = top5_overlap(got, want)
     flips = np.flatnonzero(np.argmax(got, axis=-1) != np.argmax(want, axis=-1))
@@ -53,7 +70,12 @@ def compare_logits(oracle: str, case: str, got: np.ndarray, want: np.ndarray, to
 
 
 def exact(oracle: str, case: str, got: np.ndarray, want: np.ndarray) -> OracleResult:
-    """Bit-identical or fail."""
-    same = got.shape == want.shape and np.array_equal(got.view(np.uint32), want.view(np.uint32))
-    dmax = float(np.max(np.abs(got - want))) if got.shape == want.shape else None
+    """Bit-identical and finite, or fail (the cross-path oracles: both sides are the kernel path)."""
+    if got.shape != want.shape:
+        return OracleResult(oracle, case, None, None, None, False, f"shape {got.shape} != {want.shape}")
+    bad = nonfinite(got, want, "one path", "the other")
+    if bad:
+        return OracleResult(oracle, case, None, None, None, False, bad)
+    same = np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    dmax = float(np.max(np.abs(got.astype(np.float64) - want)))
     return OracleResult(oracle, case, dmax, None, None, same, "" if same else "not bit-identical")

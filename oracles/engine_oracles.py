@@ -38,7 +38,10 @@ def run_alone(fp: ForwardPass, tokenizer, prompt: list[int], params: SamplingPar
     stop = StopChecker(params, tokenizer, context_left=fp.cfg.context_length - len(prompt))
     logits = run.step([(sid, list(prompt))])[0][-1]
     tokens, gaps = [], []
-    while True:
+    for _ in range(n_max):  # the stop rules end it by max_tokens or the context: never loop past that
+        if not np.isfinite(logits).all():  # argmax of NaN is 0 on both sides: it must not agree its way through
+            raise AssertionError(f"non-finite logits alone at generated token {len(tokens)} "
+                                 f"({int((~np.isfinite(logits)).sum())} of {logits.size})")
         top2 = np.sort(logits)[-2:]
         gaps.append(float(top2[1] - top2[0]))
         tok = int(np.argmax(logits))
@@ -46,6 +49,7 @@ def run_alone(fp: ForwardPass, tokenizer, prompt: list[int], params: SamplingPar
         if stop.add(tok):
             return LoneRun(tokens, gaps)
         logits = run.step([(sid, [tok])])[0][-1]
+    raise AssertionError(f"run_alone: {n_max} tokens and the stop rules never ended the request")
 
 
 def agrees(got: list[int], lone: LoneRun) -> tuple[bool, str]:
@@ -72,7 +76,11 @@ def check_against_alone(name: str, case: str, llm, prompts, params, results, lon
             continue
         key = (tuple(p), sp)
         if key not in lone_cache:
-            lone_cache[key] = run_alone(fp, tok, list(p), sp, llm.engine.config.block_size)
+            try:
+                lone_cache[key] = run_alone(fp, tok, list(p), sp, llm.engine.config.block_size)
+            except AssertionError as exc:
+                bad.append(f"request {i}: {exc}")
+                continue
         ok, note = agrees(r.token_ids, lone_cache[key])
         if not ok:
             bad.append(f"request {i}: {note}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oracles.compare import OracleResult
+from oracles.compare import OracleResult, nonfinite
 from oracles.paged_runner import PagedRunner
 from sharpinf.forward import ForwardPass
 from sharpinf.kv_pool import KVPool
@@ -97,6 +97,9 @@ def oracle_graph_vs_eager(fp: ForwardPass, sched: Schedule, kv_dtype: str = "f16
     for i, st in enumerate(sched.steps):
         le, se = e.step(st)
         lg, sg = g.step(st)
+        bad = nonfinite(lg, le, "graphs", "eager")
+        if bad:
+            return OracleResult("graph-vs-eager", case, None, None, None, False, f"step {i}: {bad}")
         if not np.array_equal(le.view(np.uint32), lg.view(np.uint32)):
             d = float(np.max(np.abs(le.astype(np.float64) - lg)))
             return OracleResult("graph-vs-eager", case, d, None, None, False, f"step {i}: logits differ (max {d:.2e})")

@@ -125,13 +125,12 @@ def oracle_placement(fp, tokens, kv_dtype="f16", block_size=16, seed=0) -> Oracl
     return exact("placement", f"{len(tokens)} tokens, shuffled blocks, KV {kv_dtype}", a, b)
 
 
-def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0, past_window: bool = True):
-    """The five oracles and graph-vs-eager on a short prompt set for `sharpinf verify` (real or
-    synthetic model), in fp's kernel variants (each label names them). With sliding-window layers
-    the long prompt runs past the smallest window, unless past_window is False (verify --quick)."""
-    from oracles.foundation import OracleCase
-
-    rng = np.random.default_rng(seed)
+def verify_prompts(cfg, tokenizer=None, rng: np.random.Generator | None = None,
+                   past_window: bool = True) -> tuple[list[list[int]], list[int]]:
+    """The prompts of verify's oracles (text through the tokenizer, else seeded ids) and the long
+    one kernel-vs-reference runs (oracles/trace.py traces it too). With sliding-window layers the
+    long prompt runs past the smallest window, unless past_window is False (verify --quick)."""
+    rng = np.random.default_rng(0) if rng is None else rng
     if tokenizer is not None:
         texts = ["The capital of France is", "def fibonacci(n):\n    if n < 2:\n        return n",
                  "Once upon a time, in a small village by the sea, there lived an old fisherman who"]
@@ -139,12 +138,23 @@ def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0, past_windo
         if tokenizer.chat_template:  # a base model (Gemma 3 270M) has none
             prompts.append(tokenizer.apply_chat([{"role": "user", "content": "Name three primary colours."}]))
     else:
-        prompts = [rng.integers(0, fp.cfg.n_vocab, n).tolist() for n in (5, 17, 33, 41)]
+        prompts = [rng.integers(0, cfg.n_vocab, n).tolist() for n in (5, 17, 33, 41)]
     longest = max(prompts, key=len)
-    windows = [w for w in fp.cfg.layer_window if w]
+    windows = [w for w in cfg.layer_window if w]
     if windows and past_window:  # sliding-window layers: the long prompt runs past the smallest window
         body = [t for p in prompts for t in p[1:]] or [1]
         longest = longest[:1] + (body * (min(windows) // len(body) + 2))[: min(windows) + 40]
+    return prompts, longest
+
+
+def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0, past_window: bool = True):
+    """The five oracles and graph-vs-eager on a short prompt set for `sharpinf verify` (real or
+    synthetic model), in fp's kernel variants (each label names them). With sliding-window layers
+    the long prompt runs past the smallest window, unless past_window is False (verify --quick)."""
+    from oracles.foundation import OracleCase
+
+    rng = np.random.default_rng(seed)
+    prompts, longest = verify_prompts(fp.cfg, tokenizer, rng, past_window)
     decode = [rng.integers(0, fp.cfg.n_vocab, 4).tolist() for _ in prompts[:3]]
     cases = []
     for kv in kv_dtypes:

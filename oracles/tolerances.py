@@ -82,3 +82,50 @@ def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0, act_quant: str 
         acts += ", attention operands in f16"
     return Tolerance(bound * max(1.0, logit_scale), 4, True,
                      f"float32 kernels vs float32 reference, both rounding KV to {kv_dtype}{acts}")
+
+
+# -- the op-by-op trace (oracles/trace.py) -------------------------------------------------------------
+# Each op is fed the kernel path's own input and compared with the reference's formula in float64, so
+# what is left is one op's float32 rounding, never an error carried over from earlier layers: the bounds
+# are a few hundred times tighter than a logit bound and a bug in one op stands out by orders of
+# magnitude. Measured (emulator, worst over every layer): 2-layer synthetic llama/qwen2/qwen3 and 6-layer
+# gemma3 (8-key window) x all 11 weight types x kernels simple/fast/tensor x KV f16/q8_0, 20 and 70
+# tokens (540 traces, none out of bound); KV bf16/f32 and 300 tokens for llama/qwen3/gemma3 in Q8_0/Q4_K.
+# Not yet measured on real weights (SmolLM2, Gemma 3) nor on a GPU. Bugs planted in tests/test_trace.py
+# show errors of 4e-3 to 2 in these units (0.47 q8_1 steps past half a step).
+@dataclass(frozen=True)
+class TraceBound:
+    bound: float
+    metric: str  # the unit the error is measured in
+    why: str
+
+
+ROW = "of the row's max |ref|"
+STEPS = "q8_1 steps past half a step"
+TRACE_BOUNDS: dict[str, TraceBound] = {
+    "embedding": TraceBound(1e-6, ROW, "the table's rows dequantized in float32; measured 5.5e-8"),
+    "norm": TraceBound(1e-5, ROW, "a sum of squares in another order and a rsqrt: a few ulps; measured 2.1e-7 "
+                       "(an off-by-one in the mean of n values is 1/(2n), 1.2e-4 at n = 4096)"),
+    "norm_q8": TraceBound(1e-3, STEPS, "each value lies within half a step (its block's amax/127) of the float norm "
+                          "wherever a rounding edge falls, plus x * (1/d)'s rounding at up to 127 steps; measured 1.1e-5"),
+    "matmul": TraceBound(2e-5, "of sum|x w|", "float32 sums of n products err by ~sqrt(n) ulps of sum_i |x_i w_i| "
+                         "(q8_1 inputs: integer dots, exact, then a float sum per 32-value block); measured 2.5e-7 "
+                         "at n <= 1024, ~1e-6 expected at n = 12288"),
+    "rope": TraceBound(1e-5, ROW, "angles reduced in double, sincosf in float: a few ulps; measured 2.8e-7"),
+    "kv_append": TraceBound(0.0, ROW, "the cache holds the kernel's own rotated K and V in its dtype, by the rule "
+                            "ops/kv_cache.encode_kv mirrors: bit for bit; measured 0"),
+    "attention": TraceBound(3e-5, "of max|V|", "float32 softmax and weighted sums over the keys; measured 1.7e-6 "
+                            "(300 keys), growing ~sqrt(keys)"),
+    "attention_flash": TraceBound(FLASH_ATTENTION_VS_REFERENCE, "of max|V|",
+                                  "Q, K and V rounded to f16 as the kernel does (the reference takes them so); "
+                                  "what is left is P's f16 rounding, at most 2^-11 of max|V|; measured 1.8e-4"),
+    "q8_copy": TraceBound(1e-3, STEPS, "the kernel path's own float rows rounded to q8_1: within half a step; "
+                          "measured 3.9e-6"),
+    "gate_up": TraceBound(5e-5, ROW, "two matmuls and act(g) * u in float32; measured 7.0e-7"),
+    "residual": TraceBound(1e-6, ROW, "x + y rounds once (half an ulp of the sum), gemma3's post-norm a few ulps "
+                           "more; measured 1.4e-7"),
+}
+
+
+def trace_bound(kind: str) -> TraceBound:
+    return TRACE_BOUNDS[kind]

@@ -20,3 +20,8 @@ class BackendError(SharpinfError):
 
 class RequestError(SharpinfError):
     """A request the engine rejects: empty or over-long prompt, bad sampling parameters."""
+
+
+class EngineStuck(SharpinfError):
+    """The engine stopped making progress with requests pending (a bug): raised instead of looping
+    forever, naming the stuck requests and where each stands."""

@@ -45,7 +45,7 @@ from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel
 from sharpinf.ops.embedding import embed
 from sharpinf.ops.sampling import history_words, sample_rows, seen_update
-from sharpinf.ops.variants import KernelChoice, resolve_kernels
+from sharpinf.ops.variants import KernelChoice, check_dispatched, resolve_kernels
 from sharpinf.progress import note, progress_bar
 from sharpinf.runtime.backend import Backend
 from sharpinf.step_buffers import SamplingRows, StepCapacity, StepDescriptor, Workspace
@@ -102,7 +102,7 @@ class ForwardPass:
     def __post_init__(self):
         be = self.backend
         self.cfg = self.model.config
-        self.choice: KernelChoice = resolve_kernels(self.kernels, self.cfg, be)
+        self.choice: KernelChoice = resolve_kernels(self.kernels, self.cfg, be, self.model)
         w = upload_weights(be, self.model)
         self.token_embd, self.output, self.output_norm, self.layers = w.token_embd, w.output, w.output_norm, w.layers
         self.frozen = False
@@ -110,9 +110,10 @@ class ForwardPass:
         self._pool_ref: Any = None
         self._desc: StepDescriptor | None = None
         self._resize(self.capacity)
+        used = self._check_dispatch()
         self.compile_report: dict | None = None
         if self.compile_ahead:
-            self.compile_kernels(self.kv_dtype)
+            self.compile_kernels(self.kv_dtype, used)
 
     # -- buffers ------------------------------------------------------------------------------
     def _resize(self, cap: StepCapacity) -> None:
@@ -194,10 +195,19 @@ class ForwardPass:
         other = copy.copy(self)
         other.frozen, other.use_graphs = False, True
         if kernels is not None:
-            other.kernels, other.choice = kernels, resolve_kernels(kernels, self.cfg, self.backend)
+            other.kernels, other.choice = kernels, resolve_kernels(kernels, self.cfg, self.backend, self.model)
         other._plans, other._desc, other.seen_bits = PlanCache(self.backend), None, None
         other._resize(capacity)
+        if kernels is not None:
+            other._check_dispatch()
         return other
+
+    def _check_dispatch(self) -> list[tuple[str, str]]:
+        """A chosen variant's launches come from its own kernels (ops/variants.py, check_dispatched);
+        returns kernels_used, which the check reads."""
+        used = self.kernels_used(self.kv_dtype)
+        check_dispatched(self.choice, {f for f, _ in used})
+        return used
 
     def freeze(self) -> None:
         """No more growth: graphs and plans may hold every buffer's address from now on."""
@@ -223,11 +233,8 @@ class ForwardPass:
         flush a long penalised prompt needs, so it never compiles mid-serving). Kernels that
         depend on the step's size (mma: a whole tile of tokens) are collected at that size too."""
         body, head = self._launch_names(kv_dtype)
-        if self.choice.matmul == "mma":
-            from sharpinf.ops.matmul_mma import MIN_TOKENS
-
-            big_body, big_head = self._launch_names(kv_dtype, MIN_TOKENS)
-            body, head = body + big_body, head + big_head
+        big_body, big_head = self._launch_names(kv_dtype, 16)  # and those of a whole tile of tokens (mma)
+        body, head = body + big_body, head + big_head
         return list(dict.fromkeys(body + head + [("sampling.cu", "seen_update")]))
 
     def launches_per_layer(self) -> int:
@@ -241,9 +248,9 @@ class ForwardPass:
         body, head = self._launch_names(self.kv_dtype)
         return len(body) * len(self.token_ladder) + len(head) * len(self.row_ladder)
 
-    def compile_kernels(self, kv_dtype: str) -> dict:
+    def compile_kernels(self, kv_dtype: str, wanted: list[tuple[str, str]] | None = None) -> dict:
         """Compile ahead every kernel a step needs (only those entry points; disk-cached)."""
-        wanted = self.kernels_used(kv_dtype)
+        wanted = wanted if wanted is not None else self.kernels_used(kv_dtype)
         files = list(dict.fromkeys(f for f, _ in wanted))
         t0 = time.perf_counter()
         with progress_bar("compiling kernels", len(files)) as advance:
@@ -332,10 +339,14 @@ class ForwardPass:
     # -- the launches of a step (recorded into plans) ---------------------------------------------
     def _emit_body(self, N: int, kv, d: StepDescriptor) -> None:
         """embed -> layers for N tokens (padding included) over the descriptor's device fields."""
-        embed(self.backend, self.token_embd.raw, self.token_embd.qtype, d.d["token_ids"], self.ws.x, N, self.cfg.n_embd,
-              self.cfg.embd_scale)
+        self._emit_embed(N, d)
         for li, L in enumerate(self.layers):
             self.k.layer(L, li, kv, d, N)
+
+    def _emit_embed(self, N: int, d: StepDescriptor) -> None:
+        """ws.x = the embedding rows of the step's tokens (oracles/trace.py runs it alone)."""
+        embed(self.backend, self.token_embd.raw, self.token_embd.qtype, d.d["token_ids"], self.ws.x, N, self.cfg.n_embd,
+              self.cfg.embd_scale)
 
     def _emit_head(self, R: int, samples: bool, d: StepDescriptor) -> None:
         """The R logits rows: gather -> final norm -> LM head (-> sampling)."""

@@ -22,7 +22,8 @@ from collections.abc import Iterator, Sequence as Seq
 import numpy as np
 
 from sharpinf.engine.llm_engine import LLMEngine, Prompt, RequestOutput
-from sharpinf.errors import RequestError, SharpinfError
+from sharpinf.engine.watchdog import describe
+from sharpinf.errors import EngineStuck, RequestError, SharpinfError
 from sharpinf.sampling import SamplingParams
 from sharpinf.textgen import GenerationResult
 
@@ -63,12 +64,26 @@ class LLM:
             self._outbox[rid] = deque()
             return rid
 
-    def _step(self) -> None:
-        """One engine step (the caller holds the lock); deltas go to their requests' boxes."""
+    def _step(self, awaited) -> None:
+        """One engine step for the caller awaiting request ids `awaited` (it holds the lock); deltas
+        go to their requests' boxes. The engine raises EngineStuck rather than stall; should it go
+        idle with an awaited request unfinished, that is said here too, never waited on forever."""
         for o in self.engine.step():
             box = self._outbox.get(o.request_id)
             if box is not None:
                 box.append(o)
+        if not self.engine.has_unfinished():
+            left = [self.engine.requests[r] for r in sorted(awaited) if not self.engine.requests[r].is_finished]
+            if left:
+                raise EngineStuck(f"engine stuck: the engine has nothing left to run but {len(left)} awaited "
+                                  f"request(s) never finished: {describe(left)} (a bug)")
+
+    def _drop(self, rids) -> None:
+        """A caller gave up (an error, an interrupt): its requests end and their blocks come back."""
+        with self._lock:
+            for rid in rids:
+                self.engine.abort(rid)
+                self._forget(rid)
 
     def _forget(self, rid: str):
         with self._lock:
@@ -92,13 +107,17 @@ class LLM:
                 ids = [int(t) for t in prompt] if _ids_list(prompt) else []
                 results[i] = GenerationResult(ids, [], "", "rejected", error=str(exc))
         pending = set(rid_to_index)
-        while pending:
-            with self._lock:
-                pending = {r for r in pending if not self.engine.requests[r].is_finished}
-                if pending:
-                    self._step()
-            if pending and on_step is not None:
-                on_step(self.engine)
+        try:
+            while pending:
+                with self._lock:
+                    pending = {r for r in pending if not self.engine.requests[r].is_finished}
+                    if pending:
+                        self._step(pending)
+                if pending and on_step is not None:
+                    on_step(self.engine)
+        except BaseException:
+            self._drop(rid_to_index)
+            raise
         for rid, i in rid_to_index.items():
             seq = self._forget(rid)
             results[i] = GenerationResult(list(seq.prompt_ids), list(seq.output_ids), seq.stop.text,
@@ -118,7 +137,7 @@ class LLM:
                     box = self._outbox[rid]
                     finished = self.engine.requests[rid].is_finished
                     if not box and not finished:
-                        self._step()
+                        self._step((rid,))
                         finished = self.engine.requests[rid].is_finished
                     outs = list(box)
                     box.clear()

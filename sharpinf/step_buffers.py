@@ -102,7 +102,7 @@ class Workspace:
                 self.proj = be.empty((T, cfg.n_embd), F32)
         else:  # the float matmuls' input and output (the residual add is its own kernel)
             self.h, self.proj = be.empty((T, cfg.n_embd), F32), be.empty((T, cfg.n_embd), F32)
-        if choice.attention in ("split", "flash"):  # the same scratch: partial states and merge tickets
+        if choice.of("attention").needs_scratch:  # split and flash: partial states and merge tickets
             self.split = SplitScratch.alloc(be, T, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
 
     @property
@@ -188,8 +188,10 @@ class StepDescriptor:
             h["steps"][:R] = sampling.steps
             h["seeds"][:R] = sampling.seeds
             h["slots"][:R] = sampling.slots
-            h["slots"][R:n_rows] = -1
+            h["slots"][R:n_rows] = -1  # padding rows hold no history...
             h["clear"][:R] = sampling.clear
+            for k in ("top_k", "steps", "seeds", "clear"):  # ...and carry nothing of an earlier step's rows
+                h[k][R:n_rows] = 0
             h["add_off"][: R + 1] = sampling.add_off
             h["add_off"][R + 1 : n_rows + 1] = sampling.add_off[R]
             h["add_ids"][: len(sampling.add_ids)] = sampling.add_ids

@@ -10,6 +10,8 @@
     ffn         matmul x2, silu_gate, matmul, add          gate_up_dp4a.cu, quantize_q8_1, dp4a += down
     post-norm   (gemma3) the o- and down-projections write ws.proj; rmsnorm_add.cu adds its norm to x
 
+Which kernel runs each op is looked up in the variant registry (ops/variants.py): the chosen
+Variant's launcher is called, never a name tested here, so a registered variant runs its own kernels.
 A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one. Gemma 3 takes
 each layer's window and RoPE base from the config, GeGLU in place of SwiGLU (the same kernels, another
 epilogue), and its post-norms (one launch each, the projections no longer add into x themselves). An `Act` is an
@@ -24,14 +26,9 @@ from typing import Any
 
 from sharpinf.device_weights import DeviceLayer, DeviceMatrix
 from sharpinf.model.config import ModelConfig
-from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic
-from sharpinf.ops import rope as rope_ops
-from sharpinf.ops.matmul import matmul
-from sharpinf.ops import matmul_mma as mma_ops
-from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1, rmsnorm_q8_1
-from sharpinf.ops.variants import KernelChoice
+from sharpinf.ops.variants import KernelChoice, Variant
 from sharpinf.step_buffers import Workspace
 
 
@@ -50,14 +47,15 @@ class StepKernels:
     choice: KernelChoice
     ws: Workspace
 
+    def __post_init__(self):
+        self.mm: Variant = self.choice.of("matmul")
+        self.attn: Variant = self.choice.of("attention")
+        self.rope: Variant = self.choice.of("rope_kv")
+
     @property
     def dp4a(self) -> bool:
         """The linear layers read q8_1 activations (dp4a, or mma which agrees with it bit for bit)."""
-        return self.choice.matmul in ("dp4a", "mma")
-
-    def tensor_cores(self, qtype: int, rows: int) -> bool:
-        """mma: steps of a whole token tile and quantized weights on int8 tensor cores (same bits)."""
-        return self.choice.matmul == "mma" and rows >= mma_ops.MIN_TOKENS and mma_ops.supports(qtype)
+        return self.mm.q8_activations
 
     # -- norms and linear layers --------------------------------------------------------------
     def norm(self, x, w, rows: int, out_f=None, out_q: Q8Act | None = None) -> Act:
@@ -79,16 +77,15 @@ class StepKernels:
     def linear(self, W: DeviceMatrix, a: Act, Y, rows: int, bias=None, accumulate: bool = False,
                y_stride: int | None = None, y_col: int = 0) -> None:
         """Y (=, or += with accumulate) a W^T (+ bias); Y may be a column range of a wider buffer."""
-        be = self.be
+        be, launch = self.be, self.mm.launch
         if self.dp4a:
-            fn = mma_ops.matmul_mma if self.tensor_cores(W.qtype, rows) else matmul_dp4a
-            return fn(be, W.raw, W.qtype, a.q, Y, rows, W.n_out, W.n_in, bias_dev=bias, accumulate=accumulate,
-                      y_stride=y_stride, y_col=y_col)
+            return launch(be, W.raw, W.qtype, a.q, Y, rows, W.n_out, W.n_in, bias_dev=bias, accumulate=accumulate,
+                          y_stride=y_stride, y_col=y_col)
         if not accumulate:
-            return matmul(be, W.raw, W.qtype, a.f, Y, rows, W.n_out, W.n_in, bias_dev=bias, y_stride=y_stride,
+            return launch(be, W.raw, W.qtype, a.f, Y, rows, W.n_out, W.n_in, bias_dev=bias, y_stride=y_stride,
                           y_col=y_col)
         assert bias is None and y_stride is None, "the residual adds have neither"
-        matmul(be, W.raw, W.qtype, a.f, self.ws.proj, rows, W.n_out, W.n_in)
+        launch(be, W.raw, W.qtype, a.f, self.ws.proj, rows, W.n_out, W.n_in)
         basic.add(be, Y, self.ws.proj, Y, rows * W.n_out)
 
     # -- the layer's parts ----------------------------------------------------------------------
@@ -107,8 +104,7 @@ class StepKernels:
         """(qwen3) per-head RMSNorm of Q and K, RoPE of Q and K, then K and V into the paged cache."""
         cfg = self.cfg
         theta, freq_scale = cfg.rope_for(li)
-        fn = rope_ops.rope_kv if self.choice.rope_kv == "fused" else rope_ops.rope_kv_separate
-        fn(self.be, kv.kv_dtype, self.ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, positions, slots, L.q_norm, L.k_norm,
+        self.rope.launch(self.be, kv.kv_dtype, self.ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, positions, slots, L.q_norm, L.k_norm,
            kv.k[li], kv.v[li], N, cfg.n_head, cfg.n_head_kv, cfg.head_dim, theta, cfg.rms_eps, cfg.rope_style,
            freq_scale=freq_scale)
 
@@ -118,24 +114,18 @@ class StepKernels:
         args = (be, kv.kv_dtype, ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, kv.k[li], kv.v[li], dv["block_tables"], d.width,
                 dv["cu_seqlens"], dv["positions"], ws.att, N, d.cap.seqs + 1, cfg.n_head, cfg.n_head_kv,
                 cfg.head_dim, kv.block_size, cfg.kq_scale)
-        window = cfg.window(li)
-        if self.choice.attention in ("split", "flash"):
-            fused_q8 = self.dp4a and cfg.head_dim % 32 == 0  # the merge writes the q8_1 copy itself
-            fn = attn_ops.attention_split if self.choice.attention == "split" else attn_ops.attention_flash
-            fn(*args, ws.split, ws.attq if fused_q8 else None, sliding_window=window)
-            if fused_q8:
-                return Act(f=ws.att, q=ws.attq)
-        else:
-            attn_ops.attention(*args, sliding_window=window)
+        fused_q8 = self.attn.writes_q8 and self.dp4a and cfg.head_dim % 32 == 0  # its merge writes the q8_1 copy
+        self.attn.launch(*args, getattr(ws, "split", None), ws.attq if fused_q8 else None, sliding_window=cfg.window(li))
+        if fused_q8:
+            return Act(f=ws.att, q=ws.attq)
         return self.quantized(ws.att, getattr(ws, "attq", None), N)
 
     def ffn(self, L: DeviceLayer, a: Act, x, N: int) -> None:
         """x += (act(a Wg^T) * (a Wu^T)) Wd^T (through the post-norm when the model has one)."""
         be, cfg, ws = self.be, self.cfg, self.ws
         g, u = L.w_gate, L.w_up
-        if self.dp4a and g.qtype == u.qtype:
-            fn = mma_ops.gate_up_mma if self.tensor_cores(g.qtype, N) else gate_up_dp4a
-            fn(be, g.raw, u.raw, g.qtype, a.q, ws.gate, N, cfg.n_ff, cfg.n_embd, act=cfg.ffn_act)
+        if self.mm.gate_up is not None and g.qtype == u.qtype:
+            self.mm.gate_up(be, g.raw, u.raw, g.qtype, a.q, ws.gate, N, cfg.n_ff, cfg.n_embd, act=cfg.ffn_act)
         else:  # the fused kernel's result bit for bit (its epilogue is act_gate's arithmetic)
             self.linear(g, a, ws.gate, N)
             self.linear(u, a, ws.up, N)

@@ -28,12 +28,21 @@ def cuda_unavailable_reason() -> str | None:
     return no_gpu_reason()
 
 
+# The kernel tests (one kernel against its NumPy reference) run on an emulator with the shared-memory
+# checks on: a race between threads of a block, or a read of shared memory nobody wrote, fails the
+# test naming the kernel, array and lines (emu/emu_racecheck.cpp). The model-level tests (forward
+# passes, the engine) run the same kernels unchecked: they are many and the checks cost ~1.5x.
+CHECKED_MODULES = ("test_kernels_", "test_primitives", "test_ptx_layouts")
+
+
 def pytest_collection_modifyitems(config, items):
     # a test that takes a backend runs kernels: `make test` runs those again in reverse order
     # (unless it is marked `once`)
     for item in items:
         if {"backend", "emu"} & set(getattr(item, "fixturenames", ())) and "once" not in item.keywords:
             item.add_marker(pytest.mark.kernels)
+        if item.path.name.startswith(CHECKED_MODULES):
+            item.add_marker(pytest.mark.emu_checks)
     reason = cuda_unavailable_reason()
     if reason is None:
         return
@@ -44,22 +53,31 @@ def pytest_collection_modifyitems(config, items):
 
 
 @functools.cache
-def _make_backend(name: str):
+def _make_backend(name: str, checked: bool = False):
     from sharpinf.runtime.select import get_backend
 
+    if name == "emu" and checked:
+        from sharpinf.runtime.emu_backend import EmuBackend
+
+        return EmuBackend(racecheck=True, initcheck=True)
     return get_backend(name)
+
+
+def _checked(request) -> bool:
+    return request.node.get_closest_marker("emu_checks") is not None
 
 
 @pytest.fixture(params=["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def backend(request):
     """Each backend in turn: emu everywhere, cuda where a GPU is present (raising the probe's
-    reason, so the test fails, when that GPU is not usable)."""
-    return _make_backend(request.param)
+    reason, so the test fails, when that GPU is not usable). The kernel tests' emulator runs the
+    shared-memory checks (CHECKED_MODULES)."""
+    return _make_backend(request.param, _checked(request))
 
 
 @pytest.fixture
-def emu():
-    return _make_backend("emu")
+def emu(request):
+    return _make_backend("emu", _checked(request))
 
 
 def _real_model(name: str, env: str):

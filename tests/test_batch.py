@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sharpinf.batch import Batch, BatchError, SeqChunk
+from asserts import assert_same
 
 BS = 4  # block size of every batch here
 NUM_BLOCKS = 8
@@ -38,18 +39,18 @@ def i32(*xs) -> np.ndarray:
 def test_build_hand_worked_example():
     b = mixed()
     assert b.n_tokens == 6 and b.n_seqs == 3 and b.block_size == 4
-    np.testing.assert_array_equal(b.token_ids, [10, 11, 12, 20, 21, 30])
-    np.testing.assert_array_equal(b.cu_seqlens, [0, 3, 5, 6])
-    np.testing.assert_array_equal(b.positions, [5, 6, 7, 0, 1, 9])
-    np.testing.assert_array_equal(b.context_lens, [8, 2, 10])
-    np.testing.assert_array_equal(b.block_tables, [[7, 2, -1], [5, -1, -1], [0, 3, 6]])
+    assert_same(b.token_ids, [10, 11, 12, 20, 21, 30])
+    assert_same(b.cu_seqlens, [0, 3, 5, 6])
+    assert_same(b.positions, [5, 6, 7, 0, 1, 9])
+    assert_same(b.context_lens, [8, 2, 10])
+    assert_same(b.block_tables, [[7, 2, -1], [5, -1, -1], [0, 3, 6]])
     # slot = table[pos // 4] * 4 + pos % 4:
     #   seq 0: pos 5, 6, 7 -> logical block 1 -> physical 2 -> 8 + 1, 8 + 2, 8 + 3
     #   seq 1: pos 0, 1    -> logical block 0 -> physical 5 -> 20, 21
     #   seq 2: pos 9       -> logical block 2 -> physical 6 -> 24 + 1
-    np.testing.assert_array_equal(b.slot_mapping, [9, 10, 11, 20, 21, 25])
+    assert_same(b.slot_mapping, [9, 10, 11, 20, 21, 25])
     # the last token of each chunk that wants logits
-    np.testing.assert_array_equal(b.logits_rows, [2, 4, 5])
+    assert_same(b.logits_rows, [2, 4, 5])
     for name in ("token_ids", "positions", "cu_seqlens", "context_lens", "block_tables", "slot_mapping", "logits_rows"):
         assert getattr(b, name).dtype == np.int32, name
     assert b.validate(NUM_BLOCKS, n_vocab=64) is b
@@ -58,8 +59,8 @@ def test_build_hand_worked_example():
 def test_build_logits_rows_variants():
     chunks = mixed_chunks()
     chunks[0] = replace(chunks[0], want_logits=False)  # a mid-prompt chunk skips the LM head
-    np.testing.assert_array_equal(Batch.build(chunks, BS).logits_rows, [4, 5])
-    np.testing.assert_array_equal(Batch.build(chunks, BS, all_logits=True).logits_rows, [0, 1, 2, 3, 4, 5])
+    assert_same(Batch.build(chunks, BS).logits_rows, [4, 5])
+    assert_same(Batch.build(chunks, BS, all_logits=True).logits_rows, [0, 1, 2, 3, 4, 5])
 
 
 def test_build_needs_a_sequence():
@@ -132,7 +133,7 @@ def test_malformed_batch_is_named(case):
 def test_duplicated_slots_across_sequences():
     """Two sequences whose tables share a physical block write the same KV entries."""
     b = Batch.build([SeqChunk([1, 2], 0, [2]), SeqChunk([3, 4], 0, [2])], BS)
-    np.testing.assert_array_equal(b.slot_mapping, [8, 9, 8, 9])
+    assert_same(b.slot_mapping, [8, 9, 8, 9])
     with pytest.raises(BatchError, match="slot_mapping repeats a slot"):
         b.validate(NUM_BLOCKS)
 

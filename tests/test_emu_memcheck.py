@@ -18,6 +18,7 @@ from sharpinf.errors import BackendError
 from sharpinf.runtime.emu import memcheck
 from sharpinf.runtime.emu.isolate import run_isolated
 from sharpinf.runtime.emu_backend import EmuBackend
+from asserts import assert_same
 
 OOB = str(Path(__file__).parent / "kernels_emu" / "oob.cu")
 F32 = np.float32
@@ -72,44 +73,44 @@ def test_allocations_are_plain_contiguous_views_of_a_guarded_owner(mode, shape, 
             assert a.ctypes.data % 64 == 0
         else:  # flush with the PROT_NONE page after it
             assert (a.ctypes.data + a.nbytes) % mmap.PAGESIZE == 0
-    np.testing.assert_array_equal(be.zeros(shape, dtype), 0)
-    np.testing.assert_array_equal(be.full(shape, 3, dtype), 3)
-    np.testing.assert_array_equal(be.upload(host), host)
-    np.testing.assert_array_equal(be.upload(host.T), host.T)  # a non-contiguous host array, copied contiguous
+    assert_same(be.zeros(shape, dtype), 0)
+    assert_same(be.full(shape, 3, dtype), 3)
+    assert_same(be.upload(host), host)
+    assert_same(be.upload(host.T), host.T)  # a non-contiguous host array, copied contiguous
     assert be.upload(host.T).flags.c_contiguous
 
 
 def test_in_bounds_kernel_is_not_flagged(guarded):
     _, _, out = add_into(guarded, 128, 0)
-    np.testing.assert_array_equal(out, np.arange(128) + 1)
+    assert_same(out, np.arange(128) + 1)
 
 
 def test_store_past_the_end_names_kernel_argument_and_offset(guarded):
     with pytest.raises(BackendError) as e:
         add_into(guarded, 128, 1)
-    assert str(e.value) == ("memcheck: kernel add_into wrote 4 bytes at offset +0..+3 past the end of "
-                            "argument 2 (float32[128])")
+    assert str(e.value) == ("memcheck: kernel add_into wrote 4 bytes past the end of `out` (argument 2, "
+                            "float32[128]): element 128 (bytes +0..+3 past the end)")
 
 
 def test_store_before_the_start_names_the_offset(guarded):
     x = guarded.zeros((4, 16), F32)
     with pytest.raises(BackendError) as e:
         guarded.launch(guarded.kernel(OOB, "store_range"), 1, 32, [x, np.int32(-3), np.int32(3), np.float32(1)])
-    assert str(e.value) == ("memcheck: kernel store_range wrote 12 bytes at offset -12..-1 before the start of "
-                            "argument 0 (float32[4,16])")
+    assert str(e.value) == ("memcheck: kernel store_range wrote 12 bytes before the start of `x` (argument 0, "
+                            "float32[4,16]): elements -3..-1 (bytes -12..-1 before the start)")
 
 
 def test_store_through_a_view_names_the_allocation(guarded):
     x = guarded.zeros((100,), F32)
-    with pytest.raises(BackendError, match=r"wrote 8 bytes at offset \+0..\+7 past the end of argument 0 "
-                                           r"\(a view into float32\[100\]\)"):
+    with pytest.raises(BackendError, match=r"wrote 8 bytes past the end of `x` \(argument 0, a view into "
+                                           r"float32\[100\]\): elements 100..101 \(bytes \+0..\+7 past the end\)"):
         guarded.launch(guarded.kernel(OOB, "store_range"), 1, 32, [x[90:], np.int32(0), np.int32(12), np.float32(1)])
 
 
 def test_check_is_per_launch_and_guards_are_restored(guarded):
     x = guarded.zeros((64,), F32)
     k = guarded.kernel(OOB, "store_range")
-    with pytest.raises(BackendError, match="past the end of argument 0"):
+    with pytest.raises(BackendError, match=r"past the end of `x` \(argument 0"):
         guarded.launch(k, 1, 64, [x, np.int32(60), np.int32(8), np.float32(2)])
     assert guard_bytes_intact(x)
     guarded.launch(k, 1, 64, [x, np.int32(0), np.int32(64), np.float32(5)])  # a good launch on the same buffer passes
@@ -121,7 +122,7 @@ def test_graph_replay_is_checked_and_still_detects_reallocation(guarded):
     bufs = {"x": guarded.zeros((32,), F32)}
     with guarded.capture() as g:
         guarded.launch(k, 1, 32, [bufs["x"], np.int32(1), np.int32(32), np.float32(1)])
-    with pytest.raises(BackendError, match=r"store_range wrote 4 bytes at offset \+0..\+3 past the end"):
+    with pytest.raises(BackendError, match=r"store_range wrote 4 bytes past the end of `x` .*\(bytes \+0..\+3 past"):
         g.replay()
     bufs["x"] = guarded.zeros((32,), F32)  # the owner of the captured pointer dies
     gc.collect()
@@ -153,8 +154,10 @@ def _stores_past_both_ends_then_works(mode: str) -> list[str]:
 def test_out_of_bounds_stores_leave_the_process_intact():
     msgs = run_isolated(_stores_past_both_ends_then_works, "on", timeout=120)
     assert msgs[:2] == [
-        "memcheck: kernel store_range wrote 256 bytes at offset +0..+255 past the end of argument 0 (float32[64])",
-        "memcheck: kernel store_range wrote 256 bytes at offset -256..-1 before the start of argument 0 (float32[64])",
+        "memcheck: kernel store_range wrote 256 bytes past the end of `x` (argument 0, float32[64]): elements 64..127 "
+        "(bytes +0..+255 past the end)",
+        "memcheck: kernel store_range wrote 256 bytes before the start of `x` (argument 0, float32[64]): elements "
+        "-64..-1 (bytes -256..-1 before the start)",
     ]
     assert msgs == msgs[:2] * 20
 
@@ -196,38 +199,38 @@ def test_strict_catches_a_load_past_the_end_naming_the_thread(strict):
 
     strict.kernel(OOB, "copy_shift")
     err, next_err, y_after = run_isolated(bad_then_good, timeout=60)
-    assert err.startswith("memcheck: kernel copy_shift, block (1,0,0), thread 127 read at offset +0 "
-                          "past the end of argument 0 (float32[256]) (address 0x")
+    assert err == ("memcheck: kernel copy_shift, block (1,0,0), thread 127 read past the end of `x` "
+                   "(argument 0, float32[256]): element 256 (byte +0 past the end)")
     assert next_err == ""  # the next launch passes
-    np.testing.assert_array_equal(y_after, x)
+    assert_same(y_after, x)
 
 
 def test_strict_catches_a_load_before_the_start_of_a_page_sized_buffer(strict):
     x = strict.zeros((mmap.PAGESIZE // 4,), F32)
     y = strict.zeros((32,), F32)
     err = isolated_error(strict, "copy_shift", 1, 32, [x, y, np.int32(32), np.int32(-1)])
-    assert err.startswith("memcheck: kernel copy_shift, block (0,0,0), thread 0 read at offset -4 before the start of "
-                          f"argument 0 (float32[{mmap.PAGESIZE // 4}])")
+    assert err == ("memcheck: kernel copy_shift, block (0,0,0), thread 0 read before the start of `x` "
+                   f"(argument 0, float32[{mmap.PAGESIZE // 4}]): element -1 (byte -4 before the start)")
 
 
 def test_strict_odd_sized_buffer_ends_flush_with_the_page(strict):
     x = strict.upload(np.arange(101, dtype=F32))
     y = strict.zeros((101,), F32)
     err = isolated_error(strict, "copy_shift", 1, 128, [x, y, np.int32(101), np.int32(1)])
-    assert "thread 100 read at offset +0 past the end of argument 0 (float32[101])" in err
+    assert "thread 100 read past the end of `x` (argument 0, float32[101]): element 101 (byte +0 past" in err
 
 
 def test_strict_store_faults_before_touching_memory(strict):
     x = strict.zeros((64, 4), F32)
     err = isolated_error(strict, "store_range", 1, 32, [x, np.int32(256), np.int32(1), np.float32(1)])
-    assert "block (0,0,0), thread 0 wrote at offset +0 past the end of argument 0 (float32[64,4])" in err
+    assert "block (0,0,0), thread 0 wrote past the end of `x` (argument 0, float32[64,4]): element 256 " in err
 
 
 def test_strict_store_into_the_gap_before_the_start_is_caught_by_guard_bytes(strict):
     x = strict.zeros((100,), F32)
     err = isolated_error(strict, "store_range", 1, 32, [x, np.int32(-1), np.int32(1), np.float32(1)])
-    assert err == ("memcheck: kernel store_range wrote 4 bytes at offset -4..-1 before the start of "
-                   "argument 0 (float32[100])")
+    assert err == ("memcheck: kernel store_range wrote 4 bytes before the start of `x` (argument 0, "
+                   "float32[100]): element -1 (bytes -4..-1 before the start)")
 
 
 def test_strict_with_worker_threads():
@@ -235,7 +238,7 @@ def test_strict_with_worker_threads():
     x = be.upload(np.arange(64 * 8, dtype=F32))
     y = be.zeros((64 * 8,), F32)
     err = isolated_error(be, "copy_shift", 8, 64, [x, y, np.int32(64 * 8), np.int32(1)])
-    assert "block (7,0,0), thread 63 read at offset +0 past the end of argument 0" in err
+    assert "block (7,0,0), thread 63 read past the end of `x` (argument 0" in err
 
 
 def _load_from_an_unreadable_page(be: EmuBackend) -> tuple[int, str]:

@@ -141,6 +141,8 @@ def test_preempted_long_prompt_over_budget_still_progresses():
     outs = llm.generate(prompts, params)
     assert [len(o.token_ids) for o in outs] == [20, 20, 20]
     assert llm.metrics()["preemptions"] > 0
+    dog = llm.engine.watchdog  # the longest run of steps without a sampled token stays in its derived bound
+    assert 0 < dog.longest <= dog.bound == 88, (dog.longest, dog.bound)
 
 
 def test_h_prefix_caching_changes_outputs_not():
@@ -152,6 +154,78 @@ def test_h_prefix_caching_changes_outputs_not():
     r = oracle_prefix_caching(make_llm(**cfg, enable_prefix_caching=True), make_llm(**cfg, enable_prefix_caching=False),
                               prompts, params)
     assert r.passed, r.detail
+
+
+# -- prefix caching: exactly what hits, hits on hits, turns ----------------------------------------------
+# block_size 4; a request's prompt is served from the cache block by block while the chained hash
+# (the block's tokens and everything before them) matches, leaving its last token to compute. Each
+# case runs with the cache on and off: the same greedy tokens, and exactly the cached prompt tokens
+# the chain allows (a hash that ignores the parent hits wrongly; one that breaks the chain never hits).
+ANSWER = SamplingParams(max_tokens=5, ignore_eos=True)
+
+
+def _one_by_one(prompts, caching: bool) -> tuple[list[int], list[list[int]]]:
+    """Each prompt alone after the previous finished: (cached prompt tokens, output tokens) of each."""
+    llm = make_llm(num_blocks=64, block_size=4, max_num_batched_tokens=16, enable_prefix_caching=caching)
+    outs = [llm.generate([p], ANSWER)[0] for p in prompts]
+    assert all(o.finish_reason == "length" for o in outs), [o.error for o in outs]
+    return [o.metrics["cached_prompt_tokens"] for o in outs], [o.token_ids for o in outs]
+
+
+def _blocks(rng, n: int) -> list[list[int]]:
+    return [rng.integers(3, 500, 4).tolist() for _ in range(n)]
+
+
+def _assert_hits(prompts, want: list[int]) -> None:
+    cached, tokens = _one_by_one(prompts, True)
+    plain_cached, plain = _one_by_one(prompts, False)
+    assert plain_cached == [0] * len(prompts), plain_cached
+    assert cached == want, f"cached prompt tokens {cached}, want {want}"
+    assert tokens == plain, "prefix caching changed the greedy tokens"
+
+
+def test_prefix_cache_same_blocks_after_other_context_never_hit():
+    """The same two blocks R after P+X, after P+Y, and with nothing before them: only P (and, for a
+    request repeating P+Y+R, all of it) may be served; R's K/V after X is not R's K/V after Y."""
+    p, x, y, r1, r2 = _blocks(np.random.default_rng(21), 5)
+    tail, other = [7, 8], [9, 10]
+    prompts = [p + x + r1 + r2 + tail,  # A: nothing cached yet
+               p + y + r1 + r2 + tail,  # B: P only (R follows Y here, X in A)
+               r1 + r2 + tail,          # C: R at the start: its cached copies all follow something
+               p + y + r1 + r2 + other]  # D: B's own chain, 4 blocks
+    _assert_hits(prompts, [0, 4, 0, 16])
+
+
+def test_prefix_cache_hits_on_blocks_registered_after_a_hit():
+    """Hits after hits: B is served A's 3 shared blocks and computes 2 more; C = B's prompt + more
+    is served all 5 (B's new blocks chain on the blocks it was served)."""
+    s1, s2, s3, b1, b2 = _blocks(np.random.default_rng(22), 5)
+    a = s1 + s2 + s3 + [11, 12]
+    b = s1 + s2 + s3 + b1 + b2
+    c = b + [13, 14, 15]
+    _assert_hits([a, b, c], [0, 12, 20])
+
+
+def test_prefix_cache_multi_turn_conversation():
+    """Turn k+1's prompt = turn k's prompt + its answer + new user tokens: it is served every full
+    block of what turn k fed (its prompt and all but the last answer token), exactly."""
+    rng = np.random.default_rng(23)
+    users = [rng.integers(3, 500, n).tolist() for n in (10, 5, 3)]
+    runs = {}
+    for caching in (True, False):
+        llm = make_llm(num_blocks=64, block_size=4, max_num_batched_tokens=16, enable_prefix_caching=caching)
+        prompt, cached, answers = [], [], []
+        for u in users:
+            prompt = prompt + u
+            out = llm.generate([prompt], ANSWER)[0]
+            cached.append(out.metrics["cached_prompt_tokens"])
+            answers.append(out.token_ids)
+            prompt = prompt + out.token_ids
+        runs[caching] = cached, answers
+    assert runs[True][1] == runs[False][1], "prefix caching changed the answers"
+    assert runs[False][0] == [0, 0, 0]
+    # turn 2: (10 + 5 - 1) // 4 = 3 blocks; turn 3: (10 + 5 + 5 + 5 - 1) // 4 = 6 blocks
+    assert runs[True][0] == [0, 12, 24], f"cached prompt tokens per turn {runs[True][0]}, want [0, 12, 24]"
 
 
 def test_i_seeded_sampling_alone_equals_busy_batch():

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from oracles.accounting import check_accounting, ledger
 from oracles.engine_oracles import LoneRun, agrees, run_alone
 from oracles.scheduler_invariants import watch
-from sharpinf.errors import RequestError
+from sharpinf.errors import EngineStuck, RequestError
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model
 from sharpinf.sampling import SamplingParams
@@ -75,6 +75,85 @@ def test_an_unschedulable_request_is_rejected_with_its_reason(monkeypatch):
     assert outs[0].finish_reason == "rejected" and "needs 8 KV blocks" in outs[0].error
     assert outs[1].finish_reason == "length" and len(outs[1].token_ids) == 3
     assert llm.metrics()["rejected"] == 1
+
+
+# -- 1b. a lost or stalled request fails fast, never hangs -------------------------------------------
+def _drop_second_add(sch):
+    add = sch.add
+    sch.add = lambda seq: None if seq.request_id == "1" else add(seq)  # queued by the engine, never by the scheduler
+
+
+def _drop_running_after_a_step(sch):
+    schedule = sch.schedule
+
+    def dropping():
+        if sch.step_index == 2:
+            sch.running.pop()  # silently: not finished, not preempted, its blocks still held
+        return schedule()
+    sch.schedule = dropping
+
+
+def _never_mark_finished(sch):
+    finish = sch.finish
+
+    def forgetful(seq):
+        status = seq.status
+        finish(seq)
+        seq.status = status  # the engine thinks it ended it; the request never reads as finished
+    sch.finish = forgetful
+
+
+def _thrash(sch):
+    schedule = sch.schedule
+
+    def thrashing():
+        for s in list(sch.running):  # everyone preempted before every step: work done, nothing sampled
+            sch._preempt(s)
+        return schedule()
+    sch.schedule = thrashing
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("plant,match", [
+    (_drop_second_add, r"lost track of requests: 1 request\(s\) neither finished, waiting nor running: 1 \(waiting"),
+    (_drop_running_after_a_step, r"lost track of requests: 1 request\(s\) .*\(running, \d+/\d+ computed"),
+    (_never_mark_finished, r"nothing left to run but 2 awaited request\(s\) never finished: 0 \(running, "
+                           r"0/18 computed, 6 generated"),
+    (_thrash, r"65 steps without a sampled token .* needs at most 32\) with 2 pending: 0 \(running, 4/12 computed, "
+              r"0 generated, 64 preemptions\)"),
+], ids=["never-queued", "dropped-running", "never-finished", "thrash"])
+def test_a_lost_or_stalled_request_raises_instead_of_hanging(plant, match):
+    """A scheduler bug that loses a request (never queued, dropped while running), never marks it
+    finished, or thrashes without progress: LLM.generate raises EngineStuck naming the request and
+    its state within the watchdog's bound (2 x token_limit quiet steps), and the LLM stays usable."""
+    llm = make_llm(num_blocks=8, block_size=4, max_num_batched_tokens=4, enable_prefix_caching=False)
+    plant(llm.engine.scheduler)
+    prompts = [list(range(3, 15)), list(range(20, 32))]
+    with pytest.raises(EngineStuck, match=match):
+        llm.generate(prompts, GREEDY)
+    eng = llm.engine
+    assert eng.watchdog.limit == 64 and eng.watchdog.quiet <= 65
+    assert not eng.live and not eng.requests and eng.blocks.num_free == 8  # generate ended its requests
+    eng.scheduler = type(eng.scheduler)(eng.config, eng.blocks, on_release=eng.runner.release)  # the bug gone
+    out = llm.generate(prompts, GREEDY)
+    assert [o.finish_reason for o in out] == ["length", "length"], [o.error for o in out]
+
+
+@pytest.mark.timeout(60)
+def test_a_lost_request_fails_a_stream_and_an_engine_loop():
+    """The same guard under LLM.stream and under a bare engine loop (the oracles' kind): a request
+    the scheduler dropped ends both with EngineStuck, not a wait that never returns."""
+    llm = make_llm(num_blocks=8, block_size=4, max_num_batched_tokens=4)
+    _drop_running_after_a_step(llm.engine.scheduler)
+    with pytest.raises(EngineStuck, match=r"neither finished, waiting nor running: 0 \(running"):
+        list(llm.stream(list(range(3, 15)), GREEDY))
+    eng = make_llm(num_blocks=8, block_size=4).engine
+    _drop_second_add(eng.scheduler)
+    eng.add_request([5, 6, 7], GREEDY)
+    eng.add_request([8, 9], GREEDY)
+    with pytest.raises(EngineStuck, match=r"1 \(waiting, 0/2 computed"):
+        while eng.has_unfinished():
+            eng.step()
 
 
 # -- 2. streams ------------------------------------------------------------------------------------
@@ -208,6 +287,54 @@ def test_scheduler_rules_and_accounting_hold_under_random_load(w):
             assert_alone(llm, w["prompts"][i], s.output_ids, SamplingParams(max_tokens=w["max_tokens"][i], ignore_eos=True))
         else:
             assert s.finish_reason == "aborted" and i in w["aborts"]
+
+
+def _feed_one_earlier_token(runner):
+    """The plant: each chunk after a sequence's first also re-feeds the token before it (its right
+    id and position) where the step has room, so the step recomputes K/V the cache already holds.
+    Outputs stay the same."""
+    run = runner.run
+
+    def overfeeding(chunks):
+        room = runner.fp.capacity.tokens - sum(c.n_tokens for c in chunks)
+        moved = [c for c in chunks if c.seq.num_computed > 0][: max(room, 0)]
+        for c in moved:
+            c.seq.num_computed, c.n_tokens = c.seq.num_computed - 1, c.n_tokens + 1
+        try:
+            return run(chunks)
+        finally:
+            for c in moved:
+                c.seq.num_computed, c.n_tokens = c.seq.num_computed + 1, c.n_tokens - 1
+    runner.run = overfeeding
+
+
+@pytest.mark.parametrize("plant", [None, _feed_one_earlier_token], ids=["plain", "planted-refeed"])
+def test_accounting_counts_what_the_forward_pass_is_given(plant):
+    """No preemption, no prefix cache: the forward pass is given exactly prompt + generated - 1
+    tokens per request (chunked prefill, then decodes), each position once, and the run's total is
+    their sum. A runner that quietly re-feeds an earlier token is caught by the ledger, which reads
+    the Batch itself, though every output is still right."""
+    llm = make_llm(num_blocks=32, block_size=4, max_num_batched_tokens=8, enable_prefix_caching=False)
+    eng = llm.engine
+    if plant is not None:
+        plant(eng.runner)
+    counts = ledger(eng)  # wraps the (planted) runner: it sees the batches that runner builds
+    prompts = [list(range(3, 8)), list(range(40, 53)), list(range(90, 111))]
+    rids = [eng.add_request(p, GREEDY) for p in prompts]
+    seqs = {r: eng.requests[r] for r in rids}
+    while eng.has_unfinished():
+        eng.step()
+    for p, r in zip(prompts, rids):
+        assert_alone(llm, p, seqs[r].output_ids)
+    problems = check_accounting(eng, counts, seqs)
+    if plant is not None:
+        assert any("computed 2 times" in m for m in problems), problems[:5]
+        return
+    assert not problems, problems[:5]
+    for p, r in zip(prompts, rids):
+        got = sum(n for (rid, _), n in counts.items() if rid == r)
+        assert got == len(p) + GREEDY.max_tokens - 1, f"request {r}: {got} tokens computed"
+    assert sum(counts.values()) == counts.tokens == sum(len(p) + GREEDY.max_tokens - 1 for p in prompts)
 
 
 def test_an_unknown_engine_option_is_one_line():

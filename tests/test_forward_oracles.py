@@ -35,6 +35,7 @@ from sharpinf.forward import ForwardPass
 from sharpinf.kv_pool import KVPool
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import K_QUANTS, synthetic_model
+from asserts import assert_same
 
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 QTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
@@ -252,4 +253,4 @@ def test_poison_exposes_illegal_read(backend, kernels, kv, poisoned):
         assert np.isfinite(bad).all() and not np.array_equal(bad, good)
     # the honest table still gives the same logits after the bad step (the bad step wrote only slot 10's
     # block, which both tables share, with the same token)
-    np.testing.assert_array_equal(decode(table), good)
+    assert_same(decode(table), good)

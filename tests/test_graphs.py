@@ -101,3 +101,93 @@ def test_replay_after_a_buffer_is_replaced_fails_loudly(emu):
     fp.ws.x = emu.empty(fp.ws.x.shape, np.float32)  # the bug: a new buffer after capture
     with pytest.raises(BackendError, match="reallocated after capture"):
         run.step([(sid, [4])])
+
+
+# -- padded rows and tokens never touch a real row's state ------------------------------------------
+def _padding_schedule(n_vocab: int) -> Schedule:
+    """Six sequences, five with a repetition-penalty history (slot = sequence), in steps of 6, 3, 5,
+    1, 2, 3 and 6 rows: most steps are padded to a bucket of 4 or 8 rows, and a padded row's index
+    was a real row with a fresh (cleared) slot the step before. Penalties far from 1 make the
+    greedy choice follow the history, so a corrupted one changes the sampled ids."""
+    rng = np.random.default_rng(31)
+    prompts = [9, 5, 12, 3, 7, 6]
+    tokens = [rng.integers(0, n_vocab, p + 6).tolist() for p in prompts]
+    steps = [[(s, p) for s, p in enumerate(prompts)], [(0, 1), (1, 1), (2, 1)], [(s, 1) for s in range(5)],
+             [(0, 1)], [(1, 1), (2, 1)], [(0, 1), (1, 1), (2, 1)], [(s, 1) for s in range(6)]]
+    params = [(0.0, 1.0, 0.0, 0.3, 0), (0.0, 1.0, 0.0, 1.5, 0), (0.0, 1.0, 0.0, 0.3, 0), (0.0, 1.0, 0.0, 0.5, 0),
+              (0.9, 1.0, 0.0, 0.3, 5), (0.0, 1.0, 0.0, 1.0, 0)]
+    return Schedule(tokens, steps, params)
+
+
+def _history(bits: np.ndarray) -> set[int]:
+    """The ids whose bit is set in one history slot (u32 words, bit id & 31 of word id >> 5)."""
+    return set(np.flatnonzero((bits[:, None] >> np.arange(32, dtype=np.uint32)) & 1).tolist())
+
+
+def test_padded_rows_never_touch_a_real_rows_history(backend):
+    """R real sampling rows in a bucket of Rb > R rows (and padded tokens): logits and sampled ids
+    bit-identical to the unpadded run, and after every step each real slot's history holds exactly
+    the ids its sequence was fed, in both runs (a padded row given a real slot, or a clear, wipes it)."""
+    from oracles.graph_oracle import _Driver
+    from sharpinf.step_buffers import StepCapacity
+    from sharpinf.step_plan import bucket_for
+
+    fp = _fp("llama", "Q8_0", backend, "simple")
+    sched = _padding_schedule(fp.cfg.n_vocab)
+    cap = StepCapacity(tokens=48, seqs=8, rows=8, history=64)
+    padded, exact = fp.with_own_buffers(cap), fp.with_own_buffers(cap)
+    exact.exact_shapes = True  # no padding: each step at its own shape
+    p, e = _Driver(padded, sched, "f16", 4, 0), _Driver(exact, sched, "f16", 4, 0)
+    slots = [s for s, prm in enumerate(sched.params) if prm[3] != 1.0]
+    padded_steps = 0
+    for i, st in enumerate(sched.steps):
+        lp, sp = p.step(st)
+        le, se = e.step(st)
+        R, Rb = len(st), bucket_for(len(st), padded.row_ladder)
+        padded_steps += Rb > R
+        where = f"step {i} ({R} rows padded to {Rb})"
+        assert np.isfinite(lp).all() and np.isfinite(le).all(), f"{where}: non-finite logits"
+        assert np.array_equal(lp.view(np.uint32), le.view(np.uint32)), f"{where}: logits differ from unpadded"
+        assert np.array_equal(sp, se), f"{where}: sampled {sp.tolist()} vs unpadded {se.tolist()}"
+        bits_p, bits_e = backend.download(padded.seen_bits), backend.download(exact.seen_bits)
+        assert np.array_equal(bits_p[slots], bits_e[slots]), f"{where}: real slots' history differs from unpadded"
+        for s in slots:
+            want = set(sched.tokens[s][: p.synced[s]])
+            assert _history(bits_p[s]) == want, f"{where}: padded run's slot {s} history is not the ids it was fed"
+            assert _history(bits_e[s]) == want, f"{where}: unpadded run's slot {s} history is not the ids it was fed"
+    assert padded_steps >= 4 and padded.graph_replays == 0 == exact.graph_replays
+
+
+def test_pack_pads_with_rows_and_tokens_that_touch_nothing(emu):
+    """StepDescriptor.pack over a staging buffer full of junk (what earlier, larger steps left):
+    padded tokens feed id 0 at position 0 into the scratch block's slot 0, in the padding sequence
+    (the empty ones between own no token); padded rows read row 0, greedily, with no history slot
+    and no new history ids -- nothing a kernel could turn into a write to a real row's state."""
+    from sharpinf.batch import Batch, SeqChunk
+    from sharpinf.step_buffers import SamplingRows, StepCapacity, StepDescriptor
+
+    cap = StepCapacity(tokens=16, seqs=4, rows=4, history=16)
+    d = StepDescriptor(emu, cap, width=4, block_size=4, scratch_block=7)
+    tables = d.fields["block_tables"].offset
+    d.host[:tables] = 0x5A  # junk in every field up to the block tables
+    d.tables[: cap.seqs] = 0x5A5A5A5A  # and in every table but the padding sequence's (set once, never sent again)
+    batch = Batch.build([SeqChunk([5, 6, 7], 0, [2]), SeqChunk([8, 9], 4, [3, 1])], 4)
+    rows = SamplingRows(np.full((2, 5), 0.5, np.float32), np.array([3, 4], np.int32), np.array([11, 12], np.uint64),
+                        np.array([0, 1], np.int32), np.array([1, 0], np.int32), np.array([1, 1], np.int32),
+                        np.array([0, 3, 5], np.int32), np.array([5, 6, 7, 8, 9], np.int32))
+    N, S, R, Nb, Rb = 5, 2, 2, 8, 4
+    d.pack(batch, Nb, Rb, rows)
+    h = d.h
+    assert h["token_ids"][N:Nb].tolist() == [0] * 3 and h["positions"][N:Nb].tolist() == [0] * 3
+    assert h["slot_mapping"][N:Nb].tolist() == [7 * 4] * 3, "padded tokens must write only the scratch block"
+    assert h["cu_seqlens"][: S + 1].tolist() == [0, 3, 5]
+    assert h["cu_seqlens"][S + 1 : d.pad_seq + 1].tolist() == [N] * (d.pad_seq - S), "empty sequences own no token"
+    assert h["cu_seqlens"][d.pad_seq + 1] == Nb and (d.tables[d.pad_seq] == 7).all()
+    assert (emu.download(d.d["block_tables"]).reshape(-1, 4)[d.pad_seq] == 7).all(), "the padding table is the scratch block"
+    assert h["logits_rows"][R:Rb].tolist() == [0] * 2
+    assert h["slots"][:R].tolist() == [1, 0] and h["slots"][R:Rb].tolist() == [-1] * 2, "a padded row holds no slot"
+    assert h["add_off"][: R + 1].tolist() == [0, 3, 5] and h["add_off"][R + 1 : Rb + 1].tolist() == [5] * 2, \
+        "a padded row adds no history ids"
+    assert (h["params"][R:Rb] == 0).all(), "padded rows are greedy with no penalty"
+    # clear, top_k, steps and seeds of a padded row keep what was there: with slot -1 and temperature 0
+    # the sampling kernel reads them for nothing but that row's own output, which nobody reads

@@ -21,6 +21,7 @@ from oracles.tolerances import FLASH_ATTENTION_VS_REFERENCE
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import kv_cache as kv_ops
 from sharpinf.ops import rope as rope_ops
+from asserts import assert_close, assert_same
 
 KV_DTYPES = ("f16", "bf16", "f32", "q8_0")
 
@@ -51,8 +52,8 @@ def test_rope(backend, style, n_tokens, n_heads, head_dim, freq_scale):
     rope_ops.rope(backend, dx, stride, backend.upload(pos), n_tokens, n_heads, head_dim, theta, style, col=col,
                   freq_scale=freq_scale)
     got = backend.download(dx)
-    np.testing.assert_array_equal(got[:, :col], x[:, :col])
-    np.testing.assert_array_equal(got[:, col + n_heads * head_dim:], x[:, col + n_heads * head_dim:])
+    assert_same(got[:, :col], x[:, :col])
+    assert_same(got[:, col + n_heads * head_dim:], x[:, col + n_heads * head_dim:])
     want = rope_ops.rope_reference(x[:, col:col + n_heads * head_dim].reshape(n_tokens, n_heads, head_dim),
                                    pos, theta, style, freq_scale)
     # angles are formed and reduced in double: the error is a few float ulps of |x| at every position
@@ -65,7 +66,7 @@ def test_rope_position_zero_is_identity(backend):
     x = _rng("rope0").standard_normal((2, 3 * 64)).astype(np.float32)
     dx = backend.upload(x)
     rope_ops.rope(backend, dx, 3 * 64, backend.upload(np.zeros(2, np.int32)), 2, 3, 64, 10000.0, "neox")
-    np.testing.assert_array_equal(backend.download(dx), x)
+    assert_same(backend.download(dx), x)
 
 
 # -- kv_append ----------------------------------------------------------------------------------
@@ -91,8 +92,8 @@ def test_kv_append(backend, kv_dtype, n_kv_heads, head_dim):
                                qkv[:, q_dim + kv_dim:q_dim + 2 * kv_dim].reshape(n_tokens, n_kv_heads, head_dim),
                                slots, wk, wv)
     # bit-exact: one IEEE rounding (f16/bf16), and the q8_0 quantizer's exact float32 steps
-    np.testing.assert_array_equal(backend.download(kc).view(np.uint8), wk.view(np.uint8))
-    np.testing.assert_array_equal(backend.download(vc).view(np.uint8), wv.view(np.uint8))
+    assert_same(backend.download(kc).view(np.uint8), wk.view(np.uint8))
+    assert_same(backend.download(vc).view(np.uint8), wv.view(np.uint8))
 
 
 def test_q8_0_reference_roundtrip():
@@ -204,7 +205,7 @@ class Case:
         V = kv_ops.decode_kv(self.kv_dtype, self.v)
         vmax = np.abs(V[~np.isnan(V)]).max()
         tol = FLASH_TOL if variant == "flash" else TOL[self.kv_dtype]
-        np.testing.assert_allclose(got, want, rtol=0, atol=tol * vmax)
+        assert_close(got, want, rtol=0, atol=tol * vmax)
 
     def run_token_alone(self, be, t, variant):
         """Token t as a step of its own (a decode of its position over the same cache)."""
@@ -251,17 +252,17 @@ def _check_case(backend, kv_dtype, b, variant="simple"):
     case.check_reference(got, variant)
     # placement invariance: the same keys in other physical blocks give the same bits
     tables, k, v = case.moved(b["seed"] ^ 0x5EED)
-    np.testing.assert_array_equal(case.run(backend, tables, k, v, variant=variant), got)
+    assert_same(case.run(backend, tables, k, v, variant=variant), got)
     # packing invariance: a sequence alone, and the batch in reverse order, give the same bits
     S = len(case.chunks)
     s = b["seed"] % S
-    np.testing.assert_array_equal(case.run(backend, rows=[s], variant=variant), got[case.cu[s]:case.cu[s + 1]])
+    assert_same(case.run(backend, rows=[s], variant=variant), got[case.cu[s]:case.cu[s + 1]])
     if S > 1:
         rev = case.run(backend, rows=list(range(S))[::-1], variant=variant)
         at = 0
         for r in range(S - 1, -1, -1):
             n = case.chunks[r]
-            np.testing.assert_array_equal(rev[at:at + n], got[case.cu[r]:case.cu[r + 1]])
+            assert_same(rev[at:at + n], got[case.cu[r]:case.cu[r + 1]])
             at += n
 
 
@@ -296,7 +297,7 @@ def test_attention_one_key(backend, variant):
     case = Case(7, "f32" if variant != "flash" else "f16", [0], [1], 16, 1, 1, 32)
     got = case.run(backend, variant=variant)
     slot = case.tables[0, 0] * 16
-    np.testing.assert_array_equal(got[0], kv_ops.decode_kv(case.kv_dtype, case.v)[slot, 0])
+    assert_same(got[0], kv_ops.decode_kv(case.kv_dtype, case.v)[slot, 0])
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -306,7 +307,7 @@ def test_attention_decode_equals_prefill(backend, variant):
     case = Case(21, "f16", [70, 0, 5], [20, 9, 1], 4, 3, 2, 64)
     got = case.run(backend, variant=variant)
     for t in (0, 7, 19, 20, 28, 29):
-        np.testing.assert_array_equal(case.run_token_alone(backend, t, variant), got[t], err_msg=f"token {t}")
+        assert_same(case.run_token_alone(backend, t, variant), got[t], err_msg=f"token {t}")
 
 
 @pytest.mark.parametrize("variant", ["split", "flash"])
@@ -332,7 +333,7 @@ def test_split_attention_in_windows_is_bit_identical(backend, variant):
     flash's tiles): the output is the one-launch output bit for bit, and the tickets end at zero."""
     case = Case(11, "f16", [40, 0, 7], [1, 6, 4], 8, 2, 2, 32)
     whole = case.run(backend, variant=variant)
-    np.testing.assert_array_equal(case.run(backend, variant=variant, window=3), whole)
+    assert_same(case.run(backend, variant=variant, window=3), whole)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -355,7 +356,7 @@ def test_sliding_window_attention(backend, kv_dtype, variant):
     want8 = ref(q[8:9], case.k, case.v, case.tables, np.array([0, 1]), np.array([8]), block_size=4,
                 scale=case.scale, kv_dtype=kv_dtype, sliding_window=0)
     tol = (FLASH_TOL if variant == "flash" else TOL[kv_dtype]) * 8
-    np.testing.assert_allclose(got[7], want7.reshape(-1), rtol=0, atol=tol)
+    assert_close(got[7], want7.reshape(-1), rtol=0, atol=tol)
     # without key 0 the output moves by ~0.5 here, far outside any tolerance
     assert np.abs(got[8] - want8.reshape(-1)).max() > 0.05, "position 8 must no longer see key 0"
 
@@ -378,7 +379,7 @@ def test_sliding_window_never_reads_below_the_window(backend, kv_dtype, variant)
         tables[s, :n] = poisoned
         slid += n
     assert slid >= 50
-    np.testing.assert_array_equal(case.run(backend, tables, variant=variant), got)
+    assert_same(case.run(backend, tables, variant=variant), got)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -388,7 +389,7 @@ def test_sliding_window_decode_equals_prefill(backend, variant):
     case = Case(23, "f16", [70, 0, 5], [20, 9, 1], 4, 3, 2, 64, sliding_window=13)
     got = case.run(backend, variant=variant)
     for t in (0, 7, 19, 20, 28, 29):
-        np.testing.assert_array_equal(case.run_token_alone(backend, t, variant), got[t], err_msg=f"token {t}")
+        assert_same(case.run_token_alone(backend, t, variant), got[t], err_msg=f"token {t}")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -422,9 +423,9 @@ def test_split_attention_q8_1_output(backend, variant):
        be.upload(case.tables), case.max_blocks, be.upload(case.cu), be.upload(case.positions),
        out, n, 2, case.n_heads, case.n_kv_heads, case.head_dim, case.block_size, case.scale, scratch, q8)
     q, d, s = quantize_q8_1_reference(be.download(out))
-    np.testing.assert_array_equal(be.download(q8.q), q)
-    np.testing.assert_array_equal(be.download(q8.d), d)
-    np.testing.assert_array_equal(be.download(q8.s), s)
+    assert_same(be.download(q8.q), q)
+    assert_same(be.download(q8.d), d)
+    assert_same(be.download(q8.s), s)
 
 
 def test_attention_forward_matches_single_sequence_oracle(backend):
@@ -459,7 +460,7 @@ def test_attention_forward_matches_single_sequence_oracle(backend):
         sc[np.triu_indices(L, 1)] = -np.inf
         w = np.exp(sc - sc.max(-1, keepdims=True))
         want[:, h] = (w / w.sum(-1, keepdims=True)) @ v[:, h // 2]
-    np.testing.assert_allclose(backend.download(out).reshape(L, n_heads, hd), want, rtol=0, atol=2e-5)
+    assert_close(backend.download(out).reshape(L, n_heads, hd), want, rtol=0, atol=2e-5)
 
 
 # -- the fused rope + qk-norm + KV append variant ---------------------------------------------
@@ -491,11 +492,11 @@ def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, 
         outs[fused] = [backend.download(a) for a in (d, kc, vc)]
     (q0, k0, v0), (q1, k1, v1) = outs[False], outs[True]
     if not norm or head_dim <= 64:  # one warp per head either way: the same sums
-        np.testing.assert_array_equal(q1[:, :q_dim + kv_dim], q0[:, :q_dim + kv_dim])
-        np.testing.assert_array_equal(k1.view(np.uint8), k0.view(np.uint8))
+        assert_same(q1[:, :q_dim + kv_dim], q0[:, :q_dim + kv_dim])
+        assert_same(k1.view(np.uint8), k0.view(np.uint8))
     else:
-        np.testing.assert_allclose(q1[:, :q_dim + kv_dim], q0[:, :q_dim + kv_dim], rtol=0, atol=2e-6 * np.abs(q0).max())
-        np.testing.assert_allclose(kv_ops.decode_kv(kv_dtype, k1)[slots[slots >= 0]],
+        assert_close(q1[:, :q_dim + kv_dim], q0[:, :q_dim + kv_dim], rtol=0, atol=2e-6 * np.abs(q0).max())
+        assert_close(kv_ops.decode_kv(kv_dtype, k1)[slots[slots >= 0]],
                                    kv_ops.decode_kv(kv_dtype, k0)[slots[slots >= 0]], rtol=0,
                                    atol=0.02 * np.abs(q0).max())
-    np.testing.assert_array_equal(v1.view(np.uint8), v0.view(np.uint8))
+    assert_same(v1.view(np.uint8), v0.view(np.uint8))

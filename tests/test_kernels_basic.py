@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from asserts import assert_close, assert_same
 
 SIZES = [1, 31, 33, 257, 1000, 4097]
 BLOCK = 256
@@ -53,11 +54,11 @@ def test_elementwise_f32(backend, op, n):
     got = backend.download(out)
     want = F32_OPS[op](a, b)
     if op == "silu_gate":
-        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6 * np.abs(want).max())
+        assert_close(got, want, rtol=2e-6, atol=1e-6 * np.abs(want).max())
     elif op == "gelu_gate":  # float32 1 + tanh(z) cancels for z < 0: a few 1e-5 relative where gelu is tiny
-        np.testing.assert_allclose(got, want, rtol=5e-5, atol=1e-6 * np.abs(want).max())
+        assert_close(got, want, rtol=5e-5, atol=1e-6 * np.abs(want).max())
     else:
-        np.testing.assert_array_equal(got, want.astype(np.float32))  # one IEEE rounding either way
+        assert_same(got, want.astype(np.float32))  # one IEEE rounding either way
 
 
 @pytest.mark.parametrize("n", [1, 33, 1000])
@@ -71,7 +72,7 @@ def test_elementwise_f16(backend, op, n):
                    (backend.upload(a), backend.upload(b), out, np.int32(n)))
     got = backend.download(out).astype(np.float32)
     want = OPS[op](a.astype(np.float32), b.astype(np.float32)).astype(np.float16).astype(np.float32)
-    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)  # within one fp16 ulp
+    assert_close(got, want, rtol=1e-3, atol=1e-3)  # within one fp16 ulp
 
 
 def test_silu_gate_extremes(backend):
@@ -82,7 +83,7 @@ def test_silu_gate_extremes(backend):
                    (backend.upload(g), backend.upload(u), out, np.int32(g.size)))
     got = backend.download(out)
     assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got, _silu_gate(g, u), rtol=1e-6, atol=1e-30)
+    assert_close(got, _silu_gate(g, u), rtol=1e-6, atol=1e-30)
 
 
 def test_gelu_gate_extremes_and_the_reference(backend):
@@ -97,8 +98,8 @@ def test_gelu_gate_extremes_and_the_reference(backend):
                    (backend.upload(g), backend.upload(u), out, np.int32(g.size)))
     got = backend.download(out)
     assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got, _gelu_gate(g, u), rtol=5e-5, atol=1e-6)
-    np.testing.assert_allclose(got, gelu_tanh(g) * u, rtol=5e-5, atol=1e-6)
+    assert_close(got, _gelu_gate(g, u), rtol=5e-5, atol=1e-6)
+    assert_close(got, gelu_tanh(g) * u, rtol=5e-5, atol=1e-6)
 
 
 def test_softcap(backend):
@@ -109,7 +110,7 @@ def test_softcap(backend):
     d = backend.upload(x)
     basic.softcap(backend, d, x.size, 30.0)
     got = backend.download(d)
-    np.testing.assert_allclose(got, 30.0 * np.tanh(x.astype(np.float64) / 30.0), rtol=2e-6, atol=1e-6)
+    assert_close(got, 30.0 * np.tanh(x.astype(np.float64) / 30.0), rtol=2e-6, atol=1e-6)
     assert np.abs(got).max() <= 30.0
 
 
@@ -129,10 +130,10 @@ def test_rmsnorm_add(backend, n):
     basic.rmsnorm(backend, dy, dw, normed, rows, n, 1e-6)
     want = backend.empty((rows, n), np.float32)
     basic.add(backend, backend.upload(x), normed, want, rows * n)
-    np.testing.assert_allclose(backend.download(dx), backend.download(want), rtol=0,
+    assert_close(backend.download(dx), backend.download(want), rtol=0,
                                atol=2.5e-7 * np.abs(backend.download(want)).max())
-    np.testing.assert_array_equal(backend.download(dy), y)
-    np.testing.assert_allclose(backend.download(dx), x + basic.rmsnorm_reference(y, w, 1e-6), rtol=1e-5, atol=1e-5)
+    assert_same(backend.download(dy), y)
+    assert_close(backend.download(dx), x + basic.rmsnorm_reference(y, w, 1e-6), rtol=1e-5, atol=1e-5)
 
 
 # -- rmsnorm ----------------------------------------------------------------------------
@@ -154,7 +155,7 @@ def test_rmsnorm_f32(backend, n, block):
                    (backend.upload(x), backend.upload(w), y, np.int32(n), np.float32(eps)))
     want = _rmsnorm(x, w, eps)
     # the output is O(|w|): scale the absolute tolerance by the row's magnitude
-    np.testing.assert_allclose(backend.download(y), want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+    assert_close(backend.download(y), want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
 
 
 def test_rmsnorm_zero_row_is_finite(backend):
@@ -163,7 +164,7 @@ def test_rmsnorm_zero_row_is_finite(backend):
     y = backend.empty((1, n), np.float32)
     backend.launch(backend.kernel("rmsnorm.cu", "rmsnorm_f32"), 1, 64,
                    (backend.upload(x), backend.upload(w), y, np.int32(n), np.float32(1e-5)))
-    np.testing.assert_array_equal(backend.download(y), 0.0)
+    assert_same(backend.download(y), 0.0)
 
 
 @pytest.mark.parametrize("n", [1, 257, 1000])
@@ -176,7 +177,7 @@ def test_rmsnorm_f16(backend, n):
     backend.launch(backend.kernel("rmsnorm.cu", "rmsnorm_f16"), rows, 128,
                    (backend.upload(x), backend.upload(w), y, np.int32(n), np.float32(eps)))
     want = _rmsnorm(x.astype(np.float32), w, eps)
-    np.testing.assert_allclose(backend.download(y).astype(np.float32), want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+    assert_close(backend.download(y).astype(np.float32), want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
 
 
 # -- softmax ----------------------------------------------------------------------------
@@ -199,16 +200,16 @@ def test_softmax(backend, n, block):
     rng = _rng("softmax", n, block)
     x = (rng.standard_normal((3, n)) * 10 + rng.uniform(-1000, 1000)).astype(np.float32)  # big offset: stability
     got = _run_softmax(backend, x, block)
-    np.testing.assert_allclose(got, _softmax(x), rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(got.sum(axis=-1), 1.0, rtol=1e-5)
+    assert_close(got, _softmax(x), rtol=1e-5, atol=1e-7)
+    assert_close(got.sum(axis=-1), 1.0, rtol=1e-5)
 
 
 def test_softmax_masked_rows(backend):
     ninf = -np.inf
     x = np.array([[0.0, ninf, 1.0, ninf], [ninf] * 4, [5.0, np.nan, 0.0, 1.0]], np.float32)
     got = _run_softmax(backend, x, 32)
-    np.testing.assert_allclose(got[0], _softmax(x[:1])[0], rtol=1e-6)
-    np.testing.assert_array_equal(got[1], 0.0)  # fully masked: zeros, documented
+    assert_close(got[0], _softmax(x[:1])[0], rtol=1e-6)
+    assert_same(got[1], 0.0)  # fully masked: zeros, documented
     assert np.isnan(got[2]).all()  # NaN in, NaN out
 
 
@@ -225,7 +226,7 @@ def _run_argmax(backend, x, block=BLOCK, kind="f32"):
 def test_argmax(backend, n, block):
     rng = _rng("argmax", n, block)
     x = rng.standard_normal((3, n)).astype(np.float32)
-    np.testing.assert_array_equal(_run_argmax(backend, x, block), np.argmax(x, axis=-1))
+    assert_same(_run_argmax(backend, x, block), np.argmax(x, axis=-1))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -233,7 +234,7 @@ def test_argmax(backend, n, block):
 def test_argmax_ties_go_to_lowest_index(backend, n, levels, block, seed):
     # few distinct values: the maximum repeats, usually across threads and warps
     x = np.random.default_rng(seed).integers(0, levels, size=(2, n)).astype(np.float32)
-    np.testing.assert_array_equal(_run_argmax(backend, x, block), np.argmax(x, axis=-1))
+    assert_same(_run_argmax(backend, x, block), np.argmax(x, axis=-1))
 
 
 def test_argmax_special_values(backend):
@@ -247,11 +248,11 @@ def test_argmax_special_values(backend):
         ],
         np.float32,
     )
-    np.testing.assert_array_equal(_run_argmax(backend, x, 32), [0, 1, 0, 0])
-    np.testing.assert_array_equal(np.argmax(x, axis=-1), [0, 1, 0, 0])
+    assert_same(_run_argmax(backend, x, 32), [0, 1, 0, 0])
+    assert_same(np.argmax(x, axis=-1), [0, 1, 0, 0])
 
 
 @pytest.mark.parametrize("n", [1, 33, 4097])
 def test_argmax_f16(backend, n):
     x = _rng("argmax16", n).standard_normal((2, n)).astype(np.float16)
-    np.testing.assert_array_equal(_run_argmax(backend, x, 128, "f16"), np.argmax(x, axis=-1))
+    assert_same(_run_argmax(backend, x, 128, "f16"), np.argmax(x, axis=-1))

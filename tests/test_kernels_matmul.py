@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from sharpinf.model import quants
 from sharpinf.ops.embedding import embed, embed_reference
 from sharpinf.ops.matmul import matmul, matmul_error_bound, matmul_reference
+from asserts import assert_same
 
 TYPES = list(quants.SUPPORTED)
 TYPE_IDS = [quants.qtype_name(q) for q in TYPES]
@@ -121,8 +122,8 @@ def test_matmul_bias_is_added_and_unused_without_flag(backend):
     raw = quants.quantize(np.eye(n_out, n_in, dtype=np.float32), qtype)  # exactly the identity
     X = np.arange(2 * n_in, dtype=np.float32).reshape(2, n_in)
     bias = np.array([10, 20, 30, 40], np.float32)
-    np.testing.assert_array_equal(_run_matmul(backend, raw, qtype, X, bias), X[:, :n_out] + bias)
-    np.testing.assert_array_equal(_run_matmul(backend, raw, qtype, X), X[:, :n_out])
+    assert_same(_run_matmul(backend, raw, qtype, X, bias), X[:, :n_out] + bias)
+    assert_same(_run_matmul(backend, raw, qtype, X), X[:, :n_out])
 
 
 def test_matmul_rejects_partial_blocks(backend):
@@ -146,9 +147,9 @@ def test_matmul_packing_invariance(backend, qtype):
     bias = rng.standard_normal(n_out).astype(np.float32)
     full = _bits(_run_matmul(backend, raw, qtype, X, bias))
     for t in range(n_tokens):  # each token alone
-        np.testing.assert_array_equal(_bits(_run_matmul(backend, raw, qtype, X[t:t + 1], bias)), full[t:t + 1])
+        assert_same(_bits(_run_matmul(backend, raw, qtype, X[t:t + 1], bias)), full[t:t + 1])
     for a, b in [(0, 8), (1, 9), (5, 6), (3, 20), (7, 33), (16, 25)]:  # sub-batches straddling 8-token tiles
-        np.testing.assert_array_equal(_bits(_run_matmul(backend, raw, qtype, X[a:b], bias)), full[a:b])
+        assert_same(_bits(_run_matmul(backend, raw, qtype, X[a:b], bias)), full[a:b])
 
 
 def test_matmul_packing_invariance_300_tokens(backend):
@@ -160,7 +161,7 @@ def test_matmul_packing_invariance_300_tokens(backend):
     alone = _bits(_run_matmul(backend, raw, qtype, x))
     X = np.concatenate([x] * 300 + [rng.standard_normal((1, n_in)).astype(np.float32)])
     packed = _bits(_run_matmul(backend, raw, qtype, X))
-    np.testing.assert_array_equal(packed[:300], np.repeat(alone, 300, axis=0))
+    assert_same(packed[:300], np.repeat(alone, 300, axis=0))
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -175,7 +176,7 @@ def test_matmul_shapes_and_sub_batches(backend, qtype, n_tokens, n_out, k, data)
     _check_close(full, raw, qtype, X, None)
     a = data.draw(st.integers(0, n_tokens - 1), label="start")
     b = data.draw(st.integers(a + 1, n_tokens), label="stop")
-    np.testing.assert_array_equal(_bits(_run_matmul(backend, raw, qtype, X[a:b])), _bits(full[a:b]))
+    assert_same(_bits(_run_matmul(backend, raw, qtype, X[a:b])), _bits(full[a:b]))
 
 
 @pytest.mark.parametrize("grid_x,warps", [(1, 1), (2, 4), (3, 2), (64, 4)])
@@ -193,7 +194,7 @@ def test_matmul_grid_shape_does_not_change_bits(backend, grid_x, warps):
     backend.launch(kernel(backend, "matmul.cu", "matmul_q5_k"), (grid_x, -(-n_tokens // 8)), 32 * warps,
                    (backend.upload(raw), backend.upload(X), backend.upload(bias), Y, np.int32(n_tokens),
                     np.int32(n_out), np.int32(n_in), np.int32(1)))
-    np.testing.assert_array_equal(_bits(backend.download(Y)), want)
+    assert_same(_bits(backend.download(Y)), want)
 
 
 def test_matmul_into_column_ranges_of_a_fused_buffer(backend):
@@ -212,7 +213,7 @@ def test_matmul_into_column_ranges_of_a_fused_buffer(backend):
         matmul(backend, backend.upload(raw), qtype, x_dev, Y, n_tokens, n_out, n_in, bias_dev[col:col + n_out],
                y_stride=stride, y_col=col)
         want.append(_run_matmul(backend, raw, qtype, X, b))
-    np.testing.assert_array_equal(_bits(backend.download(Y)), _bits(np.concatenate(want, axis=1)))
+    assert_same(_bits(backend.download(Y)), _bits(np.concatenate(want, axis=1)))
 
 
 # -- embedding ------------------------------------------------------------------------------------
@@ -231,7 +232,7 @@ def test_embedding_exact(backend, qtype, k, scale):
     for raw in (_quantized_weights(rng, qtype, n_vocab, n_embd), _random_raw(rng, qtype, n_vocab, n_embd)):
         ids = np.concatenate([[0, n_vocab - 1, 5, 5], rng.integers(0, n_vocab, 7)])
         got = _run_embed(backend, raw, qtype, ids, n_embd, scale)
-        np.testing.assert_array_equal(_bits(got), _bits(embed_reference(raw, qtype, ids, n_embd, scale)))
+        assert_same(_bits(got), _bits(embed_reference(raw, qtype, ids, n_embd, scale)))
 
 
 @pytest.mark.parametrize("qtype", FLOAT_TYPES, ids=[quants.qtype_name(q) for q in FLOAT_TYPES])
@@ -240,5 +241,5 @@ def test_embedding_float_odd_width(backend, qtype):
     n_vocab, n_embd = 6, 333  # float tables need not be whole 32-value chunks
     raw = quants.quantize(rng.standard_normal((n_vocab, n_embd)).astype(np.float32), qtype)
     ids = np.array([5, 0, 3], np.int32)
-    np.testing.assert_array_equal(_bits(_run_embed(backend, raw, qtype, ids, n_embd)),
+    assert_same(_bits(_run_embed(backend, raw, qtype, ids, n_embd)),
                                   _bits(embed_reference(raw, qtype, ids, n_embd)))

@@ -15,6 +15,7 @@ import pytest
 from sharpinf.model import quants
 from sharpinf.ops.matmul_dp4a import group_lanes, matmul_dp4a, matmul_dp4a_reference
 from sharpinf.ops.quant_act import Q8Act, dequantize_q8_1, quantize_q8_1_reference
+from asserts import assert_same
 
 TYPES = list(quants.SUPPORTED)
 TYPE_IDS = [quants.qtype_name(q) for q in TYPES]
@@ -85,7 +86,7 @@ def test_residual_epilogue_is_x_plus_the_product(backend, qtype):
     resid = rng.standard_normal((5, 48)).astype(np.float32)
     plain = _run(backend, raw, qtype, X, 5, 48, n_in)
     fused = _run(backend, raw, qtype, X, 5, 48, n_in, residual=resid)
-    np.testing.assert_array_equal(fused, resid + plain)  # x + (X W^T): the simple path's add, same bits
+    assert_same(fused, resid + plain)  # x + (X W^T): the simple path's add, same bits
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=TYPE_IDS)
@@ -99,7 +100,7 @@ def test_a_tokens_output_is_the_same_in_any_batch(backend, qtype):
     full = _run(backend, raw, qtype, X, n, 40, n_in)
     for lo, hi in [(0, 1), (5, 6), (3, 10), (8, 19)]:
         sub = Q8Act(*(backend.upload(np.ascontiguousarray(a[lo:hi])) for a in (q, d, s)), n_in)
-        np.testing.assert_array_equal(_run(backend, raw, qtype, sub, hi - lo, 40, n_in), full[lo:hi])
+        assert_same(_run(backend, raw, qtype, sub, hi - lo, 40, n_in), full[lo:hi])
 
 
 def test_group_lanes_follow_n_in_only():
@@ -121,7 +122,7 @@ def test_gate_up_is_act_gate_of_the_two_matmuls_bit_for_bit(backend, qtype, act)
     basic.act_gate(backend, backend.upload(g), backend.upload(u), want, n * n_ff, act)
     got = backend.empty((n, n_ff), np.float32)
     gate_up_dp4a(backend, backend.upload(wg), backend.upload(wu), qtype, X, got, n, n_ff, n_in, act=act)
-    np.testing.assert_array_equal(backend.download(got), backend.download(want))
+    assert_same(backend.download(got), backend.download(want))
 
 
 def test_emulator_rejects_a_load_the_gpu_could_not_do(emu):

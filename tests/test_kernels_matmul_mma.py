@@ -13,6 +13,7 @@ from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
 from sharpinf.ops.matmul_mma import MMA_TYPES, gate_up_mma, matmul_mma
 
 from test_kernels_matmul_dp4a import _act, _raw, _rng
+from asserts import assert_bits
 
 TYPES = sorted(MMA_TYPES)
 TYPE_IDS = [quants.qtype_name(q) for q in TYPES]
@@ -41,7 +42,7 @@ def test_mma_equals_dp4a_bit_for_bit(backend, qtype):
                 Y = backend.upload(res) if kw.get("accumulate") else backend.empty((n_tok, n_out), np.float32)
                 fn(backend, W, qtype, X, Y, n_tok, n_out, n_in, **kw)
                 ys.append(backend.download(Y))
-            np.testing.assert_array_equal(ys[1].view(np.uint32), ys[0].view(np.uint32), err_msg=f"{n_in} {n_out} {n_tok} {kw}")
+            assert_bits(ys[1], ys[0], err_msg=f"{n_in} {n_out} {n_tok} {kw}")
 
 
 @pytest.mark.parametrize("qtype", [quants.Q4_0, quants.Q5_1, quants.Q4_K, quants.Q6_K],
@@ -58,7 +59,7 @@ def test_gate_up_mma_equals_dp4a_bit_for_bit(backend, qtype, act):
         out = backend.empty((n_tok, n_ff), np.float32)
         fn(backend, backend.upload(wg), backend.upload(wu), qtype, X, out, n_tok, n_ff, n_in, act=act)
         outs.append(backend.download(out))
-    np.testing.assert_array_equal(outs[1].view(np.uint32), outs[0].view(np.uint32))
+    assert_bits(outs[1], outs[0])
 
 
 def test_float_weights_have_no_int8_form(backend):

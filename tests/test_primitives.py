@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from asserts import assert_close, assert_same
 
 PRIMS = Path(__file__).parent / "kernels_prims"
 
@@ -33,7 +34,7 @@ def test_mma_m16n8k16(backend, variant, seed):
     backend.launch(_k(backend, "mma.cu", variant), 1, 32, args)
     want = a.astype(np.float64) @ b.astype(np.float64) + c
     # fp16 products are exact in fp32; only the fp32 accumulation order differs
-    np.testing.assert_allclose(backend.download(d), want, rtol=1e-5, atol=1e-5)
+    assert_close(backend.download(d), want, rtol=1e-5, atol=1e-5)
 
 
 def test_mma_fragment_positions(backend):
@@ -48,7 +49,7 @@ def test_mma_fragment_positions(backend):
         backend.launch(kern, 1, 32, (backend.upload(a), backend.upload(np.ascontiguousarray(b.T)), backend.upload(c), d))
         want = np.zeros((16, 8), np.float32)
         want[i, j] = 1
-        np.testing.assert_array_equal(backend.download(d), want)
+        assert_same(backend.download(d), want)
 
 
 def test_ldmatrix_x4_layout(backend):
@@ -63,7 +64,7 @@ def test_ldmatrix_x4_layout(backend):
             owner = i * 8 + (lane >> 2)  # the lane that supplied this row's address
             row = src[rowsel[owner], 8 * (owner & 1):][2 * (lane & 3):]
             want[lane, i] = int(row[0]) | (int(row[1]) << 16)
-    np.testing.assert_array_equal(backend.download(out), want)
+    assert_same(backend.download(out), want)
 
 
 @pytest.mark.parametrize("nchunks", [1, 7, 256, 257, 1000])
@@ -73,7 +74,7 @@ def test_cp_async_copy(backend, nchunks):
     grid = -(-nchunks // 256)
     backend.launch(_k(backend, "cp_async.cu", "cp_async_copy"), grid, 128, (backend.upload(src), dst, np.int32(nchunks)))
     want = np.concatenate([src[s:s + 256][::-1] for s in range(0, nchunks, 256)])
-    np.testing.assert_array_equal(backend.download(dst), want)
+    assert_same(backend.download(dst), want)
 
 
 @pytest.mark.parametrize("blocks,block", [(1, 32), (3, 64), (5, 96)])
@@ -82,9 +83,9 @@ def test_warp_reduce(backend, blocks, block):
     s, m = backend.empty(x.shape, np.float32), backend.empty(x.shape, np.float32)
     backend.launch(_k(backend, "reduce.cu", "warp_reduce"), blocks, block, (backend.upload(x), s, m))
     warps = x.reshape(-1, 32)
-    np.testing.assert_allclose(backend.download(s).reshape(-1, 32), np.repeat(warps.sum(1, keepdims=True), 32, 1),
+    assert_close(backend.download(s).reshape(-1, 32), np.repeat(warps.sum(1, keepdims=True), 32, 1),
                                rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(backend.download(m).reshape(-1, 32), np.repeat(warps.max(1, keepdims=True), 32, 1))
+    assert_same(backend.download(m).reshape(-1, 32), np.repeat(warps.max(1, keepdims=True), 32, 1))
 
 
 @pytest.mark.parametrize("rows,block,n", [(1, 32, 1), (3, 96, 33), (5, 160, 1000), (7, 1024, 4097), (3, 1024, 5)])
@@ -93,5 +94,5 @@ def test_block_reduce(backend, rows, block, n):
     s, m = backend.empty((rows, block), np.float32), backend.empty((rows, block), np.float32)
     backend.launch(_k(backend, "reduce.cu", "block_reduce"), rows, block, (backend.upload(x), s, m, np.int32(n)))
     want_s = x.astype(np.float64).sum(1, keepdims=True)
-    np.testing.assert_allclose(backend.download(s), np.repeat(want_s, block, 1), rtol=1e-5, atol=1e-4)
-    np.testing.assert_array_equal(backend.download(m), np.repeat(x.max(1, keepdims=True), block, 1))
+    assert_close(backend.download(s), np.repeat(want_s, block, 1), rtol=1e-5, atol=1e-4)
+    assert_same(backend.download(m), np.repeat(x.max(1, keepdims=True), block, 1))

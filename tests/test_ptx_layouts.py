@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import ptx_layouts as L  # tests/ptx_layouts.py (pytest puts tests/ on the path)
+from asserts import assert_close, assert_same
 
 RAW = str(Path(__file__).parent / "kernels_prims" / "mma_raw.cu")
 
@@ -71,7 +72,7 @@ def test_mma_m16n8k16_f16_follows_the_isa(backend, seed):
                    (backend.upload(pack(T["A"], a)), backend.upload(pack(T["B"], b)), backend.upload(cregs), d))
     got = unpack(T["C"], backend.download(d), (m, n), np.float32)
     want = a.astype(np.float64) @ b.astype(np.float64) + c
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # f16 products exact in f32; sum order differs
+    assert_close(got, want, rtol=1e-5, atol=1e-5)  # f16 products exact in f32; sum order differs
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -91,7 +92,7 @@ def test_mma_m16n8k32_s8_follows_the_isa_exactly(backend, seed):
                    (backend.upload(pack(T["A"], a)), backend.upload(pack(T["B"], b)), backend.upload(cregs), d))
     got = unpack(T["C"], backend.download(d), (m, n), np.int64)
     want = a.astype(np.int64) @ b.astype(np.int64) + c
-    np.testing.assert_array_equal(got, want)  # integer: exact
+    assert_same(got, want)  # integer: exact
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -108,4 +109,4 @@ def test_ldmatrix_x4_follows_the_isa(backend, seed):
     for j in range(4):
         mat = np.stack([src[rows[providers[(j, r)]]] for r in range(8)])
         lanes = np.stack([[(got[l, j] >> (16 * e)) & 0xFFFF for e in range(2)] for l in range(32)])
-        np.testing.assert_array_equal(unpack(L.LDMATRIX_X4_DEST, lanes, (8, 8), np.int64), mat.astype(np.int64))
+        assert_same(unpack(L.LDMATRIX_X4_DEST, lanes, (8, 8), np.int64), mat.astype(np.int64))

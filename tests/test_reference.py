@@ -17,6 +17,7 @@ from oracles.naive import naive_logits
 from oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
+from asserts import assert_close
 
 ARCH_QTYPES = [("llama", "Q8_0"), ("llama", "F16"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("qwen3", "Q4_K")]
 
@@ -49,7 +50,7 @@ def test_incremental_decode_equals_full_logits(model, data):
     rows = [ref.forward(ids[:split], cache)] + [ref.forward([t], cache) for t in ids[split:]]
     inc = np.concatenate(rows)
     assert inc.dtype == np.float32
-    np.testing.assert_allclose(inc, full, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(full).max())))
+    assert_close(inc, full, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(full).max())))
 
 
 def test_greedy_generate_is_argmax_of_teacher_forced_logits(model):

@@ -16,7 +16,8 @@ from sharpinf.errors import SharpinfError
 from sharpinf.forward import ForwardPass
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
-from sharpinf.ops.variants import FAST, VARIANTS, KernelChoice, choices_for, describe_variants, resolve_kernels
+from sharpinf.ops.variants import FAST, KernelChoice, choices_for, describe_variants, resolve_kernels, variant_names
+from asserts import assert_bits
 
 
 def test_parse_every_spelling():
@@ -33,7 +34,8 @@ def test_parse_every_spelling():
     assert KernelChoice.parse("matmul=mma,attention=flash,rope_kv=fused").name == "tensor"
     assert choices_for("auto") == ["auto"]
     rows = describe_variants()
-    assert len(rows) == sum(len(v) for v in VARIANTS.values()) and sum(r["baseline"] for r in rows) == len(VARIANTS)
+    names = variant_names()
+    assert len(rows) == sum(len(v) for v in names.values()) and sum(r["baseline"] for r in rows) == len(names)
 
 
 @pytest.mark.parametrize("spec,needle", [
@@ -121,7 +123,7 @@ def test_mma_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype):
     toks = list(range(7, 47))  # 40 tokens: a 40-token step runs on tensor cores
     nb = paths.blocks_for([len(toks)], 16)
     got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [40, ]) for fp in (mma, dp4a))
-    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+    assert_bits(np.asarray(got), np.asarray(want))
     r = paths.oracle_chunked_vs_whole(mma, toks, "f16", 4, chunks=[17, 3, 20])
     assert r.passed and r.max_abs_dlogit == 0.0, r
 
@@ -164,3 +166,57 @@ ptxas info    : Used 32 registers, used 0 barriers"""
     a, b = parse_ptxas_log(log, "x.cu")
     assert (a.entry, a.registers, a.spill_stores, a.spill_loads, a.stack_bytes, a.smem_bytes) == ("k_a", 255, 8, 12, 16, 4096)
     assert a.spills and not b.spills and b.registers == 32 and b.smem_bytes == 0
+
+
+def _throwaway(name: str, files: tuple[str, ...]):
+    """A variant registered for one test, launching the baseline attention kernel."""
+    from sharpinf.ops import attention as attn_ops
+    from sharpinf.ops.variants import Variant, register
+
+    return register(Variant("attention", name, files, attn_ops.attention, "a test's throwaway variant"))
+
+
+def test_a_variant_whose_launcher_runs_another_kernel_fails_at_construction(emu):
+    """Registered, chosen by name, but its launcher dispatches the baseline's kernel: the step would run
+    attention.cu under the name `mine`. The ForwardPass refuses it in one line."""
+    from sharpinf.ops.variants import unregister
+
+    _throwaway("mine", ("attention_mine.cu",))
+    try:
+        with pytest.raises(SharpinfError) as e:
+            ForwardPass(_model("llama"), emu, kernels="attention=mine", compile_ahead=False)
+        msg = str(e.value)
+        assert "attention=mine launched none of its own kernels (attention_mine.cu)" in msg, msg
+        assert "attention.cu" in msg and "\n" not in msg
+        fp = ForwardPass(_model("llama"), emu, kernels="simple", compile_ahead=False)
+        with pytest.raises(SharpinfError, match="attention=mine launched none"):
+            fp.with_own_buffers(kernels="attention=mine")
+        assert "attention=mine" in choices_for("all")  # every registered variant is in --kernels all
+    finally:
+        unregister("attention", "mine")
+    with pytest.raises(SharpinfError, match="unknown attention variant 'mine'"):
+        KernelChoice.parse("attention=mine")
+
+
+def test_a_variant_is_dispatched_from_the_registry(emu):
+    """A registered variant runs its own launcher: the step's kernels come from the table."""
+    from sharpinf.ops.variants import unregister
+
+    _throwaway("again", ("attention.cu",))
+    try:
+        fp = ForwardPass(_model("llama"), emu, kernels="attention=again", compile_ahead=False)
+        assert fp.choice.of("attention").name == "again"
+        assert {f for f, _ in fp.kernels_used("f16")} >= {"attention.cu"}
+    finally:
+        unregister("attention", "again")
+
+
+def test_a_variant_without_a_launcher_or_files_fails_when_declared():
+    from sharpinf.ops.variants import Variant
+
+    with pytest.raises(SharpinfError, match="attention=bad: no launcher"):
+        Variant("attention", "bad", ("attention_bad.cu",), None, "no launcher")
+    with pytest.raises(SharpinfError, match="files must name"):
+        Variant("attention", "bad", (), print, "no files")
+    with pytest.raises(SharpinfError, match="unknown op 'softmax'"):
+        Variant("softmax", "bad", ("softmax.cu",), print, "no such op")

@@ -40,14 +40,14 @@ from sharpinf.ops import rope as rope_ops
 from sharpinf.ops.matmul import matmul
 from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1, rmsnorm_q8_1
-from sharpinf.ops.variants import VARIANTS
+from sharpinf.ops.variants import variants_of
 
 SUITE = "kernels"
 FAST_FILES = ("rmsnorm_q8_1.cu", "matmul_dp4a.cu", "gate_up_dp4a.cu", "rope_kv.cu", "attention_split.cu", "attention_flash.cu",
               "matmul_mma.cu", "gate_up_mma.cu")
 # the variant names each bench op runs, baseline first (the norm and ffn_in ops are the matmul family's)
-OP_VARIANTS = {"norm": VARIANTS["matmul"], "matmul": VARIANTS["matmul"], "ffn_in": VARIANTS["matmul"],
-               "rope_kv": VARIANTS["rope_kv"], "attention": VARIANTS["attention"]}
+OP_VARIANTS = {"norm": variants_of("matmul"), "matmul": variants_of("matmul"), "ffn_in": variants_of("matmul"),
+               "rope_kv": variants_of("rope_kv"), "attention": variants_of("attention")}
 
 
 PREFILL_REPEATS = 3  # prefill cases run long: fewer repeats

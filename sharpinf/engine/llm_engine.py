@@ -21,7 +21,8 @@ from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
 from sharpinf.engine.model_runner import ModelRunner, TokenLogprobs
 from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import Sequence
-from sharpinf.errors import RequestError, SharpinfError
+from sharpinf.engine.watchdog import Watchdog, check_none_lost, describe
+from sharpinf.errors import EngineStuck, RequestError, SharpinfError
 from sharpinf.forward import ForwardPass
 from sharpinf.kv_pool import KVPool
 from sharpinf.model.loader import LoadedModel
@@ -127,6 +128,9 @@ class LLMEngine:
         self.runner = ModelRunner(self.fp, self.pool)
         self.scheduler = Scheduler(self.config, self.blocks, on_release=self.runner.release)
         self.requests: dict[str, Sequence] = {}
+        self.live: dict[str, Sequence] = {}  # the unfinished requests: each is waiting or running
+        self.ended = 0  # requests finished, rejected or aborted after they were queued
+        self.watchdog = Watchdog(bound=self.token_limit())
         self.metrics = EngineMetrics()
         self.last_step_times: StepTimes | None = None
         self._ids = itertools.count()
@@ -177,6 +181,7 @@ class LLMEngine:
         stop = StopChecker(params, self.tokenizer, context_left=self.token_limit() - len(ids))
         seq = Sequence(rid, ids, params, seed, stop)
         self.requests[rid] = seq
+        self.live[rid] = seq
         self.scheduler.add(seq)
         self.metrics.prompt_tokens += len(ids)
         return rid
@@ -187,9 +192,12 @@ class LLMEngine:
             self._finish(seq, "aborted")
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work()
+        """Work left: queued sequences, or unfinished requests the scheduler lost (step() says so)."""
+        return self.scheduler.has_work() or bool(self.live)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
+        self.live.pop(seq.request_id, None)
+        self.ended += 1
         seq.finish_reason = reason
         seq.metrics.finished = time.perf_counter()
         self.scheduler.finish(seq)
@@ -202,8 +210,9 @@ class LLMEngine:
         output says so, so a stream ends); the others keep their place and run."""
         sch = self.scheduler
         if sch.running or not sch.waiting:  # the scheduler guarantees progress here: a bug, said plainly
-            raise RuntimeError(f"scheduler scheduled nothing with {len(sch.running)} running, {len(sch.waiting)} "
-                               f"waiting and {self.blocks.num_free}/{self.blocks.num_blocks} blocks free (a bug)")
+            raise EngineStuck(f"engine stuck: the scheduler scheduled nothing with {len(sch.running)} running, "
+                              f"{len(sch.waiting)} waiting and {self.blocks.num_free}/{self.blocks.num_blocks} blocks "
+                              f"free: {describe(list(sch.running) + list(sch.waiting))} (a bug)")
         seq = sch.waiting[0]
         need = -(-len(seq.tokens) // self.config.block_size)
         seq.error = (f"request needs {need} KV blocks for its {len(seq.tokens)} tokens at once, but only "
@@ -215,6 +224,14 @@ class LLMEngine:
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        """One step; raises EngineStuck (a bug) rather than let a caller's loop spin forever."""
+        outputs = self._step()
+        sch = self.scheduler
+        check_none_lost(self.live, sch.waiting, sch.running)
+        self.watchdog.after_step(len(outputs), self.ended, self.live)
+        return outputs
+
+    def _step(self) -> list[RequestOutput]:
         t0 = time.perf_counter()
         chunks = self.scheduler.schedule()
         if not chunks:

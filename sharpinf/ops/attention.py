@@ -24,9 +24,14 @@ WARPS = 4  # heads per block (one warp per (token, head))
 
 def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
               cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
-              head_dim: int, block_size: int, scale: float, sliding_window: int = 0) -> None:
+              head_dim: int, block_size: int, scale: float, scratch: "SplitScratch | None" = None, out_q8=None,
+              sliding_window: int = 0) -> None:
     """out[t, h*head_dim:(h+1)*head_dim] = softmax(scale * q K^T) V over token t's visible keys.
-    qkv: float32 [N, qkv_stride] with Q at column 0; out: float32 [N, n_heads*head_dim]."""
+    qkv: float32 [N, qkv_stride] with Q at column 0; out: float32 [N, n_heads*head_dim].
+    (scratch and out_q8 keep the attention variants' one signature: this kernel needs no scratch
+    and writes no q8_1 copy.)"""
+    if out_q8 is not None:
+        raise SharpinfError("simple attention writes no q8_1 copy of its output: quantize it apart")
     if kv_dtype not in KV_DTYPES:
         raise SharpinfError(f"unknown KV dtype {kv_dtype!r}; expected one of {KV_DTYPES}")
     if head_dim not in HEAD_DIMS or (kv_dtype == "q8_0" and head_dim < 32):

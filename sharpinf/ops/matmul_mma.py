@@ -10,7 +10,7 @@ import numpy as np
 from sharpinf.model import quants
 from sharpinf.ops.launch import kernel
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
-from sharpinf.ops.matmul_dp4a import ACTS
+from sharpinf.ops.matmul_dp4a import ACTS, gate_up_dp4a, matmul_dp4a
 from sharpinf.ops.quant_act import Q8Act
 
 MMA_TYPES = frozenset({quants.Q8_0, quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K,
@@ -62,3 +62,19 @@ def gate_up_mma(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int
               (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
                np.int32(ACTS[act])),
               io=(2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff))
+
+
+def matmul_mma_steps(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
+                     accumulate: bool = False, y_stride: int | None = None, y_col: int = 0) -> None:
+    """The mma variant's linear layer: a step of a whole token tile or more, with quantized weights, on
+    tensor cores; a smaller step (or float weights) on dp4a -- the same bits either way."""
+    fn = matmul_mma if n_tokens >= MIN_TOKENS and supports(qtype) else matmul_dp4a
+    fn(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, bias_dev=bias_dev, accumulate=accumulate,
+       y_stride=y_stride, y_col=y_col)
+
+
+def gate_up_mma_steps(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int,
+                      act: str = "silu") -> None:
+    """gate_up_mma for steps of a whole token tile or more, gate_up_dp4a below: the same bits."""
+    fn = gate_up_mma if n_tokens >= MIN_TOKENS and supports(qtype) else gate_up_dp4a
+    fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act)

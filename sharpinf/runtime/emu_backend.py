@@ -11,7 +11,11 @@ memcheck on|off|strict (SHARPINF_EMU_MEMCHECK, default on) - device allocations 
 guard bytes checked after each launch, which names the kernel, argument and offset
 of a store past either end; strict also puts PROT_NONE pages around each allocation
 and turns the fault of an out-of-bounds load or store into a launch failure naming
-the thread (see emu/memcheck.py)."""
+the thread (see emu/memcheck.py); racecheck (SHARPINF_EMU_RACECHECK=1) - a shared-memory
+access racing another thread's in one barrier interval ends the launch naming the kernel,
+array, offset, both threads and both source lines; initcheck (SHARPINF_EMU_INITCHECK=1) -
+so does a read of shared memory no thread of the block wrote (see emu/emu_racecheck.cpp;
+either builds the kernels instrumented, and runs a launch's blocks on one worker)."""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from sharpinf.runtime.emu.graph import EmuGraph, capturing, check_alive, make_ha
 from sharpinf.runtime.emu.isolate import run_isolated  # noqa: F401 - re-exported for tests
 from sharpinf.runtime.emu.memcheck import MODES, OFF, allocate, fault_message, guard_report, mode_from
 from sharpinf.runtime.emu.module import EmuKernel, Module
+from sharpinf.runtime.emu.signature import param_names
 
 ORDERS = {"forward": 0, "reverse": 1, "random": 2}
 
@@ -41,7 +46,8 @@ class EmuBackend(Backend):
     name = "emu"
 
     def __init__(self, order: str | None = None, strict: bool | None = None, workers: int | None = None,
-                 seed: int | None = None, memcheck: str | bool | None = None):
+                 seed: int | None = None, memcheck: str | bool | None = None, racecheck: bool | None = None,
+                 initcheck: bool | None = None):
         order = (order or os.environ.get("SHARPINF_EMU_ORDER") or "forward").strip().lower()
         if order not in ORDERS:
             raise BackendError(f"emu: unknown thread order {order!r}; choose forward, reverse or random")
@@ -53,6 +59,9 @@ class EmuBackend(Backend):
         self.seed = int(seed if seed is not None else os.environ.get("SHARPINF_EMU_SEED", "0"))
         self._order_code = ORDERS[order]
         self.memcheck = mode_from(memcheck)  # OFF, GUARD or STRICT (memcheck.py)
+        self.racecheck = _env_bool("SHARPINF_EMU_RACECHECK") if racecheck is None else bool(racecheck)
+        self.initcheck = _env_bool("SHARPINF_EMU_INITCHECK") if initcheck is None else bool(initcheck)
+        self._check = int(self.racecheck) | 2 * int(self.initcheck)  # LaunchCfg.check
         self._modules: dict[Path, Module] = {}
         self._kernels: dict[tuple, tuple[EmuKernel, list]] = {}  # (filename, name, exprs) -> (kernel, stamps)
         self._graph: EmuGraph | None = None
@@ -68,7 +77,8 @@ class EmuBackend(Backend):
         if hit is not None and build.fresh(hit[1]):  # a few stat() calls, no hashing
             return hit[0]
         src = self._source(filename)
-        so, names = build.build_module(src, key[2])
+        checked = bool(self._check)
+        so, names = build.build_module(src, key[2], checked)
         mod = self._modules.get(so)
         if mod is None:
             mod = self._modules[so] = Module(so)
@@ -76,7 +86,7 @@ class EmuBackend(Backend):
         if k is None:
             hint = " (template instantiations must be listed in name_expressions)" if "<" in name else ""
             raise BackendError(f"emu: {filename} has no kernel {name!r}{hint}; it has {', '.join(mod.kernels)}")
-        self._kernels[key] = (k, build.stamps_of(src, key[2]))
+        self._kernels[key] = (k, build.stamps_of(src, key[2], checked))
         return k
 
     def prepare(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
@@ -101,7 +111,7 @@ class EmuBackend(Backend):
         for l in launches:
             h = l.handle
             rc = l.kernel.module.launch(l.kernel, l.grid, l.block, l.shared_mem, h.packed, self._order_code,
-                                        self.strict, self.workers, self.seed, mc, h.guards if mc else b"")
+                                        self.strict, self.workers, self.seed, mc, h.guards if mc else b"", self._check)
             if rc:
                 raise BackendError(self._failure(l, rc))
 
@@ -110,11 +120,12 @@ class EmuBackend(Backend):
         into guards (which are refilled, so later launches are not blamed)."""
         mod = l.kernel.module
         guarded = [(idx, ref(), n) for idx, ref, n in l.handle.guarded]  # alive: check_alive ran
+        names = param_names(mod.path, l.name, len(l.kernel.params)) if guarded else None
         parts = []
         if rc & 1:
-            parts.append(fault_message(l.name, mod.fault, l.block, guarded) if mod.fault[0] else mod.error())
+            parts.append(fault_message(l.name, mod.fault, l.block, guarded, names) if mod.fault[0] else mod.error())
         if rc & 2:
-            parts.append(guard_report(l.name, guarded) or f"memcheck: kernel {l.name} overwrote a guard")
+            parts.append(guard_report(l.name, guarded, names) or f"memcheck: kernel {l.name} overwrote a guard")
         return "; ".join(parts)
 
     # -- memory ----------------------------------------------------------------
@@ -171,4 +182,6 @@ class EmuBackend(Backend):
             "strict": self.strict,
             "workers": self.workers,
             "memcheck": next(k for k, v in MODES.items() if v == self.memcheck),
+            "racecheck": self.racecheck,
+            "initcheck": self.initcheck,
         }

@@ -1,8 +1,13 @@
 """g++ builds for the emulator, cached by content hash.
 
 A kernel module is one translation unit: cuda_emu.h (force-included), the
-kernel source (with dynamic shared memory rewritten, #line keeping the real
-file:line), then a trailer registering each entry point. It links against the
+kernel source (with dynamic shared memory rewritten and each static __shared__
+array registered, #line keeping the real file:line), then a trailer registering
+each entry point. The source and the local headers it includes are written,
+rewritten alike, into one build folder, so the includes find the rewritten ones.
+A checked module (racecheck/initcheck) is compiled with -fsanitize=thread and
+linked without its runtime: g++ calls __tsan_readN/__tsan_writeN before each
+memory access, and the emulator's runtime answers them (emu_racecheck.cpp). It links against the
 shared runtime library (scheduler + fibers, one per cache key, found through
 rpath $ORIGIN), so all modules share one TLS block and one fiber-stack pool.
 The key covers the source, every local header it includes, the emulator's own
@@ -14,6 +19,7 @@ import functools
 import hashlib
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -22,9 +28,16 @@ from pathlib import Path
 from sharpinf.errors import BackendError
 from sharpinf.runtime import paths
 from sharpinf.runtime.emu import EMU_DIR
-from sharpinf.runtime.emu.source import entry_names, local_headers, rewrite_dynamic_shared
+from sharpinf.runtime.emu.source import entry_names, local_headers, register_static_shared, rewrite_dynamic_shared
 
-RUNTIME_SOURCES = ("emu_sched.cpp", "emu_fiber.cpp")
+RUNTIME_SOURCES = ("emu_sched.cpp", "emu_fiber.cpp", "emu_racecheck.cpp")
+# A checked build: every load and store calls __tsan_{read,write}N (the runtime's shared-memory
+# checker answers; ThreadSanitizer's own runtime is never linked), reads and writes apart -- ASan's
+# instrumentation merges a read and a write of one address, which would hide the write of
+# `s[t] += ...`; line tables so reports can name file:line.
+CHECKED_FLAGS = ["-fsanitize=thread", "--param", "tsan-distinguish-volatile=0",
+                 "--param", "tsan-instrument-func-entry-exit=0", "-g1", "-gdwarf-4",
+                 "-gno-statement-frontiers", "-gno-variable-location-views", "-DSHARPINF_EMU_RACECHECK"]
 BASE_FLAGS = ["-O2", "-march=native", "-fPIC", "-std=c++17", "-fno-strict-aliasing", "-fvisibility=hidden"]
 
 
@@ -103,7 +116,9 @@ def include_flags(src_dir: Path | None) -> list[str]:
 def _emu_files_digest() -> str:
     h = hashlib.sha256()
     for f in sorted(EMU_DIR.rglob("*")):
-        if f.is_file() and f.suffix in (".h", ".cpp", "") and "__pycache__" not in f.parts:
+        # the runtime's sources, and the Python that rewrites kernel sources (build.py, source.py)
+        if f.is_file() and (f.suffix in (".h", ".cpp", "") or f.name in ("build.py", "source.py")) \
+                and "__pycache__" not in f.parts:
             h.update(f.relative_to(EMU_DIR).as_posix().encode())
             h.update(f.read_bytes())
     return h.hexdigest()
@@ -141,6 +156,29 @@ def _atomic_build(out: Path, build) -> Path:
     return out
 
 
+def _write_sources(folder: Path, src: Path, text: str, headers: list[Path], names: list[str],
+                   cflags: list[str]) -> Path:
+    """The translation unit and the local headers it includes, rewritten for g++, in `folder`
+    (made aside and renamed, like every build product), with the flags that compile it (for
+    preprocess_module); returns the unit's path."""
+    if not folder.exists():
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + "."))
+        try:
+            (tmp / "cflags").write_text("\n".join([f"-I{folder}", *cflags]))
+            for h in headers:
+                (tmp / h.name).write_text(f'#line 1 "{h}"\n' + register_static_shared(h.read_text()))
+            body = register_static_shared(rewrite_dynamic_shared(text, str(src)))
+            (tmp / f"{src.stem}.cpp").write_text(f'#line 1 "{src}"\n' + body + _trailer(names))
+            try:
+                os.rename(tmp, folder)
+            except OSError:  # another process made it first
+                pass
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return folder / f"{src.stem}.cpp"
+
+
 def runtime_library(cache: Path) -> Path:
     """The shared runtime (scheduler + fibers) every kernel module links against."""
     flags = BASE_FLAGS + include_flags(None)
@@ -159,9 +197,9 @@ def _trailer(names: list[str]) -> str:
     )
 
 
-# (src, name_expressions) -> (stamps of src + its headers, result): kernel() may be
+# (src, name_expressions, checked) -> (stamps of src + its headers, result): kernel() may be
 # called per launch, and hashing every file each time costs ~0.5 ms.
-_memo: dict[tuple[Path, tuple[str, ...]], tuple[list[tuple[Path, int, int]], tuple[Path, list[str]]]] = {}
+_memo: dict[tuple[Path, tuple[str, ...], bool], tuple[list[tuple[Path, int, int]], tuple[Path, list[str]]]] = {}
 
 
 def _stamps(files: list[Path]) -> list[tuple[Path, int, int]] | None:
@@ -171,9 +209,9 @@ def _stamps(files: list[Path]) -> list[tuple[Path, int, int]] | None:
         return None
 
 
-def stamps_of(src: Path, name_expressions: tuple[str, ...]) -> list[tuple[Path, int, int]]:
+def stamps_of(src: Path, name_expressions: tuple[str, ...], checked: bool = False) -> list[tuple[Path, int, int]]:
     """What build_module last saw of src and its headers (for callers' own caches)."""
-    hit = _memo.get((src.resolve(), name_expressions))
+    hit = _memo.get((src.resolve(), name_expressions, checked))
     return hit[0] if hit else []
 
 
@@ -181,10 +219,12 @@ def fresh(stamps: list[tuple[Path, int, int]]) -> bool:
     return bool(stamps) and _stamps([f for f, _, _ in stamps]) == stamps
 
 
-def build_module(src: Path, name_expressions: tuple[str, ...]) -> tuple[Path, list[str]]:
-    """The cached shared object for `src` and the entry names it exports."""
+def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = False) -> tuple[Path, list[str]]:
+    """The cached shared object for `src` and the entry names it exports; `checked`: built for
+    the shared-memory checks (racecheck, initcheck)."""
     src = src.resolve()
-    hit = _memo.get((src, name_expressions))
+    memo_key = (src, name_expressions, checked)
+    hit = _memo.get(memo_key)
     if hit is not None and _stamps([f for f, _, _ in hit[0]]) == hit[0] and hit[1][0].exists():
         return hit[1]
     if not src.is_file():
@@ -195,25 +235,38 @@ def build_module(src: Path, name_expressions: tuple[str, ...]) -> tuple[Path, li
     names = entry_names(text) + [n for n in name_expressions if n not in entry_names(text)]
     if not names:
         raise BackendError(f'emu: {src.name} has no extern "C" __global__ kernels and no name_expressions')
-    flags = BASE_FLAGS + incs + ["-include", "cuda_emu.h", "-DSHARPINF_EMU"]
-    key = _key(str(src), text, *(h.read_bytes() for h in headers), *(str(h) for h in headers), *flags, *names)
+    flags = BASE_FLAGS + (CHECKED_FLAGS if checked else []) + ["-include", "cuda_emu.h", "-DSHARPINF_EMU"]
+    key = _key(str(src), text, *(h.read_bytes() for h in headers), *(str(h) for h in headers), *flags, *incs, *names)
     cache = paths.cache_dir("emu")
     out = cache / f"{src.stem}-{key}.so"
     stamps = _stamps([src, *headers]) or []
     if out.exists():
-        _memo[(src, name_expressions)] = (stamps, (out, names))
+        _memo[memo_key] = (stamps, (out, names))
         return out, names
     with _lock:
         rt = runtime_library(cache)
-        tu = cache / f"{src.stem}-{key}.cpp"
-        _atomic_build(tu, lambda tmp: tmp.write_text(f'#line 1 "{src}"\n' + rewrite_dynamic_shared(text, str(src)) + _trailer(names)))
-        _atomic_build(
-            out,
-            lambda tmp: _run_gxx(
-                [*flags, "-shared", str(tu), f"-L{cache}", f"-l:{rt.name}", "-Wl,-rpath,$ORIGIN", "-Wl,-z,defs",
-                 "-o", str(tmp)],
-                src.name,
-            ),
-        )
-    _memo[(src, name_expressions)] = (stamps, (out, names))
+        pp_flags = [f for f in flags if f.startswith(("-D", "-include", "-std", "cuda_emu"))] + incs  # no codegen
+        tu = _write_sources(cache / f"{src.stem}-{key}.src", src, text, headers, names, pp_flags)
+        link = ["-shared", f"-L{cache}", f"-l:{rt.name}", "-Wl,-rpath,$ORIGIN", "-Wl,-z,defs"]
+        if checked:  # compile and link apart: g++ would link libtsan with -fsanitize=thread
+            obj = tu.with_suffix(".o")
+            _atomic_build(obj, lambda tmp: _run_gxx([*flags, f"-I{tu.parent}", *incs, "-c", str(tu), "-o", str(tmp)],
+                                                    src.name))
+            _atomic_build(out, lambda tmp: _run_gxx([str(obj), *link, "-o", str(tmp)], src.name))
+        else:
+            _atomic_build(out, lambda tmp: _run_gxx([*flags, f"-I{tu.parent}", *incs, str(tu), *link, "-o", str(tmp)],
+                                                    src.name))
+    _memo[memo_key] = (stamps, (out, names))
     return out, names
+
+
+def preprocess_module(so: Path) -> str:
+    """The translation unit of a built module as g++ sees it after the preprocessor (signature.py
+    reads kernels' parameter names from it)."""
+    folder = so.with_suffix(".src")
+    tu = next(folder.glob("*.cpp"))
+    cflags = [f for f in (folder / "cflags").read_text().splitlines() if f]
+    out = subprocess.run([cxx(), *cflags, "-E", "-P", str(tu)], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise ValueError(f"preprocessing {tu} failed")
+    return out.stdout

@@ -41,6 +41,12 @@
 // i.e. per block in flight. `extern __shared__` (dynamic) is rewritten by the
 // build step into a pointer to the per-launch buffer (see emu/build.py).
 #define __shared__ thread_local
+// The build adds SHARPINF_EMU_SMEM(name) after each static __shared__ declaration (source.py):
+// the first thread of a block to pass it poisons the array (and, under the checks, shadows it).
+#include <type_traits>
+#define SHARPINF_EMU_SMEM(x)                                                                      \
+    ::sharpinf_emu::smem_static((void*)&(x), sizeof(x), sizeof(::std::remove_all_extents_t<decltype(x)>), #x, \
+                                __FILE__, __LINE__)
 
 // ---- built-in variables -------------------------------------------------------
 #define threadIdx (::sharpinf_emu::tls.threadIdx)
@@ -50,7 +56,16 @@
 static constexpr int warpSize = 32;
 
 namespace sharpinf_emu {
-inline unsigned char* dyn_smem() { return tls.dyn_smem; }
+// `extern __shared__ T name[]` becomes a pointer to the launch's buffer (build.py); under the
+// shared-memory checks each use also names the array for reports.
+inline unsigned char* dyn_smem(const char* name = nullptr) {
+#ifdef SHARPINF_EMU_RACECHECK
+    if (name) smem_dyn_name(name);
+#else
+    (void)name;
+#endif
+    return tls.dyn_smem;
+}
 
 template <class T>
 inline uint64_t to_bits(T v) {
@@ -111,9 +126,55 @@ inline int width_arg(int w = 32) { return w; }
 
 // Memory fences order nothing extra on one OS thread; across pool workers
 // they become real fences.
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+#ifdef SHARPINF_EMU_RACECHECK
+#define SHARPINF_EMU_FENCE inline __attribute__((no_sanitize_thread))  // a real fence, not an access
+#else
+#define SHARPINF_EMU_FENCE inline
+#endif
+SHARPINF_EMU_FENCE void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+SHARPINF_EMU_FENCE void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+SHARPINF_EMU_FENCE void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 #include "cuda_emu_atomic.h"
 #include "cuda_emu_math.h"
+
+#ifdef SHARPINF_EMU_RACECHECK
+// The shared-memory checks (emu_racecheck.cpp) see a store through g++'s ThreadSanitizer
+// instrumentation, which skips the store of a call that writes its result straight into memory
+// (`smem[i] = __float2half_rn(x)` when the callee is not inlined). Passing such results through
+// an inlined identity makes the store an ordinary, instrumented one; the values are unchanged.
+namespace sharpinf_emu {
+template <class T>
+__attribute__((always_inline)) inline T rc_value(T v) { return v; }
+// sincosf writes through its pointers inside the C library: write them here instead.
+__attribute__((always_inline)) inline void rc_sincosf(float x, float* s, float* c) {
+    float a, b;
+    ::sincosf(x, &a, &b);
+    *s = a;
+    *c = b;
+}
+}  // namespace sharpinf_emu
+#define SHARPINF_EMU_RC_VALUE(f) (::sharpinf_emu::rc_value(f))
+#define __float2half(...) SHARPINF_EMU_RC_VALUE(__float2half(__VA_ARGS__))
+#define __float2half_rn(...) SHARPINF_EMU_RC_VALUE(__float2half_rn(__VA_ARGS__))
+#define __float2bfloat16(...) SHARPINF_EMU_RC_VALUE(__float2bfloat16(__VA_ARGS__))
+#define __float2bfloat16_rn(...) SHARPINF_EMU_RC_VALUE(__float2bfloat16_rn(__VA_ARGS__))
+#define __floats2half2_rn(...) SHARPINF_EMU_RC_VALUE(__floats2half2_rn(__VA_ARGS__))
+#define __floats2bfloat162_rn(...) SHARPINF_EMU_RC_VALUE(__floats2bfloat162_rn(__VA_ARGS__))
+#define __float22half2_rn(...) SHARPINF_EMU_RC_VALUE(__float22half2_rn(__VA_ARGS__))
+#define __halves2half2(...) SHARPINF_EMU_RC_VALUE(__halves2half2(__VA_ARGS__))
+#define expf(...) SHARPINF_EMU_RC_VALUE(::expf(__VA_ARGS__))
+#define exp2f(...) SHARPINF_EMU_RC_VALUE(::exp2f(__VA_ARGS__))
+#define logf(...) SHARPINF_EMU_RC_VALUE(::logf(__VA_ARGS__))
+#define log2f(...) SHARPINF_EMU_RC_VALUE(::log2f(__VA_ARGS__))
+#define sqrtf(...) SHARPINF_EMU_RC_VALUE(::sqrtf(__VA_ARGS__))
+#define tanhf(...) SHARPINF_EMU_RC_VALUE(::tanhf(__VA_ARGS__))
+#define sinf(...) SHARPINF_EMU_RC_VALUE(::sinf(__VA_ARGS__))
+#define cosf(...) SHARPINF_EMU_RC_VALUE(::cosf(__VA_ARGS__))
+#define powf(...) SHARPINF_EMU_RC_VALUE(::powf(__VA_ARGS__))
+#define roundf(...) SHARPINF_EMU_RC_VALUE(::roundf(__VA_ARGS__))
+#define ceilf(...) SHARPINF_EMU_RC_VALUE(::ceilf(__VA_ARGS__))
+#define floorf(...) SHARPINF_EMU_RC_VALUE(::floorf(__VA_ARGS__))
+#define sincosf(x, s, c) ::sharpinf_emu::rc_sincosf((x), (s), (c))
+#endif
+

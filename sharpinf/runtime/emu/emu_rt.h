@@ -35,6 +35,12 @@ SHARPINF_EMU_API unsigned active_mask();
 SHARPINF_EMU_API void trap(const char* file, int line);
 SHARPINF_EMU_API void assert_fail(const char* expr, const char* file, int line);
 
+// Shared arrays (emu_racecheck.cpp): the statement the build adds after each static __shared__
+// declaration registers the array (poisoned once per block; checked under racecheck/initcheck);
+// a use of dynamic shared memory names its `extern __shared__` array for reports.
+SHARPINF_EMU_API void smem_static(void* p, size_t bytes, size_t elem, const char* name, const char* file, int line);
+SHARPINF_EMU_API void smem_dyn_name(const char* name);
+
 // Launch plumbing used by emu_entry.h.
 struct LaunchCfg {
     unsigned grid[3], block[3];
@@ -48,6 +54,7 @@ struct LaunchCfg {
     const uint64_t* guards;  // (address, length) pairs of guard bytes, checked after the grid
     int nguards;
     uint64_t* fault;         // strict: the fault record (see Fault in emu_sched.cpp), or null
+    int check;               // shared memory checks, bit 0 racecheck, bit 1 initcheck (emu_racecheck.cpp)
 };
 typedef void (*ThreadFn)(void* ctx);
 // 0 on success; else bit 0: the launch failed and err says why (NUL-terminated, truncated

@@ -12,9 +12,13 @@
    Memcheck (memcheck.py): after the grid, run_grid checks the launch's guard
    bytes; in strict mode a SIGSEGV/SIGBUS in a block (an access to the PROT_NONE
    page beside a buffer) ends that block like __trap(), with a fault record
-   naming the address, the access and the thread. */
+   naming the address, the access and the thread.
+
+   Shared memory checks (emu_racecheck.cpp): each block starts a fresh poisoning and, under
+   racecheck/initcheck, a fresh shadow; barriers and __syncwarp are reported to the checker. */
 #include "emu_rt.h"
 #include "emu_fiber.h"
+#include "emu_racecheck.h"
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,6 +223,7 @@ static void suspend(Block* b, EThread* t) {
 }
 
 static void release_barrier(Block* b) {
+    rc_barrier();
     for (int i = 0; i < b->n; ++i) {
         EThread& u = b->th[i];
         if (u.st == S_BAR) {
@@ -365,11 +370,13 @@ int sync_block(const char* file, int line, int pred) {
 static void complete_warp(Block* b, int w) {
     Warp& W = b->warps[w];
     EThread* lanes = &b->th[w * 32];
-    unsigned arrived = W.arrived, ballot = 0;
+    unsigned arrived = W.arrived, ballot = 0, synced = 0;
     for (unsigned m = arrived; m; m &= m - 1) {
         int l = __builtin_ctz(m);
         if (lanes[l].val) ballot |= 1u << l;
+        if (lanes[l].op == W_SYNC) synced |= 1u << l;
     }
+    if (synced) rc_syncwarp(w, synced);  // __syncwarp orders memory among its lanes
     for (unsigned m = arrived; m; m &= m - 1) {
         int l = __builtin_ctz(m);
         EThread& x = lanes[l];
@@ -439,6 +446,19 @@ unsigned active_mask() {
     leave_loop(b);
     const Warp& W = b->warps[tls.cur->lin >> 5];
     return W.existing & ~W.exited;
+}
+
+[[noreturn]] void fail_running_block(const std::string& msg) {
+    leave_loop(tls.blk);
+    fail(tls.blk, msg);
+}
+
+int running_thread() { return tls.cur->lin; }
+
+std::string thread_label(int lin) {
+    char s[48];
+    snprintf(s, sizeof s, " (warp %d, lane %d)", lin >> 5, lin & 31);
+    return tid_str(tls.blk, lin) + s;
 }
 
 void trap(const char* file, int line) {
@@ -587,11 +607,13 @@ static bool run_block(Worker& wk, Block* b, uint64_t block_lin) {
     b->fault.w[F_FILLED] = 0;
     if (b->cfg->shared) memset(wk.smem.data(), 0xFF, b->cfg->shared);  // NaN poison
     tls.blk = b;
+    rc_block_begin(*b->cfg, wk.smem.data());
     char* s = wk.pool.get();
     b->stacks.push_back(s);
     EThread* first = &b->th[b->order[0]];
     fiber_init(&first->ctx, s, wk.pool.size, fiber_entry, first);
     fiber_switch(&b->main, &first->ctx);
+    rc_block_end();
     for (char* st : b->stacks) wk.pool.put(st);
     b->stacks.clear();
     if (b->fault.w[F_FILLED]) {
@@ -720,6 +742,13 @@ int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t err
     std::atomic<bool> stop{false};
     int nw = cfg.workers < 1 ? 1 : cfg.workers;
     if ((uint64_t)nw > nblocks) nw = (int)nblocks;
+    // Shared memory checks keep one shadow: one launch at a time, its blocks on this thread.
+    static std::mutex checked_launch;
+    std::unique_lock<std::mutex> one_checked(checked_launch, std::defer_lock);
+    if (cfg.check) {
+        nw = 1;
+        one_checked.lock();
+    }
     std::vector<std::string> errs(nw);
     std::vector<Fault> faults(nw, Fault{{0}});
     if (cfg.memcheck == 2) arm_fault_handler();

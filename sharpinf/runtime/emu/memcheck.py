@@ -148,18 +148,32 @@ def fill_guards(buf: GuardedBuffer) -> None:
         buf[o:o + n] = GUARD_BYTE
 
 
-def _args(idx: list[int]) -> str:
-    return f"argument {idx[0]}" if len(idx) == 1 else "arguments " + ", ".join(map(str, idx))
-
-
-def _what(buf: GuardedBuffer, idx: list[int], view_nbytes: int) -> str:
+def _what(buf: GuardedBuffer, idx: list[int], view_nbytes: int, names: list[str] | None) -> str:
+    """`out` (argument 2, float32[128]) -- the parameter's name where the kernel's source tells it."""
     view = "" if view_nbytes == buf.user[1] else "a view into "
-    return f"{_args(idx)} ({view}{buf.label})"
+    args = f"argument {idx[0]}" if len(idx) == 1 else "arguments " + ", ".join(map(str, idx))
+    named = " and ".join(f"`{names[i]}`" for i in idx) + " " if names else ""
+    return f"{named}({args}, {view}{buf.label})"
 
 
-def guard_report(kernel: str, guarded: list[tuple[list[int], GuardedBuffer, int]]) -> str:
+def _where(buf: GuardedBuffer, first: int, last: int) -> str:
+    """Bytes [first, last] relative to the start of buf's region, as elements of its dtype:
+    'element 128 (byte +0 past the end)', 'elements -3..-1 (bytes -12..-1 before the start)'."""
+    size, n = buf.made[1].itemsize, buf.user[1]
+    e0, e1 = first // size, last // size
+    elems = f"element {e0}" if e0 == e1 else f"elements {e0}..{e1}"
+    if first >= n:
+        a, b, side = f"+{first - n}", f"+{last - n}", "past the end"
+    else:
+        a, b, side = str(first), str(last), "before the start"
+    span = f"byte {a}" if a == b else f"bytes {a}..{b}"
+    return f"{elems} ({span} {side})"
+
+
+def guard_report(kernel: str, guarded: list[tuple[list[int], GuardedBuffer, int]], names: list[str] | None = None) -> str:
     """What the launch wrote into guards of its arguments (then refilled); '' if nothing.
-    guarded: (argument indices, owner, nbytes of the argument view) per owner."""
+    guarded: (argument indices, owner, nbytes of the argument view) per owner; names: the
+    kernel's parameter names, where known."""
     found = []
     for idx, buf, view_nbytes in guarded:
         u0, n = buf.user
@@ -168,14 +182,9 @@ def guard_report(kernel: str, guarded: list[tuple[list[int], GuardedBuffer, int]
             if not bad.size:
                 continue
             first, last = o + int(bad[0]) - u0, o + int(bad[-1]) - u0  # relative to the region's start
-            if first >= n:
-                where, a, b = "past the end of", first - n, last - n
-                span = f"+{a}" if a == b else f"+{a}..+{b}"
-            else:
-                where, a, b = "before the start of", first, last
-                span = f"{a}" if a == b else f"{a}..{b}"
-            found.append(f"memcheck: kernel {kernel} wrote {bad.size} byte{'s' * (bad.size > 1)} at offset "
-                         f"{span} {where} {_what(buf, idx, view_nbytes)}")
+            side = "past the end of" if first >= n else "before the start of"
+            found.append(f"memcheck: kernel {kernel} wrote {bad.size} byte{'s' * (bad.size > 1)} {side} "
+                         f"{_what(buf, idx, view_nbytes, names)}: {_where(buf, first, last)}")
         fill_guards(buf)
     return "; ".join(found)
 
@@ -184,8 +193,9 @@ FAULT_WORDS = 11  # the runtime's fault record, see emu_sched.cpp (Fault)
 
 
 def fault_message(kernel: str, fault: Any, block_dim: tuple[int, int, int],
-                  guarded: list[tuple[list[int], GuardedBuffer, int]]) -> str:
-    """A strict-mode fault record -> 'memcheck: kernel K, block (..), thread T read ... of argument i'."""
+                  guarded: list[tuple[list[int], GuardedBuffer, int]], names: list[str] | None = None) -> str:
+    """A strict-mode fault record -> 'memcheck: kernel K, block (..), thread T read past the end of `x`
+    (argument i, float32[256]): element 256 (byte +0 past the end)'."""
     _, addr, access, bx, by, bz, lin, tx, ty, tz, sig = (int(v) for v in fault)
     thread = f"{lin}" if block_dim[1:] == (1, 1) else f"{lin} ({tx},{ty},{tz})"
     who = f"memcheck: kernel {kernel}, block ({bx},{by},{bz}), thread {thread}"
@@ -193,10 +203,9 @@ def fault_message(kernel: str, fault: Any, block_dim: tuple[int, int, int],
     for idx, buf, view_nbytes in guarded:
         if not buf.lo <= addr < buf.hi:
             continue
-        start = buf.lo + buf.user[0]
-        end = start + buf.user[1]
-        where = f"offset +{addr - end} past the end of" if addr >= end else f"offset {addr - start} before the start of"
-        return f"{who} {verb} at {where} {_what(buf, idx, view_nbytes)} (address {addr:#x})"
+        off = addr - (buf.lo + buf.user[0])  # relative to the region's start
+        side = "past the end of" if off >= buf.user[1] else "before the start of"
+        return f"{who} {verb} {side} {_what(buf, idx, view_nbytes, names)}: {_where(buf, off, off)}"
     what = "SIGBUS" if sig == signal.SIGBUS else "SIGSEGV"
     if access == 2 and addr == 0:
         return f"{who}: {what} (a general protection fault: a misaligned vector access or a non-canonical address?)"

@@ -4,7 +4,9 @@ from the module, argument checks, argument packing and the ctypes launch."""
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -110,7 +112,7 @@ class Module:
         self._launch.argtypes = [ctypes.c_int, u, u, u, u, u, u, ctypes.c_ulonglong, ctypes.c_char_p,
                                  ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong,
                                  ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
-                                 ctypes.c_void_p]
+                                 ctypes.c_void_p, ctypes.c_int]
         self._err = ctypes.create_string_buffer(16384)
         self.fault = (ctypes.c_ulonglong * FAULT_WORDS)()  # strict memcheck's fault record (memcheck.py)
         self._fault_ptr = ctypes.addressof(self.fault)
@@ -123,12 +125,49 @@ class Module:
             self.kernels[name] = EmuKernel(self, i, name, params)
 
     def launch(self, k: EmuKernel, grid, block, shared: int, packed: bytes, order: int, strict: bool,
-               workers: int, seed: int, memcheck: int = 0, guards: bytes = b"") -> int:
+               workers: int, seed: int, memcheck: int = 0, guards: bytes = b"", check: int = 0) -> int:
         """0, else bit 0: the launch failed (error(), and `fault` in strict memcheck);
-        bit 1: a guard range of `guards` (address, length pairs) was overwritten."""
+        bit 1: a guard range of `guards` (address, length pairs) was overwritten.
+        check: shared-memory checks, bit 0 racecheck, bit 1 initcheck (a checked build only)."""
         return self._launch(k.index, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, packed,
                             order, strict, workers, seed, self._err, 16384, memcheck, guards, len(guards) >> 4,
-                            self._fault_ptr)
+                            self._fault_ptr, check)
 
     def error(self) -> str:
-        return self._err.value.decode(errors="replace")
+        """The failed launch's message, code addresses turned into file:line."""
+        return symbolize(self._err.value.decode(errors="replace"))
+
+
+_PC = re.compile(r"\[\[pc:(.+?)\+0x([0-9a-f]+)\]\]")
+
+
+def symbolize(msg: str) -> str:
+    """[[pc:MODULE+0xOFF]] (emu_racecheck.cpp) -> file:line of that code, by addr2line on the module's
+    line tables (a checked build has them); the raw offset when addr2line cannot tell."""
+    hits = _PC.findall(msg)
+    if not hits:
+        return msg
+    lines: dict[tuple[str, str], str] = {}
+    for so, off in dict.fromkeys(hits):
+        # the return address is the instruction after the hook's call: step back into the call
+        where = _addr2line(so, int(off, 16) - 1)
+        lines[(so, off)] = where or f"{Path(so).name}+0x{off}"
+    return _PC.sub(lambda m: lines[(m.group(1), m.group(2))], msg)
+
+
+def _addr2line(so: str, off: int) -> str | None:
+    try:
+        out = subprocess.run(["addr2line", "-e", so, "-i", f"{off:#x}"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    # one "file:line [(discriminator n)]" per inlined frame, innermost first
+    frames = [ln.split(" (")[0].strip() for ln in out.splitlines()]
+    frames = [f"{Path(f.rsplit(':', 1)[0]).name}:{f.rsplit(':', 1)[1]}" for f in frames
+              if ":" in f and not f.startswith("??") and not f.endswith(":0")]
+    if not frames:
+        return None
+    # the access itself, and the kernel source line it is inlined into (not the emulator's launch glue)
+    inner = frames[0]
+    outer = next((f for f in reversed(frames) if not f.startswith(("emu_entry.h", "cuda_emu", "<"))), inner)
+    return inner if inner == outer else f"{inner} (in {outer})"

@@ -11,6 +11,9 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 _ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(')
 _DYN_SHARED = re.compile(r"\bextern\s+__shared__\s+([^;\[]*?)\s*\b(\w+)\s*\[\s*\]\s*;")
 _ALIGN = re.compile(r"\b(?:__align__|alignas)\s*\(\s*\d+\s*\)")
+_CODE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|[{}]', re.S)
+_STATIC_SHARED = re.compile(r"(?<!\w)__shared__(?!\w)")
+_DECLARATOR = re.compile(r"(\w+)\s*(?:\[[^\]]*\]\s*)*(?:=.*)?$", re.S)
 
 
 def local_headers(src: Path, search: list[Path]) -> list[Path]:
@@ -59,10 +62,60 @@ def rewrite_dynamic_shared(text: str, filename: str) -> str:
     def sub(m: re.Match) -> str:
         typ = _ALIGN.sub("", m.group(1)).strip()
         name = m.group(2)
-        ptr = f"reinterpret_cast<{typ}*>(::sharpinf_emu::dyn_smem())"
+        ptr = f'reinterpret_cast<{typ}*>(::sharpinf_emu::dyn_smem("{name}"))'
         if _brace_depth(text, m.start()) > 0:
             return f"{typ}* const {name} = {ptr};"
         line = text.count("\n", 0, m.end()) + 1
         return f'\n#define {name} ({ptr})\n#line {line} "{filename}"\n'
 
     return _DYN_SHARED.sub(sub, text)
+
+
+def _skipped_spans(text: str) -> list[tuple[int, int]]:
+    """Comments and string literals: a `__shared__` there is no declaration."""
+    return [(m.start(), m.end()) for m in _CODE.finditer(text) if m.group() not in "{}"]
+
+
+def _split_top(text: str) -> list[str]:
+    """text split at the commas outside (), [], {} and <>."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def static_shared_names(decl: str) -> list[str]:
+    """The names a static shared declaration declares, from the text between `__shared__` and
+    its `;`: "__align__(16) float a[4][8], b[2], c" -> [a, b, c]."""
+    names = []
+    for part in _split_top(_ALIGN.sub("", decl)):
+        m = _DECLARATOR.search(part.strip())
+        if m:
+            names.append(m.group(1))
+    return names
+
+
+def register_static_shared(text: str) -> str:
+    """After each static `__shared__` declaration inside a function, on the same line, add
+    SHARPINF_EMU_SMEM(name) for each array it declares (cuda_emu.h: per-block poisoning and the
+    shared-memory checks). File-scope declarations are left as they are (and unchecked)."""
+    skipped = _skipped_spans(text)
+    inserts: list[tuple[int, str]] = []
+    for m in _STATIC_SHARED.finditer(text):
+        at = m.start()
+        if any(a <= at < b for a, b in skipped) or re.search(r"\bextern\s*$", text[max(0, at - 40):at]):
+            continue
+        end = text.find(";", m.end())
+        if end < 0 or _brace_depth(text, at) <= 0:
+            continue
+        names = static_shared_names(text[m.end():end])
+        inserts.append((end + 1, "".join(f" SHARPINF_EMU_SMEM({n});" for n in names)))
+    for pos, add in reversed(inserts):
+        text = text[:pos] + add + text[pos:]
+    return text

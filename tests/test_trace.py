@@ -1,0 +1,177 @@
+"""The op-by-op trace (oracles/trace.py): with a bug planted in one kernel it names that op, layer
+and kernel; with a division by zero planted it names where the first non-finite value appeared;
+the unplanted kernels trace clean (the negative control every planted test stands on).
+
+A plant is a copy of one kernels_cu/ file with one line changed, read by an emulator of its own
+(PlantedEmu); every other file is the real one, already built. The emulator's build cache keys on
+a source's path and text, so each plant costs one g++ build of one file, once per test session.
+Where a kernel argument allows it the plant fires in one layer only: on the synthetic gemma3,
+layers 0-4 slide over an 8-key window with RoPE base 10^4 and layer 5 is global with base 10^6.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from oracles.trace import trace_step
+from sharpinf.forward import ForwardPass
+from sharpinf.model.loader import load_model
+from sharpinf.model.synth import synthetic_model
+from sharpinf.runtime import paths
+from sharpinf.runtime.emu_backend import EmuBackend
+
+TOKENS = np.random.default_rng(5).integers(0, 512, 20).tolist()  # 20 tokens: 5 KV blocks of 4, past the window
+BLOCK = 4
+
+
+class PlantedEmu(EmuBackend):
+    """The emulator with some kernels_cu/ files read from planted copies, the rest the real ones."""
+
+    def __init__(self, planted: dict):
+        super().__init__()
+        self.planted = planted
+
+    def _source(self, filename: str):
+        return self.planted.get(filename) or super()._source(filename)
+
+
+@pytest.fixture(scope="module")
+def plant(tmp_path_factory):
+    """plant(file, old, new) -> a backend running kernels_cu/<file> with the line `old` replaced."""
+    folder = tmp_path_factory.mktemp("planted")
+    made: dict = {}
+
+    def make(file: str, old: str, new: str) -> PlantedEmu:
+        if (file, old, new) not in made:
+            text = (paths.kernels_dir() / file).read_text()
+            assert text.count(old) == 1, f"the line to plant is not in kernels_cu/{file} exactly once: {old!r}"
+            out = folder / f"{len(made)}" / file
+            out.parent.mkdir()
+            out.write_text(text.replace(old, new))
+            made[(file, old, new)] = out
+        return PlantedEmu({file: made[(file, old, new)]})
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load_model(synthetic_model("llama", "Q8_0", n_embd=128))  # 2 layers, GQA 4:2, head_dim 32
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    return load_model(synthetic_model("gemma3", "Q8_0", n_embd=128, n_layer=6, n_head_kv=1, sliding_window=8))
+
+
+def trace(model, be, kernels="simple", kv_dtype="f16"):
+    return trace_step(ForwardPass(model, be, kernels=kernels), TOKENS, kv_dtype=kv_dtype, block_size=BLOCK)
+
+
+def first(rep):
+    fd = rep.first_divergence
+    assert fd is not None, f"the plant was not found: {rep.describe()}"
+    return fd
+
+
+# -- the negative control -------------------------------------------------------------------------
+@pytest.mark.parametrize("kernels", ["simple", "fast"])
+def test_unplanted_kernels_trace_clean(emu, llama, gemma, kernels):
+    for model, kv in ((llama, "q8_0"), (gemma, "f16")):
+        rep = trace(model, emu, kernels, kv)
+        assert rep.passed and rep.first_nonfinite is None, rep.describe()
+        per_layer = [r.op for r in rep.records if r.layer == 0]
+        assert per_layer[:5] == ["attn_norm", "qkv", "rope", "kv_append", "attention"]
+        assert [r.op for r in rep.records if r.layer is None] == ["embedding", "output_norm", "lm_head"]
+        assert {r.layer for r in rep.records} == {None, *range(model.config.n_layer)}
+        assert all(r.kernels for r in rep.records), "every op names the kernels that wrote it"
+        assert "within their bounds" in rep.describe()
+    if kernels == "fast":  # the q8_1 copies are checked, and the fused residual adds
+        assert {"attn_q8", "ffn_q8"} <= {r.op for r in rep.records}
+        assert next(r for r in rep.records if r.op == "attention").kernels[0].startswith("attention_split.cu:")
+
+
+# -- planted bugs -------------------------------------------------------------------------------------
+def test_matmul_that_drops_a_lane_is_named_at_the_o_projection(llama, plant):
+    # lane 0's partial sum dropped, on square matrices only: Wqkv (256 x 128) is right, Wo (128 x 128) wrong
+    be = plant("matmul.cu", "float v = mm_tree_sum(pb[lane]);",
+               "float v = mm_tree_sum(pb[lane]) - (n_out == n_in ? pb[lane][0] : 0.0f);")
+    rep = trace(llama, be)
+    fd = first(rep)
+    assert (fd.layer, fd.op, fd.kernels) == (0, "o_proj", ["matmul.cu:matmul_q8_0"])
+    assert fd.finite and fd.err > 1e3 * fd.bound
+    assert next(r for r in rep.records if r.op == "qkv").passed
+    assert "layer 0 o_proj (matmul.cu:matmul_q8_0)" in rep.describe()
+
+
+def test_norm_off_by_one_is_named(llama, plant):
+    be = plant("rmsnorm.cu", "rsqrtf(ss / (float)n + eps)", "rsqrtf(ss / (float)(n - 1) + eps)")
+    fd = first(trace(llama, be))
+    assert (fd.layer, fd.op, fd.kernels) == (0, "attn_norm", ["rmsnorm.cu:rmsnorm_f32"])
+
+
+def test_q8_1_norm_off_by_one_is_named_in_steps(llama, plant):
+    # the fast set's norm writes q8_1: a 0.4% scale error is under one rounding step per value, yet
+    # it moves every large value half a step past where rounding can put it
+    be = plant("rmsnorm_q8_1.cu", "rsqrtf(ss / (float)n + eps)", "rsqrtf(ss / (float)(n - 1) + eps)")
+    rep = trace(llama, be, kernels="fast")
+    fd = first(rep)
+    assert (fd.layer, fd.op, fd.kernels) == (0, "attn_norm", ["rmsnorm_q8_1.cu:rmsnorm_q8_1"])
+    assert "q8_1 steps" in fd.metric
+
+
+def test_rope_sin_sign_on_the_global_layer_is_named(gemma, plant):
+    be = plant("rope.cu", "sincosf((float)red, &s, &c);", "sincosf((float)red, &s, &c); if (theta > 1e5f) s = -s;")
+    rep = trace(gemma, be)
+    fd = first(rep)
+    assert (fd.layer, fd.op) == (5, "rope") and "rope.cu:rope_neox" in fd.kernels
+    assert fd.where[0] > 0, "position 0 has angle 0: no sign to flip"
+    assert all(r.passed for r in rep.records if r.op == "rope" and r.layer != 5)
+
+
+def test_attention_skipping_key_0_on_the_global_layer_is_named(gemma, plant):
+    be = plant("attention.cu", "max(0, qi.pos - sliding_window + 1) : 0;",
+               "max(0, qi.pos - sliding_window + 1) : min(1, qi.pos);")  # global layers skip key 0
+    rep = trace(gemma, be)
+    fd = first(rep)
+    assert (fd.layer, fd.op, fd.kernels) == (5, "attention", ["attention.cu:attention_f16_d32"])
+    assert fd.where[0] >= 1 and rep.first_nonfinite is None
+    assert fd.column.startswith("column ") and "head" in fd.column
+
+
+def test_division_by_zero_is_traced_to_its_origin(llama, plant):
+    # silu(g) * u / 0 where the gate is large: inf (or NaN) from finite inputs
+    be = plant("elementwise.cu", "return gated_act(ACT_SILU, g, u); }",
+               "return gated_act(ACT_SILU, g, u) / (g > 2.0f ? 0.0f : 1.0f); }")
+    rep = trace(llama, be)
+    fn = rep.first_nonfinite
+    assert fn is not None, rep.describe()
+    assert (fn.layer, fn.op) == (0, "gate_up") and "elementwise.cu:silu_gate_f32" in fn.kernels
+    assert fn.inputs_finite and not np.isfinite(fn.got) and np.isfinite(fn.want)
+    assert rep.first_divergence is fn, "a non-finite value never passes"
+    assert "from a finite input" in rep.describe()
+    json.dumps(rep.to_json())  # inf stays out of the JSON
+
+
+# -- the command line ---------------------------------------------------------------------------------
+def test_verify_trace_only_names_the_planted_op(llama, plant, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sharpinf.cli import app, verify_cmd
+
+    be = plant("rmsnorm.cu", "rsqrtf(ss / (float)n + eps)", "rsqrtf(ss / (float)(n - 1) + eps)")  # built above
+    monkeypatch.setattr(verify_cmd, "backend_named", lambda name: be)
+    res = CliRunner().invoke(app, ["verify", str(llama.path), "--kernels", "simple", "--trace-only", "--json"])
+    assert res.exit_code == 1, res.output
+    (row,) = json.loads(res.stdout)
+    assert row["oracle"] == "op-trace" and not row["passed"]
+    assert row["trace"]["first_divergence"]["op"] == "attn_norm" and row["trace"]["first_divergence"]["layer"] == 0
+    assert "first divergence: layer 0 attn_norm (rmsnorm.cu:rmsnorm_f32)" in row["detail"]
+    res = CliRunner().invoke(app, ["verify", str(llama.path), "--kernels", "simple", "--trace-only"])
+    assert res.exit_code == 1
+    assert "the first op out of its bound is layer 0 attn_norm (rmsnorm.cu:rmsnorm_f32)" in " ".join(res.stdout.split())
+    res = CliRunner().invoke(app, ["verify", str(llama.path), "--backend", "reference", "--trace"])
+    assert "use --backend emu, cuda or auto" in str(res.exception)
