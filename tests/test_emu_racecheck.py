@@ -115,13 +115,16 @@ def test_correct_code_passes_both_checks(order):
     assert np.array_equal(out, want)
 
 
-def test_without_the_checks_a_race_runs_and_static_shared_memory_is_poisoned_per_block():
-    be = EmuBackend(racecheck=False, initcheck=False)
-    run(be, "raw_across_warps", 1, 64, floats(be, 64))  # unchecked: no report
-    out = be.zeros((3,), np.int32)
-    run(be, "static_per_block", 3, 32, out)
-    assert out.tolist() == [42, -1, -1]  # blocks 1 and 2 see the poison (0xFF bytes), not block 0's 42
-    assert be.describe()["racecheck"] is False and checked().describe()["racecheck"] is True
+def test_static_shared_memory_is_poisoned_per_block_under_the_checks():
+    out = EmuBackend(racecheck=False, initcheck=False)
+    run(out, "raw_across_warps", 1, 64, floats(out, 64))  # unchecked: the race runs unreported
+    be = checked(race=True, init=False)
+    res = be.zeros((3,), np.int32)
+    run(be, "static_per_block", 3, 32, res)
+    assert res.tolist() == [42, -1, -1]  # blocks 1 and 2 see the poison (0xFF bytes), not block 0's 42
+    msg = failure(checked(race=False, init=True), "static_per_block", 3, 32, be.zeros((3,), np.int32))
+    assert "block (1,0,0): initcheck: uninitialised read: shared array `carried`" in msg, msg
+    assert out.describe()["racecheck"] is False and checked().describe()["racecheck"] is True
 
 
 def test_the_checks_follow_the_environment(monkeypatch):

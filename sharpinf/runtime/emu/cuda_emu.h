@@ -41,12 +41,18 @@
 // i.e. per block in flight. `extern __shared__` (dynamic) is rewritten by the
 // build step into a pointer to the per-launch buffer (see emu/build.py).
 #define __shared__ thread_local
-// The build adds SHARPINF_EMU_SMEM(name) after each static __shared__ declaration (source.py):
-// the first thread of a block to pass it poisons the array (and, under the checks, shadows it).
+// The build adds SHARPINF_EMU_SMEM(name) after each static __shared__ declaration (source.py). In
+// a build for the shared-memory checks the first thread of a block to pass it poisons the array and
+// shadows it (emu_racecheck.cpp); elsewhere it is nothing (a static array keeps the last block's
+// values, as a GPU's shared memory may: initcheck is what names a kernel that reads them).
+#ifdef SHARPINF_EMU_RACECHECK
 #include <type_traits>
 #define SHARPINF_EMU_SMEM(x)                                                                      \
     ::sharpinf_emu::smem_static((void*)&(x), sizeof(x), sizeof(::std::remove_all_extents_t<decltype(x)>), #x, \
                                 __FILE__, __LINE__)
+#else
+#define SHARPINF_EMU_SMEM(x) ((void)0)
+#endif
 
 // ---- built-in variables -------------------------------------------------------
 #define threadIdx (::sharpinf_emu::tls.threadIdx)

@@ -1,10 +1,11 @@
 /* Shared memory checks: per-block poisoning, racecheck and initcheck.
 
-   Poisoning (always on): the dynamic buffer is filled with 0xFF (NaN) before each block
-   (emu_sched.cpp); a static __shared__ array is registered by the statement the build adds
-   after its declaration (source.py) and filled with 0xFF the first time a thread of a block
-   passes that declaration -- before any thread of the block can touch it. So a block never
-   sees the previous block's values, as on a GPU, where nothing carries over either.
+   Poisoning: the dynamic buffer is filled with 0xFF (NaN) before each block (emu_sched.cpp,
+   always); under the checks a static __shared__ array is registered by the statement the build
+   adds after its declaration (source.py, cuda_emu.h's SHARPINF_EMU_SMEM) and filled with 0xFF
+   the first time a thread of a block passes that declaration -- before any thread of the block
+   can touch it. So a checked block never sees the previous block's values (a GPU gives no
+   guarantee either way).
 
    Racecheck and initcheck (LaunchCfg.check; the kernel module compiled with -fsanitize=thread,
    see build.py): g++ calls __tsan_{read,write}N(address) before every memory access of the
