@@ -15,7 +15,7 @@ OTHER_MAJOR_cuda12 := cupy-cuda13x nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-
 OTHER_MAJOR_cuda13 := cupy-cuda12x nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12
 STALE := $(strip $(foreach e,$(subst $(comma), ,$(SHARPINF_EXTRAS)),$(OTHER_MAJOR_$(e))))
 
-.PHONY: install demo test test-kernels nvrtc-check bench gpu-check clean
+.PHONY: install demo test test-all test-kernels nvrtc-check bench gpu-check clean
 
 # (re)install when pyproject or the extras change; an editable install, so sharpinf and oracles import from the tree
 $(STAMP): pyproject.toml
@@ -33,14 +33,24 @@ demo: install
 	$(VENV)/bin/sharpinf verify smollm2-135m   # auto: the GPU if usable, else the CPU emulator (~2 min)
 	$(VENV)/bin/sharpinf generate smollm2-135m --chat "What is the capital of France?" --max-tokens 48
 
-# The whole suite: NVRTC compile check of every kernel (sm_80, sm_90), then pytest
-# (kernels on the emulator in forward order), then the kernel tests again in reverse order.
+# `make test` (what CI runs): the suite on every core (pytest-xdist; a test file whose fixtures
+# are costly stays on one worker, tests/conftest.py), then the kernel tests again with the
+# emulator's threads in reverse order. The forward-pass cross-path oracles run on a subset of
+# models that holds every weight type and arch (tests/test_forward_oracles.py says why).
+# `make test-all`: every model in every oracle, more hypothesis examples, and every test that
+# runs kernels again in reverse order -- for sessions that change kernels.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+XDIST := -n $(JOBS) --dist loadgroup
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 	$(MAKE) --no-print-directory test-kernels
 
 test-kernels: install
-	SHARPINF_EMU_ORDER=reverse $(PY) -m pytest -q -m kernels
+	SHARPINF_EMU_ORDER=reverse $(PY) -m pytest -q $(XDIST) -m "kernels and emu_checks"
+
+test-all: install
+	SHARPINF_TEST_TIER=all $(PY) -m pytest -q $(XDIST)
+	SHARPINF_TEST_TIER=all SHARPINF_EMU_ORDER=reverse $(PY) -m pytest -q $(XDIST) -m kernels
 
 nvrtc-check: install
 	$(PY) -m sharpinf.runtime.nvrtc_check

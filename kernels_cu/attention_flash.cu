@@ -355,61 +355,7 @@ __device__ __forceinline__ void af_q8(AF_ARGS) {
     attention_flash_impl<HD>(AF_PASS(kc, vc));
 }
 
-// One entry per (KV dtype, head_dim), each compiled only when wanted (SHARPINF_WANT, common.cuh).
-#if SHARPINF_WANT(attention_flash_f32_d16)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f32_d16(AF_ARGS) { af_typed<16, float>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_f32_d32)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f32_d32(AF_ARGS) { af_typed<32, float>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_f32_d64)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f32_d64(AF_ARGS) { af_typed<64, float>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_f32_d128)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f32_d128(AF_ARGS) { af_typed<128, float>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_f32_d256)
-extern "C" __global__ void __launch_bounds__(64, 1) attention_flash_f32_d256(AF_ARGS) { af_typed<256, float>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_f16_d16)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f16_d16(AF_ARGS) { af_typed<16, __half>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_f16_d32)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f16_d32(AF_ARGS) { af_typed<32, __half>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_f16_d64)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f16_d64(AF_ARGS) { af_typed<64, __half>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_f16_d128)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_f16_d128(AF_ARGS) { af_typed<128, __half>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_f16_d256)
-extern "C" __global__ void __launch_bounds__(64, 1) attention_flash_f16_d256(AF_ARGS) { af_typed<256, __half>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_bf16_d16)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_bf16_d16(AF_ARGS) { af_typed<16, __nv_bfloat16>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_bf16_d32)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_bf16_d32(AF_ARGS) { af_typed<32, __nv_bfloat16>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_bf16_d64)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_bf16_d64(AF_ARGS) { af_typed<64, __nv_bfloat16>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_bf16_d128)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_bf16_d128(AF_ARGS) { af_typed<128, __nv_bfloat16>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_bf16_d256)
-extern "C" __global__ void __launch_bounds__(64, 1) attention_flash_bf16_d256(AF_ARGS) { af_typed<256, __nv_bfloat16>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_q8_0_d32)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_q8_0_d32(AF_ARGS) { af_q8<32>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_q8_0_d64)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_q8_0_d64(AF_ARGS) { af_q8<64>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_q8_0_d128)
-extern "C" __global__ void __launch_bounds__(128, 1) attention_flash_q8_0_d128(AF_ARGS) { af_q8<128>(AF_CALL); }
-#endif
-#if SHARPINF_WANT(attention_flash_q8_0_d256)
-extern "C" __global__ void __launch_bounds__(64, 1) attention_flash_q8_0_d256(AF_ARGS) { af_q8<256>(AF_CALL); }
-#endif
+// One entry per (KV dtype, head_dim), attention_flash_<kv>_d<HD>, each compiled only when wanted
+// (SHARPINF_KV_HD_ENTRIES, common.cuh); one block of THREADS per SM is what the tiles are sized for.
+#define AF_BOUNDS(hd) __launch_bounds__(AfShape<hd>::THREADS, 1)
+SHARPINF_KV_HD_ENTRIES(attention_flash, AF_BOUNDS, (AF_ARGS), af_typed, af_q8, AF_CALL)

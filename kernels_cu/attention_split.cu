@@ -239,61 +239,6 @@ __device__ __forceinline__ void as_q8(AS_ARGS) {
         out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, \
         quantize
 
-// One entry per (KV dtype, head_dim), each compiled only when wanted (SHARPINF_WANT, common.cuh).
-#if SHARPINF_WANT(attention_split_f32_d16)
-extern "C" __global__ void attention_split_f32_d16(AS_ARGS) { as_typed<16, float>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_f32_d32)
-extern "C" __global__ void attention_split_f32_d32(AS_ARGS) { as_typed<32, float>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_f32_d64)
-extern "C" __global__ void attention_split_f32_d64(AS_ARGS) { as_typed<64, float>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_f32_d128)
-extern "C" __global__ void attention_split_f32_d128(AS_ARGS) { as_typed<128, float>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_f32_d256)
-extern "C" __global__ void attention_split_f32_d256(AS_ARGS) { as_typed<256, float>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_f16_d16)
-extern "C" __global__ void attention_split_f16_d16(AS_ARGS) { as_typed<16, __half>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_f16_d32)
-extern "C" __global__ void attention_split_f16_d32(AS_ARGS) { as_typed<32, __half>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_f16_d64)
-extern "C" __global__ void attention_split_f16_d64(AS_ARGS) { as_typed<64, __half>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_f16_d128)
-extern "C" __global__ void attention_split_f16_d128(AS_ARGS) { as_typed<128, __half>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_f16_d256)
-extern "C" __global__ void attention_split_f16_d256(AS_ARGS) { as_typed<256, __half>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_bf16_d16)
-extern "C" __global__ void attention_split_bf16_d16(AS_ARGS) { as_typed<16, __nv_bfloat16>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_bf16_d32)
-extern "C" __global__ void attention_split_bf16_d32(AS_ARGS) { as_typed<32, __nv_bfloat16>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_bf16_d64)
-extern "C" __global__ void attention_split_bf16_d64(AS_ARGS) { as_typed<64, __nv_bfloat16>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_bf16_d128)
-extern "C" __global__ void attention_split_bf16_d128(AS_ARGS) { as_typed<128, __nv_bfloat16>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_bf16_d256)
-extern "C" __global__ void attention_split_bf16_d256(AS_ARGS) { as_typed<256, __nv_bfloat16>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_q8_0_d32)
-extern "C" __global__ void attention_split_q8_0_d32(AS_ARGS) { as_q8<32>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_q8_0_d64)
-extern "C" __global__ void attention_split_q8_0_d64(AS_ARGS) { as_q8<64>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_q8_0_d128)
-extern "C" __global__ void attention_split_q8_0_d128(AS_ARGS) { as_q8<128>(AS_CALL); }
-#endif
-#if SHARPINF_WANT(attention_split_q8_0_d256)
-extern "C" __global__ void attention_split_q8_0_d256(AS_ARGS) { as_q8<256>(AS_CALL); }
-#endif
+// One entry per (KV dtype, head_dim), attention_split_<kv>_d<HD>, each compiled only when wanted
+// (SHARPINF_KV_HD_ENTRIES, common.cuh).
+SHARPINF_KV_HD_ENTRIES(attention_split, SHARPINF_NO_ATTRS, (AS_ARGS), as_typed, as_q8, AS_CALL)

@@ -47,6 +47,50 @@
 #define SHARPINF_WANT(group) 1
 #endif
 
+// --- entry-point families ------------------------------------------------------------
+// SHARPINF_ENTRY(name, (params), body...) defines `extern "C" __global__ void name params { body; }`
+// when name is wanted (as SHARPINF_WANT above; a macro cannot hold an #if, so the test is done
+// by the preprocessor's pasting: SHARPINF_WANT_<name> defined as 1 selects the definition). The
+// families below give one entry per KV dtype x head_dim or per weight type from one line; the
+// emulator finds entries in the preprocessed source, so families need no list anywhere else.
+#define SHARPINF_CAT(a, b) SHARPINF_CAT_(a, b)
+#define SHARPINF_CAT_(a, b) a##b
+#define SHARPINF_SECOND(a, b, ...) b
+#define SHARPINF_SECOND_(...) SHARPINF_SECOND(__VA_ARGS__)
+#define SHARPINF_IS_1 ~, 1
+#define SHARPINF_IF_1(...) __VA_ARGS__
+#define SHARPINF_IF_0(...)
+#ifdef SHARPINF_SELECT
+#define SHARPINF_WANTED(name) SHARPINF_SECOND_(SHARPINF_CAT(SHARPINF_IS_, SHARPINF_WANT_##name), 0, ~)
+#else
+#define SHARPINF_WANTED(name) 1
+#endif
+#define SHARPINF_ENTRY(name, params, ...) SHARPINF_ENTRY_ATTRS(name, , params, __VA_ARGS__)
+// ... with attributes before the name (e.g. __launch_bounds__(128, 1))
+#define SHARPINF_ENTRY_ATTRS(name, attrs, params, ...) \
+    SHARPINF_CAT(SHARPINF_IF_, SHARPINF_WANTED(name))(extern "C" __global__ void attrs name params { __VA_ARGS__; })
+
+// name_<kv>_d<hd> for KV f32/f16/bf16 x head_dim 16..256 (TYPED<HD, T>(call...)) and q8_0 x 32..256
+// (Q8<HD>(call...)): the attention kernels' 20 entries; ATTRS(hd) gives each entry's attributes
+// (SHARPINF_NO_ATTRS: none).
+#define SHARPINF_NO_ATTRS(hd)
+#define SHARPINF_KV_HD_ENTRY(name, kv, hd, ATTRS, params, ...) \
+    SHARPINF_ENTRY_ATTRS(name##_##kv##_d##hd, ATTRS(hd), params, __VA_ARGS__)
+#define SHARPINF_HD_FAMILY(name, kv, T, ATTRS, params, TYPED, ...)                          \
+    SHARPINF_KV_HD_ENTRY(name, kv, 16, ATTRS, params, TYPED<16, T>(__VA_ARGS__))            \
+    SHARPINF_KV_HD_ENTRY(name, kv, 32, ATTRS, params, TYPED<32, T>(__VA_ARGS__))            \
+    SHARPINF_KV_HD_ENTRY(name, kv, 64, ATTRS, params, TYPED<64, T>(__VA_ARGS__))            \
+    SHARPINF_KV_HD_ENTRY(name, kv, 128, ATTRS, params, TYPED<128, T>(__VA_ARGS__))          \
+    SHARPINF_KV_HD_ENTRY(name, kv, 256, ATTRS, params, TYPED<256, T>(__VA_ARGS__))
+#define SHARPINF_KV_HD_ENTRIES(name, ATTRS, params, TYPED, Q8, ...)                          \
+    SHARPINF_HD_FAMILY(name, f32, float, ATTRS, params, TYPED, __VA_ARGS__)                 \
+    SHARPINF_HD_FAMILY(name, f16, __half, ATTRS, params, TYPED, __VA_ARGS__)                \
+    SHARPINF_HD_FAMILY(name, bf16, __nv_bfloat16, ATTRS, params, TYPED, __VA_ARGS__)        \
+    SHARPINF_KV_HD_ENTRY(name, q8_0, 32, ATTRS, params, Q8<32>(__VA_ARGS__))                \
+    SHARPINF_KV_HD_ENTRY(name, q8_0, 64, ATTRS, params, Q8<64>(__VA_ARGS__))                \
+    SHARPINF_KV_HD_ENTRY(name, q8_0, 128, ATTRS, params, Q8<128>(__VA_ARGS__))              \
+    SHARPINF_KV_HD_ENTRY(name, q8_0, 256, ATTRS, params, Q8<256>(__VA_ARGS__))
+
 // --- alignment of vector loads --------------------------------------------------------
 // On the emulator every vector load checks the alignment the GPU's load instruction needs (a
 // misaligned vector load faults on a GPU; a memcpy on the CPU would hide it), so the tests catch it.

@@ -20,37 +20,6 @@
         float *out, int n_tokens, int n_ff, int n_in, int act
 #define GU_PASS Wg, Wu, xq, xd, xs, xd, out, n_tokens, n_ff, n_in, 0, 0, (long long)n_ff, act
 
-// One entry per type, each compiled only when wanted (SHARPINF_WANT, common.cuh).
-#if SHARPINF_WANT(gate_up_dp4a_f32)
-extern "C" __global__ void gate_up_dp4a_f32(GU_ARGS) { dp4a_rows<GB_F32, 2>(GU_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_dp4a_f16)
-extern "C" __global__ void gate_up_dp4a_f16(GU_ARGS) { dp4a_rows<GB_F16, 2>(GU_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_dp4a_bf16)
-extern "C" __global__ void gate_up_dp4a_bf16(GU_ARGS) { dp4a_rows<GB_BF16, 2>(GU_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_dp4a_q8_0)
-extern "C" __global__ void gate_up_dp4a_q8_0(GU_ARGS) { dp4a_rows<GB_Q8_0, 2>(GU_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_dp4a_q4_0)
-extern "C" __global__ void gate_up_dp4a_q4_0(GU_ARGS) { dp4a_rows<GB_Q4_0, 2>(GU_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_dp4a_q4_1)
-extern "C" __global__ void gate_up_dp4a_q4_1(GU_ARGS) { dp4a_rows<GB_Q4_1, 2>(GU_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_dp4a_q5_0)
-extern "C" __global__ void gate_up_dp4a_q5_0(GU_ARGS) { dp4a_rows<GB_Q5_0, 2>(GU_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_dp4a_q5_1)
-extern "C" __global__ void gate_up_dp4a_q5_1(GU_ARGS) { dp4a_rows<GB_Q5_1, 2>(GU_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_dp4a_q4_k)
-extern "C" __global__ void gate_up_dp4a_q4_k(GU_ARGS) { dp4a_rows<GB_Q4_K, 2>(GU_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_dp4a_q5_k)
-extern "C" __global__ void gate_up_dp4a_q5_k(GU_ARGS) { dp4a_rows<GB_Q5_K, 2>(GU_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_dp4a_q6_k)
-extern "C" __global__ void gate_up_dp4a_q6_k(GU_ARGS) { dp4a_rows<GB_Q6_K, 2>(GU_PASS); }
-#endif
+// One entry per weight type, gate_up_dp4a_<type>, each compiled only when wanted (GB_ENTRIES, ggml_blocks.cuh).
+template <int QT> __device__ __forceinline__ void dp4a_gate_up(GU_ARGS) { dp4a_rows<QT, 2>(GU_PASS); }
+GB_ENTRIES(gate_up_dp4a, , (GU_ARGS), dp4a_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)

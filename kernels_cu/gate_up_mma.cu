@@ -11,28 +11,7 @@
         float *out, int n_tokens, int n_ff, int n_in, int act
 #define GM_PASS Wg, Wu, xq, xd, xs, xd, out, n_tokens, n_ff, n_in, 0, 0, (long long)n_ff, act
 
-// One entry per type, each compiled only when wanted (SHARPINF_WANT, common.cuh).
-#if SHARPINF_WANT(gate_up_mma_q8_0)
-extern "C" __global__ void gate_up_mma_q8_0(GM_ARGS) { mma_rows<GB_Q8_0, 2>(GM_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_mma_q4_0)
-extern "C" __global__ void gate_up_mma_q4_0(GM_ARGS) { mma_rows<GB_Q4_0, 2>(GM_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_mma_q4_1)
-extern "C" __global__ void gate_up_mma_q4_1(GM_ARGS) { mma_rows<GB_Q4_1, 2>(GM_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_mma_q5_0)
-extern "C" __global__ void gate_up_mma_q5_0(GM_ARGS) { mma_rows<GB_Q5_0, 2>(GM_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_mma_q5_1)
-extern "C" __global__ void gate_up_mma_q5_1(GM_ARGS) { mma_rows<GB_Q5_1, 2>(GM_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_mma_q4_k)
-extern "C" __global__ void gate_up_mma_q4_k(GM_ARGS) { mma_rows<GB_Q4_K, 2>(GM_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_mma_q5_k)
-extern "C" __global__ void gate_up_mma_q5_k(GM_ARGS) { mma_rows<GB_Q5_K, 2>(GM_PASS); }
-#endif
-#if SHARPINF_WANT(gate_up_mma_q6_k)
-extern "C" __global__ void gate_up_mma_q6_k(GM_ARGS) { mma_rows<GB_Q6_K, 2>(GM_PASS); }
-#endif
+// One entry per quantized type, gate_up_mma_<type>, each compiled only when wanted (GB_QUANT_ENTRIES,
+// ggml_blocks.cuh).
+template <int QT> __device__ __forceinline__ void mma_gate_up(GM_ARGS) { mma_rows<QT, 2>(GM_PASS); }
+GB_QUANT_ENTRIES(gate_up_mma, , (GM_ARGS), mma_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)

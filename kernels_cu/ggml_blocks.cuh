@@ -33,6 +33,24 @@
 
 #define GB_CHUNK 32  // values per chunk
 
+// One entry point per weight type from one line (SHARPINF_ENTRY, common.cuh): name_<type><sfx>,
+// its body FN<GB_TYPE>(call...). GB_QUANT_ENTRIES: the eight quantized types; GB_ENTRIES: all eleven.
+#define GB_ENTRY(name, t, sfx, QT, params, FN, ...) SHARPINF_ENTRY(name##_##t##sfx, params, FN<QT>(__VA_ARGS__))
+#define GB_QUANT_ENTRIES(name, sfx, params, FN, ...)                   \
+    GB_ENTRY(name, q8_0, sfx, GB_Q8_0, params, FN, __VA_ARGS__)       \
+    GB_ENTRY(name, q4_0, sfx, GB_Q4_0, params, FN, __VA_ARGS__)       \
+    GB_ENTRY(name, q4_1, sfx, GB_Q4_1, params, FN, __VA_ARGS__)       \
+    GB_ENTRY(name, q5_0, sfx, GB_Q5_0, params, FN, __VA_ARGS__)       \
+    GB_ENTRY(name, q5_1, sfx, GB_Q5_1, params, FN, __VA_ARGS__)       \
+    GB_ENTRY(name, q4_k, sfx, GB_Q4_K, params, FN, __VA_ARGS__)       \
+    GB_ENTRY(name, q5_k, sfx, GB_Q5_K, params, FN, __VA_ARGS__)       \
+    GB_ENTRY(name, q6_k, sfx, GB_Q6_K, params, FN, __VA_ARGS__)
+#define GB_ENTRIES(name, sfx, params, FN, ...)                         \
+    GB_ENTRY(name, f32, sfx, GB_F32, params, FN, __VA_ARGS__)         \
+    GB_ENTRY(name, f16, sfx, GB_F16, params, FN, __VA_ARGS__)         \
+    GB_ENTRY(name, bf16, sfx, GB_BF16, params, FN, __VA_ARGS__)       \
+    GB_QUANT_ENTRIES(name, sfx, params, FN, __VA_ARGS__)
+
 // --- scalar helpers ----------------------------------------------------------------------
 __device__ __forceinline__ unsigned gb_u16(const unsigned char* p) { return (unsigned)p[0] | ((unsigned)p[1] << 8); }
 __device__ __forceinline__ unsigned gb_u32(const unsigned char* p) {

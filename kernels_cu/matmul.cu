@@ -135,117 +135,17 @@ __device__ __forceinline__ void matmul_rows(const unsigned char* __restrict__ W,
     }
 }
 
-// The entry points, one per type (written out: the emulator's launcher reads these signatures),
-// each type's pair compiled only when wanted (SHARPINF_WANT, common.cuh).
+// One entry per weight type (GB_ENTRIES, ggml_blocks.cuh), each compiled only when wanted.
 // matmul_<type>_ys is the same with Y rows y_stride floats apart (Y points at the first output
 // column), so several matmuls can fill column ranges of one fused buffer.
-#if SHARPINF_WANT(matmul_f32)
-extern "C" __global__ void matmul_f32(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_F32>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
+#define MM_PARAMS const unsigned char *W, const float *X, const float *bias, float *Y, int n_tokens, int n_out, \
+        int n_in, int has_bias
+template <int QT> __device__ __forceinline__ void matmul_plain(MM_PARAMS) {
+    matmul_rows<QT>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
 }
-extern "C" __global__ void matmul_f32_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_F32>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
+template <int QT> __device__ __forceinline__ void matmul_strided(MM_PARAMS, int y_stride) {
+    matmul_rows<QT>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
-#endif
-#if SHARPINF_WANT(matmul_f16)
-extern "C" __global__ void matmul_f16(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_F16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
-}
-extern "C" __global__ void matmul_f16_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_F16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
-}
-#endif
-#if SHARPINF_WANT(matmul_bf16)
-extern "C" __global__ void matmul_bf16(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_BF16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
-}
-extern "C" __global__ void matmul_bf16_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_BF16>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
-}
-#endif
-#if SHARPINF_WANT(matmul_q8_0)
-extern "C" __global__ void matmul_q8_0(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q8_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
-}
-extern "C" __global__ void matmul_q8_0_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_Q8_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
-}
-#endif
-#if SHARPINF_WANT(matmul_q4_0)
-extern "C" __global__ void matmul_q4_0(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q4_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
-}
-extern "C" __global__ void matmul_q4_0_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_Q4_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
-}
-#endif
-#if SHARPINF_WANT(matmul_q4_1)
-extern "C" __global__ void matmul_q4_1(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q4_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
-}
-extern "C" __global__ void matmul_q4_1_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_Q4_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
-}
-#endif
-#if SHARPINF_WANT(matmul_q5_0)
-extern "C" __global__ void matmul_q5_0(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q5_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
-}
-extern "C" __global__ void matmul_q5_0_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_Q5_0>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
-}
-#endif
-#if SHARPINF_WANT(matmul_q5_1)
-extern "C" __global__ void matmul_q5_1(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q5_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
-}
-extern "C" __global__ void matmul_q5_1_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_Q5_1>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
-}
-#endif
-#if SHARPINF_WANT(matmul_q4_k)
-extern "C" __global__ void matmul_q4_k(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q4_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
-}
-extern "C" __global__ void matmul_q4_k_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_Q4_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
-}
-#endif
-#if SHARPINF_WANT(matmul_q5_k)
-extern "C" __global__ void matmul_q5_k(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q5_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
-}
-extern "C" __global__ void matmul_q5_k_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_Q5_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
-}
-#endif
-#if SHARPINF_WANT(matmul_q6_k)
-extern "C" __global__ void matmul_q6_k(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                      int n_tokens, int n_out, int n_in, int has_bias) {
-    matmul_rows<GB_Q6_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, n_out);
-}
-extern "C" __global__ void matmul_q6_k_ys(const unsigned char* W, const float* X, const float* bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int y_stride) {
-    matmul_rows<GB_Q6_K>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
-}
-#endif
+GB_ENTRIES(matmul, , (MM_PARAMS), matmul_plain, W, X, bias, Y, n_tokens, n_out, n_in, has_bias)
+GB_ENTRIES(matmul, _ys, (MM_PARAMS, int y_stride), matmul_strided, W, X, bias, Y, n_tokens, n_out, n_in, has_bias,
+           y_stride)

@@ -35,38 +35,7 @@
         int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride
 #define DP_PASS W, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, (long long)y_stride
 
-// The entry points, one per type (written out: the emulator reads these signatures), each compiled
-// only when wanted (SHARPINF_WANT, common.cuh).
-#if SHARPINF_WANT(matmul_dp4a_f32)
-extern "C" __global__ void matmul_dp4a_f32(DP_ARGS) { dp4a_rows<GB_F32, 1>(DP_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_dp4a_f16)
-extern "C" __global__ void matmul_dp4a_f16(DP_ARGS) { dp4a_rows<GB_F16, 1>(DP_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_dp4a_bf16)
-extern "C" __global__ void matmul_dp4a_bf16(DP_ARGS) { dp4a_rows<GB_BF16, 1>(DP_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_dp4a_q8_0)
-extern "C" __global__ void matmul_dp4a_q8_0(DP_ARGS) { dp4a_rows<GB_Q8_0, 1>(DP_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_dp4a_q4_0)
-extern "C" __global__ void matmul_dp4a_q4_0(DP_ARGS) { dp4a_rows<GB_Q4_0, 1>(DP_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_dp4a_q4_1)
-extern "C" __global__ void matmul_dp4a_q4_1(DP_ARGS) { dp4a_rows<GB_Q4_1, 1>(DP_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_dp4a_q5_0)
-extern "C" __global__ void matmul_dp4a_q5_0(DP_ARGS) { dp4a_rows<GB_Q5_0, 1>(DP_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_dp4a_q5_1)
-extern "C" __global__ void matmul_dp4a_q5_1(DP_ARGS) { dp4a_rows<GB_Q5_1, 1>(DP_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_dp4a_q4_k)
-extern "C" __global__ void matmul_dp4a_q4_k(DP_ARGS) { dp4a_rows<GB_Q4_K, 1>(DP_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_dp4a_q5_k)
-extern "C" __global__ void matmul_dp4a_q5_k(DP_ARGS) { dp4a_rows<GB_Q5_K, 1>(DP_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_dp4a_q6_k)
-extern "C" __global__ void matmul_dp4a_q6_k(DP_ARGS) { dp4a_rows<GB_Q6_K, 1>(DP_PASS); }
-#endif
+// One entry per weight type, matmul_dp4a_<type>, each compiled only when wanted (GB_ENTRIES,
+// ggml_blocks.cuh).
+template <int QT> __device__ __forceinline__ void dp4a_matmul(DP_ARGS) { dp4a_rows<QT, 1>(DP_PASS); }
+GB_ENTRIES(matmul_dp4a, , (DP_ARGS), dp4a_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)

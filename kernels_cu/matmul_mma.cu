@@ -35,29 +35,7 @@
         int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride
 #define MM_PASS W, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, (long long)y_stride
 
-// The entry points, one per type (written out: the emulator reads these signatures), each compiled
-// only when wanted (SHARPINF_WANT, common.cuh).
-#if SHARPINF_WANT(matmul_mma_q8_0)
-extern "C" __global__ void matmul_mma_q8_0(MM_ARGS) { mma_rows<GB_Q8_0, 1>(MM_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_mma_q4_0)
-extern "C" __global__ void matmul_mma_q4_0(MM_ARGS) { mma_rows<GB_Q4_0, 1>(MM_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_mma_q4_1)
-extern "C" __global__ void matmul_mma_q4_1(MM_ARGS) { mma_rows<GB_Q4_1, 1>(MM_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_mma_q5_0)
-extern "C" __global__ void matmul_mma_q5_0(MM_ARGS) { mma_rows<GB_Q5_0, 1>(MM_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_mma_q5_1)
-extern "C" __global__ void matmul_mma_q5_1(MM_ARGS) { mma_rows<GB_Q5_1, 1>(MM_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_mma_q4_k)
-extern "C" __global__ void matmul_mma_q4_k(MM_ARGS) { mma_rows<GB_Q4_K, 1>(MM_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_mma_q5_k)
-extern "C" __global__ void matmul_mma_q5_k(MM_ARGS) { mma_rows<GB_Q5_K, 1>(MM_PASS); }
-#endif
-#if SHARPINF_WANT(matmul_mma_q6_k)
-extern "C" __global__ void matmul_mma_q6_k(MM_ARGS) { mma_rows<GB_Q6_K, 1>(MM_PASS); }
-#endif
+// One entry per quantized type, matmul_mma_<type>, each compiled only when wanted (GB_QUANT_ENTRIES,
+// ggml_blocks.cuh).
+template <int QT> __device__ __forceinline__ void mma_matmul(MM_ARGS) { mma_rows<QT, 1>(MM_PASS); }
+GB_QUANT_ENTRIES(matmul_mma, , (MM_ARGS), mma_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)

@@ -77,7 +77,7 @@ class StepKernels:
     def linear(self, W: DeviceMatrix, a: Act, Y, rows: int, bias=None, accumulate: bool = False,
                y_stride: int | None = None, y_col: int = 0) -> None:
         """Y (=, or += with accumulate) a W^T (+ bias); Y may be a column range of a wider buffer."""
-        be, launch = self.be, self.mm.launch
+        be, launch = self.be, self.mm.launch  # the variant's launcher, on its own file
         if self.dp4a:
             return launch(be, W.raw, W.qtype, a.q, Y, rows, W.n_out, W.n_in, bias_dev=bias, accumulate=accumulate,
                           y_stride=y_stride, y_col=y_col)

@@ -33,6 +33,11 @@ def cuda_unavailable_reason() -> str | None:
 # test naming the kernel, array and lines (emu/emu_racecheck.cpp). The model-level tests (forward
 # passes, the engine) run the same kernels unchecked: they are many and the checks cost ~1.5x.
 CHECKED_MODULES = ("test_kernels_", "test_primitives", "test_ptx_layouts")
+# Under pytest-xdist a file's tests stay on one worker (its module fixtures -- a compiled NVRTC
+# report, a loaded real model, a server -- built once), but for these many-case files with cheap
+# fixtures, whose tests spread over every worker.
+SPREAD_MODULES = {"test_forward_oracles", "test_kernels_attention", "test_kernels_basic", "test_kernels_matmul",
+                  "test_kernels_matmul_dp4a", "test_kernels_matmul_mma", "test_engine_oracles", "test_variants"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -43,6 +48,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.kernels)
         if item.path.name.startswith(CHECKED_MODULES):
             item.add_marker(pytest.mark.emu_checks)
+        if item.path.stem not in SPREAD_MODULES:  # pytest-xdist (--dist loadgroup): one worker a file
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
     reason = cuda_unavailable_reason()
     if reason is None:
         return

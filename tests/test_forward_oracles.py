@@ -9,9 +9,19 @@ backend (emu here; cuda where a GPU is usable).
     (d) batched decode        bit-identical
     (e) placement             bit-identical
 
-Every (arch, quant, KV dtype) runs each oracle once on fixed, seeded small shapes; then
-hypothesis draws shapes (prompt lengths 1..300, mostly short; chunk sizes; S 1..8; block
-size 4 or 16; the block-permutation seed) over all 44 models. The gemma3 models have 6 layers
+Every (arch, quant, KV dtype) runs kernel-vs-reference on fixed, seeded small shapes, and the
+four cross-path oracles on the models of CROSS_PATH_MODELS (every weight type and every arch
+among them; `make test-all`: every model); then hypothesis draws shapes (prompt lengths 1..300,
+mostly short; chunk sizes; S 1..8; block size 4 or 16; the block-permutation seed) over all 44
+models.
+
+Why the cross-path oracles need not see every (arch, type) pair: what they prove exact is batch
+invariance -- a token's logits independent of the step around it, its chunking, its KV blocks --
+which is a property of each kernel (tested per weight type and KV dtype, alone vs in a batch, bit
+for bit, in test_kernels_*.py) and of the forward pass's packing (the same code for every type).
+The pairs below run every weight type through the whole pass once and every arch's own path
+(biases, QK-norm, windows) with two types; the tensor-core set, 3x the others' cost on the
+emulator, runs one pair per arch. The gemma3 models have 6 layers
 (5 with a sliding window of 8 keys, one global) and one KV head for 4 query heads, so most prompts
 outrun the window: chunks straddle its edge and decodes run past it. Every oracle run NaN-poisons
 its pool first, and the last tests prove that poisoning really exposes an illegal read.
@@ -19,6 +29,7 @@ its pool first, and the last tests prove that poisoning really exposes an illega
 
 from __future__ import annotations
 
+import os
 import zlib
 
 import numpy as np
@@ -46,6 +57,18 @@ MODELS = [(a, q) for a in ARCHS for q in QTYPES]
 # order by their own tests in test_kernels_*.py.
 CASES = [pytest.param(a, q, kv, marks=[pytest.mark.once] if a == "gemma3" else [])
          for a, q in MODELS for kv in KV_DTYPES]
+ALL = os.environ.get("SHARPINF_TEST_TIER") == "all"  # make test-all: every model in every oracle
+CROSS_PATH_MODELS = {("llama", "Q8_0"), ("llama", "Q4_K"), ("llama", "F32"), ("qwen2", "Q4_1"), ("qwen2", "Q5_K"),
+                     ("qwen2", "F16"), ("qwen3", "Q5_0"), ("qwen3", "Q6_K"), ("qwen3", "BF16"), ("gemma3", "Q4_0"),
+                     ("gemma3", "Q5_1")}
+TENSOR_MODELS = {("llama", "Q4_K"), ("qwen2", "Q4_1"), ("qwen3", "Q6_K"), ("gemma3", "Q5_1")}
+assert {q for _, q in CROSS_PATH_MODELS} == set(QTYPES) and {a for a, _ in CROSS_PATH_MODELS} == set(ARCHS)
+
+
+def cross_path_case(arch: str, qtype: str, kernels: str) -> None:
+    """Skip the (model, kernel set) pairs the CI tier leaves to `make test-all` (see the header)."""
+    if not ALL and (arch, qtype) not in (TENSOR_MODELS if kernels == "tensor" else CROSS_PATH_MODELS):
+        pytest.skip("cross-path oracles run on CROSS_PATH_MODELS (make test-all: every model)")
 N_VOCAB = 512  # synthetic models' vocabulary
 GEMMA_WINDOW = 8  # the synthetic gemma3's sliding window: shorter than most prompts here
 
@@ -98,6 +121,7 @@ def test_a_kernel_vs_reference(backend, kernels, arch, qtype, kv):
 
 @pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
 def test_b_packed_vs_sequential(backend, kernels, arch, qtype, kv):
+    cross_path_case(arch, qtype, kernels)
     rng = case_rng("b", arch, qtype, kv)
     lens = rng.integers(1, 24, int(rng.integers(2, 5))).tolist()
     bs = int(rng.choice([4, 16]))
@@ -107,6 +131,7 @@ def test_b_packed_vs_sequential(backend, kernels, arch, qtype, kv):
 
 @pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
 def test_c_chunked_vs_whole(backend, kernels, arch, qtype, kv):
+    cross_path_case(arch, qtype, kernels)
     rng = case_rng("c", arch, qtype, kv)
     n, bs = int(rng.integers(8, 40)), int(rng.choice([4, 16]))
     check(paths.oracle_chunked_vs_whole(forward_pass(arch, qtype, backend, kernels), tokens(n, n), kv, bs, seed=n))
@@ -114,6 +139,7 @@ def test_c_chunked_vs_whole(backend, kernels, arch, qtype, kv):
 
 @pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
 def test_d_batched_decode(backend, kernels, arch, qtype, kv):
+    cross_path_case(arch, qtype, kernels)
     rng = case_rng("d", arch, qtype, kv)
     lens = rng.integers(1, 24, int(rng.integers(2, 5))).tolist()
     steps, bs = int(rng.integers(1, 4)), int(rng.choice([4, 16]))
@@ -124,6 +150,7 @@ def test_d_batched_decode(backend, kernels, arch, qtype, kv):
 
 @pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)
 def test_e_placement_exact(backend, kernels, arch, qtype, kv):
+    cross_path_case(arch, qtype, kernels)
     rng = case_rng("e", arch, qtype, kv)
     n, bs = int(rng.integers(1, 40)), int(rng.choice([4, 16]))
     r = paths.oracle_placement(forward_pass(arch, qtype, backend, kernels), tokens(n, n), kv, bs, seed=n)
@@ -132,7 +159,7 @@ def test_e_placement_exact(backend, kernels, arch, qtype, kv):
 
 
 # -- hypothesis: shapes drawn over all 44 models ---------------------------------------------
-HYP = settings(max_examples=12, deadline=None, derandomize=True, database=None,
+HYP = settings(max_examples=12 if ALL else 5, deadline=None, derandomize=True, database=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 models = st.sampled_from(MODELS)
 kv_dtypes = st.sampled_from(KV_DTYPES)
@@ -248,7 +275,7 @@ def test_poison_exposes_illegal_read(backend, kernels, kv, poisoned):
     result = compare_logits("poison", f"corrupt block table, KV {kv}", bad, good, CROSS_PATH)
     if poisoned:
         assert np.isnan(bad).all(), "a read of a poisoned block must turn the logits NaN"
-        assert not result.passed and result.detail == "non-finite logits"
+        assert not result.passed and "NaN logit(s) in got" in result.detail
     else:
         assert np.isfinite(bad).all() and not np.array_equal(bad, good)
     # the honest table still gives the same logits after the bad step (the bad step wrote only slot 10's

@@ -21,7 +21,28 @@ from oracles.tolerances import FLASH_ATTENTION_VS_REFERENCE
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import kv_cache as kv_ops
 from sharpinf.ops import rope as rope_ops
+from sharpinf.ops.variants import variant as _registered
+from sharpinf.ops.variants import variants_of
 from asserts import assert_close, assert_same
+
+
+def variant_of(name: str):
+    return _registered("attention", name)
+
+
+def family(name: str) -> str:
+    """The built-in variant a registered one descends from (a `kernels new` copy: its `like`), whose
+    numerics it shares: simple, split or flash."""
+    v = variant_of(name)
+    while v.like:
+        v = variant_of(v.like)
+    return v.name
+
+
+def tensor_cores(name: str) -> bool:
+    """Flash's f16 operands (its tolerance): a copy of flash keeps them."""
+    return family(name) == "flash"
+
 
 KV_DTYPES = ("f16", "bf16", "f32", "q8_0")
 
@@ -172,13 +193,12 @@ class Case:
         args = (be, self.kv_dtype, be.upload(qkv), self.stride, be.upload(k), be.upload(v),
                 be.upload(np.ascontiguousarray(tables)), self.max_blocks, be.upload(cu), be.upload(pos),
                 out, n, len(cu) - 1, self.n_heads, self.n_kv_heads, self.head_dim, self.block_size, self.scale)
-        if variant in ("split", "flash"):
-            scratch = attn_ops.SplitScratch.alloc(be, window or n, self.n_heads, self.n_kv_heads, self.head_dim)
-            fn = attn_ops.attention_split if variant == "split" else attn_ops.attention_flash
-            fn(*args, scratch, sliding_window=self.sliding_window)
+        v = variant_of(variant)
+        scratch = attn_ops.SplitScratch.alloc(be, window or n, self.n_heads, self.n_kv_heads, self.head_dim) \
+            if v.needs_scratch else None
+        v.launch(*args, scratch, sliding_window=self.sliding_window)
+        if scratch is not None:
             assert not be.download(scratch.tickets).any(), "the merge must leave every ticket at zero"
-        else:
-            attn_ops.attention(*args, sliding_window=self.sliding_window)
         return be.download(out)
 
     def reference(self):
@@ -204,7 +224,7 @@ class Case:
         assert not np.isnan(got).any(), "NaN in the output: a poisoned slot was read"
         V = kv_ops.decode_kv(self.kv_dtype, self.v)
         vmax = np.abs(V[~np.isnan(V)]).max()
-        tol = FLASH_TOL if variant == "flash" else TOL[self.kv_dtype]
+        tol = FLASH_TOL if tensor_cores(variant) else TOL[self.kv_dtype]
         assert_close(got, want, rtol=0, atol=tol * vmax)
 
     def run_token_alone(self, be, t, variant):
@@ -216,12 +236,10 @@ class Case:
                 be.upload(np.ascontiguousarray(self.tables[s:s + 1])), self.max_blocks, be.upload(np.array([0, 1], np.int32)),
                 be.upload(self.positions[t:t + 1]), out, 1, 1, self.n_heads, self.n_kv_heads, self.head_dim,
                 self.block_size, self.scale)
-        if variant == "simple":
-            attn_ops.attention(*args, sliding_window=self.sliding_window)
-        else:
-            scratch = attn_ops.SplitScratch.alloc(be, 1, self.n_heads, self.n_kv_heads, self.head_dim)
-            (attn_ops.attention_split if variant == "split" else attn_ops.attention_flash)(
-                *args, scratch, sliding_window=self.sliding_window)
+        v = variant_of(variant)
+        scratch = attn_ops.SplitScratch.alloc(be, 1, self.n_heads, self.n_kv_heads, self.head_dim) \
+            if v.needs_scratch else None
+        v.launch(*args, scratch, sliding_window=self.sliding_window)
         return be.download(out)[0]
 
 
@@ -266,7 +284,9 @@ def _check_case(backend, kv_dtype, b, variant="simple"):
             at += n
 
 
-VARIANTS = ("simple", "split", "flash")
+VARIANTS = variants_of("attention")  # every registered attention variant (sharpinf/ops/variants.toml)
+SPLIT_FRAME = [v for v in VARIANTS if variant_of(v).needs_scratch]  # split, flash and their copies
+FLASH = [v for v in VARIANTS if tensor_cores(v)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -294,7 +314,7 @@ def test_attention_decode_and_mixed(backend, kv_dtype, variant):
 def test_attention_one_key(backend, variant):
     """Position 0: the output is exactly V[0] (softmax of one score is 1). An f16 cache: flash's
     operands are f16, so its V is exact there."""
-    case = Case(7, "f32" if variant != "flash" else "f16", [0], [1], 16, 1, 1, 32)
+    case = Case(7, "f32" if not tensor_cores(variant) else "f16", [0], [1], 16, 1, 1, 32)
     got = case.run(backend, variant=variant)
     slot = case.tables[0, 0] * 16
     assert_same(got[0], kv_ops.decode_kv(case.kv_dtype, case.v)[slot, 0])
@@ -310,7 +330,7 @@ def test_attention_decode_equals_prefill(backend, variant):
         assert_same(case.run_token_alone(backend, t, variant), got[t], err_msg=f"token {t}")
 
 
-@pytest.mark.parametrize("variant", ["split", "flash"])
+@pytest.mark.parametrize("variant", SPLIT_FRAME)
 @pytest.mark.parametrize("kv_dtype", ["f16", "q8_0"])
 def test_split_attention_over_many_partitions(backend, kv_dtype, variant):
     """Contexts of 1,100 keys: 18 partitions of 64 over the 16 splits, a GQA group of 9 (two blocks
@@ -319,15 +339,16 @@ def test_split_attention_over_many_partitions(backend, kv_dtype, variant):
     _check_case(backend, kv_dtype, b, variant)
 
 
+@pytest.mark.parametrize("variant", FLASH)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "q8_0"])
-def test_flash_attention_head_dim_256_and_long_tiles(backend, kv_dtype):
+def test_flash_attention_head_dim_256_and_long_tiles(backend, kv_dtype, variant):
     """head_dim 256 (2 warps, partitions of 32 keys), GQA 4: tiles of 8 tokens; chunks of 30 and 45
     tokens cut into several tiles, one ending mid-partition."""
     b = dict(prefixes=[33, 0, 100], chunks=[30, 45, 1], block_size=16, group=4, n_kv_heads=2, head_dim=256, seed=5)
-    _check_case(backend, kv_dtype, b, "flash")
+    _check_case(backend, kv_dtype, b, variant)
 
 
-@pytest.mark.parametrize("variant", ["split", "flash"])
+@pytest.mark.parametrize("variant", SPLIT_FRAME)
 def test_split_attention_in_windows_is_bit_identical(backend, variant):
     """A step longer than the scratch runs in several launches (windows of 3 tokens here, cutting
     flash's tiles): the output is the one-launch output bit for bit, and the tickets end at zero."""
@@ -355,7 +376,7 @@ def test_sliding_window_attention(backend, kv_dtype, variant):
                 scale=case.scale, kv_dtype=kv_dtype, sliding_window=0)  # position 7 with W = 8: all 8 keys
     want8 = ref(q[8:9], case.k, case.v, case.tables, np.array([0, 1]), np.array([8]), block_size=4,
                 scale=case.scale, kv_dtype=kv_dtype, sliding_window=0)
-    tol = (FLASH_TOL if variant == "flash" else TOL[kv_dtype]) * 8
+    tol = (FLASH_TOL if tensor_cores(variant) else TOL[kv_dtype]) * 8
     assert_close(got[7], want7.reshape(-1), rtol=0, atol=tol)
     # without key 0 the output moves by ~0.5 here, far outside any tolerance
     assert np.abs(got[8] - want8.reshape(-1)).max() > 0.05, "position 8 must no longer see key 0"
@@ -408,7 +429,7 @@ def test_flash_attention_rejects_groups_it_cannot_hold(backend):
         Case(1, "f16", [0], [1], 4, 65, 1, 16).run(backend, variant="flash")
 
 
-@pytest.mark.parametrize("variant", ["split", "flash"])
+@pytest.mark.parametrize("variant", SPLIT_FRAME)
 def test_split_attention_q8_1_output(backend, variant):
     """The fused q8_1 copy of the output is exactly quantize_q8_1 of the float output."""
     from sharpinf.ops.quant_act import Q8Act, quantize_q8_1_reference
@@ -418,8 +439,7 @@ def test_split_attention_q8_1_output(backend, variant):
     n, width = case.N, case.n_heads * case.head_dim
     out, q8 = be.empty((n, width), np.float32), Q8Act.empty(be, n, width)
     scratch = attn_ops.SplitScratch.alloc(be, n, case.n_heads, case.n_kv_heads, case.head_dim)
-    fn = attn_ops.attention_split if variant == "split" else attn_ops.attention_flash
-    fn(be, case.kv_dtype, be.upload(case.qkv), case.stride, be.upload(case.k), be.upload(case.v),
+    variant_of(variant).launch(be, case.kv_dtype, be.upload(case.qkv), case.stride, be.upload(case.k), be.upload(case.v),
        be.upload(case.tables), case.max_blocks, be.upload(case.cu), be.upload(case.positions),
        out, n, 2, case.n_heads, case.n_kv_heads, case.head_dim, case.block_size, case.scale, scratch, q8)
     q, d, s = quantize_q8_1_reference(be.download(out))
@@ -463,14 +483,18 @@ def test_attention_forward_matches_single_sequence_oracle(backend):
     assert_close(backend.download(out).reshape(L, n_heads, hd), want, rtol=0, atol=2e-5)
 
 
-# -- the fused rope + qk-norm + KV append variant ---------------------------------------------
+# -- the rope_kv variants (the fused rope + qk-norm + KV append, and any registered since) ----------
+ROPE_VARIANTS = [v for v in variants_of("rope_kv")[1:]]  # each against the baseline's three kernels
+
+
+@pytest.mark.parametrize("variant", ROPE_VARIANTS)
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("norm", [False, True])
 @pytest.mark.parametrize("head_dim,nh,nkv", [(32, 4, 2), (64, 4, 2), (128, 4, 2), (256, 4, 2), (128, 32, 8)])
-def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, nh, nkv):
-    """rope_kv.cu against qk_norm.cu + rope.cu + kv_cache.cu: the same rotation bits; with the norm
-    (a warp per head instead of a block) within float rounding. 32 + 8 heads of 128: more rotations
-    than a block's 1024 threads."""
+def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, nh, nkv, variant):
+    """rope_kv.cu (and every other registered rope_kv variant) against qk_norm.cu + rope.cu +
+    kv_cache.cu: the same rotation bits; with the norm (a warp per head instead of a block) within
+    float rounding. 32 + 8 heads of 128: more rotations than a block's 1024 threads."""
     rng = _rng("ropekv", kv_dtype, norm, head_dim, nh)
     n, bs, theta, eps = 9, 4, 10000.0, 1e-6
     q_dim, kv_dim = nh * head_dim, nkv * head_dim
@@ -486,7 +510,7 @@ def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, 
         d, dpos, dslots = backend.upload(qkv), backend.upload(pos), backend.upload(slots)
         kc, vc = backend.upload(_poison(shape, dt)), backend.upload(_poison(shape, dt))
         qn, kn = (backend.upload(wq), backend.upload(wk)) if norm else (None, None)
-        fn = rope_ops.rope_kv if fused else rope_ops.rope_kv_separate
+        fn = _registered("rope_kv", variant if fused else "simple").launch
         fn(backend, kv_dtype, d, stride, dpos, dslots, qn, kn, kc, vc, n, nh, nkv, head_dim, theta, eps, "neox",
            freq_scale=0.125 if head_dim == 256 else 1.0)  # linear scaling on a gemma-wide head
         outs[fused] = [backend.download(a) for a in (d, kc, vc)]

@@ -33,7 +33,7 @@ def all_results():
     """Every source x arch, compiled once, in parallel (the big kernels take a while)."""
     from sharpinf.runtime.nvrtc_check import check_all
 
-    return {(Path(r.file).resolve(), r.arch): r for r in check_all(ARCHS, extra_dirs=[PRIMS])}
+    return {(Path(r.file).resolve(), r.arch): r for r in check_all(ARCHS, extra_dirs=[PRIMS], ptxas_verbose=True)}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -41,6 +41,18 @@ def all_results():
 def test_compiles(all_results, source, arch):
     r = all_results[(source.resolve(), arch)]
     assert r.ok, r.log
+
+
+def test_variant_kernels_do_not_spill(all_results):
+    """ptxas -v (sm_90) of every entry point of the registered variants' files (all but the baselines'):
+    no spill stores or loads -- read from the same compiles as above."""
+    from sharpinf.bench.kernel_variants import fast_files
+    from sharpinf.runtime.ptxas_report import parse_ptxas_log
+
+    report = [p for f in fast_files() for p in parse_ptxas_log(all_results[((kernels_dir() / f).resolve(), "sm_90")].log, f)]
+    assert len(report) >= 40 and {p.file for p in report} == set(fast_files())
+    assert all(p.registers > 0 for p in report)
+    assert not [p.entry for p in report if p.spills]
 
 
 def _includes_common(path: Path, seen: frozenset = frozenset()) -> bool:

@@ -137,20 +137,6 @@ def test_engine_and_llm_take_kernels():
         LLM(synthetic_model("llama", "Q8_0", n_embd=128), backend="emu", kernels="attention=paged")
 
 
-def test_fast_kernels_do_not_spill():
-    """ptxas -v (sm_90) of every entry point of the fast kernel files: no spill stores or loads."""
-    from sharpinf.bench.kernel_variants import FAST_FILES
-    from sharpinf.runtime.ptxas_report import ptxas_available, ptxas_report
-
-    why = ptxas_available()
-    if why:
-        pytest.skip(f"no NVRTC here: {why}")
-    report = ptxas_report(list(FAST_FILES), "sm_90")
-    assert len(report) >= 40 and {p.file for p in report} == set(FAST_FILES)
-    assert all(p.registers > 0 for p in report)
-    assert not [p.entry for p in report if p.spills]
-
-
 def test_ptxas_log_parsing():
     from sharpinf.runtime.ptxas_report import parse_ptxas_log
 
@@ -168,12 +154,17 @@ ptxas info    : Used 32 registers, used 0 barriers"""
     assert a.spills and not b.spills and b.registers == 32 and b.smem_bytes == 0
 
 
-def _throwaway(name: str, files: tuple[str, ...]):
-    """A variant registered for one test, launching the baseline attention kernel."""
+def _throwaway(name: str, files: tuple[str, ...], honest: bool = True):
+    """A variant registered for one test: the baseline attention launcher, run on the variant's file
+    (honest) or ignoring it and launching attention.cu whatever it is given (a launcher bug)."""
     from sharpinf.ops import attention as attn_ops
     from sharpinf.ops.variants import Variant, register
 
-    return register(Variant("attention", name, files, attn_ops.attention, "a test's throwaway variant"))
+    def launches_the_baseline(*args, file=None, **kw):
+        return attn_ops.attention(*args, **kw)
+
+    fn = attn_ops.attention if honest else launches_the_baseline
+    return register(Variant("attention", name, files, fn, "a test's throwaway variant"))
 
 
 def test_a_variant_whose_launcher_runs_another_kernel_fails_at_construction(emu):
@@ -181,12 +172,12 @@ def test_a_variant_whose_launcher_runs_another_kernel_fails_at_construction(emu)
     attention.cu under the name `mine`. The ForwardPass refuses it in one line."""
     from sharpinf.ops.variants import unregister
 
-    _throwaway("mine", ("attention_mine.cu",))
+    _throwaway("mine", ("attention_split.cu",), honest=False)  # claims split's file, launches attention.cu
     try:
         with pytest.raises(SharpinfError) as e:
             ForwardPass(_model("llama"), emu, kernels="attention=mine", compile_ahead=False)
         msg = str(e.value)
-        assert "attention=mine launched none of its own kernels (attention_mine.cu)" in msg, msg
+        assert "attention=mine launched none of its own kernels (attention_split.cu)" in msg, msg
         assert "attention.cu" in msg and "\n" not in msg
         fp = ForwardPass(_model("llama"), emu, kernels="simple", compile_ahead=False)
         with pytest.raises(SharpinfError, match="attention=mine launched none"):
@@ -196,6 +187,12 @@ def test_a_variant_whose_launcher_runs_another_kernel_fails_at_construction(emu)
         unregister("attention", "mine")
     with pytest.raises(SharpinfError, match="unknown attention variant 'mine'"):
         KernelChoice.parse("attention=mine")
+    _throwaway("gone", ("attention_gone.cu",))  # honest, but its file is nowhere
+    try:
+        with pytest.raises(SharpinfError, match="attention=gone: its kernel file attention_gone.cu is not in "):
+            ForwardPass(_model("llama"), emu, kernels="attention=gone", compile_ahead=False)
+    finally:
+        unregister("attention", "gone")
 
 
 def test_a_variant_is_dispatched_from_the_registry(emu):

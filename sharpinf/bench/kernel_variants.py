@@ -35,22 +35,59 @@ from sharpinf.model import quants
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic
 from sharpinf.ops import kv_cache as kv_ops
-from sharpinf.ops import matmul_mma as mma_ops
-from sharpinf.ops import rope as rope_ops
-from sharpinf.ops.matmul import matmul
-from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1, rmsnorm_q8_1
-from sharpinf.ops.variants import variants_of
+from sharpinf.ops.variants import OP_NAMES, REGISTRY, Variant, baseline
 
 SUITE = "kernels"
-FAST_FILES = ("rmsnorm_q8_1.cu", "matmul_dp4a.cu", "gate_up_dp4a.cu", "rope_kv.cu", "attention_split.cu", "attention_flash.cu",
-              "matmul_mma.cu", "gate_up_mma.cu")
-# the variant names each bench op runs, baseline first (the norm and ffn_in ops are the matmul family's)
-OP_VARIANTS = {"norm": variants_of("matmul"), "matmul": variants_of("matmul"), "ffn_in": variants_of("matmul"),
-               "rope_kv": variants_of("rope_kv"), "attention": variants_of("attention")}
+# the registry op each bench op times (norm and ffn_in are the matmul family's: its activations' norm,
+# and gate + up + activation)
+BENCH_OPS = {"norm": "matmul", "matmul": "matmul", "ffn_in": "matmul", "rope_kv": "rope_kv", "attention": "attention"}
+EMU_NOTE = ("emulator times: each thread's C++ on one core, so they rank nothing a GPU would do; "
+            "they show the harness runs and what each variant launches")
+
+
+def fast_files() -> tuple[str, ...]:
+    """The kernel files of every variant but the baselines (the ptxas report's scope)."""
+    return tuple(dict.fromkeys(f for op in OP_NAMES for v in list(REGISTRY[op].values())[1:] for f in v.files))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which cases to time: bench ops (norm, matmul, ffn_in, rope_kv, attention; a registry op stands
+    for its bench ops) and variant names (the baseline is always timed: the speedups are over it)."""
+
+    ops: frozenset[str] = frozenset(BENCH_OPS)
+    variants: frozenset[str] | None = None  # None: every registered variant
+
+    @classmethod
+    def parse(cls, ops: str | None, variants: str | None) -> "Selection":
+        chosen = set(BENCH_OPS)
+        if ops:
+            chosen = set()
+            for o in (x.strip() for x in ops.split(",") if x.strip()):
+                if o in BENCH_OPS:
+                    chosen |= {b for b, reg in BENCH_OPS.items() if reg == o} if o in OP_NAMES else {o}
+                else:
+                    raise SharpinfError(f"--op {o!r}: choose from {', '.join(BENCH_OPS)}")
+        names = None
+        if variants:
+            names = frozenset(x.strip() for x in variants.split(",") if x.strip())
+            known = {n for op in {BENCH_OPS[b] for b in chosen} for n in REGISTRY[op]}
+            bad = sorted(names - known)
+            if bad:
+                raise SharpinfError(f"--variant {', '.join(bad)}: no such variant of "
+                                    f"{', '.join(sorted({BENCH_OPS[b] for b in chosen}))} (`sharpinf kernels list`)")
+        return cls(frozenset(chosen), names)
+
+    def variants_of(self, op: str) -> list[Variant]:
+        """The registered variants of a registry op to time, baseline first."""
+        return [v for i, v in enumerate(REGISTRY[op].values()) if i == 0 or self.variants is None or v.name in self.variants]
 
 
 PREFILL_REPEATS = 3  # prefill cases run long: fewer repeats
+
+
+EMU_REPEATS = 5  # the emulator's times vary run to run (1 ms to 4 ms for one kernel): min / median / max of 5
 
 
 def defaults(on_gpu: bool, quick: bool) -> dict:
@@ -59,8 +96,8 @@ def defaults(on_gpu: bool, quick: bool) -> dict:
                     kv_dtype="f16", prefill=[128, 512, 2048] if not quick else [128],
                     prefill_context=[512, 2048, 8192] if not quick else [512])
     if quick:
-        return dict(tokens=[1, 8], context=48, repeats=1, kv_dtype="f16", prefill=[16], prefill_context=[24])
-    return dict(tokens=[1, 8, 64], context=128, repeats=2, kv_dtype="f16", prefill=[32], prefill_context=[64])
+        return dict(tokens=[1, 8], context=48, repeats=EMU_REPEATS, kv_dtype="f16", prefill=[16], prefill_context=[24])
+    return dict(tokens=[1, 8, 64], context=128, repeats=EMU_REPEATS, kv_dtype="f16", prefill=[32], prefill_context=[64])
 
 
 @dataclass
@@ -91,30 +128,36 @@ def _rand(be, rng, *shape, scale=1.0):
     return be.upload((rng.standard_normal(shape) * scale).astype(np.float32))
 
 
-def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng) -> list[_Case]:
-    """Every (op, shape, variant) of a decode step at N tokens over fresh buffers (random data of
+def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng, sel: Selection) -> list[_Case]:
+    """Every selected (op, shape, variant) of a decode step at N tokens over fresh buffers (random data of
     the right form)."""
     be, fp = ctx.backend, ctx.forward_pass()
     cfg, L = fp.cfg, fp.layers[0]
     x_e = _rand(be, rng, N, cfg.n_embd)
     cases: list[_Case] = []
+    if "norm" in sel.ops:  # the norm the matmul family's activations need: float, or q8_1 fused into it
+        h, hq = be.empty((N, cfg.n_embd), np.float32), Q8Act.empty(be, N, cfg.n_embd)
+        nb_in = 4 * N * cfg.n_embd + 4 * cfg.n_embd
+        kinds = {}  # one case per kind of activation, named by the first variant that reads it
+        for v in sel.variants_of("matmul"):
+            kinds.setdefault(v.q8_activations, v.name)
+        for q8, name in kinds.items():
+            if q8:
+                cases.append(_Case("norm", f"{N}x{cfg.n_embd}", name, N, nb_in + N * cfg.n_embd * 9 // 8,
+                                   [lambda: rmsnorm_q8_1(be, x_e, L.attn_norm, hq, N, cfg.n_embd, cfg.rms_eps)]))
+            else:
+                cases.append(_Case("norm", f"{N}x{cfg.n_embd}", name, N, nb_in + 4 * N * cfg.n_embd,
+                                   [lambda: basic.rmsnorm(be, x_e, L.attn_norm, h, N, cfg.n_embd, cfg.rms_eps)]))
+    cases += _linear_cases(ctx, N, rng, lm_head=True, sel=sel)
+    return cases + _rope_attention_cases(ctx, N, context, kv_dtype, rng, sel)
 
-    # norm: float out (then the float matmul reads 4 bytes a value) or q8_1 out (1 + 1/4 per 32)
-    h, hq = be.empty((N, cfg.n_embd), np.float32), Q8Act.empty(be, N, cfg.n_embd)
-    nb_in = 4 * N * cfg.n_embd + 4 * cfg.n_embd
-    cases += [_Case("norm", f"{N}x{cfg.n_embd}", "simple", N, nb_in + 4 * N * cfg.n_embd,
-                    [lambda: basic.rmsnorm(be, x_e, L.attn_norm, h, N, cfg.n_embd, cfg.rms_eps)]),
-              _Case("norm", f"{N}x{cfg.n_embd}", "dp4a", N, nb_in + N * cfg.n_embd * 9 // 8,
-                    [lambda: rmsnorm_q8_1(be, x_e, L.attn_norm, hq, N, cfg.n_embd, cfg.rms_eps)])]
-    cases += _linear_cases(ctx, N, rng, lm_head=True)
-    return cases + _rope_attention_cases(ctx, N, context, kv_dtype, rng)
 
-
-def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool) -> list[_Case]:
-    """The layer's projections (and the LM head), then gate + up + SwiGLU, at N tokens, each
-    variant into its own output."""
+def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool, sel: Selection) -> list[_Case]:
+    """The layer's projections (and the LM head), then gate + up + activation, at N tokens: each matmul
+    variant that serves the weight type at N tokens, as the forward pass launches it (its own file)."""
     be, fp = ctx.backend, ctx.forward_pass()
     cfg, L = fp.cfg, fp.layers[0]
+    variants = sel.variants_of("matmul")
 
     def q8(x, n):
         out = Q8Act.empty(be, N, n)
@@ -130,73 +173,71 @@ def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool) -> list[_Case]:
              (f"down {L.w_down.n_out}x{L.w_down.n_in}", L.w_down, x_ff, xq_ff)]
     if lm_head:  # (a prefill step runs the head on one row a sequence: not a prefill GEMM)
         mats.append((f"lm_head {fp.output.n_out}x{fp.output.n_in}", fp.output, x_e, xq_e))
-    for label, W, xf, xq in mats:
+    for label, W, xf, xq in mats if "matmul" in sel.ops else []:
         y = be.empty((N, W.n_out), np.float32)
         wb = W.n_out * quants.row_bytes(W.qtype, W.n_in)
         shape = f"{label} {quants.qtype_name(W.qtype)}"
         ws = _copies(be, W.raw, wb)
-        cases += [_Case("matmul", shape, "simple", N, wb + 4 * N * (W.n_in + W.n_out),
-                        [lambda W=W, w=w, xf=xf, y=y: matmul(be, w, W.qtype, xf, y, N, W.n_out, W.n_in) for w in ws]),
-                  _Case("matmul", shape, "dp4a", N, wb + N * W.n_in * 9 // 8 + 4 * N * W.n_out,
-                        [lambda W=W, w=w, xq=xq, y=y: matmul_dp4a(be, w, W.qtype, xq, y, N, W.n_out, W.n_in)
-                         for w in ws], flops=2 * N * W.n_out * W.n_in)]
-        if N >= mma_ops.MIN_TOKENS and mma_ops.supports(W.qtype):
-            cases.append(_Case("matmul", shape, "mma", N, wb + N * W.n_in * 9 // 8 + 4 * N * W.n_out,
-                               [lambda W=W, w=w, xq=xq, y=y: mma_ops.matmul_mma(be, w, W.qtype, xq, y, N, W.n_out, W.n_in)
+        for v in variants:
+            if not v.serves(W.qtype, N):
+                continue
+            x, act_bytes = (xq, N * W.n_in * 9 // 8) if v.q8_activations else (xf, 4 * N * W.n_in)
+            cases.append(_Case("matmul", shape, v.name, N, wb + act_bytes + 4 * N * W.n_out,
+                               [lambda v=v, W=W, w=w, x=x, y=y: v.launch(be, w, W.qtype, x, y, N, W.n_out, W.n_in)
                                 for w in ws], flops=2 * N * W.n_out * W.n_in))
+    if "ffn_in" not in sel.ops:
+        return cases
 
-    # the FFN's first half: gate and up and SwiGLU
+    # the FFN's first half: gate and up and the activation
     g, u = L.w_gate, L.w_up
     gate, up = be.empty((N, cfg.n_ff), np.float32), be.empty((N, cfg.n_ff), np.float32)
     wb = (g.n_out * quants.row_bytes(g.qtype, g.n_in) + u.n_out * quants.row_bytes(u.qtype, u.n_in))
     shape = f"gate+up 2x{cfg.n_ff}x{cfg.n_embd} {quants.qtype_name(g.qtype)}"
-
     gus = list(zip(_copies(be, g.raw, wb), _copies(be, u.raw, wb)))
+    for v in variants:
+        if v.gate_up is None or v.like:  # a copy's gate+up is its source's kernel, timed under the source
+            if v is baseline("matmul"):  # the baseline's: two matmuls and the activation kernel
+                def unfused(gw, uw, v=v):
+                    v.launch(be, gw, g.qtype, x_e, gate, N, g.n_out, g.n_in)
+                    v.launch(be, uw, u.qtype, x_e, up, N, u.n_out, u.n_in)
+                    basic.act_gate(be, gate, up, gate, N * cfg.n_ff, cfg.ffn_act)
 
-    def ffn_simple(gw, uw):
-        matmul(be, gw, g.qtype, x_e, gate, N, g.n_out, g.n_in)
-        matmul(be, uw, u.qtype, x_e, up, N, u.n_out, u.n_in)
-        basic.act_gate(be, gate, up, gate, N * cfg.n_ff, cfg.ffn_act)
-
-    cases.append(_Case("ffn_in", shape, "simple", N, wb + 4 * N * (cfg.n_embd + cfg.n_ff),
-                       [lambda gw=gw, uw=uw: ffn_simple(gw, uw) for gw, uw in gus]))
-    if g.qtype == u.qtype:
-        cases.append(_Case("ffn_in", shape, "dp4a", N, wb + N * cfg.n_embd * 9 // 8 + 4 * N * cfg.n_ff,
-                           [lambda gw=gw, uw=uw: gate_up_dp4a(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff, cfg.n_embd,
-                                                                act=cfg.ffn_act)
-                            for gw, uw in gus], flops=4 * N * cfg.n_ff * cfg.n_embd))
-    if g.qtype == u.qtype and N >= mma_ops.MIN_TOKENS and mma_ops.supports(g.qtype):
-        cases.append(_Case("ffn_in", shape, "mma", N, wb + N * cfg.n_embd * 9 // 8 + 4 * N * cfg.n_ff,
-                           [lambda gw=gw, uw=uw: mma_ops.gate_up_mma(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff,
-                                                                     cfg.n_embd, act=cfg.ffn_act) for gw, uw in gus],
+                cases.append(_Case("ffn_in", shape, v.name, N, wb + 4 * N * (cfg.n_embd + cfg.n_ff),
+                                   [lambda gw=gw, uw=uw: unfused(gw, uw) for gw, uw in gus]))
+            continue
+        if g.qtype != u.qtype or not v.serves(g.qtype, N):
+            continue
+        cases.append(_Case("ffn_in", shape, v.name, N, wb + N * cfg.n_embd * 9 // 8 + 4 * N * cfg.n_ff,
+                           [lambda v=v, gw=gw, uw=uw: v.gate_up(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff, cfg.n_embd,
+                                                               act=cfg.ffn_act) for gw, uw in gus],
                            flops=4 * N * cfg.n_ff * cfg.n_embd))
     return cases
 
 
-def _attention_variants(ctx: BenchContext, op: str, shape: str, N: int, nbytes: int, args: list, flops: int = 0,
-                        window: int | None = None) -> list[_Case]:
-    """The attention variants over the same argument tuples (one per K/V copy), as layer 0 runs them
-    (its sliding window, if any: gemma3)."""
+def _attention_variants(ctx: BenchContext, op: str, shape: str, N: int, nbytes: int, args: list, sel: Selection,
+                        flops: int = 0, window: int | None = None) -> list[_Case]:
+    """The selected attention variants that fit the model, over the same argument tuples (one per K/V
+    copy), as layer 0 runs them (its sliding window, if any: gemma3)."""
     be, cfg = ctx.backend, ctx.forward_pass().cfg
     sw = cfg.window(0)
     if sw:
         shape += f", window {sw}"
-    cases = [_Case(op, shape, "simple", N, nbytes,
-                   [lambda a=a: attn_ops.attention(*a, sliding_window=sw) for a in args], flops)]
-    if cfg.head_dim not in attn_ops.SPLIT_HEAD_DIMS:
-        return cases
-    scratch = attn_ops.SplitScratch.alloc(be, window or N, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
-    cases.append(_Case(op, shape, "split", N, nbytes,
-                       [lambda a=a: attn_ops.attention_split(*a, scratch, sliding_window=sw) for a in args], flops))
-    if not attn_ops.flash_fits(cfg.n_head, cfg.n_head_kv, cfg.head_dim):
-        cases.append(_Case(op, shape, "flash", N, nbytes,
-                           [lambda a=a: attn_ops.attention_flash(*a, scratch, sliding_window=sw) for a in args],
+    cases = []
+    for v in sel.variants_of("attention"):
+        if v.why_not(cfg):
+            continue
+        scratch = attn_ops.SplitScratch.alloc(be, window or N, cfg.n_head, cfg.n_head_kv, cfg.head_dim) \
+            if v.needs_scratch else None
+        cases.append(_Case(op, shape, v.name, N, nbytes,
+                           [lambda v=v, a=a, scratch=scratch: v.launch(*a, scratch, sliding_window=sw) for a in args],
                            flops))
     return cases
 
 
-def _prefill_attention_cases(ctx: BenchContext, P: int, kv_dtype: str, rng) -> list[_Case]:
+def _prefill_attention_cases(ctx: BenchContext, P: int, kv_dtype: str, rng, sel: Selection) -> list[_Case]:
     """One prompt of P tokens attending causally from position 0 (its K/V already in the cache)."""
+    if "attention" not in sel.ops:
+        return []
     be, cfg = ctx.backend, ctx.forward_pass().cfg
     bs = 16
     nblk = -(-P // bs)
@@ -214,12 +255,14 @@ def _prefill_attention_cases(ctx: BenchContext, P: int, kv_dtype: str, rng) -> l
     args = [(be, kv_dtype, qkv, qkv_w, kc, vc, tables, nblk, cu, positions, out, P, 1, cfg.n_head, cfg.n_head_kv,
              cfg.head_dim, bs, cfg.kq_scale) for kc, vc in kvs]
     flops = 4 * (P * (P + 1) // 2) * cfg.n_head * cfg.head_dim
-    return _attention_variants(ctx, "attention", f"prefill 1 x {P} tokens, KV {kv_dtype}", P, nbytes, args, flops,
-                               window=attn_ops.SPLIT_WINDOW)
+    return _attention_variants(ctx, "attention", f"prefill 1 x {P} tokens, KV {kv_dtype}", P, nbytes, args, sel,
+                               flops, window=attn_ops.SPLIT_WINDOW)
 
 
-def _rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng) -> list[_Case]:
+def _rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng, sel: Selection) -> list[_Case]:
     """rope + KV append (+ qk-norm), and attention: N sequences, each decoding at `context`."""
+    if not {"rope_kv", "attention"} & sel.ops:
+        return []
     be, fp = ctx.backend, ctx.forward_pass()
     cfg, L = fp.cfg, fp.layers[0]
     cases: list[_Case] = []
@@ -241,43 +284,51 @@ def _rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str
     theta, freq_scale = cfg.rope_for(0)
     rope_args = (be, kv_dtype, qkv, qkv_w, positions, slots, L.q_norm, L.k_norm, k_cache, v_cache, N, cfg.n_head,
                  cfg.n_head_kv, cfg.head_dim, theta, cfg.rms_eps, cfg.rope_style)
-    cases += [_Case("rope_kv", f"{N} tokens", "simple", N, rope_bytes,
-                    [lambda: rope_ops.rope_kv_separate(*rope_args, freq_scale=freq_scale)]),
-              _Case("rope_kv", f"{N} tokens", "fused", N, rope_bytes,
-                    [lambda: rope_ops.rope_kv(*rope_args, freq_scale=freq_scale)])]
-
+    if "rope_kv" in sel.ops:
+        cases += [_Case("rope_kv", f"{N} tokens", v.name, N, rope_bytes,
+                        [lambda v=v: v.launch(*rope_args, freq_scale=freq_scale)]) for v in sel.variants_of("rope_kv")]
+    if "attention" not in sel.ops:
+        return cases
     out = be.empty((N, cfg.q_dim), np.float32)
     att_bytes = 2 * N * (context + 1) * kv_elt + 8 * N * cfg.q_dim
     kvs = list(zip(_copies(be, k_cache, att_bytes // 2), _copies(be, v_cache, att_bytes // 2)))
     args = [(be, kv_dtype, qkv, qkv_w, kc, vc, tables, per_seq, cu, positions, out, N, N, cfg.n_head,
              cfg.n_head_kv, cfg.head_dim, bs, cfg.kq_scale) for kc, vc in kvs]
     shape = f"{N} seqs x {context + 1} keys, KV {kv_dtype}"
-    return cases + _attention_variants(ctx, "attention", shape, N, att_bytes, args)
+    return cases + _attention_variants(ctx, "attention", shape, N, att_bytes, args, sel)
 
 
-def _ptxas(ctx: BenchContext) -> dict:
-    """Registers / spills / shared memory of the fast and tensor-core kernels this model runs (sm_90)."""
+def _ptxas(ctx: BenchContext, sel: Selection) -> dict:
+    """Registers / spills / shared memory of the selected non-baseline variants' kernels this model runs
+    (sm_90): the named sets' and every other registered variant's."""
+    from sharpinf.ops.variants import choices_for
     from sharpinf.runtime.ptxas_report import ptxas_available, ptxas_report
 
     why = ptxas_available()
     if why:
         return {"available": False, "why": why}
     fp = ctx.forward_pass()
-    used = set()  # the report covers the fast and the tensor-core sets
-    for name in ("fast", "tensor"):
+    mine = {f for op in {BENCH_OPS[b] for b in sel.ops} for v in sel.variants_of(op)[1:] for f in v.files}
+    files = tuple(f for f in fast_files() if f in mine)
+    if not files:
+        return {"available": False, "why": "no non-baseline variant selected"}
+    used = set()
+    for name in choices_for("all")[1:]:  # every variant, in the named sets and beside them
         try:
             other = fp if fp.choice.name == name else fp.with_own_buffers(kernels=name)
         except SharpinfError:  # a variant the model's shapes do not fit
             continue
-        used |= {e for f, e in other.kernels_used(other.kv_dtype) if f in FAST_FILES}
-    rows = [p.to_json() for p in ptxas_report(list(FAST_FILES), "sm_90", used)]
+        used |= {e for f, e in other.kernels_used(other.kv_dtype) if f in files}
+    rows = [p.to_json() for p in ptxas_report(list(files), "sm_90", used)]
     return {"available": True, "arch": "sm_90", "entries": rows, "spills": sum(bool(r["spill_stores"] or r["spill_loads"])
                                                                                 for r in rows)}
 
 
 def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dtype: str,
-        prefill: list[int] = (), prefill_context: list[int] = ()) -> dict:
+        prefill: list[int] = (), prefill_context: list[int] = (), ops: str | None = None,
+        variants: str | None = None) -> dict:
     be, cfg = ctx.backend, ctx.model.config
+    sel = Selection.parse(ops, variants)
     if context + 1 >= cfg.context_length:
         raise ValueError(f"context {context} does not fit the model's context length {cfg.context_length}")
     too_long = [P for P in prefill_context if P > cfg.context_length]
@@ -286,31 +337,40 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
     bw = be.device_bandwidth()
     rng = np.random.default_rng(ctx.seed)
     # (phase, N, cases): decode steps, then prefill GEMMs, then prefill attention
-    groups = ([("decode", N, lambda N=N: _cases(ctx, N, context, kv_dtype, rng)) for N in tokens]
-              + [("prefill", N, lambda N=N: _linear_cases(ctx, N, rng, lm_head=False)) for N in prefill]
-              + [("prefill", P, lambda P=P: _prefill_attention_cases(ctx, P, kv_dtype, rng)) for P in prefill_context])
+    groups = ([("decode", N, lambda N=N: _cases(ctx, N, context, kv_dtype, rng, sel)) for N in tokens]
+              + [("prefill", N, lambda N=N: _linear_cases(ctx, N, rng, False, sel)) for N in prefill
+                 if {"matmul", "ffn_in"} & sel.ops]
+              + [("prefill", P, lambda P=P: _prefill_attention_cases(ctx, P, kv_dtype, rng, sel))
+                 for P in prefill_context if "attention" in sel.ops])
     rows = []
     with ctx.progress() as bar:
         task = bar.add_task(f"{SUITE}: decode N = {', '.join(map(str, tokens))}; prefill "
                             f"{', '.join(map(str, list(prefill) + list(prefill_context))) or 'none'}", total=len(groups))
         for phase, N, make in groups:
             for c in make():
-                times = launch_timed(be, c.calls, repeats if phase == "decode" else min(repeats, PREFILL_REPEATS))
+                times = launch_timed(be, c.calls, repeats if phase == "decode" or not be.gpu_shapes
+                                     else min(repeats, PREFILL_REPEATS))
                 t = float(np.median(times))
                 rows.append({"phase": phase, "op": c.op, "shape": c.shape, "variant": c.variant, "tokens": N,
-                             "us": t * 1e6, "us_min": min(times) * 1e6, "bytes": c.nbytes, "gb_s": c.nbytes / t / 1e9,
+                             "us": t * 1e6, "us_min": min(times) * 1e6, "us_max": max(times) * 1e6,
+                             "repeats": len(times), "bytes": c.nbytes, "gb_s": c.nbytes / t / 1e9,
                              "tflops": c.flops / t / 1e12 if c.flops else None,
                              "pct_of_bandwidth": 100 * c.nbytes / t / 1e9 / bw if bw else None})
             bar.advance(task)
-    base = {(r["op"], r["shape"], r["tokens"]): r["us"] for r in rows if r["variant"] == OP_VARIANTS[r["op"]][0]}
+    base = {(r["op"], r["shape"], r["tokens"]): r["us"] for r in rows
+            if r["variant"] == baseline(BENCH_OPS[r["op"]]).name}
     for r in rows:
-        r["speedup"] = base[(r["op"], r["shape"], r["tokens"])] / r["us"]
+        b = base.get((r["op"], r["shape"], r["tokens"]))
+        r["speedup"] = b / r["us"] if b else None
     config = dict(tokens=tokens, context=context, repeats=repeats, kv_dtype=kv_dtype, prefill=list(prefill),
-                  prefill_context=list(prefill_context),
-                  timing="median of repeats of a graph replay (GPU: back-to-back calls over input copies past "
-                         "the L2 cache, per call; elsewhere one call), after 1 warm-up",
+                  prefill_context=list(prefill_context), ops=sorted(sel.ops),
+                  variants=sorted(sel.variants) if sel.variants else "all",
+                  timing="median (and min, max) of repeats of a graph replay (GPU: back-to-back calls over input "
+                         "copies past the L2 cache, per call; elsewhere one call), after 1 warm-up",
                   bytes="compulsory: weights + activations in and out; attention: the context's K and V")
-    results = {"device_bandwidth_gb_s": bw, "rows": rows, "ptxas": _ptxas(ctx)}
+    if not be.gpu_shapes:
+        config["note"] = EMU_NOTE
+    results = {"device_bandwidth_gb_s": bw, "rows": rows, "ptxas": _ptxas(ctx, sel)}
     ctx.release()
     return envelope(ctx, SUITE, config, results)
 
@@ -318,20 +378,24 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
 def table(doc: dict):
     r = doc["results"]
     bw = r["device_bandwidth_gb_s"]
-    t = Table("phase", "op", "shape", "N", "variant", "us", "GB/s", "% of bw", "TFLOP/s", "x baseline",
+    gpu = doc["backend"] == "cuda"
+    t = Table("phase", "op", "shape", "N", "variant", "us" if gpu else "us min/med/max", "GB/s", "% of bw", "TFLOP/s",
+              "x baseline",
               title=f"kernel variants (device bandwidth {f'{bw:,.0f} GB/s' if bw else 'not measured on this backend'})")
     t.columns[2].overflow = "fold"
-    if doc["backend"] != "cuda":
-        t.caption = f"on {doc['backend']}: the emulator's times, which say nothing about a GPU's"
+    if not gpu:
+        t.caption = f"on {doc['backend']}: {EMU_NOTE}"
     for row in r["rows"]:
-        t.add_row(row.get("phase", "decode"), row["op"], row["shape"], str(row["tokens"]), row["variant"], f"{row['us']:,.1f}",
+        us = f"{row['us']:,.1f}" if gpu else f"{row['us_min']:,.0f} / {row['us']:,.0f} / {row.get('us_max', row['us']):,.0f}"
+        t.add_row(row.get("phase", "decode"), row["op"], row["shape"], str(row["tokens"]), row["variant"], us,
                   f"{row['gb_s']:,.2f}", "-" if row["pct_of_bandwidth"] is None else f"{row['pct_of_bandwidth']:.0f}%",
-                  "-" if not row.get("tflops") else f"{row['tflops']:.2f}", f"{row['speedup']:.2f}")
+                  "-" if not row.get("tflops") else f"{row['tflops']:.2f}",
+                  "-" if row.get("speedup") is None else f"{row['speedup']:.2f}")
     p = r["ptxas"]
     if not p.get("available"):
         return Group(t, f"ptxas report left out: {p.get('why')}")
     pt = Table("kernel", "registers", "spill st/ld (B)", "stack (B)", "smem (B)",
-               title=f"ptxas -v, fast and tensor-core kernels of this model ({p['arch']}): {p['spills']} with spills")
+               title=f"ptxas -v, the variants' kernels of this model ({p['arch']}): {p['spills']} with spills")
     for e in p["entries"]:
         pt.add_row(e["entry"], str(e["registers"]), f"{e['spill_stores']}/{e['spill_loads']}", str(e["stack_bytes"]),
                    str(e["smem_bytes"]))
@@ -339,25 +403,29 @@ def table(doc: dict):
 
 
 def plot(doc: dict, path):
+    """Decode, the roofline view: per N, a group of bars per case, one bar per variant."""
     plt = pyplot()
     if plt is None:
         return None
     r = doc["results"]
     rows, bw = r["rows"], r["device_bandwidth_gb_s"]
-    rows = [row for row in rows if row.get("phase", "decode") == "decode"]  # the roofline view: decode
+    rows = [row for row in rows if row.get("phase", "decode") == "decode"]
     Ns = sorted({row["tokens"] for row in rows})
+    if not Ns:
+        return None
+    names = list(dict.fromkeys(row["variant"] for row in rows))
+    width = 0.8 / max(1, len(names))
     fig, axes = plt.subplots(1, len(Ns), figsize=(5.5 * len(Ns), 4.6), squeeze=False)
     for ax, N in zip(axes[0], Ns):
         sel = [row for row in rows if row["tokens"] == N]
         labels = list(dict.fromkeys(f"{row['op']}\n{row['shape'].split(' ')[0]}" for row in sel))
-        for vi, kind in enumerate(("baseline", "fast")):
-            xs, ys = [], []
-            for row in sel:
-                is_base = row["variant"] == OP_VARIANTS[row["op"]][0]
-                if is_base == (kind == "baseline"):
-                    xs.append(labels.index(f"{row['op']}\n{row['shape'].split(' ')[0]}") + (vi - 0.5) * 0.4)
-                    ys.append(row["gb_s"])
-            ax.bar(xs, ys, width=0.4, label="simple (baseline)" if kind == "baseline" else "fast variant")
+        for vi, name in enumerate(names):
+            mine = [row for row in sel if row["variant"] == name]
+            if not mine:
+                continue
+            xs = [labels.index(f"{row['op']}\n{row['shape'].split(' ')[0]}") + (vi - (len(names) - 1) / 2) * width
+                  for row in mine]
+            ax.bar(xs, [row["gb_s"] for row in mine], width=width, label=name)
         if bw:
             ax.axhline(bw, color="black", linestyle="--", linewidth=1, label=f"device bandwidth {bw:,.0f} GB/s")
         ax.set_xticks(range(len(labels)), labels, fontsize=7)
@@ -365,5 +433,5 @@ def plot(doc: dict, path):
         ax.set_title(f"N = {N} tokens")
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7)
-    fig.suptitle(title_of(doc), fontsize=10)
+    fig.suptitle(title_of(doc) + ("" if doc["backend"] == "cuda" else "  (emulator: not GPU timings)"), fontsize=10)
     return save_fig(plt, fig, path)

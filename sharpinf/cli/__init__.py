@@ -24,7 +24,8 @@ app = typer.Typer(
 )
 
 # command modules register themselves on `app`
-from sharpinf.cli import bench_cmd, doctor_cmd, info_cmd, models_cmd, serve_cmd, text_cmds, verify_cmd  # noqa: E402,F401
+from sharpinf.cli import (bench_cmd, doctor_cmd, info_cmd, kernels_cmd, models_cmd, serve_cmd, text_cmds,  # noqa: E402,F401
+                          verify_cmd)
 
 
 def _click_modules() -> list:

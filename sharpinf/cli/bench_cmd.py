@@ -1,7 +1,8 @@
 """`sharpinf bench [MODEL]`: the benchmark suites (throughput, decode, prefill, chunking, kernels, host).
 
 Each suite shows a progress bar and a results table, and writes DIR/<suite>.json and
-DIR/<suite>.png (DIR defaults to bench/results/<backend>/). With --json the tables go to
+DIR/<suite>.png (DIR defaults to ~/.cache/sharpinf/bench/<backend>/, outside the source tree:
+committed results are written only where --out says, e.g. bench/results/...). With --json the tables go to
 stderr and stdout gets one JSON object: {"suites": {name: result}}.
 """
 
@@ -55,7 +56,12 @@ def bench(
                               "(kernels counted, not run), whatever --backend says. serve: a bounded load test of "
                               "`sharpinf serve` on loopback (req/s, tok/s, TTFT, TPOT, ITL, failures)."),
     kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " (every suite but kernels, which runs all)"),
-    out: Path = typer.Option(None, "--out", help="Results folder (default bench/results/<backend>/)."),
+    out: Path = typer.Option(None, "--out", help="Results folder (default ~/.cache/sharpinf/bench/<backend>/; "
+                             "--out bench/results/... to add results to the repository)."),
+    op: str = typer.Option(None, "--op", help="kernels: only these ops (comma list): matmul, attention, rope_kv, or the "
+                           "bench's own norm, ffn_in (matmul stands for norm, matmul and ffn_in)."),
+    variant: str = typer.Option(None, "--variant", help="kernels: only these variants (comma list; the op's baseline "
+                                "is timed too, for the speedup). `sharpinf kernels list` names them."),
     json_out: bool = typer.Option(False, "--json", help="Print all results as one JSON object on stdout."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes: a smoke run (tests use it)."),
     requests: int = typer.Option(None, "--requests", help="throughput, serve: number of requests."),
@@ -119,7 +125,11 @@ def bench(
     be = backend_named(backend)
     path, label = resolve_bench_model(model)
     loaded = load_model(path)
-    out_dir = Path(out) if out is not None else Path("bench") / "results" / be.name
+    if (op or variant) and "kernels" not in names:
+        raise SharpinfError("--op and --variant select cases of --suite kernels")
+    from sharpinf.runtime.paths import cache_dir
+
+    out_dir = Path(out) if out is not None else cache_dir("bench") / be.name
     ctx = BenchContext(be, loaded, label, out_dir, quick=quick, console=console, seed=seed, kernels=kernels)
     on_gpu = ctx.on_gpu
     console.print(Text.assemble(("sharpinf bench", "bold"), f" {label} on {be.name} -> {out_dir}/  suites: "
@@ -131,7 +141,8 @@ def bench(
         "decode": dict(batch_sizes=bsizes, context=context, repeats=repeats),
         "prefill": dict(prompts=prefill_prompts, prompt_len=prefill_len, repeats=repeats),
         "chunking": dict(budget=budget, long_mult=long_mult),
-        "kernels": dict(tokens=bsizes, context=context, repeats=repeats, prefill=psizes, prefill_context=psizes),
+        "kernels": dict(tokens=bsizes, context=context, repeats=repeats, prefill=psizes, prefill_context=psizes,
+                        ops=op, variants=variant),
         "host": dict(budget=max_batched_tokens),
         "serve": dict(requests=requests, concurrency=concurrency, prompt_len=plen, output_len=olen,
                       max_num_batched_tokens=max_batched_tokens, num_blocks=num_blocks),

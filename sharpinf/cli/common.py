@@ -87,10 +87,18 @@ def one_of(**options):
     return given[0]
 
 
-KERNELS_HELP = ("Kernel variants: auto (default: fast on a GPU, simple on the emulator), fast (dp4a matmuls on "
-                "q8_1 activations, split-KV attention, fused RoPE + KV append), tensor (fast with tensor cores: "
-                "int8 mma matmuls for steps of >= 16 tokens, flash attention), simple (the readable baselines), "
-                "or op=variant,... (ops: matmul=simple|dp4a|mma, attention=simple|split|flash, rope_kv=simple|fused).")
+def kernels_help() -> str:
+    """--kernels' help, from the variant registry (sharpinf kernels list)."""
+    from sharpinf.ops.variants import OP_NAMES, variants_of
+
+    ops = ", ".join(f"{op}={'|'.join(variants_of(op))}" for op in OP_NAMES)
+    return ("Kernel variants: auto (default: fast on a GPU, simple on the emulator), fast (dp4a matmuls on "
+            "q8_1 activations, split-KV attention, fused RoPE + KV append), tensor (fast with tensor cores: "
+            "int8 mma matmuls for steps of >= 16 tokens, flash attention), simple (the readable baselines), "
+            f"or op=variant,... (ops: {ops}; `sharpinf kernels list`).")
+
+
+KERNELS_HELP = kernels_help()
 
 
 def kernels_spec(text: str) -> str:

@@ -102,14 +102,44 @@ def trace_table(rep) -> Table:
     return t
 
 
+# The oracles by group, for --only / --skip (an oracle's own name works too).
+ORACLE_GROUPS = {
+    "foundation": ("reference-vs-naive", "incremental-vs-full", "tokenizer-roundtrip"),  # no kernel runs
+    "kernel": ("kernel-vs-reference",),
+    "cross-path": ("packed-vs-sequential", "chunked-vs-whole", "batched-decode-vs-single-user", "placement"),
+    "graph": ("graph-vs-eager",),
+}
+ORACLE_NAMES = tuple(n for names in ORACLE_GROUPS.values() for n in names)
+
+
+def selected_oracles(only: str | None, skip: str | None) -> set[str]:
+    """The oracle names --only and --skip leave (comma lists of groups or oracle names)."""
+    from sharpinf.errors import SharpinfError
+
+    def names(text: str, flag: str) -> set[str]:
+        out = set()
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            if part in ORACLE_GROUPS:
+                out |= set(ORACLE_GROUPS[part])
+            elif part in ORACLE_NAMES:
+                out.add(part)
+            else:
+                raise SharpinfError(f"{flag} {part!r}: choose groups {', '.join(ORACLE_GROUPS)} or oracles "
+                                    f"{', '.join(ORACLE_NAMES)}")
+        return out
+
+    chosen = names(only, "--only") if only else set(ORACLE_NAMES)
+    return chosen - (names(skip, "--skip") if skip else set())
+
+
 @app.command()
 def verify(
     model: str = typer.Argument("smollm2-135m", help="Registered name or path to a .gguf."),
     backend: str = typer.Option("auto", help="reference: the oracle against independent truths; emu or cuda: "
                                 "also the kernel path against the reference (auto: cuda if a GPU is usable, else emu)."),
     kv_dtype: list[str] = typer.Option(["f16", "q8_0"], help="KV dtypes for kernel-vs-reference (repeatable)."),
-    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " 'all': every oracle for the simple "
-                                "and the fast set (between them every variant of every op)."),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " 'all': the simple, fast and tensor "
+                                "sets and every other registered variant."),
     quick: bool = typer.Option(False, "--quick", help="Short prompts only: on a model with sliding windows, "
                                "leave out the prompt that runs past the smallest window (Gemma 3: 553 tokens, "
                                "about 10 minutes on the emulator)."),
@@ -120,6 +150,11 @@ def verify(
                                "appeared, and prints each op's worst error."),
     trace_only: bool = typer.Option(False, "--trace-only", help=f"The trace alone, on the first {TRACE_ONLY_TOKENS} "
                                     "tokens of that prompt, no oracles: seconds on a small model."),
+    only: str = typer.Option(None, "--only", help="Only these oracles (comma list): groups foundation (the "
+                             "reference against float64 and the tokenizer: no kernel runs), kernel "
+                             "(kernel-vs-reference), cross-path (packed, chunked, batched decode, placement), graph "
+                             "(graph-vs-eager), or an oracle's name."),
+    skip: str = typer.Option(None, "--skip", help="Leave these oracles out (as --only)."),
     json_out: bool = typer.Option(False, "--json", help="One JSON list of results (with --trace, each trace's "
                                   "per-op records in its row)."),
 ):
@@ -130,14 +165,18 @@ def verify(
     from sharpinf.ops.variants import choices_for
 
     choices = choices_for(kernels)  # checked before the model loads
+    wanted = selected_oracles(only, skip)
+    if not wanted and not (trace or trace_only):
+        raise SharpinfError("--only / --skip leave no oracle to run")
     if (trace or trace_only) and backend == "reference":
         raise SharpinfError("--trace follows the kernels op by op: use --backend emu, cuda or auto")
     kv_dtypes = tuple(kv_dtype_name(k) for k in kv_dtype)
     loaded = load(model)
     tok = tokenizer_of(loaded)
-    cases = [] if trace_only else foundation_cases(loaded, tok)
+    cases = [] if trace_only or not wanted & set(ORACLE_GROUPS["foundation"]) else foundation_cases(loaded, tok)
     fps = []
-    if backend != "reference":
+    kernel_oracles = wanted - set(ORACLE_GROUPS["foundation"])
+    if backend != "reference" and (kernel_oracles or trace or trace_only):
         from oracles.paths import path_cases
         from sharpinf.forward import ForwardPass
 
@@ -147,6 +186,7 @@ def verify(
             fps.append(fpk)
             if not trace_only:
                 cases += path_cases(fpk, tok, kv_dtypes, past_window=not quick)
+    cases = [c for c in cases if c.oracle in wanted]
     results = run_cases(cases, quiet=json_out)
     reports: dict[str, object] = {}
     if trace or trace_only:

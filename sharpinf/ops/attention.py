@@ -25,7 +25,7 @@ WARPS = 4  # heads per block (one warp per (token, head))
 def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
               cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
               head_dim: int, block_size: int, scale: float, scratch: "SplitScratch | None" = None, out_q8=None,
-              sliding_window: int = 0) -> None:
+              sliding_window: int = 0, file: str = "attention.cu") -> None:
     """out[t, h*head_dim:(h+1)*head_dim] = softmax(scale * q K^T) V over token t's visible keys.
     qkv: float32 [N, qkv_stride] with Q at column 0; out: float32 [N, n_heads*head_dim].
     (scratch and out_q8 keep the attention variants' one signature: this kernel needs no scratch
@@ -43,7 +43,7 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
     warps = min(WARPS, n_heads)
     grid = (n_tokens, -(-n_heads // warps))
     # io: Q in, O out; the K/V the step reads depend on its contexts (the host bench adds them)
-    be.launch(kernel(be, "attention.cu", f"attention_{kv_dtype}_d{head_dim}"), grid, 32 * warps,
+    be.launch(kernel(be, file, f"attention_{kv_dtype}_d{head_dim}"), grid, 32 * warps,
               (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                out, I32(n_tokens), I32(n_seqs), I32(n_heads), I32(n_kv_heads), I32(head_dim), I32(block_size),
                F32(scale), I32(sliding_window)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
@@ -76,7 +76,7 @@ class SplitScratch:
 def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
-                    sliding_window: int = 0) -> None:
+                    sliding_window: int = 0, file: str = "attention_split.cu") -> None:
     """attention() computed split-KV (flash-decoding); with out_q8 (a Q8Act) the output is also
     written in q8_1 for the dp4a o-projection (head_dim a multiple of 32)."""
     _check_split_frame("split", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
@@ -84,7 +84,7 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
         return
     groups = -(-(n_heads // n_kv_heads) // GROUP)
     q8 = out_q8 if out_q8 is not None else _NoQ8(out)
-    fn = kernel(be, "attention_split.cu", f"attention_split_{kv_dtype}_d{head_dim}")
+    fn = kernel(be, file, f"attention_split_{kv_dtype}_d{head_dim}")
     for t0 in range(0, n_tokens, scratch.tokens):  # a window of the scratch's size per launch
         n = min(scratch.tokens, n_tokens - t0)
         be.launch(fn, (n, n_kv_heads * groups, SPLITS), 128,
@@ -126,7 +126,7 @@ def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
 def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
-                    sliding_window: int = 0) -> None:
+                    sliding_window: int = 0, file: str = "attention_flash.cu") -> None:
     """attention() on tensor cores (f16 mma) for every step, prefill and decode alike: blocks of
     (token, head) rows of one sequence and KV head share each K/V tile; the split kernel's frame
     (partitions at fixed positions, 16 splits, fixed-order merge, the same scratch)."""
@@ -139,7 +139,7 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
     rows = flash_rows(head_dim)
     per_tile = rows // (n_heads // n_kv_heads)  # tokens of a tile
     q8 = out_q8 if out_q8 is not None else _NoQ8(out)
-    fn = kernel(be, "attention_flash.cu", f"attention_flash_{kv_dtype}_d{head_dim}")
+    fn = kernel(be, file, f"attention_flash_{kv_dtype}_d{head_dim}")
     for t0 in range(0, n_tokens, scratch.tokens):  # a window of the scratch's size per launch
         n = min(scratch.tokens, n_tokens - t0)
         tiles = min(n, n_seqs + -(-n // per_tile))  # at most one partial tile per sequence

@@ -61,7 +61,7 @@ def _check_aligned(backend, arr, what: str) -> None:
 
 
 def matmul(backend, W_dev, qtype: int, X_dev, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
-           y_stride: int | None = None, y_col: int = 0) -> None:
+           y_stride: int | None = None, y_col: int = 0, file: str = KERNEL_FILE) -> None:
     """Y[n_tokens, n_out] = X[n_tokens, n_in] @ W[n_out, n_in]^T (+ bias[n_out]), all float32 but W.
 
     With y_stride, Y_dev is a wider contiguous [n_tokens, y_stride] buffer and the result fills
@@ -79,12 +79,12 @@ def matmul(backend, W_dev, qtype: int, X_dev, Y_dev, n_tokens: int, n_out: int, 
     name = f"matmul_{kernel_suffix(qtype)}"
     io = (n_out * quants.row_bytes(qtype, n_in) + 4 * (n_tokens * n_in + n_out * has_bias), 4 * n_tokens * n_out)
     if y_stride is None or (y_stride == n_out and y_col == 0):
-        backend.launch(kernel(backend, KERNEL_FILE, name), grid, block, args + (Y_dev,) + tail, io=io)
+        backend.launch(kernel(backend, file, name), grid, block, args + (Y_dev,) + tail, io=io)
         return
     if y_col < 0 or y_col + n_out > y_stride:
         raise ValueError(f"matmul: columns {y_col}..{y_col + n_out} do not fit rows of {y_stride}")
     y_view = Y_dev.reshape(-1)[y_col:]  # contiguous, starting at column y_col of row 0
-    backend.launch(kernel(backend, KERNEL_FILE, name + "_ys"), grid, block,
+    backend.launch(kernel(backend, file, name + "_ys"), grid, block,
                    args + (y_view,) + tail + (np.int32(y_stride),), io=io)
 
 

@@ -32,7 +32,7 @@ def launch_shape(n_tokens: int, n_out: int, n_in: int, max_row_blocks: int) -> t
 
 
 def matmul_dp4a(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
-                accumulate: bool = False, y_stride: int | None = None, y_col: int = 0) -> None:
+                accumulate: bool = False, y_stride: int | None = None, y_col: int = 0, file: str = KERNEL_FILE) -> None:
     """Y[n_tokens, n_out] (=, or += with accumulate) X W^T (+ bias). With y_stride, Y_dev is a wider
     [n_tokens, y_stride] buffer filled at columns y_col .. y_col + n_out."""
     if n_tokens < 1 or n_out < 1:
@@ -48,7 +48,7 @@ def matmul_dp4a(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: in
     y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
     io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
           + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
-    be.launch(kernel(be, KERNEL_FILE, f"matmul_dp4a_{kernel_suffix(qtype)}"), grid, block,
+    be.launch(kernel(be, file, f"matmul_dp4a_{kernel_suffix(qtype)}"), grid, block,
               (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
                np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
 

@@ -39,7 +39,7 @@ def _grid(n_out: int, n_tokens: int) -> tuple[int, int]:
 
 
 def matmul_mma(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
-               accumulate: bool = False, y_stride: int | None = None, y_col: int = 0) -> None:
+               accumulate: bool = False, y_stride: int | None = None, y_col: int = 0, file: str = "matmul_mma.cu") -> None:
     """As matmul_dp4a (same arguments, same bits), on tensor cores."""
     _check("matmul_mma", qtype, X, n_tokens, n_out, n_in)
     stride = n_out if y_stride is None else y_stride
@@ -49,7 +49,7 @@ def matmul_mma(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int
     y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
     io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
           + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
-    be.launch(kernel(be, "matmul_mma.cu", f"matmul_mma_{kernel_suffix(qtype)}"), _grid(n_out, n_tokens), 128,
+    be.launch(kernel(be, file, f"matmul_mma_{kernel_suffix(qtype)}"), _grid(n_out, n_tokens), 128,
               (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
                np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
 
@@ -65,12 +65,14 @@ def gate_up_mma(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int
 
 
 def matmul_mma_steps(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
-                     accumulate: bool = False, y_stride: int | None = None, y_col: int = 0) -> None:
+                     accumulate: bool = False, y_stride: int | None = None, y_col: int = 0,
+                     file: str = "matmul_mma.cu") -> None:
     """The mma variant's linear layer: a step of a whole token tile or more, with quantized weights, on
-    tensor cores; a smaller step (or float weights) on dp4a -- the same bits either way."""
-    fn = matmul_mma if n_tokens >= MIN_TOKENS and supports(qtype) else matmul_dp4a
-    fn(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, bias_dev=bias_dev, accumulate=accumulate,
-       y_stride=y_stride, y_col=y_col)
+    tensor cores (`file`); a smaller step (or float weights) on dp4a -- the same bits either way."""
+    kw = dict(bias_dev=bias_dev, accumulate=accumulate, y_stride=y_stride, y_col=y_col)
+    if n_tokens >= MIN_TOKENS and supports(qtype):
+        return matmul_mma(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, file=file, **kw)
+    matmul_dp4a(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, **kw)
 
 
 def gate_up_mma_steps(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int,

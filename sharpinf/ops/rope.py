@@ -25,7 +25,7 @@ def offset_view(buf, elems: int):
 
 
 def rope(be, qkv, row_stride: int, positions, n_tokens: int, n_heads: int, head_dim: int, theta: float,
-         style: str, col: int = 0, freq_scale: float = 1.0) -> None:
+         style: str, col: int = 0, freq_scale: float = 1.0, file: str = "rope.cu") -> None:
     """In place: rotate the n_heads heads that start at column `col` of the float32 rows of `qkv`
     (row stride `row_stride` elements); positions: int32 device array [n_tokens]."""
     if style not in STYLES:
@@ -36,14 +36,14 @@ def rope(be, qkv, row_stride: int, positions, n_tokens: int, n_heads: int, head_
         return
     items = n_tokens * (head_dim // 2)
     grid = max(1, min(-(-items // BLOCK), _GRID_CAP))
-    be.launch(kernel(be, "rope.cu", f"rope_{style}"), grid, BLOCK,
+    be.launch(kernel(be, file, f"rope_{style}"), grid, BLOCK,
               (offset_view(qkv, col), I32(row_stride), positions, I32(n_tokens), I32(n_heads), I32(head_dim),
                F32(theta), F32(freq_scale)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
 
 
 def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_norm, k_norm, k_cache, v_cache,
             n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, theta: float, eps: float, style: str,
-            freq_scale: float = 1.0) -> None:
+            freq_scale: float = 1.0, file: str = "rope_kv.cu") -> None:
     """The fused variant (kernels_cu/rope_kv.cu): per token, (qwen3: q_norm/k_norm given) RMSNorm of each
     Q and K head, RoPE of Q and K in place in qkv, then K and V into the cache at slot_mapping."""
     if style not in STYLES:
@@ -56,7 +56,7 @@ def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_
     kv_dim = n_kv_heads * head_dim
     pairs = (n_heads + n_kv_heads) * head_dim // 2  # a thread per rotation (results do not depend on it)
     block = min(1024, max(128, -(-pairs // 32) * 32))
-    be.launch(kernel(be, "rope_kv.cu", f"rope_kv_{kv_dtype}"), n_tokens, block,
+    be.launch(kernel(be, file, f"rope_kv_{kv_dtype}"), n_tokens, block,
               (qkv, I32(qkv_stride), positions, slot_mapping, q_norm if has_norm else qkv, k_norm if has_norm else qkv,
                k_cache, v_cache, I32(n_tokens), I32(n_heads), I32(n_kv_heads), I32(head_dim), F32(theta), F32(freq_scale), F32(eps),
                I32(style == "neox"), I32(has_norm)),
@@ -66,15 +66,17 @@ def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_
 
 def rope_kv_separate(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_norm, k_norm, k_cache,
                      v_cache, n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, theta: float, eps: float,
-                     style: str, freq_scale: float = 1.0) -> None:
+                     style: str, freq_scale: float = 1.0, file: str = "rope.cu") -> None:
     """rope_kv() by the readable kernels, one launch per part: (qwen3) qk_norm.cu for Q and K,
-    rope.cu for Q and K, kv_cache.cu's append (the baseline the fused kernel must equal)."""
+    rope.cu (`file`) for Q and K, kv_cache.cu's append (the baseline the fused kernel must equal)."""
     q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
     if q_norm is not None:
         basic.qk_norm(be, qkv, q_norm, n_tokens, n_heads, head_dim, qkv_stride, 0, eps)
         basic.qk_norm(be, qkv, k_norm, n_tokens, n_kv_heads, head_dim, qkv_stride, q_dim, eps)
-    rope(be, qkv, qkv_stride, positions, n_tokens, n_heads, head_dim, theta, style, col=0, freq_scale=freq_scale)
-    rope(be, qkv, qkv_stride, positions, n_tokens, n_kv_heads, head_dim, theta, style, col=q_dim, freq_scale=freq_scale)
+    rope(be, qkv, qkv_stride, positions, n_tokens, n_heads, head_dim, theta, style, col=0, freq_scale=freq_scale,
+         file=file)
+    rope(be, qkv, qkv_stride, positions, n_tokens, n_kv_heads, head_dim, theta, style, col=q_dim,
+         freq_scale=freq_scale, file=file)
     kv_cache.kv_append(be, kv_dtype, qkv, qkv_stride, q_dim, q_dim + kv_dim, slot_mapping, k_cache, v_cache,
                        n_tokens, n_kv_heads, head_dim)
 

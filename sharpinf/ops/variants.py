@@ -1,5 +1,5 @@
 """Kernel variants: for each op family, the readable baseline and the faster kernels beside it,
-declared once in a registry that dispatch, `kernels_used`, the CLI and the tests all read.
+declared once in the registry, variants.toml (`sharpinf kernels list` prints it):
 
     op         variants           kernels
     matmul     simple             matmul.cu (+ elementwise.cu for the residual and SwiGLU)
@@ -12,14 +12,19 @@ declared once in a registry that dispatch, `kernels_used`, the CLI and the tests
                split              attention_split.cu: split-KV (flash-decoding), GQA-shared loads
                flash              attention_flash.cu: the split frame on f16 tensor cores, 64 (token,
                                   head) rows of one sequence sharing each K/V tile; every step
-    rope_kv    simple             qk_norm.cu, rope.cu, kv_cache.cu
+    rope_kv    simple             rope.cu, qk_norm.cu, kv_cache.cu
                fused              rope_kv.cu: all three in one launch per step
 
-A Variant names its op, its kernel files and its launcher (the op's step-level call, one signature
-per op: see StepKernels in step_kernels.py), and says what it serves (`fits`). An entry without a
-launcher fails when it is registered; a choice naming a variant that is not registered fails when
-it is parsed; and a ForwardPass whose step launches none of a chosen variant's own kernels fails
-at construction (`check_dispatched`), so a variant can never run the baseline under its own name.
+A Variant names its op, its kernel files and its launcher (the op's launch function, which it runs
+on its own first file), and says what it serves (`fits`, `min_tokens`, `qtypes`). Everything reads
+the registry: dispatch (StepKernels calls the chosen Variant's launcher), kernels_used (a dry run of
+that dispatch), `--kernels all`, the CLI help, the kernels bench, the kernel tests' parameters and
+the ptxas report. An entry whose launcher is missing, names no function or cannot take its file
+fails at import in one line; a choice naming an unregistered variant fails when it is parsed; and
+a ForwardPass whose step launches none of a chosen variant's own kernels fails at construction
+(`check_dispatched`), so a variant can never run another's kernels under its own name.
+`sharpinf kernels new OP NAME` adds one: a copy of a registered variant's file and one entry
+(`like = ...`) -- docs/adding-a-variant.md walks the loop.
 
 A choice is "simple", "fast" (every op's fastest measured variant), "tensor" (fast with the
 tensor-core variants: mma matmuls and flash attention; opt-in until a GPU session has measured
@@ -35,59 +40,83 @@ on the step it is in -- there is no separate "invariant" mode to pay for.
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import os
+import tomllib
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any, Callable
 
 from sharpinf.errors import SharpinfError
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import matmul_mma as mma_ops
-from sharpinf.ops import rope as rope_ops
-from sharpinf.ops.matmul import matmul
-from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
+
+OP_NAMES = ("matmul", "attention", "rope_kv")
+REGISTRY_FILE = Path(__file__).with_name("variants.toml")
+
+
+def registry_file() -> Path:
+    """The registry: sharpinf/ops/variants.toml, or $SHARPINF_VARIANTS (a copy to experiment in)."""
+    env = os.environ.get("SHARPINF_VARIANTS")
+    return Path(env).expanduser() if env else REGISTRY_FILE
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One kernel variant of an op, as every part of sharpinf sees it.
+    """One kernel variant of an op, as every part of sharpinf sees it (one [[variant]] of the registry).
 
     files: the kernels_cu/ sources that are this variant's own (a step with it chosen launches at
-    least one of them); launch: the op's launcher (matmul: Y = X W^T; attention: the varlen paged
-    attention call; rope_kv: QK-norm + RoPE + the KV append); fits(cfg, model) -> why it cannot
-    serve a model, or None (model may be None: shapes only)."""
+    least one of them; the launcher is given the first); launcher: the op's launch function;
+    fits(cfg, model) -> why it cannot serve a model, or None (model may be None: shapes only)."""
 
     op: str
     name: str
     files: tuple[str, ...]
-    launch: Callable[..., Any]
+    launcher: Callable[..., Any]
     summary: str
     fits: Callable[[Any, Any], str | None] | None = None
     q8_activations: bool = False  # matmul: the linear layers read q8_1 activations
     gate_up: Callable[..., Any] | None = None  # matmul: gate, up and the activation in one launcher
+    min_tokens: int = 1  # serves steps of at least this many tokens (the launcher falls back below)
+    qtypes: Callable[[int], bool] | None = None  # matmul: the weight types it serves (None: all)
     writes_q8: bool = False  # attention: writes the q8_1 copy of its output for the o-projection
     needs_scratch: bool = False  # attention: the split frame's partial states and merge tickets
+    like: str | None = None  # the variant whose launcher it shares (a copy made by `kernels new`)
 
     def __post_init__(self):
         if self.op not in OP_NAMES:
             raise SharpinfError(f"variant {self.name!r}: unknown op {self.op!r}; the ops are {', '.join(OP_NAMES)}")
-        if not callable(self.launch):
+        if not callable(self.launcher):
             raise SharpinfError(f"variant {self.op}={self.name}: no launcher (launch must be the op's launch function)")
         if not self.files or not all(isinstance(f, str) and f for f in self.files):
             raise SharpinfError(f"variant {self.op}={self.name}: files must name its kernels_cu/ sources")
+        if "file" not in inspect.signature(self.launcher).parameters:
+            raise SharpinfError(f"variant {self.op}={self.name}: its launcher {self.launcher.__name__} takes no "
+                                "file= argument, so it cannot run this variant's own file")
+
+    def launch(self, *args, **kw):
+        """Run the launcher on this variant's own file."""
+        return self.launcher(*args, file=self.files[0], **kw)
 
     def why_not(self, cfg, model=None) -> str | None:
         return self.fits(cfg, model) if self.fits else None
+
+    def serves(self, qtype: int | None = None, n_tokens: int | None = None) -> bool:
+        """Whether it runs (rather than falls back) for weights of qtype in a step of n_tokens."""
+        return (n_tokens is None or n_tokens >= self.min_tokens) and (
+            qtype is None or self.qtypes is None or self.qtypes(qtype))
 
     @property
     def label(self) -> str:
         return f"{self.op}={self.name}"
 
 
-OP_NAMES = ("matmul", "attention", "rope_kv")
 REGISTRY: dict[str, dict[str, Variant]] = {op: {} for op in OP_NAMES}  # the first of each op is its baseline
 
 
 def register(v: Variant) -> Variant:
-    """Add a variant (sharpinf's own below; a researcher's the same way). Names are unique per op."""
+    """Add a variant (the registry file's, at import; a test's throwaway one). Names are unique per op."""
     if v.name in REGISTRY[v.op]:
         raise SharpinfError(f"variant {v.label} is already registered")
     REGISTRY[v.op][v.name] = v
@@ -106,24 +135,26 @@ def baseline(op: str) -> Variant:
 
 
 def variant(op: str, name: str) -> Variant:
+    if op not in REGISTRY:
+        raise SharpinfError(f"unknown op {op!r}: the ops are {', '.join(OP_NAMES)}")
     try:
         return REGISTRY[op][name]
     except KeyError:
         raise SharpinfError(f"unknown {op} variant {name!r}: choose {', '.join(REGISTRY[op])}") from None
 
 
-# -- what each variant serves -------------------------------------------------------------------
-def _split_fits(cfg, model=None) -> str | None:
+# -- what each variant serves (named by the registry's fits) ---------------------------------------
+def split_fits(cfg, model=None) -> str | None:
     if cfg.head_dim not in attn_ops.SPLIT_HEAD_DIMS:
         return f"split attention is compiled for head_dim {attn_ops.SPLIT_HEAD_DIMS}, the model has {cfg.head_dim}"
     return None
 
 
-def _flash_fits(cfg, model=None) -> str | None:
+def flash_fits(cfg, model=None) -> str | None:
     return attn_ops.flash_fits(getattr(cfg, "n_head", 1), getattr(cfg, "n_head_kv", 1), cfg.head_dim)
 
 
-def _mma_fits(cfg, model=None) -> str | None:
+def mma_fits(cfg, model=None) -> str | None:
     if model is None:
         return None
     types = {t.qtype for t in model.tensors.values() if len(t.shape) == 2}
@@ -132,25 +163,69 @@ def _mma_fits(cfg, model=None) -> str | None:
     return None
 
 
-# -- sharpinf's variants --------------------------------------------------------------------------
-register(Variant("matmul", "simple", ("matmul.cu",), matmul,
-                 "float activations, a weight chunk decoded to floats, 32 lanes a row"))
-register(Variant("matmul", "dp4a", ("rmsnorm_q8_1.cu", "matmul_dp4a.cu", "gate_up_dp4a.cu"), matmul_dp4a,
-                 "q8_1 activations (fused into the norm), __dp4a integer dot products, fused bias/residual/SwiGLU",
-                 q8_activations=True, gate_up=gate_up_dp4a))
-register(Variant("matmul", "mma", ("matmul_mma.cu", "gate_up_mma.cu"), mma_ops.matmul_mma_steps,
-                 "as dp4a, steps of >= 16 tokens on int8 tensor cores (mma.m16n8k32), bit-identical to dp4a",
-                 fits=_mma_fits, q8_activations=True, gate_up=mma_ops.gate_up_mma_steps))
-register(Variant("attention", "simple", ("attention.cu",), attn_ops.attention, "a warp per (token, head)"))
-register(Variant("attention", "split", ("attention_split.cu",), attn_ops.attention_split,
-                 "split-KV (flash-decoding): 64-key partitions at fixed positions, 16 splits, fixed-order merge",
-                 fits=_split_fits, writes_q8=True, needs_scratch=True))
-register(Variant("attention", "flash", ("attention_flash.cu",), attn_ops.attention_flash,
-                 "the split frame on f16 tensor cores (mma.m16n8k16): 64 (token, head) rows share each K/V tile",
-                 fits=_flash_fits, writes_q8=True, needs_scratch=True))
-register(Variant("rope_kv", "simple", ("qk_norm.cu", "rope.cu", "kv_cache.cu"), rope_ops.rope_kv_separate,
-                 "QK-norm, RoPE and the KV append as three kernels"))
-register(Variant("rope_kv", "fused", ("rope_kv.cu",), rope_ops.rope_kv, "QK-norm, RoPE and the KV append in one launch"))
+# -- the registry file ---------------------------------------------------------------------------------
+_FLAGS = ("q8_activations", "min_tokens", "writes_q8", "needs_scratch")
+
+
+def _resolve(where: str, key: str, ref: str) -> Callable:
+    mod, sep, fn = str(ref).partition(":")
+    try:
+        if not sep:
+            raise ValueError("not module:function")
+        obj = getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise SharpinfError(f"{where}: {key} = {ref!r} names no function ({exc})") from None
+    if not callable(obj):
+        raise SharpinfError(f"{where}: {key} = {ref!r} is not a function")
+    return obj
+
+
+def variant_from(entry: dict, path: Path, index: int) -> Variant:
+    """One [[variant]] table -> a Variant; every problem is one line naming the entry."""
+    where = f"{path.name}, variant {index + 1} ({entry.get('op', '?')}={entry.get('name', '?')})"
+    unknown = set(entry) - {"op", "name", "files", "launch", "summary", "fits", "like", "gate_up", "qtypes", *_FLAGS}
+    if unknown:
+        raise SharpinfError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    for key in ("op", "name", "files", "summary"):
+        if key not in entry:
+            raise SharpinfError(f"{where}: no {key}")
+    if entry["op"] not in OP_NAMES:
+        raise SharpinfError(f"{where}: unknown op {entry['op']!r}; the ops are {', '.join(OP_NAMES)}")
+    kw: dict[str, Any] = {}
+    if "like" in entry:  # a copy: the source's launcher, fits and flags, on its own files
+        src = REGISTRY[entry["op"]].get(entry["like"])
+        if src is None:
+            raise SharpinfError(f"{where}: like = {entry['like']!r} is no {entry['op']} variant declared before it")
+        kw = {k: getattr(src, k) for k in ("launcher", "fits", "gate_up", "qtypes", *_FLAGS)}
+        kw["like"] = entry["like"]
+    elif "launch" not in entry:
+        raise SharpinfError(f"{where}: no launch (or like)")
+    if "launch" in entry:
+        kw["launcher"] = _resolve(where, "launch", entry["launch"])
+    for key in ("fits", "gate_up", "qtypes"):
+        if key in entry:
+            kw[key] = _resolve(where, key, entry[key])
+    kw.update({k: entry[k] for k in _FLAGS if k in entry})
+    return Variant(entry["op"], entry["name"], tuple(entry["files"]), summary=entry["summary"], **kw)
+
+
+def load_registry(path: Path | None = None) -> None:
+    """(Re)read the registry file into REGISTRY: every variant, baseline first per op."""
+    path = path or registry_file()
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SharpinfError(f"kernel variant registry {path}: {exc}") from None
+    for op in OP_NAMES:
+        REGISTRY[op].clear()
+    for i, entry in enumerate(doc.get("variant", [])):
+        register(variant_from(entry, path, i))
+    empty = [op for op in OP_NAMES if not REGISTRY[op]]
+    if empty:
+        raise SharpinfError(f"kernel variant registry {path}: no variant of {', '.join(empty)}")
+
+
+load_registry()
 
 # The named sets. fast: the fastest measured (mma joins once a GPU session has timed it).
 SETS: dict[str, dict[str, str]] = {
@@ -269,9 +344,15 @@ def check_dispatched(choice: KernelChoice, launched_files) -> None:
     """Every chosen variant other than a baseline launched one of its own kernels in a step's
     launches (the files the dry run collected), else one line: it would run another variant's
     kernels under its name."""
+    from sharpinf.runtime.paths import kernels_dir
+
     launched = set(launched_files)
     for op in OP_NAMES:
         v = choice.of(op)
+        missing = [f for f in v.files if not (kernels_dir() / f).is_file()]
+        if missing:
+            raise SharpinfError(f"kernels {choice.name}: {v.label}: its kernel file {missing[0]} is not in "
+                                f"{kernels_dir()} (sharpinf kernels new makes it)")
         if v is baseline(op) or launched & set(v.files):
             continue
         raise SharpinfError(f"kernels {choice.name}: {v.label} launched none of its own kernels "
@@ -299,7 +380,7 @@ def describe_variants() -> list[dict]:
     for op in OP_NAMES:
         for i, v in enumerate(REGISTRY[op].values()):
             rows.append({"op": op, "variant": v.name, "baseline": i == 0, "files": list(v.files), "summary": v.summary,
-                         "sets": [s for s, ops in SETS.items() if ops.get(op) == v.name]})
+                         "like": v.like, "sets": [s for s, ops in SETS.items() if ops.get(op) == v.name]})
     return rows
 
 

@@ -78,7 +78,7 @@ class EmuBackend(Backend):
             return hit[0]
         src = self._source(filename)
         checked = bool(self._check)
-        so, names = build.build_module(src, key[2], checked)
+        so = build.build_module(src, key[2], checked)
         mod = self._modules.get(so)
         if mod is None:
             mod = self._modules[so] = Module(so)

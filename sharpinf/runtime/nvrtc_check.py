@@ -108,20 +108,23 @@ def compile_options(arch: str, include_dirs: Iterable[Path] = (), major: int | N
 
 
 def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | None = None,
-               name_expressions: Sequence[str] = ()) -> list[Result]:
+               name_expressions: Sequence[str] = (), ptxas_verbose: bool = False) -> list[Result]:
+    """Compile one file per arch; with ptxas_verbose the log carries ptxas -v's per-entry facts
+    (registers, spills: ptxas_report.parse_ptxas_log) at no extra compile."""
     nvrtc = nvrtc or Nvrtc()
     path = Path(path)
     source = path.read_text()
     results = []
+    extra = ["--ptxas-options=-v"] if ptxas_verbose else []
     for arch in archs:
-        ok, log, _ = nvrtc.compile(source, path.name, compile_options(arch, [path.parent], nvrtc.major),
+        ok, log, _ = nvrtc.compile(source, path.name, compile_options(arch, [path.parent], nvrtc.major) + extra,
                                      name_expressions)
         results.append(Result(str(path), arch, ok, log))
     return results
 
 
 def check_all(archs: Sequence[str] = DEFAULT_ARCHS, extra_dirs: Iterable[str | Path] = (),
-              include_kernels: bool = True, jobs: int | None = None) -> list[Result]:
+              include_kernels: bool = True, jobs: int | None = None, ptxas_verbose: bool = False) -> list[Result]:
     """Compile every kernels_cu/*.cu (and every *.cu in extra_dirs) for each arch.
 
     Compiles run in `jobs` threads (default: CPU count): NVRTC programs are independent
@@ -130,7 +133,8 @@ def check_all(archs: Sequence[str] = DEFAULT_ARCHS, extra_dirs: Iterable[str | P
     dirs = ([kernels_dir()] if include_kernels else []) + [Path(d) for d in extra_dirs]
     tasks = [(f, arch) for d in dirs for f in sorted(Path(d).glob("*.cu")) for arch in archs]
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        return [r for rs in pool.map(lambda t: check_file(t[0], (t[1],), nvrtc), tasks) for r in rs]
+        return [r for rs in pool.map(lambda t: check_file(t[0], (t[1],), nvrtc, ptxas_verbose=ptxas_verbose), tasks)
+                for r in rs]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,8 +16,15 @@ def kernels_dir() -> Path:
     """The folder holding kernels_cu/*.cu and common.cuh.
 
     A source checkout or editable install uses the repo's kernels_cu/; a wheel ships the
-    same files as the package `sharpinf_kernels` (see pyproject's package-dir).
+    same files as the package `sharpinf_kernels` (see pyproject's package-dir);
+    $SHARPINF_KERNELS_DIR points at another copy (an experiment beside the repo's).
     """
+    env = os.environ.get("SHARPINF_KERNELS_DIR")
+    if env:
+        d = Path(env).expanduser()
+        if not (d / "common.cuh").is_file():
+            raise BackendError(f"SHARPINF_KERNELS_DIR={env}: no common.cuh there (point it at a copy of kernels_cu/)")
+        return d
     local = _REPO_ROOT / "kernels_cu"
     if (local / "common.cuh").is_file():
         return local

@@ -15,6 +15,8 @@ files, the flags, the g++ version and the CPU (because of -march=native)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import os
@@ -28,7 +30,7 @@ from pathlib import Path
 from sharpinf.errors import BackendError
 from sharpinf.runtime import paths
 from sharpinf.runtime.emu import EMU_DIR
-from sharpinf.runtime.emu.source import entry_names, local_headers, register_static_shared, rewrite_dynamic_shared
+from sharpinf.runtime.emu.source import local_headers, register_static_shared, rewrite_dynamic_shared, scanned_entry_names
 
 RUNTIME_SOURCES = ("emu_sched.cpp", "emu_fiber.cpp", "emu_racecheck.cpp")
 # A checked build: every load and store calls __tsan_{read,write}N (the runtime's shared-memory
@@ -141,10 +143,30 @@ def _run_gxx(args: list[str], what: str) -> None:
         raise BackendError(f"emu: g++ failed to compile {what}:\n{log}")
 
 
+@contextlib.contextmanager
+def _one_builder(out: Path):
+    """Across processes (pytest-xdist's workers, two shells), one builds `out` while the others
+    wait for it, instead of every process compiling the same module at once."""
+    with open(out.with_name(out.name + ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _atomic_build(out: Path, build) -> Path:
-    """Build into a temp name and rename, so concurrent processes never load a half-written file."""
+    """Build into a temp name and rename, so concurrent processes never load a half-written file
+    (and, under _one_builder, never build it twice)."""
     if out.exists():
         return out
+    with _one_builder(out):
+        if out.exists():  # another process built it while this one waited
+            return out
+        return _build_aside(out, build)
+
+
+def _build_aside(out: Path, build) -> Path:
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=out.suffix)
     os.close(fd)
     try:
@@ -156,19 +178,26 @@ def _atomic_build(out: Path, build) -> Path:
     return out
 
 
-def _write_sources(folder: Path, src: Path, text: str, headers: list[Path], names: list[str],
+def _write_sources(folder: Path, src: Path, text: str, headers: list[Path], name_expressions: tuple[str, ...],
                    cflags: list[str]) -> Path:
     """The translation unit and the local headers it includes, rewritten for g++, in `folder`
     (made aside and renamed, like every build product), with the flags that compile it (for
-    preprocess_module); returns the unit's path."""
+    preprocess_module); returns the unit's path. The unit is the rewritten source (<stem>.body.cpp)
+    then the trailer of its entry points, found by preprocessing the source (_scan_entries)."""
     if not folder.exists():
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + "."))
         try:
-            (tmp / "cflags").write_text("\n".join([f"-I{folder}", *cflags]))
+            flags = [f"-I{folder}", *cflags]
+            (tmp / "cflags").write_text("\n".join(flags))
             for h in headers:
                 (tmp / h.name).write_text(f'#line 1 "{h}"\n' + register_static_shared(h.read_text()))
             body = register_static_shared(rewrite_dynamic_shared(text, str(src)))
-            (tmp / f"{src.stem}.cpp").write_text(f'#line 1 "{src}"\n' + body + _trailer(names))
+            (tmp / f"{src.stem}.body.cpp").write_text(f'#line 1 "{src}"\n' + body)
+            found = _scan_entries(tmp / f"{src.stem}.body.cpp", [f"-I{tmp}", *cflags])
+            names = found + [n for n in name_expressions if n not in found]
+            if not names:
+                raise BackendError(f'emu: {src.name} has no extern "C" __global__ kernels and no name_expressions')
+            (tmp / f"{src.stem}.cpp").write_text(f'#include "{src.stem}.body.cpp"\n' + _trailer(names))
             try:
                 os.rename(tmp, folder)
             except OSError:  # another process made it first
@@ -199,7 +228,7 @@ def _trailer(names: list[str]) -> str:
 
 # (src, name_expressions, checked) -> (stamps of src + its headers, result): kernel() may be
 # called per launch, and hashing every file each time costs ~0.5 ms.
-_memo: dict[tuple[Path, tuple[str, ...], bool], tuple[list[tuple[Path, int, int]], tuple[Path, list[str]]]] = {}
+_memo: dict[tuple[Path, tuple[str, ...], bool], tuple[list[tuple[Path, int, int]], Path]] = {}
 
 
 def _stamps(files: list[Path]) -> list[tuple[Path, int, int]] | None:
@@ -219,54 +248,66 @@ def fresh(stamps: list[tuple[Path, int, int]]) -> bool:
     return bool(stamps) and _stamps([f for f, _, _ in stamps]) == stamps
 
 
-def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = False) -> tuple[Path, list[str]]:
-    """The cached shared object for `src` and the entry names it exports; `checked`: built for
-    the shared-memory checks (racecheck, initcheck)."""
+def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = False) -> Path:
+    """The cached shared object for `src` (its entry points: Module reads them from it); `checked`:
+    built for the shared-memory checks (racecheck, initcheck)."""
     src = src.resolve()
     memo_key = (src, name_expressions, checked)
     hit = _memo.get(memo_key)
-    if hit is not None and _stamps([f for f, _, _ in hit[0]]) == hit[0] and hit[1][0].exists():
+    if hit is not None and _stamps([f for f, _, _ in hit[0]]) == hit[0] and hit[1].exists():
         return hit[1]
     if not src.is_file():
         raise BackendError(f"emu: kernel source not found: {src}")
     text = src.read_text()
     incs = include_flags(src.parent)
     headers = local_headers(src, [Path(f[2:]) for f in incs])
-    names = entry_names(text) + [n for n in name_expressions if n not in entry_names(text)]
-    if not names:
-        raise BackendError(f'emu: {src.name} has no extern "C" __global__ kernels and no name_expressions')
     flags = BASE_FLAGS + (CHECKED_FLAGS if checked else []) + ["-include", "cuda_emu.h", "-DSHARPINF_EMU"]
-    key = _key(str(src), text, *(h.read_bytes() for h in headers), *(str(h) for h in headers), *flags, *incs, *names)
+    key = _key(str(src), text, *(h.read_bytes() for h in headers), *(str(h) for h in headers), *flags, *incs,
+               *name_expressions)
     cache = paths.cache_dir("emu")
     out = cache / f"{src.stem}-{key}.so"
     stamps = _stamps([src, *headers]) or []
     if out.exists():
-        _memo[memo_key] = (stamps, (out, names))
-        return out, names
-    with _lock:
+        _memo[memo_key] = (stamps, out)
+        return out
+    with _lock, _one_builder(out):
+        if out.exists():  # another process built it while this one waited
+            _memo[memo_key] = (stamps, out)
+            return out
         rt = runtime_library(cache)
         pp_flags = [f for f in flags if f.startswith(("-D", "-include", "-std", "cuda_emu"))] + incs  # no codegen
-        tu = _write_sources(cache / f"{src.stem}-{key}.src", src, text, headers, names, pp_flags)
+        tu = _write_sources(cache / f"{src.stem}-{key}.src", src, text, headers, name_expressions, pp_flags)
         link = ["-shared", f"-L{cache}", f"-l:{rt.name}", "-Wl,-rpath,$ORIGIN", "-Wl,-z,defs"]
+        # (this process holds out's lock: build aside and rename, no second lock)
         if checked:  # compile and link apart: g++ would link libtsan with -fsanitize=thread
             obj = tu.with_suffix(".o")
-            _atomic_build(obj, lambda tmp: _run_gxx([*flags, f"-I{tu.parent}", *incs, "-c", str(tu), "-o", str(tmp)],
-                                                    src.name))
-            _atomic_build(out, lambda tmp: _run_gxx([str(obj), *link, "-o", str(tmp)], src.name))
+            _build_aside(obj, lambda tmp: _run_gxx([*flags, f"-I{tu.parent}", *incs, "-c", str(tu), "-o", str(tmp)],
+                                                   src.name))
+            _build_aside(out, lambda tmp: _run_gxx([str(obj), *link, "-o", str(tmp)], src.name))
         else:
-            _atomic_build(out, lambda tmp: _run_gxx([*flags, f"-I{tu.parent}", *incs, str(tu), *link, "-o", str(tmp)],
-                                                    src.name))
-    _memo[memo_key] = (stamps, (out, names))
-    return out, names
+            _build_aside(out, lambda tmp: _run_gxx([*flags, f"-I{tu.parent}", *incs, str(tu), *link, "-o", str(tmp)],
+                                                   src.name))
+    _memo[memo_key] = (stamps, out)
+    return out
 
 
 def preprocess_module(so: Path) -> str:
     """The translation unit of a built module as g++ sees it after the preprocessor (signature.py
     reads kernels' parameter names from it)."""
     folder = so.with_suffix(".src")
-    tu = next(folder.glob("*.cpp"))
+    tu = next(folder.glob("*.body.cpp"))
     cflags = [f for f in (folder / "cflags").read_text().splitlines() if f]
     out = subprocess.run([cxx(), *cflags, "-E", "-P", str(tu)], capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise ValueError(f"preprocessing {tu} failed")
     return out.stdout
+
+
+def _scan_entries(body: Path, cflags: list[str]) -> list[str]:
+    """The entry points of a rewritten source: g++ preprocesses it with __global__ kept visible
+    (SHARPINF_EMU_SCAN), so macro-made families count as written-out entries do."""
+    out = subprocess.run([cxx(), *cflags, "-DSHARPINF_EMU_SCAN", "-E", "-P", str(body)], capture_output=True, text=True)
+    if out.returncode != 0:
+        log = (out.stderr + out.stdout).strip()
+        raise BackendError(f"emu: g++ failed to preprocess {body.name}:\n{log}")
+    return scanned_entry_names(out.stdout)

@@ -39,8 +39,18 @@ def local_headers(src: Path, search: list[Path]) -> list[Path]:
 
 
 def entry_names(text: str) -> list[str]:
-    """Names of the `extern "C" __global__ void NAME(` kernels in a source."""
+    """Names of the `extern "C" __global__ void NAME(` kernels in a source written out by hand."""
     return list(dict.fromkeys(_ENTRY.findall(text)))
+
+
+_SCANNED_ENTRY = re.compile(r'extern\s+"C"\s+__sharpinf_global__\s+void\s+(\w+)\s*\(')
+
+
+def scanned_entry_names(preprocessed: str) -> list[str]:
+    """Entry names in a source preprocessed with -DSHARPINF_EMU_SCAN (cuda_emu.h keeps `__global__`
+    visible as `__sharpinf_global__` there): the written-out ones and those a macro family makes
+    (SHARPINF_KV_HD_ENTRIES, GB_ENTRIES), launch bounds and all."""
+    return list(dict.fromkeys(_SCANNED_ENTRY.findall(preprocessed)))
 
 
 def _brace_depth(text: str, upto: int) -> int:

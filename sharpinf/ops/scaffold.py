@@ -1,0 +1,107 @@
+"""`sharpinf kernels new OP NAME`: a new kernel variant that compiles and passes as it is.
+
+It writes two things and touches nothing else:
+  kernels_cu/<op>_<name>.cu   a copy of a registered variant's launched file (the op's baseline by
+                              default) under a header to fill in: what it changes, tiles, launch
+                              shape, expected bound, and the loop to prove and measure it;
+  one [[variant]] entry       appended to the registry (sharpinf/ops/variants.toml, or
+                              $SHARPINF_VARIANTS): `like = <source>` runs the source's launcher on
+                              the new file, so dispatch, `--kernels all`, the CLI help, the kernels
+                              bench and the kernel tests take it up at once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sharpinf.errors import SharpinfError
+from sharpinf.ops import variants as V
+from sharpinf.runtime.paths import kernels_dir
+
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")
+OP_TESTS = {"matmul": "tests/test_kernels_matmul_variants.py", "attention": "tests/test_kernels_attention.py",
+            "rope_kv": "tests/test_kernels_attention.py"}  # where each op's registered variants are tested
+RESERVED = {"auto", "all", *V.SETS}
+
+HEADER = """\
+// {file} -- variant `{name}` of {op} (`--kernels {op}={name}`), started as a copy of
+// {source} ({op}={like}). Fill in, as every variant's header does:
+//
+//   What it changes against {baseline_file} (the readable baseline), and why it should be faster:
+//   Algorithm / tiles:
+//   Launch shape: as {like}'s launcher, {launcher}, run on this file (same entry names,
+//     same arguments); change the launcher too if the shape changes (and give the variant
+//     its own `launch =` in the registry instead of `like =`).
+//   Expected bound (GB/s or TFLOP/s beside the device's peak):
+//
+// The loop (docs/adding-a-variant.md):
+//   pytest {tests} -k {name}    every kernel test of the op, on the emulator with racecheck and initcheck
+//   sharpinf verify MODEL --kernels {op}={name} --only kernel,cross-path [--trace]
+//   sharpinf bench MODEL --suite kernels --op {op} --variant {name}
+//   on a GPU: make gpu-check (or the same verify and bench with --backend cuda)
+//
+// ---- {source}, as copied ----
+"""
+
+
+@dataclass
+class Scaffold:
+    op: str
+    name: str
+    like: str
+    file: Path  # the new kernel source
+    registry: Path  # the registry file the entry was appended to
+    entry: str  # the entry's text
+
+
+def _check_name(op: str, name: str) -> None:
+    if op not in V.OP_NAMES:
+        raise SharpinfError(f"unknown op {op!r}: the ops are {', '.join(V.OP_NAMES)}")
+    if not _NAME.match(name):
+        raise SharpinfError(f"variant name {name!r}: use a lowercase identifier (letters, digits, _), "
+                            "starting with a letter, at most 32 characters")
+    if name in RESERVED:
+        raise SharpinfError(f"variant name {name!r} names a kernel set; choose another")
+    if name in V.REGISTRY[op]:
+        raise SharpinfError(f"{op}={name} is already registered ({', '.join(V.REGISTRY[op][name].files)})")
+
+
+def new_variant(op: str, name: str, like: str | None = None, summary: str | None = None) -> Scaffold:
+    """Copy `like`'s launched file (default: the op's baseline) to kernels_cu/<op>_<name>.cu under a
+    header, and append its registry entry. Nothing is written if either would clash."""
+    _check_name(op, name)
+    src_variant = V.variant(op, like) if like else V.baseline(op)
+    src = kernels_dir() / src_variant.files[0]
+    dest = kernels_dir() / f"{op}_{name}.cu"
+    if dest.exists():
+        raise SharpinfError(f"{dest} exists already: choose another name or remove it")
+    registry = V.registry_file()
+    text = src.read_text()
+    header = HEADER.format(file=dest.name, name=name, op=op, source=src.name, like=src_variant.name, tests=OP_TESTS[op],
+                           baseline_file=V.baseline(op).files[0],
+                           launcher=f"{src_variant.launcher.__module__}.{src_variant.launcher.__name__}")
+    summary = summary or f"a copy of {op}={src_variant.name} ({src.name}): say what it changes"
+    entry = (f'\n[[variant]]\nop = "{op}"\nname = "{name}"\nlike = "{src_variant.name}"\n'
+             f'files = ["{dest.name}"]\nsummary = "{_toml_str(summary)}"\n')
+    dest.write_text(header + text)
+    try:
+        with registry.open("a") as f:
+            f.write(entry)
+        V.load_registry()  # proves the entry loads; the new variant is registered in this process too
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        _drop_entry(registry, entry)
+        raise
+    return Scaffold(op, name, src_variant.name, dest, registry, entry)
+
+
+def _toml_str(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def _drop_entry(registry: Path, entry: str) -> None:
+    text = registry.read_text()
+    if text.endswith(entry):
+        registry.write_text(text[: -len(entry)])

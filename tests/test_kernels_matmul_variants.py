@@ -1,0 +1,72 @@
+"""Every registered matmul variant (sharpinf/ops/variants.toml, `sharpinf kernels new matmul NAME`
+included), as the forward pass launches it: against its NumPy reference for each weight type it
+serves, and batch-invariant -- a token's row bit for bit the same in a step of 1 and of 19 tokens.
+
+  float variants (simple and its copies)  vs dequantize(W) @ X^T in float64, ops/matmul.py's bound;
+  q8_1 variants (dp4a, mma, their copies) vs ops/matmul_dp4a.py's reference within its bound, and
+                                          bit for bit equal to dp4a: one reduction order for every
+                                          variant and every step size, so prefill and decode agree.
+The exhaustive per-kernel tests stay in test_kernels_matmul*.py; this file is what a new variant
+gets for free."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sharpinf.model import quants
+from sharpinf.ops.matmul import matmul_error_bound, matmul_reference
+from sharpinf.ops.matmul_dp4a import matmul_dp4a, matmul_dp4a_reference
+from sharpinf.ops.variants import variant, variants_of
+from asserts import assert_bits
+from test_kernels_matmul_dp4a import _act, _bound, _raw, _rng
+
+TYPES = [quants.F16, quants.Q8_0, quants.Q4_1, quants.Q4_K, quants.Q6_K]
+N_TOKENS = 19  # past mma's 16-token tile, with a partial tile
+
+
+def _cases(v):
+    return [q for q in TYPES if v.serves(q)]
+
+
+@pytest.mark.parametrize("name", variants_of("matmul"))
+def test_every_matmul_variant_matches_its_reference_and_is_batch_invariant(backend, name):
+    v = variant("matmul", name)
+    for qtype in _cases(v):
+        rng = _rng("variants", name, qtype)
+        n_in = 2 * max(32, quants.BLOCK_ELEMS[qtype])
+        n_out = 40
+        raw = _raw(rng, qtype, n_out, n_in)
+        X, q, d, s = _act(backend, rng, N_TOKENS, n_in)
+        bias = rng.standard_normal(n_out).astype(np.float32)
+        W = backend.upload(raw)
+
+        def run(rows: slice):
+            n = rows.stop - rows.start
+            Y = backend.empty((n, n_out), np.float32)
+            if v.q8_activations:
+                from sharpinf.ops.quant_act import Q8Act
+
+                Xr = Q8Act(backend.upload(q[rows]), backend.upload(d[rows]), backend.upload(s[rows]), n_in)
+                v.launch(backend, W, qtype, Xr, Y, n, n_out, n_in, bias_dev=backend.upload(bias))
+            else:
+                xf = (q * np.repeat(d, 32, axis=1)).astype(np.float32)[rows]  # the same activations, as floats
+                v.launch(backend, W, qtype, backend.upload(xf), Y, n, n_out, n_in, bias_dev=backend.upload(bias))
+            return backend.download(Y)
+
+        got = run(slice(0, N_TOKENS))
+        assert np.isfinite(got).all(), f"{name} {quants.qtype_name(qtype)}: non-finite output"
+        if v.q8_activations:
+            want = matmul_dp4a_reference(raw, qtype, q, d, bias)
+            err = np.abs(got.astype(np.float64) - want)
+            assert (err <= _bound(raw, qtype, q, d) + 1e-6 * np.abs(bias)).all(), f"{name}: max err {err.max():.3g}"
+            dp4a = backend.empty((N_TOKENS, n_out), np.float32)
+            matmul_dp4a(backend, W, qtype, X, dp4a, N_TOKENS, n_out, n_in, backend.upload(bias))
+            assert_bits(got, backend.download(dp4a), err_msg=f"{name} vs dp4a, {quants.qtype_name(qtype)}")
+        else:
+            xf = (q * np.repeat(d, 32, axis=1)).astype(np.float32)
+            want = matmul_reference(raw, qtype, xf, bias)
+            bound = matmul_error_bound(raw, qtype, xf) + 1e-6 * np.abs(bias)
+            assert (np.abs(got.astype(np.float64) - want) <= bound).all(), f"{name} {quants.qtype_name(qtype)}"
+        for t in (0, 7, 18):  # the same token alone: the same bits
+            assert_bits(run(slice(t, t + 1))[0], got[t], err_msg=f"{name} token {t} alone, {quants.qtype_name(qtype)}")
