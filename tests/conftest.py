@@ -37,9 +37,11 @@ CHECKED_MODULES = ("test_kernels_", "test_primitives", "test_ptx_layouts")
 # report, a loaded real model, a server -- built once), but for these many-case files with cheap
 # fixtures, whose tests spread over every worker.
 SPREAD_MODULES = {"test_forward_oracles", "test_kernels_attention", "test_kernels_basic", "test_kernels_matmul",
-                  "test_kernels_matmul_dp4a", "test_kernels_matmul_mma", "test_engine_oracles", "test_variants"}
+                  "test_kernels_matmul_dp4a", "test_kernels_matmul_mma", "test_engine_oracles", "test_variants",
+                  "test_bench", "test_trace", "test_engine_soak", "test_graphs"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks added here
 def pytest_collection_modifyitems(config, items):
     # a test that takes a backend runs kernels: `make test` runs those again in reverse order
     # (unless it is marked `once`)

@@ -68,7 +68,7 @@ def test_bench_quick_all_suites(tmp_path):
     assert seen == {("norm", "simple"), ("norm", "dp4a"), ("matmul", "simple"), ("matmul", "dp4a"),
                     ("ffn_in", "simple"), ("ffn_in", "dp4a"), ("rope_kv", "simple"), ("rope_kv", "fused"),
                     ("attention", "simple"), ("attention", "split"), ("attention", "flash")}
-    assert {r["tokens"] for r in decode} == {1, 8} and all(r["us"] > 0 and r["gb_s"] > 0 and r["bytes"] > 0 for r in rows)
+    assert {r["tokens"] for r in decode} == {1} and all(r["us"] > 0 and r["gb_s"] > 0 and r["bytes"] > 0 for r in rows)
     assert all(r["speedup"] == 1.0 for r in rows if r["variant"] == "simple")
     assert {r["shape"].split(" ")[0] for r in decode if r["op"] == "matmul"} == {"qkv", "o", "down", "lm_head"}
     # prefill: the GEMMs at N = 16 (no LM head) in all three matmul variants, with TFLOP/s; attention
@@ -155,8 +155,8 @@ def test_gpu_check_script_writes_its_report(tmp_path):
     from sharpinf.model.synth import synthetic_model
 
     script = Path(__file__).parents[1] / "bench" / "gpu_check.py"
-    model = synthetic_model("llama", "Q8_0", n_embd=128)
-    big = synthetic_model("qwen3", "Q4_K", n_embd=256)  # stands in for the 8B-class shape
+    model = synthetic_model("llama", "Q8_0", n_embd=64, n_layer=1, n_head=2, n_head_kv=1, n_ff=128)
+    big = synthetic_model("qwen3", "Q4_K", n_embd=256, n_layer=1)  # stands in for the 8B-class shape
     proc = subprocess.run([sys.executable, str(script), "--backend", "emu", "--model", str(model), "--big-model",
                            str(big), "--only", "verify,stream,bench", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=1200)

@@ -96,7 +96,7 @@ def defaults(on_gpu: bool, quick: bool) -> dict:
                     kv_dtype="f16", prefill=[128, 512, 2048] if not quick else [128],
                     prefill_context=[512, 2048, 8192] if not quick else [512])
     if quick:
-        return dict(tokens=[1, 8], context=48, repeats=EMU_REPEATS, kv_dtype="f16", prefill=[16], prefill_context=[24])
+        return dict(tokens=[1], context=48, repeats=EMU_REPEATS, kv_dtype="f16", prefill=[16], prefill_context=[24])
     return dict(tokens=[1, 8, 64], context=128, repeats=EMU_REPEATS, kv_dtype="f16", prefill=[32], prefill_context=[64])
 
 
