@@ -41,6 +41,12 @@ SPREAD_MODULES = {"test_forward_oracles", "test_kernels_attention", "test_kernel
                   "test_bench", "test_trace", "test_engine_soak", "test_graphs"}
 
 
+# Long poles (a minute or more on one worker: a compile of every kernel, a real model's verify, the
+# GPU runbook's plumbing): started first under pytest-xdist.
+HEAVY_FIRST = {"test_nvrtc_compile", "test_gemma3", "test_nvcc_compile", "test_bench", "test_kernels_scaffold",
+               "test_smollm2", "test_notebooks"}
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks added here
 def pytest_collection_modifyitems(config, items):
     # a test that takes a backend runs kernels: `make test` runs those again in reverse order
@@ -52,6 +58,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.emu_checks)
         if item.path.stem not in SPREAD_MODULES:  # pytest-xdist (--dist loadgroup): one worker a file
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    # the files that hold one long test or fixture first, so no worker is left with one at the end
+    items.sort(key=lambda item: item.path.stem not in HEAVY_FIRST)  # stable: their order kept
     reason = cuda_unavailable_reason()
     if reason is None:
         return
@@ -73,6 +81,10 @@ def _make_backend(name: str, checked: bool = False):
 
 
 def _checked(request) -> bool:
+    """The kernel tests' emulator runs racecheck and initcheck (SHARPINF_EMU_CHECKS=0: not, e.g. to
+    time the checks' cost)."""
+    if os.environ.get("SHARPINF_EMU_CHECKS", "1").strip() == "0":
+        return False
     return request.node.get_closest_marker("emu_checks") is not None
 
 
