@@ -81,7 +81,6 @@ static thread_local PerThread pt;
 struct Check {
     int bits = 0;
     pthread_t owner;              // the OS thread running the launch (others' accesses are not this launch's)
-    const char* kernel = "";
     uint32_t serial = 0, iv = 0;  // the block's serial and its current interval
     std::vector<Range> ranges;    // this block's shared arrays
     uintptr_t lo = 0, hi = 0;     // their hull: most accesses fail this test and return
@@ -106,7 +105,6 @@ void rc_block_begin(const LaunchCfg& cfg, unsigned char* dyn) {
     Check& c = g_check;
     c.bits = cfg.check;
     c.owner = pthread_self();
-    c.kernel = cfg.kernel;
     size_t dyn_bytes = cfg.shared;
     c.serial = (uint32_t)pt.serial;
     ++c.iv;
