@@ -37,9 +37,10 @@ def new(op: str = typer.Argument(..., help="matmul, attention or rope_kv."),
         like: str = typer.Option(None, "--from", help="The registered variant to copy (default: the op's baseline)."),
         summary: str = typer.Option(None, help="One line for the registry: what it changes."),
         json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    """Start a kernel variant: kernels_cu/OP_NAME.cu, a copy of a registered variant's file under a
-    header to fill in, and its registry entry. It compiles, dispatches and passes every oracle as it
-    is; the kernel tests, `--kernels all`, the bench and this help include it at once."""
+    """Start a variant: kernels_cu/OP_NAME.cu (a copy of a registered variant's file) and its registry entry.
+
+    It compiles, dispatches and passes every oracle as it is; tests, --kernels all, bench and help include it.
+    """
     from sharpinf.ops.scaffold import OP_TESTS, new_variant
 
     s = new_variant(op, name, like, summary)
