@@ -17,7 +17,7 @@ STALE := $(strip $(foreach e,$(subst $(comma), ,$(SHARPINF_EXTRAS)),$(OTHER_MAJO
 
 .PHONY: install demo test test-all test-kernels nvrtc-check bench gpu-check clean
 
-# (re)install when pyproject or the extras change; an editable install, so sharpinf and oracles import from the tree
+# (re)install when pyproject or the extras change; an editable install, so sharpinf imports from the tree
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip

@@ -22,11 +22,11 @@ GPU, start the kernels and read back the chosen tokens. If that takes longer tha
 GPU waits: the "eating air" sharpinf exists to end. This notebook follows one step of the engine through
 
 1. **schedule** — which sequences run, and how many tokens each (`engine/scheduler.py`);
-2. **batch** — the flat, packed descriptor of those tokens (`batch.py`);
+2. **batch** — the flat, packed descriptor of those tokens (`step/batch.py`);
 3. **one upload** — the descriptor written into one pinned staging buffer and sent with one copy
-   (`step_buffers.py`);
-4. **the plan** — the step's kernel launches, prepared once per bucket over fixed buffers (`step_plan.py`);
-5. **graph replay** — the plan captured once as a CUDA graph and replayed (`forward.py`);
+   (`step/buffers.py`);
+4. **the plan** — the step's kernel launches, prepared once per bucket over fixed buffers (`step/plan.py`);
+5. **graph replay** — the plan captured once as a CUDA graph and replayed (`step/forward.py`);
 6. **one synchronize** — the sampled ids back through pinned memory, then stop rules and text.
 
 It runs on the CPU emulator with a tiny model; the last section measures the host cost on the trace

@@ -26,7 +26,7 @@ PACKED_STEP = [
 # One packed, paged step
 
 sharpinf runs every forward step — prefill, chunked prefill, decode, or any mix — as **one flat batch
-of N tokens from S sequences**, with no padding. A small descriptor (`sharpinf.batch.Batch`) says which
+of N tokens from S sequences**, with no padding. A small descriptor (`sharpinf.step.batch.Batch`) says which
 tokens belong to which sequence, at which absolute positions, and where each sequence's KV cache lives
 in a shared **paged** pool (fixed-size blocks, handed out in any order).
 
@@ -43,10 +43,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Image, Markdown, display
 
-from oracles import paths
-from sharpinf.batch import Batch, SeqChunk
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool
+from sharpinf.oracles import paths
+from sharpinf.step.batch import Batch, SeqChunk
+from sharpinf.step.forward import ForwardPass
+from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.runtime.select import get_backend

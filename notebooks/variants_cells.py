@@ -36,8 +36,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Image, Markdown, display
 
-from oracles import paths
-from sharpinf.forward import ForwardPass
+from sharpinf.oracles import paths
+from sharpinf.step.forward import ForwardPass
 from sharpinf.model import quants
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
@@ -103,7 +103,7 @@ print(f"(and the q8_1 rounding of x itself moves the dot by {abs(float(w_deq @ x
     md("""
 The rounding of the activations is the one new approximation — so the NumPy reference rounds them the
 same way when it checks this path (`Reference(act_quant="q8_1")`), and the tolerance for what remains is
-stated in `oracles/tolerances.py`. The header of the fast kernel:
+stated in `sharpinf/oracles/tolerances.py`. The header of the fast kernel:
 """),
     code("""
 print(header("matmul_dp4a.cu"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from oracles.reference import Reference
+from sharpinf.oracles.reference import Reference
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.sampling import HostSampler, SamplingParams
 from sharpinf.textgen import GenerationResult, StopChecker, check_prompt

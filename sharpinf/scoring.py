@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharpinf.batch import Batch, SeqChunk
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool
+from sharpinf.step.batch import Batch, SeqChunk
+from sharpinf.step.forward import ForwardPass
+from sharpinf.step.kv_pool import KVPool
 
 
 def teacher_forced_logits(fp: ForwardPass, ids: list[int], block_size: int = 16, kv_dtype: str = "f16") -> np.ndarray:

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sharpinf.batch import Batch, BatchError, SeqChunk
+from sharpinf.step.batch import Batch, BatchError, SeqChunk
 from asserts import assert_same
 
 BS = 4  # block size of every batch here

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from oracles.engine_oracles import (
+from sharpinf.oracles.engine_oracles import (
     oracle_engine_vs_single_user,
     oracle_prefix_caching,
     oracle_preemption,

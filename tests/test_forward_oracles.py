@@ -1,9 +1,9 @@
-"""Acceptance of the packed, paged forward pass: the five oracles of oracles/paths.py pass
+"""Acceptance of the packed, paged forward pass: the five oracles of sharpinf/oracles/paths.py pass
 on synthetic llama, qwen2, qwen3 and gemma3 models for every supported quant type, with KV in
 fp16 and q8_0, for the simple and the fast kernel variants (ops/variants.py), on every
 backend (emu here; cuda where a GPU is usable).
 
-    (a) kernel-vs-reference   per-KV-dtype (and q8_1 activation) tolerance (oracles/tolerances.py)
+    (a) kernel-vs-reference   per-KV-dtype (and q8_1 activation) tolerance (sharpinf/oracles/tolerances.py)
     (b) packed-vs-sequential  bit-identical
     (c) chunked-vs-whole      bit-identical
     (d) batched decode        bit-identical
@@ -37,13 +37,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from oracles import paths
-from oracles.compare import compare_logits
-from oracles.paged_runner import PagedRunner
-from oracles.tolerances import CROSS_PATH
-from sharpinf.batch import Batch, SeqChunk
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool
+from sharpinf.oracles import paths
+from sharpinf.oracles.compare import compare_logits
+from sharpinf.oracles.paged_runner import PagedRunner
+from sharpinf.oracles.tolerances import CROSS_PATH
+from sharpinf.step.batch import Batch, SeqChunk
+from sharpinf.step.forward import ForwardPass
+from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import K_QUANTS, synthetic_model
 from asserts import assert_same
@@ -227,7 +227,7 @@ def test_hyp_placement_exact(backend, kernels, model, kv, bs, n, seed):
 # -- near-ties: cases hypothesis found where two logits sit within float noise of each other ---
 # |dlogit| stays well inside the bound; ranks 5/6 (llama, qwen2-Q5_0) or 1/2 (qwen2-Q4_0 at
 # position 222: kernels 159 > 368 by 0.033, reference 368 > 159 by 0.002) swap. The rule in
-# oracles/compare.py: top-5 overlap >= 4, and an argmax flip passes only where the reference's
+# sharpinf/oracles/compare.py: top-5 overlap >= 4, and an argmax flip passes only where the reference's
 # own top-2 gap is within 2 x the measured max |dlogit| -- the flip the numerics explain.
 NEAR_TIES = [
     pytest.param("llama", "Q8_0", "f16", 0, 0, id="llama-Q8_0-f16-rank5"),

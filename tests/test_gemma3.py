@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from oracles.reference import Reference
+from sharpinf.oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.tokenizer import Tokenizer
 

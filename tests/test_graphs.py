@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oracles.graph_oracle import Schedule, oracle_graph_vs_eager, standard_schedule
-from sharpinf.forward import ForwardPass
+from sharpinf.oracles.graph_oracle import Schedule, oracle_graph_vs_eager, standard_schedule
+from sharpinf.step.forward import ForwardPass
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 
@@ -69,7 +69,7 @@ def test_standard_schedule_replays_every_plan_from_a_graph(backend):
 def test_a_wrong_graph_is_caught(emu, monkeypatch):
     """The oracle can fail: graphs captured with the padding tokens writing slot 0 of block 0
     (a real sequence's first K/V) instead of the scratch block corrupt later steps."""
-    from sharpinf.step_buffers import StepDescriptor
+    from sharpinf.step.buffers import StepDescriptor
 
     real_pack = StepDescriptor.pack
 
@@ -87,10 +87,10 @@ def test_a_wrong_graph_is_caught(emu, monkeypatch):
 def test_replay_after_a_buffer_is_replaced_fails_loudly(emu):
     """The emulator's graphs check every recorded buffer: a plan whose buffer was swapped after
     capture (the silent stale-pointer bug on a GPU) raises."""
-    from oracles.paged_runner import PagedRunner
+    from sharpinf.oracles.paged_runner import PagedRunner
     from sharpinf.errors import BackendError
-    from sharpinf.kv_pool import KVPool
-    from sharpinf.step_buffers import StepCapacity
+    from sharpinf.step.kv_pool import KVPool
+    from sharpinf.step.buffers import StepCapacity
 
     fp = _fp("llama", "Q8_0", emu).with_own_buffers(StepCapacity(8, 2, 2, 10))
     pool = KVPool(emu, fp.cfg, num_blocks=8, block_size=4)
@@ -128,9 +128,9 @@ def test_padded_rows_never_touch_a_real_rows_history(backend):
     """R real sampling rows in a bucket of Rb > R rows (and padded tokens): logits and sampled ids
     bit-identical to the unpadded run, and after every step each real slot's history holds exactly
     the ids its sequence was fed, in both runs (a padded row given a real slot, or a clear, wipes it)."""
-    from oracles.graph_oracle import _Driver
-    from sharpinf.step_buffers import StepCapacity
-    from sharpinf.step_plan import bucket_for
+    from sharpinf.oracles.graph_oracle import _Driver
+    from sharpinf.step.buffers import StepCapacity
+    from sharpinf.step.plan import bucket_for
 
     fp = _fp("llama", "Q8_0", backend, "simple")
     sched = _padding_schedule(fp.cfg.n_vocab)
@@ -163,8 +163,8 @@ def test_pack_pads_with_rows_and_tokens_that_touch_nothing(emu):
     padded tokens feed id 0 at position 0 into the scratch block's slot 0, in the padding sequence
     (the empty ones between own no token); padded rows read row 0, greedily, with no history slot
     and no new history ids -- nothing a kernel could turn into a write to a real row's state."""
-    from sharpinf.batch import Batch, SeqChunk
-    from sharpinf.step_buffers import SamplingRows, StepCapacity, StepDescriptor
+    from sharpinf.step.batch import Batch, SeqChunk
+    from sharpinf.step.buffers import SamplingRows, StepCapacity, StepDescriptor
 
     cap = StepCapacity(tokens=16, seqs=4, rows=4, history=16)
     d = StepDescriptor(emu, cap, width=4, block_size=4, scratch_block=7)

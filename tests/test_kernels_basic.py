@@ -34,7 +34,7 @@ def _silu_gate(g, u):
 
 
 def _gelu_gate(g, u):
-    g = g.astype(np.float64)  # ggml_gelu's tanh form (oracles/reference.py's gelu_tanh, in float64)
+    g = g.astype(np.float64)  # ggml_gelu's tanh form (sharpinf/oracles/reference.py's gelu_tanh, in float64)
     return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * g * (1 + 0.044715 * g * g))) * u.astype(np.float64)
 
 
@@ -88,8 +88,8 @@ def test_silu_gate_extremes(backend):
 
 def test_gelu_gate_extremes_and_the_reference(backend):
     """GeGLU at the tails (gelu(-1e4) = -0, gelu(1e4) = 1e4: tanh saturates, nothing overflows) and
-    against oracles/reference.py's float32 gelu_tanh."""
-    from oracles.reference import gelu_tanh
+    against sharpinf/oracles/reference.py's float32 gelu_tanh."""
+    from sharpinf.oracles.reference import gelu_tanh
 
     g = np.array([-1e4, -100.0, -10.0, -3.0, -0.5, 0.0, 0.5, 3.0, 10.0, 100.0, 1e4], np.float32)
     u = np.linspace(0.5, 2.0, g.size).astype(np.float32)

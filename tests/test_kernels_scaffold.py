@@ -59,7 +59,7 @@ def test_a_new_attention_variant_is_two_files_and_everywhere(tmp_path):
     assert r.returncode == 1 and "attention=mine is already registered" in r.stderr
 
     tiny = str(synthetic_model("llama", "Q8_0", n_layer=1, n_embd=64, n_head=2, n_head_kv=1, n_ff=128))
-    probe = ("from sharpinf.ops.variants import choices_for; from sharpinf.forward import ForwardPass; "
+    probe = ("from sharpinf.ops.variants import choices_for; from sharpinf.step.forward import ForwardPass; "
              "from sharpinf.model.loader import load_model; from sharpinf.runtime.emu_backend import EmuBackend; "
              f"fp = ForwardPass(load_model({tiny!r}), EmuBackend(), kernels='attention=mine', compile_ahead=False); "
              "print(choices_for('all')); print(sorted({f for f, _ in fp.kernels_used('f16')}))")

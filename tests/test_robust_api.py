@@ -102,7 +102,7 @@ def test_engine_config_takes_numpy_scalars_as_python_values():
 @pytest.fixture(scope="module")
 def huge_context():
     """A small model that declares a 2**24-token context: 16 GiB of KV cache if sized by it."""
-    from oracles.reference import Reference
+    from sharpinf.oracles.reference import Reference
     from sharpinf.model.loader import load_model
     from sharpinf.model.synth import synthetic_model
     from sharpinf.model.tokenizer import Tokenizer
@@ -138,7 +138,7 @@ def test_reference_cache_grows_and_gives_the_same_tokens(huge_context, monkeypat
 
 
 def test_reference_cache_beyond_memory_is_one_line(huge_context):
-    from oracles.reference import KVCache
+    from sharpinf.oracles.reference import KVCache
 
     ref, _ = huge_context
     with pytest.raises(RequestError, match="reference: a KV cache of .* positions needs .* GiB"):

@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oracles.paged_runner import PagedRunner
-from sharpinf.batch import Batch, SeqChunk
+from sharpinf.oracles.paged_runner import PagedRunner
+from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.errors import BackendError
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool
+from sharpinf.step.forward import ForwardPass
+from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.sampling import SamplingParams, apply_repetition_penalty
-from sharpinf.step_buffers import SamplingRows, StepCapacity, StepDescriptor
-from sharpinf.step_plan import bucket_for, bucket_ladder
+from sharpinf.step.buffers import SamplingRows, StepCapacity, StepDescriptor
+from sharpinf.step.plan import bucket_for, bucket_ladder
 
 
 @functools.cache

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from oracles import paths
+from sharpinf.oracles import paths
 from sharpinf.errors import SharpinfError
-from sharpinf.forward import ForwardPass
+from sharpinf.step.forward import ForwardPass
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.ops.variants import FAST, KernelChoice, choices_for, describe_variants, resolve_kernels, variant_names

@@ -72,7 +72,7 @@ class BenchContext:
     def forward_pass(self):
         """One ForwardPass (weights uploaded once) shared by the suites that drive it directly."""
         if self._fp is None:
-            from sharpinf.forward import ForwardPass
+            from sharpinf.step.forward import ForwardPass
 
             self._fp = ForwardPass(self.model, self.backend, kernels=self.kernels)
         return self._fp

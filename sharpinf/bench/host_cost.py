@@ -22,7 +22,7 @@ import numpy as np
 from rich.table import Table
 
 from sharpinf.bench.common import BenchContext, envelope, kernels_name, pyplot, random_prompt, save_fig
-from sharpinf.kv_pool import kv_bytes_per_slot
+from sharpinf.step.kv_pool import kv_bytes_per_slot
 
 SUITE = "host"
 KINDS = ("decode_s1", "decode_s64", "mixed")

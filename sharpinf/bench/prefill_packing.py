@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 from rich.table import Table
 
-from sharpinf.batch import Batch, SeqChunk
+from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.bench.common import (BenchContext, envelope, fmt_ms, fmt_rate, pyplot, random_prompt, save_fig,
                                    timed, title_of)
-from sharpinf.kv_pool import KVPool
+from sharpinf.step.kv_pool import KVPool
 from sharpinf.ops.variants import TENSOR
 
 SUITE = "prefill"

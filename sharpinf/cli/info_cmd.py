@@ -12,7 +12,7 @@ from rich.text import Text
 
 from sharpinf.cli import app
 from sharpinf.cli.common import backend_named, console, load, print_json
-from sharpinf.kv_pool import kv_bytes_per_slot
+from sharpinf.step.kv_pool import kv_bytes_per_slot
 
 
 def model_facts(m) -> dict:
@@ -37,7 +37,7 @@ def kv_budget_facts(m, backend: str, kv_dtype: str, gpu_memory_utilization: floa
     """Phase 0 as the engine runs it: upload the weights, then size the KV pool."""
     from sharpinf.engine.config import EngineConfig
     from sharpinf.engine.kv_budget import plan_kv_budget
-    from sharpinf.forward import ForwardPass
+    from sharpinf.step.forward import ForwardPass
 
     be = backend_named(backend)
     ec = EngineConfig(backend=be.name, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,

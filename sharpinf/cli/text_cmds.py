@@ -108,7 +108,7 @@ def generate(
 def run_generation(loaded, tok, ids, params, backend: str, on_token, engine_config=None):
     backend = pick_backend(backend)
     if backend == "reference":
-        from oracles.reference import Reference
+        from sharpinf.oracles.reference import Reference
         from sharpinf.reference_runner import generate_reference
 
         return generate_reference(Reference(loaded), tok, ids, params, on_token)
@@ -180,10 +180,10 @@ def teacher_forced_logits(loaded, ids: list[int], backend: str, kernels: str = "
     check_prompt(ids, loaded.config.n_vocab, loaded.config.context_length + 1)
     backend = pick_backend(backend)
     if backend == "reference":
-        from oracles.reference import Reference
+        from sharpinf.oracles.reference import Reference
 
         return Reference(loaded).logits(ids)
-    from sharpinf.forward import ForwardPass
+    from sharpinf.step.forward import ForwardPass
     from sharpinf.runtime.select import get_backend
     from sharpinf.scoring import teacher_forced_logits as fp_logits
 

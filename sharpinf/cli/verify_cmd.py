@@ -14,7 +14,7 @@ from sharpinf.cli.common import (KERNELS_HELP, backend_named, console, err_conso
 
 
 def run_cases(cases, quiet: bool):
-    from oracles.compare import OracleResult
+    from sharpinf.oracles.compare import OracleResult
 
     results = []
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
@@ -51,10 +51,10 @@ def trace_cases(fps, results, tok, kv_dtypes, quick: bool, trace_only: bool, rep
     """An "op-trace" case per kernel set whose path oracles failed (every set when none did, or
     with --trace-only): the long prompt, in the KV dtype kernel-vs-reference failed in, else the
     first. Each case's TraceReport lands in reports[case]."""
-    from oracles.compare import OracleResult
-    from oracles.foundation import OracleCase
-    from oracles.paths import verify_prompts
-    from oracles.trace import trace_step
+    from sharpinf.oracles.compare import OracleResult
+    from sharpinf.oracles.foundation import OracleCase
+    from sharpinf.oracles.paths import verify_prompts
+    from sharpinf.oracles.trace import trace_step
 
     picked = []
     for fp in fps:
@@ -159,9 +159,9 @@ def verify(
                                   "per-op records in its row)."),
 ):
     """Prove a path correct: every named oracle, a rich table, non-zero exit on any failure."""
-    from oracles.foundation import foundation_cases
+    from sharpinf.oracles.foundation import foundation_cases
     from sharpinf.errors import SharpinfError
-    from sharpinf.kv_pool import kv_dtype_name
+    from sharpinf.step.kv_pool import kv_dtype_name
     from sharpinf.ops.variants import choices_for
 
     choices = choices_for(kernels)  # checked before the model loads
@@ -177,8 +177,8 @@ def verify(
     fps = []
     kernel_oracles = wanted - set(ORACLE_GROUPS["foundation"])
     if backend != "reference" and (kernel_oracles or trace or trace_only):
-        from oracles.paths import path_cases
-        from sharpinf.forward import ForwardPass
+        from sharpinf.oracles.paths import path_cases
+        from sharpinf.step.forward import ForwardPass
 
         fp = ForwardPass(loaded, backend_named(backend), kernels=choices[0])
         for spec in choices:  # the same uploaded weights for each kernel set

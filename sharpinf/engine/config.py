@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sharpinf.errors import SharpinfError
-from sharpinf.kv_pool import kv_dtype_name
+from sharpinf.step.kv_pool import kv_dtype_name
 from sharpinf.ops.variants import check_kernels
 from sharpinf.sampling import as_float, as_int
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from sharpinf.engine.config import EngineConfig
 from sharpinf.errors import SharpinfError
-from sharpinf.kv_pool import kv_bytes_per_slot
+from sharpinf.step.kv_pool import kv_bytes_per_slot
 from sharpinf.model.config import ModelConfig
 from sharpinf.runtime.backend import Backend
 

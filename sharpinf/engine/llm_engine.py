@@ -23,15 +23,15 @@ from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import Sequence
 from sharpinf.engine.watchdog import Watchdog, check_none_lost, describe
 from sharpinf.errors import EngineStuck, RequestError, SharpinfError
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool
+from sharpinf.step.forward import ForwardPass
+from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.loader import LoadedModel
 from sharpinf.model.registry import open_model
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.runtime.backend import Backend
 from sharpinf.runtime.select import get_backend
 from sharpinf.sampling import SamplingParams
-from sharpinf.step_buffers import StepCapacity
+from sharpinf.step.buffers import StepCapacity
 from sharpinf.textgen import StopChecker, check_prompt
 
 Prompt = str | list[int] | list[dict]  # text, token ids, or a chat (list of {"role", "content"})

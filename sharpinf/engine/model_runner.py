@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sharpinf.batch import Batch, SeqChunk
+from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.engine.scheduler import ScheduledChunk
 from sharpinf.engine.sequence import Sequence
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool
-from sharpinf.step_buffers import SamplingRows
+from sharpinf.step.forward import ForwardPass
+from sharpinf.step.kv_pool import KVPool
+from sharpinf.step.buffers import SamplingRows
 
 I32 = np.int32
 

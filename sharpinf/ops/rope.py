@@ -1,6 +1,6 @@
 """Launcher for kernels_cu/rope.cu (rotary position embedding, in place) and its NumPy reference.
 
-RoPE as oracles/reference.py defines it: pair i of a head is rotated by
+RoPE as sharpinf/oracles/reference.py defines it: pair i of a head is rotated by
 angle = pos * freq_scale * theta^(-2i/head_dim) (freq_scale: linear scaling, 1 by default); style "norm" pairs elements (2i, 2i+1), "neox" pairs (i, i + head_dim/2).
 """
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from sharpinf.batch import Batch
+from sharpinf.step.batch import Batch
 from sharpinf.model.config import ModelConfig
 from sharpinf.ops.attention import SplitScratch
 from sharpinf.ops.quant_act import Q8Act

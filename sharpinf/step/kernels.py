@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from sharpinf.device_weights import DeviceLayer, DeviceMatrix
+from sharpinf.step.weights import DeviceLayer, DeviceMatrix
 from sharpinf.model.config import ModelConfig
 from sharpinf.ops import basic
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1, rmsnorm_q8_1
 from sharpinf.ops.variants import KernelChoice, Variant
-from sharpinf.step_buffers import Workspace
+from sharpinf.step.buffers import Workspace
 
 
 @dataclass

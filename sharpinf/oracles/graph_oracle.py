@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oracles.compare import OracleResult, nonfinite
-from oracles.paged_runner import PagedRunner
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool
-from sharpinf.step_buffers import SamplingRows, StepCapacity
+from sharpinf.oracles.compare import OracleResult, nonfinite
+from sharpinf.oracles.paged_runner import PagedRunner
+from sharpinf.step.forward import ForwardPass
+from sharpinf.step.kv_pool import KVPool
+from sharpinf.step.buffers import SamplingRows, StepCapacity
 
 Step = list[tuple[int, int]]  # (sequence, tokens fed this step)
 

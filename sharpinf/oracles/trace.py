@@ -7,10 +7,10 @@ the bound, and where (token, column) -- and the op where the first non-finite va
 How: the prompt runs as one prefill step through the ForwardPass's own machinery (its weights,
 a Workspace and descriptor of its own, StepKernels' methods: the units a step is made of), but
 eagerly, one method at a time, downloading the buffers each wrote. Each op is checked LOCALLY:
-the reference's version of the op (oracles/reference.py's formulas, the Reference's dequantized
+the reference's version of the op (sharpinf/oracles/reference.py's formulas, the Reference's dequantized
 weights, in float64) is fed the kernel path's own input to that op, downloaded just before, and
 compared with the kernel's output. So an error never compounds over layers: the first op out of
-its bound is the buggy one, and bounds can be as tight as one op's rounding (oracles/tolerances.py,
+its bound is the buggy one, and bounds can be as tight as one op's rounding (sharpinf/oracles/tolerances.py,
 TRACE_BOUNDS, with the measured figures).
 
     op             what is compared (kernel output vs reference of the kernel's input)
@@ -43,16 +43,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from oracles.reference import Reference, attention_mask
-from oracles.tolerances import TraceBound, trace_bound
-from sharpinf.batch import Batch, SeqChunk
+from sharpinf.oracles.reference import Reference, attention_mask
+from sharpinf.oracles.tolerances import TraceBound, trace_bound
+from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.errors import SharpinfError
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool, kv_dtype_name
+from sharpinf.step.forward import ForwardPass
+from sharpinf.step.kv_pool import KVPool, kv_dtype_name
 from sharpinf.ops.kv_cache import decode_kv, encode_kv
 from sharpinf.ops.quant_act import QBLOCK, dequantize_q8_1
 from sharpinf.ops.rope import rope_reference
-from sharpinf.step_buffers import StepCapacity
+from sharpinf.step.buffers import StepCapacity
 
 F64 = np.float64
 _TINY = 1e-30  # a unit of zero (an all-zero row or block) must not divide by zero
@@ -523,7 +523,7 @@ class _Tracer:
 
 
 def _act64(name: str, x: np.ndarray) -> np.ndarray:
-    """oracles/reference.py's activations in float64."""
+    """sharpinf/oracles/reference.py's activations in float64."""
     if name == "silu":
         return x / (1.0 + np.exp(-x))
     if name == "gelu_tanh":
@@ -578,7 +578,7 @@ def trace_step(fp: ForwardPass, tokens, kv_dtype: str = "f16", block_size: int =
     d = tfp._bind(pool, batch.block_tables.shape[1])
     d.upload(d.pack(batch, N, len(rows), None))  # exact shape, no padding: the step as the kernels see it
     if reference is None:
-        from oracles.paths import reference_for  # the reference of verify's oracles: weights dequantized once
+        from sharpinf.oracles.paths import reference_for  # the reference of verify's oracles: weights dequantized once
 
         reference = reference_for(fp.model, kv_dtype)
     tracer = _Tracer(tfp, reference, pool, batch)

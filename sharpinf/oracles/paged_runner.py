@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sharpinf.batch import Batch, SeqChunk
+from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.errors import SharpinfError
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool
-from sharpinf.step_buffers import SamplingRows
+from sharpinf.step.forward import ForwardPass
+from sharpinf.step.kv_pool import KVPool
+from sharpinf.step.buffers import SamplingRows
 
 
 @dataclass

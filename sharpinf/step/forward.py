@@ -13,12 +13,12 @@ which tokens of which sequences run and where their KV lives. Per layer:
 (gemma3: each layer's sliding window and RoPE base, GELU for silu, and each sublayer's output
 through its post-norm before the add; ModelConfig says which.)
 then only the rows that want logits: gather -> final rmsnorm -> LM head -> (sampling).
-Which kernels do each op is the `kernels` choice (ops/variants.py; step_kernels.py emits them):
+Which kernels do each op is the `kernels` choice (ops/variants.py; step/kernels.py emits them):
 "simple", the readable baselines, 14 launches a layer (16 with qk-norm); "fast", q8_1
 activations, dp4a matmuls with fused epilogues, split-KV attention, fused RoPE + KV append, 9 a
 layer; "auto" (the default) is fast on a GPU and simple on the emulator.
 
-How a step runs (see step_buffers.py and step_plan.py): the activations live in a
+How a step runs (see step/buffers.py and step/plan.py): the activations live in a
 Workspace allocated once; the batch is written into one pinned staging buffer and sent
 with one copy; the step is padded up to its bucket (Nb tokens, Rb rows) and runs as two
 plans -- lists of launches prepared once per bucket over those fixed buffers -- which
@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from sharpinf.batch import Batch
-from sharpinf.device_weights import upload_weights
+from sharpinf.step.batch import Batch
+from sharpinf.step.weights import upload_weights
 from sharpinf.errors import BackendError
-from sharpinf.kv_pool import KVPool
+from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel
 from sharpinf.ops.embedding import embed
@@ -48,9 +48,9 @@ from sharpinf.ops.sampling import history_words, sample_rows, seen_update
 from sharpinf.ops.variants import KernelChoice, check_dispatched, resolve_kernels
 from sharpinf.progress import note, progress_bar
 from sharpinf.runtime.backend import Backend
-from sharpinf.step_buffers import SamplingRows, StepCapacity, StepDescriptor, Workspace
-from sharpinf.step_kernels import StepKernels
-from sharpinf.step_plan import PlanCache, bucket_for, bucket_ladder
+from sharpinf.step.buffers import SamplingRows, StepCapacity, StepDescriptor, Workspace
+from sharpinf.step.kernels import StepKernels
+from sharpinf.step.plan import PlanCache, bucket_for, bucket_ladder
 
 
 def _next_pow2(n: int) -> int:
@@ -344,7 +344,7 @@ class ForwardPass:
             self.k.layer(L, li, kv, d, N)
 
     def _emit_embed(self, N: int, d: StepDescriptor) -> None:
-        """ws.x = the embedding rows of the step's tokens (oracles/trace.py runs it alone)."""
+        """ws.x = the embedding rows of the step's tokens (sharpinf/oracles/trace.py runs it alone)."""
         embed(self.backend, self.token_embd.raw, self.token_embd.qtype, d.d["token_ids"], self.ws.x, N, self.cfg.n_embd,
               self.cfg.embd_scale)
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oracles.compare import OracleResult
-from oracles.paged_runner import PagedRunner
-from sharpinf.forward import ForwardPass
-from sharpinf.kv_pool import KVPool
+from sharpinf.oracles.compare import OracleResult
+from sharpinf.oracles.paged_runner import PagedRunner
+from sharpinf.step.forward import ForwardPass
+from sharpinf.step.kv_pool import KVPool
 from sharpinf.sampling import SamplingParams
 from sharpinf.textgen import GenerationResult, StopChecker
 
