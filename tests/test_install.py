@@ -169,3 +169,58 @@ def test_nvrtc_check_compiles_against_its_own_major(site):
     assert f"-I{site / 'cu13' / 'include'}" in compile_options("sm_90", major=13)
     assert f"-I{site / 'cuda_runtime' / 'include'}" in compile_options("sm_90", major=12)
     assert not any("cu13" in o for o in compile_options("sm_90", major=12))
+
+
+# -- the wheel ------------------------------------------------------------------------------------
+
+WHEEL_CHECK = """
+import json, os, subprocess, sys
+import numpy as np
+import sharpinf, sharpinf.step.forward, sharpinf.oracles.reference, sharpinf.oracles.paths
+from sharpinf.ops import basic
+from sharpinf.runtime.paths import kernels_dir
+from sharpinf.runtime.select import get_backend
+assert sharpinf.__file__.startswith(sys.argv[1]), sharpinf.__file__  # the wheel, not the tree
+kernels = kernels_dir()
+assert kernels.is_relative_to(sys.argv[1]), kernels
+listed = json.loads(subprocess.run([sys.executable, "-m", "sharpinf", "kernels", "list", "--json"],
+                                   capture_output=True, text=True, check=True).stdout)
+missing = [f for v in listed for f in v["files"] if not (kernels / f).is_file()]
+assert listed and not missing, missing
+be = get_backend("emu")  # the emulator's sources and the kernel files, from the wheel
+x = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+w = np.linspace(0.5, 1.5, 64, dtype=np.float32)
+y = be.empty((3, 64), np.float32)
+basic.rmsnorm(be, be.upload(x), be.upload(w), y, 3, 64, 1e-6)
+err = np.abs(be.download(y) - basic.rmsnorm_reference(x, w, 1e-6)).max()
+assert err < 1e-5, err
+leaked = [m.__name__ for n, m in list(sys.modules.items())
+          if n.startswith("sharpinf") and not (getattr(m, "__file__", None) or sys.argv[1]).startswith(sys.argv[1])]
+assert not leaked, f"imported from outside the wheel (the editable install's finder): {leaked}"
+print("wheel ok", len(listed))
+"""
+
+
+def test_the_wheel_from_a_clean_tree_holds_the_package(tmp_path):
+    """Built from the tracked files (git archive: nothing untracked or ignored), installed into a folder of its own: the step,
+    the oracles, every registered kernel file and the emulator's sources are in it, and a kernel
+    runs from it. What an editable install cannot show: a module left out of pyproject's list."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    src = tmp_path / "src"
+    git = ["git", "-C", str(REPO)]
+    # the tracked files as they are now (`stash create` snapshots edits without touching the tree)
+    tree = subprocess.run(git + ["stash", "create"], capture_output=True, text=True, check=True).stdout.strip()
+    archive = subprocess.run(git + ["archive", tree or "HEAD"], capture_output=True, check=True).stdout
+    src.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run(pip + ["wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(src)], check=True,
+                   capture_output=True)
+    wheel, = (tmp_path / "dist").glob("sharpinf-*.whl")
+    target = tmp_path / "site"
+    subprocess.run(pip + ["install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": str(target), "SHARPINF_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", WHEEL_CHECK, str(target)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "wheel ok" in out.stdout, out.stderr[-3000:]
