@@ -12,6 +12,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from sharpinf.runtime.emu.source import split_top
+
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -28,26 +30,13 @@ def _balanced(text: str, open_at: int) -> int:
     return -1
 
 
-def _split_top(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "(<[":
-            depth += 1
-        elif ch in ")>]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    return parts + [text[start:]]
-
-
 def names_in(params: str) -> list[str] | None:
     """'const float* __restrict__ x, int n = 4' -> ['x', 'n']; None where a parameter has no name."""
     params = params.strip()
     if params in ("", "void"):
         return []
     names = []
-    for p in _split_top(params):
+    for p in split_top(params):
         p = re.sub(r"\[[^\]]*\]", "", p.split("=")[0])
         idents = [w for w in _IDENT.findall(p) if w not in ("__restrict__", "__restrict", "restrict", "const", "volatile")]
         if len(idents) < 2:  # a type alone: unnamed

@@ -86,7 +86,7 @@ def _skipped_spans(text: str) -> list[tuple[int, int]]:
     return [(m.start(), m.end()) for m in _CODE.finditer(text) if m.group() not in "{}"]
 
 
-def _split_top(text: str) -> list[str]:
+def split_top(text: str) -> list[str]:
     """text split at the commas outside (), [], {} and <>."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
@@ -104,7 +104,7 @@ def static_shared_names(decl: str) -> list[str]:
     """The names a static shared declaration declares, from the text between `__shared__` and
     its `;`: "__align__(16) float a[4][8], b[2], c" -> [a, b, c]."""
     names = []
-    for part in _split_top(_ALIGN.sub("", decl)):
+    for part in split_top(_ALIGN.sub("", decl)):
         m = _DECLARATOR.search(part.strip())
         if m:
             names.append(m.group(1))
