@@ -1,14 +1,15 @@
-"""SamplingParams (validated once, at submission) and the host sampler the reference uses.
+"""SamplingParams: what a request asks of the sampler, validated once, at submission.
 
-The order of the filters is the common one (llama.cpp and vLLM agree): repetition
-penalty on the raw logits, then temperature, then top-k, top-p and min-p on the
-resulting distribution. temperature == 0 means greedy, ties to the lowest id.
+The rule that applies them, on every backend, is in sharpinf/ops/sampling.py. The order of the
+filters is the common one (llama.cpp and vLLM agree): repetition penalty on the raw logits, then
+temperature, then top-k, top-p and min-p on the resulting distribution. temperature == 0 means
+greedy, ties to the lowest id.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,10 +55,6 @@ class SamplingParams:
             _bad(f"ignore_eos must be true or false, got {_shown(self.ignore_eos)}")
         put("ignore_eos", bool(self.ignore_eos))
         put("logprobs", _int("logprobs", self.logprobs, 0, optional=True, below=MAX_LOGPROBS + 1))
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
 
     @classmethod
     def from_dict(cls, d: dict) -> "SamplingParams":
@@ -145,53 +142,3 @@ def _stop_string(i: int, s) -> str:
     if not isinstance(s, str) or not s:
         _bad(f"stop[{i}] must be a non-empty string, got {_shown(s)}")
     return s
-
-
-def apply_repetition_penalty(logits: np.ndarray, seen: list[int], penalty: float) -> np.ndarray:
-    """llama.cpp/CTRL rule: divide positive logits of seen tokens by the penalty, multiply negative ones."""
-    if penalty == 1.0 or not seen:
-        return logits
-    out = logits.copy()
-    ids = np.unique(np.asarray(seen, dtype=np.int64))
-    vals = out[ids]
-    out[ids] = np.where(vals > 0, vals / np.float32(penalty), vals * np.float32(penalty))
-    return out
-
-
-def filtered_probs(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
-    """Probabilities after temperature, top-k, top-p and min-p (float64, sums to 1)."""
-    z = logits.astype(np.float64) / p.temperature
-    probs = np.exp(z - z.max())
-    probs /= probs.sum()
-    order = np.argsort(-probs, kind="stable")  # descending, ties to the lowest id
-    keep = np.ones(len(order), dtype=bool)
-    if p.top_k > 0:
-        keep[p.top_k :] = False
-    if p.top_p < 1.0:
-        cum = np.cumsum(probs[order])
-        # keep the smallest prefix whose mass reaches top_p (the token crossing it stays)
-        keep &= np.concatenate([[True], cum[:-1] < p.top_p])
-    if p.min_p > 0.0:
-        keep &= probs[order] >= p.min_p * probs[order[0]]
-    mask = np.zeros_like(probs, dtype=bool)
-    mask[order[keep]] = True
-    probs = np.where(mask, probs, 0.0)
-    return probs / probs.sum()
-
-
-@dataclass
-class HostSampler:
-    """Per-request sampler for the reference backend: seeded, independent of any batch."""
-
-    params: SamplingParams
-    rng: np.random.Generator = field(init=False)
-
-    def __post_init__(self):
-        self.rng = np.random.default_rng(self.params.seed)
-
-    def __call__(self, logits: np.ndarray, seen: list[int]) -> int:
-        logits = apply_repetition_penalty(logits, seen, self.params.repetition_penalty)
-        if self.params.greedy:
-            return int(np.argmax(logits))
-        probs = filtered_probs(logits, self.params)
-        return int(self.rng.choice(len(probs), p=probs))

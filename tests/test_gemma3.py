@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from sharpinf.oracles.generation import generate_reference
 from sharpinf.oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.tokenizer import Tokenizer
+from sharpinf.sampling import SamplingParams
 
 GREEDY = json.loads((Path(__file__).parent / "data" / "gemma3_llamacpp_greedy.json").read_text())
 AGREED = 15  # llama.cpp's 16th token is a near-tie in float32 (the fixture's note)
@@ -53,20 +55,21 @@ def test_prompt_ids_are_llama_cpps(tok):
 
 
 def test_reference_continues_as_llama_cpp_does(ref, tok):
-    out = ref.generate(GREEDY["prompt_ids"], max_tokens=AGREED)
+    params = SamplingParams(max_tokens=AGREED, ignore_eos=True)
+    out = generate_reference(ref, tok, GREEDY["prompt_ids"], params).token_ids
     assert GREEDY["continuation"].startswith(tok.decode(out))
     assert "France" in tok.decode(out)
 
 
 @pytest.mark.slow
-def test_emu_greedy_tokens_equal_reference(gemma, ref):
+def test_emu_greedy_tokens_equal_reference(gemma, ref, tok):
     """Acceptance: `generate --backend emu` gives the reference's greedy tokens (8 of them)."""
     from sharpinf.llm import LLM
-    from sharpinf.sampling import SamplingParams
 
-    want = ref.generate(GREEDY["prompt_ids"], max_tokens=8)
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    want = generate_reference(ref, tok, GREEDY["prompt_ids"], params).token_ids
     llm = LLM(gemma, backend="emu", num_blocks=8)
-    got = llm.generate([GREEDY["prompt_ids"]], SamplingParams(max_tokens=8, ignore_eos=True))[0].token_ids
+    got = llm.generate([GREEDY["prompt_ids"]], params)[0].token_ids
     assert got == want
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sharpinf.ops import sampling as S
-from sharpinf.sampling import SamplingParams, apply_repetition_penalty, filtered_probs
+from sharpinf.sampling import SamplingParams
 
 EPS = 1e-5
 # uniform(0, 0), uniform(1, 2), uniform(2**63 - 1, 123456), checked against a C build of the hash
@@ -85,7 +85,7 @@ def test_greedy_is_argmax(backend, V):
     seen = [[] for _ in range(R - 1)] + [[int(np.argmax(x[R - 1]))]]
     got = _run(backend, x, params, list(range(R)), [0] * R, seen)
     want = [int(np.argmax(x[r])) for r in range(R - 1)]
-    want.append(int(np.argmax(apply_repetition_penalty(x[R - 1], seen[R - 1], 3.0))))
+    want.append(int(np.argmax(S.apply_repetition_penalty(x[R - 1], seen[R - 1], 3.0))))
     assert got.tolist() == want
 
 
@@ -230,6 +230,26 @@ def test_scratch_reuse_and_seedless_error(backend):
 
 
 # -- statistics (NumPy reference only) ----------------------------------------------------
+def _filtered_probs(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
+    """The filters written plainly, apart from the kernel's rule: probabilities after temperature,
+    top-k, top-p and min-p (float64, sums to 1)."""
+    z = logits.astype(np.float64) / p.temperature
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    order = np.argsort(-probs, kind="stable")  # descending, ties to the lowest id
+    keep = np.ones(len(order), dtype=bool)
+    if p.top_k > 0:
+        keep[p.top_k :] = False
+    if p.top_p < 1.0:
+        cum = np.cumsum(probs[order])
+        # keep the smallest prefix whose mass reaches top_p (the token crossing it stays)
+        keep &= np.concatenate([[True], cum[:-1] < p.top_p])
+    if p.min_p > 0.0:
+        keep &= probs[order] >= p.min_p * probs[order[0]]
+    probs[order[~keep]] = 0.0
+    return probs / probs.sum()
+
+
 @pytest.mark.parametrize("params", [
     SamplingParams(temperature=1.0),
     SamplingParams(temperature=0.7, top_k=6),
@@ -237,13 +257,13 @@ def test_scratch_reuse_and_seedless_error(backend):
     SamplingParams(temperature=1.0, min_p=0.1, repetition_penalty=1.5),
     SamplingParams(temperature=2.0, top_k=10, top_p=0.9, min_p=0.05),
 ])
-def test_reference_distribution_matches_filtered_probs(params):
+def test_reference_distribution_matches_the_filters(params):
     rng = _rng("stats", repr(params))
     V, N = 16, 4000
     x = (rng.standard_normal(V) * 1.5).astype(np.float32)
     seen = [0, 1, 2]
     draws = np.array([S.sample_reference(x, params, 2024, step, seen) for step in range(N)])
-    p = filtered_probs(apply_repetition_penalty(x, seen, params.repetition_penalty), params)
+    p = _filtered_probs(S.apply_repetition_penalty(x, seen, params.repetition_penalty), params)
     assert set(np.unique(draws)) <= set(np.flatnonzero(p > 0))
     counts = np.bincount(draws, minlength=V)
     keep = p > 0

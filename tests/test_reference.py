@@ -13,10 +13,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from sharpinf.oracles.generation import generate_reference
 from sharpinf.oracles.naive import naive_logits
 from sharpinf.oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
+from sharpinf.model.tokenizer import Tokenizer
+from sharpinf.sampling import SamplingParams
 from asserts import assert_close
 
 ARCH_QTYPES = [("llama", "Q8_0"), ("llama", "F16"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("qwen3", "Q4_K")]
@@ -56,7 +59,8 @@ def test_incremental_decode_equals_full_logits(model, data):
 def test_greedy_generate_is_argmax_of_teacher_forced_logits(model):
     ref = Reference(model)
     prompt = [3, 17, 42]
-    out = ref.generate(prompt, max_tokens=6)
+    tok = Tokenizer.from_gguf_metadata(model.metadata)
+    out = generate_reference(ref, tok, prompt, SamplingParams(max_tokens=6, ignore_eos=True)).token_ids
     logits = ref.logits(prompt + out)
     want = np.argmax(logits[len(prompt) - 1: -1], axis=1).tolist()
     assert out == want

@@ -113,7 +113,7 @@ def huge_context():
 
 @pytest.mark.parametrize("max_tokens", [None, 10**7])
 def test_reference_generation_allocates_for_the_request_not_the_declared_context(huge_context, max_tokens):
-    from sharpinf.reference_runner import generate_reference
+    from sharpinf.oracles.generation import generate_reference
 
     ref, tok = huge_context
     every_id = tuple(range(ref.cfg.n_vocab))  # the first token stops the request
@@ -128,13 +128,15 @@ def test_reference_generation_allocates_for_the_request_not_the_declared_context
 
 
 def test_reference_cache_grows_and_gives_the_same_tokens(huge_context, monkeypatch):
-    from sharpinf import reference_runner
+    from sharpinf.oracles import generation
 
     ref, tok = huge_context
-    params = SamplingParams(max_tokens=12, ignore_eos=True)
-    want = ref.generate([5, 6, 7], 12)  # the oracle's greedy loop, its cache sized up front
-    monkeypatch.setattr(reference_runner, "INITIAL_ROOM", 1)  # grow at every other token
-    assert reference_runner.generate_reference(ref, tok, [5, 6, 7], params).token_ids == want
+    # sampled, with a penalty: greedy repeats one token on this model and would not see a lost position
+    params = SamplingParams(max_tokens=12, ignore_eos=True, temperature=1.0, top_k=50, repetition_penalty=1.3,
+                            seed=3)
+    want = generation.generate_reference(ref, tok, [5, 6, 7], params).token_ids  # room for all 12 up front
+    monkeypatch.setattr(generation, "INITIAL_ROOM", 1)  # grow at every other token
+    assert generation.generate_reference(ref, tok, [5, 6, 7], params).token_ids == want
 
 
 def test_reference_cache_beyond_memory_is_one_line(huge_context):

@@ -70,7 +70,8 @@ def generate(
     top_p: float = typer.Option(1.0, help="Nucleus sampling mass (1 = off)."),
     min_p: float = typer.Option(0.0, help="Drop tokens below min_p x the top probability (0 = off)."),
     repetition_penalty: float = typer.Option(1.0, help="> 1 discourages repeats (1 = off)."),
-    seed: int = typer.Option(None, help="Seed for sampling: same seed, same tokens."),
+    seed: int = typer.Option(None, help="Seed for sampling: same seed, same tokens on reference, emu and cuda "
+                             "(one rule, kernels_cu/sampling.cu's)."),
     backend: str = typer.Option("auto", help=BACKEND_HELP),
     kv_dtype: str = typer.Option("fp16", help="KV cache dtype: fp16, bf16, fp32, q8_0."),
     num_blocks: int = typer.Option(None, help="KV pool blocks (default: measured on a GPU, 256 on emu)."),
@@ -108,8 +109,8 @@ def generate(
 def run_generation(loaded, tok, ids, params, backend: str, on_token, engine_config=None):
     backend = pick_backend(backend)
     if backend == "reference":
+        from sharpinf.oracles.generation import generate_reference
         from sharpinf.oracles.reference import Reference
-        from sharpinf.reference_runner import generate_reference
 
         return generate_reference(Reference(loaded), tok, ids, params, on_token)
     from sharpinf.llm import LLM

@@ -28,6 +28,7 @@ from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.loader import LoadedModel
 from sharpinf.model.registry import open_model
 from sharpinf.model.tokenizer import Tokenizer
+from sharpinf.ops.sampling import RequestSeeds
 from sharpinf.runtime.backend import Backend
 from sharpinf.runtime.select import get_backend
 from sharpinf.sampling import SamplingParams
@@ -134,7 +135,7 @@ class LLMEngine:
         self.metrics = EngineMetrics()
         self.last_step_times: StepTimes | None = None
         self._ids = itertools.count()
-        self._seeds = np.random.default_rng(self.config.seed)
+        self._seeds = RequestSeeds(self.config.seed)
 
     # -- requests ------------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
@@ -177,9 +178,8 @@ class LLMEngine:
         except SharpinfError:
             self.metrics.rejected += 1
             raise
-        seed = params.seed if params.seed is not None else int(self._seeds.integers(0, 2**63))
         stop = StopChecker(params, self.tokenizer, context_left=self.token_limit() - len(ids))
-        seq = Sequence(rid, ids, params, seed, stop)
+        seq = Sequence(rid, ids, params, self._seeds.seed_for(params), stop)
         self.requests[rid] = seq
         self.live[rid] = seq
         self.scheduler.add(seq)

@@ -1,9 +1,11 @@
-"""Device sampling (kernels_cu/sampling.cu) and its NumPy twin.
+"""Sampling, the one rule of every backend: the device kernel (kernels_cu/sampling.cu) and its NumPy twin.
 
 `sample` picks one token for each of R rows of logits on the device; only the ids come
 back. `sample_reference` applies the kernel's exact rule in NumPy (float64 masses), with
-the same counter-based uniform `uniform(seed, step)`, so the kernel's choice can be checked
-token for token (up to float rounding when a running mass lands within ~1e-6 of a cut).
+the same counter-based uniform `uniform(seed, step)`: the kernel's choice is checked against
+it token for token (up to float rounding when a running mass lands within ~1e-6 of a cut),
+and the reference backend samples with it, so a seed gives the same tokens on reference, emu
+and cuda. `RequestSeeds` gives a request without a seed the same one on every backend.
 
 The rule (see the kernel's header): repetition penalty on the raw logits; temperature 0 =
 greedy argmax (ties to the lowest id); else weights w = exp((z - max z) / T), tokens ranked
@@ -19,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from sharpinf.ops.launch import kernel
-from sharpinf.sampling import SamplingParams, apply_repetition_penalty
+from sharpinf.sampling import SamplingParams
 
 I32, F32, U64 = np.int32, np.float32, np.uint64
 BLOCK = 256
@@ -50,6 +52,17 @@ def uniforms(seed: int, steps) -> np.ndarray:
 def uniform(seed: int, step: int) -> float:
     """The kernel's u for (seed, step): a float32 value in [0, 1), returned as a Python float."""
     return float(uniforms(seed, [step])[0])
+
+
+class RequestSeeds:
+    """The seed a request samples with: its own, else the next draw of a generator seeded once
+    with `base` (EngineConfig.seed), so the n-th seedless request gets the same seed anywhere."""
+
+    def __init__(self, base: int):
+        self._rng = np.random.default_rng(base)
+
+    def seed_for(self, params: SamplingParams) -> int:
+        return params.seed if params.seed is not None else int(self._rng.integers(0, 2**63))
 
 
 # -- launchers ----------------------------------------------------------------------------
@@ -102,7 +115,7 @@ def sample(be, logits_dev, R: int, vocab: int, params_list: Sequence[SamplingPar
            steps: Sequence[int], seen: Sequence[Sequence[int]], out_dev, scratch_dev=None, block: int = BLOCK):
     """Sample one token per row of logits_dev (float32 [R, vocab]) into out_dev (int32 [R]).
 
-    seeds: one int in [0, 2**63) per row (the engine assigns one to seedless requests);
+    seeds: one int in [0, 2**63) per row (RequestSeeds: the engine assigns one to seedless requests);
     steps: tokens each request has generated so far; seen: per row, the ids the repetition
     penalty applies to (prompt + generated). scratch_dev: float32 [R, 2*vocab], allocated when
     None. Returns out_dev. A one-off call: each penalised row gets a fresh history slot from
@@ -125,6 +138,17 @@ def sample(be, logits_dev, R: int, vocab: int, params_list: Sequence[SamplingPar
 
 
 # -- NumPy reference ------------------------------------------------------------------------
+def apply_repetition_penalty(logits: np.ndarray, seen: list[int], penalty: float) -> np.ndarray:
+    """llama.cpp/CTRL rule: divide positive logits of seen tokens by the penalty, multiply negative ones."""
+    if penalty == 1.0 or not seen:
+        return logits
+    out = logits.copy()
+    ids = np.unique(np.asarray(seen, dtype=np.int64))
+    vals = out[ids]
+    out[ids] = np.where(vals > 0, vals / np.float32(penalty), vals * np.float32(penalty))
+    return out
+
+
 def sort_key(z: np.ndarray) -> np.ndarray:
     """The kernel's order-preserving uint32 key of float32 values (-0 counts as +0)."""
     b = np.asarray(z, F32).view(np.uint32).copy()
@@ -191,5 +215,6 @@ def sample_reference_detail(logits: np.ndarray, params: SamplingParams, seed: in
 
 def sample_reference(logits: np.ndarray, params: SamplingParams, seed: int, step: int,
                      seen: Sequence[int] = ()) -> int:
-    """The token the kernel picks for one row, by the same rule and the same uniform."""
+    """The token the kernel picks for one row, by the same rule and the same uniform: step is the
+    number of tokens the request has generated, seen its prompt + generated ids (as the engine's)."""
     return sample_reference_detail(logits, params, seed, step, seen)[0]

@@ -298,18 +298,3 @@ class Reference:
     def logits(self, token_ids) -> np.ndarray:
         """Teacher-forced logits [T, vocab] for a whole sequence from an empty cache."""
         return self.forward(token_ids, self.new_cache(len(token_ids)))
-
-    def generate(self, prompt_ids, max_tokens: int, stop_ids=(), on_token=None) -> list[int]:
-        """Greedy: prefill the prompt, then decode one token at a time (ties to the lowest id)."""
-        cache = self.new_cache(min(self.cfg.context_length, len(prompt_ids) + max_tokens))
-        last = self.forward(prompt_ids, cache)[-1]
-        out: list[int] = []
-        while len(out) < max_tokens:
-            tok = int(np.argmax(last))
-            out.append(tok)
-            if on_token is not None:
-                on_token(tok)
-            if tok in stop_ids or len(out) == max_tokens or cache.length >= cache.k.shape[1]:
-                break
-            last = self.forward([tok], cache)[-1]
-        return out

@@ -1,12 +1,18 @@
-"""Generation on the NumPy reference (`--backend reference`): slow, obviously right."""
+"""Generation on the NumPy reference (`--backend reference`): slow, obviously right.
+
+One sequence, the engine's rules: each token is chosen by the sampling kernel's NumPy twin
+(`ops.sampling.sample_reference`) with the engine's seed, step and penalty history, so a request
+gives the same tokens here as on emu or cuda (greedy is temperature 0)."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from sharpinf.oracles.reference import Reference
+from sharpinf.engine.config import EngineConfig
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.sampling import HostSampler, SamplingParams
+from sharpinf.ops.sampling import RequestSeeds, sample_reference
+from sharpinf.oracles.reference import Reference
+from sharpinf.sampling import SamplingParams
 from sharpinf.textgen import GenerationResult, StopChecker, check_prompt
 
 INITIAL_ROOM = 256  # generated positions allocated up front; the cache doubles when they run out
@@ -17,15 +23,15 @@ def generate_reference(ref: Reference, tok: Tokenizer, prompt_ids: list[int], pa
     cfg = ref.cfg
     check_prompt(prompt_ids, cfg.n_vocab, cfg.context_length)
     stop = StopChecker(params, tok, context_left=cfg.context_length - len(prompt_ids))
-    sampler = HostSampler(params)
+    seed = RequestSeeds(EngineConfig.seed).seed_for(params)  # a new engine's first seedless request's seed
     # positions this request can use; the cache grows towards it as tokens come, never sized by
     # the model's declared context up front (a GGUF may declare 2**24: hundreds of GiB)
     limit = min(cfg.context_length, len(prompt_ids) + (params.max_tokens or cfg.context_length))
     cache = ref.new_cache(min(limit, len(prompt_ids) + INITIAL_ROOM))
     logits = ref.forward(prompt_ids, cache)[-1]
-    seen = list(prompt_ids)
+    seen = list(prompt_ids)  # the penalty's history, as the engine's: prompt + generated
     while True:
-        token = sampler(logits, seen)
+        token = sample_reference(logits, params, seed, step=len(stop.tokens), seen=seen)
         seen.append(token)
         shown = len(stop.text)
         done = stop.add(token)
