@@ -1,16 +1,14 @@
 // elementwise.cu -- pointwise ops over flat, contiguous arrays of n elements.
-//   add_<t>(a, b, out, n):          out[i] = a[i] + b[i]
-//   mul_<t>(a, b, out, n):          out[i] = a[i] * b[i]
-//   silu_gate_<t>(gate, up, out, n): out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x)
+//   add_f32(a, b, out, n):           out[i] = a[i] + b[i]
+//   silu_gate_f32(gate, up, out, n): out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x)
 //   gelu_gate_f32(gate, up, out, n): out[i] = gelu(gate[i]) * up[i], GELU's tanh form (gemma3)
 //   softcap_f32(x, n, cap):          x[i] = cap * tanh(x[i] / cap), in place (final-logit softcapping)
-// <t> is f32 (float) or f16 (__half; math in float). n is int32; out may alias an input.
+// n is int32; out may alias an input.
 // Launch: 1-D, any grid and block (256 threads suggested); grid-stride loop, so
 // grid = min(ceil(n / 256), a few per SM) is enough.
 #include "common.cuh"
 
 struct AddOp { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
-struct MulOp { __device__ __forceinline__ float operator()(float a, float b) const { return a * b; } };
 struct SiluGateOp {
     __device__ __forceinline__ float operator()(float g, float u) const { return gated_act(ACT_SILU, g, u); }
 };
@@ -27,7 +25,6 @@ __device__ __forceinline__ void map2(const T* a, const T* b, T* out, int n) {  /
 }
 
 extern "C" __global__ void add_f32(const float* a, const float* b, float* out, int n) { map2<float, AddOp>(a, b, out, n); }
-extern "C" __global__ void mul_f32(const float* a, const float* b, float* out, int n) { map2<float, MulOp>(a, b, out, n); }
 extern "C" __global__ void silu_gate_f32(const float* gate, const float* up, float* out, int n) {
     map2<float, SiluGateOp>(gate, up, out, n);
 }
@@ -38,10 +35,4 @@ extern "C" __global__ void gelu_gate_f32(const float* gate, const float* up, flo
 extern "C" __global__ void softcap_f32(float* x, int n, float cap) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = cap * tanhf(x[i] / cap);
-}
-
-extern "C" __global__ void add_f16(const __half* a, const __half* b, __half* out, int n) { map2<__half, AddOp>(a, b, out, n); }
-extern "C" __global__ void mul_f16(const __half* a, const __half* b, __half* out, int n) { map2<__half, MulOp>(a, b, out, n); }
-extern "C" __global__ void silu_gate_f16(const __half* gate, const __half* up, __half* out, int n) {
-    map2<__half, SiluGateOp>(gate, up, out, n);
 }

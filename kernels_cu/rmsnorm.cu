@@ -1,7 +1,6 @@
 // rmsnorm.cu -- RMS normalisation of each row: y = x * rsqrt(mean(x^2) + eps) * w.
-//   rmsnorm_<t>(x, w, y, n, eps): x, y are [rows, n] row-major of type <t>; w is float[n];
+//   rmsnorm_f32(x, w, y, n, eps): x, y are float[rows, n] row-major; w is float[n];
 //   n (int32) is any length >= 1, odd included; eps is float. y may alias x.
-// <t> is f32 or f16 (sums and scaling in float).
 //   rmsnorm_add_f32(y, w, x, n, eps): x += rmsnorm(y) * w, row by row -- a sublayer's output through
 //   its post-norm into the residual stream (gemma3's sandwich norms): rmsnorm_f32 then add_f32 in
 //   one pass (the add may fuse with the last product). x must not alias y.
@@ -30,9 +29,6 @@ __device__ __forceinline__ void rmsnorm_row(const T* x, const float* __restrict_
 
 extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float* y, int n, float eps) {
     rmsnorm_row<float>(x, w, y, n, eps);
-}
-extern "C" __global__ void rmsnorm_f16(const __half* x, const float* w, __half* y, int n, float eps) {
-    rmsnorm_row<__half>(x, w, y, n, eps);
 }
 extern "C" __global__ void rmsnorm_add_f32(const float* y, const float* w, float* x, int n, float eps) {
     rmsnorm_row<float, true>(y, w, x, n, eps);

@@ -24,7 +24,7 @@
 //  0. The row's history gets this step's new ids (so only new ids cross to the device).
 //  1. Repetition penalty on the raw logits (llama.cpp/CTRL): a seen id's logit v becomes
 //     v / penalty if v > 0, else v * penalty (each id once: a bit per id).
-//  2. temperature == 0: greedy argmax of z, ties to the lowest id (NaN wins, as in argmax.cu).
+//  2. temperature == 0: greedy argmax of z, ties to the lowest id (NaN wins, as in np.argmax).
 //  3. Otherwise w_i = expf((z_i - max z) / T) (unnormalised probabilities, max weight 1) and the
 //     tokens are ranked by z descending, ties by lowest id (z compared through an order-
 //     preserving uint32 key; -0 == +0). The kept set is the intersection of three prefixes of

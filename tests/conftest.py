@@ -36,9 +36,9 @@ CHECKED_MODULES = ("test_kernels_", "test_primitives", "test_ptx_layouts")
 # Under pytest-xdist a file's tests stay on one worker (its module fixtures -- a compiled NVRTC
 # report, a loaded real model, a server -- built once), but for these many-case files with cheap
 # fixtures, whose tests spread over every worker.
-SPREAD_MODULES = {"test_forward_oracles", "test_kernels_attention", "test_kernels_basic", "test_kernels_matmul",
-                  "test_kernels_matmul_dp4a", "test_kernels_matmul_mma", "test_engine_oracles", "test_variants",
-                  "test_bench", "test_trace", "test_engine_soak", "test_graphs"}
+SPREAD_MODULES = {"test_forward_oracles", "test_kernels_attention", "test_kernels_rope", "test_kernels_kv_cache",
+                  "test_kernels_basic", "test_kernels_matmul", "test_kernels_matmul_dp4a", "test_kernels_matmul_mma",
+                  "test_engine_oracles", "test_variants", "test_bench", "test_trace", "test_engine_soak", "test_graphs"}
 
 
 # Long poles (a minute or more on one worker: a compile of every kernel, a real model's verify, the

@@ -9,8 +9,6 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from asserts import assert_close, assert_same
 
 SIZES = [1, 31, 33, 257, 1000, 4097]
@@ -38,12 +36,11 @@ def _gelu_gate(g, u):
     return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * g * (1 + 0.044715 * g * g))) * u.astype(np.float64)
 
 
-OPS = {"add": np.add, "mul": np.multiply, "silu_gate": _silu_gate}
-F32_OPS = {**OPS, "gelu_gate": _gelu_gate}  # GeGLU has an f32 entry only
+OPS = {"add": np.add, "silu_gate": _silu_gate, "gelu_gate": _gelu_gate}
 
 
 @pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("op", list(F32_OPS))
+@pytest.mark.parametrize("op", list(OPS))
 def test_elementwise_f32(backend, op, n):
     rng = _rng(op, n)
     a = (rng.standard_normal(n) * 4).astype(np.float32)
@@ -52,27 +49,13 @@ def test_elementwise_f32(backend, op, n):
     k = backend.kernel("elementwise.cu", f"{op}_f32")
     backend.launch(k, _grid_1d(n), BLOCK, (da, db, out, np.int32(n)))
     got = backend.download(out)
-    want = F32_OPS[op](a, b)
+    want = OPS[op](a, b)
     if op == "silu_gate":
         assert_close(got, want, rtol=2e-6, atol=1e-6 * np.abs(want).max())
     elif op == "gelu_gate":  # float32 1 + tanh(z) cancels for z < 0: a few 1e-5 relative where gelu is tiny
         assert_close(got, want, rtol=5e-5, atol=1e-6 * np.abs(want).max())
     else:
         assert_same(got, want.astype(np.float32))  # one IEEE rounding either way
-
-
-@pytest.mark.parametrize("n", [1, 33, 1000])
-@pytest.mark.parametrize("op", list(OPS))
-def test_elementwise_f16(backend, op, n):
-    rng = _rng("f16", op, n)
-    a = rng.standard_normal(n).astype(np.float16)
-    b = rng.standard_normal(n).astype(np.float16)
-    out = backend.empty((n,), np.float16)
-    backend.launch(backend.kernel("elementwise.cu", f"{op}_f16"), _grid_1d(n), BLOCK,
-                   (backend.upload(a), backend.upload(b), out, np.int32(n)))
-    got = backend.download(out).astype(np.float32)
-    want = OPS[op](a.astype(np.float32), b.astype(np.float32)).astype(np.float16).astype(np.float32)
-    assert_close(got, want, rtol=1e-3, atol=1e-3)  # within one fp16 ulp
 
 
 def test_silu_gate_extremes(backend):
@@ -165,94 +148,3 @@ def test_rmsnorm_zero_row_is_finite(backend):
     backend.launch(backend.kernel("rmsnorm.cu", "rmsnorm_f32"), 1, 64,
                    (backend.upload(x), backend.upload(w), y, np.int32(n), np.float32(1e-5)))
     assert_same(backend.download(y), 0.0)
-
-
-@pytest.mark.parametrize("n", [1, 257, 1000])
-def test_rmsnorm_f16(backend, n):
-    rows, eps = 2, 1e-5
-    rng = _rng("rms16", n)
-    x = rng.standard_normal((rows, n)).astype(np.float16)
-    w = rng.standard_normal(n).astype(np.float32)
-    y = backend.empty((rows, n), np.float16)
-    backend.launch(backend.kernel("rmsnorm.cu", "rmsnorm_f16"), rows, 128,
-                   (backend.upload(x), backend.upload(w), y, np.int32(n), np.float32(eps)))
-    want = _rmsnorm(x.astype(np.float32), w, eps)
-    assert_close(backend.download(y).astype(np.float32), want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
-
-
-# -- softmax ----------------------------------------------------------------------------
-def _softmax(x):
-    x64 = x.astype(np.float64)
-    e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _run_softmax(backend, x, block=BLOCK):
-    rows, n = x.shape
-    y = backend.empty((rows, n), np.float32)
-    backend.launch(backend.kernel("softmax.cu", "softmax_f32"), rows, block, (backend.upload(x), y, np.int32(n)))
-    return backend.download(y)
-
-
-@pytest.mark.parametrize("block", [32, 256])
-@pytest.mark.parametrize("n", SIZES)
-def test_softmax(backend, n, block):
-    rng = _rng("softmax", n, block)
-    x = (rng.standard_normal((3, n)) * 10 + rng.uniform(-1000, 1000)).astype(np.float32)  # big offset: stability
-    got = _run_softmax(backend, x, block)
-    assert_close(got, _softmax(x), rtol=1e-5, atol=1e-7)
-    assert_close(got.sum(axis=-1), 1.0, rtol=1e-5)
-
-
-def test_softmax_masked_rows(backend):
-    ninf = -np.inf
-    x = np.array([[0.0, ninf, 1.0, ninf], [ninf] * 4, [5.0, np.nan, 0.0, 1.0]], np.float32)
-    got = _run_softmax(backend, x, 32)
-    assert_close(got[0], _softmax(x[:1])[0], rtol=1e-6)
-    assert_same(got[1], 0.0)  # fully masked: zeros, documented
-    assert np.isnan(got[2]).all()  # NaN in, NaN out
-
-
-# -- argmax -------------------------------------------------------------------------------
-def _run_argmax(backend, x, block=BLOCK, kind="f32"):
-    rows, n = x.shape
-    out = backend.zeros((rows,), np.int32)
-    backend.launch(backend.kernel("argmax.cu", f"argmax_{kind}"), rows, block, (backend.upload(x), out, np.int32(n)))
-    return backend.download(out)
-
-
-@pytest.mark.parametrize("block", [32, 160, 256])
-@pytest.mark.parametrize("n", SIZES + [32000])
-def test_argmax(backend, n, block):
-    rng = _rng("argmax", n, block)
-    x = rng.standard_normal((3, n)).astype(np.float32)
-    assert_same(_run_argmax(backend, x, block), np.argmax(x, axis=-1))
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(n=st.integers(1, 700), levels=st.integers(1, 4), block=st.sampled_from([32, 64, 256]), seed=st.integers(0, 2**32 - 1))
-def test_argmax_ties_go_to_lowest_index(backend, n, levels, block, seed):
-    # few distinct values: the maximum repeats, usually across threads and warps
-    x = np.random.default_rng(seed).integers(0, levels, size=(2, n)).astype(np.float32)
-    assert_same(_run_argmax(backend, x, block), np.argmax(x, axis=-1))
-
-
-def test_argmax_special_values(backend):
-    ninf, nan = -np.inf, np.nan
-    x = np.array(
-        [
-            [ninf, ninf, ninf, ninf, ninf],  # all -inf: index 0
-            [1.0, nan, 3.0, nan, 2.0],  # NaN wins, first NaN (NumPy's rule)
-            [np.inf, 1.0, np.inf, 0.0, 0.0],  # +inf ties: lowest
-            [-0.0, 0.0, -1.0, -2.0, 0.0],  # -0 == 0: lowest
-        ],
-        np.float32,
-    )
-    assert_same(_run_argmax(backend, x, 32), [0, 1, 0, 0])
-    assert_same(np.argmax(x, axis=-1), [0, 1, 0, 0])
-
-
-@pytest.mark.parametrize("n", [1, 33, 4097])
-def test_argmax_f16(backend, n):
-    x = _rng("argmax16", n).standard_normal((2, n)).astype(np.float16)
-    assert_same(_run_argmax(backend, x, 128, "f16"), np.argmax(x, axis=-1))

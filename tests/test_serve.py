@@ -289,7 +289,7 @@ def test_load_with_malformed_requests_and_disconnects(server, offline):
 def test_token_logprobs_are_the_model_distribution():
     import numpy as np
 
-    from sharpinf.engine.model_runner import TokenLogprobs
+    from sharpinf.engine.logprobs import TokenLogprobs
 
     x = np.array([1.0, 3.0, 3.0, -2.0, 0.5], np.float32)
     lp = TokenLogprobs.of(x, 4, 3)

@@ -34,7 +34,7 @@ def model_facts(m) -> dict:
 
 
 def kv_budget_facts(m, backend: str, kv_dtype: str, gpu_memory_utilization: float, num_blocks: int | None) -> dict:
-    """Phase 0 as the engine runs it: upload the weights, then size the KV pool."""
+    """The KV budget as the engine sizes it at start-up: upload the weights, then size the KV pool."""
     from sharpinf.engine.config import EngineConfig
     from sharpinf.engine.kv_budget import plan_kv_budget
     from sharpinf.step.forward import ForwardPass
@@ -48,8 +48,8 @@ def kv_budget_facts(m, backend: str, kv_dtype: str, gpu_memory_utilization: floa
 
 @app.command()
 def info(model: str = typer.Argument(..., help="Registered name or path to a .gguf."),
-         backend: str = typer.Option(None, help="Also run Phase 0 on this backend (cuda, emu, auto): upload the "
-                                     "weights, measure free memory and host-to-device bandwidth, size the KV pool."),
+         backend: str = typer.Option(None, help="Also size the KV pool on this backend (cuda, emu, auto), as at engine "
+                                     "start-up: upload the weights, measure free memory and host-to-device bandwidth."),
          kv_dtype: str = typer.Option("fp16", help="KV dtype for the budget: fp16, bf16, fp32, q8_0."),
          gpu_memory_utilization: float = typer.Option(0.9, help="Share of the GPU the engine may use."),
          num_blocks: int = typer.Option(None, help="Fixed KV pool size in blocks (the emulator's budget)."),

@@ -1,4 +1,4 @@
-"""Phase 0: how many KV blocks the pool gets.
+"""The KV budget: how many KV blocks the pool gets, sized once at engine start-up.
 
 On a GPU, after the weights and the step buffers are allocated: take the free device
 memory, keep (1 - gpu_memory_utilization) of the card, a margin, and what the CUDA graphs

@@ -18,7 +18,8 @@ import numpy as np
 from sharpinf.engine.block_manager import BlockManager
 from sharpinf.engine.config import EngineConfig
 from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
-from sharpinf.engine.model_runner import ModelRunner, TokenLogprobs
+from sharpinf.engine.logprobs import TokenLogprobs
+from sharpinf.engine.model_runner import ModelRunner
 from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import Sequence
 from sharpinf.engine.watchdog import Watchdog, check_none_lost, describe

@@ -4,8 +4,8 @@ Only the chosen ids (one int per sampling sequence) come back to the host each s
 logits stay on the device, where the sampling kernel reads them. A request with a
 repetition penalty holds a history slot on the device while it runs: each step sends only
 the ids it has not sent yet (its prompt once, then one token a step), never the history.
-A request that asks for logprobs has its logits row copied back (that row only) and
-log-softmaxed on the host: the model's distribution, before penalty, temperature and filters.
+A request that asks for logprobs has its logits row copied back (that row only), which
+engine/logprobs.py turns into TokenLogprobs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sharpinf.step.batch import Batch, SeqChunk
+from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.engine.scheduler import ScheduledChunk
 from sharpinf.engine.sequence import Sequence
 from sharpinf.step.forward import ForwardPass
@@ -22,28 +23,6 @@ from sharpinf.step.kv_pool import KVPool
 from sharpinf.step.buffers import SamplingRows
 
 I32 = np.int32
-
-
-@dataclass
-class TokenLogprobs:
-    """A sampled token's log-probability under the model, and the k most likely ids with theirs."""
-
-    token_id: int
-    logprob: float
-    top: list[tuple[int, float]]  # (id, logprob), most likely first, ties by lowest id
-
-    @classmethod
-    def of(cls, logits: np.ndarray, token_id: int, k: int) -> "TokenLogprobs":
-        x = logits.astype(np.float64)
-        m = x.max()
-        lp = x - (m + np.log(np.exp(x - m).sum()))
-        top = []
-        if k:  # the k largest (argpartition: no full sort of a 150k vocabulary), then ordered, ties by id
-            cand = np.argpartition(-lp, min(k, len(lp) - 1))[: k + 1] if k < len(lp) else np.arange(len(lp))
-            kth = np.sort(lp[cand])[::-1][min(k, len(cand)) - 1]
-            cand = np.flatnonzero(lp >= kth)  # every id tied with the k-th too, so ties go by the lowest id
-            top = cand[np.lexsort((cand, -lp[cand]))][:k]
-        return cls(int(token_id), float(lp[token_id]), [(int(i), float(lp[i])) for i in top])
 
 
 @dataclass
@@ -55,7 +34,7 @@ class ModelRunner:
     tokens_run: int = 0
     last_batch: Batch | None = field(default=None, repr=False)
     free_slots: list[int] = field(init=False)
-    last_logprobs: dict[str, "TokenLogprobs"] = field(default_factory=dict, repr=False)  # request id -> this step's
+    last_logprobs: dict[str, TokenLogprobs] = field(default_factory=dict, repr=False)  # request id -> this step's
 
     def __post_init__(self):
         self.free_slots = list(range(self.fp.capacity.rows - 1, -1, -1))

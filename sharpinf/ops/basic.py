@@ -1,4 +1,4 @@
-"""Launchers for the small kernel families: elementwise, rmsnorm, gather, argmax.
+"""Launchers for the small kernel families: elementwise, rmsnorm, qk_norm, gather.
 
 Each launcher takes device arrays from the backend and plain ints/floats; it casts
 scalars to the C types the kernels declare, and states the launch's compulsory traffic
@@ -22,11 +22,6 @@ def _grid_1d(n: int, block: int = 256, cap: int = 1024) -> int:
 def add(be, a, b, out, n: int) -> None:
     """out = a + b (float32, n elements); out may alias a."""
     be.launch(kernel(be, "elementwise.cu", "add_f32"), _grid_1d(n), 256, (a, b, out, I32(n)), io=(8 * n, 4 * n))
-
-
-def silu_gate(be, gate, up, out, n: int) -> None:
-    """out = silu(gate) * up: the SwiGLU activation."""
-    act_gate(be, gate, up, out, n, "silu")
 
 
 def act_gate(be, gate, up, out, n: int, act: str) -> None:
@@ -64,16 +59,7 @@ def gather_rows(be, x, rows, out, n_rows: int, n_cols: int) -> None:
               io=(4 * n_rows * (n_cols + 1), 4 * n_rows * n_cols))
 
 
-def argmax(be, x, out, rows: int, n: int) -> None:
-    """out[r] = argmax(x[r]), ties to the lowest index."""
-    be.launch(kernel(be, "argmax.cu", "argmax_f32"), rows, 256, (x, out, I32(n)), io=(4 * rows * n, 4 * rows))
-
-
 # -- NumPy references ---------------------------------------------------------------------
 def rmsnorm_reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     x64 = x.astype(np.float64)
     return (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w).astype(F32)
-
-
-def gather_rows_reference(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    return x[rows]

@@ -17,8 +17,7 @@ class WantedKernel(Kernel):
 
 
 def kernel(be: Backend, filename: str, name: str) -> Kernel:
-    if be._collecting is not None:
-        be._collecting.append((filename, name))
+    if be.collect(filename, name):
         return WantedKernel(filename, name)
     per_backend = _cache.setdefault(be, {})
     key = (filename, name)

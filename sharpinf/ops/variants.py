@@ -44,7 +44,7 @@ import importlib
 import inspect
 import os
 import tomllib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -382,6 +382,3 @@ def describe_variants() -> list[dict]:
             rows.append({"op": op, "variant": v.name, "baseline": i == 0, "files": list(v.files), "summary": v.summary,
                          "like": v.like, "sets": [s for s, ops in SETS.items() if ops.get(op) == v.name]})
     return rows
-
-
-OPS = tuple(f.name for f in fields(KernelChoice))

@@ -371,7 +371,7 @@ class _Tracer:
 
     def sublayer_out(self, layer, prefix: str, names, W, a_read, post_norm, x0, proj_dev) -> np.ndarray:
         """The o-projection or the FFN's down projection and its residual add; returns x after."""
-        k, be = self.fp.k, self.be
+        k, be = self.fp.kernels, self.be
         adds = [n for n in names if _entry(n) in ("add_f32", "rmsnorm_add_f32")]
         mm = [n for n in names if n not in adds]
         x1 = self.dl(self.fp.ws.x)
@@ -387,7 +387,7 @@ class _Tracer:
     # -- the step -----------------------------------------------------------------------------------
     def run(self, d) -> None:
         fp, be, cfg, ref, N = self.fp, self.be, self.cfg, self.ref, self.N
-        ws, k, dv = fp.ws, fp.k, d.d
+        ws, k, dv = fp.ws, fp.kernels, d.d
         ids = np.asarray(self.batch.token_ids, np.int64)
         positions = np.asarray(self.batch.positions, np.int64)
         slots = np.asarray(self.batch.slot_mapping, np.int64)
@@ -502,7 +502,7 @@ class _Tracer:
         rows = x[tokens]
         want = _rmsnorm64(rows, ref.output_norm, cfg.rms_eps)
         selq = getattr(ws, "selq", None)
-        if fp.k.dp4a and selq is not None:
+        if fp.kernels.dp4a and selq is not None:
             got, note = _q8_values(self.be, selq, R)
             step = _q8_steps(want)
             self.check(None, "output_norm", norm_names, "norm_q8", got, want, step, (rows, ref.output_norm),

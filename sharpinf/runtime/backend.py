@@ -112,6 +112,14 @@ class Backend(ABC):
         finally:
             self._collecting = None
 
+    def collect(self, filename: str, name: str) -> bool:
+        """Inside collecting(): note that a launcher wants (file, entry) and return True, so it
+        compiles nothing; outside, False."""
+        if self._collecting is None:
+            return False
+        self._collecting.append((filename, name))
+        return True
+
     def launch(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
                io: tuple[int, int] | None = None) -> None:
         """prepare + run; inside recording() the launch is collected, not run."""

@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from sharpinf.engine.model_runner import TokenLogprobs
+from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.errors import RequestError
 from sharpinf.sampling import MAX_LOGPROBS, SamplingParams
 

@@ -123,7 +123,7 @@ class ForwardPass:
         self.release_plans()
         self.capacity = cap
         self.ws = Workspace(self.backend, self.cfg, cap, self.choice)
-        self.k = StepKernels(self.backend, self.cfg, self.choice, self.ws)
+        self.kernels = StepKernels(self.backend, self.cfg, self.choice, self.ws)
         self.seen_bits = self.backend.zeros((cap.rows, history_words(self.cfg.n_vocab)), np.uint32)
         if old_bits is not None:
             self.seen_bits[: old_bits.shape[0]] = old_bits
@@ -341,7 +341,7 @@ class ForwardPass:
         """embed -> layers for N tokens (padding included) over the descriptor's device fields."""
         self._emit_embed(N, d)
         for li, L in enumerate(self.layers):
-            self.k.layer(L, li, kv, d, N)
+            self.kernels.layer(L, li, kv, d, N)
 
     def _emit_embed(self, N: int, d: StepDescriptor) -> None:
         """ws.x = the embedding rows of the step's tokens (sharpinf/oracles/trace.py runs it alone)."""
@@ -351,7 +351,7 @@ class ForwardPass:
     def _emit_head(self, R: int, samples: bool, d: StepDescriptor) -> None:
         """The R logits rows: gather -> final norm -> LM head (-> sampling)."""
         be, cfg, ws, dv = self.backend, self.cfg, self.ws, d.d
-        self.k.head(self.output_norm, self.output, dv["logits_rows"], R)
+        self.kernels.head(self.output_norm, self.output, dv["logits_rows"], R)
         if samples:
             sample_rows(be, ws.logits, R, cfg.n_vocab, dv["params"], dv["top_k"], dv["seeds"], dv["steps"],
                         self.seen_bits, dv["slots"], dv["clear"], dv["add_off"], dv["add_ids"], ws.sampled,
