@@ -89,6 +89,18 @@ def test_greedy_is_argmax(backend, V):
     assert got.tolist() == want
 
 
+@pytest.mark.parametrize("V", [3, 1000])
+def test_greedy_special_values_as_numpy_argmax(backend, V):
+    """NaN wins (the first one), as np.argmax; +inf beats every finite value; -inf everywhere is id 0."""
+    x = np.random.default_rng(V).standard_normal((4, V)).astype(np.float32)
+    x[0, [V // 2, V - 1]] = np.nan
+    x[1, [1, V - 1]] = np.inf
+    x[2, :] = -np.inf
+    x[3, [2, 0]] = [np.inf, np.nan]
+    got = _run(backend, x, [SamplingParams(temperature=0.0)] * 4, [0] * 4, [0] * 4, [[]] * 4)
+    assert got.tolist() == [int(np.argmax(r)) for r in x] == [V // 2, 1, 0, 0]
+
+
 # -- token for token against the reference --------------------------------------------------
 @pytest.mark.parametrize("V", [1, 2, 7, 31, 33, 255, 257, 1000, 2049, 4999])
 def test_matches_reference(backend, V):
