@@ -59,8 +59,9 @@ bench: install
 	$(PY) bench/reference_decode.py
 
 # On a machine with an NVIDIA GPU: the GPU tests, `sharpinf verify --backend cuda` on SmolLM2 (or a
-# synthetic model of its shape), single-stream decode eager and with graphs, and the bench suites;
-# writes bench/results/gpu/<gpu>-<date>.json. PARTS=tests,verify,stream,bench picks some.
+# synthetic model of its shape), single-stream decode eager and with graphs, the bench suites, and
+# llama.cpp on the same files (peers: build it from .peers/, a copy of ../shared/peers/);
+# writes bench/results/gpu/<gpu>-<date>.json. PARTS=tests,verify,stream,bench,peers picks some.
 gpu-check: install
 	$(PY) bench/gpu_check.py $(if $(PARTS),--only $(PARTS))
 

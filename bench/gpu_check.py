@@ -1,7 +1,8 @@
 """`make gpu-check`: everything a GPU session should prove and measure, in one command.
 
-    python bench/gpu_check.py [--model smollm2-135m|PATH|smollm2-shape] [--only tests,verify,stream,bench]
+    python bench/gpu_check.py [--model smollm2-135m|PATH|smollm2-shape] [--only tests,verify,stream,bench,peers]
                               [--kernels fast,tensor,simple] [--big-model qwen3-8b-shape:Q4_K] [--out bench/results/gpu]
+                              [--llamacpp DIR] [--peers-models M1,M2] [--peers-sizes "pp=512 tg=128 npl=1,8,64"]
 
   tests   the GPU tests (pytest -m gpu: every kernel and oracle test's cuda case, graphs included)
   verify  `sharpinf verify MODEL --backend cuda --kernels all` (all oracles for the simple, the
@@ -11,7 +12,16 @@
   bench   `sharpinf bench MODEL --backend cuda` (decode, prefill, throughput, chunking, kernels, serve)
           and the host-cost suite (trace backend); the kernels and prefill suites on the big model too
           (prefill GEMMs at N = 128..2048 with TFLOP/s, prefill attention to 8k, 8 x 128 and 2 x 2048
-          prompts packed vs sequential with fast and tensor)
+          prompts packed vs sequential with fast and tensor) and the decode suite on the big model too; the
+          summary prints the ratios that matter: decode step time at B = 1, 8, 64 and B = 64 / B = 1, prefill
+          tokens/s of one 512- and one 2048-token prompt, 8 x 128 packed vs sequential
+  peers   llama.cpp on the same GGUF files in the same run (bench/peers.py): llama-bench pp512 and tg128,
+          llama-batched-bench decode at 1, 8 and 64 sequences, beside sharpinf's figures for the same tests
+          -> OUT/<gpu>-<date>/peers.json (rows: model, test, sharpinf_tok_s, llamacpp_tok_s, ratio) and a
+          table in that folder's README.md, under a PyTorch roofline row (bf16 GEMM TFLOP/s, copy GB/s).
+          Models: MODEL (when it is the real SmolLM2 or named), SmolLM2's and the big model's shapes.
+          llama.cpp: --llamacpp DIR or SHARPINF_LLAMACPP (a build with bin/llama-bench), else built
+          here from .peers/ (copy ../shared/peers/ there; git-ignored, carry it to a GPU machine)
 
 MODEL defaults to the real SmolLM2-135M when it is pulled (or SHARPINF_SMOLLM2_PATH names it),
 else a synthetic model of SmolLM2's shape (30 layers, n_embd 576, 9/3 heads, vocab 49152, Q4_1),
@@ -35,7 +45,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("tests", "verify", "stream", "bench")
+PARTS = ("tests", "verify", "stream", "bench", "peers")
+SMOLLM2_SHAPE = "smollm2-135m-shape:Q4_1"  # the peers part's SmolLM2-shaped file (sharpinf.model.synth.SHAPES)
 
 
 def smollm2_shape(cache: Path) -> Path:
@@ -63,12 +74,13 @@ def pick_model(name: str | None) -> tuple[str, str]:
     return str(smollm2_shape(cache_dir("synth"))), "synthetic, SmolLM2's shape (Q4_1)"
 
 
-def run(cmd: list[str], timeout: int) -> tuple[int, str, str, float]:
-    """(exit code, stdout, stderr + stdout for the log, seconds)."""
+def run(cmd: list[str], timeout: int, env: dict | None = None) -> tuple[int, str, str, float]:
+    """(exit code, stdout, stderr + stdout for the log, seconds); env: variables to set on top of ours."""
     t = time.perf_counter()
     print("+", " ".join(cmd), flush=True)
     try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **env} if env else None)
         out, log, rc = p.stdout, p.stderr + p.stdout, p.returncode
     except subprocess.TimeoutExpired as exc:
         out, log, rc = "", f"timed out after {timeout} s\n{exc.stdout or ''}", 124
@@ -96,6 +108,30 @@ def _kernel_summary(doc: dict) -> dict:
             "ptxas_spills": r.get("ptxas", {}).get("spills")}
 
 
+def peer_models(spec: str, model: str, label: str, given: bool, big: str) -> list[tuple[str, Path]]:
+    """(label, GGUF path) for the peers part: --peers-models, else MODEL when it is the real SmolLM2
+    or was named (not the synthetic stand-in), SmolLM2's shape and the big model."""
+    from sharpinf.bench.common import resolve_bench_model
+
+    names = [m.strip() for m in spec.split(",") if m.strip()] if spec else \
+        ([model] if given or label == "smollm2-135m" else []) + [SMOLLM2_SHAPE] + ([big] if big else [])
+    return [(Path(m).name if Path(m).is_file() else m, resolve_bench_model(m)[0]) for m in names]
+
+
+def _ratios(suites: dict) -> dict:
+    """The decode and prefill suites' ratios (decode step at B = 1, 8, 64; prefill tokens/s at 512
+    and 2048, packed vs sequential), by suite, and their summary lines."""
+    from sharpinf.bench import decode_scaling, prefill_packing
+
+    ratios, lines = {}, []
+    for key, doc in suites.items():
+        mod = decode_scaling if key.endswith("decode") else prefill_packing if key.endswith("prefill") else None
+        if mod is not None:
+            ratios[key] = doc["results"]["ratios"]
+            lines += [f"{key}: {line}" for line in mod.summary(doc)]
+    return {"ratios": ratios, "ratio_lines": lines}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None)
@@ -107,11 +143,24 @@ def main() -> int:
     ap.add_argument("--big-model", default="qwen3-8b-shape:Q4_K",
                     help="the 8B-class model for stream and the kernels suite: SHAPE-shape:TYPE (a benchmark model "
                          "of that shape, made here), a path or a registered name; '' skips it")
+    ap.add_argument("--llamacpp", default=None, help="peers: a llama.cpp build folder with bin/llama-bench and "
+                    "bin/llama-batched-bench (default $SHARPINF_LLAMACPP, else built from .peers/)")
+    ap.add_argument("--peers-models", default="", help="peers: comma list of models (names, paths, SHAPE-shape:TYPE); "
+                    "default MODEL, smollm2-135m-shape:Q4_1 and the big model")
+    ap.add_argument("--peers-sizes", default="", help='peers: e.g. "pp=512 tg=128 npl=1,8,64 npp=128 ntg=128 r=5" '
+                    "(the defaults; llama.cpp's flag names, r = repeats)")
     args = ap.parse_args()
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]
     if bad:
         print(f"unknown part(s) {bad}: choose from {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+    import peers
+
+    try:
+        sizes = peers.Sizes.parse(args.peers_sizes)
+    except peers.PeerError as exc:
+        print(exc, file=sys.stderr)
         return 2
 
     from sharpinf.errors import SharpinfError
@@ -170,8 +219,8 @@ def main() -> int:
         ok, logs = rc == 0 and bool(suites), "" if suites else log[-2000:]
         if big:
             big_dir = suites_dir / re.sub(r"[^A-Za-z0-9]+", "-", big)
-            rc2, out2, log2, secs2 = run([py, "-m", "sharpinf", "bench", big, "--backend",
-                                          args.backend, "--out", str(big_dir), "--suite", "kernels,prefill", "--json"] + quick,
+            rc2, out2, log2, secs2 = run([py, "-m", "sharpinf", "bench", big, "--backend", args.backend, "--out",
+                                          str(big_dir), "--suite", "kernels,prefill,decode", "--json"] + quick,
                                          3600)
             big_suites = (last_json(out2) or {}).get("suites", {})
             ok, secs = ok and rc2 == 0 and bool(big_suites), secs + secs2
@@ -181,12 +230,21 @@ def main() -> int:
                                     "files": str(suites_dir.relative_to(ROOT) if suites_dir.is_relative_to(ROOT)
                                                  else suites_dir),
                                     "kernels": {k: _kernel_summary(v) for k, v in suites.items() if k.endswith("kernels")},
-                                    "log": logs}
+                                    **_ratios(suites), "log": logs}
+    if "peers" in parts:
+        t0 = time.perf_counter()
+        try:
+            models = peer_models(args.peers_models, model, label, args.model not in (None, "smollm2-shape"), big)
+            result = peers.part(models, args.backend, kernel_sets[0], sizes, suites_dir, args.llamacpp, run)
+        except (peers.PeerError, SharpinfError) as exc:
+            result = {"ok": False, "error": f"peers: {exc}", "rows": []}
+        report["parts"]["peers"] = {**result, "seconds": round(time.perf_counter() - t0, 1),
+                                    "model": ", ".join(dict.fromkeys(r["model"] for r in result["rows"])) or label}
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{stamp}.json"
     for r in report["parts"].values():
-        r["model"] = label
+        r.setdefault("model", label)
     if path.exists():  # a run of some parts (--only) keeps the other parts of the day's report
         try:
             earlier = json.loads(path.read_text())
@@ -205,7 +263,11 @@ def main() -> int:
                               if v["ok"] else f"{k}: FAILED" for k, v in r["runs"].items())
         elif name == "tests":
             extra = " ".join(r["summary"]) if isinstance(r["summary"], list) else ""
+        elif name == "peers":
+            extra = peers.summary(r)
         print(f"  {name:<7} {'ok  ' if r['ok'] else 'FAIL'} {r['seconds']:>7.1f} s  [{r.get('model')}]  {extra}")
+        for line in r.get("ratio_lines", []):
+            print(f"          {line}")
     print(f"wrote {path}")
     return 0 if all(r["ok"] for r in report["parts"].values()) else 1
 

@@ -33,6 +33,9 @@ def test_bench_quick_all_suites(tmp_path):
     d = json.loads((tmp_path / "decode.json").read_text())["results"]["rows"]
     assert [r["batch_size"] for r in d] == [1, 2, 4, 8]
     assert all(r["step_s"] > 0 and r["tok_per_s"] > 0 for r in d)
+    ratios = json.loads((tmp_path / "decode.json").read_text())["results"]["ratios"]  # of B = 1, 8, 64: those run
+    assert ratios["step_ms"] == {"1": d[0]["step_s"] * 1e3, "8": d[3]["step_s"] * 1e3}
+    assert ratios["step_time_x_vs_1"] == {"8": d[3]["step_s"] / d[0]["step_s"]}
 
     p = json.loads((tmp_path / "prefill.json").read_text())["results"]["configs"][0]
     assert (p["prompts"], p["prompt_len"]) == (4, 16)
@@ -40,6 +43,8 @@ def test_bench_quick_all_suites(tmp_path):
     assert p["packed"]["steps"] == 1 and p["sequential"]["steps"] == 4
     assert p["packed"]["tok_per_s"] > 0 and p["sequential"]["tok_per_s"] > 0
     assert p["next_token_agreement"] == 1.0
+    ratios = json.loads((tmp_path / "prefill.json").read_text())["results"]["ratios"]  # no S = 1 configuration here
+    assert ratios == {"simple": {"prefill_tok_s": {}, "packed_vs_sequential": {"4x16": p["speedup"]}}}
 
     c = json.loads((tmp_path / "chunking.json").read_text())["results"]
     budget = json.loads((tmp_path / "chunking.json").read_text())["config"]["budget"]
@@ -115,6 +120,8 @@ def test_prefill_suite_sets_the_tensor_core_variants_beside_dp4a(tmp_path):
     assert v["packed"]["tokens"] == c["packed"]["tokens"] == 40
     t = c["variants"]["tensor"]
     assert not t["must_agree"] and t["next_token_agreement"] == 1.0  # packed = sequential with flash too
+    assert r["ratios"] == {k: {"prefill_tok_s": {}, "packed_vs_sequential": {"2x20": m["speedup"]}}
+                           for k, m in [("fast", c), *c["variants"].items()]}
 
 
 def test_host_suite_counts_the_simple_kernels_launches(tmp_path):
@@ -172,5 +179,8 @@ def test_gpu_check_script_writes_its_report(tmp_path):
     assert all(r["decode_tokens_per_s"] > 0 and r["decode_tokens_per_s_eager"] > 0 for r in runs.values())
     bench = doc["parts"]["bench"]
     assert set(bench["suites"]) == {"decode", "prefill", "throughput", "chunking", "kernels", "host", "serve",
-                                    f"{big} kernels", f"{big} prefill"}
+                                    f"{big} kernels", f"{big} prefill", f"{big} decode"}
+    assert set(bench["ratios"]) == {"decode", "prefill", f"{big} decode", f"{big} prefill"}
+    assert set(bench["ratios"][f"{big} decode"]["step_time_x_vs_1"]) == {"8"}  # --quick: B = 1, 2, 4, 8
+    assert f"{big} decode: decode step at B = 1, 8: " in proc.stdout
     assert set(bench["kernels"]) == {"kernels", f"{big} kernels"} and bench["kernels"]["kernels"]["n1"]

@@ -1,8 +1,10 @@
 """Benchmark suites: `sharpinf bench` (see sharpinf/cli/bench_cmd.py) or run_suites() from Python.
 
     throughput  requests with Poisson arrivals through the engine: tok/s, TTFT, ITL, KV, prefix cache
-    decode      one decode step vs batch size B: weights read once per step for all B sequences
-    prefill     S prompts in one packed step vs one step each
+    decode      one decode step vs batch size B: weights read once per step for all B sequences;
+                ratios: the step at B = 1, 8, 64 and B = 64 / B = 1
+    prefill     S prompts in one packed step vs one step each; ratios: one prompt's tokens/s at 512
+                and 2048 tokens, 8 x 128 packed vs sequential
     chunking    decoders' inter-token gaps while a long prompt arrives, chunked prefill on vs off
     kernels     each variant of each op (simple vs fast) on the model's shapes, N = 1, 8, 64:
                 time, achieved GB/s beside the measured device bandwidth, ptxas registers/spills

@@ -17,6 +17,7 @@ from sharpinf.bench.common import (BenchContext, envelope, fmt_ms, fmt_rate, pyp
 from sharpinf.step.kv_pool import KVPool
 
 SUITE = "decode"
+RATIO_SIZES = (1, 8, 64)  # the batch sizes the summary compares: B = 64's step over B = 1's is the number that matters
 
 
 def defaults(on_gpu: bool, quick: bool) -> dict:
@@ -65,7 +66,25 @@ def run(ctx: BenchContext, batch_sizes: list[int], context: int, repeats: int, b
                   kv_dtype=kv_dtype, timing="median of repeats after 1 warm-up, synchronized")
     del pool
     ctx.release()
-    return envelope(ctx, SUITE, config, {"weight_bytes_per_step": wbytes, "rows": rows})
+    return envelope(ctx, SUITE, config, {"weight_bytes_per_step": wbytes, "rows": rows, "ratios": ratios(rows)})
+
+
+def ratios(rows: list[dict]) -> dict:
+    """Step time at B = 1, 8, 64 (those measured) and each step over B = 1's: 1.0 is the ideal
+    (weights read once a step whatever B), B = 64's is where the step stops being weight-bound."""
+    step = {r["batch_size"]: r["step_s"] for r in rows}
+    return {"step_ms": {str(b): step[b] * 1e3 for b in RATIO_SIZES if b in step},
+            "step_time_x_vs_1": {str(b): step[b] / step[1] for b in RATIO_SIZES[1:] if b in step and 1 in step}}
+
+
+def summary(doc: dict) -> list[str]:
+    """A line: the step times at B = 1, 8, 64 and their ratios to B = 1."""
+    r = doc["results"]["ratios"]
+    if not r["step_ms"]:
+        return ["decode: none of B = 1, 8, 64 measured"]
+    times = ", ".join(f"{v:.2f}" for v in r["step_ms"].values())
+    x = "; ".join(f"B = {b} / B = 1: {v:.2f}x" for b, v in r["step_time_x_vs_1"].items())
+    return [f"decode step at B = {', '.join(r['step_ms'])}: {times} ms" + (f"; {x}" if x else "")]
 
 
 def table(doc: dict) -> Table:
@@ -75,6 +94,7 @@ def table(doc: dict) -> Table:
     for r in doc["results"]["rows"]:
         t.add_row(str(r["batch_size"]), fmt_ms(r["step_s"]), fmt_rate(r["tok_per_s"]), f"{r['speedup_vs_first']:.2f}",
                   f"{r['step_time_ratio_vs_first']:.2f}", f"{r['weight_gb_per_s']:.2f}")
+    t.caption = "\n".join(summary(doc))
     return t
 
 

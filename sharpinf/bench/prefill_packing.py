@@ -1,6 +1,7 @@
 """Packed vs sequential prefill: S prompts in one packed step vs one step per prompt, for each
-(S, length) configuration -- on a GPU 8 x 128 and 2 x 2048 -- and, when the matmuls are dp4a's,
-the same with the tensor-core variants beside them: matmul=mma alone (bit-identical to dp4a, so
+(S, length) configuration -- on a GPU 8 x 128, 2 x 2048, and one prompt alone at 512 and 2048
+tokens (the prefill tokens/s the ratios report, beside 8 x 128's packed over sequential) -- and,
+when the matmuls are dp4a's, the same with the tensor-core variants beside them: matmul=mma alone (bit-identical to dp4a, so
 the next tokens must agree exactly) and the tensor set (mma matmuls + flash attention, whose f16
 operands round differently: agreement reported, not required).
 
@@ -24,9 +25,9 @@ SUITE = "prefill"
 
 
 def defaults(on_gpu: bool, quick: bool) -> dict:
-    if on_gpu:
-        return dict(configs=[[8, 128], [2, 2048]] if not quick else [[8, 128]], repeats=10 if not quick else 3,
-                    block_size=16)
+    if on_gpu:  # one prompt alone at 512 and 2048 tokens: the prefill tokens/s the summary reports
+        return dict(configs=[[8, 128], [2, 2048], [1, 512], [1, 2048]] if not quick else [[8, 128], [1, 512]],
+                    repeats=10 if not quick else 3, block_size=16)
     if quick:
         return dict(configs=[[4, 16]], repeats=1, block_size=16)
     return dict(configs=[[8, 64], [2, 128]], repeats=3, block_size=16)
@@ -103,7 +104,32 @@ def run(ctx: BenchContext, configs: list, repeats: int, block_size: int, prompts
     config = dict(configs=[list(c) for c in configs], repeats=repeats, block_size=block_size,
                   timing="median of repeats after 1 warm-up, synchronized")
     ctx.release()
-    return envelope(ctx, SUITE, config, {"kernels": fp.choice.name, "configs": out})
+    res = {"kernels": fp.choice.name, "configs": out}
+    return envelope(ctx, SUITE, config, {**res, "ratios": ratios(res)})
+
+
+def ratios(res: dict) -> dict:
+    """Per kernel set: tokens/s of one prompt prefilled alone, by its length (the S = 1 configurations:
+    512 and 2048 on a GPU), and packed over sequential for several prompts, by "SxLEN" (8x128)."""
+    out: dict = {}
+    for c in res["configs"]:
+        for kname, m in [(res["kernels"], c)] + list(c["variants"].items()):
+            r = out.setdefault(kname, {"prefill_tok_s": {}, "packed_vs_sequential": {}})
+            if c["prompts"] == 1:
+                r["prefill_tok_s"][str(c["prompt_len"])] = m["packed"]["tok_per_s"]
+            else:
+                r["packed_vs_sequential"][f"{c['prompts']}x{c['prompt_len']}"] = m["speedup"]
+    return out
+
+
+def summary(doc: dict) -> list[str]:
+    """A line per kernel set: prefill tokens/s by prompt length, packed vs sequential."""
+    lines = []
+    for kname, r in doc["results"]["ratios"].items():
+        parts = [f"{n} tokens {fmt_rate(v)} tok/s" for n, v in r["prefill_tok_s"].items()]
+        parts += [f"{k} packed {v:.2f}x sequential" for k, v in r["packed_vs_sequential"].items()]
+        lines.append(f"prefill, {kname}: " + "; ".join(parts))
+    return lines
 
 
 def table(doc: dict) -> Table:
@@ -118,7 +144,7 @@ def table(doc: dict) -> Table:
                           fmt_ms(x["time_s"]), fmt_rate(x["tok_per_s"]),
                           f"{m['speedup']:.2f}" if name == "packed" else "1.00")
     agree = [f"{c['prompts']} x {c['prompt_len']}: {c['next_token_agreement']:.0%}" for c in r["configs"]]
-    t.caption = "packed and sequential give the same next token: " + ", ".join(agree)
+    t.caption = "\n".join(["packed and sequential give the same next token: " + ", ".join(agree)] + summary(doc))
     return t
 
 
