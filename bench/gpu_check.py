@@ -24,8 +24,8 @@
           here from .peers/ (copy ../shared/peers/ there; git-ignored, carry it to a GPU machine)
 
 MODEL defaults to the real SmolLM2-135M when it is pulled (or SHARPINF_SMOLLM2_PATH names it),
-else a synthetic model of SmolLM2's shape (30 layers, n_embd 576, 9/3 heads, vocab 49152, Q4_1),
-made on the spot. `verify` needs the real model: the oracles' tolerances are measured on trained
+else the benchmark model of SmolLM2's shape in Q4_1 (sharpinf.model.synth.SHAPES, tiled random
+weights, as `sharpinf bench smollm2-135m-shape:Q4_1` uses), made on the spot. `verify` needs the real model: the oracles' tolerances are measured on trained
 weights, and 30 layers of random weights amplify rounding chaotically (a kernel-vs-reference gap
 of 0.5 with float kernels), so on the synthetic shape verify's failures say nothing about the
 kernels. Writes OUT/<gpu>-<date>.json (every result, the device's facts; a run of some parts
@@ -49,19 +49,10 @@ PARTS = ("tests", "verify", "stream", "bench", "peers")
 SMOLLM2_SHAPE = "smollm2-135m-shape:Q4_1"  # the peers part's SmolLM2-shaped file (sharpinf.model.synth.SHAPES)
 
 
-def smollm2_shape(cache: Path) -> Path:
-    from sharpinf.model.synth import write_synthetic_model
-
-    path = cache / "smollm2-shape-q4_1.gguf"
-    if not path.exists():
-        write_synthetic_model(path, "llama", "Q4_1", n_layer=30, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536,
-                              context_length=8192, n_vocab=49152, rope_theta=100000.0)
-    return path
-
-
 def pick_model(name: str | None) -> tuple[str, str]:
     """(argument for the CLI, label)."""
     from sharpinf.model.registry import is_pulled, model_path
+    from sharpinf.model.synth import shape_model
     from sharpinf.runtime.paths import cache_dir
 
     if name and name != "smollm2-shape":
@@ -71,7 +62,7 @@ def pick_model(name: str | None) -> tuple[str, str]:
         return local, "smollm2-135m"
     if name is None and is_pulled("smollm2-135m"):
         return str(model_path("smollm2-135m")), "smollm2-135m"
-    return str(smollm2_shape(cache_dir("synth"))), "synthetic, SmolLM2's shape (Q4_1)"
+    return str(shape_model("smollm2-135m", "Q4_1", cache_dir("synth"))), "synthetic, SmolLM2's shape (Q4_1)"
 
 
 def run(cmd: list[str], timeout: int, env: dict | None = None) -> tuple[int, str, str, float]:

@@ -364,8 +364,6 @@ def test_split_attention_q8_1_output(backend, variant):
 
 def test_attention_forward_matches_single_sequence_oracle(backend):
     """Through the whole chain: rope -> kv_append -> attention vs sharpinf.oracles.reference's math for one sequence."""
-    from sharpinf.oracles.reference import apply_rope, rope_cos_sin
-
     rng = _rng("chain")
     n_heads, n_kv, hd, L, bs, theta = 4, 2, 64, 23, 4, 10000.0
     q_dim, kv_dim = n_heads * hd, n_kv * hd
@@ -384,9 +382,8 @@ def test_attention_forward_matches_single_sequence_oracle(backend):
     attn_ops.attention(backend, "f32", d_qkv, stride, kc, vc, backend.upload(tables), 8,
                        backend.upload(np.array([0, L], np.int32)), d_pos, out, L, 1, n_heads, n_kv, hd, bs,
                        1.0 / np.sqrt(hd))
-    cos, sin = rope_cos_sin(pos, hd, theta)
-    q = apply_rope(qkv[:, :q_dim].reshape(L, n_heads, hd), cos, sin, "neox").astype(np.float64)
-    k = apply_rope(qkv[:, q_dim:q_dim + kv_dim].reshape(L, n_kv, hd), cos, sin, "neox").astype(np.float64)
+    q = rope_ops.rope_reference(qkv[:, :q_dim].reshape(L, n_heads, hd), pos, theta, "neox").astype(np.float64)
+    k = rope_ops.rope_reference(qkv[:, q_dim:q_dim + kv_dim].reshape(L, n_kv, hd), pos, theta, "neox").astype(np.float64)
     v = qkv[:, q_dim + kv_dim:].reshape(L, n_kv, hd).astype(np.float64)
     want = np.zeros((L, n_heads, hd))
     for h in range(n_heads):

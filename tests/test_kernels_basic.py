@@ -9,6 +9,8 @@ import zlib
 
 import numpy as np
 import pytest
+
+from sharpinf.ops import basic
 from asserts import assert_close, assert_same
 
 SIZES = [1, 31, 33, 257, 1000, 4097]
@@ -26,14 +28,12 @@ def _grid_1d(n: int, block: int = BLOCK, cap: int = 4) -> int:
 
 # -- elementwise --------------------------------------------------------------------------
 def _silu_gate(g, u):
-    g = g.astype(np.float64)
     with np.errstate(over="ignore"):  # exp(-g) -> inf for very negative g: the result is -0
-        return g / (1.0 + np.exp(-g)) * u.astype(np.float64)
+        return basic.act_reference("silu", g.astype(np.float64)) * u.astype(np.float64)
 
 
 def _gelu_gate(g, u):
-    g = g.astype(np.float64)  # ggml_gelu's tanh form (sharpinf/oracles/reference.py's gelu_tanh, in float64)
-    return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * g * (1 + 0.044715 * g * g))) * u.astype(np.float64)
+    return basic.act_reference("gelu_tanh", g.astype(np.float64)) * u.astype(np.float64)
 
 
 OPS = {"add": np.add, "silu_gate": _silu_gate, "gelu_gate": _gelu_gate}
@@ -71,9 +71,7 @@ def test_silu_gate_extremes(backend):
 
 def test_gelu_gate_extremes_and_the_reference(backend):
     """GeGLU at the tails (gelu(-1e4) = -0, gelu(1e4) = 1e4: tanh saturates, nothing overflows) and
-    against sharpinf/oracles/reference.py's float32 gelu_tanh."""
-    from sharpinf.oracles.reference import gelu_tanh
-
+    against the Reference's float32 gelu_tanh."""
     g = np.array([-1e4, -100.0, -10.0, -3.0, -0.5, 0.0, 0.5, 3.0, 10.0, 100.0, 1e4], np.float32)
     u = np.linspace(0.5, 2.0, g.size).astype(np.float32)
     out = backend.empty(g.shape, np.float32)
@@ -82,13 +80,11 @@ def test_gelu_gate_extremes_and_the_reference(backend):
     got = backend.download(out)
     assert np.all(np.isfinite(got))
     assert_close(got, _gelu_gate(g, u), rtol=5e-5, atol=1e-6)
-    assert_close(got, gelu_tanh(g) * u, rtol=5e-5, atol=1e-6)
+    assert_close(got, basic.act_reference("gelu_tanh", g) * u, rtol=5e-5, atol=1e-6)
 
 
 def test_softcap(backend):
     """x = cap * tanh(x / cap) in place: small logits almost unchanged, large ones bounded by cap."""
-    from sharpinf.ops import basic
-
     x = np.array([-1e4, -45.0, -3.0, 0.0, 0.25, 3.0, 29.0, 45.0, 1e4], np.float32)
     d = backend.upload(x)
     basic.softcap(backend, d, x.size, 30.0)
@@ -101,8 +97,6 @@ def test_softcap(backend):
 def test_rmsnorm_add(backend, n):
     """Gemma 3's post-norm: x += rmsnorm(y) * w, as rmsnorm_f32 then add_f32 within an ulp (the add
     may fuse with the last product into one FMA), y untouched."""
-    from sharpinf.ops import basic
-
     rng = _rng("rmsnorm_add", n)
     rows = 3
     x, y = (rng.standard_normal((2, rows, n)) * 3).astype(np.float32)
@@ -116,13 +110,12 @@ def test_rmsnorm_add(backend, n):
     assert_close(backend.download(dx), backend.download(want), rtol=0,
                                atol=2.5e-7 * np.abs(backend.download(want)).max())
     assert_same(backend.download(dy), y)
-    assert_close(backend.download(dx), x + basic.rmsnorm_reference(y, w, 1e-6), rtol=1e-5, atol=1e-5)
+    assert_close(backend.download(dx), x + basic.rmsnorm_reference(y.astype(np.float64), w, 1e-6), rtol=1e-5, atol=1e-5)
 
 
 # -- rmsnorm ----------------------------------------------------------------------------
 def _rmsnorm(x, w, eps):
-    x64 = x.astype(np.float64)
-    return x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + eps) * w
+    return basic.rmsnorm_reference(x.astype(np.float64), w, eps)
 
 
 @pytest.mark.parametrize("block", [32, 96, 256])

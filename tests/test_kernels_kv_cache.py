@@ -13,7 +13,11 @@ import pytest
 from sharpinf.ops import kv_cache as kv_ops
 from asserts import assert_same
 
-KV_DTYPES = ("f16", "bf16", "f32", "q8_0")
+KV_DTYPES = kv_ops.KV_DTYPES
+# a q8_0 block whose scale is exactly 1 (amax 127): every other value is a tie, x.5, which ggml's
+# roundf (and so the KV kernels and model/quants.py's one Q8_0 quantizer) takes away from zero
+TIES = np.concatenate([[127.0], np.arange(-15, 16) + 0.5]).astype(np.float32)
+TIES_Q = (np.sign(TIES) * np.floor(np.abs(TIES) + 0.5)).astype(np.int8)
 
 
 def _rng(*key) -> np.random.Generator:
@@ -37,6 +41,7 @@ def test_kv_append(backend, kv_dtype, n_kv_heads, head_dim):
     qkv = (rng.standard_normal((n_tokens, stride)) * rng.uniform(0.01, 100, (n_tokens, 1))).astype(np.float32)
     qkv[3, q_dim:q_dim + 32] = 0.0  # an all-zero q8_0 block: d = 0
     qkv[4, q_dim + 1] = 127.5 / 127 * np.abs(qkv[4, q_dim:q_dim + 32]).max()  # a block whose amax quantizes to exactly 127
+    qkv[6, q_dim:q_dim + 32] = TIES
     slots = rng.permutation(num_blocks * block_size)[:n_tokens].astype(np.int32)
     slots[5] = -1  # padding: writes nothing
     shape, dt = kv_ops.kv_cache_shape(kv_dtype, num_blocks, block_size, n_kv_heads, head_dim)
@@ -51,14 +56,7 @@ def test_kv_append(backend, kv_dtype, n_kv_heads, head_dim):
     # bit-exact: one IEEE rounding (f16/bf16), and the q8_0 quantizer's exact float32 steps
     assert_same(backend.download(kc).view(np.uint8), wk.view(np.uint8))
     assert_same(backend.download(vc).view(np.uint8), wv.view(np.uint8))
+    if kv_dtype == "q8_0":  # the ties, by name: d = 1, q = TIES rounded away from zero
+        tie = backend.download(kc)[slots[6], 0, :34]
+        assert tie[:2].view(np.float16)[0] == 1.0 and list(tie[2:].view(np.int8)) == list(TIES_Q)
 
-
-def test_q8_0_reference_roundtrip():
-    x = _rng("q8rt").standard_normal((5, 64)).astype(np.float32)
-    y = kv_ops.dequantize_q8_0(kv_ops.quantize_q8_0(x))
-    amax = np.abs(x.reshape(5, 2, 32)).max(-1, keepdims=True)
-    # half a step, plus up to 127 steps of the fp16 rounding of d (2^-11 relative)
-    assert np.all(np.abs((y - x).reshape(5, 2, 32)) <= amax / 127 * (0.5 + 127 * 2.0**-11) * 1.001)
-    z = kv_ops.quantize_q8_0(np.zeros((1, 32), np.float32))
-    assert not z.any()
-    assert list(kv_ops._round_half_away(np.array([0.5, -0.5, 1.5, 2.5, 0.49999997], np.float32))) == [1, -1, 2, 3, 0]

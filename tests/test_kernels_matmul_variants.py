@@ -44,7 +44,7 @@ def test_every_matmul_variant_matches_its_reference_and_is_batch_invariant(backe
         def run(rows: slice):
             n = rows.stop - rows.start
             Y = backend.empty((n, n_out), np.float32)
-            if v.q8_activations:
+            if v.activations == "q8_1":
                 from sharpinf.ops.quant_act import Q8Act
 
                 Xr = Q8Act(backend.upload(q[rows]), backend.upload(d[rows]), backend.upload(s[rows]), n_in)
@@ -56,7 +56,7 @@ def test_every_matmul_variant_matches_its_reference_and_is_batch_invariant(backe
 
         got = run(slice(0, N_TOKENS))
         assert np.isfinite(got).all(), f"{name} {quants.qtype_name(qtype)}: non-finite output"
-        if v.q8_activations:
+        if v.activations == "q8_1":
             want = matmul_dp4a_reference(raw, qtype, q, d, bias)
             err = np.abs(got.astype(np.float64) - want)
             assert (err <= _bound(raw, qtype, q, d) + 1e-6 * np.abs(bias)).all(), f"{name}: max err {err.max():.3g}"

@@ -12,7 +12,7 @@ from sharpinf.ops import rope as rope_ops
 from sharpinf.ops.variants import variant as _registered
 from sharpinf.ops.variants import variants_of
 from asserts import assert_close, assert_same
-from test_kernels_kv_cache import KV_DTYPES, _poison, _rng
+from test_kernels_kv_cache import KV_DTYPES, TIES, _poison, _rng
 
 
 # -- rope -------------------------------------------------------------------------------------
@@ -65,6 +65,7 @@ def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, 
     q_dim, kv_dim = nh * head_dim, nkv * head_dim
     stride = q_dim + 2 * kv_dim
     qkv = rng.standard_normal((n, stride)).astype(np.float32)
+    qkv[0, q_dim + kv_dim:q_dim + kv_dim + 32] = TIES  # V is stored as it is: q8_0's ties reach the cache
     pos = rng.integers(0, 3000, n).astype(np.int32)
     slots = rng.permutation(8 * bs)[:n].astype(np.int32)
     slots[4] = -1
@@ -89,3 +90,5 @@ def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, 
                                    kv_ops.decode_kv(kv_dtype, k0)[slots[slots >= 0]], rtol=0,
                                    atol=0.02 * np.abs(q0).max())
     assert_same(v1.view(np.uint8), v0.view(np.uint8))
+    want_v = kv_ops.encode_kv(kv_dtype, qkv[:, q_dim + kv_dim:].reshape(n, nkv, head_dim))
+    assert_same(v1[slots[slots >= 0]].view(np.uint8), want_v[slots >= 0].view(np.uint8))

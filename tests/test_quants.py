@@ -131,6 +131,20 @@ def test_degenerate_blocks(name):
     assert np.allclose(y, const, atol=ROUND_TRIP_BOUND[name] * 0.75)
 
 
+def test_q8_0_is_ggmls_quantizer():
+    """Q8_0 quantizes as ggml's quantize_row_q8_0_ref (gguf-py copies it) bit for bit: d = amax / 127
+    in float32, q = roundf(x / d), ties away from zero. The KV cache's q8_0 uses this quantizer too."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((64, 32)) * rng.uniform(1e-3, 1e3, (64, 1))).astype(np.float32)
+    ties = np.concatenate([[127.0], np.arange(-15, 16) + 0.5]).astype(np.float32)  # d = 1: every x.5 a tie
+    x[0], x[1] = ties, 0.0
+    raw = q.quantize(x, q.Q8_0)
+    assert np.array_equal(raw, gq.quantize(x, gguf.GGMLQuantizationType.Q8_0))
+    half_away = np.sign(ties) * np.floor(np.abs(ties) + 0.5)
+    assert raw[0, :2].view(np.float16)[0] == 1.0 and np.array_equal(raw[0, 2:].view(np.int8), half_away)
+    assert not raw[1].any()
+
+
 def test_dequantize_rejects_wrong_sizes():
     with pytest.raises(ValueError):
         q.dequantize(np.zeros(33, np.uint8), q.Q8_0, (32,))

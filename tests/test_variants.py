@@ -208,6 +208,35 @@ def test_a_variant_is_dispatched_from_the_registry(emu):
         unregister("attention", "again")
 
 
+def test_a_matmul_variant_brings_the_norm_it_declares(emu):
+    """StepKernels runs the norm the matmul entry declares (nothing inferred from its name or files);
+    an entry that leaves out its activations or norm, or another op's that declares them, fails."""
+    from sharpinf.ops import attention as attn_ops
+    from sharpinf.ops import basic
+    from sharpinf.ops import matmul as mm_ops
+    from sharpinf.ops.variants import Variant, register, unregister
+
+    rows = []
+
+    def norm(be, x, w, y, n_rows, n, eps):
+        rows.append(n_rows)
+        basic.rmsnorm(be, x, w, y, n_rows, n, eps)
+
+    register(Variant("matmul", "mine", ("matmul.cu",), mm_ops.matmul, "a test's", activations="f32", norm=norm))
+    try:
+        fp = ForwardPass(_model("llama"), emu, kernels="matmul=mine", compile_ahead=False)
+        assert fp.choice.of("matmul").brings == "f32 activations, norm norm" and not fp.choice.q8_activations
+        assert rows  # the dry run of the step's dispatch called it: two norms a layer, then the head's
+    finally:
+        unregister("matmul", "mine")
+    with pytest.raises(SharpinfError, match="matmul=bad: a matmul variant declares its activations"):
+        Variant("matmul", "bad", ("matmul.cu",), mm_ops.matmul, "no norm", activations="f32")
+    with pytest.raises(SharpinfError, match="matmul=bad: a matmul variant declares its activations"):
+        Variant("matmul", "bad", ("matmul.cu",), mm_ops.matmul, "int4?", activations="q4", norm=basic.rmsnorm)
+    with pytest.raises(SharpinfError, match="attention=bad: activations, norm and gate_up are a matmul"):
+        Variant("attention", "bad", ("attention.cu",), attn_ops.attention, "a norm?", norm=basic.rmsnorm)
+
+
 def test_a_variant_without_a_launcher_or_files_fails_when_declared():
     from sharpinf.ops.variants import Variant
 

@@ -35,7 +35,7 @@ from sharpinf.model import quants
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic
 from sharpinf.ops import kv_cache as kv_ops
-from sharpinf.ops.quant_act import Q8Act, quantize_q8_1, rmsnorm_q8_1
+from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
 from sharpinf.ops.variants import OP_NAMES, REGISTRY, Variant, baseline
 
 SUITE = "kernels"
@@ -135,19 +135,16 @@ def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng, sel: Sel
     cfg, L = fp.cfg, fp.layers[0]
     x_e = _rand(be, rng, N, cfg.n_embd)
     cases: list[_Case] = []
-    if "norm" in sel.ops:  # the norm the matmul family's activations need: float, or q8_1 fused into it
+    if "norm" in sel.ops:  # the norm each matmul variant declares: float rows, or q8_1 fused into it
         h, hq = be.empty((N, cfg.n_embd), np.float32), Q8Act.empty(be, N, cfg.n_embd)
         nb_in = 4 * N * cfg.n_embd + 4 * cfg.n_embd
-        kinds = {}  # one case per kind of activation, named by the first variant that reads it
+        kinds = {}  # one case per norm, named by the first variant that brings it
         for v in sel.variants_of("matmul"):
-            kinds.setdefault(v.q8_activations, v.name)
-        for q8, name in kinds.items():
-            if q8:
-                cases.append(_Case("norm", f"{N}x{cfg.n_embd}", name, N, nb_in + N * cfg.n_embd * 9 // 8,
-                                   [lambda: rmsnorm_q8_1(be, x_e, L.attn_norm, hq, N, cfg.n_embd, cfg.rms_eps)]))
-            else:
-                cases.append(_Case("norm", f"{N}x{cfg.n_embd}", name, N, nb_in + 4 * N * cfg.n_embd,
-                                   [lambda: basic.rmsnorm(be, x_e, L.attn_norm, h, N, cfg.n_embd, cfg.rms_eps)]))
+            kinds.setdefault(v.norm, v)
+        for norm, v in kinds.items():
+            out, nb_out = (hq, N * cfg.n_embd * 9 // 8) if v.activations == "q8_1" else (h, 4 * N * cfg.n_embd)
+            cases.append(_Case("norm", f"{N}x{cfg.n_embd}", v.name, N, nb_in + nb_out,
+                               [lambda norm=norm, out=out: norm(be, x_e, L.attn_norm, out, N, cfg.n_embd, cfg.rms_eps)]))
     cases += _linear_cases(ctx, N, rng, lm_head=True, sel=sel)
     return cases + _rope_attention_cases(ctx, N, context, kv_dtype, rng, sel)
 
@@ -181,7 +178,7 @@ def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool, sel: Selection)
         for v in variants:
             if not v.serves(W.qtype, N):
                 continue
-            x, act_bytes = (xq, N * W.n_in * 9 // 8) if v.q8_activations else (xf, 4 * N * W.n_in)
+            x, act_bytes = (xq, N * W.n_in * 9 // 8) if v.activations == "q8_1" else (xf, 4 * N * W.n_in)
             cases.append(_Case("matmul", shape, v.name, N, wb + act_bytes + 4 * N * W.n_out,
                                [lambda v=v, W=W, w=w, x=x, y=y: v.launch(be, w, W.qtype, x, y, N, W.n_out, W.n_in)
                                 for w in ws], flops=2 * N * W.n_out * W.n_in))

@@ -89,13 +89,15 @@ def one_of(**options):
 
 def kernels_help() -> str:
     """--kernels' help, from the variant registry (sharpinf kernels list)."""
-    from sharpinf.ops.variants import OP_NAMES, variants_of
+    from sharpinf.ops.variants import OP_NAMES, REGISTRY, variants_of
 
     ops = ", ".join(f"{op}={'|'.join(variants_of(op))}" for op in OP_NAMES)
+    brings = "; ".join(f"{v.name}: {v.brings}" for v in REGISTRY["matmul"].values())
     return ("Kernel variants: auto (default: fast on a GPU, simple on the emulator), fast (dp4a matmuls on "
             "q8_1 activations, split-KV attention, fused RoPE + KV append), tensor (fast with tensor cores: "
             "int8 mma matmuls for steps of >= 16 tokens, flash attention), simple (the readable baselines), "
-            f"or op=variant,... (ops: {ops}; `sharpinf kernels list`).")
+            f"or op=variant,... (ops: {ops}; a matmul variant brings its activations, norm and gate+up: "
+            f"{brings}; `sharpinf kernels list`).")
 
 
 KERNELS_HELP = kernels_help()

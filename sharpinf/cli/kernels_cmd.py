@@ -16,17 +16,19 @@ app.add_typer(kernels_app, name="kernels")
 
 @kernels_app.command("list")
 def list_variants(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    """Every registered variant: its op, files, what it does, the kernel sets that use it."""
+    """Every registered variant: its op, files, what it does, what a matmul variant brings with it (its
+    activations, norm and gate+up), the kernel sets that use it."""
     from sharpinf.ops.variants import describe_variants, registry_file
 
     rows = describe_variants()
     if json_out:
         return print_json(rows)
-    t = Table("op", "variant", "files", "what it does", "in sets", title=f"kernel variants ({registry_file()})")
-    t.columns[3].overflow = "fold"
+    t = Table("op", "variant", "files", "what it does", "brings with it", "in sets",
+              title=f"kernel variants ({registry_file()})")
+    t.columns[3].overflow = t.columns[4].overflow = "fold"
     for r in rows:
         name = r["variant"] + (" (baseline)" if r["baseline"] else "") + (f" (like {r['like']})" if r["like"] else "")
-        t.add_row(r["op"], name, ", ".join(r["files"]), r["summary"], ", ".join(r["sets"]) or "-")
+        t.add_row(r["op"], name, ", ".join(r["files"]), r["summary"], r["brings"] or "-", ", ".join(r["sets"]) or "-")
     console.print(t)
     console.print(Text("choose with --kernels OP=VARIANT,...; `sharpinf kernels new OP NAME` starts a new one"))
 

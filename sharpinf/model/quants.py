@@ -1,4 +1,4 @@
-"""GGML block formats in NumPy: our reference dequantizer (and a plain quantizer).
+"""GGML block formats in NumPy: our reference dequantizer and a plain quantizer (Q8_0: ggml's own).
 
 Every quantized row is a run of fixed-size blocks; each block holds BLOCK_ELEMS
 values in BLOCK_BYTES bytes, little-endian. One small function per type below;
@@ -247,7 +247,7 @@ def dequantize(raw: np.ndarray, qtype: int, shape: tuple[int, ...]) -> np.ndarra
     return _DEQUANT[qtype](blocks).reshape(shape)
 
 
-# ---------------------------------------------------------------- quantizers (for the synthetic writer)
+# ---------------------------------------------------------------- quantizers (synthetic weights; Q8_0: the KV cache too)
 
 def _safe_inv(d: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
@@ -270,9 +270,23 @@ def _signed_absmax(x: np.ndarray) -> np.ndarray:
     return np.take_along_axis(x, i, axis=-1)
 
 
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    """C's roundf: halves away from zero (np.round takes them to even)."""
+    a = np.abs(x)
+    r = np.floor(a)
+    return np.copysign(r + (a - r >= 0.5), x)
+
+
+def q8_blocks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's 8-bit rule (quantize_row_q8_0_ref) on float32 blocks [..., 32]: d = amax / 127 in
+    float32, q = roundf(x * (1 / d)), q = 0 where d = 0. Returns d [..., 1] float32, q int8. The one
+    rounding of Q8_0 (weights, the KV cache) and of our q8_1 activations; every kernel follows it."""
+    d = np.abs(x).max(axis=-1, keepdims=True) / np.float32(127)
+    return d, _round_half_away(x * _safe_inv(d)).astype(np.int8)
+
+
 def _quant_q8_0(x: np.ndarray) -> np.ndarray:
-    d = (np.abs(x).max(axis=-1, keepdims=True) / 127).astype(np.float16).astype(np.float32)
-    q = np.clip(np.round(x * _safe_inv(d)), -127, 127).astype(np.int8)
+    d, q = q8_blocks(x)  # d stored as fp16, q computed with the float32 d
     return np.concatenate([_as_f16_bytes(d), q.view(np.uint8)], axis=-1)
 
 

@@ -226,7 +226,7 @@ def synthetic_model(arch: str = "llama", qtype: str = "Q8_0", **kw: Any) -> Path
 
 
 # Bump when the generator's output changes, so stale cached files are not reused.
-_GENERATOR_VERSION = 3
+_GENERATOR_VERSION = 4
 
 
 # Real models' shapes for benchmarks (write_synthetic_model(..., **SHAPES[name], tile_rows=64)).

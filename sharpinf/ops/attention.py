@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from sharpinf.errors import SharpinfError
-from sharpinf.ops.kv_cache import KV_DTYPES, decode_kv
+from sharpinf.ops.kv_cache import check_kv, decode_kv
 from sharpinf.ops.launch import kernel
 
 I32, F32 = np.int32, np.float32
-HEAD_DIMS = (16, 32, 64, 128, 256)
+HEAD_DIMS = (16, 32, 64, 128, 256)  # every attention kernel's (common.cuh's SHARPINF_KV_HD_ENTRIES; q8_0: 32 up)
 WARPS = 4  # heads per block (one warp per (token, head))
 
 
@@ -32,12 +32,7 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
     and writes no q8_1 copy.)"""
     if out_q8 is not None:
         raise SharpinfError("simple attention writes no q8_1 copy of its output: quantize it apart")
-    if kv_dtype not in KV_DTYPES:
-        raise SharpinfError(f"unknown KV dtype {kv_dtype!r}; expected one of {KV_DTYPES}")
-    if head_dim not in HEAD_DIMS or (kv_dtype == "q8_0" and head_dim < 32):
-        raise SharpinfError(f"attention supports head_dim {HEAD_DIMS} (q8_0: 32 and up), got {head_dim}")
-    if n_kv_heads <= 0 or n_heads % n_kv_heads:
-        raise SharpinfError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+    _check_shapes("simple", kv_dtype, n_heads, n_kv_heads, head_dim, None)
     if n_tokens <= 0:
         return
     warps = min(WARPS, n_heads)
@@ -52,7 +47,6 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
 # -- the split-KV variant (kernels_cu/attention_split.cu) -------------------------------------
 SPLITS = 16  # AS_SPLITS
 GROUP = 8  # AS_GROUP: query heads per block
-SPLIT_HEAD_DIMS = (16, 32, 64, 128, 256)
 SPLIT_WINDOW = 128  # query tokens per split launch (bounds the scratch: 128 x heads x 16 x (hd + 2) floats)
 
 
@@ -79,7 +73,7 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
                     sliding_window: int = 0, file: str = "attention_split.cu") -> None:
     """attention() computed split-KV (flash-decoding); with out_q8 (a Q8Act) the output is also
     written in q8_1 for the dp4a o-projection (head_dim a multiple of 32)."""
-    _check_split_frame("split", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
+    _check_shapes("split", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
     if n_tokens <= 0:
         return
     groups = -(-(n_heads // n_kv_heads) // GROUP)
@@ -95,12 +89,11 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
                   io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
 
 
-def _check_split_frame(variant: str, kv_dtype: str, n_heads: int, n_kv_heads: int, head_dim: int, out_q8) -> None:
-    """The shapes the split and flash kernels are compiled for (one clear line otherwise)."""
-    if kv_dtype not in KV_DTYPES:
-        raise SharpinfError(f"unknown KV dtype {kv_dtype!r}; expected one of {KV_DTYPES}")
-    if head_dim not in SPLIT_HEAD_DIMS or (kv_dtype == "q8_0" and head_dim < 32):
-        raise SharpinfError(f"{variant} attention supports head_dim {SPLIT_HEAD_DIMS} (q8_0: 32 and up), got {head_dim}")
+def _check_shapes(variant: str, kv_dtype: str, n_heads: int, n_kv_heads: int, head_dim: int, out_q8) -> None:
+    """The shapes the attention kernels are compiled for (one clear line otherwise)."""
+    check_kv(kv_dtype, head_dim)
+    if head_dim not in HEAD_DIMS:
+        raise SharpinfError(f"{variant} attention supports head_dim {HEAD_DIMS}, got {head_dim}")
     if n_kv_heads <= 0 or n_heads % n_kv_heads:
         raise SharpinfError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
     if out_q8 is not None and head_dim % 32:
@@ -115,8 +108,8 @@ def flash_rows(head_dim: int) -> int:
 
 def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
     """Why the flash kernel cannot serve these shapes, or None."""
-    if head_dim not in SPLIT_HEAD_DIMS:
-        return f"flash attention is compiled for head_dim {SPLIT_HEAD_DIMS}, the model has {head_dim}"
+    if head_dim not in HEAD_DIMS:
+        return f"flash attention is compiled for head_dim {HEAD_DIMS}, the model has {head_dim}"
     group = n_heads // max(1, n_kv_heads)
     if group > flash_rows(head_dim):
         return f"flash attention holds GQA groups of up to {flash_rows(head_dim)} heads, the model has {group}"
@@ -130,7 +123,7 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
     """attention() on tensor cores (f16 mma) for every step, prefill and decode alike: blocks of
     (token, head) rows of one sequence and KV head share each K/V tile; the split kernel's frame
     (partitions at fixed positions, 16 splits, fixed-order merge, the same scratch)."""
-    _check_split_frame("flash", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
+    _check_shapes("flash", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
     why = flash_fits(n_heads, n_kv_heads, head_dim)
     if why:
         raise SharpinfError(why)

@@ -60,6 +60,22 @@ def gather_rows(be, x, rows, out, n_rows: int, n_cols: int) -> None:
 
 
 # -- NumPy references ---------------------------------------------------------------------
+# Each computes in its input's float type: float32 is the Reference's arithmetic (oracles/reference.py
+# calls these), float64 the exact value a kernel is held to.
+def act_reference(act: str, x: np.ndarray) -> np.ndarray:
+    """act_gate's activation: "silu" x / (1 + e^-x), "gelu_tanh" ggml_gelu's tanh form."""
+    t = x.dtype.type
+    if act == "silu":
+        return x / (t(1) + np.exp(-x))
+    if act == "gelu_tanh":
+        inner = t(np.sqrt(2.0 / np.pi)) * x * (t(1) + t(0.044715) * x * x)
+        return t(0.5) * x * (t(1) + np.tanh(inner))
+    raise ValueError(f"unknown activation {act!r}")
+
+
 def rmsnorm_reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    return (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w).astype(F32)
+    """x / sqrt(mean(x^2) + eps) * w over the last axis."""
+    t = x.dtype.type
+    ms = np.square(x).sum(axis=-1, keepdims=True) / t(x.shape[-1])
+    return x / np.sqrt(ms + t(eps)) * w.astype(x.dtype, copy=False)
+

@@ -1,10 +1,10 @@
 """Launcher for kernels_cu/kv_cache.cu (this step's K/V rows -> the paged cache), the cache
-layout helper the KV pool uses, and the NumPy reference (including the q8_0 quantizer).
+layout helpers the KV pool uses, and the NumPy reference.
 
 Layouts (per layer, K and V alike, num_blocks * block_size slots):
   f16 / bf16 / f32: [slots, n_kv_heads, head_dim] of float16 / uint16 (bf16 bits) / float32;
-  q8_0: uint8 [slots, n_kv_heads, head_dim/32 * 34]: head_dim/32 blocks of {fp16 d; int8 q[32]},
-        value = d * q, d = amax / 127, q = round-half-away(x / d) (GGML's Q8_0).
+  q8_0: uint8 [slots, n_kv_heads, head_dim/32 * 34]: head_dim/32 GGML Q8_0 blocks, quantized by
+        model/quants.py's one Q8_0 quantizer (ggml's rounding, which the kernels follow).
 """
 
 from __future__ import annotations
@@ -12,16 +12,19 @@ from __future__ import annotations
 import numpy as np
 
 from sharpinf.errors import SharpinfError
+from sharpinf.model import quants
 from sharpinf.ops.launch import kernel
 
 I32 = np.int32
 KV_DTYPES = ("f16", "bf16", "f32", "q8_0")
-Q8_BLOCK, Q8_BYTES = 32, 34
+_FLOAT_TYPES = {"f16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "f32": np.dtype(np.float32)}  # bf16: its bits
+Q8_BLOCK, Q8_BYTES = quants.BLOCK_ELEMS[quants.Q8_0], quants.BLOCK_BYTES[quants.Q8_0]
 BLOCK = 128
 _GRID_CAP = 65535
 
 
-def _check(kv_dtype: str, head_dim: int) -> None:
+def check_kv(kv_dtype: str, head_dim: int) -> None:
+    """A KV dtype the cache stores, and a head_dim it can hold (one clear line otherwise)."""
     if kv_dtype not in KV_DTYPES:
         raise SharpinfError(f"unknown KV dtype {kv_dtype!r}; expected one of {KV_DTYPES}")
     if kv_dtype == "q8_0" and head_dim % Q8_BLOCK:
@@ -31,24 +34,28 @@ def _check(kv_dtype: str, head_dim: int) -> None:
 def kv_cache_shape(kv_dtype: str, num_blocks: int, block_size: int, n_kv_heads: int,
                    head_dim: int) -> tuple[tuple[int, ...], np.dtype]:
     """(shape, numpy dtype) of one layer's K (or V) cache."""
-    _check(kv_dtype, head_dim)
+    check_kv(kv_dtype, head_dim)
     slots = num_blocks * block_size
     if kv_dtype == "q8_0":
         return (slots, n_kv_heads, head_dim // Q8_BLOCK * Q8_BYTES), np.dtype(np.uint8)
-    dt = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}[kv_dtype]
-    return (slots, n_kv_heads, head_dim), np.dtype(dt)
+    return (slots, n_kv_heads, head_dim), _FLOAT_TYPES[kv_dtype]
+
+
+def element_bytes(kv_dtype: str) -> float:
+    """Bytes one K (or V) element takes in the cache (q8_0: 34 per 32)."""
+    return Q8_BYTES / Q8_BLOCK if kv_dtype == "q8_0" else float(_FLOAT_TYPES[kv_dtype].itemsize)
 
 
 def stored_bytes(kv_dtype: str, head_dim: int) -> int:
     """Bytes one head's K (or V) row takes in the cache."""
-    return head_dim // Q8_BLOCK * Q8_BYTES if kv_dtype == "q8_0" else head_dim * {"f16": 2, "bf16": 2, "f32": 4}[kv_dtype]
+    return head_dim // Q8_BLOCK * Q8_BYTES if kv_dtype == "q8_0" else head_dim * _FLOAT_TYPES[kv_dtype].itemsize
 
 
 def kv_append(be, kv_dtype: str, qkv, qkv_stride: int, k_col: int, v_col: int, slot_mapping, k_cache, v_cache,
               n_tokens: int, n_kv_heads: int, head_dim: int) -> None:
     """Write token t's K (columns k_col..) and V (columns v_col..) rows of `qkv` into slot slot_mapping[t]
     (negative: skipped) of k_cache / v_cache, converting to the cache's dtype."""
-    _check(kv_dtype, head_dim)
+    check_kv(kv_dtype, head_dim)
     if n_tokens <= 0:
         return
     if kv_dtype == "q8_0":
@@ -75,64 +82,30 @@ def bf16_bits_to_float(b: np.ndarray) -> np.ndarray:
     return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def _round_half_away(x: np.ndarray) -> np.ndarray:
-    a = np.abs(x)
-    r = np.floor(a)
-    r = r + (a - r >= 0.5)
-    return np.copysign(r, x)
-
-
-def quantize_q8_0(x: np.ndarray) -> np.ndarray:
-    """float32 [..., n] (n % 32 == 0) -> uint8 [..., n/32 * 34], exactly as kv_append_q8_0 (and GGML) does."""
-    x = np.asarray(x, dtype=np.float32)
-    n = x.shape[-1]
-    if n % Q8_BLOCK:
-        raise SharpinfError(f"q8_0 needs a multiple of 32 elements, got {n}")
-    b = x.reshape(*x.shape[:-1], n // Q8_BLOCK, Q8_BLOCK)
-    amax = np.abs(b).max(axis=-1, keepdims=True)
-    d = (amax / np.float32(127)).astype(np.float32)
-    with np.errstate(divide="ignore"):
-        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-    q = _round_half_away((b * inv).astype(np.float32)).astype(np.int8)
-    out = np.empty((*b.shape[:-1], Q8_BYTES), np.uint8)
-    out[..., :2] = d.astype(np.float16).view(np.uint8).reshape(*b.shape[:-1], 2)
-    out[..., 2:] = q.view(np.uint8)
-    return out.reshape(*x.shape[:-1], n // Q8_BLOCK * Q8_BYTES)
-
-
-def dequantize_q8_0(raw: np.ndarray) -> np.ndarray:
-    """uint8 [..., nb*34] -> float32 [..., nb*32]: d * q (exact in float32)."""
-    raw = np.ascontiguousarray(raw, dtype=np.uint8)
-    nb = raw.shape[-1] // Q8_BYTES
-    blk = raw.reshape(*raw.shape[:-1], nb, Q8_BYTES)
-    d = np.ascontiguousarray(blk[..., :2]).view(np.float16).astype(np.float32)  # [..., nb, 1]
-    q = np.ascontiguousarray(blk[..., 2:]).view(np.int8).astype(np.float32)
-    return (d * q).reshape(*raw.shape[:-1], nb * Q8_BLOCK)
-
-
 def encode_kv(kv_dtype: str, x: np.ndarray) -> np.ndarray:
     """float32 rows [..., head_dim] -> the cache's stored form."""
     x = np.asarray(x, dtype=np.float32)
-    _check(kv_dtype, x.shape[-1])
+    check_kv(kv_dtype, x.shape[-1])
     if kv_dtype == "f32":
         return x.copy()
     if kv_dtype == "f16":
         return x.astype(np.float16)
     if kv_dtype == "bf16":
         return float_to_bf16_bits(x)
-    return quantize_q8_0(x)
+    return quants.quantize(x, quants.Q8_0).reshape(*x.shape[:-1], stored_bytes(kv_dtype, x.shape[-1]))
 
 
 def decode_kv(kv_dtype: str, stored: np.ndarray) -> np.ndarray:
     """The cache's stored form -> float32 values [..., head_dim] (what the attention kernel reads)."""
-    _check(kv_dtype, 32)
+    check_kv(kv_dtype, Q8_BLOCK)
     if kv_dtype == "f32":
         return np.asarray(stored, dtype=np.float32)
     if kv_dtype == "f16":
         return np.asarray(stored).astype(np.float32)
     if kv_dtype == "bf16":
         return bf16_bits_to_float(stored)
-    return dequantize_q8_0(stored)
+    stored = np.asarray(stored)
+    return quants.dequantize(stored, quants.Q8_0, (*stored.shape[:-1], stored.shape[-1] // Q8_BYTES * Q8_BLOCK))
 
 
 def kv_append_reference(kv_dtype: str, k_rows: np.ndarray, v_rows: np.ndarray, slot_mapping: np.ndarray,

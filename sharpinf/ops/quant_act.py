@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from sharpinf.ops.kv_cache import _round_half_away
+from sharpinf.model.quants import q8_blocks
 from sharpinf.ops.launch import kernel
 
 I32, F32 = np.int32, np.float32
@@ -65,12 +65,8 @@ def quantize_q8_1_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     n = x.shape[-1]
     if n % QBLOCK:
         raise ValueError(f"q8_1 needs a multiple of 32 values, got {n}")
-    b = x.reshape(*x.shape[:-1], n // QBLOCK, QBLOCK)
-    d = (np.abs(b).max(axis=-1) / F32(127)).astype(F32)
-    with np.errstate(divide="ignore"):
-        inv = np.where(d != 0, F32(1) / d, F32(0)).astype(F32)
-    q = _round_half_away((b * inv[..., None]).astype(F32)).astype(np.int8)
-    return q.reshape(x.shape), d, q.astype(I32).sum(axis=-1).astype(I32)
+    d, q = q8_blocks(x.reshape(*x.shape[:-1], n // QBLOCK, QBLOCK))  # d kept in float32 (not fp16 as Q8_0)
+    return q.reshape(x.shape), d[..., 0], q.astype(I32).sum(axis=-1).astype(I32)
 
 
 def dequantize_q8_1(q: np.ndarray, d: np.ndarray) -> np.ndarray:

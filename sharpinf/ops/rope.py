@@ -1,6 +1,6 @@
 """Launcher for kernels_cu/rope.cu (rotary position embedding, in place) and its NumPy reference.
 
-RoPE as sharpinf/oracles/reference.py defines it: pair i of a head is rotated by
+RoPE (rope_reference below; the Reference's too): pair i of a head is rotated by
 angle = pos * freq_scale * theta^(-2i/head_dim) (freq_scale: linear scaling, 1 by default); style "norm" pairs elements (2i, 2i+1), "neox" pairs (i, i + head_dim/2).
 """
 
@@ -83,20 +83,18 @@ def rope_kv_separate(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_ma
 
 # -- NumPy reference ---------------------------------------------------------------------
 def rope_reference(x: np.ndarray, positions: np.ndarray, theta: float, style: str, freq_scale: float = 1.0) -> np.ndarray:
-    """x: [T, heads, head_dim]; returns the rotated heads in float64 (angles and products in float64)."""
+    """x: [T, heads, head_dim] float32 (the Reference's arithmetic) or float64 (a kernel's exact
+    target) -> rotated, in x's type. Angles in float64, cos and sin rounded to x's type; pair (a, b)
+    is the complex number a + ib and its rotation the product with cos + i sin."""
     if style not in STYLES:
         raise SharpinfError(f"unknown rope style {style!r}")
-    x = np.asarray(x, dtype=np.float64)
     d = x.shape[-1]
     inv_freq = float(theta) ** (-np.arange(0, d, 2, dtype=np.float64) / d)
     ang = (np.asarray(positions, dtype=np.float64) * float(F32(freq_scale)))[:, None] * inv_freq[None, :]
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-    if style == "norm":
-        a, b = x[..., 0::2], x[..., 1::2]
-        out = np.empty_like(x)
-        out[..., 0::2] = a * c - b * s
-        out[..., 1::2] = a * s + b * c
-        return out
-    h = d // 2
-    a, b = x[..., :h], x[..., h:]
-    return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
+    cplx = np.result_type(x.dtype, np.complex64)  # complex64 for float32, complex128 for float64
+    rot = (np.cos(ang).astype(x.dtype) + 1j * np.sin(ang).astype(x.dtype)).astype(cplx)[:, None, :]  # [T, 1, d/2]
+    if style == "norm":  # pairs (2i, 2i+1): x viewed as complex *is* the pairs
+        return (np.ascontiguousarray(x).view(cplx) * rot).view(x.dtype)
+    half = d // 2  # neox: pairs (i, i + d/2), the two halves
+    z = (x[..., :half] + 1j * x[..., half:]).astype(cplx) * rot
+    return np.concatenate([z.real, z.imag], axis=-1)

@@ -16,10 +16,12 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                fused              rope_kv.cu: all three in one launch per step
 
 A Variant names its op, its kernel files and its launcher (the op's launch function, which it runs
-on its own first file), and says what it serves (`fits`, `min_tokens`, `qtypes`). Everything reads
-the registry: dispatch (StepKernels calls the chosen Variant's launcher), kernels_used (a dry run of
-that dispatch), `--kernels all`, the CLI help, the kernels bench, the kernel tests' parameters and
-the ptxas report. An entry whose launcher is missing, names no function or cannot take its file
+on its own first file), and says what it serves (`fits`, `min_tokens`, `qtypes`). A matmul variant
+also declares what it brings with it: the activations its linear layers read (f32 or q8_1), the norm
+that writes them, and a fused gate+up launcher if it has one; StepKernels reads them, never guesses.
+Everything reads the registry: dispatch (StepKernels calls the chosen Variant's launcher),
+kernels_used (a dry run of that dispatch), `--kernels all`, the CLI help, the kernels bench, the
+kernel tests' parameters and the ptxas report. An entry whose launcher is missing, names no function or cannot take its file
 fails at import in one line; a choice naming an unregistered variant fails when it is parsed; and
 a ForwardPass whose step launches none of a chosen variant's own kernels fails at construction
 (`check_dispatched`), so a variant can never run another's kernels under its own name.
@@ -53,6 +55,7 @@ from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import matmul_mma as mma_ops
 
 OP_NAMES = ("matmul", "attention", "rope_kv")
+ACTIVATIONS = ("f32", "q8_1")  # what a matmul variant's linear layers read (the Reference's act_quant words)
 REGISTRY_FILE = Path(__file__).with_name("variants.toml")
 
 
@@ -68,7 +71,8 @@ class Variant:
 
     files: the kernels_cu/ sources that are this variant's own (a step with it chosen launches at
     least one of them; the launcher is given the first); launcher: the op's launch function;
-    fits(cfg, model) -> why it cannot serve a model, or None (model may be None: shapes only)."""
+    fits(cfg, model) -> why it cannot serve a model, or None (model may be None: shapes only).
+    A matmul variant brings its activations, its norm and its gate+up with it (and only a matmul one)."""
 
     op: str
     name: str
@@ -76,7 +80,8 @@ class Variant:
     launcher: Callable[..., Any]
     summary: str
     fits: Callable[[Any, Any], str | None] | None = None
-    q8_activations: bool = False  # matmul: the linear layers read q8_1 activations
+    activations: str | None = None  # matmul: what its linear layers read, "f32" or "q8_1"
+    norm: Callable[..., Any] | None = None  # matmul: the rmsnorm launcher that writes those activations
     gate_up: Callable[..., Any] | None = None  # matmul: gate, up and the activation in one launcher
     min_tokens: int = 1  # serves steps of at least this many tokens (the launcher falls back below)
     qtypes: Callable[[int], bool] | None = None  # matmul: the weight types it serves (None: all)
@@ -94,6 +99,13 @@ class Variant:
         if "file" not in inspect.signature(self.launcher).parameters:
             raise SharpinfError(f"variant {self.op}={self.name}: its launcher {self.launcher.__name__} takes no "
                                 "file= argument, so it cannot run this variant's own file")
+        if self.op != "matmul":
+            if self.activations or self.norm or self.gate_up:
+                raise SharpinfError(f"variant {self.op}={self.name}: activations, norm and gate_up are a matmul "
+                                    "variant's")
+        elif self.activations not in ACTIVATIONS or not callable(self.norm):
+            raise SharpinfError(f"variant {self.op}={self.name}: a matmul variant declares its activations "
+                                f"({' or '.join(ACTIVATIONS)}) and the norm that writes them")
 
     def launch(self, *args, **kw):
         """Run the launcher on this variant's own file."""
@@ -110,6 +122,14 @@ class Variant:
     @property
     def label(self) -> str:
         return f"{self.op}={self.name}"
+
+    @property
+    def brings(self) -> str:
+        """What a matmul variant picks with it, in words ('' for another op's): `kernels list`, --kernels' help."""
+        if self.op != "matmul":
+            return ""
+        gate_up = f", gate+up {self.gate_up.__name__}" if self.gate_up else ""
+        return f"{self.activations} activations, norm {self.norm.__name__}{gate_up}"
 
 
 REGISTRY: dict[str, dict[str, Variant]] = {op: {} for op in OP_NAMES}  # the first of each op is its baseline
@@ -145,8 +165,8 @@ def variant(op: str, name: str) -> Variant:
 
 # -- what each variant serves (named by the registry's fits) ---------------------------------------
 def split_fits(cfg, model=None) -> str | None:
-    if cfg.head_dim not in attn_ops.SPLIT_HEAD_DIMS:
-        return f"split attention is compiled for head_dim {attn_ops.SPLIT_HEAD_DIMS}, the model has {cfg.head_dim}"
+    if cfg.head_dim not in attn_ops.HEAD_DIMS:
+        return f"split attention is compiled for head_dim {attn_ops.HEAD_DIMS}, the model has {cfg.head_dim}"
     return None
 
 
@@ -164,7 +184,8 @@ def mma_fits(cfg, model=None) -> str | None:
 
 
 # -- the registry file ---------------------------------------------------------------------------------
-_FLAGS = ("q8_activations", "min_tokens", "writes_q8", "needs_scratch")
+_FLAGS = ("activations", "min_tokens", "writes_q8", "needs_scratch")
+_REFS = ("fits", "norm", "gate_up", "qtypes")  # "module:function" keys besides launch
 
 
 def _resolve(where: str, key: str, ref: str) -> Callable:
@@ -183,7 +204,7 @@ def _resolve(where: str, key: str, ref: str) -> Callable:
 def variant_from(entry: dict, path: Path, index: int) -> Variant:
     """One [[variant]] table -> a Variant; every problem is one line naming the entry."""
     where = f"{path.name}, variant {index + 1} ({entry.get('op', '?')}={entry.get('name', '?')})"
-    unknown = set(entry) - {"op", "name", "files", "launch", "summary", "fits", "like", "gate_up", "qtypes", *_FLAGS}
+    unknown = set(entry) - {"op", "name", "files", "launch", "summary", "like", *_REFS, *_FLAGS}
     if unknown:
         raise SharpinfError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     for key in ("op", "name", "files", "summary"):
@@ -196,13 +217,13 @@ def variant_from(entry: dict, path: Path, index: int) -> Variant:
         src = REGISTRY[entry["op"]].get(entry["like"])
         if src is None:
             raise SharpinfError(f"{where}: like = {entry['like']!r} is no {entry['op']} variant declared before it")
-        kw = {k: getattr(src, k) for k in ("launcher", "fits", "gate_up", "qtypes", *_FLAGS)}
+        kw = {k: getattr(src, k) for k in ("launcher", *_REFS, *_FLAGS)}
         kw["like"] = entry["like"]
     elif "launch" not in entry:
         raise SharpinfError(f"{where}: no launch (or like)")
     if "launch" in entry:
         kw["launcher"] = _resolve(where, "launch", entry["launch"])
-    for key in ("fits", "gate_up", "qtypes"):
+    for key in _REFS:
         if key in entry:
             kw[key] = _resolve(where, key, entry[key])
     kw.update({k: entry[k] for k in _FLAGS if k in entry})
@@ -262,8 +283,9 @@ class KernelChoice:
 
     @property
     def q8_activations(self) -> bool:
-        """The linear layers read q8_1 activations (and the reference rounds them the same way)."""
-        return self.of("matmul").q8_activations
+        """The linear layers read q8_1 activations (the matmul variant declares it; the reference then
+        rounds them the same way). The one test of it: StepKernels, the workspace and trace ask here."""
+        return self.of("matmul").activations == "q8_1"
 
     @property
     def name(self) -> str:
@@ -380,5 +402,6 @@ def describe_variants() -> list[dict]:
     for op in OP_NAMES:
         for i, v in enumerate(REGISTRY[op].values()):
             rows.append({"op": op, "variant": v.name, "baseline": i == 0, "files": list(v.files), "summary": v.summary,
-                         "like": v.like, "sets": [s for s, ops in SETS.items() if ops.get(op) == v.name]})
+                         "brings": v.brings, "like": v.like,
+                         "sets": [s for s, ops in SETS.items() if ops.get(op) == v.name]})
     return rows

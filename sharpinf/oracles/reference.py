@@ -19,6 +19,7 @@ It follows llama.cpp's graph for the archs we support:
     logits = (rmsnorm(x) * output_norm) @ W_out.T                    (W_out = token_embd when tied;
                                                                       cap * tanh(logits / cap) if declared)
 With act_quant="q8_1" every matmul's input is first rounded to q8_1 (the dp4a kernels' input).
+rmsnorm, RoPE and the activations are the ops' NumPy twins (ops/basic.py, ops/rope.py), in float32.
 
 Every array is asserted float32: NumPy 2 promotes to float64 on a stray Python
 float64 scalar, which would make the reference slower and no longer float32 math.
@@ -36,8 +37,10 @@ import numpy as np
 from sharpinf.errors import RequestError
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel, load_model
+from sharpinf.ops.basic import act_reference, rmsnorm_reference
 from sharpinf.ops.kv_cache import decode_kv, encode_kv
 from sharpinf.ops.quant_act import round_q8_1
+from sharpinf.ops.rope import rope_reference
 
 F32 = np.float32
 
@@ -47,51 +50,10 @@ def _f32(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """x: [..., d] -> x / sqrt(mean(x^2) + eps) * weight."""
-    ms = np.square(x).sum(axis=-1, keepdims=True) / F32(x.shape[-1])
-    return _f32(x / np.sqrt(ms + F32(eps)) * weight)
-
-
 def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """x [T, in] @ w[out, in]^T, computed as (w @ x^T)^T: BLAS then walks w's rows in
     memory order (the reference is bound by reading the weights)."""
     return _f32((w @ x.T).T)
-
-
-def rope_cos_sin(positions: np.ndarray, head_dim: int, theta: float,
-                 freq_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin of shape [T, head_dim // 2]: angle = pos * freq_scale * theta^(-2i/d) for pair i."""
-    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    angles = (positions.astype(np.float64) * float(F32(freq_scale)))[:, None] * inv_freq[None, :]
-    return np.cos(angles).astype(F32), np.sin(angles).astype(F32)
-
-
-def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> np.ndarray:
-    """x: [T, heads, d]; rotate each pair (a, b) by its angle: (a cos - b sin, a sin + b cos).
-
-    A pair is the complex number a + ib and the rotation a product with cos + i sin.
-    `norm`: pairs (2i, 2i+1), adjacent, so x viewed as complex64 *is* the pairs;
-    `neox`: pairs (i, i + d/2), the two halves."""
-    rot = (cos + 1j * sin).astype(np.complex64)[:, None, :]  # [T, 1, d/2]
-    if style == "norm":
-        return _f32((np.ascontiguousarray(x).view(np.complex64) * rot).view(F32))
-    half = x.shape[-1] // 2
-    z = (x[..., :half] + 1j * x[..., half:]).astype(np.complex64) * rot
-    return _f32(np.concatenate([z.real, z.imag], axis=-1))
-
-
-def silu(x: np.ndarray) -> np.ndarray:
-    return _f32(x / (F32(1) + np.exp(-x)))
-
-
-def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation (ggml_gelu, HF gelu_pytorch_tanh)."""
-    inner = F32(np.sqrt(2.0 / np.pi)) * x * (F32(1) + F32(0.044715) * x * x)
-    return _f32(F32(0.5) * x * (F32(1) + np.tanh(inner)))
-
-
-ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
 
 
 def attention_mask(positions: np.ndarray, n_keys: int, window: int = 0) -> np.ndarray:
@@ -243,13 +205,11 @@ class Reference:
         if ids.min() < 0 or ids.max() >= cfg.n_vocab:
             raise ValueError(f"reference.forward: token id out of range [0, {cfg.n_vocab})")
         positions = np.arange(start, start + T)
-        ropes = {}  # (base, scale) -> cos, sin: two kinds of layer at most
         x = self.token_embd[ids]  # [T, d]
         if cfg.embd_scale != 1.0:
             x = _f32(x * F32(cfg.embd_scale))
-        act = ACTIVATIONS[cfg.ffn_act]
         for li, L in enumerate(self.layers):
-            h = rmsnorm(x, L.attn_norm, cfg.rms_eps)
+            h = self._norm(x, L.attn_norm)
             qkv = self._lin(h, L.wqkv)
             if L.bqkv is not None:
                 qkv = qkv + L.bqkv
@@ -257,29 +217,30 @@ class Reference:
             k = qkv[:, cfg.q_dim : cfg.q_dim + cfg.kv_dim].reshape(T, cfg.n_head_kv, cfg.head_dim)
             v = qkv[:, cfg.q_dim + cfg.kv_dim :].reshape(T, cfg.n_head_kv, cfg.head_dim)
             if L.q_norm is not None:
-                q = rmsnorm(q, L.q_norm, cfg.rms_eps)
-                k = rmsnorm(k, L.k_norm, cfg.rms_eps)
-            rope = cfg.rope_for(li)
-            if rope not in ropes:
-                ropes[rope] = rope_cos_sin(positions, cfg.head_dim, *rope)
+                q, k = self._norm(q, L.q_norm), self._norm(k, L.k_norm)
+            theta, freq_scale = cfg.rope_for(li)
             # Q and K heads rotate alike: one call over [T, n_head + n_head_kv, d]
-            qk = apply_rope(np.concatenate([q, k], axis=1), *ropes[rope], cfg.rope_style)
+            qk = _f32(rope_reference(np.concatenate([q, k], axis=1), positions, theta, cfg.rope_style, freq_scale))
             q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]
             cache.k[li, start : start + T] = self._stored(k)
             cache.v[li, start : start + T] = self._stored(v)
             mask = attention_mask(positions, start + T, cfg.window(li))
             a = self._lin(self._attention(q, cache.k[li, : start + T], cache.v[li, : start + T], mask), L.wo)
             x = _f32(x + self._post(a, L.post_attn_norm))
-            h = rmsnorm(x, L.ffn_norm, cfg.rms_eps)
+            h = self._norm(x, L.ffn_norm)
             gu = self._lin(h, L.w_gate_up)
-            f = self._lin(act(gu[:, : cfg.n_ff]) * gu[:, cfg.n_ff :], L.w_down)
+            f = self._lin(_f32(act_reference(cfg.ffn_act, gu[:, : cfg.n_ff])) * gu[:, cfg.n_ff :], L.w_down)
             x = _f32(x + self._post(f, L.post_ffn_norm))
         cache.length = start + T
-        return softcap(self._lin(rmsnorm(x, self.output_norm, cfg.rms_eps), self.output), cfg.final_softcap)
+        return softcap(self._lin(self._norm(x, self.output_norm), self.output), cfg.final_softcap)
+
+    def _norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        """rmsnorm(x) * weight over the last axis (float32: x is)."""
+        return _f32(rmsnorm_reference(x, weight, self.cfg.rms_eps))
 
     def _post(self, y: np.ndarray, norm: np.ndarray | None) -> np.ndarray:
         """A sublayer's output as the residual adds it: itself, or rmsnorm(y) * norm (gemma3's post-norms)."""
-        return y if norm is None else rmsnorm(y, norm, self.cfg.rms_eps)
+        return y if norm is None else self._norm(y, norm)
 
     def _attention(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Masked GQA attention. q [T, H, d]; keys, vals [S, H_kv, d]; mask [T, S] -> [T, H * d].

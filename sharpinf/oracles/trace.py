@@ -7,8 +7,8 @@ the bound, and where (token, column) -- and the op where the first non-finite va
 How: the prompt runs as one prefill step through the ForwardPass's own machinery (its weights,
 a Workspace and descriptor of its own, StepKernels' methods: the units a step is made of), but
 eagerly, one method at a time, downloading the buffers each wrote. Each op is checked LOCALLY:
-the reference's version of the op (sharpinf/oracles/reference.py's formulas, the Reference's dequantized
-weights, in float64) is fed the kernel path's own input to that op, downloaded just before, and
+the reference's version of the op (the formulas sharpinf/oracles/reference.py calls, the ops' NumPy
+twins, and the Reference's dequantized weights, in float64) is fed the kernel path's own input to that op, downloaded just before, and
 compared with the kernel's output. So an error never compounds over layers: the first op out of
 its bound is the buggy one, and bounds can be as tight as one op's rounding (sharpinf/oracles/tolerances.py,
 TRACE_BOUNDS, with the measured figures).
@@ -50,6 +50,7 @@ from sharpinf.errors import SharpinfError
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool, kv_dtype_name
 from sharpinf.ops.kv_cache import decode_kv, encode_kv
+from sharpinf.ops.basic import act_reference, rmsnorm_reference
 from sharpinf.ops.quant_act import QBLOCK, dequantize_q8_1
 from sharpinf.ops.rope import rope_reference
 from sharpinf.step.buffers import StepCapacity
@@ -201,12 +202,7 @@ def _num(v: float | None) -> str:
     return f"{v:.3g}" if 1e-3 <= abs(v) < 1e4 else f"{v:.2e}"
 
 
-# -- float64 versions of the reference's formulas ----------------------------------------------------
-def _rmsnorm64(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    x = x.astype(F64)
-    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w.astype(F64)
-
-
+# -- float64 products and attention (rmsnorm, RoPE, the activations: the ops' twins fed float64) --
 def _linear64(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """x [T, in] @ w[out, in]^T in float64, a chunk of weight rows at a time."""
     x = x.astype(F64)
@@ -326,7 +322,7 @@ class _Tracer:
     # -- checks shared by several ops -----------------------------------------------------------------
     def check_norm(self, layer, op: str, kernels, x_in: np.ndarray, w: np.ndarray, act) -> np.ndarray:
         """The norm of x_in as the next matmul reads it; returns what it reads (float or dequantized q8_1)."""
-        want = _rmsnorm64(x_in, w, self.cfg.rms_eps)
+        want = rmsnorm_reference(x_in.astype(F64), w, self.cfg.rms_eps)
         if act.q is not None:
             got, note = _q8_values(self.be, act.q, self.N)
             step = _q8_steps(want)
@@ -364,23 +360,23 @@ class _Tracer:
 
     def check_residual(self, layer, op: str, kernels, x0: np.ndarray, y: np.ndarray, post_norm, x1: np.ndarray) -> None:
         """x1 = x0 + y, or with a post-norm (gemma3) x0 + rmsnorm(y) * post_norm."""
-        add = y.astype(F64) if post_norm is None else _rmsnorm64(y, post_norm, self.cfg.rms_eps)
+        add = y.astype(F64) if post_norm is None else rmsnorm_reference(y.astype(F64), post_norm, self.cfg.rms_eps)
         want = x0.astype(F64) + add
         unit = np.maximum(np.abs(x0.astype(F64)) + np.abs(add), _TINY).max(axis=-1, keepdims=True)
         self.check(layer, op, kernels, "residual", x1, want, unit, (x0, y, post_norm))
 
     def sublayer_out(self, layer, prefix: str, names, W, a_read, post_norm, x0, proj_dev) -> np.ndarray:
         """The o-projection or the FFN's down projection and its residual add; returns x after."""
-        k, be = self.fp.kernels, self.be
+        be = self.be
         adds = [n for n in names if _entry(n) in ("add_f32", "rmsnorm_add_f32")]
         mm = [n for n in names if n not in adds]
         x1 = self.dl(self.fp.ws.x)
         proj_op, res_op = ("o_proj", "attn_residual") if prefix == "attn" else ("down", "ffn_residual")
-        if post_norm is not None or not k.dp4a:  # the projection lands in ws.proj, then its own add
+        if post_norm is not None or not self.fp.choice.q8_activations:  # into ws.proj, then its own add
             proj = be.download(proj_dev[: self.N])
             self.check_linear(layer, proj_op, mm, a_read, W, None, proj)
             self.check_residual(layer, res_op, adds, x0, proj, post_norm, x1)
-        else:  # dp4a adds into x itself: x1 = x0 + a W^T
+        else:  # a q8_1 matmul adds into x itself: x1 = x0 + a W^T
             self.check_linear(layer, proj_op, mm, a_read, W, None, x1, base=x0)
         return x1
 
@@ -439,7 +435,7 @@ class _Tracer:
             rest = names[cut:]
             f_read = gate
             ffq = getattr(ws, "ffq", None)
-            if k.dp4a and ffq is not None:
+            if fp.choice.q8_activations and ffq is not None:
                 f_read = self.check_q8_copy(li, "ffn_q8", [n for n in rest if _entry(n) == "quantize_q8_1"], gate, ffq)
             x = self.sublayer_out(li, "ffn", [n for n in rest if _entry(n) != "quantize_q8_1"], R.w_down, f_read,
                                   R.post_ffn_norm, x1, getattr(ws, "proj", None))
@@ -452,7 +448,7 @@ class _Tracer:
         q = qkv0[:, :qd].reshape(N, cfg.n_head, hd).astype(F64)
         kk = qkv0[:, qd : qd + kd].reshape(N, cfg.n_head_kv, hd).astype(F64)
         if R.q_norm is not None:
-            q, kk = _rmsnorm64(q, R.q_norm, cfg.rms_eps), _rmsnorm64(kk, R.k_norm, cfg.rms_eps)
+            q, kk = rmsnorm_reference(q, R.q_norm, cfg.rms_eps), rmsnorm_reference(kk, R.k_norm, cfg.rms_eps)
         theta, scale = cfg.rope_for(li)
         want = np.concatenate([rope_reference(q, positions, theta, cfg.rope_style, scale).reshape(N, qd),
                                rope_reference(kk, positions, theta, cfg.rope_style, scale).reshape(N, kd),
@@ -490,7 +486,7 @@ class _Tracer:
         cfg = self.cfg
         g = _linear64(h, R.w_gate_up[: cfg.n_ff])
         u = _linear64(h, R.w_gate_up[cfg.n_ff :])
-        want = _act64(cfg.ffn_act, g) * u
+        want = act_reference(cfg.ffn_act, g) * u
         self.check(li, "gate_up", names, "gate_up", gate, want, _row_unit(want), (h, R.w_gate_up))
 
     def trace_head(self, d, x: np.ndarray) -> None:
@@ -500,9 +496,9 @@ class _Tracer:
         _, names = self.call(lambda: fp._emit_head(R, False, d))
         norm_names = [n for n in names if _file(n) in ("gather.cu", "rmsnorm.cu", "rmsnorm_q8_1.cu")]
         rows = x[tokens]
-        want = _rmsnorm64(rows, ref.output_norm, cfg.rms_eps)
+        want = rmsnorm_reference(rows.astype(F64), ref.output_norm, cfg.rms_eps)
         selq = getattr(ws, "selq", None)
-        if fp.kernels.dp4a and selq is not None:
+        if fp.choice.q8_activations and selq is not None:
             got, note = _q8_values(self.be, selq, R)
             step = _q8_steps(want)
             self.check(None, "output_norm", norm_names, "norm_q8", got, want, step, (rows, ref.output_norm),
@@ -520,15 +516,6 @@ class _Tracer:
             lm = cfg.final_softcap * np.tanh(lm / cfg.final_softcap)
         self.check(None, "lm_head", [n for n in names if n not in norm_names], "matmul", logits, lm,
                    np.maximum(unit, _TINY), (got, ref.output), tokens=tokens)
-
-
-def _act64(name: str, x: np.ndarray) -> np.ndarray:
-    """sharpinf/oracles/reference.py's activations in float64."""
-    if name == "silu":
-        return x / (1.0 + np.exp(-x))
-    if name == "gelu_tanh":
-        return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * x * (1.0 + 0.044715 * x * x)))
-    raise SharpinfError(f"trace: unknown activation {name!r}")
 
 
 def _row_unit(want: np.ndarray) -> np.ndarray:

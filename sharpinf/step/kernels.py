@@ -11,7 +11,9 @@
     post-norm   (gemma3) the o- and down-projections write ws.proj; rmsnorm_add.cu adds its norm to x
 
 Which kernel runs each op is looked up in the variant registry (ops/variants.py): the chosen
-Variant's launcher is called, never a name tested here, so a registered variant runs its own kernels.
+Variant's launcher is called, never a name tested here, so a registered variant runs its own kernels;
+the norm and the gate+up kernels are the ones the matmul variant declares it brings, and what the
+linear layers read (float or q8_1) is its declared activations (KernelChoice.q8_activations).
 A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one. Gemma 3 takes
 each layer's window and RoPE base from the config, GeGLU in place of SwiGLU (the same kernels, another
 epilogue), and its post-norms (one launch each, the projections no longer add into x themselves). An `Act` is an
@@ -27,7 +29,7 @@ from typing import Any
 from sharpinf.step.weights import DeviceLayer, DeviceMatrix
 from sharpinf.model.config import ModelConfig
 from sharpinf.ops import basic
-from sharpinf.ops.quant_act import Q8Act, quantize_q8_1, rmsnorm_q8_1
+from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
 from sharpinf.ops.variants import KernelChoice, Variant
 from sharpinf.step.buffers import Workspace
 
@@ -52,24 +54,17 @@ class StepKernels:
         self.attn: Variant = self.choice.of("attention")
         self.rope: Variant = self.choice.of("rope_kv")
 
-    @property
-    def dp4a(self) -> bool:
-        """The linear layers read q8_1 activations (dp4a, or mma which agrees with it bit for bit)."""
-        return self.mm.q8_activations
-
     # -- norms and linear layers --------------------------------------------------------------
     def norm(self, x, w, rows: int, out_f=None, out_q: Q8Act | None = None) -> Act:
-        """rmsnorm(x) * w for `rows` rows of n_embd, in the form the next matmul reads."""
-        cfg = self.cfg
-        if self.dp4a:
-            rmsnorm_q8_1(self.be, x, w, out_q, rows, cfg.n_embd, cfg.rms_eps)
-            return Act(q=out_q)
-        basic.rmsnorm(self.be, x, w, out_f, rows, cfg.n_embd, cfg.rms_eps)
-        return Act(f=out_f)
+        """rmsnorm(x) * w for `rows` rows of n_embd, in the form the next matmul reads (by the matmul
+        variant's own norm: float rows, or q8_1 written by the norm itself)."""
+        q8 = self.choice.q8_activations
+        self.mm.norm(self.be, x, w, out_q if q8 else out_f, rows, self.cfg.n_embd, self.cfg.rms_eps)
+        return Act(q=out_q) if q8 else Act(f=out_f)
 
     def quantized(self, f, q: Q8Act, rows: int) -> Act:
-        """Float rows the next matmul reads: as they are (simple) or quantized to q8_1 (dp4a)."""
-        if not self.dp4a:
+        """Float rows the next matmul reads: as they are (f32 activations) or quantized to q8_1."""
+        if not self.choice.q8_activations:
             return Act(f=f)
         quantize_q8_1(self.be, f, q, rows, q.n)
         return Act(f=f, q=q)
@@ -78,7 +73,7 @@ class StepKernels:
                y_stride: int | None = None, y_col: int = 0) -> None:
         """Y (=, or += with accumulate) a W^T (+ bias); Y may be a column range of a wider buffer."""
         be, launch = self.be, self.mm.launch  # the variant's launcher, on its own file
-        if self.dp4a:
+        if self.choice.q8_activations:  # the q8_1 launchers also add into Y themselves
             return launch(be, W.raw, W.qtype, a.q, Y, rows, W.n_out, W.n_in, bias_dev=bias, accumulate=accumulate,
                           y_stride=y_stride, y_col=y_col)
         if not accumulate:
@@ -114,7 +109,7 @@ class StepKernels:
         args = (be, kv.kv_dtype, ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, kv.k[li], kv.v[li], dv["block_tables"], d.width,
                 dv["cu_seqlens"], dv["positions"], ws.att, N, d.cap.seqs + 1, cfg.n_head, cfg.n_head_kv,
                 cfg.head_dim, kv.block_size, cfg.kq_scale)
-        fused_q8 = self.attn.writes_q8 and self.dp4a and cfg.head_dim % 32 == 0  # its merge writes the q8_1 copy
+        fused_q8 = self.attn.writes_q8 and self.choice.q8_activations and cfg.head_dim % 32 == 0  # its merge writes q8_1
         self.attn.launch(*args, getattr(ws, "split", None), ws.attq if fused_q8 else None, sliding_window=cfg.window(li))
         if fused_q8:
             return Act(f=ws.att, q=ws.attq)

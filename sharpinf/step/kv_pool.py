@@ -14,10 +14,9 @@ from typing import Any
 
 from sharpinf.errors import SharpinfError
 from sharpinf.model.config import ModelConfig
-from sharpinf.ops.kv_cache import kv_cache_shape
+from sharpinf.ops.kv_cache import KV_DTYPES, element_bytes, kv_cache_shape
 from sharpinf.runtime.backend import Backend
 
-KV_DTYPES = ("f16", "bf16", "f32", "q8_0")
 _ALIASES = {"fp16": "f16", "float16": "f16", "bfloat16": "bf16", "fp32": "f32", "float32": "f32", "q8": "q8_0"}
 
 
@@ -30,8 +29,7 @@ def kv_dtype_name(name: str) -> str:
 
 def kv_bytes_per_slot(cfg: ModelConfig, kv_dtype: str) -> float:
     """Bytes one token's K and V take over all layers."""
-    per = {"f16": 2.0, "bf16": 2.0, "f32": 4.0, "q8_0": 34 / 32}[kv_dtype_name(kv_dtype)]
-    return cfg.kv_bytes_per_token(per)
+    return cfg.kv_bytes_per_token(element_bytes(kv_dtype_name(kv_dtype)))
 
 
 @dataclass
@@ -48,8 +46,6 @@ class KVPool:
         self.kv_dtype = kv_dtype_name(self.kv_dtype)
         if self.block_size < 1 or self.num_blocks < 1:
             raise SharpinfError("KV pool needs block_size >= 1 and num_blocks >= 1")
-        if self.kv_dtype == "q8_0" and self.cfg.head_dim % 32:
-            raise SharpinfError(f"q8_0 KV needs head_dim divisible by 32, model has {self.cfg.head_dim}")
         shape, dtype = kv_cache_shape(self.kv_dtype, self.num_blocks + 1, self.block_size, self.cfg.n_head_kv,
                                       self.cfg.head_dim)
         self.k = [self.backend.zeros(shape, dtype) for _ in range(self.cfg.n_layer)]
