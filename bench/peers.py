@@ -242,7 +242,7 @@ def pair(model: str, sizes: Sizes, sharp: dict[str, tuple], llama: dict[str, flo
         errors = [e for e in ((how if s is None else None), (l if isinstance(l, str) else None)) if e]
         lt = None if isinstance(l, str) else l
         rows.append({"model": model, "test": test, "sharpinf_tok_s": s and round(s, 2),
-                     "llamacpp_tok_s": lt and round(lt, 2), "ratio": round(s / lt, 3) if s and lt else None,
+                     "llamacpp_tok_s": lt and round(lt, 2), "ratio": float(f"{s / lt:.4g}") if s and lt else None,
                      "sharpinf_kernels": how if s is not None else None, "error": "; ".join(errors) or None})
     return rows
 

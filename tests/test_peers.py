@@ -239,7 +239,9 @@ def test_peers_part_pairs_llamacpp_with_sharpinf_on_the_same_files(tmp_path):
     assert [good[t]["llamacpp_tok_s"] for t in tests] == [PP_TS, TG_TS, S_TG_PER_SEQ, 2 * S_TG_PER_SEQ]
     for r in good.values():
         assert r["error"] is None and r["sharpinf_tok_s"] > 0
-        assert r["ratio"] == pytest.approx(r["sharpinf_tok_s"] / r["llamacpp_tok_s"], rel=1e-3)
+        # the ratio of the unrounded figures (4 digits); the rows' tok/s are rounded to 0.01, which on the
+        # emulator's small figures moves their quotient by up to ~1%
+        assert r["ratio"] == pytest.approx(r["sharpinf_tok_s"] / r["llamacpp_tok_s"], rel=2e-2)
     # pp: the fastest of the kernel sets the prefill suite timed (fast, mma beside it, tensor); the rest: fast
     assert good["pp16"]["sharpinf_kernels"] in {"fast", "matmul=mma,attention=split,rope_kv=fused", "tensor"}
     assert {good[t]["sharpinf_kernels"] for t in tests[1:]} == {"fast"}
