@@ -22,6 +22,10 @@ class RequestError(SharpinfError):
     """A request the engine rejects: empty or over-long prompt, bad sampling parameters."""
 
 
+class ContextLengthError(RequestError):
+    """A request longer than the context (or the KV pool) can ever hold: a bigger model might take it."""
+
+
 class EngineStuck(SharpinfError):
     """The engine stopped making progress with requests pending (a bug): raised instead of looping
     forever, naming the stuck requests and where each stands."""

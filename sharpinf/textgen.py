@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sharpinf.errors import RequestError
+from sharpinf.errors import ContextLengthError, RequestError
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.sampling import SamplingParams
 
@@ -23,7 +23,7 @@ def check_prompt(prompt_ids: list[int], n_vocab: int, context_length: int) -> No
     if bad:
         raise RequestError(f"token id(s) {bad[:5]} out of range [0, {n_vocab})")
     if len(prompt_ids) >= context_length:
-        raise RequestError(f"prompt of {len(prompt_ids)} tokens does not fit the context length {context_length}")
+        raise ContextLengthError(f"prompt of {len(prompt_ids)} tokens does not fit the context length {context_length}")
 
 
 @dataclass

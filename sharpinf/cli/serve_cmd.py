@@ -10,7 +10,7 @@ from sharpinf.cli.common import KERNELS_HELP, err_console, kernels_spec
 from sharpinf.errors import SharpinfError
 
 
-def build_server(model: str, backend: str = "auto", served_model_name: str | None = None, **engine_config):
+def build_server(model: str, backend: str = "auto", served_model_name: str | None = None, limits=None, **engine_config):
     """(FastAPI app, EngineLoop): the engine is built in the loop's thread once start() is called."""
     from pathlib import Path
 
@@ -25,7 +25,7 @@ def build_server(model: str, backend: str = "auto", served_model_name: str | Non
         return LLMEngine(load(model), backend=backend_named(backend), **engine_config)
 
     loop = EngineLoop(make_engine)
-    return create_app(loop, name), loop
+    return create_app(loop, name, limits), loop
 
 
 @app.command()
@@ -44,6 +44,12 @@ def serve(
     max_model_len: int = typer.Option(None, help="Longest prompt + output (default: the model's context)."),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
     log_level: str = typer.Option("warning", help="uvicorn's log level: critical, error, warning, info, debug."),
+    max_body_bytes: int = typer.Option(4 * 2**20, help="Largest request body; a larger one is a 413."),
+    max_prompt_chars: int = typer.Option(None, help="Longest prompt in characters, refused before tokenizing "
+                                         "(default: max_model_len x the vocabulary's longest token in bytes, "
+                                         "which no longer prompt can fit)."),
+    max_stop_strings: int = typer.Option(16, help="Most stop strings in one request."),
+    max_stop_chars: int = typer.Option(512, help="Longest stop string."),
 ):
     """Serve MODEL over HTTP with OpenAI's API: /v1/completions, /v1/chat/completions (streaming
     with stream: true), /v1/models, /health, /metrics (Prometheus), /tokenize, /detokenize.
@@ -64,7 +70,13 @@ def serve(
         config["max_num_seqs"] = max_num_seqs
     if max_model_len is not None:
         config["max_model_len"] = max_model_len
-    api, loop = build_server(model, backend, served_model_name, **config)
+    from sharpinf.serve.limits import Limits
+
+    try:
+        limits = Limits(max_body_bytes, max_prompt_chars, max_stop_strings, max_stop_chars)
+    except ValueError as exc:
+        raise SharpinfError(str(exc)) from None
+    api, loop = build_server(model, backend, served_model_name, limits, **config)
     loop.start()
     err_console.print(Text(f"serving {model} on http://{host}:{port} (loading; /health says ok when ready)"))
     try:

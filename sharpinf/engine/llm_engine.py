@@ -23,7 +23,7 @@ from sharpinf.engine.model_runner import ModelRunner
 from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import Sequence
 from sharpinf.engine.watchdog import Watchdog, check_none_lost, describe
-from sharpinf.errors import EngineStuck, RequestError, SharpinfError
+from sharpinf.errors import ContextLengthError, EngineStuck, RequestError, SharpinfError
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.loader import LoadedModel
@@ -154,10 +154,10 @@ class LLMEngine:
         check_prompt(prompt_ids, self.cfg.n_vocab, ctx)
         total = self.token_limit() if params.max_tokens is None else n + params.max_tokens
         if total > ctx:
-            raise RequestError(f"prompt ({n}) + max_tokens ({params.max_tokens}) = {total} exceeds the context length {ctx}")
+            raise ContextLengthError(f"prompt ({n}) + max_tokens ({params.max_tokens}) = {total} exceeds the context length {ctx}")
         need = -(-total // self.config.block_size)
         if need > self.budget.num_blocks:
-            raise RequestError(f"request needs {need} KV blocks ({total} tokens) but the pool has only "
+            raise ContextLengthError(f"request needs {need} KV blocks ({total} tokens) but the pool has only "
                                f"{self.budget.num_blocks} ({self.budget.tokens} tokens): it could never run")
 
     def token_limit(self) -> int:

@@ -17,16 +17,19 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sharpinf.engine.llm_engine import RequestOutput
-from sharpinf.errors import SharpinfError
+from sharpinf.errors import ContextLengthError, SharpinfError
 from sharpinf.serve import protocol as P
 from sharpinf.serve.engine_loop import EngineFailure, EngineLoop
+from sharpinf.serve.limits import Limits, PromptLimits, context_error, read_body
 from sharpinf.serve.metrics import ServerMetrics
 
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
 
 
-def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
+def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) -> FastAPI:
     app = FastAPI(title="sharpinf", description="OpenAI-compatible server over sharpinf's engine")
+    limits = limits or Limits()
+    prompt_limits: list[PromptLimits] = []  # built once the engine is ready (it reads the vocabulary)
     metrics = ServerMetrics(lambda: loop.snapshot)
     app.state.metrics = metrics
 
@@ -47,9 +50,15 @@ def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
         if not loop.ready:
             raise P.ApiError(503, "the model is loading; retry when /health says ok", "server_error")
 
+    def checks() -> PromptLimits:
+        if not prompt_limits:
+            prompt_limits.append(PromptLimits.of(limits, loop.engine))
+        return prompt_limits[0]
+
     async def json_body(request: Request):
+        raw = await read_body(request, limits.max_body_bytes)
         try:
-            return json.loads(await request.body())
+            return json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):
             raise P.bad("the request body is not valid JSON (or nests too deeply)") from None
 
@@ -95,6 +104,7 @@ def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
             raise P.bad("'prompt' must be a string", "prompt")
         if isinstance(prompt, str):
             P.text_field(prompt, "prompt")
+        checks().check_prompt(prompt, "messages" if "messages" in body else "prompt")
         ids = await encode(prompt)
         return {"tokens": ids, "count": len(ids), "max_model_len": loop.engine.max_model_len}
 
@@ -105,10 +115,16 @@ def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
         check_model(body)
         ids = body.get("tokens") if isinstance(body, dict) else None
         vocab = loop.engine.cfg.n_vocab
-        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
-                                                for t in ids):
+
+        def decode() -> str | None:  # in a worker thread: a long list is not checked on the event loop
+            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
+                                                    for t in ids):
+                return None
+            return loop.engine.tokenizer.decode(ids)  # the tokenizer is read-only: no lock
+
+        text = await asyncio.to_thread(decode)
+        if text is None:
             raise P.bad(f"'tokens' must be a list of token ids in [0, {vocab})", "tokens")
-        text = await asyncio.to_thread(loop.engine.tokenizer.decode, ids)  # the tokenizer is read-only: no lock
         return {"prompt": text}
 
     # -- completions ---------------------------------------------------------------------------------
@@ -120,11 +136,16 @@ def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
             raise P.bad(str(exc)) from None
 
     async def submit(parsed: P.Parsed):
+        param = "messages" if parsed.chat else "prompt"
+        checks().check_prompt(parsed.prompt, param)
         ids = await encode(parsed.prompt)
+        checks().check_tokens(len(ids), param)
         try:
             return await asyncio.to_thread(loop.submit, ids, parsed.params, asyncio.get_running_loop())
         except EngineFailure as exc:
             raise P.ApiError(503, f"the engine is not running: {exc}", "server_error") from None
+        except ContextLengthError as exc:
+            raise context_error(loop.engine.token_limit(), str(exc), param) from None
         except SharpinfError as exc:
             raise P.bad(str(exc)) from None
 
@@ -142,6 +163,8 @@ def create_app(loop: EngineLoop, model_name: str) -> FastAPI:
         ensure_ready()
         body = await json_body(request)
         check_model(body)
+        if isinstance(body, dict):
+            checks().check_stops(body)
         parsed = P.parse(body, chat)
         t0 = time.perf_counter()
         rid, queue = await submit(parsed)

@@ -16,14 +16,14 @@ def free_port() -> int:
 
 
 class LoopbackServer:
-    def __init__(self, make_engine: Callable, model_name: str, ready_timeout: float = 600.0):
+    def __init__(self, make_engine: Callable, model_name: str, ready_timeout: float = 600.0, limits=None):
         import uvicorn
 
         from sharpinf.serve.app import create_app
         from sharpinf.serve.engine_loop import EngineLoop
 
         self.loop = EngineLoop(make_engine)
-        self.app = create_app(self.loop, model_name)
+        self.app = create_app(self.loop, model_name, limits)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ready_timeout = ready_timeout

@@ -60,9 +60,6 @@ def _field(body: dict, name: str, kinds: tuple, default=None):
     return v
 
 
-MAX_STOPS = 16  # stop strings per request (OpenAI allows 4): each is searched at every token
-
-
 def text_field(s: str, name: str) -> str:
     """s, if it is text a tokenizer can take: JSON may carry lone UTF-16 surrogates ("\\ud800"),
     which are not Unicode scalar values."""
@@ -127,8 +124,6 @@ def parse(body, chat: bool) -> Parsed:
     stop = body.get("stop")
     if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))):
         raise bad("'stop' must be a string or a list of strings", "stop")
-    if isinstance(stop, list) and len(stop) > MAX_STOPS:
-        raise bad(f"'stop': at most {MAX_STOPS} stop strings, got {len(stop)}", "stop")
     for st in [stop] if isinstance(stop, str) else stop or []:
         text_field(st, "stop")
     _unsupported(body, chat)
