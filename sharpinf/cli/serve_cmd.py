@@ -50,9 +50,15 @@ def serve(
                                          "which no longer prompt can fit)."),
     max_stop_strings: int = typer.Option(16, help="Most stop strings in one request."),
     max_stop_chars: int = typer.Option(512, help="Longest stop string."),
+    shutdown_timeout: float = typer.Option(30.0, help="On SIGTERM or SIGINT: seconds running requests may go on "
+                                           "before they are cut (a stream gets an error frame, others a 503); a "
+                                           "second signal cuts at once. Exits 1 when any request was cut."),
 ):
     """Serve MODEL over HTTP with OpenAI's API: /v1/completions, /v1/chat/completions (streaming
     with stream: true), /v1/models, /health, /metrics (Prometheus), /tokenize, /detokenize.
+
+    Requests over the limits are refused before any work: a body over --max-body-bytes is a 413, a
+    prompt that can never fit the context a 400 with code context_length_exceeded.
 
     \b
     curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
@@ -77,11 +83,23 @@ def serve(
     except ValueError as exc:
         raise SharpinfError(str(exc)) from None
     api, loop = build_server(model, backend, served_model_name, limits, **config)
+    from sharpinf.serve.shutdown import GracefulServer, Shutdown
+
+    try:
+        shutdown = Shutdown(loop, shutdown_timeout)
+    except ValueError as exc:
+        raise SharpinfError(str(exc)) from None
     loop.start()
     err_console.print(Text(f"serving {model} on http://{host}:{port} (loading; /health says ok when ready)"))
     try:
-        uvicorn.run(api, host=host, port=port, log_level=log_level)
+        GracefulServer(uvicorn.Config(api, host=host, port=port, log_level=log_level), shutdown).run()
     finally:
+        shutdown.finish()
         loop.stop()
         if loop.load_error:
             err_console.print(Text.assemble(("error:", "bold red"), f" the model failed to load: {loop.load_error}"))
+    if shutdown.cut:
+        when = "at a second signal" if shutdown.signals > 1 else f"{shutdown_timeout:g} s after the signal"
+        err_console.print(Text.assemble(("error:", "bold red"), f" {shutdown.cut} request(s) still running "
+                                        f"{when} were cut"))
+        raise typer.Exit(1)

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from sharpinf.engine.llm_engine import RequestOutput
 from sharpinf.errors import ContextLengthError, SharpinfError
 from sharpinf.serve import protocol as P
-from sharpinf.serve.engine_loop import EngineFailure, EngineLoop
+from sharpinf.serve.engine_loop import EngineFailure, EngineLoop, ShuttingDown
 from sharpinf.serve.limits import Limits, PromptLimits, context_error, read_body
 from sharpinf.serve.metrics import ServerMetrics
 
@@ -142,6 +142,8 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) 
         checks().check_tokens(len(ids), param)
         try:
             return await asyncio.to_thread(loop.submit, ids, parsed.params, asyncio.get_running_loop())
+        except ShuttingDown as exc:
+            raise P.ApiError(503, str(exc), "server_error", None, "server_shutting_down") from None
         except EngineFailure as exc:
             raise P.ApiError(503, f"the engine is not running: {exc}", "server_error") from None
         except ContextLengthError as exc:
@@ -187,6 +189,14 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) 
 
         return tick
 
+    def ended(exc: Exception) -> P.ApiError:
+        """The error for a request the engine ended: a failure, or cut at shutdown."""
+        if isinstance(exc, ShuttingDown):
+            metrics.requests.labels("cut").inc()
+            return P.ApiError(503, str(exc), "server_error", None, "server_shutting_down")
+        metrics.requests.labels("error").inc()
+        return P.ApiError(500, f"the engine failed: {exc}", "server_error")
+
     async def whole(request, parsed: P.Parsed, rid, queue, resp_id, tok, t0):
         tick, lps, out, get, checked = timing(t0), [], None, None, time.perf_counter()
         while out is None or not out.finished:
@@ -204,8 +214,7 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) 
                 continue
             out, get = get.result(), None
             if isinstance(out, Exception):
-                metrics.requests.labels("error").inc()
-                raise P.ApiError(500, f"the engine failed: {out}", "server_error")
+                raise ended(out)
             if out.new_token_ids:
                 tick()
                 metrics.generation_tokens.inc(len(out.new_token_ids))
@@ -228,10 +237,9 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) 
         try:
             while not finished:
                 out: RequestOutput | Exception = await queue.get()
-                if isinstance(out, Exception):  # the engine ended the request
+                if isinstance(out, Exception):  # the engine ended the request (or shutdown cut it)
                     finished = True
-                    metrics.requests.labels("error").inc()
-                    yield sse(P.ApiError(500, f"the engine failed: {out}", "server_error").body())
+                    yield sse(ended(out).body())
                     break
                 finished = out.finished
                 if out.finish_reason == "rejected":

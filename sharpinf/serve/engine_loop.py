@@ -37,6 +37,10 @@ class EngineFailure(RuntimeError):
     """The engine raised while stepping: every live request ends with this (the details are logged)."""
 
 
+class ShuttingDown(EngineFailure):
+    """The server is stopping: a new request is refused, a running one past the bound is cut."""
+
+
 class EngineLoop:
     def __init__(self, make_engine: Callable[[], LLMEngine]):
         self._make_engine = make_engine
@@ -47,6 +51,7 @@ class EngineLoop:
         self._wake = threading.Event()
         self._subs: dict[str, Subscriber] = {}  # engine thread only
         self._stop = False
+        self._closing = False  # shutting down: no new request is added
         self._thread = threading.Thread(target=self._run, name="sharpinf-engine", daemon=True)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -58,6 +63,14 @@ class EngineLoop:
         self._wake.set()
         self._thread.join(timeout)
 
+    def close(self) -> None:
+        """Take no new request (each is refused with ShuttingDown); running ones go on."""
+        self._closing = True
+
+    def cut_all(self, why: str) -> int:
+        """End every running request now with ShuttingDown(why), freeing its blocks; how many."""
+        return self._command("cut", why)
+
     @property
     def ready(self) -> bool:
         return self.engine is not None and self.load_error is None
@@ -66,6 +79,8 @@ class EngineLoop:
     def _command(self, kind: str, *args) -> Any:
         if self.load_error:
             raise EngineFailure(self.load_error)
+        if self._stop:
+            raise EngineFailure("the server has stopped")
         fut: Future = Future()
         self._cmds.append((kind, args, fut))
         self._wake.set()
@@ -122,6 +137,8 @@ class EngineLoop:
             kind, args, fut = self._cmds.popleft()
             try:
                 if kind == "add":
+                    if self._closing:
+                        raise ShuttingDown("the server is shutting down; it takes no new requests")
                     ids, params, sub = args
                     rid = engine.add_request(ids, params)
                     self._subs[rid] = sub
@@ -132,6 +149,8 @@ class EngineLoop:
                         engine.abort(rid)
                         engine.requests.pop(rid, None)
                     fut.set_result(None)
+                elif kind == "cut":
+                    fut.set_result(self._end_all(engine, ShuttingDown(args[0])))
                 else:
                     fut.set_result(args[0](engine))
             except BaseException as exc:  # the caller gets the error (a RequestError for a bad request)
@@ -160,11 +179,16 @@ class EngineLoop:
             engine.requests.pop(out.request_id, None)
 
     def _fail_all(self, engine: LLMEngine, why: str) -> None:
+        self._end_all(engine, EngineFailure(why))
+
+    def _end_all(self, engine: LLMEngine, error: EngineFailure) -> int:
+        n = len(self._subs)
         for rid, sub in list(self._subs.items()):
             try:
                 engine.abort(rid)
             except Exception:
                 log.exception("abort after a failure")
             engine.requests.pop(rid, None)
-            self._send(sub, EngineFailure(why))
+            self._send(sub, error)
         self._subs.clear()
+        return n

@@ -16,18 +16,22 @@ def free_port() -> int:
 
 
 class LoopbackServer:
-    def __init__(self, make_engine: Callable, model_name: str, ready_timeout: float = 600.0, limits=None):
+    def __init__(self, make_engine: Callable, model_name: str, ready_timeout: float = 600.0, limits=None,
+                 shutdown_timeout: float = 30.0):
         import uvicorn
 
         from sharpinf.serve.app import create_app
         from sharpinf.serve.engine_loop import EngineLoop
+        from sharpinf.serve.shutdown import GracefulServer, Shutdown
 
         self.loop = EngineLoop(make_engine)
         self.app = create_app(self.loop, model_name, limits)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ready_timeout = ready_timeout
-        self.uv = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.shutdown = Shutdown(self.loop, shutdown_timeout)
+        self.uv = GracefulServer(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="error"),
+                                 self.shutdown)
         self.thread = threading.Thread(target=self.uv.run, name="sharpinf-uvicorn", daemon=True)
 
     def __enter__(self) -> "LoopbackServer":
@@ -49,7 +53,12 @@ class LoopbackServer:
     def __exit__(self, *exc) -> None:
         self.uv.should_exit = True
         self.thread.join(10)
+        self.shutdown.finish()
         self.loop.stop()
+
+    def signal(self) -> None:
+        """What SIGTERM or SIGINT does to `sharpinf serve` (a thread cannot take signals)."""
+        self.uv.handle_exit(15, None)
 
     def idle(self, timeout: float = 30.0) -> bool:
         """True once no request is live and no KV block is in use (prefix-cached blocks count as free)."""

@@ -12,14 +12,14 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-OUTCOMES = ("ok", "bad_request", "aborted", "error")
+OUTCOMES = ("ok", "bad_request", "aborted", "error", "cut")
 
 
 class ServerMetrics:
     def __init__(self, engine_state: Callable[[], dict | None]):
         self.registry = r = CollectorRegistry()
         self.requests = Counter("sharpinf_requests", "Requests by outcome: ok, bad_request (4xx), aborted "
-                                "(client gone), error", ["outcome"], registry=r)
+                                "(client gone), error, cut (still running at shutdown's bound)", ["outcome"], registry=r)
         for o in OUTCOMES:
             self.requests.labels(o)
         self.ttft = Histogram("sharpinf_time_to_first_token_seconds", "Request receipt to its first token",
