@@ -19,7 +19,12 @@ class BackendError(SharpinfError):
 
 
 class RequestError(SharpinfError):
-    """A request the engine rejects: empty or over-long prompt, bad sampling parameters."""
+    """A request the engine rejects: empty or over-long prompt, bad sampling parameters.
+    `param` names the field at fault when one is (an HTTP server reports it as OpenAI's `param`)."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class ContextLengthError(RequestError):

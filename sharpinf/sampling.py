@@ -52,7 +52,7 @@ class SamplingParams:
         stops = _one_or_many("stop", self.stop, lambda v: isinstance(v, str))
         put("stop", tuple(_stop_string(i, s) for i, s in enumerate(stops)))
         if not isinstance(self.ignore_eos, (bool, np.bool_)):
-            _bad(f"ignore_eos must be true or false, got {_shown(self.ignore_eos)}")
+            _bad(f"ignore_eos must be true or false, got {_shown(self.ignore_eos)}", "ignore_eos")
         put("ignore_eos", bool(self.ignore_eos))
         put("logprobs", _int("logprobs", self.logprobs, 0, optional=True, below=MAX_LOGPROBS + 1))
 
@@ -67,8 +67,8 @@ class SamplingParams:
 
 # -- validation: a Python or NumPy scalar of the right kind, or one clear line ----------------------
 
-def _bad(what: str):
-    raise RequestError(f"invalid sampling parameter: {what}")
+def _bad(what: str, field: str):
+    raise RequestError(f"invalid sampling parameter: {what}", field)
 
 
 def _shown(v) -> str:
@@ -97,16 +97,17 @@ def _int(name: str, v, lo: int, optional: bool = False, below: int | None = None
     """below, when given: a power of two (shown as 2**k) or a small bound (shown as a range)."""
     if v is None and optional:
         return None
+    field = name.partition("[")[0]  # stop_token_ids[2] -> stop_token_ids
     n = as_int(v)
     pow2 = below is not None and not below & (below - 1)
     rule = (f">= {lo}" + (f" and < 2**{below.bit_length() - 1}" if pow2 else f" and <= {below - 1}" if below else "")
             + (" (or None)" if optional else ""))
     if n is None:
-        _bad(f"{name} must be an integer {rule}, got {_shown(v)}")
+        _bad(f"{name} must be an integer {rule}, got {_shown(v)}", field)
     if n < lo or (below is not None and n >= below):
         if below is not None and below & (below - 1):  # not a power of two: say the bound plainly
-            _bad(f"{name} must be an integer from {lo} to {below - 1}, got {n}")
-        _bad(f"{name} must be an integer {rule}, got {n}")
+            _bad(f"{name} must be an integer from {lo} to {below - 1}, got {n}", field)
+        _bad(f"{name} must be an integer {rule}, got {n}", field)
     return n
 
 
@@ -116,13 +117,13 @@ _F32_TINY, _F32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float3
 def _number(name: str, v, ok, rule: str) -> float:
     x = as_float(v)
     if x is None:
-        _bad(f"{name} must be a number {rule}, got {_shown(v)}")
+        _bad(f"{name} must be a number {rule}, got {_shown(v)}", name)
     if not math.isfinite(x):
-        _bad(f"{name} must be a finite number {rule}, got {x}")
+        _bad(f"{name} must be a finite number {rule}, got {x}", name)
     if x != 0 and not _F32_TINY <= abs(x) <= _F32_MAX:  # the sampling kernel would see 0 or inf
-        _bad(f"{name} must be 0 or of size {_F32_TINY:.3g} to {_F32_MAX:.3g} (float32), got {x}")
+        _bad(f"{name} must be 0 or of size {_F32_TINY:.3g} to {_F32_MAX:.3g} (float32), got {x}", name)
     if not ok(x):
-        _bad(f"{name} must be {rule}, got {x}")
+        _bad(f"{name} must be {rule}, got {x}", name)
     return x
 
 
@@ -135,10 +136,10 @@ def _one_or_many(name: str, v, is_one) -> tuple:
         return (v,)
     if isinstance(v, (list, tuple, set, frozenset, np.ndarray)):
         return tuple(v.tolist() if isinstance(v, np.ndarray) else v)
-    _bad(f"{name} must be one value or a list of them, got {_shown(v)}")
+    _bad(f"{name} must be one value or a list of them, got {_shown(v)}", name)
 
 
 def _stop_string(i: int, s) -> str:
     if not isinstance(s, str) or not s:
-        _bad(f"stop[{i}] must be a non-empty string, got {_shown(s)}")
+        _bad(f"stop[{i}] must be a non-empty string, got {_shown(s)}", "stop")
     return s

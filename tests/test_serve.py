@@ -122,15 +122,32 @@ def test_logprobs(client):
 
 
 # -- errors in OpenAI's shape -------------------------------------------------------------------------
-@pytest.mark.parametrize("kw,param", [(dict(temperature=-1), None), (dict(max_tokens=0), None), (dict(n=2), "n"),
-                                      (dict(extra_body={"top_p": "high"}), "top_p"), (dict(logprobs=50), "logprobs")])
+@pytest.mark.parametrize("kw,param", [(dict(temperature=-1), "temperature"), (dict(max_tokens=0), "max_tokens"),
+                                      (dict(n=2), "n"), (dict(extra_body={"top_p": "high"}), "top_p"),
+                                      (dict(logprobs=50), "logprobs"), (dict(extra_body={"top_k": -2}), "top_k"),
+                                      (dict(extra_body={"min_p": 2}), "min_p")])
 def test_bad_parameters_are_400(client, kw, param):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=NAME, prompt="hi", **{"max_tokens": 4, **kw})
     err = e.value.body
     assert err["type"] == "invalid_request_error" and err["message"]
-    if param:
-        assert err["param"] == param
+    assert err["param"] == param
+
+
+def test_a_chat_sampling_error_names_the_field_the_client_sent(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_completion_tokens=0)
+    assert e.value.body["param"] == "max_completion_tokens"
+
+
+def test_sampling_errors_carry_their_field():
+    from sharpinf.errors import RequestError
+
+    for kw, field in ((dict(top_p=0), "top_p"), (dict(stop_token_ids=[1, -1]), "stop_token_ids"), (dict(stop=[""]), "stop"),
+                      (dict(seed=-1), "seed"), (dict(ignore_eos="no"), "ignore_eos")):
+        with pytest.raises(RequestError) as e:
+            SamplingParams(**kw)
+        assert e.value.param == field, kw
 
 
 def test_unknown_model_is_404(client):
@@ -433,3 +450,133 @@ def test_a_chat_template_that_refuses_is_400(server):
 def test_negative_seeds_are_accepted(client):
     kw = dict(model=NAME, prompt="hi", max_tokens=4, temperature=1.0, seed=-5)
     assert client.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text
+
+
+# -- what a vLLM user expects beyond the basics -------------------------------------------------------
+def test_retrieve_a_model(client):
+    listed = client.models.list().data[0]
+    assert client.models.retrieve(NAME) == listed
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("gpt-5")
+    assert e.value.body["code"] == "model_not_found" and e.value.body["type"] == "invalid_request_error"
+
+
+def test_cors_preflight_and_responses_allow_any_origin_by_default(server):
+    origin = "http://page.example"
+    pre = httpx.options(server.url + "/v1/chat/completions", headers={
+        "origin": origin, "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization, content-type"})
+    assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] in ("*", origin)
+    assert "POST" in pre.headers["access-control-allow-methods"]
+    r = httpx.get(server.url + "/v1/models", headers={"origin": origin})
+    assert r.headers["access-control-allow-origin"] == "*"
+    assert "x-request-id" in r.headers["access-control-expose-headers"]  # a page may read it
+
+
+def _not_ready_app(name=NAME, **kw):
+    """An app whose engine never loads: enough for what needs no model (CORS, the model card)."""
+    from fastapi.testclient import TestClient
+
+    from sharpinf.serve.app import create_app
+    from sharpinf.serve.engine_loop import EngineLoop
+
+    gate = threading.Event()
+    loop = EngineLoop(lambda: gate.wait(30) and None)
+    loop.start()
+    return TestClient(create_app(loop, name, **kw)), lambda: (gate.set(), loop.stop())
+
+
+def test_allowed_origins_and_a_model_name_with_a_slash():
+    c, stop = _not_ready_app("org/tiny", allowed_origins=["https://app.example"])
+    try:
+        ask = {"access-control-request-method": "POST"}
+        assert c.options("/v1/completions", headers={"origin": "https://app.example", **ask}).status_code == 200
+        assert c.options("/v1/completions", headers={"origin": "https://evil.example", **ask}).status_code == 400
+        assert "access-control-allow-origin" not in c.get("/health", headers={"origin": "https://evil.example"}).headers
+        assert c.get("/v1/models/org/tiny").json()["id"] == "org/tiny"
+        assert c.get("/v1/models/org/other").status_code == 404
+    finally:
+        stop()
+
+
+def test_created_is_one_timestamp_per_request(client, monkeypatch):
+    """Even when the clock moves between chunks (here: 1000 s at each reading)."""
+    real, reads = time.time, [0]
+
+    def jumpy():
+        reads[0] += 1
+        return real() + 1000 * reads[0]
+
+    monkeypatch.setattr(time, "time", jumpy)
+    chunks = list(client.completions.create(model=NAME, prompt="count", max_tokens=6, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    monkeypatch.undo()
+    assert len(chunks) >= 3 and len({c.created for c in chunks}) == 1
+
+
+def test_stream_text_offsets_equal_the_whole_answers_from_a_partial_first_byte(client):
+    """The greedy answer to this prompt starts with a lone UTF-8 lead byte: no character yet."""
+    kw = dict(model=NAME, prompt="hello world, said the", max_tokens=6, temperature=0, logprobs=1)
+    whole = client.completions.create(**kw).choices[0].logprobs
+    assert whole.tokens[0].startswith("bytes:\\x") and int(whole.tokens[0][8:], 16) >= 0xC0, whole.tokens
+    streamed = [o for c in client.completions.create(stream=True, **kw) if c.choices and c.choices[0].logprobs
+                for o in c.choices[0].logprobs.text_offset]
+    assert streamed == whole.text_offset
+    assert whole.text_offset[:2] == [0, 0]  # the second byte is where the first (incomplete) character is
+    assert whole.text_offset == sorted(whole.text_offset)
+
+
+def test_system_fingerprint_is_one_per_server(client):
+    a = client.completions.create(model=NAME, prompt="hi", max_tokens=2, temperature=0)
+    b = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    chunks = list(client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                                                 stream=True, stream_options={"include_usage": True}))
+    prints = {a.system_fingerprint, b.system_fingerprint} | {c.system_fingerprint for c in chunks}
+    assert len(prints) == 1 and prints.pop().startswith("fp_")
+
+
+def test_x_request_id_is_echoed_and_names_the_response(client, server):
+    raw = client.completions.with_raw_response.create(model=NAME, prompt="hi", max_tokens=2,
+                                                      extra_headers={"x-request-id": "trace-42"})
+    assert raw.headers["x-request-id"] == "trace-42" and raw.parse().id == "cmpl-trace-42"
+    body = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, headers={"x-request-id": "s-1"}) as r:
+        first = next(line for line in r.iter_lines() if line.startswith("data: {"))
+        assert r.headers["x-request-id"] == "s-1" and json.loads(first[6:])["id"] == "chatcmpl-s-1"
+    r = httpx.post(server.url + "/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 2})
+    assert r.json()["id"] == "cmpl-" + r.headers["x-request-id"]  # none given: a fresh one, in both
+    odd = "not a plain token!"
+    r = httpx.post(server.url + "/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 2},
+                   headers={"x-request-id": odd})
+    assert r.headers["x-request-id"] == odd and odd not in r.json()["id"]  # echoed, not used as the id
+    assert httpx.get(server.url + "/nothing", headers={"x-request-id": "e-1"}).headers["x-request-id"] == "e-1"
+
+
+def test_preemptions_are_a_counter_of_the_engines_deltas():
+    from sharpinf.serve.metrics import ServerMetrics
+
+    state = {"preemptions": 0}
+    m = ServerMetrics(lambda: state)
+
+    def scraped():
+        fam = {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}["sharpinf_preemptions"]
+        assert fam.type == "counter"
+        return next(s.value for s in fam.samples if s.name == "sharpinf_preemptions_total")
+
+    assert scraped() == 0
+    state["preemptions"] = 3
+    assert scraped() == 3 and scraped() == 3  # a scrape adds only what grew since the last
+    state["preemptions"] = 5
+    assert scraped() == 5
+
+
+def test_serve_help_states_the_cors_default():
+    from typer.testing import CliRunner
+
+    from sharpinf.cli import app
+
+    res = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "--allowed-origins" in res.output and "any origin, as vLLM allows" in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["serve", "tiny", "--allowed-origins", " , "])
+    assert res.exit_code != 0 and "at least one origin" in str(res.exception)  # before any model loads

@@ -10,7 +10,8 @@ from sharpinf.cli.common import KERNELS_HELP, err_console, kernels_spec
 from sharpinf.errors import SharpinfError
 
 
-def build_server(model: str, backend: str = "auto", served_model_name: str | None = None, limits=None, **engine_config):
+def build_server(model: str, backend: str = "auto", served_model_name: str | None = None, limits=None,
+                 allowed_origins=("*",), **engine_config):
     """(FastAPI app, EngineLoop): the engine is built in the loop's thread once start() is called."""
     from pathlib import Path
 
@@ -25,7 +26,7 @@ def build_server(model: str, backend: str = "auto", served_model_name: str | Non
         return LLMEngine(load(model), backend=backend_named(backend), **engine_config)
 
     loop = EngineLoop(make_engine)
-    return create_app(loop, name, limits), loop
+    return create_app(loop, name, limits, allowed_origins), loop
 
 
 @app.command()
@@ -50,15 +51,19 @@ def serve(
                                          "which no longer prompt can fit)."),
     max_stop_strings: int = typer.Option(16, help="Most stop strings in one request."),
     max_stop_chars: int = typer.Option(512, help="Longest stop string."),
+    allowed_origins: str = typer.Option("*", help="Origins a browser page may call the API from (CORS), "
+                                        "comma-separated, e.g. https://app.example.com. Default *: any origin, as "
+                                        "vLLM allows; set it when the server is reachable beyond loopback."),
     shutdown_timeout: float = typer.Option(30.0, help="On SIGTERM or SIGINT: seconds running requests may go on "
                                            "before they are cut (a stream gets an error frame, others a 503); a "
                                            "second signal cuts at once. Exits 1 when any request was cut."),
 ):
     """Serve MODEL over HTTP with OpenAI's API: /v1/completions, /v1/chat/completions (streaming
-    with stream: true), /v1/models, /health, /metrics (Prometheus), /tokenize, /detokenize.
+    with stream: true), /v1/models and /v1/models/ID, /health, /metrics (Prometheus), /tokenize, /detokenize.
 
     Requests over the limits are refused before any work: a body over --max-body-bytes is a 413, a
-    prompt that can never fit the context a 400 with code context_length_exceeded.
+    prompt that can never fit the context a 400 with code context_length_exceeded. Every response
+    has an x-request-id header (the client's, echoed, or a fresh one); CORS allows --allowed-origins.
 
     \b
     curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
@@ -82,7 +87,10 @@ def serve(
         limits = Limits(max_body_bytes, max_prompt_chars, max_stop_strings, max_stop_chars)
     except ValueError as exc:
         raise SharpinfError(str(exc)) from None
-    api, loop = build_server(model, backend, served_model_name, limits, **config)
+    origins = [o.strip() for o in allowed_origins.split(",") if o.strip()]
+    if not origins:
+        raise SharpinfError("--allowed-origins needs at least one origin (or *)")
+    api, loop = build_server(model, backend, served_model_name, limits, origins, **config)
     from sharpinf.serve.shutdown import GracefulServer, Shutdown
 
     try:

@@ -8,12 +8,15 @@ a whole answer that disconnects, aborts its request: the engine frees its blocks
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sharpinf.engine.llm_engine import RequestOutput
@@ -26,9 +29,37 @@ from sharpinf.serve.metrics import ServerMetrics
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
 
 
-def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) -> FastAPI:
+class RequestIdHeader:
+    """x-request-id on every response, streams and errors too: the client's, else a fresh one. The
+    request's id -- the client's when it is a plain token -- is left in scope["request_id"]."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = Headers(scope=scope).get("x-request-id")
+        scope["request_id"] = P.request_id(given)
+        echo = given or scope["request_id"]
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).append("x-request-id", echo)
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None,
+               allowed_origins: Sequence[str] = ("*",)) -> FastAPI:
     app = FastAPI(title="sharpinf", description="OpenAI-compatible server over sharpinf's engine")
+    # a browser page on another origin may call the API (vLLM's default: any origin, no credentials)
+    app.add_middleware(CORSMiddleware, allow_origins=list(allowed_origins), allow_methods=["*"], allow_headers=["*"],
+                       expose_headers=["x-request-id"])
+    app.add_middleware(RequestIdHeader)  # added last: outermost, so preflights get one too
     limits = limits or Limits()
+    started = int(time.time())  # the model card's `created`
     prompt_limits: list[PromptLimits] = []  # built once the engine is ready (it reads the vocabulary)
     metrics = ServerMetrics(lambda: loop.snapshot)
     app.state.metrics = metrics
@@ -49,6 +80,10 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) 
             raise P.ApiError(503, f"the model failed to load: {loop.load_error}", "server_error")
         if not loop.ready:
             raise P.ApiError(503, "the model is loading; retry when /health says ok", "server_error")
+
+    @functools.cache
+    def fingerprint() -> str:  # once the engine is ready (it reads the model file)
+        return P.system_fingerprint(loop.engine)
 
     def checks() -> PromptLimits:
         if not prompt_limits:
@@ -79,12 +114,20 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) 
             return JSONResponse({"status": "loading"}, status_code=503)
         return {"status": "ok"}
 
+    def card() -> dict:
+        c = {"id": model_name, "object": "model", "created": started, "owned_by": "sharpinf"}
+        if loop.ready:
+            c["max_model_len"] = loop.engine.max_model_len
+        return c
+
     @app.get("/v1/models")
     async def models():
-        card = {"id": model_name, "object": "model", "created": int(time.time()), "owned_by": "sharpinf"}
-        if loop.ready:
-            card["max_model_len"] = loop.engine.max_model_len
-        return {"object": "list", "data": [card]}
+        return {"object": "list", "data": [card()]}
+
+    @app.get("/v1/models/{model_id:path}")  # :path -- served names may hold a slash (org/model)
+    async def model(model_id: str):
+        check_model({"model": model_id})
+        return card()
 
     @app.get("/metrics")
     async def prometheus():
@@ -170,11 +213,12 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) 
         parsed = P.parse(body, chat)
         t0 = time.perf_counter()
         rid, queue = await submit(parsed)
-        resp_id = P.new_id(chat)
+        # one id, one `created`, one fingerprint for the whole answer, in every chunk of a stream
+        head = P.Head(P.new_id(chat, request.scope["request_id"]), model_name, int(time.time()), fingerprint())
         tok = loop.engine.tokenizer
         if parsed.stream:
-            return StreamingResponse(stream(request, parsed, rid, queue, resp_id, tok, t0), media_type="text/event-stream")
-        return await whole(request, parsed, rid, queue, resp_id, tok, t0)
+            return StreamingResponse(stream(request, parsed, rid, queue, head, tok, t0), media_type="text/event-stream")
+        return await whole(request, parsed, rid, queue, head, tok, t0)
 
     def timing(t0: float):
         last = [None]
@@ -197,7 +241,7 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) 
         metrics.requests.labels("error").inc()
         return P.ApiError(500, f"the engine failed: {exc}", "server_error")
 
-    async def whole(request, parsed: P.Parsed, rid, queue, resp_id, tok, t0):
+    async def whole(request, parsed: P.Parsed, rid, queue, head: P.Head, tok, t0):
         tick, lps, out, get, checked = timing(t0), [], None, None, time.perf_counter()
         while out is None or not out.finished:
             get = get or asyncio.ensure_future(queue.get())  # kept across polls: no output is ever dropped
@@ -225,15 +269,15 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) 
         metrics.prompt_tokens.inc(len(out.prompt_ids))
         lp = None
         if parsed.logprobs is not None:
-            lp = P.chat_logprobs(tok, lps) if parsed.chat else P.completion_logprobs(tok, lps, 0)
-        return P.completion_body(resp_id, model_name, out.text, P.FINISH.get(out.finish_reason, out.finish_reason), lp,
+            lp = P.chat_logprobs(tok, lps) if parsed.chat else P.completion_logprobs(tok, lps, P.TextOffsets(tok))
+        return P.completion_body(head, out.text, P.FINISH.get(out.finish_reason, out.finish_reason), lp,
                                  P.usage(len(out.prompt_ids), len(out.token_ids)), parsed.chat)
 
-    async def stream(request, parsed: P.Parsed, rid, queue, resp_id, tok, t0) -> AsyncIterator[str]:
+    async def stream(request, parsed: P.Parsed, rid, queue, head: P.Head, tok, t0) -> AsyncIterator[str]:
         def sse(obj) -> str:
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
-        tick, first, finished, offset = timing(t0), True, False, 0
+        tick, first, finished, offsets = timing(t0), True, False, P.TextOffsets(tok)
         try:
             while not finished:
                 out: RequestOutput | Exception = await queue.get()
@@ -252,18 +296,17 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None) 
                 lp = None
                 if parsed.logprobs is not None and out.new_logprobs:
                     lp = (P.chat_logprobs(tok, out.new_logprobs) if parsed.chat
-                          else P.completion_logprobs(tok, out.new_logprobs, offset))
-                offset += len(out.new_text)
+                          else P.completion_logprobs(tok, out.new_logprobs, offsets))
                 if out.new_text or lp or finished or (first and parsed.chat):
                     finish = P.FINISH.get(out.finish_reason, out.finish_reason) if finished else None
-                    yield sse(P.completion_body(resp_id, model_name, out.new_text, finish, lp, None, parsed.chat,
+                    yield sse(P.completion_body(head, out.new_text, finish, lp, None, parsed.chat,
                                                 chunk=True, first=first))
                     first = False
                 if finished:
                     metrics.requests.labels("ok").inc()
                     metrics.prompt_tokens.inc(len(out.prompt_ids))
                     if parsed.include_usage:
-                        yield sse(P.usage_chunk(resp_id, model_name, parsed.chat,
+                        yield sse(P.usage_chunk(head, parsed.chat,
                                                 P.usage(len(out.prompt_ids), len(out.token_ids))))
             yield "data: [DONE]\n\n"
         finally:

@@ -2,11 +2,13 @@
 
 Counters and histograms are fed by the handlers (a request's outcome, its time to first token,
 the gaps between its tokens); the engine's state (running and waiting sequences, KV usage,
-preemptions, prefix-cache hit rate, tokens/s) is read when /metrics is scraped.
+prefix-cache hit rate, tokens/s) is read when /metrics is scraped, and so is its preemption
+count, added to a counter by what it grew since the last scrape.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -28,12 +30,15 @@ class ServerMetrics:
                              buckets=LATENCY_BUCKETS, registry=r)
         self.prompt_tokens = Counter("sharpinf_prompt_tokens", "Prompt tokens of accepted requests", registry=r)
         self.generation_tokens = Counter("sharpinf_generation_tokens", "Tokens generated", registry=r)
+        self.preemptions = Counter("sharpinf_preemptions", "Sequences preempted (their KV recomputed later)",
+                                   registry=r)
+        self._preempted = 0  # the engine's count already added to the counter
+        self._lock = threading.Lock()  # two scrapes at once add each delta once
         self._state = engine_state
         gauges = {
             "running_sequences": ("running", "Sequences in the running batch"),
             "waiting_sequences": ("waiting", "Sequences waiting for admission"),
             "kv_cache_usage_ratio": ("kv_usage", "Share of KV blocks in use"),
-            "preemptions": ("preemptions", "Sequences preempted so far (their KV recomputed later)"),
             "prefix_cache_hit_rate": ("prefix_cache_hit_rate", "Share of prompt blocks found in the prefix cache"),
             "throughput_tokens_per_second": ("throughput_tok_per_s", "Tokens generated per second since start"),
         }
@@ -46,4 +51,9 @@ class ServerMetrics:
         return float(v) if isinstance(v, (int, float)) else 0.0
 
     def exposition(self) -> bytes:
+        with self._lock:
+            n = int(self._read("preemptions"))
+            if n > self._preempted:
+                self.preemptions.inc(n - self._preempted)
+                self._preempted = n
         return generate_latest(self.registry)

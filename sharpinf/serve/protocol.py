@@ -6,12 +6,15 @@ max_completion_tokens, temperature, top_p, seed, stop, n = 1, logprobs / top_log
 vLLM's extensions top_k, min_p, repetition_penalty, ignore_eos. Defaults are OpenAI's
 (temperature 1, completions max_tokens 16, chat until the context is full). Unknown fields are
 ignored, as OpenAI's own server does; a known field of the wrong type or value is a 400.
-Errors have OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+Errors have OpenAI's shape: {"error": {"message", "type", "param", "code"}}. Responses: one Head
+(id, created, system_fingerprint) for every body and chunk of a request.
 """
 
 from __future__ import annotations
 
-import time
+import codecs
+import hashlib
+import re
 import uuid
 from dataclasses import dataclass
 
@@ -154,8 +157,17 @@ def parse(body, chat: bool) -> Parsed:
     try:
         params = SamplingParams(**fields)
     except RequestError as exc:
-        raise bad(str(exc).removeprefix("invalid sampling parameter: ")) from None
+        raise bad(str(exc).removeprefix("invalid sampling parameter: "), _openai_name(exc.param, body, chat)) from None
     return Parsed(prompt, params, stream, include_usage, logprobs, chat)
+
+
+def _openai_name(field: str | None, body: dict, chat: bool) -> str | None:
+    """A SamplingParams field -> the request field that set it."""
+    if field == "max_tokens" and chat and "max_tokens" not in body:
+        return "max_completion_tokens"
+    if field == "logprobs" and chat:
+        return "top_logprobs"
+    return field
 
 
 def _seed(v: int | None) -> int | None:
@@ -177,8 +189,46 @@ def _unsupported(body: dict, chat: bool) -> None:
 
 
 # -- responses ---------------------------------------------------------------------------------
-def new_id(chat: bool) -> str:
-    return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def request_id(header: str | None) -> str:
+    """The client's x-request-id when it is a plain token (letters, digits, . _ : -, at most 128),
+    else a fresh one."""
+    return header if header and _REQUEST_ID.fullmatch(header) else uuid.uuid4().hex[:24]
+
+
+def new_id(chat: bool, base: str) -> str:
+    return ("chatcmpl-" if chat else "cmpl-") + base
+
+
+def system_fingerprint(engine) -> str:
+    """What answers a request: sharpinf's version, the backend, the kernel set, the KV dtype and the
+    model file (its size, first and last MiB: hashing all of a large file would hold up startup)."""
+    from sharpinf import __version__
+
+    h = hashlib.sha256(f"{__version__}|{engine.backend.name}|{engine.fp.choice.name}|{engine.config.kv_dtype}|".encode())
+    path = engine.model.path
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        h.update(f"{size}|".encode() + f.read(2**20))
+        f.seek(max(0, size - 2**20))
+        h.update(f.read())
+    return "fp_" + h.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Head:
+    """What every body and chunk of one response repeats: one id, one `created`, one fingerprint."""
+
+    id: str
+    model: str
+    created: int
+    fingerprint: str
+
+    def of(self, obj: str) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": self.fingerprint}
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
@@ -196,15 +246,26 @@ def _token_text(tok, token_id: int) -> str:
         return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
 
 
-def completion_logprobs(tok, lps: list[TokenLogprobs], offset0: int) -> dict:
+class TextOffsets:
+    """text_offset: where each token starts in the answer's text, in characters. A token's bytes
+    count once the character they end is complete, so a token inside a multi-byte character starts
+    where that character does. Fed token by token: a stream's chunks and a whole answer agree."""
+
+    def __init__(self, tok):
+        self.tok, self.chars = tok, 0
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # holds back a partial character
+
+    def take(self, token_id: int) -> int:
+        at = self.chars
+        self.chars += len(self._utf8.decode(self.tok.token_bytes(token_id)))
+        return at
+
+
+def completion_logprobs(tok, lps: list[TokenLogprobs], offsets: TextOffsets) -> dict:
     """The legacy completions shape: tokens, token_logprobs, top_logprobs, text_offset."""
-    tokens, offsets, off = [], [], offset0
-    for lp in lps:
-        tokens.append(_token_text(tok, lp.token_id))
-        offsets.append(off)
-        off += len(tok.decode_token(lp.token_id))
-    return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in lps],
-            "top_logprobs": [{_token_text(tok, i): v for i, v in lp.top} for lp in lps], "text_offset": offsets}
+    return {"tokens": [_token_text(tok, lp.token_id) for lp in lps], "token_logprobs": [lp.logprob for lp in lps],
+            "top_logprobs": [{_token_text(tok, i): v for i, v in lp.top} for lp in lps],
+            "text_offset": [offsets.take(lp.token_id) for lp in lps]}
 
 
 def chat_logprobs(tok, lps: list[TokenLogprobs]) -> dict:
@@ -215,9 +276,8 @@ def chat_logprobs(tok, lps: list[TokenLogprobs]) -> dict:
                         for lp in lps]}
 
 
-def completion_body(rid: str, model: str, text: str, finish: str | None, lp: dict | None, use: dict | None,
+def completion_body(head: Head, text: str, finish: str | None, lp: dict | None, use: dict | None,
                     chat: bool, chunk: bool = False, first: bool = False) -> dict:
-    created = int(time.time())
     if chat:
         if chunk:
             delta = ({"role": "assistant", "content": text} if first else {"content": text}) if text or first else {}
@@ -230,12 +290,11 @@ def completion_body(rid: str, model: str, text: str, finish: str | None, lp: dic
     else:
         choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": finish}
         obj = "text_completion"
-    body = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+    body = {**head.of(obj), "choices": [choice]}
     if use is not None:
         body["usage"] = use
     return body
 
 
-def usage_chunk(rid: str, model: str, chat: bool, use: dict) -> dict:
-    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": int(time.time()),
-            "model": model, "choices": [], "usage": use}
+def usage_chunk(head: Head, chat: bool, use: dict) -> dict:
+    return {**head.of("chat.completion.chunk" if chat else "text_completion"), "choices": [], "usage": use}
