@@ -294,6 +294,16 @@ __device__ __forceinline__ int dp_group_lanes(int n_chunks) {
     return g;
 }
 
+// The canonical order (every q8_1 matmul kernel follows it, for every N): member g of a row's G
+// lanes (G from n_in only) adds the float terms of chunks g, g + G, g + 2G, ... to 0 in that order;
+// the G member sums are then added to 0 in member order, ((0 + s_0) + s_1) + ... + s_{G-1}. A
+// tensor-core kernel that owns many outputs follows it with two floats each (the member sum
+// and the total), visiting the members one after another (mma_rows.cuh, mmq_rows.cuh).
+template <int NMAT>
+struct DpCombine {  // a warp's member sums, [matrix][token][lane] (+1 pad: the folding lanes hit distinct banks)
+    float s[NMAT][DP_TILE][33];
+};
+
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2 (W2 the second matrix, the same
 // type and shape): Y = act(X W^T) * (X W2^T), the SwiGLU (or GeGLU) of a gate and an up projection.
 template <int QT, int NMAT>
@@ -309,7 +319,9 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
     const int nt = n_tokens - t0 < DP_TILE ? n_tokens - t0 : DP_TILE;
     const long long row_bytes = gb_row_bytes<QT>(n_in);
     const int rows_per_pass = gridDim.x * DP_WARPS * rows_per_warp;
-    // Every lane runs every pass (the butterfly needs the whole warp); rows past n_out are skipped.
+    __shared__ DpCombine<NMAT> comb[DP_WARPS];
+    DpCombine<NMAT>& cw = comb[warp];
+    // Every lane runs every pass (the combine's __syncwarp needs the whole warp); rows past n_out are skipped.
     for (int base = (blockIdx.x * DP_WARPS + warp) * rows_per_warp; base < n_out; base += rows_per_pass) {
         const int row = base + lane / G;
         const bool live = row < n_out;
@@ -347,27 +359,24 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
                 }
             }
         }
-        // the G lanes of a row combine: xor butterfly, the same for every row and token
+        // the G member sums of each (row, token) meet in one lane, added in member order
 #pragma unroll
         for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-            for (int t = 0; t < DP_TILE; ++t)
-                for (int off = G / 2; off > 0; off >>= 1)
-                    acc[m][t] = acc[m][t] + __shfl_xor_sync(SHARPINF_FULL_MASK, acc[m][t], off);
-        if (live) {
-            for (int t = g; t < nt; t += G) {
-                float v[NMAT];
+            for (int t = 0; t < DP_TILE; ++t) cw.s[m][t][lane] = acc[m][t];
+        __syncwarp();
+        for (int f = lane; f < rows_per_warp * DP_TILE; f += 32) {  // f: (the warp's row f / 8, token f % 8)
+            const int r = f / DP_TILE, t = f % DP_TILE, out_row = base + r;
+            if (out_row >= n_out || t >= nt) continue;
+            float v[NMAT];
 #pragma unroll
-                for (int m = 0; m < NMAT; ++m) {
-                    v[m] = acc[m][0];
-#pragma unroll
-                    for (int u = 1; u < DP_TILE; ++u)
-                        if (u == t) v[m] = acc[m][u];
-                }
-                dp_store<NMAT>(Y + (long long)(t0 + t) * y_stride + row, v[0], v[NMAT - 1], bias, row, has_bias,
-                               accumulate, act);
+            for (int m = 0; m < NMAT; ++m) {
+                v[m] = 0.0f;
+                for (int j = 0; j < G; ++j) v[m] = v[m] + cw.s[m][t][r * G + j];
             }
+            dp_store<NMAT>(Y + (long long)(t0 + t) * y_stride + out_row, v[0], v[NMAT - 1], bias, out_row, has_bias,
+                           accumulate, act);
         }
+        __syncwarp();  // the next pass overwrites cw
     }
 }
-

@@ -21,11 +21,15 @@
 //   * all lanes busy at every n_in: a row is split over G = min(32, 2^floor(log2(n_in/32)))
 //     lanes, so a warp takes 32/G rows (n_in = 576: 16 lanes a row, 2 rows a warp);
 //   * fused epilogue: bias and the residual add.
-// Reduction order (batch invariance): lane g of a row group takes chunks g, g+G, ... in order
-// and adds one float per chunk; the G lanes combine by an xor butterfly. Both depend on n_in
-// only, so a token's output is bit-identical alone or in any tile, any grid.
+// Reduction order (batch invariance), the canonical one every q8_1 matmul kernel follows: lane g
+// of a row group takes chunks g, g+G, ... in order and adds one float per chunk (its member sum);
+// the G member sums meet in shared memory, where one lane adds them in member order
+// ((0 + s_0) + s_1) + ... . Both depend on n_in only, so a token's output is bit-identical alone
+// or in any tile, any grid -- and a tensor-core kernel owning many outputs follows the same order
+// with two floats each (a member sum and the total), not a reduction tree per output.
 // The unpackers and the row loop live in dp4a.cuh (gate_up_dp4a.cu shares them).
-// Launch: block 128 threads (4 warps); grid = (ceil(n_out / (4 * 32 / G)) capped, ceil(n_tokens / 8)).
+// Launch: block 128 threads (4 warps), 4.2 KB static shared memory (8.4 KB for the gate/up pair:
+// the member sums of a pass); grid = (ceil(n_out / (4 * 32 / G)) capped, ceil(n_tokens / 8)).
 // Bound: memory -- weights are read once per 8-token tile; at N = 1 the step streams every weight
 // byte once, so the target is the device's read bandwidth.
 #include "dp4a.cuh"

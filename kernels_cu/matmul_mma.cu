@@ -8,10 +8,11 @@
 // activation's q8_1 block, so one mma.m16n8k32.s8 gives the exact int32 dots of 16 rows x 8 tokens
 // for that chunk (Q6_K: a second mma with values 16..31 zeroed gives the first half's dot). Each
 // dot then goes through the same float operations as dp4a's (DpChunk::from_idot, dp4a.cuh), and the
-// per-chunk terms are added in dp4a's order: the lane-group member gp sums chunks gp, gp + G, ... ,
-// and the G sums meet in dp4a's xor-butterfly tree, rebuilt by visiting gp in bit-reversed order
-// with a binary-counter merge. So the output equals matmul_dp4a's bit for bit, for any N: prefill on
-// tensor cores, decode on dp4a, one answer (the oracles' exactness holds across the two).
+// per-chunk terms are added in the canonical order (dp4a.cuh): the lane-group member gp sums chunks
+// gp, gp + G, ... , and the G member sums are added in member order -- the block visits gp = 0, 1,
+// ... and keeps two floats per output (part, total). So the output equals matmul_dp4a's bit for
+// bit, for any N: prefill on tensor cores, decode on dp4a, one answer (the oracles' exactness holds
+// across the two).
 // Why int8 mma, not f16: activations are already q8_1 (rmsnorm_q8_1.cu) and the weights' quants are
 // small integers, so the dot is exact and the only float work is dp4a's own; an f16 path would
 // dequantize both and round differently from decode.
@@ -26,8 +27,8 @@
 // Launch: grid = (ceil(n_out / 64), ceil(n_tokens / 16)), block = 128, 1.8 KB static shared memory.
 // Bound: at prefill sizes, the float epilogue per (row, token, chunk) -- the same count as dp4a's,
 // the price of bit-identity with decode -- then the weight reads (each weight byte is read from L2
-// once per 16 tokens). Next, once measured: more tokens per block (fewer weight re-reads), which the
-// per-output reduction tree's registers (168-202 now, no spills) limit.
+// once per 16 tokens). Next, once measured: more tokens per block (fewer weight re-reads), which
+// the two-float order now makes affordable in registers.
 #include "mma_rows.cuh"
 
 #define MM_ARGS                                                                                                  \

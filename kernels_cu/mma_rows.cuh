@@ -5,7 +5,6 @@
 
 #define MM_WARPS 4    // warps per block; a warp owns 16 weight rows
 #define MM_TOKENS 16  // tokens per block: two n8 tiles
-#define MM_MAX_LEVELS 5  // log2 of dp4a's largest lane group (32)
 
 // r = w[k] for a run-time k without a run-time register index (which would go to local memory)
 __device__ __forceinline__ int mm_pick(const int (&w)[8], int k) {
@@ -13,12 +12,6 @@ __device__ __forceinline__ int mm_pick(const int (&w)[8], int k) {
 #pragma unroll
     for (int u = 1; u < 8; ++u)
         if (u == k) r = w[u];
-    return r;
-}
-
-__device__ __forceinline__ int mm_bitrev(int x, int bits) {
-    int r = 0;
-    for (int b = 0; b < bits; ++b) r |= ((x >> b) & 1) << (bits - 1 - b);
     return r;
 }
 
@@ -62,33 +55,25 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int n_chunks = n_in / 32;
     const int G = dp_group_lanes(n_chunks);
-    int LG = 0;
-    while ((1 << LG) < G) ++LG;
     __shared__ __align__(16) MmXTile xtile[2];  // double buffer: chunk k's tile in use, k + 1's loading
     const int r0 = (blockIdx.x * MM_WARPS + warp) * 16, n0 = blockIdx.y * MM_TOKENS;
     const int row[2] = {r0 + g, r0 + g + 8};  // this lane's rows: C elements 0,1 and 2,3
     const long long row_bytes = gb_row_bytes<QT>(n_in);
     const unsigned char* mats[2] = {W, NMAT > 1 ? W2 : W};
 
-    // dp4a's order for output (row, token): lane group member gp sums chunks gp, gp + G, ... in
-    // order (a left fold from 0), then the G sums meet in an xor butterfly. Visiting gp in
-    // bit-reversed order, a binary-counter merge of the sums (st[level]) builds that same tree.
-    float st[NMAT][8][MM_MAX_LEVELS], total[NMAT][8];
+    // the canonical order (dp4a.cuh): member gp's sum of chunks gp, gp + G, ... (part), the
+    // member sums added in member order (total) -- two floats per output
+    float total[NMAT][8];
 #pragma unroll
     for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            total[m][e] = 0.0f;
-#pragma unroll
-            for (int l = 0; l < MM_MAX_LEVELS; ++l) st[m][e][l] = 0.0f;
-        }
+        for (int e = 0; e < 8; ++e) total[m][e] = 0.0f;
 
-    // every warp walks the same chunks in the same order: gp = bitrev(gi), then c = gp, gp + G, ...
+    // every warp walks the same chunks in the same order: gp = 0, 1, ..., G - 1, then c = gp, gp + G, ...
     // (G <= n_chunks, so every gp has a chunk); the tile of the next chunk loads during this one's mmas
     mm_stage_x(xtile[0], xq, xd, xs, n0, n_tokens, n_in, 0);
     int k = 0;  // chunks done
-    for (int gi = 0; gi < G; ++gi) {
-        const int gp = mm_bitrev(gi, LG);
+    for (int gp = 0; gp < G; ++gp) {
         float part[NMAT][8];
 #pragma unroll
         for (int m = 0; m < NMAT; ++m)
@@ -98,7 +83,7 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
             cp_async_wait_all();
             __syncthreads();  // chunk c's tile is in; every warp is done with the other buffer
             {
-                const int nc = c + G < n_chunks ? c + G : (gi + 1 < G ? mm_bitrev(gi + 1, LG) : -1);
+                const int nc = c + G < n_chunks ? c + G : (gp + 1 < G ? gp + 1 : -1);
                 if (nc >= 0) mm_stage_x(xtile[(k + 1) & 1], xq, xd, xs, n0, n_tokens, n_in, nc);
             }
             const MmXTile& xt = xtile[k & 1];
@@ -157,26 +142,10 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
                 }
             }
         }
-        // merge this group member's sums into the tree (levels unrolled: registers, no local memory)
 #pragma unroll
         for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                float v = part[m][e];
-                bool placed = false;
-#pragma unroll
-                for (int l = 0; l < MM_MAX_LEVELS; ++l) {
-                    if (!placed && l < LG) {
-                        if ((gi >> l) & 1) {
-                            v = st[m][e][l] + v;
-                        } else {
-                            st[m][e][l] = v;
-                            placed = true;
-                        }
-                    }
-                }
-                if (gi == G - 1) total[m][e] = v;  // the last member closes every level
-            }
+            for (int e = 0; e < 8; ++e) total[m][e] = total[m][e] + part[m][e];
     }
 
     // epilogue: dp4a's own (dp_store)

@@ -2,7 +2,7 @@
 every backend; batch invariance bit for bit; the fused bias and residual epilogue.
 
 Tolerance: the kernel's integer dot per 32-value chunk is exact; only a few float products per
-chunk, the per-lane chunk sum and the butterfly round: |Y - Y_ref| <= 1e-5 * sum |w x| + tiny,
+chunk, the per-lane chunk sum and the member-order combine round: |Y - Y_ref| <= 1e-5 * sum |w x| + tiny,
 with Y_ref = dequantize(X) @ dequantize(W)^T in float64 (ops/matmul_dp4a.py)."""
 
 from __future__ import annotations

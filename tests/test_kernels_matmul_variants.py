@@ -5,7 +5,9 @@ serves, and batch-invariant -- a token's row bit for bit the same in a step of 1
   float variants (simple and its copies)  vs dequantize(W) @ X^T in float64, ops/matmul.py's bound;
   q8_1 variants (dp4a, mma, their copies) vs ops/matmul_dp4a.py's reference within its bound, and
                                           bit for bit equal to dp4a: one reduction order for every
-                                          variant and every step size, so prefill and decode agree.
+                                          variant and every step size, so prefill and decode agree;
+                                          a token's row (and its gate+up row) the same bits in steps
+                                          of 1, 15, 16, 17, 64 and 300 tokens (every tile edge).
 The exhaustive per-kernel tests stay in test_kernels_matmul*.py; this file is what a new variant
 gets for free."""
 
@@ -70,3 +72,35 @@ def test_every_matmul_variant_matches_its_reference_and_is_batch_invariant(backe
             assert (np.abs(got.astype(np.float64) - want) <= bound).all(), f"{name} {quants.qtype_name(qtype)}"
         for t in (0, 7, 18):  # the same token alone: the same bits
             assert_bits(run(slice(t, t + 1))[0], got[t], err_msg=f"{name} token {t} alone, {quants.qtype_name(qtype)}")
+
+
+STEP_SIZES = (1, 15, 16, 17, 64, 300)  # below, at and past a 16-token tile; a 64-token tile; several
+STEP_TYPES = [(quants.Q5_0, 1024), (quants.Q4_K, 1024), (quants.Q6_K, 512)]  # 2-byte aligned; K-quants; halves
+
+
+@pytest.mark.parametrize("name", [n for n in variants_of("matmul") if variant("matmul", n).activations == "q8_1"])
+def test_a_tokens_bits_do_not_depend_on_the_step_size(backend, name):
+    """Each step size N runs the variant on the first N tokens of one 300-token activation; every
+    row equals dp4a's for that token in the 300-token step (lane groups of 32 and 16 chunks)."""
+    from sharpinf.ops.matmul_dp4a import gate_up_dp4a
+    from sharpinf.ops.quant_act import Q8Act
+
+    v = variant("matmul", name)
+    for qtype, n_in in STEP_TYPES:
+        rng = _rng("steps", qtype)
+        n_out, n = 24, max(STEP_SIZES)
+        wg, wu = backend.upload(_raw(rng, qtype, n_out, n_in)), backend.upload(_raw(rng, qtype, n_out, n_in))
+        X, q, d, s = _act(backend, rng, n, n_in)
+        want = backend.empty((n, n_out), np.float32)
+        matmul_dp4a(backend, wg, qtype, X, want, n, n_out, n_in)
+        want_gu = backend.empty((n, n_out), np.float32)
+        gate_up_dp4a(backend, wg, wu, qtype, X, want_gu, n, n_out, n_in)
+        want, want_gu = backend.download(want), backend.download(want_gu)
+        for N in STEP_SIZES:
+            Xn = Q8Act(*(backend.upload(np.ascontiguousarray(a[:N])) for a in (q, d, s)), n_in)
+            Y = backend.empty((N, n_out), np.float32)
+            v.launch(backend, wg, qtype, Xn, Y, N, n_out, n_in)
+            assert_bits(backend.download(Y), want[:N], err_msg=f"{name} {quants.qtype_name(qtype)} N={N}")
+            if v.gate_up is not None:
+                v.gate_up(backend, wg, wu, qtype, Xn, Y, N, n_out, n_in)
+                assert_bits(backend.download(Y), want_gu[:N], err_msg=f"{name} gate+up {quants.qtype_name(qtype)} N={N}")
