@@ -27,8 +27,8 @@
 // Launch: grid = (ceil(n_out / 64), ceil(n_tokens / 16)), block = 128, 1.8 KB static shared memory.
 // Bound: at prefill sizes, the float epilogue per (row, token, chunk) -- the same count as dp4a's,
 // the price of bit-identity with decode -- then the weight reads (each weight byte is read from L2
-// once per 16 tokens). Next, once measured: more tokens per block (fewer weight re-reads), which
-// the two-float order now makes affordable in registers.
+// once per 16 tokens). matmul_mmq.cu takes 64 tokens a block (each weight chunk unpacked once per
+// 64 tokens), which the two-float order makes affordable.
 #include "mma_rows.cuh"
 
 #define MM_ARGS                                                                                                  \

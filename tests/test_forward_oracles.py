@@ -91,7 +91,7 @@ def forward_pass(arch: str, qtype: str, backend, kernels: str = "fast") -> Forwa
 @pytest.fixture(params=["simple", "fast", "tensor"])
 def kernels(request):
     """Every oracle runs for the readable baselines, the fast variants and the tensor-core ones
-    (ops/variants.py): mma matmuls in steps of >= 16 tokens, flash attention in every step."""
+    (ops/variants.py): mmq matmuls in steps of >= 16 tokens, flash attention in every step."""
     return request.param
 
 

@@ -29,9 +29,9 @@ def test_parse_every_spelling():
     assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
-    assert choices_for("all") == ["simple", "fast", "tensor"]
-    assert KernelChoice.parse("tensor") == KernelChoice(matmul="mma", attention="flash", rope_kv="fused")
-    assert KernelChoice.parse("matmul=mma,attention=flash,rope_kv=fused").name == "tensor"
+    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=mma"]  # mma: in no set, so on its own
+    assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused")
+    assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused").name == "tensor"
     assert choices_for("auto") == ["auto"]
     rows = describe_variants()
     names = variant_names()
@@ -109,17 +109,18 @@ def test_mixed_choices_pass_the_oracles(emu, kernels, arch, qtype):
     assert r.passed and r.max_abs_dlogit == 0.0, r
 
 
+@pytest.mark.parametrize("name", ["mma", "mmq"])
 @pytest.mark.parametrize("arch,qtype", [("llama", "Q4_K"), ("qwen2", "Q5_1"), ("qwen3", "Q6_K")])
-def test_mma_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype):
-    """matmul=mma (int8 tensor cores for steps of >= 16 tokens) gives dp4a's logits bit for bit, so
-    prefill on tensor cores and decode on dp4a agree; the oracles hold as they do for dp4a."""
+def test_tensor_core_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype, name):
+    """matmul=mma / mmq (int8 tensor cores for steps of >= 16 tokens) gives dp4a's logits bit for bit,
+    so prefill on tensor cores and decode on dp4a agree; the oracles hold as they do for dp4a."""
     n_embd = 256 if qtype in ("Q4_K", "Q6_K") else 128
     model = load_model(synthetic_model(arch, qtype, n_embd=n_embd))
     base = dict(attention="split", rope_kv="fused")
     dp4a = ForwardPass(model, emu, kernels={"matmul": "dp4a", **base})
-    mma = dp4a.with_own_buffers(kernels={"matmul": "mma", **base})
+    mma = dp4a.with_own_buffers(kernels={"matmul": name, **base})
     assert mma.launches_per_layer() == dp4a.launches_per_layer()
-    assert ("matmul_mma.cu", f"matmul_mma_{qtype.lower()}") in mma.kernels_used("f16")
+    assert (f"matmul_{name}.cu", f"matmul_{name}_{qtype.lower()}") in mma.kernels_used("f16")
     toks = list(range(7, 47))  # 40 tokens: a 40-token step runs on tensor cores
     nb = paths.blocks_for([len(toks)], 16)
     got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [40, ]) for fp in (mma, dp4a))

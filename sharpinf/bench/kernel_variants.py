@@ -3,13 +3,13 @@ device's measured bandwidth, and the speedup over the readable baseline.
 
     op          cases (layer 0's shapes and types)            variants
     norm        rmsnorm of N rows of n_embd                    simple -> float, dp4a -> q8_1 (fused)
-    matmul      qkv, o, down, lm_head                          simple (float X), dp4a (q8_1 X), mma (N >= 16)
+    matmul      qkv, o, down, lm_head                          simple (float X), dp4a (q8_1 X), mma, mmq (N >= 16)
     ffn_in      gate + up + SwiGLU                             simple (2 matmuls + silu_gate), dp4a (gate_up_dp4a)
     rope_kv     qk-norm, RoPE, KV append                       simple (3-5 kernels), fused (rope_kv)
     attention   N sequences decoding at `context`              simple, split, flash
 
 for N = 1, 8, 64 tokens (decode). Prefill (rows marked "prefill"): the matmuls and gate+up at
-N = 128, 512, 2048 tokens (simple, dp4a, mma; TFLOP/s beside the device's dense tensor-core peak
+N = 128, 512, 2048 tokens (simple, dp4a, mma, mmq; TFLOP/s beside the device's dense tensor-core peak
 where known), and attention over one prompt of 512, 2048, 8192 tokens from position 0 (simple,
 split, flash; TFLOP/s of the causal half: 2 x 2 x L(L+1)/2 x heads x head_dim). GB/s counts the compulsory bytes (weights, activations in and out;
 attention: the K/V of the context) over the median device time of a launch: on a GPU each case

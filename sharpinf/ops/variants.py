@@ -6,8 +6,10 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                dp4a               rmsnorm_q8_1.cu -> matmul_dp4a.cu / gate_up_dp4a.cu: q8_1
                                   activations, integer dot products, fused bias/residual/SwiGLU
                mma                as dp4a, but steps of >= 16 tokens on int8 tensor cores
-                                  (matmul_mma.cu / gate_up_mma.cu), bit-identical to dp4a; opt-in
-                                  until a GPU session has measured it (fast is dp4a)
+                                  (matmul_mma.cu / gate_up_mma.cu), bit-identical to dp4a
+               mmq                as mma, 64 rows x 64 tokens a block (matmul_mmq.cu /
+                                  gate_up_mmq.cu): each weight chunk unpacked once per 64 tokens;
+                                  in the tensor set, opt-in until a GPU session has measured it
     attention  simple             attention.cu: a warp per (token, head)
                split              attention_split.cu: split-KV (flash-decoding), GQA-shared loads
                flash              attention_flash.cu: the split frame on f16 tensor cores, 64 (token,
@@ -29,14 +31,14 @@ a ForwardPass whose step launches none of a chosen variant's own kernels fails a
 (`like = ...`) -- docs/adding-a-variant.md walks the loop.
 
 A choice is "simple", "fast" (every op's fastest measured variant), "tensor" (fast with the
-tensor-core variants: mma matmuls and flash attention; opt-in until a GPU session has measured
+tensor-core variants: mmq matmuls and flash attention; opt-in until a GPU session has measured
 them), a dict {op: variant}, the same as text: "matmul=dp4a,attention=split", or "auto" (the
 default): "fast" on a GPU, "simple" on the CPU emulator -- the fast kernels are written for a
 GPU's memory system, and the emulator, which runs each thread's C++ on one core, runs the
 readable ones faster. Every variant passes every oracle the baseline passes.
 
 Every choice is batch-invariant, prefill and decode included: each op runs one kernel for every
-step (mma takes >= 16-token steps but is bit-identical to dp4a), so a token's logits do not depend
+step (mma and mmq take >= 16-token steps but are bit-identical to dp4a), so a token's logits do not depend
 on the step it is in -- there is no separate "invariant" mode to pay for.
 """
 
@@ -248,11 +250,12 @@ def load_registry(path: Path | None = None) -> None:
 
 load_registry()
 
-# The named sets. fast: the fastest measured (mma joins once a GPU session has timed it).
+# The named sets. fast: the fastest measured. mmq joins it for steps of >= min_tokens once a GPU
+# session has timed it against dp4a (the threshold: variants.toml's min_tokens for mmq).
 SETS: dict[str, dict[str, str]] = {
     "simple": {"matmul": "simple", "attention": "simple", "rope_kv": "simple"},  # the baselines
     "fast": {"matmul": "dp4a", "attention": "split", "rope_kv": "fused"},
-    "tensor": {"matmul": "mma", "attention": "flash", "rope_kv": "fused"},  # the tensor-core set
+    "tensor": {"matmul": "mmq", "attention": "flash", "rope_kv": "fused"},  # the tensor-core set
 }
 FAST, TENSOR = SETS["fast"], SETS["tensor"]
 AUTO = "auto"

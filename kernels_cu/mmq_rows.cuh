@@ -1,0 +1,214 @@
+// mmq_rows.cuh -- what matmul_mmq.cu and gate_up_mmq.cu share: Y = X W^T on int8 tensor cores
+// (mma.m16n8k32.s8) in 64-row x 64-token blocks, bit-identical to matmul_dp4a.cu / gate_up_dp4a.cu.
+// See matmul_mmq.cu's header for the algorithm, the tiles and the bound.
+#pragma once
+#include "dp4a.cuh"
+
+#define MQ_ROWS 64    // weight rows a block (2 warp rows of 2 m16 tiles)
+#define MQ_TOKENS 64  // tokens a block: each weight chunk is unpacked once per 64 tokens
+#define MQ_XSTAGES 3  // activation ring: chunk k in use while k + 1 and k + 2 load (cp.async)
+#define MQ_FM 2       // m16 tiles a warp: 32 rows
+#define MQ_XROW 12    // ints a staged row (8 used): 48-byte rows
+
+// One weight row's chunk as dp4a unpacks it (DpChunk: 8 words of int8, then its scales), padded to
+// 48 bytes: A-fragment rows for ldmatrix at a 12-word stride hit 8 distinct bank quads, and the
+// scales for from_idot sit beside them.
+template <int QT> struct __align__(16) MqRow {
+    DpChunk<QT> ch;
+    // word by word: plain 32-bit shared stores (the emulator's initcheck sees each one)
+    __device__ __forceinline__ void store(const DpChunk<QT>& c) {
+        static_assert(sizeof(DpChunk<QT>) % 4 == 0, "a chunk is whole words");
+        int* dst = reinterpret_cast<int*>(&ch);
+        const int* src = reinterpret_cast<const int*>(&c);
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof(DpChunk<QT>) / 4); ++i) dst[i] = src[i];
+    }
+};
+
+// The activation tile of one chunk: 64 tokens' q8_1 blocks (values in 48-byte rows for ldmatrix,
+// d and s). Tokens past the last are zeros.
+struct MqXTile {
+    int q[MQ_TOKENS][MQ_XROW];
+    float d[MQ_TOKENS];
+    int s[MQ_TOKENS];
+};
+
+// The chunk a block visits after chunk c, in the canonical order (dp4a.cuh): member gp = c mod G's
+// chunks gp, gp + G, ... , then member gp + 1's; -1 after the last.
+__device__ __forceinline__ int mq_next(int c, int G, int n_chunks) {
+    if (c + G < n_chunks) return c + G;
+    const int gp = c % G;
+    return gp + 1 < G ? gp + 1 : -1;
+}
+
+// Stage chunk c of tokens n0.. into tile, all by cp.async (threads 0..127: 16 value bytes each;
+// threads 0..63 also d and s; NMAT = 2's extra threads none). Commits one group, empty when c < 0.
+__device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq, const float* xd, const int* xs,
+                                           int n0, int n_tokens, int n_in, int c) {
+    const int tid = threadIdx.x, n_chunks = n_in / 32;
+    if (c >= 0 && tid < 2 * MQ_TOKENS) {
+        const int tk = tid >> 1, half = tid & 1;
+        const bool live = n0 + tk < n_tokens;
+        int* dst = &tile.q[tk][4 * half];
+        if (live) cp_async_16(dst, xq + (long long)(n0 + tk) * n_in + 32LL * c + 16 * half);
+        else *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+        if (half == 0) {
+            if (live) {
+                cp_async_4(&tile.d[tk], xd + (long long)(n0 + tk) * n_chunks + c);
+                cp_async_4(&tile.s[tk], xs + (long long)(n0 + tk) * n_chunks + c);
+            } else {
+                tile.d[tk] = 0.0f;
+                tile.s[tk] = 0;
+            }
+        }
+    }
+    cp_async_commit();
+}
+
+// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate), 4 warps, each 32 rows x 32 tokens.
+// NMAT = 2: Y = act(X W^T) * (X W2^T), 8 warps, each 32 rows x 16 tokens of both matrices.
+template <int QT, int NMAT>
+__device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
+                                         const signed char* __restrict__ xq, const float* __restrict__ xd,
+                                         const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
+                                         int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
+                                         long long y_stride, int act = ACT_SILU) {
+    constexpr bool HALVES = QT == GB_Q6_K;  // Q6_K scales 16-value halves: their dots separately
+    constexpr int FN = 4 / NMAT;            // n8 tiles a warp: 32 / NMAT tokens
+    static_assert(sizeof(MqRow<QT>) == 4 * MQ_XROW, "a staged weight row is 48 bytes");
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int n_chunks = n_in / 32, G = dp_group_lanes(n_chunks);
+    const int r0 = blockIdx.x * MQ_ROWS, n0 = blockIdx.y * MQ_TOKENS;
+    const int wr = 32 * (warp & 1), wt = 8 * FN * (warp >> 1);  // the warp's first row and token in the block
+    const long long row_bytes = gb_row_bytes<QT>(n_in);
+
+    __shared__ __align__(16) MqXTile xring[MQ_XSTAGES];
+    __shared__ __align__(16) MqRow<QT> wtile[2][NMAT][MQ_ROWS];  // double buffer: chunk k in use, k + 1 stored
+
+    // the weight row this thread unpacks: row tid % 64 of matrix tid / 64 (threads 0 .. 64 NMAT - 1)
+    const bool stager = tid < MQ_ROWS * NMAT;
+    const int sm = stager ? tid / MQ_ROWS : 0, sr = tid % MQ_ROWS;
+    const unsigned char* srow = (sm == 0 ? W : W2) + (long long)(r0 + sr) * row_bytes;
+    const bool srow_live = stager && r0 + sr < n_out;
+    auto unpack = [&](int c) {
+        DpChunk<QT> ch{};
+        if (srow_live) ch.load(srow, c);
+        return ch;
+    };
+
+    // the canonical order with two floats per output: part (member gp's chunks), total (the members)
+    float part[NMAT][MQ_FM][FN][4], total[NMAT][MQ_FM][FN][4];
+#pragma unroll
+    for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+        for (int i = 0; i < MQ_FM; ++i)
+#pragma unroll
+            for (int j = 0; j < FN; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) part[m][i][j][e] = total[m][i][j][e] = 0.0f;
+
+    // prologue: activations of the first two visits in flight, the first weight chunk stored
+    int cx = 0;  // the chunk whose activations load next
+    mq_stage_x(xring[0], xq, xd, xs, n0, n_tokens, n_in, cx);
+    cx = mq_next(cx, G, n_chunks);
+    mq_stage_x(xring[1], xq, xd, xs, n0, n_tokens, n_in, cx);
+    cx = cx < 0 ? -1 : mq_next(cx, G, n_chunks);
+    if (stager) wtile[0][sm][sr].store(unpack(0));
+
+    int c = 0;
+    for (int k = 0; c >= 0; ++k) {
+        const int cn = mq_next(c, G, n_chunks);
+        cp_async_wait_group<1>();  // chunk c's activations are in (k + 1's may still load)
+        __syncthreads();           // ... for every thread; every warp is done with chunk k - 1's buffers
+        mq_stage_x(xring[(k + 2) % MQ_XSTAGES], xq, xd, xs, n0, n_tokens, n_in, cx);
+        cx = cx < 0 ? -1 : mq_next(cx, G, n_chunks);
+        DpChunk<QT> next{};  // the next chunk's weights: loads in flight during this chunk's mmas
+        if (cn >= 0) next = unpack(cn);
+
+        const MqXTile& xt = xring[k % MQ_XSTAGES];
+        // B fragments, two n8 tiles a ldmatrix.x4: tokens g and 8 + g, words t and 4 + t
+        unsigned b[FN][2];
+#pragma unroll
+        for (int j = 0; j < FN; j += 2) {
+            unsigned r[4];
+            ldmatrix_x4(r, &xt.q[wt + 8 * j + (lane & 7) + ((lane >> 4) & 1) * 8][((lane >> 3) & 1) * 4]);
+            b[j][0] = r[0];
+            b[j][1] = r[1];
+            b[j + 1][0] = r[2];
+            b[j + 1][1] = r[3];
+        }
+        // the C fragment's tokens 2t, 2t + 1 of each n8 tile: d, s (and Q6_K's first-half sum)
+        float xdv[FN][2];
+        int xsv[FN][2], s0[FN][2];
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int tk = wt + 8 * j + 2 * t + h;
+                xdv[j][h] = xt.d[tk];
+                xsv[j][h] = xt.s[tk];
+                s0[j][h] = 0;
+                if (HALVES) {
+                    const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
+                    int xw[8];
+#pragma unroll
+                    for (int w = 0; w < 8; ++w) xw[w] = w < 4 ? xt.q[tk][w] : 0;
+                    s0[j][h] = dp_dot8(ones, xw);
+                }
+            }
+#pragma unroll
+        for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+            for (int i = 0; i < MQ_FM; ++i) {
+                const MqRow<QT>* rows = &wtile[k & 1][m][wr + 16 * i];
+                unsigned a[4];  // rows g, g + 8 x words t (a[0], a[1]) and 4 + t (a[2], a[3])
+                ldmatrix_x4(a, &rows[(lane & 7) + ((lane >> 3) & 1) * 8].ch.w[((lane >> 4) & 1) * 4]);
+                const unsigned alo[4] = {a[0], a[1], 0u, 0u};  // values 16..31 zeroed: the first half's dot
+                const DpChunk<QT>& p0 = rows[g].ch;
+                const DpChunk<QT>& p1 = rows[g + 8].ch;
+                const int zero[4] = {0, 0, 0, 0};
+#pragma unroll
+                for (int j = 0; j < FN; ++j) {
+                    int full[4], lo[4] = {0, 0, 0, 0};
+                    mma_m16n8k32_s8_s32(full, a, b[j], zero);
+                    if (HALVES) mma_m16n8k32_s8_s32(lo, alo, b[j], zero);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {  // C element e: row g + 8 (e >> 1), token 2t + (e & 1)
+                        const DpChunk<QT>& p = e >> 1 ? p1 : p0;
+                        const int h = e & 1;
+                        const float v = HALVES ? p.from_idot(lo[e], full[e] - lo[e], xdv[j][h], xsv[j][h], s0[j][h])
+                                               : p.from_idot(full[e], 0, xdv[j][h], xsv[j][h], 0);
+                        part[m][i][j][e] = part[m][i][j][e] + v;
+                    }
+                }
+            }
+        if (c + G >= n_chunks) {  // member c mod G is complete: into the total, in member order
+#pragma unroll
+            for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+                for (int i = 0; i < MQ_FM; ++i)
+#pragma unroll
+                    for (int j = 0; j < FN; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            total[m][i][j][e] = total[m][i][j][e] + part[m][i][j][e];
+                            part[m][i][j][e] = 0.0f;
+                        }
+        }
+        if (stager && cn >= 0) wtile[(k + 1) & 1][sm][sr].store(next);  // read after the next barrier
+        c = cn;
+    }
+
+    // epilogue: dp4a's own (dp_store)
+#pragma unroll
+    for (int i = 0; i < MQ_FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = r0 + wr + 16 * i + g + 8 * (e >> 1), tk = n0 + wt + 8 * j + 2 * t + (e & 1);
+                if (r >= n_out || tk >= n_tokens) continue;
+                dp_store<NMAT>(Y + (long long)tk * y_stride + r, total[0][i][j][e], total[NMAT - 1][i][j][e], bias, r,
+                               has_bias, accumulate, act);
+            }
+}

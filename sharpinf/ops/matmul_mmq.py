@@ -1,0 +1,69 @@
+"""Launcher for kernels_cu/matmul_mmq.cu and gate_up_mmq.cu: Y = X W^T (and the SwiGLU pair) on
+int8 tensor cores in 64-row x 64-token blocks, bit-identical to matmul_dp4a / gate_up_dp4a (see
+the kernel's header), for the quantized weight types. Its reference is therefore the dp4a kernel
+itself, bit for bit, and through it ops/matmul_dp4a.py's NumPy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sharpinf.model import quants
+from sharpinf.ops.launch import kernel
+from sharpinf.ops.matmul import kernel_suffix
+from sharpinf.ops.matmul_dp4a import ACTS, gate_up_dp4a, matmul_dp4a
+from sharpinf.ops.matmul_mma import _check, supports
+
+ROWS_PER_BLOCK = 64  # MQ_ROWS
+TOKENS_PER_BLOCK = 64  # MQ_TOKENS
+# Steps below this stay on dp4a (the same bits). Provisional: mma's 16, until a GPU session times
+# mmq against dp4a at N = 8, 16, 24, 32, 48, 64 on the Qwen3-8B shapes (bench --suite kernels --op
+# matmul) and sets it where mmq starts to win; the registry's min_tokens says the same number.
+MIN_TOKENS = 16
+
+
+def _grid(n_out: int, n_tokens: int) -> tuple[int, int]:
+    return -(-n_out // ROWS_PER_BLOCK), -(-n_tokens // TOKENS_PER_BLOCK)
+
+
+def matmul_mmq(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
+               accumulate: bool = False, y_stride: int | None = None, y_col: int = 0, file: str = "matmul_mmq.cu") -> None:
+    """As matmul_dp4a (same arguments, same bits), on tensor cores, 64 tokens a block."""
+    _check("matmul_mmq", qtype, X, n_tokens, n_out, n_in)
+    stride = n_out if y_stride is None else y_stride
+    if y_col < 0 or y_col + n_out > stride:
+        raise ValueError(f"matmul_mmq: columns {y_col}..{y_col + n_out} do not fit rows of {stride}")
+    has_bias = bias_dev is not None
+    y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
+    io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
+          + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
+    be.launch(kernel(be, file, f"matmul_mmq_{kernel_suffix(qtype)}"), _grid(n_out, n_tokens), 128,
+              (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
+               np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
+
+
+def gate_up_mmq(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
+                act: str = "silu") -> None:
+    """As gate_up_dp4a (same arguments, same bits), on tensor cores, 64 tokens a block (8 warps)."""
+    _check("gate_up_mmq", qtype, X, n_tokens, n_ff, n_in)
+    be.launch(kernel(be, "gate_up_mmq.cu", f"gate_up_mmq_{kernel_suffix(qtype)}"), _grid(n_ff, n_tokens), 256,
+              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
+               np.int32(ACTS[act])),
+              io=(2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff))
+
+
+def matmul_mmq_steps(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
+                     accumulate: bool = False, y_stride: int | None = None, y_col: int = 0,
+                     file: str = "matmul_mmq.cu") -> None:
+    """The mmq variant's linear layer: steps of MIN_TOKENS or more with quantized weights on tensor
+    cores (`file`); a smaller step (or float weights) on dp4a -- the same bits either way."""
+    kw = dict(bias_dev=bias_dev, accumulate=accumulate, y_stride=y_stride, y_col=y_col)
+    if n_tokens >= MIN_TOKENS and supports(qtype):
+        return matmul_mmq(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, file=file, **kw)
+    matmul_dp4a(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, **kw)
+
+
+def gate_up_mmq_steps(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
+                      act: str = "silu") -> None:
+    """gate_up_mmq for steps of MIN_TOKENS or more, gate_up_dp4a below: the same bits."""
+    fn = gate_up_mmq if n_tokens >= MIN_TOKENS and supports(qtype) else gate_up_dp4a
+    fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act)
