@@ -121,11 +121,11 @@ def test_tensor_core_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype, name):
     mma = dp4a.with_own_buffers(kernels={"matmul": name, **base})
     assert mma.launches_per_layer() == dp4a.launches_per_layer()
     assert (f"matmul_{name}.cu", f"matmul_{name}_{qtype.lower()}") in mma.kernels_used("f16")
-    toks = list(range(7, 47))  # 40 tokens: a 40-token step runs on tensor cores
+    toks = list(range(7, 107))  # 100 tokens: one step on tensor cores (mmq: a 64-token tile and a partial one)
     nb = paths.blocks_for([len(toks)], 16)
-    got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [40, ]) for fp in (mma, dp4a))
+    got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [100]) for fp in (mma, dp4a))
     assert_bits(np.asarray(got), np.asarray(want))
-    r = paths.oracle_chunked_vs_whole(mma, toks, "f16", 4, chunks=[17, 3, 20])
+    r = paths.oracle_chunked_vs_whole(mma, toks, "f16", 4, chunks=[1, 15, 16, 17, 51])  # dp4a and both tile edges
     assert r.passed and r.max_abs_dlogit == 0.0, r
 
 
