@@ -363,7 +363,8 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
 #pragma unroll
         for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-            for (int t = 0; t < DP_TILE; ++t) cw.s[m][t][lane] = acc[m][t];
+            for (int t = 0; t < DP_TILE; ++t)
+                if (t < nt) cw.s[m][t][lane] = acc[m][t];
         __syncwarp();
         for (int f = lane; f < rows_per_warp * DP_TILE; f += 32) {  // f: (the warp's row f / 8, token f % 8)
             const int r = f / DP_TILE, t = f % DP_TILE, out_row = base + r;
