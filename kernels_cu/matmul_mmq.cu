@@ -31,7 +31,10 @@
 // clock an SM): ~13 lane-cycles, so ~2.6 T chunk-terms/s over 132 SMs. Qwen3-8B (8e9 weights, Q4_K):
 // N = 64 -> 1.6e10 terms, ~6 ms (weights once per 64 tokens: 4.7 GB at 3.35 TB/s, 1.4 ms, hidden);
 // N = 512 -> ~49 ms, ~170 TFLOP/s equivalent against dp4a's ~15. So: epilogue-bound from N = 64 on.
-// Next, once measured: take the int->float conversion of s_x out of the per-row term (stage it).
+// Next, once measured: take the int->float conversion of s_x out of the per-row term (stage it);
+// check (ncu: long-scoreboard stalls) that the next chunk's weight loads stay in flight across the
+// mmas -- their unpack follows them in the source, and if ptxas keeps it there, split DpChunk::load
+// into a raw fetch and an unpack done after the mmas.
 // measured: not yet (no GPU).
 #include "mmq_rows.cuh"
 

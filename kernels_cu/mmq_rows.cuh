@@ -41,8 +41,9 @@ __device__ __forceinline__ int mq_next(int c, int G, int n_chunks) {
     return gp + 1 < G ? gp + 1 : -1;
 }
 
-// Stage chunk c of tokens n0.. into tile, all by cp.async (threads 0..127: 16 value bytes each;
-// threads 0..63 also d and s; NMAT = 2's extra threads none). Commits one group, empty when c < 0.
+// Stage chunk c of tokens n0.. into tile, all by cp.async (threads 0..127: 16 value bytes each, the
+// even ones also the token's d and s; NMAT = 2's threads 128.. none). Commits one group, empty when
+// c < 0 (so every iteration commits one and cp_async_wait_group<1> always means "chunk k is in").
 __device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq, const float* xd, const int* xs,
                                            int n0, int n_tokens, int n_in, int c) {
     const int tid = threadIdx.x, n_chunks = n_in / 32;
