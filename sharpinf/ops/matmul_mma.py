@@ -41,15 +41,22 @@ def _grid(n_out: int, n_tokens: int) -> tuple[int, int]:
 def matmul_mma(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
                accumulate: bool = False, y_stride: int | None = None, y_col: int = 0, file: str = "matmul_mma.cu") -> None:
     """As matmul_dp4a (same arguments, same bits), on tensor cores."""
-    _check("matmul_mma", qtype, X, n_tokens, n_out, n_in)
+    launch_rows(be, "matmul_mma", file, _grid(n_out, n_tokens), W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in,
+                bias_dev, accumulate, y_stride, y_col)
+
+
+def launch_rows(be, name: str, file: str, grid, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int,
+                n_in: int, bias_dev, accumulate: bool, y_stride: int | None, y_col: int) -> None:
+    """One launch of a tensor-core matmul entry `<name>_<type>` (mma, mmq: one argument list, 128 threads)."""
+    _check(name, qtype, X, n_tokens, n_out, n_in)
     stride = n_out if y_stride is None else y_stride
     if y_col < 0 or y_col + n_out > stride:
-        raise ValueError(f"matmul_mma: columns {y_col}..{y_col + n_out} do not fit rows of {stride}")
+        raise ValueError(f"{name}: columns {y_col}..{y_col + n_out} do not fit rows of {stride}")
     has_bias = bias_dev is not None
     y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
     io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
           + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
-    be.launch(kernel(be, file, f"matmul_mma_{kernel_suffix(qtype)}"), _grid(n_out, n_tokens), 128,
+    be.launch(kernel(be, file, f"{name}_{kernel_suffix(qtype)}"), grid, 128,
               (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
                np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
 

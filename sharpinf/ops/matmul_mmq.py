@@ -11,7 +11,7 @@ from sharpinf.model import quants
 from sharpinf.ops.launch import kernel
 from sharpinf.ops.matmul import kernel_suffix
 from sharpinf.ops.matmul_dp4a import ACTS, gate_up_dp4a, matmul_dp4a
-from sharpinf.ops.matmul_mma import _check, supports
+from sharpinf.ops.matmul_mma import _check, launch_rows, supports
 
 ROWS_PER_BLOCK = 64  # MQ_ROWS
 TOKENS_PER_BLOCK = 64  # MQ_TOKENS
@@ -28,17 +28,8 @@ def _grid(n_out: int, n_tokens: int) -> tuple[int, int]:
 def matmul_mmq(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
                accumulate: bool = False, y_stride: int | None = None, y_col: int = 0, file: str = "matmul_mmq.cu") -> None:
     """As matmul_dp4a (same arguments, same bits), on tensor cores, 64 tokens a block."""
-    _check("matmul_mmq", qtype, X, n_tokens, n_out, n_in)
-    stride = n_out if y_stride is None else y_stride
-    if y_col < 0 or y_col + n_out > stride:
-        raise ValueError(f"matmul_mmq: columns {y_col}..{y_col + n_out} do not fit rows of {stride}")
-    has_bias = bias_dev is not None
-    y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
-    io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
-          + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
-    be.launch(kernel(be, file, f"matmul_mmq_{kernel_suffix(qtype)}"), _grid(n_out, n_tokens), 128,
-              (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
-               np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
+    launch_rows(be, "matmul_mmq", file, _grid(n_out, n_tokens), W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in,
+                bias_dev, accumulate, y_stride, y_col)
 
 
 def gate_up_mmq(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
