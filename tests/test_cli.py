@@ -30,6 +30,14 @@ def test_info_json_lists_tensor_types_and_kv_bytes(model):
     assert facts["kv_bytes_per_token"]["fp16"] == 2 * 2 * facts["config"]["n_layer"] * facts["config"]["n_head_kv"] * facts["config"]["head_dim"]
 
 
+def test_info_shows_the_experts_of_an_moe_model():
+    facts = json.loads(run("info", synthetic_model("qwen3moe", "Q8_0"), "--json").stdout)
+    e, c = facts["experts"], facts["config"]
+    assert (e["n_expert"], e["n_expert_used"], e["n_ff_exp"], e["params_per_expert"]) == (8, 2, 128, 3 * 64 * 128)
+    # a token runs through 2 of the 8 experts of each of the 2 layers: 2 x 6 experts' parameters idle
+    assert e["active_params"] == facts["n_params"] - 2 * 6 * 3 * 64 * 128 and c["n_expert"] == 8
+
+
 def test_tokenize_json_round_trips(model):
     out = json.loads(run("tokenize", model, "hello <|im_start|>world 123", "--json").stdout)
     assert "".join(out["pieces"]) == "hello <|im_start|>world 123"

@@ -46,7 +46,8 @@ def test_every_arch_and_quant(arch, qtype):
     assert (c.n_ff, c.head_dim, c.n_vocab, c.context_length) == (256 if k_quant else 128, n_embd // 4, 512, 1024)
     assert c.rope_style == ROPE_STYLE[arch] and c.rope_theta == (1e6 if arch == "gemma3" else 10000.0)
     assert c.rms_eps == pytest.approx(1e-5)
-    assert c.has_qkv_bias == (arch == "qwen2") and c.has_qk_norm == (arch in ("qwen3", "gemma3")) and c.tied_output
+    assert c.has_qkv_bias == (arch == "qwen2") and c.has_qk_norm == (arch in ("qwen3", "gemma3", "qwen3moe"))
+    assert c.tied_output and c.is_moe == (arch == "qwen3moe")
     assert c.post_norms == (arch == "gemma3") and c.layer_window == ((16, 16) if arch == "gemma3" else ())
 
     assert set(m.tensors) == set(expected_shapes(c))
@@ -54,7 +55,8 @@ def test_every_arch_and_quant(arch, qtype):
     assert set(truth) == set(m.tensors)
     for name, t in m.tensors.items():
         assert isinstance(t, QTensor) and t.name == name
-        want_type = quants.qtype_from_name("F32" if len(t.shape) == 1 else qtype)
+        router = name.endswith("ffn_gate_inp.weight")  # F32 whatever the file's type, as llama.cpp quantizes
+        want_type = quants.qtype_from_name("F32" if len(t.shape) == 1 or router else qtype)
         assert t.qtype == want_type and t.qtype_name == quants.qtype_name(want_type)
         assert t.raw.dtype == np.uint8 and t.raw.ndim == 2 and not t.raw.flags.writeable
         assert t.raw.shape[1] == quants.row_bytes(t.qtype, t.shape[-1]) and t.nbytes == t.raw.nbytes
@@ -140,6 +142,50 @@ def test_gemma3_config_as_llama_cpp_reads_it(tmp_path):
     c = load_model(write_synthetic_model(tmp_path / "n.gguf", "gemma3", "Q8_0", sliding_window=0)).config
     assert c.layer_window == () and c.window(0) == 0 and c.rope_for(0) == (1e6, 1.0) and c.final_softcap == 0.0
     assert load_model(write_synthetic_model(tmp_path / "l.gguf", "gemma3", "Q8_0")).config.all_layers_windowed
+
+
+def test_qwen3moe_config_as_llama_cpp_reads_it(tmp_path):
+    """llama.cpp's qwen3moe keys (expert_count, expert_used_count, expert_feed_forward_length) and
+    tensors: router ffn_gate_inp {n_embd, n_expert}, experts ffn_gate/up_exps {n_embd, n_ff_exp, n_expert},
+    ffn_down_exps {n_ff_exp, n_embd, n_expert} in ggml order -- numpy order reversed; no dense FFN."""
+    p = write_synthetic_model(tmp_path / "m.gguf", "qwen3moe", "Q4_0", n_expert=6, n_expert_used=3, n_ff_exp=96)
+    m = load_model(p)
+    c = m.config
+    assert (c.n_expert, c.n_expert_used, c.n_ff_exp, c.is_moe, c.rope_style) == (6, 3, 96, True, "neox")
+    assert m.metadata["qwen3moe.expert_count"] == 6 and "blk.0.ffn_gate.weight" not in m.tensors
+    ne = {t.name: tuple(int(d) for d in t.shape) for t in gguf.GGUFReader(p).tensors}  # ggml order
+    assert ne["blk.1.ffn_gate_inp.weight"] == (c.n_embd, 6) and ne["blk.1.ffn_up_exps.weight"] == (c.n_embd, 96, 6)
+    assert ne["blk.1.ffn_down_exps.weight"] == (96, c.n_embd, 6)
+    assert m.tensor("blk.1.ffn_gate_exps.weight").shape == (6, 96, c.n_embd)
+    # an expert is a slice of the stack: expert 4's rows are rows 4 * 96 .. 5 * 96 of the raw blocks
+    exps = m.tensor("blk.0.ffn_down_exps.weight")
+    assert bits_equal(exps.dequantize()[4], quants.dequantize(exps.raw[4 * c.n_embd : 5 * c.n_embd], exps.qtype,
+                                                               (c.n_embd, 96)))
+    # no expert_feed_forward_length: llama.cpp takes n_ff / n_expert_used
+    p = write_synthetic_model(tmp_path / "d.gguf", "qwen3moe", "Q8_0", n_ff=128, n_ff_exp=64, n_expert_used=2,
+                              **{"qwen3moe.expert_feed_forward_length": 0})
+    assert load_model(p).config.n_ff_exp == 64
+
+
+@pytest.mark.parametrize("meta, words", [
+    ({"qwen3moe.expert_used_count": 9}, "expert_used_count = 9 (must be 1..8 with expert_count = 8)"),
+    ({"qwen3moe.expert_used_count": 0}, "expert_used_count = 0"),
+    ({"qwen3moe.expert_count": 4}, "tensor 'blk.0.ffn_gate_inp.weight' has shape (8, 64), expected (4, 64)"),
+    ({"qwen3moe.expert_count": 100000}, "expert_count = 100000 (must be 1..512)"),
+    ({"qwen3moe.expert_feed_forward_length": 96}, "tensor 'blk.0.ffn_gate_exps.weight' has shape (8, 128, 64), "
+                                                  "expected (8, 96, 64)"),
+])
+def test_qwen3moe_inconsistent_metadata_is_one_line(tmp_path, meta, words):
+    p = write_synthetic_model(tmp_path / "m.gguf", "qwen3moe", "Q8_0", **meta)
+    with pytest.raises(ModelError) as info:
+        load_model(p)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_qwen3moe_expert_count_of_the_wrong_type_is_one_line(tmp_path):
+    p = write_synthetic_model(tmp_path / "m.gguf", "qwen3moe", "Q8_0", **{"qwen3moe.expert_count": "eight"})
+    with pytest.raises(ModelError, match="metadata key 'qwen3moe.expert_count' should be int, got 'eight'"):
+        load_model(p)
 
 
 def test_gemma3_corrupt_block_count_fails_fast(tmp_path):

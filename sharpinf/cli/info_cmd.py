@@ -30,7 +30,18 @@ def model_facts(m) -> dict:
         "tensor_types": dict(by_type),
         "tied_output": cfg.tied_output,
         "kv_bytes_per_token": {name: kv_bytes_per_slot(cfg, name) for name in ("fp16", "bf16", "fp32", "q8_0")},
+        **({"experts": _experts(m)} if cfg.is_moe else {}),
     }
+
+
+def _experts(m) -> dict:
+    """An MoE model's experts: how many, their size, and the parameters one token runs through."""
+    cfg = m.config
+    per_expert = 3 * cfg.n_embd * cfg.n_ff_exp
+    total = sum(int(math.prod(t.shape)) for t in m.tensors.values())
+    idle = cfg.n_layer * (cfg.n_expert - cfg.n_expert_used) * per_expert
+    return {"n_expert": cfg.n_expert, "n_expert_used": cfg.n_expert_used, "n_ff_exp": cfg.n_ff_exp,
+            "params_per_expert": per_expert, "active_params": total - idle}
 
 
 def kv_budget_facts(m, backend: str, kv_dtype: str, gpu_memory_utilization: float, num_blocks: int | None) -> dict:
@@ -68,6 +79,10 @@ def info(model: str = typer.Argument(..., help="Registered name or path to a .gg
         t.add_row(k, str(v))
     t.add_row("parameters", f"{facts['n_params'] / 1e6:.1f} M")
     t.add_row("output", "tied to token_embd" if facts["tied_output"] else "separate output.weight")
+    if "experts" in facts:
+        e = facts["experts"]
+        t.add_row("experts", f"{e['n_expert']} a layer, FFN {e['n_ff_exp']} each, {e['n_expert_used']} a token "
+                             f"({e['active_params'] / 1e6:.1f} M parameters active)")
     console.print(t)
     tt = Table("type", "tensors", "params", "MiB", title="tensor types")
     for name, r in sorted(facts["tensor_types"].items()):

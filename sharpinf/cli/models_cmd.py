@@ -57,13 +57,19 @@ def rm(name: str = typer.Argument(..., help="A registered model name.")):
 @models_app.command("synth")
 def synth(
     out: Path = typer.Argument(..., help="Where to write the .gguf."),
-    arch: str = typer.Option("llama", help="llama, qwen2, qwen3 or gemma3 (sliding window 16 on 5 layers of 6)."),
+    arch: str = typer.Option("llama", help="llama, qwen2, qwen3, gemma3 (sliding window 16 on 5 layers of 6) or "
+                             "qwen3moe (mixture of experts)."),
     qtype: str = typer.Option("Q8_0", help="Weight quant type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K."),
     layers: int = typer.Option(2, help="Number of layers (gemma3: 6 or more has a global layer too)."),
     seed: int = typer.Option(0, help="Random seed: same seed, same bytes."),
     tied: bool = typer.Option(True, help="Tie the LM head to token_embd."),
+    experts: int = typer.Option(8, help="qwen3moe: experts per layer."),
+    experts_used: int = typer.Option(2, help="qwen3moe: experts the router picks per token."),
+    routing: str = typer.Option("spread", help="qwen3moe: spread (random router), skewed (every token to experts "
+                                "0..k-1: all logits tie) or ties (experts tie in pairs)."),
 ):
     """Write a small GGUF with seeded random weights (tests never need the network)."""
     from sharpinf.model.synth import write_synthetic_model
 
-    console.print(str(write_synthetic_model(out, arch=arch, qtype=qtype, n_layer=layers, seed=seed, tied=tied)))
+    moe = dict(n_expert=experts, n_expert_used=experts_used, routing=routing) if arch == "qwen3moe" else {}
+    console.print(str(write_synthetic_model(out, arch=arch, qtype=qtype, n_layer=layers, seed=seed, tied=tied, **moe)))

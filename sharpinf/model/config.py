@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe")
 
 # How llama.cpp rotates each arch. `norm`: pairs (2i, 2i+1) are adjacent, because
 # the HF->GGUF converter permuted Q/K rows for llama. `neox`: pairs (i, i + d/2).
-ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox"}
+ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox", "qwen3moe": "neox"}
+
+# What the MoE kernels hold per token (moe_route.cu: the router's probabilities in shared memory, the
+# chosen k in registers); llama.cpp's own cap is 512 experts.
+MOE_MAX_EXPERTS = 512
+MOE_MAX_USED = 32
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,15 @@ class ModelConfig:
     ffn_act: str = "silu"  # the gate's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     post_norms: bool = False  # RMSNorm of the attention and FFN outputs before each residual add
     final_softcap: float = 0.0  # logits = cap * tanh(logits / cap) when > 0
+    # Mixture of experts (qwen3moe): every layer's FFN is n_expert SwiGLU experts of n_ff_exp, of which a
+    # router picks n_expert_used per token (softmax over all, top-k, weights renormalised over the k).
+    n_expert: int = 0  # 0: a dense model
+    n_expert_used: int = 0
+    n_ff_exp: int = 0  # one expert's SwiGLU inner size
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_expert > 0
 
     def window(self, layer: int) -> int:
         """The layer's sliding window (0: it attends to the whole causal context)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ModelError
 from . import quants
-from .config import ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
+from .config import MOE_MAX_EXPERTS, MOE_MAX_USED, ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
 from .tensors import QTensor, TensorSpan, check_spans
 
 GGUF_MAGIC = b"GGUF"
@@ -164,6 +164,7 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         raise ModelError(path, f"missing metadata key '{arch}.vocab_size' (and no tokenizer.ggml.tokens)")
     head_dim = key("attention.key_length", int, n_embd // n_head)
     n_layer = key("block_count", int)
+    moe = _moe_fields(path, meta, arch) if arch == "qwen3moe" else {}
     config = ModelConfig(
         arch=arch,
         n_vocab=n_vocab,
@@ -172,7 +173,8 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim=head_dim,
-        n_ff=key("feed_forward_length", int),
+        # qwen3moe: the dense FFN size is unused (every layer is MoE); llama.cpp reads it optionally
+        n_ff=key("feed_forward_length", int, moe.get("n_ff_exp")),
         context_length=key("context_length", int),
         rms_eps=key("attention.layer_norm_rms_epsilon", float),
         rope_theta=key("rope.freq_base", float, 10000.0),
@@ -183,11 +185,32 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         rope_freq_scale=_rope_freq_scale(path, meta, arch),
         **(_gemma3_fields(path, meta, arch, n_layer, len(tensors), n_embd, n_head, head_dim)
            if arch == "gemma3" else {}),
+        **moe,
     )
     for field in ("n_vocab", "n_embd", "n_layer", "head_dim", "n_ff", "context_length"):
         if getattr(config, field) <= 0:
             raise ModelError(path, f"bad metadata: {field} = {getattr(config, field)} (must be positive)")
     return config
+
+
+def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
+    """qwen3moe's experts as llama.cpp reads them (src/models/qwen3moe.cpp): expert_count and
+    expert_used_count (both required, > 0), expert_feed_forward_length (else n_ff / n_expert_used).
+    Its graph always renormalises the top-k weights (build_moe_ffn's norm_w = true) and has no
+    weight scale, so no key says either."""
+    n_expert = _get(path, meta, f"{arch}.expert_count", int)
+    n_used = _get(path, meta, f"{arch}.expert_used_count", int)
+    if not 0 < n_expert <= MOE_MAX_EXPERTS:
+        raise ModelError(path, f"bad metadata: expert_count = {n_expert} (must be 1..{MOE_MAX_EXPERTS})")
+    if not 0 < n_used <= min(n_expert, MOE_MAX_USED):
+        raise ModelError(path, f"bad metadata: expert_used_count = {n_used} (must be 1..{min(n_expert, MOE_MAX_USED)}"
+                               f" with expert_count = {n_expert})")
+    n_ff_exp = _get(path, meta, f"{arch}.expert_feed_forward_length", int, 0)
+    if not n_ff_exp:
+        n_ff_exp = _get(path, meta, f"{arch}.feed_forward_length", int) // n_used
+    if n_ff_exp <= 0:
+        raise ModelError(path, f"bad metadata: expert_feed_forward_length = {n_ff_exp} (must be positive)")
+    return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp)
 
 
 def _rope_freq_scale(path: Path, meta: dict[str, Any], arch: str) -> float:
@@ -261,9 +284,15 @@ def _iter_expected(c: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
         if c.post_norms:
             yield b + "post_attention_norm.weight", (c.n_embd,)
         yield b + "ffn_norm.weight", (c.n_embd,)
-        yield b + "ffn_gate.weight", (c.n_ff, c.n_embd)
-        yield b + "ffn_up.weight", (c.n_ff, c.n_embd)
-        yield b + "ffn_down.weight", (c.n_embd, c.n_ff)
+        if c.is_moe:  # router [n_expert, n_embd]; experts stacked on the first axis (GGUF ne reversed)
+            yield b + "ffn_gate_inp.weight", (c.n_expert, c.n_embd)
+            yield b + "ffn_gate_exps.weight", (c.n_expert, c.n_ff_exp, c.n_embd)
+            yield b + "ffn_up_exps.weight", (c.n_expert, c.n_ff_exp, c.n_embd)
+            yield b + "ffn_down_exps.weight", (c.n_expert, c.n_embd, c.n_ff_exp)
+        else:
+            yield b + "ffn_gate.weight", (c.n_ff, c.n_embd)
+            yield b + "ffn_up.weight", (c.n_ff, c.n_embd)
+            yield b + "ffn_down.weight", (c.n_embd, c.n_ff)
         if c.post_norms:
             yield b + "post_ffw_norm.weight", (c.n_embd,)
     yield "output_norm.weight", (c.n_embd,)

@@ -39,6 +39,10 @@ def write_synthetic_model(
     tied: bool = True,
     norm_qtype: str = "F32",
     tile_rows: int | None = None,
+    n_expert: int = 8,
+    n_expert_used: int = 2,
+    n_ff_exp: int | None = None,
+    routing: str = "spread",
     **overrides: Any,
 ) -> Path:
     """Write a GGUF model and return its path.
@@ -54,6 +58,13 @@ def write_synthetic_model(
 
     gemma3: Q/K norms and the post-attention and post-FFN norms, a SentencePiece vocabulary, and, as
     llama.cpp reads it, a window on every layer but 5, 11, ... (6 layers or more have both kinds).
+
+    qwen3moe: qwen3's attention, and in every layer n_expert SwiGLU experts of n_ff_exp (default
+    n_ff) and an F32 router (as llama.cpp's quantize leaves it). routing: "spread" (random router
+    rows scaled so the logits are a few units wide: tokens spread over the experts), "skewed"
+    (every router row the same: all logits tie exactly, so every token takes experts 0..k-1 with
+    weights 1/k -- one group holds every token), "ties" (rows 2j and 2j+1 equal: every expert ties
+    with its neighbour, so the lower-id rule decides the rank order and, with an odd k, the set).
     """
     from .synth_vocab import synthetic_spm_tokenizer_metadata, synthetic_tokenizer_metadata  # lazily: BPE training
 
@@ -69,6 +80,10 @@ def write_synthetic_model(
     head_dim = overrides.get("head_dim", n_embd // n_head)
     n_vocab = overrides.get("n_vocab", 512)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
+    moe = arch == "qwen3moe"
+    if moe and routing not in ROUTINGS:
+        raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
+    n_ff_exp = n_ff_exp or n_ff
 
     meta: dict[str, Any] = {
         "general.name": f"sharpinf-synthetic-{arch}-{qtype}",
@@ -86,7 +101,11 @@ def write_synthetic_model(
     }
     if arch == "gemma3" and overrides.get("sliding_window", 16):
         meta[f"{arch}.attention.sliding_window"] = int(overrides.get("sliding_window", 16))
-    if arch in ("qwen3", "gemma3") or head_dim != n_embd // n_head:
+    if moe:
+        meta[f"{arch}.expert_count"] = n_expert
+        meta[f"{arch}.expert_used_count"] = n_expert_used
+        meta[f"{arch}.expert_feed_forward_length"] = n_ff_exp
+    if arch in ("qwen3", "gemma3", "qwen3moe") or head_dim != n_embd // n_head:
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim
     # gemma3 comes with a SentencePiece vocabulary, as the real ones do; the others byte-level BPE
@@ -94,7 +113,8 @@ def write_synthetic_model(
     meta.update(vocab(n_vocab=n_vocab, seed=0))
     meta.update({k: v for k, v in overrides.items() if "." in k})
 
-    weights = _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied, tile_rows)
+    weights = _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied, tile_rows,
+                       (n_expert, n_ff_exp, routing) if moe else None)
 
     path = Path(path)
     writer = gguf.GGUFWriter(path, arch)
@@ -102,9 +122,10 @@ def write_synthetic_model(
         _add_kv(writer, key, value)
     for name, x in weights.items():
         t = nq if x.ndim == 1 else wq  # norms and biases (norm_qtype) vs matrices
+        if name.endswith("ffn_gate_inp.weight"):
+            t = quants.F32  # the router: llama.cpp's quantize keeps it in F32
         raw = x.quantize(t) if isinstance(x, _Tiled) else quants.quantize(x, t)  # (rows, row_bytes)
-        if x.ndim == 1:
-            raw = raw.reshape(-1)
+        raw = raw.reshape(_byte_shape(x.shape, t))  # experts: [n_expert, rows, row_bytes]
         writer.add_tensor(name, raw, raw_shape=_byte_shape(x.shape, t), raw_dtype=gguf.GGMLQuantizationType(t))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -141,20 +162,25 @@ def _add_kv(writer, key: str, value: Any) -> None:
 
 
 class _Tiled:
-    """A matrix of `rows` distinct rows repeated to n_out (write_synthetic_model's tile_rows)."""
+    """A matrix of `rows` distinct rows repeated to n_out (write_synthetic_model's tile_rows); with
+    n_expert, n_expert such matrices stacked ([n_expert, n_out, n_in], the rows repeated down all)."""
 
-    ndim = 2
-
-    def __init__(self, rows: np.ndarray, n_out: int):
-        self.rows, self.shape = rows, (n_out, rows.shape[1])
+    def __init__(self, rows: np.ndarray, n_out: int, n_expert: int = 0):
+        self.rows = rows
+        self.shape = (n_expert, n_out, rows.shape[1]) if n_expert else (n_out, rows.shape[1])
+        self.ndim = len(self.shape)
 
     def quantize(self, qtype: int) -> np.ndarray:
         raw = quants.quantize(self.rows, qtype)
-        return np.tile(raw, (-(-self.shape[0] // raw.shape[0]), 1))[: self.shape[0]]
+        n = int(np.prod(self.shape[:-1]))
+        return np.tile(raw, (-(-n // raw.shape[0]), 1))[:n]
+
+
+ROUTINGS = ("spread", "skewed", "ties")
 
 
 def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied,
-             tile_rows: int | None = None) -> dict[str, np.ndarray]:
+             tile_rows: int | None = None, experts: tuple[int, int, str] | None = None) -> dict[str, np.ndarray]:
     """name -> float32 array in numpy order ((out, in) for matrices), in GGUF file order."""
     rng = np.random.default_rng(seed)
 
@@ -163,6 +189,22 @@ def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim
             return _Tiled((rng.standard_normal((min(tile_rows, out_f), in_f)) * (gain / np.sqrt(in_f))).astype(np.float32),
                           out_f)
         return (rng.standard_normal((out_f, in_f)) * (gain / np.sqrt(in_f))).astype(np.float32)
+
+    def stacked(n_expert: int, out_f: int, in_f: int, gain: float = 1.0) -> np.ndarray:
+        """n_expert matrices [n_expert, out_f, in_f], each scaled like mat()."""
+        if tile_rows:
+            rows = rng.standard_normal((min(tile_rows, n_expert * out_f), in_f)) * (gain / np.sqrt(in_f))
+            return _Tiled(rows.astype(np.float32), out_f, n_expert)
+        return (rng.standard_normal((n_expert, out_f, in_f)) * (gain / np.sqrt(in_f))).astype(np.float32)
+
+    def router(n_expert: int, routing: str) -> np.ndarray:
+        # gain 2: the normed h has unit RMS, so the logits are ~2 wide and the top-k varies by token
+        r = (rng.standard_normal((n_expert, n_embd)) * (2.0 / np.sqrt(n_embd))).astype(np.float32)
+        if routing == "skewed":
+            r[:] = r[0]
+        elif routing == "ties":
+            r[1::2] = r[0::2][: n_expert // 2]
+        return r
 
     def norm(n: int) -> np.ndarray:
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
@@ -184,7 +226,7 @@ def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim
         w[b + "attn_v.weight"] = mat(kv_dim, n_embd)
         if arch == "qwen2":
             w[b + "attn_q.bias"], w[b + "attn_k.bias"], w[b + "attn_v.bias"] = bias(q_dim), bias(kv_dim), bias(kv_dim)
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "gemma3", "qwen3moe"):
             w[b + "attn_q_norm.weight"], w[b + "attn_k_norm.weight"] = norm(head_dim), norm(head_dim)
         # gain 4 on the residual writes: the layers then outweigh the unit embedding, so a
         # tied head does not just echo the input token back (checked: gaps ~1, few copies)
@@ -192,9 +234,16 @@ def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim
         if arch == "gemma3":  # (llama.cpp's tensor order)
             w[b + "post_attention_norm.weight"] = norm(n_embd)
         w[b + "ffn_norm.weight"] = norm(n_embd)
-        w[b + "ffn_gate.weight"] = mat(n_ff, n_embd)
-        w[b + "ffn_up.weight"] = mat(n_ff, n_embd)
-        w[b + "ffn_down.weight"] = mat(n_embd, n_ff, 4.0)
+        if experts:  # (llama.cpp's tensor order: router, gate, down, up)
+            n_expert, n_ff_exp, routing = experts
+            w[b + "ffn_gate_inp.weight"] = router(n_expert, routing)
+            w[b + "ffn_gate_exps.weight"] = stacked(n_expert, n_ff_exp, n_embd)
+            w[b + "ffn_down_exps.weight"] = stacked(n_expert, n_embd, n_ff_exp, 4.0)
+            w[b + "ffn_up_exps.weight"] = stacked(n_expert, n_ff_exp, n_embd)
+        else:
+            w[b + "ffn_gate.weight"] = mat(n_ff, n_embd)
+            w[b + "ffn_up.weight"] = mat(n_ff, n_embd)
+            w[b + "ffn_down.weight"] = mat(n_embd, n_ff, 4.0)
         if arch == "gemma3":
             w[b + "post_ffw_norm.weight"] = norm(n_embd)
     # gemma3's post-norms keep the residual near unit size: gain 4 on the final norm spreads its
@@ -226,7 +275,7 @@ def synthetic_model(arch: str = "llama", qtype: str = "Q8_0", **kw: Any) -> Path
 
 
 # Bump when the generator's output changes, so stale cached files are not reused.
-_GENERATOR_VERSION = 4
+_GENERATOR_VERSION = 5
 
 
 # Real models' shapes for benchmarks (write_synthetic_model(..., **SHAPES[name], tile_rows=64)).
@@ -235,6 +284,10 @@ SHAPES: dict[str, dict[str, Any]] = {
                          context_length=8192, rope_theta=100000.0),
     "qwen3-8b": dict(arch="qwen3", n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, n_ff=12288, n_vocab=151936,
                      head_dim=128, context_length=40960, rope_theta=1000000.0, tied=False, rms_eps=1e-6),
+    # 30.5 B parameters, 3.3 B active: 128 experts of 768, 8 a token (feed_forward_length as the real file's)
+    "qwen3-30b-a3b": dict(arch="qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, n_ff=6144,
+                          n_expert=128, n_expert_used=8, n_ff_exp=768, n_vocab=151936, head_dim=128,
+                          context_length=40960, rope_theta=1000000.0, tied=False, rms_eps=1e-6),
 }
 
 
