@@ -22,7 +22,8 @@ from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.sampling import SamplingParams
 from asserts import assert_close
 
-ARCH_QTYPES = [("llama", "Q8_0"), ("llama", "F16"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("qwen3", "Q4_K")]
+ARCH_QTYPES = [("llama", "Q8_0"), ("llama", "F16"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("qwen3", "Q4_K"),
+               ("qwen3moe", "Q5_1")]
 
 
 @pytest.fixture(scope="module", params=ARCH_QTYPES, ids=lambda p: f"{p[0]}-{p[1]}")
@@ -72,3 +73,29 @@ def test_reference_rejects_bad_input(model):
         ref.logits([model.config.n_vocab])
     with pytest.raises(ValueError, match="no tokens"):
         ref.logits([])
+
+
+def _layer0_routes(path, n_tokens: int = 24):
+    """(ids, weights) the router of layer 0 gives a prompt's tokens (the reference's own route)."""
+    ref = Reference(load_model(path))
+    ids = np.random.default_rng(3).integers(0, ref.cfg.n_vocab, n_tokens)
+    h = ref._norm(ref.token_embd[ids], ref.layers[0].ffn_norm)
+    return ref.route(h, ref.layers[0])
+
+
+def test_synthetic_moe_routing_spreads_tokens_over_the_experts():
+    ids, w = _layer0_routes(synthetic_model("qwen3moe", "Q8_0"))
+    assert ids.shape == (24, 2) and len(np.unique(ids)) >= 7 and len({tuple(r) for r in ids}) >= 12
+    assert (ids[:, 0] != ids[:, 1]).all() and (w[:, 0] >= w[:, 1]).all()
+    assert np.allclose(w.sum(axis=1), 1.0, atol=1e-6) and (w[:, 1] > 0.05).mean() > 0.5  # no slot is idle
+
+
+def test_skewed_and_tied_routing_follow_the_lower_id_rule():
+    """skewed: every logit ties, so every token takes experts 0 and 1, half each (one group holds all);
+    ties (k = 3): experts 2j and 2j+1 tie, so a pair comes first, lower id first, and the third is the
+    lower of the next pair."""
+    ids, w = _layer0_routes(synthetic_model("qwen3moe", "Q8_0", routing="skewed"))
+    assert (ids == [0, 1]).all() and (w == np.float32(0.5)).all()
+    ids, w = _layer0_routes(synthetic_model("qwen3moe", "Q8_0", routing="ties", n_expert_used=3))
+    assert (ids[:, 0] % 2 == 0).all() and (ids[:, 1] == ids[:, 0] + 1).all() and (ids[:, 2] % 2 == 0).all()
+    assert (w[:, 0] == w[:, 1]).all() and len(np.unique(ids[:, 0])) >= 3

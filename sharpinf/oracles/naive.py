@@ -37,6 +37,22 @@ def _act(cfg, g):
     return _gelu_tanh(g) if cfg.ffn_act == "gelu_tanh" else g / (1 + np.exp(-g))
 
 
+def _moe_ffn(model, cfg, w, p, h):
+    """The router's k experts for one token: softmax over all, the k largest (lower id first on a
+    tie), weights renormalised, their SwiGLU outputs added best first."""
+    logits = [float(row @ h) for row in w(p + "ffn_gate_inp.weight")]
+    m = max(logits)
+    e = [math.exp(v - m) for v in logits]
+    probs = [v / sum(e) for v in e]
+    chosen = sorted(range(cfg.n_expert), key=lambda i: (-probs[i], i))[: cfg.n_expert_used]
+    total = max(sum(probs[i] for i in chosen), 6.103515625e-5)
+    out = np.zeros_like(h)
+    for i in chosen:
+        g, u = w(p + "ffn_gate_exps.weight")[i] @ h, w(p + "ffn_up_exps.weight")[i] @ h
+        out = out + probs[i] / total * (w(p + "ffn_down_exps.weight")[i] @ (_act(cfg, g) * u))
+    return out
+
+
 def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
     """Logits [T, vocab] in float64 for a whole sequence."""
     cfg = model.config
@@ -93,8 +109,11 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
                 a = _rmsnorm(a, w(p + "post_attention_norm.weight"), cfg.rms_eps)
             x = x + a
             h = _rmsnorm(x, w(p + "ffn_norm.weight"), cfg.rms_eps)
-            g, u = w(p + "ffn_gate.weight") @ h, w(p + "ffn_up.weight") @ h
-            f = w(p + "ffn_down.weight") @ (_act(cfg, g) * u)
+            if cfg.is_moe:
+                f = _moe_ffn(model, cfg, w, p, h)
+            else:
+                g, u = w(p + "ffn_gate.weight") @ h, w(p + "ffn_up.weight") @ h
+                f = w(p + "ffn_down.weight") @ (_act(cfg, g) * u)
             if has(p + "post_ffw_norm.weight"):
                 f = _rmsnorm(f, w(p + "post_ffw_norm.weight"), cfg.rms_eps)
             x = x + f

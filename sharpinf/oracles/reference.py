@@ -14,7 +14,10 @@ It follows llama.cpp's graph for the archs we support:
                                                                       keys p-W+1..p only)
                 x += a                     (gemma3: x += rmsnorm(a) * post_attention_norm)
                 h = rmsnorm(x) * ffn_norm
-                f = (act(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T       (act: silu; gemma3: gelu, tanh form)
+                f = (act(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T       (act: silu; gemma3: gelu, tanh form;
+                                                                      qwen3moe: the k experts the router
+                                                                      picks, weighted, summed in rank
+                                                                      order: ops/moe.py)
                 x += f                     (gemma3: x += rmsnorm(f) * post_ffw_norm)
     logits = (rmsnorm(x) * output_norm) @ W_out.T                    (W_out = token_embd when tied;
                                                                       cap * tanh(logits / cap) if declared)
@@ -39,6 +42,7 @@ from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel, load_model
 from sharpinf.ops.basic import act_reference, rmsnorm_reference
 from sharpinf.ops.kv_cache import decode_kv, encode_kv
+from sharpinf.ops.moe import combine_reference, route_reference, router_logits_reference
 from sharpinf.ops.quant_act import round_q8_1
 from sharpinf.ops.rope import rope_reference
 
@@ -77,10 +81,13 @@ class LayerWeights:
     k_norm: np.ndarray | None
     wo: np.ndarray  # [d, q_dim]
     ffn_norm: np.ndarray
-    w_gate_up: np.ndarray  # [2 n_ff, d]: gate rows then up rows
-    w_down: np.ndarray  # [d, n_ff]
+    w_gate_up: np.ndarray | None  # [2 n_ff, d]: gate rows then up rows (None: an MoE layer)
+    w_down: np.ndarray | None  # [d, n_ff]
     post_attn_norm: np.ndarray | None = None  # [d] (gemma3)
     post_ffn_norm: np.ndarray | None = None
+    router: np.ndarray | None = None  # [n_expert, d] (qwen3moe)
+    exps_gate_up: np.ndarray | None = None  # [n_expert, 2 n_ff_exp, d]: each expert's gate rows then up rows
+    exps_down: np.ndarray | None = None  # [n_expert, d, n_ff_exp]
 
 
 @dataclass
@@ -154,6 +161,7 @@ class Reference:
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
             biases = [opt(p + f"attn_{n}.bias") for n in "qkv"]
+            moe = cfg.is_moe
             self.layers.append(
                 LayerWeights(
                     attn_norm=w(p + "attn_norm.weight"),
@@ -163,10 +171,14 @@ class Reference:
                     k_norm=opt(p + "attn_k_norm.weight"),
                     wo=w(p + "attn_output.weight"),
                     ffn_norm=w(p + "ffn_norm.weight"),
-                    w_gate_up=np.concatenate([w(p + "ffn_gate.weight"), w(p + "ffn_up.weight")]),
-                    w_down=w(p + "ffn_down.weight"),
+                    w_gate_up=None if moe else np.concatenate([w(p + "ffn_gate.weight"), w(p + "ffn_up.weight")]),
+                    w_down=None if moe else w(p + "ffn_down.weight"),
                     post_attn_norm=opt(p + "post_attention_norm.weight"),
                     post_ffn_norm=opt(p + "post_ffw_norm.weight"),
+                    router=w(p + "ffn_gate_inp.weight") if moe else None,
+                    exps_gate_up=np.concatenate([w(p + "ffn_gate_exps.weight"), w(p + "ffn_up_exps.weight")], axis=1)
+                    if moe else None,
+                    exps_down=w(p + "ffn_down_exps.weight") if moe else None,
                 )
             )
 
@@ -228,11 +240,31 @@ class Reference:
             a = self._lin(self._attention(q, cache.k[li, : start + T], cache.v[li, : start + T], mask), L.wo)
             x = _f32(x + self._post(a, L.post_attn_norm))
             h = self._norm(x, L.ffn_norm)
-            gu = self._lin(h, L.w_gate_up)
-            f = self._lin(_f32(act_reference(cfg.ffn_act, gu[:, : cfg.n_ff])) * gu[:, cfg.n_ff :], L.w_down)
+            f = self._moe(h, L) if L.router is not None else self._ffn(h, L.w_gate_up, L.w_down)
             x = _f32(x + self._post(f, L.post_ffn_norm))
         cache.length = start + T
         return softcap(self._lin(self._norm(x, self.output_norm), self.output), cfg.final_softcap)
+
+    def _ffn(self, h: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
+        """(act(h Wg^T) * (h Wu^T)) Wd^T, the gate and up rows stacked in w_gate_up."""
+        n = w_down.shape[1]
+        gu = self._lin(h, w_gate_up)
+        return self._lin(_f32(act_reference(self.cfg.ffn_act, gu[:, :n])) * gu[:, n:], w_down)
+
+    def route(self, h: np.ndarray, L: LayerWeights) -> tuple[np.ndarray, np.ndarray]:
+        """(expert ids [T, k], weights [T, k]) the router gives the normed rows h (rounded to q8_1 first
+        when the linear layers read q8_1: the fast router reads that copy)."""
+        hin = round_q8_1(h) if self.act_quant == "q8_1" else h
+        return route_reference(router_logits_reference(hin, L.router), self.cfg.n_expert_used)
+
+    def _moe(self, h: np.ndarray, L: LayerWeights) -> np.ndarray:
+        """The k chosen experts' FFNs of each token, weighted and summed in rank order (ops/moe.py)."""
+        ids, weights = self.route(h, L)
+        y = np.zeros((h.shape[0], ids.shape[1], h.shape[1]), F32)  # [T, k, d]: slot r of token t
+        for e in np.unique(ids):  # every (token, slot) that chose expert e, in one matmul
+            t, r = np.nonzero(ids == e)
+            y[t, r] = self._ffn(h[t], L.exps_gate_up[e], L.exps_down[e])
+        return combine_reference(y, weights)
 
     def _norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
         """rmsnorm(x) * weight over the last axis (float32: x is)."""
