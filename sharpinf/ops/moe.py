@@ -10,13 +10,145 @@
 
 The rank-order sum is what makes the result one number per token whatever the batch: which
 expert a token's slot r holds depends only on that token's router logits.
+
+Launchers (a pair p = t * k + r is token t's r-th expert):
+    route          moe_route.cu: router, softmax, top-k, weights (float or q8_1 input)
+    moe_simple     the `simple` variant: route, moe_ffn.cu's gate_up and down over the pairs, combine
+    moe_grouped    the `fast` variant: route (q8_1), moe_dp4a.cu's counting sort by expert, gate_up and
+                   down over each expert's tiles of pairs (dp4a), quantize_q8_1 between, combine
+Every launch shape depends on the token count only (the tiles are bounded, not counted on the host),
+so a plan or a CUDA graph recorded once serves every routing.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-F32 = np.float32
+from sharpinf.model import quants
+from sharpinf.ops.launch import kernel
+from sharpinf.ops.matmul import check_n_in, kernel_suffix
+from sharpinf.ops.matmul_dp4a import ACTS, group_lanes
+from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
+
+I32, F32 = np.int32, np.float32
+TILE = 8  # DP_TILE: pairs per tile of one expert (moe_dp4a.cu)
+WARPS = 4
+EMU_ROW_BLOCKS = 64  # the emulator pays per thread: fewer, longer-lived warps (as matmul_dp4a.py)
+MAX_ROW_BLOCKS = 4096
+
+
+@dataclass
+class DeviceExperts:
+    """One MoE layer's weights on the device: the router (float32) and the stacked experts as GGUF stores them."""
+
+    router: Any  # f32 [n_expert, n_embd]
+    gate: Any  # raw [n_expert * n_ff_exp, row_bytes]: expert e's row j is row e * n_ff_exp + j
+    up: Any
+    down: Any  # raw [n_expert * n_embd, row_bytes(n_ff_exp)]
+    gate_up_qtype: int  # gate and up share a type (the kernels read both with one decoder)
+    down_qtype: int
+    n_expert: int
+    n_used: int
+    n_ff: int  # one expert's inner size
+    n_embd: int
+
+
+def max_tiles(n_pairs: int, n_expert: int) -> int:
+    """Tiles of <= TILE pairs of one expert that any routing of n_pairs pairs can need."""
+    return -(-n_pairs // TILE) + min(n_expert, n_pairs)
+
+
+@dataclass
+class MoeScratch:
+    """The routing and the pairs' activations of one step (Workspace.moe): [pairs = tokens * k, ...]."""
+
+    ids: Any  # i32 [P]
+    wts: Any  # f32 [P]
+    g: Any  # f32 [P, n_ff]: act(gate) * up of each pair
+    y: Any  # f32 [P, n_embd]: each pair's expert output
+    gq: Q8Act | None = None  # q8_1 of g (grouped)
+    order: Any = None  # i32 [P]: the pairs sorted by expert (grouped)
+    tiles: Any = None  # i32 [3, max_tiles] (grouped)
+
+    @classmethod
+    def alloc(cls, be, n_tokens: int, n_used: int, n_ff: int, n_embd: int, n_expert: int, grouped: bool) -> "MoeScratch":
+        P = n_tokens * n_used
+        s = cls(be.empty((P,), I32), be.empty((P,), F32), be.empty((P, n_ff), F32), be.empty((P, n_embd), F32))
+        if grouped:
+            s.gq, s.order = Q8Act.empty(be, P, n_ff), be.empty((P,), I32)
+            s.tiles = be.empty((3, max_tiles(P, n_expert)), I32)
+        return s
+
+
+def route(be, E: DeviceExperts, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None) -> None:
+    """s.ids, s.wts = the router's k experts and weights for each token, from float rows or their q8_1."""
+    if not 0 < E.n_used <= E.n_expert:
+        raise ValueError(f"moe route: k = {E.n_used} with {E.n_expert} experts")
+    tail = (s.ids, s.wts, I32(E.n_expert), I32(E.n_used), I32(E.n_embd))
+    io = (4 * E.n_expert * E.n_embd + 4 * n_tokens * E.n_embd, 8 * n_tokens * E.n_used)
+    if x_q is not None:
+        be.launch(kernel(be, "moe_route.cu", "moe_route_q8"), n_tokens, 128, (x_q.q, x_q.d, E.router) + tail, io=io)
+    else:
+        be.launch(kernel(be, "moe_route.cu", "moe_route_f32"), n_tokens, 128, (x_f, E.router) + tail, io=io)
+
+
+def combine(be, s: MoeScratch, x, n_tokens: int, k: int, n: int) -> None:
+    """x += each token's k pair outputs, weighted, in rank order (moe_ffn.cu's moe_combine)."""
+    total = n_tokens * n
+    be.launch(kernel(be, "moe_ffn.cu", "moe_combine"), max(1, min(-(-total // 256), 1024)), 256,
+              (s.y, s.wts, x, I32(n_tokens), I32(k), I32(n)), io=(4 * total * (k + 1) + 4 * n_tokens * k, 4 * total))
+
+
+def moe_simple(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
+               act: str = "silu", file: str = "moe_ffn.cu") -> None:
+    """x += the MoE FFN of the normed rows x_f (float: the readable path), one warp per (pair, row)."""
+    if x_f is None:
+        raise ValueError("moe simple reads float activations (the simple matmuls' norm writes them)")
+    route(be, E, s, n_tokens, x_f=x_f)
+    P, gt, dt = n_tokens * E.n_used, E.gate_up_qtype, E.down_qtype
+    check_n_in(gt, E.n_embd)
+    check_n_in(dt, E.n_ff)
+    be.launch(kernel(be, file, f"moe_gate_up_{kernel_suffix(gt)}"), (-(-E.n_ff // WARPS), P), 32 * WARPS,
+              (E.gate, E.up, x_f, s.ids, s.g, I32(P), I32(E.n_used), I32(E.n_ff), I32(E.n_embd), I32(ACTS[act])),
+              io=(2 * P * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff))
+    be.launch(kernel(be, file, f"moe_down_{kernel_suffix(dt)}"), (-(-E.n_embd // WARPS), P), 32 * WARPS,
+              (E.down, s.g, s.ids, s.y, I32(P), I32(E.n_embd), I32(E.n_ff)),
+              io=(P * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
+    combine(be, s, x, n_tokens, E.n_used, E.n_embd)
+
+
+def _row_blocks(be, n_out: int, n_in: int) -> int:
+    return min(-(-n_out // (WARPS * (32 // group_lanes(n_in)))), MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
+
+
+def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
+                act: str = "silu", file: str = "moe_dp4a.cu") -> None:
+    """x += the MoE FFN of the normed rows in q8_1 (x_q), each expert's weights read once per tile of
+    up to 8 of the pairs that chose it."""
+    if x_q is None or s.tiles is None:
+        raise ValueError("moe fast reads q8_1 activations and a grouped MoeScratch")
+    route(be, E, s, n_tokens, x_q=x_q)
+    P, gt, dt = n_tokens * E.n_used, E.gate_up_qtype, E.down_qtype
+    check_n_in(gt, E.n_embd)
+    check_n_in(dt, E.n_ff)
+    mt = max_tiles(P, E.n_expert)
+    be.launch(kernel(be, file, "moe_sort"), 1, 256, (s.ids, s.order, s.tiles, I32(P), I32(E.n_expert), I32(mt)),
+              io=(4 * P, 4 * P + 12 * mt))
+    be.launch(kernel(be, file, f"moe_gate_up_dp4a_{kernel_suffix(gt)}"), (_row_blocks(be, E.n_ff, E.n_embd), mt),
+              32 * WARPS, (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff),
+                           I32(E.n_embd), I32(mt), I32(ACTS[act])),
+              io=(2 * min(E.n_expert, P) * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff))
+    quantize_q8_1(be, s.g, s.gq, P, E.n_ff)
+    be.launch(kernel(be, file, f"moe_down_dp4a_{kernel_suffix(dt)}"), (_row_blocks(be, E.n_embd, E.n_ff), mt),
+              32 * WARPS, (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
+              io=(min(E.n_expert, P) * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
+    combine(be, s, x, n_tokens, E.n_used, E.n_embd)
+
+
+# -- NumPy twins ---------------------------------------------------------------------------------
 WEIGHT_SUM_FLOOR = F32(6.103515625e-5)  # llama.cpp: ggml_clamp(weights_sum, 6.103515625e-5, INFINITY)
 
 

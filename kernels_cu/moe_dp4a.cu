@@ -1,0 +1,134 @@
+// moe_dp4a.cu -- variant of moe_ffn.cu: the experts' matmuls on q8_1 activations and __dp4a, grouped
+// by expert, so an expert's weights are read once per 8 of the (token, slot) pairs that chose it --
+// at decode, once per step however many tokens chose it.
+//   moe_sort(ids, order, tiles, n_pairs, n_expert, max_tiles)
+//     a counting sort of the pairs by expert: order[] holds the pairs expert by expert; tiles
+//     [3][max_tiles] = (expert, first index into order, count <= 8) for each group of up to 8
+//     pairs of one expert, count 0 past the last. max_tiles = ceil(n_pairs / 8) + min(n_expert,
+//     n_pairs) bounds them for any routing, so the launch shapes below depend on n_pairs only.
+//   moe_gate_up_dp4a_<type>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act)
+//     G[p][j] = act(X[p / k] . Wg[e][j]) * (X[p / k] . Wu[e][j]) for the pairs p of each tile
+//   moe_down_dp4a_<type>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
+//     Y[p][j] = G[p] . Wd[e][j], G in q8_1 (rmsnorm_q8_1.cu's quantize_q8_1 over the pairs' rows)
+//   then moe_ffn.cu's moe_combine adds the pairs' outputs to x in rank order.
+//   W*: the stacked experts as GGUF stores them (moe_ffn.cu); X in q8_1 as matmul_dp4a.cu reads it.
+//
+// What it changes against moe_ffn.cu: q8_1 activations and dp4a.cuh's per-type integer dots; a
+// block takes one tile (one expert, up to 8 pairs) and 4 warps of rows, loads each weight chunk
+// once and dots it with every pair of the tile, as matmul_dp4a.cu does with its 8-token tiles.
+// Reduction order: dp4a.cuh's canonical one (member g of a row's G lanes adds chunks g, g + G, ...;
+// the G member sums added in member order), which depends on n_in only. Which pairs share a tile
+// (the sort's order within a group comes from atomics) decides which block computes a pair, never
+// its bits: a token's output is the same alone or in any batch.
+// Launch: moe_sort: 1 block of 256; the matmuls: block 128, grid (ceil(n_out / (4 * 32 / G)) capped,
+//   max_tiles), the tiles past the last exit at once.
+// Bound: memory -- each chosen expert's matrices streamed once per 8 pairs. Stage 2 (not here):
+// tensor-core grouped GEMM for prefill, as matmul_mma.cu does for the dense layers.
+#include "dp4a.cuh"
+
+#define MOE_MAX_EXPERTS 512
+
+extern "C" __global__ void moe_sort(const int* ids, int* order, int* tiles, int n_pairs, int n_expert, int max_tiles) {
+    __shared__ int count[MOE_MAX_EXPERTS], start[MOE_MAX_EXPERTS];
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {  // groups in expert order, cut into tiles of DP_TILE pairs
+        int at = 0, n = 0;
+        for (int e = 0; e < n_expert; ++e) {
+            start[e] = at;
+            for (int c = 0; c < count[e]; c += DP_TILE, ++n) {
+                tiles[n] = e;
+                tiles[max_tiles + n] = at + c;
+                tiles[2 * max_tiles + n] = count[e] - c < DP_TILE ? count[e] - c : DP_TILE;
+            }
+            at += count[e];
+        }
+        for (; n < max_tiles; ++n) tiles[2 * max_tiles + n] = 0;
+    }
+    __syncthreads();
+    for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) order[atomicAdd(&start[ids[p]], 1)] = p;
+}
+
+// dp4a.cuh's dp4a_rows for one tile: rows of expert e's matrix, the tile's pairs as its tokens
+// (input row p / x_div, output row p).
+template <int QT, int NMAT>
+__device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
+                                              const signed char* __restrict__ xq, const float* __restrict__ xd,
+                                              const int* __restrict__ xs, const int* __restrict__ order,
+                                              const int* __restrict__ tiles, float* __restrict__ Y, int x_div,
+                                              int n_out, int n_in, int max_tiles, int act) {
+    const int tile = blockIdx.y, nt = tiles[2 * max_tiles + tile];
+    if (nt == 0) return;  // block-uniform: past the last tile
+    const int expert = tiles[tile], first = tiles[max_tiles + tile];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n_chunks = n_in / 32;
+    const int G = dp_group_lanes(n_chunks), g = lane % G, rows_per_warp = 32 / G;
+    const long long row_bytes = gb_row_bytes<QT>(n_in);
+    const long long w_at = (long long)expert * n_out * row_bytes;
+    const int rows_per_pass = gridDim.x * DP_WARPS * rows_per_warp;
+    int pair[DP_TILE];
+#pragma unroll
+    for (int t = 0; t < DP_TILE; ++t) pair[t] = t < nt ? order[first + t] : 0;
+    __shared__ DpCombine<NMAT> comb[DP_WARPS];
+    DpCombine<NMAT>& cw = comb[warp];
+    for (int base = (blockIdx.x * DP_WARPS + warp) * rows_per_warp; base < n_out; base += rows_per_pass) {
+        const int row = base + lane / G;
+        float acc[NMAT][DP_TILE];
+#pragma unroll
+        for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+            for (int t = 0; t < DP_TILE; ++t) acc[m][t] = 0.0f;
+        if (row < n_out) {
+            const unsigned char* wrow[2] = {W + w_at + (long long)row * row_bytes,
+                                            (NMAT > 1 ? W2 : W) + w_at + (long long)row * row_bytes};
+            for (int c = g; c < n_chunks; c += G) {
+                DpChunk<QT> ch[NMAT];
+#pragma unroll
+                for (int m = 0; m < NMAT; ++m) ch[m].load(wrow[m], c);
+#pragma unroll
+                for (int t = 0; t < DP_TILE; ++t) {
+                    if (t < nt) {
+                        DpX x;
+                        dp_load_x(xq, xd, xs, pair[t] / x_div, c, n_in, x);
+#pragma unroll
+                        for (int m = 0; m < NMAT; ++m) acc[m][t] = acc[m][t] + ch[m].dot(x);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+            for (int t = 0; t < DP_TILE; ++t)
+                if (t < nt) cw.s[m][t][lane] = acc[m][t];
+        __syncwarp();
+        for (int f = lane; f < rows_per_warp * DP_TILE; f += 32) {  // f: (the warp's row f / 8, pair f % 8)
+            const int r = f / DP_TILE, t = f % DP_TILE, out_row = base + r;
+            if (out_row >= n_out || t >= nt) continue;
+            float v[NMAT];
+#pragma unroll
+            for (int m = 0; m < NMAT; ++m) {
+                v[m] = 0.0f;
+                for (int j = 0; j < G; ++j) v[m] = v[m] + cw.s[m][t][r * G + j];
+            }
+            dp_store<NMAT>(Y + (long long)pair[t] * n_out + out_row, v[0], v[NMAT - 1], Y, out_row, 0, 0, act);
+        }
+        __syncwarp();  // the next pass overwrites cw
+    }
+}
+
+#define MGD_PARAMS const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, \
+        const int *xs, const int *order, const int *tiles, float *G, int k, int n_ff, int n_in, int max_tiles, int act
+#define MDD_PARAMS const unsigned char *Wd, const signed char *xq, const float *xd, const int *xs, const int *order, \
+        const int *tiles, float *Y, int n_out, int n_in, int max_tiles
+template <int QT> __device__ __forceinline__ void moe_gate_up_dp4a_t(MGD_PARAMS) {
+    moe_dp4a_rows<QT, 2>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act);
+}
+template <int QT> __device__ __forceinline__ void moe_down_dp4a_t(MDD_PARAMS) {
+    moe_dp4a_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU);
+}
+GB_ENTRIES(moe_gate_up_dp4a, , (MGD_PARAMS), moe_gate_up_dp4a_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in,
+           max_tiles, act)
+GB_ENTRIES(moe_down_dp4a, , (MDD_PARAMS), moe_down_dp4a_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)

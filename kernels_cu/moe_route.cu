@@ -1,0 +1,82 @@
+// moe_route.cu -- the MoE router of one token per block: logits = h W_inp^T, softmax over every
+// expert, the top k, their weights renormalised (llama.cpp's build_moe_ffn for qwen3moe).
+//   moe_route_f32(X, Wr, ids, wts, n_expert, k, n_in)         X float [T, n_in] (the normed rows)
+//   moe_route_q8(xq, xd, Wr, ids, wts, n_expert, k, n_in)     X in q8_1: value i = xq[i] * xd[i / 32]
+//     Wr   float [n_expert, n_in] (the router, F32 on the device whatever the file's type)
+//     ids  int32 [T, k]: the chosen experts, best first; wts float [T, k]: their weights
+//   n_in a multiple of 32; n_expert <= MOE_MAX_EXPERTS (512), k <= n_expert.
+// Launch: grid = T (one block a token), block = 128 (4 warps).
+//
+// Order (batch invariance, and exact ties): warp w takes experts w, w + 4, ...; lane l adds the
+// products of values l, l + 32, ... in that order (fma), and the 32 lane sums meet in the xor
+// butterfly. The arithmetic of a logit depends on n_in only -- never on the expert's index, the
+// token's place or the batch -- so two equal router rows give bit-equal logits. Then thread 0,
+// in expert order: the max, p_e = e^(l_e - max), their sum, p_e / sum; k passes each taking the
+// largest p not yet taken, a strict > so the lower id wins a tie; the k weights summed in rank
+// order, floored at 2^-14 (llama.cpp's clamp), and divided by it. One thread's serial top-k is the
+// readable form: 128 experts x 8 picks is ~1k comparisons, next to 2 x 128 x 2048 products.
+// Bound: the router matrix read once per token (F32: 1 MiB a layer for Qwen3-30B-A3B).
+#include "ggml_blocks.cuh"  // gb_fma (and common.cuh)
+
+#define MOE_MAX_EXPERTS 512
+#define MOE_WARPS 4
+#define MOE_WEIGHT_SUM_FLOOR 6.103515625e-5f
+
+// One token's routing from its row of X. LOAD(i) gives value i of the row as a float.
+template <typename Load>
+__device__ __forceinline__ void moe_route_row(Load load, const float* __restrict__ Wr, int* __restrict__ ids,
+                                              float* __restrict__ wts, int n_expert, int k, int n_in) {
+    __shared__ float p[MOE_MAX_EXPERTS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int e = warp; e < n_expert; e += MOE_WARPS) {
+        const float* w = Wr + (long long)e * n_in;
+        float acc = 0.0f;
+        for (int i = lane; i < n_in; i += 32) acc = gb_fma(w[i], load(i), acc);
+        acc = warp_reduce_sum(acc);
+        if (lane == 0) p[e] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    float mx = p[0];
+    for (int e = 1; e < n_expert; ++e) mx = fmaxf(mx, p[e]);
+    float sum = 0.0f;
+    for (int e = 0; e < n_expert; ++e) {
+        p[e] = expf(p[e] - mx);
+        sum += p[e];
+    }
+    for (int e = 0; e < n_expert; ++e) p[e] = p[e] / sum;
+    const long long t = blockIdx.x;
+    float total = 0.0f;
+    for (int r = 0; r < k; ++r) {
+        int best = -1;
+        for (int e = 0; e < n_expert; ++e)  // taken experts hold -1; a NaN never wins but the first stands
+            if (p[e] >= 0.0f && (best < 0 || p[e] > p[best])) best = e;
+        if (best < 0) best = r;  // every p NaN: some expert, and the NaN weights below say so
+        ids[t * k + r] = best;
+        wts[t * k + r] = p[best];
+        total += p[best];
+        p[best] = -1.0f;
+    }
+    total = fmaxf(total, MOE_WEIGHT_SUM_FLOOR);
+    for (int r = 0; r < k; ++r) wts[t * k + r] = wts[t * k + r] / total;
+}
+
+struct RowF32 {
+    const float* x;
+    __device__ __forceinline__ float operator()(int i) const { return x[i]; }
+};
+struct RowQ8 {
+    const signed char* q;
+    const float* d;
+    __device__ __forceinline__ float operator()(int i) const { return (float)q[i] * d[i >> 5]; }
+};
+
+extern "C" __global__ void moe_route_f32(const float* X, const float* Wr, int* ids, float* wts, int n_expert, int k,
+                                         int n_in) {
+    moe_route_row(RowF32{X + (long long)blockIdx.x * n_in}, Wr, ids, wts, n_expert, k, n_in);
+}
+extern "C" __global__ void moe_route_q8(const signed char* xq, const float* xd, const float* Wr, int* ids, float* wts,
+                                        int n_expert, int k, int n_in) {
+    moe_route_row(RowQ8{xq + (long long)blockIdx.x * n_in, xd + (long long)blockIdx.x * (n_in / 32)}, Wr, ids, wts,
+                  n_expert, k, n_in);
+}

@@ -1,0 +1,165 @@
+"""The MoE kernels against their NumPy twins (ops/moe.py), on every backend.
+
+- the router (moe_route.cu, float and q8_1 input): the reference's experts and weights; exact ties go
+  to the lower id; every logit tied gives experts 0..k-1 at 1/k;
+- the experts, simple (moe_ffn.cu) and grouped (moe_dp4a.cu): x += sum of the k chosen experts'
+  SwiGLU outputs, weighted, in rank order, within float32 rounding of the float64 truth;
+- batch invariance bit for bit: a token's result alone equals its row in a batch where many tokens
+  share its experts (several tiles of one expert in the grouped kernel).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from sharpinf.model import quants
+from sharpinf.ops import moe
+from sharpinf.ops.basic import act_reference
+from sharpinf.ops.quant_act import Q8Act, quantize_q8_1_reference, round_q8_1
+from asserts import assert_close, assert_same
+
+N_EMBD, N_FF, N_EXPERT = 64, 96, 8
+
+
+def _rng(*key) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _q8(be, X: np.ndarray) -> Q8Act:
+    q, d, s = quantize_q8_1_reference(X)
+    a = Q8Act(be.upload(q), be.upload(d), be.upload(s), X.shape[1])
+    return a
+
+
+def _experts(be, rng, qtype, k, n_embd=N_EMBD, n_ff=N_FF, router=None):
+    """(DeviceExperts, float truth: router, gate, up, down as the kernels see them)."""
+    def stack(n_out, n_in):
+        w = (rng.standard_normal((N_EXPERT, n_out, n_in)) / np.sqrt(n_in)).astype(np.float32)
+        raw = quants.quantize(w.reshape(-1, n_in), qtype)
+        return raw, quants.dequantize(raw, qtype, w.shape)
+
+    r = router if router is not None else (rng.standard_normal((N_EXPERT, n_embd)) * 2 / np.sqrt(n_embd)).astype(np.float32)
+    (g_raw, g), (u_raw, u), (d_raw, d) = stack(n_ff, n_embd), stack(n_ff, n_embd), stack(n_embd, n_ff)
+    E = moe.DeviceExperts(be.upload(r), be.upload(g_raw), be.upload(u_raw), be.upload(d_raw), qtype, qtype,
+                          N_EXPERT, k, n_ff, n_embd)
+    return E, (r, g, u, d)
+
+
+def _truth(X, x0, w, k, q8: bool):
+    """x0 + the MoE FFN of rows X in float64 (router and rounding points as the kernels: q8 rounds
+    the inputs of the router, the gate/up and the down matmuls)."""
+    r, g, u, d = w
+    Xin = round_q8_1(X) if q8 else X
+    ids, wts = moe.route_reference(moe.router_logits_reference(Xin, r), k)
+    out = x0.astype(np.float64).copy()
+    for t in range(len(X)):
+        for slot in range(k):
+            e = ids[t, slot]
+            h = Xin[t].astype(np.float64)
+            gu = act_reference("silu", g[e] @ h) * (u[e] @ h)
+            if q8:
+                gu = round_q8_1(gu.astype(np.float32)[None])[0].astype(np.float64)
+            out[t] += wts[t, slot] * (d[e] @ gu)
+    return out, ids, wts
+
+
+def _run(be, variant, E, X, x0, grouped: bool):
+    T = len(X)
+    s = moe.MoeScratch.alloc(be, T, E.n_used, E.n_ff, E.n_embd, E.n_expert, grouped)
+    x = be.upload(x0)
+    if grouped:
+        moe.moe_grouped(be, E, x, s, T, x_q=_q8(be, X))
+    else:
+        moe.moe_simple(be, E, x, s, T, x_f=be.upload(X))
+    return be.download(x), be.download(s.ids).reshape(T, -1), be.download(s.wts).reshape(T, -1)
+
+
+# -- the router -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("q8", [False, True], ids=["f32", "q8_1"])
+def test_router_picks_the_references_experts(backend, q8):
+    rng = _rng("route", q8)
+    T, k = 7, 3
+    X = rng.standard_normal((T, N_EMBD)).astype(np.float32)
+    r = (rng.standard_normal((N_EXPERT, N_EMBD)) * 2 / np.sqrt(N_EMBD)).astype(np.float32)
+    r[5] = r[2]  # an exact tie: expert 2 must rank before 5 wherever they meet
+    E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, N_EXPERT, k, 32, N_EMBD)
+    s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, False)
+    if q8:
+        moe.route(backend, E, s, T, x_q=_q8(backend, X))
+    else:
+        moe.route(backend, E, s, T, x_f=backend.upload(X))
+    ids, wts = backend.download(s.ids).reshape(T, k), backend.download(s.wts).reshape(T, k)
+    want_ids, want_w = moe.route_reference(moe.router_logits_reference(round_q8_1(X) if q8 else X, r), k)
+    assert (ids == want_ids).all(), (ids, want_ids)
+    assert_close(wts, want_w, rtol=2e-6, atol=1e-7)
+    with5 = [list(row) for row in ids if 5 in row]  # 5 ties 2: never chosen without 2 ranked before it
+    assert with5 and all(2 in row and row.index(2) < row.index(5) for row in with5)
+
+
+def test_router_with_every_logit_tied_takes_the_lowest_ids(backend):
+    T, k = 5, 3
+    r = np.tile(_rng("tie").standard_normal((1, N_EMBD)).astype(np.float32), (N_EXPERT, 1))
+    E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, N_EXPERT, k, 32, N_EMBD)
+    s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, False)
+    moe.route(backend, E, s, T, x_f=backend.upload(_rng("tie x").standard_normal((T, N_EMBD)).astype(np.float32)))
+    assert (backend.download(s.ids).reshape(T, k) == [0, 1, 2]).all()
+    assert (backend.download(s.wts) == np.float32(1 / 3)).all()
+
+
+# -- the experts ------------------------------------------------------------------------------------
+SIMPLE_TYPES = [quants.Q8_0, quants.Q4_1, quants.BF16]
+FAST_TYPES = [quants.Q4_0, quants.Q5_1, quants.F16]
+
+
+def _ids(types):
+    return [quants.qtype_name(q) for q in types]
+
+
+@pytest.mark.parametrize("grouped,qtype", [(False, q) for q in SIMPLE_TYPES] + [(True, q) for q in FAST_TYPES],
+                         ids=[f"simple-{n}" for n in _ids(SIMPLE_TYPES)] + [f"grouped-{n}" for n in _ids(FAST_TYPES)])
+def test_experts_add_the_weighted_ffns_in_rank_order(backend, grouped, qtype):
+    rng = _rng("ffn", grouped, qtype)
+    T, k = 6, 2
+    E, w = _experts(backend, rng, qtype, k)
+    X = rng.standard_normal((T, N_EMBD)).astype(np.float32)
+    x0 = rng.standard_normal((T, N_EMBD)).astype(np.float32)
+    got, ids, _ = _run(backend, None, E, X, x0, grouped)
+    want, want_ids, _ = _truth(X, x0, w, k, q8=grouped)
+    assert (ids == want_ids).all()
+    # the q8_1 rounding of the pairs' SwiGLU rows can land either side of a half step: a looser bound
+    assert_close(got, want, rtol=0, atol=(2e-3 if grouped else 2e-5) * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["simple", "grouped"])
+def test_a_tokens_experts_give_the_same_bits_in_any_batch(backend, grouped):
+    """Token 0 alone, then among 19 tokens that all take experts 0 and 1 (skewed: every logit tied),
+    so the grouped kernel cuts those experts' 19 pairs into 3 tiles: the same bits."""
+    rng = _rng("invariance", grouped)
+    qtype = quants.Q4_K if grouped else quants.Q5_0
+    router = np.tile(rng.standard_normal((1, 256)).astype(np.float32), (N_EXPERT, 1))
+    E, _ = _experts(backend, rng, qtype, 2, n_embd=256, n_ff=256, router=router)
+    X = rng.standard_normal((19, 256)).astype(np.float32)
+    x0 = rng.standard_normal((19, 256)).astype(np.float32)
+    alone, ids1, _ = _run(backend, None, E, X[:1], x0[:1], grouped)
+    batch, ids, _ = _run(backend, None, E, X, x0, grouped)
+    assert (ids == [0, 1]).all() and (ids1 == [0, 1]).all()
+    assert_same(batch[:1], alone)
+    # and a token placed last gives what it gives first
+    last, _, _ = _run(backend, None, E, X[::-1], x0[::-1], grouped)
+    assert_same(last[::-1], batch)
+
+
+def test_max_tiles_bounds_every_routing():
+    """The worst case: every expert with one pair over a full tile. The bound is what the grid launches."""
+    for P, n_expert in [(1, 8), (16, 8), (17, 8), (64, 128), (3, 128)]:
+        worst = sum(-(-c // moe.TILE) for c in _worst_counts(P, n_expert))
+        assert worst <= moe.max_tiles(P, n_expert)
+
+
+def _worst_counts(P: int, n_expert: int) -> list[int]:
+    counts = [1] * min(P, n_expert)  # as many groups as can be...
+    counts[0] += P - len(counts)  # ... the rest in one
+    return counts
