@@ -114,8 +114,8 @@ def test_prefill_suite_sets_the_tensor_core_variants_beside_dp4a(tmp_path):
     assert doc["config"]["configs"] == [[2, 20]]
     r = doc["results"]
     c = r["configs"][0]
-    assert r["kernels"] == "fast" and list(c["variants"]) == ["matmul=mma,attention=split,rope_kv=fused", "tensor"]
-    v = c["variants"]["matmul=mma,attention=split,rope_kv=fused"]
+    assert r["kernels"] == "fast" and list(c["variants"]) == ["matmul=mma,attention=split,rope_kv=fused,moe=fast", "tensor"]
+    v = c["variants"]["matmul=mma,attention=split,rope_kv=fused,moe=fast"]
     assert v["must_agree"] and v["same_next_tokens_as_dp4a"] is True
     assert v["packed"]["tokens"] == c["packed"]["tokens"] == 40
     t = c["variants"]["tensor"]

@@ -75,13 +75,16 @@ GEMMA_WINDOW = 8  # the synthetic gemma3's sliding window: shorter than most pro
 _FP: dict[tuple[str, str, str], ForwardPass] = {}
 
 
-def forward_pass(arch: str, qtype: str, backend, kernels: str = "fast") -> ForwardPass:
-    """One ForwardPass per (model, backend, kernel set) for the whole module: weights upload once."""
-    key = (arch, qtype, backend.name)
+def forward_pass(arch: str, qtype: str, backend, kernels: str = "fast", routing: str = "spread") -> ForwardPass:
+    """One ForwardPass per (model, backend, kernel set) for the whole module: weights upload once.
+    qwen3moe: 8 experts, 2 a token (routing "ties": 3, so the tie rule decides the set too)."""
+    key = (arch, qtype, backend.name) + ((routing,) if arch == "qwen3moe" else ())
     if key not in _FP:
         # K quants need rows of 256; the others head_dim 32 (n_embd 128, 4 heads) for the q8_0 cache
         n_embd = 256 if qtype in K_QUANTS else 128
         extra = dict(n_layer=6, n_head_kv=1, sliding_window=GEMMA_WINDOW) if arch == "gemma3" else {}
+        if arch == "qwen3moe":
+            extra = dict(routing=routing, n_expert_used=3 if routing == "ties" else 2)
         _FP[key] = ForwardPass(load_model(synthetic_model(arch, qtype, n_embd=n_embd, **extra)), backend)
     if (*key, kernels) not in _FP:  # the same weights, the other kernel variants
         _FP[(*key, kernels)] = _FP[key].with_own_buffers(kernels=kernels)
@@ -281,3 +284,46 @@ def test_poison_exposes_illegal_read(backend, kernels, kv, poisoned):
     # the honest table still gives the same logits after the bad step (the bad step wrote only slot 10's
     # block, which both tables share, with the same token)
     assert_same(decode(table), good)
+
+
+# -- mixture of experts (qwen3moe) -----------------------------------------------------------------
+# Every weight type once in kernel-vs-reference (the KV dtypes alternating), in the simple and fast
+# sets; the cross-path oracles on three models: random routing, skewed (every logit ties: all tokens
+# take experts 0 and 1, so the grouped kernel's tiles of one expert fill and overflow) and pairwise
+# ties with k = 3 (the lower-id rule picks the set). The tensor set's MoE is the fast one (a grouped
+# tensor-core GEMM is a later stage): it runs on one model, for its mmq matmuls around the experts.
+MOE_REF_CASES = [(q, KV_DTYPES[i % 2]) for i, q in enumerate(QTYPES)]
+MOE_CROSS = [("Q4_K", "spread", "f16"), ("Q8_0", "skewed", "q8_0"), ("Q5_0", "ties", "f16")]
+
+
+def moe_case(kernels: str, qtype: str) -> None:
+    if kernels == "tensor" and qtype != "Q4_K" and not ALL:
+        pytest.skip("the tensor set's MoE is the fast one: one model (make test-all: every model)")
+
+
+@pytest.mark.parametrize("qtype,kv", MOE_REF_CASES, ids=[f"{q}-{kv}" for q, kv in MOE_REF_CASES])
+def test_moe_kernel_vs_reference(backend, kernels, qtype, kv):
+    moe_case(kernels, qtype)
+    rng = case_rng("moe-a", qtype, kv)
+    n, bs = int(rng.integers(1, 40)), int(rng.choice([4, 16]))
+    check(paths.oracle_kernel_vs_reference(forward_pass("qwen3moe", qtype, backend, kernels), tokens(n, n), kv, bs,
+                                           seed=n))
+
+
+@pytest.mark.parametrize("qtype,routing,kv", MOE_CROSS, ids=[f"{q}-{r}-{kv}" for q, r, kv in MOE_CROSS])
+def test_moe_cross_path_oracles(backend, kernels, qtype, routing, kv):
+    """kernel-vs-reference, then packed, chunked, batched decode and placement, bit for bit."""
+    moe_case(kernels, qtype)
+    fp = forward_pass("qwen3moe", qtype, backend, kernels, routing)
+    rng = case_rng("moe", qtype, routing, kv)
+    bs = int(rng.choice([4, 16]))
+    check(paths.oracle_kernel_vs_reference(fp, tokens(int(rng.integers(9, 30)), 1), kv, bs, seed=1))
+    lens = rng.integers(1, 24, 3).tolist()
+    check(paths.oracle_packed_vs_sequential(fp, [tokens(n, 100 + i) for i, n in enumerate(lens)], kv, bs, seed=2))
+    n = int(rng.integers(8, 40))
+    check(paths.oracle_chunked_vs_whole(fp, tokens(n, n), kv, bs, seed=3))
+    check(paths.oracle_batched_decode(fp, [tokens(n, 200 + i) for i, n in enumerate(lens)],
+                                      [tokens(2, 300 + i) for i in range(len(lens))], kv, bs, seed=4))
+    r = paths.oracle_placement(fp, tokens(n, 5), kv, bs, seed=5)
+    check(r)
+    assert r.max_abs_dlogit == 0.0

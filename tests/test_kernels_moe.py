@@ -19,7 +19,10 @@ from sharpinf.model import quants
 from sharpinf.ops import moe
 from sharpinf.ops.basic import act_reference
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1_reference, round_q8_1
+from sharpinf.ops.variants import variant, variants_of
 from asserts import assert_close, assert_same
+
+MOE_VARIANTS = variants_of("moe")  # every registered variant runs these tests (the first: the baseline)
 
 N_EMBD, N_FF, N_EXPERT = 64, 96, 8
 
@@ -66,14 +69,13 @@ def _truth(X, x0, w, k, q8: bool):
     return out, ids, wts
 
 
-def _run(be, variant, E, X, x0, grouped: bool):
-    T = len(X)
-    s = moe.MoeScratch.alloc(be, T, E.n_used, E.n_ff, E.n_embd, E.n_expert, grouped)
+def _run(be, name: str, E, X, x0):
+    """x0 + the registered moe variant `name`'s FFN of rows X (float or q8_1, as it declares)."""
+    v, T = variant("moe", name), len(X)
+    q8 = v.activations == "q8_1"
+    s = moe.MoeScratch.alloc(be, T, E.n_used, E.n_ff, E.n_embd, E.n_expert, q8)
     x = be.upload(x0)
-    if grouped:
-        moe.moe_grouped(be, E, x, s, T, x_q=_q8(be, X))
-    else:
-        moe.moe_simple(be, E, x, s, T, x_f=be.upload(X))
+    v.launch(be, E, x, s, T, x_f=None if q8 else be.upload(X), x_q=_q8(be, X) if q8 else None)
     return be.download(x), be.download(s.ids).reshape(T, -1), be.download(s.wts).reshape(T, -1)
 
 
@@ -110,45 +112,42 @@ def test_router_with_every_logit_tied_takes_the_lowest_ids(backend):
 
 
 # -- the experts ------------------------------------------------------------------------------------
-SIMPLE_TYPES = [quants.Q8_0, quants.Q4_1, quants.BF16]
-FAST_TYPES = [quants.Q4_0, quants.Q5_1, quants.F16]
+TYPES = [quants.Q8_0, quants.Q4_1, quants.BF16, quants.Q4_0, quants.Q5_1, quants.F16]  # three a variant
 
 
-def _ids(types):
-    return [quants.qtype_name(q) for q in types]
-
-
-@pytest.mark.parametrize("grouped,qtype", [(False, q) for q in SIMPLE_TYPES] + [(True, q) for q in FAST_TYPES],
-                         ids=[f"simple-{n}" for n in _ids(SIMPLE_TYPES)] + [f"grouped-{n}" for n in _ids(FAST_TYPES)])
-def test_experts_add_the_weighted_ffns_in_rank_order(backend, grouped, qtype):
-    rng = _rng("ffn", grouped, qtype)
+@pytest.mark.parametrize("name,qtype", [(n, q) for i, n in enumerate(MOE_VARIANTS) for q in TYPES[3 * (i % 2):][:3]],
+                         ids=[f"{n}-{quants.qtype_name(q)}" for i, n in enumerate(MOE_VARIANTS)
+                              for q in TYPES[3 * (i % 2):][:3]])
+def test_experts_add_the_weighted_ffns_in_rank_order(backend, name, qtype):
+    rng = _rng("ffn", name, qtype)
     T, k = 6, 2
     E, w = _experts(backend, rng, qtype, k)
     X = rng.standard_normal((T, N_EMBD)).astype(np.float32)
     x0 = rng.standard_normal((T, N_EMBD)).astype(np.float32)
-    got, ids, _ = _run(backend, None, E, X, x0, grouped)
-    want, want_ids, _ = _truth(X, x0, w, k, q8=grouped)
+    got, ids, _ = _run(backend, name, E, X, x0)
+    q8 = variant("moe", name).activations == "q8_1"
+    want, want_ids, _ = _truth(X, x0, w, k, q8=q8)
     assert (ids == want_ids).all()
     # the q8_1 rounding of the pairs' SwiGLU rows can land either side of a half step: a looser bound
-    assert_close(got, want, rtol=0, atol=(2e-3 if grouped else 2e-5) * float(np.abs(want).max()))
+    assert_close(got, want, rtol=0, atol=(2e-3 if q8 else 2e-5) * float(np.abs(want).max()))
 
 
-@pytest.mark.parametrize("grouped", [False, True], ids=["simple", "grouped"])
-def test_a_tokens_experts_give_the_same_bits_in_any_batch(backend, grouped):
+@pytest.mark.parametrize("name", MOE_VARIANTS)
+def test_a_tokens_experts_give_the_same_bits_in_any_batch(backend, name):
     """Token 0 alone, then among 19 tokens that all take experts 0 and 1 (skewed: every logit tied),
     so the grouped kernel cuts those experts' 19 pairs into 3 tiles: the same bits."""
-    rng = _rng("invariance", grouped)
-    qtype = quants.Q4_K if grouped else quants.Q5_0
+    rng = _rng("invariance", name)
+    qtype = quants.Q4_K if name != "simple" else quants.Q5_0
     router = np.tile(rng.standard_normal((1, 256)).astype(np.float32), (N_EXPERT, 1))
     E, _ = _experts(backend, rng, qtype, 2, n_embd=256, n_ff=256, router=router)
     X = rng.standard_normal((19, 256)).astype(np.float32)
     x0 = rng.standard_normal((19, 256)).astype(np.float32)
-    alone, ids1, _ = _run(backend, None, E, X[:1], x0[:1], grouped)
-    batch, ids, _ = _run(backend, None, E, X, x0, grouped)
+    alone, ids1, _ = _run(backend, name, E, X[:1], x0[:1])
+    batch, ids, _ = _run(backend, name, E, X, x0)
     assert (ids == [0, 1]).all() and (ids1 == [0, 1]).all()
     assert_same(batch[:1], alone)
     # and a token placed last gives what it gives first
-    last, _, _ = _run(backend, None, E, X[::-1], x0[::-1], grouped)
+    last, _, _ = _run(backend, name, E, X[::-1], x0[::-1])
     assert_same(last[::-1], batch)
 
 

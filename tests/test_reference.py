@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sharpinf.oracles.generation import generate_reference
+from sharpinf.ops.moe import router_logits_reference
 from sharpinf.oracles.naive import naive_logits
 from sharpinf.oracles.reference import Reference
 from sharpinf.model.loader import load_model
@@ -99,3 +100,27 @@ def test_skewed_and_tied_routing_follow_the_lower_id_rule():
     ids, w = _layer0_routes(synthetic_model("qwen3moe", "Q8_0", routing="ties", n_expert_used=3))
     assert (ids[:, 0] % 2 == 0).all() and (ids[:, 1] == ids[:, 0] + 1).all() and (ids[:, 2] % 2 == 0).all()
     assert (w[:, 0] == w[:, 1]).all() and len(np.unique(ids[:, 0])) >= 3
+
+
+def test_the_route_flip_rule_follows_near_ties_only():
+    """kernel-vs-reference's rule (Reference.routes): a kernel choice within route_gap of the
+    reference's k-th router logit is followed (and counted); a far one is not -- the logits then
+    differ and the oracle fails, as a wrong router must."""
+    ref = Reference(load_model(synthetic_model("qwen3moe", "Q8_0")))
+    ids = np.random.default_rng(3).integers(0, ref.cfg.n_vocab, 12)
+    h = ref._norm(ref.token_embd[ids], ref.layers[0].ffn_norm)
+    logits = router_logits_reference(h, ref.layers[0].router)
+    own, own_w = ref.route(h, ref.layers[0])
+    order = np.argsort(-logits, axis=1, kind="stable")
+    near, far = own.copy(), own.copy()
+    gaps = logits[0, order[0, 1]] - logits[0, order[0, 2]]
+    near[0, 1] = order[0, 2]  # token 0's third-best in place of its second
+    far[1, 1] = order[1, -1]  # token 1's worst in place of its second
+    for routes, gap, followed in ((near, gaps + 1e-6, True), (near, gaps / 2, False), (far, 0.05, False)):
+        ref.routes, ref.route_gap, ref.route_flips = {0: routes}, float(gap), 0
+        got, w = ref.route(h, ref.layers[0], 0)
+        changed = not np.array_equal(got, own)
+        assert changed == followed and ref.route_flips == int(followed)
+        if followed:
+            assert (got[0] == near[0]).all() and abs(float(w[0].sum()) - 1) < 1e-6 and (got[1:] == own[1:]).all()
+    ref.routes = None

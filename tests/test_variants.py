@@ -26,12 +26,12 @@ def test_parse_every_spelling():
     assert KernelChoice.parse("fast").name == "fast" and KernelChoice.parse("fast").q8_activations
     mixed = KernelChoice.parse("matmul=dp4a, attention=simple")
     assert (mixed.matmul, mixed.attention, mixed.rope_kv) == ("dp4a", "simple", "simple")
-    assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple"
+    assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple,moe=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
     assert choices_for("all") == ["simple", "fast", "tensor", "matmul=mma"]  # mma: in no set, so on its own
-    assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused")
-    assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused").name == "tensor"
+    assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="fast")
+    assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=fast").name == "tensor"
     assert choices_for("auto") == ["auto"]
     rows = describe_variants()
     names = variant_names()
@@ -82,6 +82,8 @@ def _model(arch: str, qtype: str = "Q8_0"):
     ("llama", "simple", 14), ("qwen3", "simple", 16), ("llama", "fast", 9), ("qwen3", "fast", 9),
     ("llama", "matmul=dp4a", 12),  # q8_1 norms, dp4a matmuls; attention output and SwiGLU quantized apart
     ("llama", "attention=split,rope_kv=fused", 12), ("qwen3", "tensor", 9),
+    # MoE: norm, route, gate+up, down, combine (simple); q8_1 norm, route, sort, gate+up, quantize, down, combine
+    ("qwen3moe", "simple", 15), ("qwen3moe", "fast", 12),
 ])
 def test_launches_per_layer(emu, arch, kernels, per_layer):
     fp = ForwardPass(_model(arch), emu, kernels=kernels, compile_ahead=False)
@@ -95,10 +97,18 @@ def test_workspace_holds_what_the_choice_needs(emu):
     assert hasattr(simple.ws, "h") and not hasattr(simple.ws, "xq") and not hasattr(simple.ws, "split")
     assert hasattr(fast.ws, "xq") and hasattr(fast.ws, "split") and not hasattr(fast.ws, "h")
     assert fast.workspace_bytes() > 0 and simple.workspace_bytes() > 0
+    # an MoE model: the routing scratch, grouped (sort order, tiles, q8_1 pairs) only for the fast moe
+    moe = ForwardPass(_model("qwen3moe"), emu, kernels="matmul=dp4a,moe=simple", compile_ahead=False)
+    assert moe.ws.moe.tiles is None and hasattr(moe.ws, "h") and not hasattr(moe.ws, "gate")
+    assert moe.with_own_buffers(kernels="moe=fast").ws.moe.tiles is not None
 
 
-@pytest.mark.parametrize("kernels", ["matmul=dp4a", "attention=split,rope_kv=fused", "matmul=dp4a,attention=split"])
-@pytest.mark.parametrize("arch,qtype", [("qwen3", "Q4_0"), ("qwen2", "Q5_1")])
+@pytest.mark.parametrize("kernels,arch,qtype", [
+    *((k, a, q) for k in ("matmul=dp4a", "attention=split,rope_kv=fused", "matmul=dp4a,attention=split")
+      for a, q in (("qwen3", "Q4_0"), ("qwen2", "Q5_1"))),
+    # the MoE FFN's norm writes what the moe variant reads, whatever the matmuls read
+    ("matmul=dp4a,moe=simple", "qwen3moe", "Q4_0"), ("moe=fast", "qwen3moe", "Q5_1"),
+])
 def test_mixed_choices_pass_the_oracles(emu, kernels, arch, qtype):
     fp = ForwardPass(_model(arch, qtype), emu, kernels=kernels)
     toks = list(range(5, 35))

@@ -31,8 +31,12 @@ def defaults(on_gpu: bool, quick: bool) -> dict:
 
 def step_weight_bytes(fp) -> int:
     """Bytes of weights one step reads: every layer matrix and the LM head (the embedding
-    lookup reads only B rows)."""
-    n = sum(int(m.raw.nbytes) for L in fp.layers for m in (*L.wqkv, L.wo, L.w_gate, L.w_up, L.w_down))
+    lookup reads only B rows). An MoE layer counts its router and every expert: the most a step
+    can read (a step of one token reads k of n_expert)."""
+    n = sum(int(m.raw.nbytes) for L in fp.layers for m in (*L.wqkv, L.wo, L.w_gate, L.w_up, L.w_down)
+            if m is not None)
+    n += sum(int(a.nbytes) for L in fp.layers if L.moe is not None
+             for a in (L.moe.router, L.moe.gate, L.moe.up, L.moe.down))
     return n + int(fp.output.raw.nbytes)
 
 

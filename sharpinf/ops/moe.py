@@ -63,10 +63,12 @@ def max_tiles(n_pairs: int, n_expert: int) -> int:
 
 @dataclass
 class MoeScratch:
-    """The routing and the pairs' activations of one step (Workspace.moe): [pairs = tokens * k, ...]."""
+    """The routing and the pairs' activations of one step (Workspace.moe): [pairs = tokens * k, ...].
+    The routing is kept per layer (a few MiB at most), so after a step every layer's choice of experts
+    can be read back: the kernel-vs-reference oracle explains a near-tie routing flip with it."""
 
-    ids: Any  # i32 [P]
-    wts: Any  # f32 [P]
+    ids: Any  # i32 [n_layer, P]
+    wts: Any  # f32 [n_layer, P]
     g: Any  # f32 [P, n_ff]: act(gate) * up of each pair
     y: Any  # f32 [P, n_embd]: each pair's expert output
     gq: Q8Act | None = None  # q8_1 of g (grouped)
@@ -74,20 +76,24 @@ class MoeScratch:
     tiles: Any = None  # i32 [3, max_tiles] (grouped)
 
     @classmethod
-    def alloc(cls, be, n_tokens: int, n_used: int, n_ff: int, n_embd: int, n_expert: int, grouped: bool) -> "MoeScratch":
+    def alloc(cls, be, n_tokens: int, n_used: int, n_ff: int, n_embd: int, n_expert: int, grouped: bool,
+              n_layer: int = 1) -> "MoeScratch":
         P = n_tokens * n_used
-        s = cls(be.empty((P,), I32), be.empty((P,), F32), be.empty((P, n_ff), F32), be.empty((P, n_embd), F32))
+        s = cls(be.empty((n_layer, P), I32), be.empty((n_layer, P), F32), be.empty((P, n_ff), F32),
+                be.empty((P, n_embd), F32))
         if grouped:
             s.gq, s.order = Q8Act.empty(be, P, n_ff), be.empty((P,), I32)
             s.tiles = be.empty((3, max_tiles(P, n_expert)), I32)
         return s
 
 
-def route(be, E: DeviceExperts, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None) -> None:
-    """s.ids, s.wts = the router's k experts and weights for each token, from float rows or their q8_1."""
+def route(be, E: DeviceExperts, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
+          layer: int = 0) -> None:
+    """s.ids[layer], s.wts[layer] = the router's k experts and weights for each token, from float rows
+    or their q8_1."""
     if not 0 < E.n_used <= E.n_expert:
         raise ValueError(f"moe route: k = {E.n_used} with {E.n_expert} experts")
-    tail = (s.ids, s.wts, I32(E.n_expert), I32(E.n_used), I32(E.n_embd))
+    tail = (s.ids[layer], s.wts[layer], I32(E.n_expert), I32(E.n_used), I32(E.n_embd))
     io = (4 * E.n_expert * E.n_embd + 4 * n_tokens * E.n_embd, 8 * n_tokens * E.n_used)
     if x_q is not None:
         be.launch(kernel(be, "moe_route.cu", "moe_route_q8"), n_tokens, 128, (x_q.q, x_q.d, E.router) + tail, io=io)
@@ -95,29 +101,30 @@ def route(be, E: DeviceExperts, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8A
         be.launch(kernel(be, "moe_route.cu", "moe_route_f32"), n_tokens, 128, (x_f, E.router) + tail, io=io)
 
 
-def combine(be, s: MoeScratch, x, n_tokens: int, k: int, n: int) -> None:
+def combine(be, s: MoeScratch, x, n_tokens: int, k: int, n: int, layer: int = 0) -> None:
     """x += each token's k pair outputs, weighted, in rank order (moe_ffn.cu's moe_combine)."""
     total = n_tokens * n
     be.launch(kernel(be, "moe_ffn.cu", "moe_combine"), max(1, min(-(-total // 256), 1024)), 256,
-              (s.y, s.wts, x, I32(n_tokens), I32(k), I32(n)), io=(4 * total * (k + 1) + 4 * n_tokens * k, 4 * total))
+              (s.y, s.wts[layer], x, I32(n_tokens), I32(k), I32(n)),
+              io=(4 * total * (k + 1) + 4 * n_tokens * k, 4 * total))
 
 
 def moe_simple(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
-               act: str = "silu", file: str = "moe_ffn.cu") -> None:
+               act: str = "silu", layer: int = 0, file: str = "moe_ffn.cu") -> None:
     """x += the MoE FFN of the normed rows x_f (float: the readable path), one warp per (pair, row)."""
     if x_f is None:
         raise ValueError("moe simple reads float activations (the simple matmuls' norm writes them)")
-    route(be, E, s, n_tokens, x_f=x_f)
-    P, gt, dt = n_tokens * E.n_used, E.gate_up_qtype, E.down_qtype
+    route(be, E, s, n_tokens, x_f=x_f, layer=layer)
+    P, gt, dt, ids = n_tokens * E.n_used, E.gate_up_qtype, E.down_qtype, s.ids[layer]
     check_n_in(gt, E.n_embd)
     check_n_in(dt, E.n_ff)
     be.launch(kernel(be, file, f"moe_gate_up_{kernel_suffix(gt)}"), (-(-E.n_ff // WARPS), P), 32 * WARPS,
-              (E.gate, E.up, x_f, s.ids, s.g, I32(P), I32(E.n_used), I32(E.n_ff), I32(E.n_embd), I32(ACTS[act])),
+              (E.gate, E.up, x_f, ids, s.g, I32(P), I32(E.n_used), I32(E.n_ff), I32(E.n_embd), I32(ACTS[act])),
               io=(2 * P * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff))
     be.launch(kernel(be, file, f"moe_down_{kernel_suffix(dt)}"), (-(-E.n_embd // WARPS), P), 32 * WARPS,
-              (E.down, s.g, s.ids, s.y, I32(P), I32(E.n_embd), I32(E.n_ff)),
+              (E.down, s.g, ids, s.y, I32(P), I32(E.n_embd), I32(E.n_ff)),
               io=(P * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
-    combine(be, s, x, n_tokens, E.n_used, E.n_embd)
+    combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
 
 
 def _row_blocks(be, n_out: int, n_in: int) -> int:
@@ -125,17 +132,17 @@ def _row_blocks(be, n_out: int, n_in: int) -> int:
 
 
 def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
-                act: str = "silu", file: str = "moe_dp4a.cu") -> None:
+                act: str = "silu", layer: int = 0, file: str = "moe_dp4a.cu") -> None:
     """x += the MoE FFN of the normed rows in q8_1 (x_q), each expert's weights read once per tile of
     up to 8 of the pairs that chose it."""
     if x_q is None or s.tiles is None:
         raise ValueError("moe fast reads q8_1 activations and a grouped MoeScratch")
-    route(be, E, s, n_tokens, x_q=x_q)
+    route(be, E, s, n_tokens, x_q=x_q, layer=layer)
     P, gt, dt = n_tokens * E.n_used, E.gate_up_qtype, E.down_qtype
     check_n_in(gt, E.n_embd)
     check_n_in(dt, E.n_ff)
     mt = max_tiles(P, E.n_expert)
-    be.launch(kernel(be, file, "moe_sort"), 1, 256, (s.ids, s.order, s.tiles, I32(P), I32(E.n_expert), I32(mt)),
+    be.launch(kernel(be, file, "moe_sort"), 1, 256, (s.ids[layer], s.order, s.tiles, I32(P), I32(E.n_expert), I32(mt)),
               io=(4 * P, 4 * P + 12 * mt))
     be.launch(kernel(be, file, f"moe_gate_up_dp4a_{kernel_suffix(gt)}"), (_row_blocks(be, E.n_ff, E.n_embd), mt),
               32 * WARPS, (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff),
@@ -145,7 +152,7 @@ def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None,
     be.launch(kernel(be, file, f"moe_down_dp4a_{kernel_suffix(dt)}"), (_row_blocks(be, E.n_embd, E.n_ff), mt),
               32 * WARPS, (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
               io=(min(E.n_expert, P) * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
-    combine(be, s, x, n_tokens, E.n_used, E.n_embd)
+    combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
 
 
 # -- NumPy twins ---------------------------------------------------------------------------------

@@ -16,6 +16,10 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                                   head) rows of one sequence sharing each K/V tile; every step
     rope_kv    simple             rope.cu, qk_norm.cu, kv_cache.cu
                fused              rope_kv.cu: all three in one launch per step
+    moe        simple             moe_route.cu, moe_ffn.cu: router, a warp per (token, expert) pair
+                                  and row, rank-order combine (MoE models only)
+               fast               moe_dp4a.cu: q8_1, pairs sorted by expert, dp4a over each expert's
+                                  tiles of 8 pairs
 
 A Variant names its op, its kernel files and its launcher (the op's launch function, which it runs
 on its own first file), and says what it serves (`fits`, `min_tokens`, `qtypes`). A matmul variant
@@ -56,8 +60,14 @@ from sharpinf.errors import SharpinfError
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import matmul_mma as mma_ops
 
-OP_NAMES = ("matmul", "attention", "rope_kv")
+OP_NAMES = ("matmul", "attention", "rope_kv", "moe")
 ACTIVATIONS = ("f32", "q8_1")  # what a matmul variant's linear layers read (the Reference's act_quant words)
+MODEL_OPS = {"moe": lambda cfg: getattr(cfg, "is_moe", False)}  # ops only some models run (the others: all)
+
+
+def ops_of(cfg) -> tuple[str, ...]:
+    """The ops a model's step runs: a dense model has no moe."""
+    return tuple(op for op in OP_NAMES if op not in MODEL_OPS or MODEL_OPS[op](cfg))
 REGISTRY_FILE = Path(__file__).with_name("variants.toml")
 
 
@@ -74,7 +84,8 @@ class Variant:
     files: the kernels_cu/ sources that are this variant's own (a step with it chosen launches at
     least one of them; the launcher is given the first); launcher: the op's launch function;
     fits(cfg, model) -> why it cannot serve a model, or None (model may be None: shapes only).
-    A matmul variant brings its activations, its norm and its gate+up with it (and only a matmul one)."""
+    A matmul variant brings its activations, its norm and its gate+up with it (and only a matmul one);
+    a moe variant its activations and the norm that writes them (an MoE layer's FFN norm feeds only it)."""
 
     op: str
     name: str
@@ -101,13 +112,15 @@ class Variant:
         if "file" not in inspect.signature(self.launcher).parameters:
             raise SharpinfError(f"variant {self.op}={self.name}: its launcher {self.launcher.__name__} takes no "
                                 "file= argument, so it cannot run this variant's own file")
-        if self.op != "matmul":
+        if self.op not in ("matmul", "moe"):
             if self.activations or self.norm or self.gate_up:
                 raise SharpinfError(f"variant {self.op}={self.name}: activations, norm and gate_up are a matmul "
                                     "variant's")
         elif self.activations not in ACTIVATIONS or not callable(self.norm):
-            raise SharpinfError(f"variant {self.op}={self.name}: a matmul variant declares its activations "
+            raise SharpinfError(f"variant {self.op}={self.name}: a {self.op} variant declares its activations "
                                 f"({' or '.join(ACTIVATIONS)}) and the norm that writes them")
+        elif self.op == "moe" and self.gate_up:
+            raise SharpinfError(f"variant {self.op}={self.name}: gate_up is a matmul variant's")
 
     def launch(self, *args, **kw):
         """Run the launcher on this variant's own file."""
@@ -127,8 +140,8 @@ class Variant:
 
     @property
     def brings(self) -> str:
-        """What a matmul variant picks with it, in words ('' for another op's): `kernels list`, --kernels' help."""
-        if self.op != "matmul":
+        """What a matmul (or moe) variant picks with it, in words ('' for another op's): `kernels list`, --kernels' help."""
+        if self.op not in ("matmul", "moe"):
             return ""
         gate_up = f", gate+up {self.gate_up.__name__}" if self.gate_up else ""
         return f"{self.activations} activations, norm {self.norm.__name__}{gate_up}"
@@ -253,9 +266,10 @@ load_registry()
 # The named sets. fast: the fastest measured. mmq joins it for steps of >= min_tokens once a GPU
 # session has timed it against dp4a (the threshold: variants.toml's min_tokens for mmq).
 SETS: dict[str, dict[str, str]] = {
-    "simple": {"matmul": "simple", "attention": "simple", "rope_kv": "simple"},  # the baselines
-    "fast": {"matmul": "dp4a", "attention": "split", "rope_kv": "fused"},
-    "tensor": {"matmul": "mmq", "attention": "flash", "rope_kv": "fused"},  # the tensor-core set
+    "simple": {"matmul": "simple", "attention": "simple", "rope_kv": "simple", "moe": "simple"},  # the baselines
+    "fast": {"matmul": "dp4a", "attention": "split", "rope_kv": "fused", "moe": "fast"},
+    # the tensor-core set; a grouped tensor-core MoE GEMM for prefill is a later stage
+    "tensor": {"matmul": "mmq", "attention": "flash", "rope_kv": "fused", "moe": "fast"},
 }
 FAST, TENSOR = SETS["fast"], SETS["tensor"]
 AUTO = "auto"
@@ -275,6 +289,7 @@ class KernelChoice:
     matmul: str = "simple"
     attention: str = "simple"
     rope_kv: str = "simple"
+    moe: str = "simple"
 
     def __post_init__(self):
         for op in OP_NAMES:
@@ -365,14 +380,14 @@ def resolve_kernels(spec, cfg, backend=None, model=None) -> KernelChoice:
     return KernelChoice(**{**asdict(choice), **{op: baseline(op).name for op in why}})
 
 
-def check_dispatched(choice: KernelChoice, launched_files) -> None:
+def check_dispatched(choice: KernelChoice, launched_files, ops: tuple[str, ...] = OP_NAMES) -> None:
     """Every chosen variant other than a baseline launched one of its own kernels in a step's
     launches (the files the dry run collected), else one line: it would run another variant's
-    kernels under its name."""
+    kernels under its name. ops: those the model runs (ops_of(cfg): a dense model runs no moe)."""
     from sharpinf.runtime.paths import kernels_dir
 
     launched = set(launched_files)
-    for op in OP_NAMES:
+    for op in ops:
         v = choice.of(op)
         missing = [f for f in v.files if not (kernels_dir() / f).is_file()]
         if missing:

@@ -42,7 +42,7 @@ from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel, load_model
 from sharpinf.ops.basic import act_reference, rmsnorm_reference
 from sharpinf.ops.kv_cache import decode_kv, encode_kv
-from sharpinf.ops.moe import combine_reference, route_reference, router_logits_reference
+from sharpinf.ops.moe import WEIGHT_SUM_FLOOR, combine_reference, route_reference, router_logits_reference
 from sharpinf.ops.quant_act import round_q8_1
 from sharpinf.ops.rope import rope_reference
 
@@ -141,6 +141,17 @@ class Reference:
     # matmul (the LM head's too) to q8_1 and back, as the dp4a kernels read their activations
     # (ops/quant_act.py's NumPy rule), so they are held to a tolerance as tight as the float ones.
     act_quant: str = "f32"
+    # What an MoE layer's router and experts read (the moe kernel variant's activations, which may differ
+    # from the other linear layers'); None: act_quant.
+    moe_act_quant: str | None = None
+    # The kernel path's routing of the same tokens, per layer ([T, k] ids), and the router-logit gap
+    # within which a different choice is explained by rounding (kernel-vs-reference's route-flip rule):
+    # where the kernels chose other experts and every one of them is within route_gap of the
+    # reference's own k-th logit (ranked as the logits rank them, up to the gap), the reference
+    # follows the kernels' choice; anywhere else it keeps its own. route_flips counts the followed.
+    routes: dict[int, np.ndarray] | None = None
+    route_gap: float = 0.0
+    route_flips: int = 0
     cfg: ModelConfig = field(init=False)
     layers: list[LayerWeights] = field(init=False)
 
@@ -188,12 +199,13 @@ class Reference:
             return rows
         return _f32(decode_kv(self.kv_dtype, encode_kv(self.kv_dtype, rows)))
 
-    def _lin(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-        """A linear layer, its input rounded as act_quant says."""
-        if self.act_quant == "q8_1":
+    def _lin(self, x: np.ndarray, w: np.ndarray, act: str | None = None) -> np.ndarray:
+        """A linear layer, its input rounded as act (default: act_quant) says."""
+        act = act or self.act_quant
+        if act == "q8_1":
             x = round_q8_1(x)
-        elif self.act_quant != "f32":
-            raise ValueError(f"reference: act_quant must be 'f32' or 'q8_1', got {self.act_quant!r}")
+        elif act != "f32":
+            raise ValueError(f"reference: act_quant must be 'f32' or 'q8_1', got {act!r}")
         return linear(x, w)
 
     @classmethod
@@ -240,30 +252,64 @@ class Reference:
             a = self._lin(self._attention(q, cache.k[li, : start + T], cache.v[li, : start + T], mask), L.wo)
             x = _f32(x + self._post(a, L.post_attn_norm))
             h = self._norm(x, L.ffn_norm)
-            f = self._moe(h, L) if L.router is not None else self._ffn(h, L.w_gate_up, L.w_down)
+            f = self._moe(h, L, li, start) if L.router is not None else self._ffn(h, L.w_gate_up, L.w_down)
             x = _f32(x + self._post(f, L.post_ffn_norm))
         cache.length = start + T
         return softcap(self._lin(self._norm(x, self.output_norm), self.output), cfg.final_softcap)
 
-    def _ffn(self, h: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
+    def _ffn(self, h: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray, act: str | None = None) -> np.ndarray:
         """(act(h Wg^T) * (h Wu^T)) Wd^T, the gate and up rows stacked in w_gate_up."""
         n = w_down.shape[1]
-        gu = self._lin(h, w_gate_up)
-        return self._lin(_f32(act_reference(self.cfg.ffn_act, gu[:, :n])) * gu[:, n:], w_down)
+        gu = self._lin(h, w_gate_up, act)
+        return self._lin(_f32(act_reference(self.cfg.ffn_act, gu[:, :n])) * gu[:, n:], w_down, act)
 
-    def route(self, h: np.ndarray, L: LayerWeights) -> tuple[np.ndarray, np.ndarray]:
+    @property
+    def moe_act(self) -> str:
+        return self.moe_act_quant or self.act_quant
+
+    def route(self, h: np.ndarray, L: LayerWeights, li: int | None = None, start: int = 0
+              ) -> tuple[np.ndarray, np.ndarray]:
         """(expert ids [T, k], weights [T, k]) the router gives the normed rows h (rounded to q8_1 first
-        when the linear layers read q8_1: the fast router reads that copy)."""
-        hin = round_q8_1(h) if self.act_quant == "q8_1" else h
-        return route_reference(router_logits_reference(hin, L.router), self.cfg.n_expert_used)
+        when the MoE reads q8_1: the fast router reads that copy); with routes for layer li, the
+        kernels' choice where a near tie explains it (rows start.. of those routes)."""
+        hin = round_q8_1(h) if self.moe_act == "q8_1" else h
+        logits = router_logits_reference(hin, L.router)
+        ids, w = route_reference(logits, self.cfg.n_expert_used)
+        if self.routes is None or li not in self.routes:
+            return ids, w
+        theirs = self.routes[li][start : start + len(ids)]
+        for t in np.nonzero((theirs != ids).any(axis=1))[0]:
+            if self._explained(logits[t], ids[t], theirs[t]):
+                ids[t] = theirs[t]
+                w[t] = self._weights_of(logits[t], theirs[t])
+                self.route_flips += 1
+        return ids, w
 
-    def _moe(self, h: np.ndarray, L: LayerWeights) -> np.ndarray:
+    def _explained(self, logits: np.ndarray, ours: np.ndarray, theirs: np.ndarray) -> bool:
+        """The kernels' experts differ from ours only where rounding can reorder the router's logits."""
+        kth, chosen = logits[ours[-1]], logits[theirs]
+        if len(set(theirs.tolist())) != len(theirs) or not ((0 <= theirs) & (theirs < len(logits))).all():
+            return False
+        return bool((chosen >= kth - self.route_gap).all() and (chosen[1:] <= chosen[:-1] + self.route_gap).all())
+
+    @staticmethod
+    def _weights_of(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """route_reference's weights for a given choice of experts (softmax over all, renormalised)."""
+        p = np.exp(logits - logits.max())
+        p = (p / p.sum(dtype=F32)).astype(F32)
+        w = p[ids]
+        total = w[0]
+        for v in w[1:]:
+            total = total + v
+        return (w / max(total, WEIGHT_SUM_FLOOR)).astype(F32)
+
+    def _moe(self, h: np.ndarray, L: LayerWeights, li: int | None = None, start: int = 0) -> np.ndarray:
         """The k chosen experts' FFNs of each token, weighted and summed in rank order (ops/moe.py)."""
-        ids, weights = self.route(h, L)
+        ids, weights = self.route(h, L, li, start)
         y = np.zeros((h.shape[0], ids.shape[1], h.shape[1]), F32)  # [T, k, d]: slot r of token t
         for e in np.unique(ids):  # every (token, slot) that chose expert e, in one matmul
             t, r = np.nonzero(ids == e)
-            y[t, r] = self._ffn(h[t], L.exps_gate_up[e], L.exps_down[e])
+            y[t, r] = self._ffn(h[t], L.exps_gate_up[e], L.exps_down[e], self.moe_act)
         return combine_reference(y, weights)
 
     def _norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:

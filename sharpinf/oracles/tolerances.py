@@ -73,6 +73,16 @@ FLASH_ATTENTION_VS_REFERENCE = 1e-3  # atol, relative to max |V|
 FLASH_LOGIT_BOUND = 0.05
 
 
+# MoE routing is a discontinuity: a token whose k-th and (k+1)-th router logits sit closer than the
+# kernels' error at the router's input takes other experts in the kernels than in the reference, and
+# its logits then differ by whole units. kernel-vs-reference's rule (Reference.routes): where every
+# expert the kernels chose is within this gap of the reference's own k-th logit (router-logit units;
+# the synthetic routers' logits are ~2 wide), the reference follows the kernels' choice and the
+# oracle's detail counts it. Measured flips (emulator, 2-layer synthetic qwen3moe Q8_0, 89 tokens):
+# gaps 7.7e-4 and 1.2e-2 with flash attention (f16 operands), none with the float32 kernels.
+ROUTE_FLIP_GAP = 0.05
+
+
 def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0, act_quant: str = "f32", n_layer: int = 2,
                         attention: str = "simple") -> Tolerance:
     """logit_scale = max |reference logit| / 10 (at least 1) widens the bound for synthetic

@@ -544,6 +544,8 @@ def trace_step(fp: ForwardPass, tokens, kv_dtype: str = "f16", block_size: int =
     head runs on HEAD_ROWS logits rows spread over the prompt, the last included."""
     tokens = [int(t) for t in tokens]
     cfg = fp.cfg
+    if cfg.is_moe:  # its units are the dense FFN's; the MoE FFN's (route, experts, combine) are a later stage
+        raise SharpinfError("trace: MoE layers (qwen3moe) are not traced op by op yet")
     if not tokens:
         raise SharpinfError("trace: no tokens to run")
     if min(tokens) < 0 or max(tokens) >= cfg.n_vocab:

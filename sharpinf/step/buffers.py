@@ -26,6 +26,7 @@ import numpy as np
 from sharpinf.step.batch import Batch
 from sharpinf.model.config import ModelConfig
 from sharpinf.ops.attention import SplitScratch
+from sharpinf.ops.moe import MoeScratch
 from sharpinf.ops.quant_act import Q8Act
 from sharpinf.ops.sampling import N_PARAMS
 from sharpinf.ops.variants import KernelChoice
@@ -89,19 +90,30 @@ class Workspace:
         self.x = be.empty((T, cfg.n_embd), F32)  # the residual stream
         self.qkv = be.empty((T, qkv_w), F32)
         self.att = be.empty((T, cfg.q_dim), F32)
-        self.gate = be.empty((T, cfg.n_ff), F32)
-        self.up = be.empty((T, cfg.n_ff), F32)
+        if not cfg.is_moe:  # an MoE layer's FFN runs in self.moe
+            self.gate = be.empty((T, cfg.n_ff), F32)
+            self.up = be.empty((T, cfg.n_ff), F32)
         self.sel = be.empty((R, cfg.n_embd), F32)  # the rows that want logits
         self.logits = be.empty((R, cfg.n_vocab), F32)
         self.sample_scratch = be.empty((R, 2 * cfg.n_vocab), F32)
         self.sampled = be.empty((R,), I32)
         if choice.q8_activations:  # what the dp4a matmuls read: the normed x, attention out, SwiGLU out
             self.xq, self.attq = Q8Act.empty(be, T, cfg.n_embd), Q8Act.empty(be, T, cfg.q_dim)
-            self.ffq, self.selq = Q8Act.empty(be, T, cfg.n_ff), Q8Act.empty(be, R, cfg.n_embd)
+            self.selq = Q8Act.empty(be, R, cfg.n_embd)
+            if not cfg.is_moe:
+                self.ffq = Q8Act.empty(be, T, cfg.n_ff)
             if cfg.post_norms:  # a sublayer's output, before its post-norm adds it to x (gemma3)
                 self.proj = be.empty((T, cfg.n_embd), F32)
         else:  # the float matmuls' input and output (the residual add is its own kernel)
             self.h, self.proj = be.empty((T, cfg.n_embd), F32), be.empty((T, cfg.n_embd), F32)
+        if cfg.is_moe:  # the routing and the (token, expert) pairs; the FFN norm writes what the moe variant reads
+            moe_q8 = choice.of("moe").activations == "q8_1"
+            self.moe = MoeScratch.alloc(be, T, cfg.n_expert_used, cfg.n_ff_exp, cfg.n_embd, cfg.n_expert, moe_q8,
+                                        cfg.n_layer)
+            if moe_q8 and not hasattr(self, "xq"):
+                self.xq = Q8Act.empty(be, T, cfg.n_embd)
+            if not moe_q8 and not hasattr(self, "h"):
+                self.h = be.empty((T, cfg.n_embd), F32)
         if choice.of("attention").needs_scratch:  # split and flash: partial states and merge tickets
             self.split = SplitScratch.alloc(be, T, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
 

@@ -45,7 +45,7 @@ from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel
 from sharpinf.ops.embedding import embed
 from sharpinf.ops.sampling import history_words, sample_rows, seen_update
-from sharpinf.ops.variants import KernelChoice, check_dispatched, resolve_kernels
+from sharpinf.ops.variants import KernelChoice, check_dispatched, ops_of, resolve_kernels
 from sharpinf.progress import note, progress_bar
 from sharpinf.runtime.backend import Backend
 from sharpinf.step.buffers import SamplingRows, StepCapacity, StepDescriptor, Workspace
@@ -206,7 +206,7 @@ class ForwardPass:
         """A chosen variant's launches come from its own kernels (ops/variants.py, check_dispatched);
         returns kernels_used, which the check reads."""
         used = self.kernels_used(self.kv_dtype)
-        check_dispatched(self.choice, {f for f, _ in used})
+        check_dispatched(self.choice, {f for f, _ in used}, ops_of(self.cfg))
         return used
 
     def freeze(self) -> None:

@@ -9,6 +9,10 @@
                                                           or attention_flash.cu (tensor cores)
     ffn         matmul x2, silu_gate, matmul, add          gate_up_dp4a.cu, quantize_q8_1, dp4a += down
     post-norm   (gemma3) the o- and down-projections write ws.proj; rmsnorm_add.cu adds its norm to x
+    moe         (an MoE layer's ffn; the norm before it writes what the moe variant reads)
+                moe_route.cu, moe_ffn.cu gate_up      moe_route.cu (q8_1), moe_dp4a.cu's sort, gate_up,
+                and down over the (token, expert)    quantize_q8_1, down over each expert's tiles of
+                pairs, moe_combine into x            pairs; moe_combine into x
 
 Which kernel runs each op is looked up in the variant registry (ops/variants.py): the chosen
 Variant's launcher is called, never a name tested here, so a registered variant runs its own kernels;
@@ -53,6 +57,7 @@ class StepKernels:
         self.mm: Variant = self.choice.of("matmul")
         self.attn: Variant = self.choice.of("attention")
         self.rope: Variant = self.choice.of("rope_kv")
+        self.moe: Variant = self.choice.of("moe")
 
     # -- norms and linear layers --------------------------------------------------------------
     def norm(self, x, w, rows: int, out_f=None, out_q: Q8Act | None = None) -> Act:
@@ -127,6 +132,17 @@ class StepKernels:
             basic.act_gate(be, ws.gate, ws.up, ws.gate, N * cfg.n_ff, cfg.ffn_act)
         self.residual(L.w_down, self.quantized(ws.gate, getattr(ws, "ffq", None), N), L.post_ffn_norm, x, N)
 
+    def moe_ffn(self, L: DeviceLayer, li: int, x, N: int) -> None:
+        """x += the MoE FFN of norm(x) (qwen3moe): the norm in the form the moe variant reads, then its
+        launcher (router, experts, rank-order combine into x)."""
+        assert L.post_ffn_norm is None, "no MoE arch has an FFN post-norm"
+        ws, cfg = self.ws, self.cfg
+        q8 = self.moe.activations == "q8_1"
+        out = ws.xq if q8 else ws.h
+        self.moe.norm(self.be, x, L.ffn_norm, out, N, cfg.n_embd, cfg.rms_eps)
+        self.moe.launch(self.be, L.moe, x, ws.moe, N, x_f=None if q8 else out, x_q=out if q8 else None,
+                        act=cfg.ffn_act, layer=li)
+
     def residual(self, W: DeviceMatrix, a: Act, post_norm, x, N: int) -> None:
         """x += a W^T, or with a post-norm (gemma3) x += rmsnorm(a W^T) * post_norm."""
         if post_norm is None:
@@ -144,6 +160,8 @@ class StepKernels:
         self.rope_kv(L, kv, li, dv["positions"], dv["slot_mapping"], N)
         o = self.attention(kv, li, d, N)
         self.residual(L.wo, o, L.post_attn_norm, x, N)
+        if L.moe is not None:
+            return self.moe_ffn(L, li, x, N)
         a = self.norm(x, L.ffn_norm, N, getattr(ws, "h", None), getattr(ws, "xq", None))
         self.ffn(L, a, x, N)
 

@@ -2,6 +2,8 @@
 
 Matrices stay raw GGML blocks (the kernels dequantize them); norms and biases become float32.
 Q, K and V are stacked into one fused matrix when their types agree (one matmul per layer).
+An MoE layer's experts stay stacked as GGUF stores them ([n_expert * rows, row_bytes]: the kernels
+address expert e's rows from e); its router becomes float32.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from sharpinf.errors import ModelError
+from sharpinf.model import quants
 from sharpinf.model.loader import LoadedModel
+from sharpinf.ops.moe import DeviceExperts
 from sharpinf.runtime.backend import Backend
 
 
@@ -34,11 +39,12 @@ class DeviceLayer:
     k_norm: Any | None
     wo: DeviceMatrix
     ffn_norm: Any
-    w_gate: DeviceMatrix
-    w_up: DeviceMatrix
-    w_down: DeviceMatrix
+    w_gate: DeviceMatrix | None  # None: an MoE layer (moe holds its FFN)
+    w_up: DeviceMatrix | None
+    w_down: DeviceMatrix | None
     post_attn_norm: Any | None = None  # gemma3's sandwich norms
     post_ffn_norm: Any | None = None
+    moe: DeviceExperts | None = None  # qwen3moe
 
 
 def _upload_matrix(be: Backend, model: LoadedModel, names: list[str]) -> DeviceMatrix:
@@ -54,11 +60,26 @@ def _upload_f32(be: Backend, model: LoadedModel, name: str) -> Any | None:
     return be.upload(np.ascontiguousarray(model.tensor(name).dequantize().astype(np.float32).reshape(-1)))
 
 
+def _upload_experts(be: Backend, m: LoadedModel, p: str) -> DeviceExperts:
+    c = m.config
+    gate, up, down = (m.tensor(p + f"ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+    if gate.qtype != up.qtype:  # one decoder reads both in the gate+up kernels
+        raise ModelError(m.path, f"{gate.name} is {gate.qtype_name} but {up.name} is {up.qtype_name}: "
+                                 "the MoE kernels need the gate and up experts in one type")
+
+    def raw(t) -> Any:
+        return be.upload(np.ascontiguousarray(np.asarray(t.raw).reshape(-1, quants.row_bytes(t.qtype, t.shape[-1]))))
+
+    return DeviceExperts(_upload_f32(be, m, p + "ffn_gate_inp.weight"), raw(gate), raw(up), raw(down), gate.qtype,
+                         down.qtype, c.n_expert, c.n_expert_used, c.n_ff_exp, c.n_embd)
+
+
 def _upload_layer(be: Backend, m: LoadedModel, i: int) -> DeviceLayer:
     p = f"blk.{i}."
     qkv_names = [p + f"attn_{n}.weight" for n in "qkv"]
     same_type = len({m.tensor(n).qtype for n in qkv_names}) == 1
     wqkv = [_upload_matrix(be, m, qkv_names)] if same_type else [_upload_matrix(be, m, [n]) for n in qkv_names]
+    moe = m.config.is_moe
     bias = None
     if p + "attn_q.bias" in m.tensors:
         host = np.concatenate([m.tensor(p + f"attn_{n}.bias").dequantize().reshape(-1) for n in "qkv"])
@@ -71,11 +92,12 @@ def _upload_layer(be: Backend, m: LoadedModel, i: int) -> DeviceLayer:
         k_norm=_upload_f32(be, m, p + "attn_k_norm.weight"),
         wo=_upload_matrix(be, m, [p + "attn_output.weight"]),
         ffn_norm=_upload_f32(be, m, p + "ffn_norm.weight"),
-        w_gate=_upload_matrix(be, m, [p + "ffn_gate.weight"]),
-        w_up=_upload_matrix(be, m, [p + "ffn_up.weight"]),
-        w_down=_upload_matrix(be, m, [p + "ffn_down.weight"]),
+        w_gate=None if moe else _upload_matrix(be, m, [p + "ffn_gate.weight"]),
+        w_up=None if moe else _upload_matrix(be, m, [p + "ffn_up.weight"]),
+        w_down=None if moe else _upload_matrix(be, m, [p + "ffn_down.weight"]),
         post_attn_norm=_upload_f32(be, m, p + "post_attention_norm.weight"),
         post_ffn_norm=_upload_f32(be, m, p + "post_ffw_norm.weight"),
+        moe=_upload_experts(be, m, p) if moe else None,
     )
 
 
