@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from sharpinf.model import quants
+from sharpinf.model.config import MOE_MAX_EXPERTS
 from sharpinf.ops.launch import kernel
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
 from sharpinf.ops.matmul_dp4a import ACTS, group_lanes
@@ -91,8 +92,8 @@ def route(be, E: DeviceExperts, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8A
           layer: int = 0) -> None:
     """s.ids[layer], s.wts[layer] = the router's k experts and weights for each token, from float rows
     or their q8_1."""
-    if not 0 < E.n_used <= E.n_expert:
-        raise ValueError(f"moe route: k = {E.n_used} with {E.n_expert} experts")
+    if not 0 < E.n_used <= E.n_expert <= MOE_MAX_EXPERTS:  # moe_route.cu and moe_sort hold the experts in shared memory
+        raise ValueError(f"moe route: k = {E.n_used} with {E.n_expert} experts (at most {MOE_MAX_EXPERTS})")
     tail = (s.ids[layer], s.wts[layer], I32(E.n_expert), I32(E.n_used), I32(E.n_embd))
     io = (4 * E.n_expert * E.n_embd + 4 * n_tokens * E.n_embd, 8 * n_tokens * E.n_used)
     if x_q is not None:

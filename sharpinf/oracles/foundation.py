@@ -59,7 +59,7 @@ def tokenizer_roundtrip(tok, case: str) -> OracleResult:
 
 
 def synthetic_models() -> list[tuple[str, str]]:
-    return [("llama", "Q8_0"), ("qwen2", "Q4_1"), ("qwen3", "Q4_K"), ("gemma3", "Q5_0")]
+    return [("llama", "Q8_0"), ("qwen2", "Q4_1"), ("qwen3", "Q4_K"), ("gemma3", "Q5_0"), ("qwen3moe", "Q6_K")]
 
 
 # gemma3 with both kinds of layer (5 windowed, 1 global) and a window shorter than the prompts

@@ -11,7 +11,8 @@ which tokens of which sequences run and where their KV lives. Per layer:
     x  += o @ Wo^T
     x  += (silu(h2 @ Wg^T) * (h2 @ Wu^T)) @ Wd^T        h2 = rmsnorm(x) * ffn_norm
 (gemma3: each layer's sliding window and RoPE base, GELU for silu, and each sublayer's output
-through its post-norm before the add; ModelConfig says which.)
+through its post-norm before the add; qwen3moe: the FFN is the router's k experts of each token,
+weighted and added in rank order, the `moe` op; ModelConfig says which.)
 then only the rows that want logits: gather -> final rmsnorm -> LM head -> (sampling).
 Which kernels do each op is the `kernels` choice (ops/variants.py; step/kernels.py emits them):
 "simple", the readable baselines, 14 launches a layer (16 with qk-norm); "fast", q8_1

@@ -18,7 +18,8 @@ Which kernel runs each op is looked up in the variant registry (ops/variants.py)
 Variant's launcher is called, never a name tested here, so a registered variant runs its own kernels;
 the norm and the gate+up kernels are the ones the matmul variant declares it brings, and what the
 linear layers read (float or q8_1) is its declared activations (KernelChoice.q8_activations).
-A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one. Gemma 3 takes
+A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one; an MoE layer
+(qwen3moe) 15 and 12 (its FFN: the norm, then 4 launches of moe simple or 6 of moe fast). Gemma 3 takes
 each layer's window and RoPE base from the config, GeGLU in place of SwiGLU (the same kernels, another
 epilogue), and its post-norms (one launch each, the projections no longer add into x themselves). An `Act` is an
 activation in the form the next matmul reads: float rows, or their q8_1 copy.
