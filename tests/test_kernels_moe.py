@@ -111,6 +111,20 @@ def test_router_with_every_logit_tied_takes_the_lowest_ids(backend):
     assert (backend.download(s.wts) == np.float32(1 / 3)).all()
 
 
+def test_a_nan_in_the_router_makes_nan_weights_never_a_silent_choice(backend):
+    """One router row NaN: every probability is NaN after the softmax's sum, so the weights come out
+    NaN (the forward pass's logits then fail every oracle) rather than a finite pick of the others."""
+    T, k = 3, 2
+    r = (_rng("nan").standard_normal((N_EXPERT, N_EMBD)) / np.sqrt(N_EMBD)).astype(np.float32)
+    r[3, 5] = np.nan
+    E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, N_EXPERT, k, 32, N_EMBD)
+    s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, False)
+    moe.route(backend, E, s, T, x_f=backend.upload(_rng("nan x").standard_normal((T, N_EMBD)).astype(np.float32)))
+    assert np.isnan(backend.download(s.wts)).all()
+    ids = backend.download(s.ids)
+    assert ((0 <= ids) & (ids < N_EXPERT)).all()  # still in range: the experts' kernels read no stray rows
+
+
 # -- the experts ------------------------------------------------------------------------------------
 TYPES = [quants.Q8_0, quants.Q4_1, quants.BF16, quants.Q4_0, quants.Q5_1, quants.F16]  # three a variant
 

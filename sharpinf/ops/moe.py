@@ -76,6 +76,13 @@ class MoeScratch:
     order: Any = None  # i32 [P]: the pairs sorted by expert (grouped)
     tiles: Any = None  # i32 [3, max_tiles] (grouped)
 
+    @property
+    def nbytes(self) -> int:
+        """Device bytes held (Workspace.nbytes counts them)."""
+        arrays = [self.ids, self.wts, self.g, self.y, self.order, self.tiles]
+        arrays += [self.gq.q, self.gq.d, self.gq.s] if self.gq is not None else []
+        return sum(int(a.nbytes) for a in arrays if a is not None)
+
     @classmethod
     def alloc(cls, be, n_tokens: int, n_used: int, n_ff: int, n_embd: int, n_expert: int, grouped: bool,
               n_layer: int = 1) -> "MoeScratch":
