@@ -16,6 +16,7 @@ import numpy as np
 from sharpinf.errors import RequestError
 
 MAX_LOGPROBS = 20  # the most alternatives a token's logprobs may list (OpenAI's limit too)
+MAX_N = 128  # the most choices one request may ask for (OpenAI's limit too)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # stop strings (not included in the output text); also: one string, or None
     ignore_eos: bool = False
     logprobs: int | None = None  # None: off; k >= 0: each new token's log-probability and the k most likely (k <= 20)
+    n: int = 1  # choices: n sequences from one prompt, computed once (its KV blocks shared), seeded apart
 
     def __post_init__(self):
         def put(name, value):
@@ -55,6 +57,7 @@ class SamplingParams:
             _bad(f"ignore_eos must be true or false, got {_shown(self.ignore_eos)}", "ignore_eos")
         put("ignore_eos", bool(self.ignore_eos))
         put("logprobs", _int("logprobs", self.logprobs, 0, optional=True, below=MAX_LOGPROBS + 1))
+        put("n", _int("n", self.n, 1, below=MAX_N + 1))
 
     @classmethod
     def from_dict(cls, d: dict) -> "SamplingParams":

@@ -7,6 +7,11 @@ instead of recomputing it. Freed blocks keep their hash until they are handed ou
 again; the free list is ordered oldest-freed first, so the most recently used cached
 blocks are the last to go.
 
+Choices (n > 1): fork() gives a new sequence the parent's block table, each block's reference
+count raised; a block is written only by a sequence that holds it alone, so reserve() copies a
+shared partly-filled block before its holder appends to it (copy on write: a fresh block, the
+(source, destination) pair queued in `copies` for the runner to copy on the device before the step).
+
 Sliding windows: when every layer of the model is windowed (ModelConfig.kv_window > 0), a block
 whose positions all lie before the window of the sequence's next query is never read again (the
 attention kernels neither look it up nor read it): slide() frees it and leaves SLID in its table
@@ -48,6 +53,9 @@ class BlockManager:
     hit_tokens: int = 0
     queried_tokens: int = 0
     slid: int = 0  # blocks freed by sliding windows so far
+    copies: list[tuple[int, int]] = field(default_factory=list)  # copy on write: (source, destination) to copy
+    forked_blocks: int = 0  # blocks shared by fork() so far
+    copied_blocks: int = 0  # blocks copied on write so far
 
     def __post_init__(self):
         self.ref = [0] * self.num_blocks
@@ -133,16 +141,51 @@ class BlockManager:
         seq.metrics.cached_prompt_tokens = seq.num_computed
         return self.reserve(seq, upto)
 
+    def _shared_tail(self, seq: Sequence, upto: int) -> int | None:
+        """The index in seq's table of the partly-filled block positions num_computed.. would be
+        written into, when another sequence holds it too (it must be copied first), else None."""
+        i = seq.num_computed // self.block_size
+        if upto <= seq.num_computed or seq.num_computed % self.block_size == 0 or i >= len(seq.block_table):
+            return None
+        b = seq.block_table[i]
+        return i if b != SLID and self.ref[b] > 1 else None
+
     def reserve(self, seq: Sequence, upto: int) -> bool:
-        """Blocks so positions 0..upto-1 have a home; False (and nothing taken) if too few are free."""
+        """Blocks so positions 0..upto-1 have a home, and the block the step writes first held by
+        seq alone (copy on write); False (and nothing taken) if too few are free."""
+        cow = self._shared_tail(seq, upto)
         need = self.blocks_needed(seq, upto)
-        if need > self.num_free:
+        if need + (cow is not None) > self.num_free:
             return False
+        if cow is not None:
+            src, dst = seq.block_table[cow], self._take_free()
+            self.ref[dst] = 1
+            self._unref(src)
+            seq.block_table[cow] = dst
+            self.copies.append((src, dst))
+            self.copied_blocks += 1
         for _ in range(need):
             b = self._take_free()
             self.ref[b] = 1
             seq.block_table.append(b)
         return True
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """child continues from parent's cache: the same blocks (each held once more), the same
+        computed tokens and prefix-cache chain."""
+        assert not child.block_table, "a forked sequence starts without blocks"
+        for b in parent.block_table:
+            if b != SLID:
+                self.ref[b] += 1
+                self.forked_blocks += 1
+        child.block_table = list(parent.block_table)
+        child.num_computed, child.slid_blocks = parent.num_computed, parent.slid_blocks
+        child.registered_blocks, child.last_block_hash = parent.registered_blocks, parent.last_block_hash
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        """The copies on write queued since the last call (the runner does them before the step)."""
+        out, self.copies = self.copies, []
+        return out
 
     def slide(self, seq: Sequence) -> None:
         """After a step: free seq's leading blocks that every layer's window has left. Its next query

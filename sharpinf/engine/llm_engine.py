@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sharpinf.engine.block_manager import BlockManager
+from sharpinf.engine.fork import fork_choices
 from sharpinf.engine.config import EngineConfig
 from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
 from sharpinf.engine.logprobs import TokenLogprobs
@@ -51,6 +52,13 @@ class RequestOutput:
     prompt_ids: list[int]  # the request's own list, shared: do not modify
     new_logprobs: list[TokenLogprobs] | None = None  # with SamplingParams.logprobs: one per new token
     error: str | None = None  # why a rejected request could not run
+    index: int = 0  # the choice (SamplingParams.n > 1: 0 .. n-1); `finished` is this choice's
+    request_finished: bool | None = None  # every choice of the request finished (None: as `finished`)
+
+    @property
+    def all_done(self) -> bool:
+        """The request is over: the last output a caller waits for."""
+        return self.finished if self.request_finished is None else self.request_finished
 
 
 @dataclass
@@ -150,6 +158,9 @@ class LLMEngine:
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Everything that would make a request impossible, said now rather than later."""
+        if params.n > self.config.max_num_seqs:
+            raise RequestError(f"n = {params.n} choices, but at most max_num_seqs = {self.config.max_num_seqs} "
+                               "sequences run at once (the choices run side by side)", "n")
         ctx, n = self.max_model_len, len(prompt_ids)
         check_prompt(prompt_ids, self.cfg.n_vocab, ctx)
         total = self.token_limit() if params.max_tokens is None else n + params.max_tokens
@@ -182,22 +193,24 @@ class LLMEngine:
         stop = StopChecker(params, self.tokenizer, context_left=self.token_limit() - len(ids))
         seq = Sequence(rid, ids, params, self._seeds.seed_for(params), stop)
         self.requests[rid] = seq
-        self.live[rid] = seq
+        self.live[seq.key] = seq
         self.scheduler.add(seq)
         self.metrics.prompt_tokens += len(ids)
         return rid
 
     def abort(self, request_id: str) -> None:
+        """End every unfinished choice of the request."""
         seq = self.requests.get(request_id)
-        if seq is not None and not seq.is_finished:
-            self._finish(seq, "aborted")
+        for s in (seq.choices or [seq]) if seq is not None else []:
+            if not s.is_finished:
+                self._finish(s, "aborted")
 
     def has_unfinished(self) -> bool:
         """Work left: queued sequences, or unfinished requests the scheduler lost (step() says so)."""
         return self.scheduler.has_work() or bool(self.live)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
-        self.live.pop(seq.request_id, None)
+        self.live.pop(seq.key, None)
         self.ended += 1
         seq.finish_reason = reason
         seq.metrics.finished = time.perf_counter()
@@ -238,10 +251,12 @@ class LLMEngine:
         if not chunks:
             return self._reject_unschedulable() if self.scheduler.has_work() else []
         t1 = time.perf_counter()
+        self.pool.copy_blocks(self.blocks.take_copies())  # copy on write (forked choices), before the step
         sampled = self.runner.run(chunks)
         self.metrics.steps += 1
         now = time.perf_counter()
-        outputs = []
+        done: list[tuple[Sequence, RequestOutput]] = []
+        forks = {id(f.seq): f for f in self.runner.last_forks}
         for chunk, token in zip(chunks, sampled):
             seq = chunk.seq
             seq.num_computed += chunk.n_tokens
@@ -249,22 +264,36 @@ class LLMEngine:
             self.blocks.slide(seq)
             if token is None:
                 continue
-            seq.tokens.append(token)
-            self.metrics.generated_tokens += 1
-            if seq.metrics.first_token is None:
-                seq.metrics.first_token = now
-            seq.metrics.token_times.append(now)
-            done = seq.stop.add(token)
-            if done:
-                self._finish(seq, seq.stop.finish_reason)
-            text, stable = seq.stop.text, seq.stop.stable_len()
-            delta = text[seq.sent_chars:stable]  # only text that can no longer change
-            seq.sent_chars = max(seq.sent_chars, stable)
-            lp = self.runner.last_logprobs.get(seq.request_id)
-            outputs.append(RequestOutput(seq.request_id, [token], delta, seq.output_ids, text, done, seq.finish_reason,
-                                         seq.prompt_ids, None if lp is None else [lp]))
+            f = forks.get(id(seq))
+            children = fork_choices(self, f, now) if f is not None else []  # before its token can end it
+            done.append((seq, self._append(seq, token, now, self.runner.last_logprobs.get(seq.key))))
+            done += [(c, self._append(c, t, now, lp)) for c, t, lp in children]
+        last_of = {}  # a request of n > 1 choices is over when all are: said by its last output only
+        for seq, o in done:
+            if seq.choices:
+                o.request_finished = False
+                last_of[id(seq.choices)] = (seq, o)
+        for seq, o in last_of.values():
+            o.request_finished = seq.all_finished
+        outputs = [o for _, o in done]
         self.last_step_times = StepTimes(t1 - t0, now - t1, time.perf_counter() - now)
         return outputs
+
+    def _append(self, seq: Sequence, token: int, now: float, lp: TokenLogprobs | None) -> RequestOutput:
+        """seq's new token: the stop rules, the text delta, its output."""
+        seq.tokens.append(token)
+        self.metrics.generated_tokens += 1
+        if seq.metrics.first_token is None:
+            seq.metrics.first_token = now
+        seq.metrics.token_times.append(now)
+        done = seq.stop.add(token)
+        if done:
+            self._finish(seq, seq.stop.finish_reason)
+        text, stable = seq.stop.text, seq.stop.stable_len()
+        delta = text[seq.sent_chars:stable]  # only text that can no longer change
+        seq.sent_chars = max(seq.sent_chars, stable)
+        return RequestOutput(seq.request_id, [token], delta, seq.output_ids, text, done, seq.finish_reason,
+                             seq.prompt_ids, None if lp is None else [lp], index=seq.index)
 
     def engine_metrics(self) -> dict:
         return self.metrics.to_json(self)

@@ -54,6 +54,17 @@ def uniform(seed: int, step: int) -> float:
     return float(uniforms(seed, [step])[0])
 
 
+def choice_seed(seed: int, index: int) -> int:
+    """The seed of choice `index` of a request with n > 1 choices: choice 0 keeps the request's
+    seed, the others a hash of (seed, index) in [0, 2**63) -- so each is reproducible alone, as a
+    request of n = 1 with this seed."""
+    if index == 0:
+        return int(seed)
+    with np.errstate(over="ignore"):
+        h = _mix64(_mix64(np.array([seed], dtype=U64) ^ _C) + np.uint64(index) * _B)
+    return int(h[0] >> np.uint64(1))
+
+
 class RequestSeeds:
     """The seed a request samples with: its own, else the next draw of a generator seeded once
     with `base` (EngineConfig.seed), so the n-th seedless request gets the same seed anywhere."""

@@ -181,6 +181,10 @@ class Backend(ABC):
         """host[...] = dev, asynchronous in stream order: read host only after synchronize()."""
 
     @abstractmethod
+    def copy_device(self, src: Any, dst: Any) -> None:
+        """dst[...] = src between two contiguous device arrays of one size, in stream order."""
+
+    @abstractmethod
     def synchronize(self) -> None: ...
 
     def marker(self) -> Any:

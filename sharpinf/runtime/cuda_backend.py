@@ -310,6 +310,13 @@ class CudaBackend(Backend):
         with self._errors("device-to-host copy"):
             self.cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, host.nbytes, _D2H, self._stream.ptr)
 
+    def copy_device(self, src: Any, dst: Any) -> None:
+        if src.nbytes != dst.nbytes or not src.flags.c_contiguous or not dst.flags.c_contiguous:
+            raise BackendError(f"device copy of {src.nbytes} bytes into {dst.nbytes}: sizes must match and both "
+                               "be contiguous")
+        with self._errors("device-to-device copy"):
+            self.cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, _D2D, self._stream.ptr)
+
     def synchronize(self) -> None:
         with self._errors("synchronize"):
             self._stream.synchronize()

@@ -162,6 +162,11 @@ class EmuBackend(Backend):
     def copy_to_host(self, dev: np.ndarray, host: np.ndarray) -> None:
         np.copyto(host, dev)
 
+    def copy_device(self, src: np.ndarray, dst: np.ndarray) -> None:
+        if src.nbytes != dst.nbytes:
+            raise BackendError(f"device copy of {src.nbytes} bytes into {dst.nbytes}: sizes must match")
+        np.copyto(dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8))
+
     def synchronize(self) -> None:
         pass
 

@@ -170,10 +170,10 @@ class EngineLoop:
 
     def _deliver(self, engine: LLMEngine, out: RequestOutput) -> None:
         sub = self._subs.get(out.request_id)
-        if out.finished:
+        if out.all_done:  # (n > 1: the last of its choices)
             self._subs.pop(out.request_id, None)
             engine.requests.pop(out.request_id, None)
-        if sub is not None and not self._send(sub, out) and not out.finished:
+        if sub is not None and not self._send(sub, out) and not out.all_done:
             self._subs.pop(out.request_id, None)
             engine.abort(out.request_id)
             engine.requests.pop(out.request_id, None)

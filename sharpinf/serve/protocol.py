@@ -2,7 +2,7 @@
 
 Requests: /v1/completions (prompt: text or token ids) and /v1/chat/completions (messages, run
 through the model's chat template). Sampling fields as OpenAI names them (max_tokens or
-max_completion_tokens, temperature, top_p, seed, stop, n = 1, logprobs / top_logprobs) plus
+max_completion_tokens, temperature, top_p, seed, stop, n, logprobs / top_logprobs) plus
 vLLM's extensions top_k, min_p, repetition_penalty, ignore_eos. Defaults are OpenAI's
 (temperature 1, completions max_tokens 16, chat until the context is full). Unknown fields are
 ignored, as OpenAI's own server does; a known field of the wrong type or value is a 400.
@@ -117,8 +117,6 @@ def parse(body, chat: bool) -> Parsed:
         raise bad("the request body must be a JSON object")
     prompt = _messages(body) if chat else _prompt(body)
     n = _field(body, "n", (int,), 1)
-    if n != 1:
-        raise bad(f"'n' must be 1 (got {n}): send several requests instead", "n")
     if chat:
         max_tokens = _field(body, "max_completion_tokens", (int,), None)
         max_tokens = _field(body, "max_tokens", (int,), max_tokens)
@@ -151,7 +149,7 @@ def parse(body, chat: bool) -> Parsed:
                   min_p=_field(body, "min_p", (int, float), 0.0),
                   repetition_penalty=_field(body, "repetition_penalty", (int, float), 1.0),
                   seed=_seed(_field(body, "seed", (int,), None)),
-                  stop=stop, ignore_eos=_field(body, "ignore_eos", (bool,), False), logprobs=logprobs)
+                  stop=stop, ignore_eos=_field(body, "ignore_eos", (bool,), False), logprobs=logprobs, n=n)
     if fields["top_k"] == -1:  # vLLM's "off"
         fields["top_k"] = 0
     try:
@@ -276,21 +274,20 @@ def chat_logprobs(tok, lps: list[TokenLogprobs]) -> dict:
                         for lp in lps]}
 
 
-def completion_body(head: Head, text: str, finish: str | None, lp: dict | None, use: dict | None,
-                    chat: bool, chunk: bool = False, first: bool = False) -> dict:
-    if chat:
-        if chunk:
-            delta = ({"role": "assistant", "content": text} if first else {"content": text}) if text or first else {}
-            choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
-            obj = "chat.completion.chunk"
-        else:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": lp,
-                      "finish_reason": finish}
-            obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": finish}
-        obj = "text_completion"
-    body = {**head.of(obj), "choices": [choice]}
+def choice_body(index: int, text: str, finish: str | None, lp: dict | None, chat: bool, chunk: bool = False,
+                first: bool = False) -> dict:
+    """One entry of `choices`: choice `index`'s text (a chat message, or its delta in a stream chunk)."""
+    if not chat:
+        return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}
+    if chunk:
+        delta = ({"role": "assistant", "content": text} if first else {"content": text}) if text or first else {}
+        return {"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}
+    return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": lp, "finish_reason": finish}
+
+
+def completion_body(head: Head, choices: list[dict], use: dict | None, chat: bool, chunk: bool = False) -> dict:
+    obj = ("chat.completion.chunk" if chunk else "chat.completion") if chat else "text_completion"
+    body = {**head.of(obj), "choices": choices}
     if use is not None:
         body["usage"] = use
     return body
