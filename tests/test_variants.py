@@ -29,7 +29,7 @@ def test_parse_every_spelling():
     assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
-    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=mma"]  # mma: in no set, so on its own
+    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=mma", "matmul=gemv"]  # in no set: on their own
     assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused")
     assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused").name == "tensor"
     assert choices_for("auto") == ["auto"]

@@ -6,13 +6,9 @@ ops/matmul_dp4a.py's NumPy reference."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from sharpinf.model import quants
-from sharpinf.ops.launch import kernel
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
-from sharpinf.ops.matmul_dp4a import (ACTS, EMU_ROW_BLOCKS, MAX_ROW_BLOCKS, gate_up_dp4a, group_lanes,
-                                      matmul_dp4a)
+from sharpinf.ops.matmul_dp4a import (EMU_ROW_BLOCKS, MAX_ROW_BLOCKS, gate_up_dp4a, group_lanes,
+                                      launch_q8_gate_up, launch_q8_rows, matmul_dp4a)
 from sharpinf.ops.quant_act import Q8Act
 
 TILES = (1, 2, 4, 8)  # the token counts compiled (matmul_gemv_<type>_t<NT>)
@@ -43,28 +39,17 @@ def matmul_gemv(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: in
                 file: str = "matmul_gemv.cu") -> None:
     """As matmul_dp4a (same arguments, same bits) for a step of 1..8 tokens."""
     _check("matmul_gemv", qtype, X, n_tokens, n_out, n_in)
-    stride = n_out if y_stride is None else y_stride
-    if y_col < 0 or y_col + n_out > stride:
-        raise ValueError(f"matmul_gemv: columns {y_col}..{y_col + n_out} do not fit rows of {stride}")
-    has_bias = bias_dev is not None
-    y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
-    io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
-          + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
-    name = f"matmul_gemv_{kernel_suffix(qtype)}_t{tile_for(n_tokens)}"
-    be.launch(kernel(be, file, name), (_grid(be, n_out, n_in), 1), 32 * WARPS,
-              (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
-               np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
+    launch_q8_rows(be, "matmul_gemv", file, f"matmul_gemv_{kernel_suffix(qtype)}_t{tile_for(n_tokens)}",
+                   (_grid(be, n_out, n_in), 1), 32 * WARPS, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, bias_dev,
+                   accumulate, y_stride, y_col)
 
 
 def gate_up_gemv(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int,
                  act: str = "silu", file: str = "gate_up_gemv.cu") -> None:
     """As gate_up_dp4a (same arguments, same bits) for a step of 1..8 tokens."""
     _check("gate_up_gemv", qtype, X, n_tokens, n_ff, n_in)
-    name = f"gate_up_gemv_{kernel_suffix(qtype)}_t{tile_for(n_tokens)}"
-    be.launch(kernel(be, file, name), (_grid(be, n_ff, n_in), 1), 32 * WARPS,
-              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
-               np.int32(ACTS[act])),
-              io=(2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff))
+    launch_q8_gate_up(be, file, f"gate_up_gemv_{kernel_suffix(qtype)}_t{tile_for(n_tokens)}", (_grid(be, n_ff, n_in), 1),
+                      32 * WARPS, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act)
 
 
 def matmul_gemv_steps(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
