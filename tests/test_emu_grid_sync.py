@@ -55,6 +55,16 @@ def test_grid_barrier_deadlock_names_the_blocks():
     assert_same(be.download(out), np.ones(BLOCKS * 32, np.int32))
 
 
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+def test_grid_barrier_a_failing_block_ends_the_launch(order):
+    # the trap is what is reported, not the blocks abandoned at the barrier
+    be = EmuBackend(order=order)
+    with pytest.raises(BackendError) as e:
+        be.launch(be.kernel(GRID, "grid_trap"), BLOCKS, 32, [be.zeros(2, np.uint32), np.int32(2)], cooperative=True)
+    msg = str(e.value)
+    assert "__trap()" in msg and "block (2,0,0)" in msg and "abandoned" not in msg, msg
+
+
 def test_grid_barrier_needs_a_cooperative_launch():
     be = EmuBackend()
     with pytest.raises(BackendError, match="not cooperative"):

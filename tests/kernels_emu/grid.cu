@@ -35,3 +35,10 @@ extern "C" __global__ void grid_mixed(unsigned* bar) {
         sharpinf_grid_sync(bar);
     }
 }
+
+// Planted fault: block `bad` traps between two barriers while the others wait at the second.
+extern "C" __global__ void grid_trap(unsigned* bar, int bad) {
+    sharpinf_grid_sync(bar);
+    if ((int)blockIdx.x == bad && threadIdx.x == 3) __trap();  // MARK:grid_trap
+    sharpinf_grid_sync(bar);
+}
