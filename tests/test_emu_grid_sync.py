@@ -18,6 +18,14 @@ GRID = str(Path(__file__).parent / "kernels_emu" / "grid.cu")
 BLOCKS, THREADS, ROUNDS = 4, 64, 5
 
 
+def line(mark: str) -> str:
+    """'grid.cu:N' for the line carrying `// MARK:<mark>`."""
+    for i, text in enumerate(Path(GRID).read_text().splitlines(), 1):
+        if f"MARK:{mark}" in text:
+            return f"grid.cu:{i}"
+    raise AssertionError(mark)
+
+
 def ring(be: EmuBackend, barrier: int) -> np.ndarray:
     buf = be.zeros((2, BLOCKS * THREADS), np.int32)
     out = be.zeros(BLOCKS * THREADS, np.int32)
@@ -47,7 +55,7 @@ def test_grid_barrier_deadlock_names_the_blocks():
         be.launch(be.kernel(GRID, "grid_skip"), BLOCKS, 32, [out, be.zeros(2, np.uint32), np.int32(1)],
                   cooperative=True)
     msg = str(e.value)
-    assert "deadlock at the grid barrier" in msg and "grid.cu:" in msg, msg
+    assert "deadlock at the grid barrier" in msg and line("grid_skip") in msg, msg
     assert "block(s) 0, 2, 3 wait there" in msg and "block(s) 1 exited" in msg, msg
     # the same kernel with every block reaching the barrier passes (the backend is still usable)
     be.launch(be.kernel(GRID, "grid_skip"), BLOCKS, 32, [out, be.zeros(2, np.uint32), np.int32(-1)],
@@ -63,6 +71,18 @@ def test_grid_barrier_a_failing_block_ends_the_launch(order):
         be.launch(be.kernel(GRID, "grid_trap"), BLOCKS, 32, [be.zeros(2, np.uint32), np.int32(2)], cooperative=True)
     msg = str(e.value)
     assert "__trap()" in msg and "block (2,0,0)" in msg and "abandoned" not in msg, msg
+
+
+def test_racecheck_in_a_cooperative_launch_names_the_block():
+    # each block keeps its own shadow: the race is block 1's alone, found in both orders
+    for order in ("forward", "reverse"):
+        be = EmuBackend(order=order, racecheck=True, initcheck=True)
+        with pytest.raises(BackendError) as e:
+            be.launch(be.kernel(GRID, "grid_race"), BLOCKS, 64, [be.zeros(BLOCKS * 64, np.int32), be.zeros(2, np.uint32)],
+                      cooperative=True)
+        msg = str(e.value)
+        assert "block (1,0,0)" in msg and "racecheck:" in msg and "shared array `s`" in msg, msg
+        assert line("grid_race_write") in msg and line("grid_race_read") in msg, msg
 
 
 def test_grid_barrier_needs_a_cooperative_launch():

@@ -42,3 +42,14 @@ extern "C" __global__ void grid_trap(unsigned* bar, int bad) {
     if ((int)blockIdx.x == bad && threadIdx.x == 3) __trap();  // MARK:grid_trap
     sharpinf_grid_sync(bar);
 }
+
+// Planted race for racecheck in a cooperative launch: after the grid barrier (a block barrier
+// too) block 1 rewrites its shared slots while its threads read their neighbours'.
+extern "C" __global__ void grid_race(int* out, unsigned* bar) {
+    __shared__ int s[64];
+    const int t = threadIdx.x;
+    s[t] = t;
+    sharpinf_grid_sync(bar);
+    if (blockIdx.x == 1) s[t] = 7;  // MARK:grid_race_write
+    out[blockIdx.x * 64 + t] = s[(t + 1) % 64];  // MARK:grid_race_read
+}
