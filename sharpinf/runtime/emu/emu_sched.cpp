@@ -24,7 +24,9 @@
    the next block in thread order (reverse order walks the blocks backwards too). When every
    block waits, the barrier releases and the turns start again; when some wait and the others
    have exited, that is a deadlock, reported naming the blocks on each side. So a cooperative
-   launch is as deterministic as any other, and a missing grid barrier shows as a wrong read. */
+   launch is as deterministic as any other, and a missing grid barrier shows as a wrong read.
+   (Only the turns order blocks: a kernel spinning on a flag another block sets would spin for
+   ever here, so cross-block waits go through sharpinf_grid_sync, never a hand-written loop.) */
 #include "emu_rt.h"
 #include "emu_fiber.h"
 #include "emu_racecheck.h"
