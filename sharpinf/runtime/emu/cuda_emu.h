@@ -121,6 +121,9 @@ inline unsigned syncwarp_mask(unsigned m = 0xffffffffu) { return m; }
 #define __any_sync(mask, p) \
     ((int)::sharpinf_emu::warp_op(__FILE__, __LINE__, ::sharpinf_emu::W_ANY, (mask), (p) != 0, 0, 32))
 #define __activemask() (::sharpinf_emu::active_mask())
+// The grid barrier of common.cuh's sharpinf_grid_sync: the scheduler's own (emu_sched.cpp), so
+// a cooperative launch's blocks take turns between barriers and a missing block is a deadlock.
+#define SHARPINF_EMU_GRID_SYNC() ::sharpinf_emu::grid_sync(__FILE__, __LINE__)
 #define __trap() ::sharpinf_emu::trap(__FILE__, __LINE__)
 namespace sharpinf_emu {
 inline int width_arg(int w = 32) { return w; }
