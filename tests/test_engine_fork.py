@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from sharpinf.engine.block_manager import BlockManager
+from sharpinf.engine.sequence import Sequence
 from sharpinf.errors import RequestError
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model
@@ -95,3 +97,32 @@ def test_n_beyond_max_num_seqs_is_one_clear_error(model):
     assert out.finish_reason == "rejected" and "n = 5" in out.error
     with pytest.raises(RequestError, match="n must be"):
         SamplingParams(n=0)
+
+
+def test_fork_shares_the_computed_blocks_and_copies_on_first_write():
+    """BlockManager alone: a fork takes the blocks of the positions computed so far (not a block the
+    parent already took for its next position), and the first write into a shared block gets a
+    fresh one -- copied when it holds earlier positions, not when the write starts it."""
+    def seq(n):
+        return Sequence("r", list(range(n)), SamplingParams(), 0, None)
+
+    for computed in (6, 8):  # the write at `computed` lands in a shared block / starts a new one
+        bm = BlockManager(8, 4, enable_prefix_caching=False)
+        parent, child = seq(computed), seq(computed)
+        assert bm.admit(parent, computed) and bm.reserve(parent, computed + 1)  # and its next position's block
+        parent.num_computed = computed
+        p = list(parent.block_table)
+        bm.fork(parent, child, computed)
+        assert child.block_table == p[:2] and child.num_computed == computed
+        assert bm.reserve(child, computed + 1)
+        fresh = child.block_table[-1]
+        assert fresh not in p
+        if computed == 6:  # block 1 holds positions 4, 5: copied, then the child's own
+            assert child.block_table == [p[0], fresh] and bm.take_copies() == [(p[1], fresh)]
+            assert [bm.ref[b] for b in (p[0], p[1], fresh)] == [2, 1, 1]
+        else:  # blocks 0 and 1 stay shared; position 8 starts a block of its own (not the parent's p[2])
+            assert child.block_table == [p[0], p[1], fresh] and bm.take_copies() == []
+            assert [bm.ref[b] for b in (p[0], p[1], p[2], fresh)] == [2, 2, 1, 1]
+        bm.release(child)
+        bm.release(parent)
+        assert bm.num_free == 8 and not any(bm.ref)

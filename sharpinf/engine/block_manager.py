@@ -8,9 +8,10 @@ again; the free list is ordered oldest-freed first, so the most recently used ca
 blocks are the last to go.
 
 Choices (n > 1): fork() gives a new sequence the parent's block table, each block's reference
-count raised; a block is written only by a sequence that holds it alone, so reserve() copies a
-shared partly-filled block before its holder appends to it (copy on write: a fresh block, the
-(source, destination) pair queued in `copies` for the runner to copy on the device before the step).
+count raised (the blocks of the positions the fork computed only). A block is written only by a
+sequence that holds it alone: reserve() gives a sequence a fresh block for a shared one it is about
+to write into (copy on write), and when the shared block holds positions before the write, queues
+the (source, destination) pair in `copies` for the engine to copy on the device before the step.
 
 Sliding windows: when every layer of the model is windowed (ModelConfig.kv_window > 0), a block
 whose positions all lie before the window of the sequence's next query is never read again (the
@@ -141,11 +142,11 @@ class BlockManager:
         seq.metrics.cached_prompt_tokens = seq.num_computed
         return self.reserve(seq, upto)
 
-    def _shared_tail(self, seq: Sequence, upto: int) -> int | None:
-        """The index in seq's table of the partly-filled block positions num_computed.. would be
-        written into, when another sequence holds it too (it must be copied first), else None."""
+    def _shared_block(self, seq: Sequence, upto: int) -> int | None:
+        """The index in seq's table of the block position num_computed is written into, when the
+        table already has it and another sequence holds it too (seq must have its own first), else None."""
         i = seq.num_computed // self.block_size
-        if upto <= seq.num_computed or seq.num_computed % self.block_size == 0 or i >= len(seq.block_table):
+        if upto <= seq.num_computed or i >= len(seq.block_table):
             return None
         b = seq.block_table[i]
         return i if b != SLID and self.ref[b] > 1 else None
@@ -153,7 +154,7 @@ class BlockManager:
     def reserve(self, seq: Sequence, upto: int) -> bool:
         """Blocks so positions 0..upto-1 have a home, and the block the step writes first held by
         seq alone (copy on write); False (and nothing taken) if too few are free."""
-        cow = self._shared_tail(seq, upto)
+        cow = self._shared_block(seq, upto)
         need = self.blocks_needed(seq, upto)
         if need + (cow is not None) > self.num_free:
             return False
@@ -162,24 +163,27 @@ class BlockManager:
             self.ref[dst] = 1
             self._unref(src)
             seq.block_table[cow] = dst
-            self.copies.append((src, dst))
-            self.copied_blocks += 1
+            if seq.num_computed % self.block_size:  # positions before num_computed live there: copy them
+                self.copies.append((src, dst))
+                self.copied_blocks += 1
         for _ in range(need):
             b = self._take_free()
             self.ref[b] = 1
             seq.block_table.append(b)
         return True
 
-    def fork(self, parent: Sequence, child: Sequence) -> None:
-        """child continues from parent's cache: the same blocks (each held once more), the same
-        computed tokens and prefix-cache chain."""
+    def fork(self, parent: Sequence, child: Sequence, computed: int) -> None:
+        """child continues from parent's cache of positions 0..computed-1: the blocks holding them
+        (each held once more) and the prefix-cache chain over them."""
         assert not child.block_table, "a forked sequence starts without blocks"
-        for b in parent.block_table:
+        table = parent.block_table[: -(-computed // self.block_size)]
+        for b in table:
             if b != SLID:
                 self.ref[b] += 1
                 self.forked_blocks += 1
-        child.block_table = list(parent.block_table)
-        child.num_computed, child.slid_blocks = parent.num_computed, parent.slid_blocks
+        child.block_table = list(table)
+        assert parent.registered_blocks <= computed // self.block_size, "registered blocks hold computed tokens"
+        child.num_computed, child.slid_blocks = computed, min(parent.slid_blocks, len(table))
         child.registered_blocks, child.last_block_hash = parent.registered_blocks, parent.last_block_hash
 
     def take_copies(self) -> list[tuple[int, int]]:

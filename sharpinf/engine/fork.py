@@ -38,8 +38,8 @@ def fork_choices(engine: "LLMEngine", rows: ForkRows, now: float) -> list[tuple[
                          StopChecker(p, engine.tokenizer, context_left=engine.token_limit() - len(parent.prompt_ids)),
                          index=i)
         child.metrics.arrival = parent.metrics.arrival
-        child.metrics.cached_prompt_tokens = parent.num_computed  # served by the fork, not computed
-        engine.blocks.fork(parent, child)
+        child.metrics.cached_prompt_tokens = len(parent.prompt_ids)  # served by the fork, not computed
+        engine.blocks.fork(parent, child, len(parent.prompt_ids))  # the prompt: what the fork step computed
         if slot >= 0:  # the history slot its first sample filled with the prompt
             child.sample_slot, child.seen_synced = slot, len(parent.prompt_ids)
         engine.scheduler.add_forked(child)
