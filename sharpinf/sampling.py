@@ -1,7 +1,8 @@
 """SamplingParams: what a request asks of the sampler, validated once, at submission.
 
-The rule that applies them, on every backend, is in sharpinf/ops/sampling.py. The order of the
-filters is the common one (llama.cpp and vLLM agree): repetition penalty on the raw logits, then
+The rule that applies them, on every backend, is in sharpinf/ops/sampling.py. The order is
+vLLM's: an allowed-token mask (structured output), logit_bias, the repetition penalty, presence
+and frequency penalties (over the request's generated tokens, OpenAI's formula), then
 temperature, then top-k, top-p and min-p on the resulting distribution. temperature == 0 means
 greedy, ties to the lowest id.
 """
@@ -16,6 +17,7 @@ import numpy as np
 from sharpinf.errors import RequestError
 
 MAX_LOGPROBS = 20  # the most alternatives a token's logprobs may list (OpenAI's limit too)
+MAX_LOGIT_BIAS = 300  # logit_bias entries (OpenAI's limit)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # stop strings (not included in the output text); also: one string, or None
     ignore_eos: bool = False
     logprobs: int | None = None  # None: off; k >= 0: each new token's log-probability and the k most likely (k <= 20)
+    presence_penalty: float = 0.0  # in [-2, 2]: subtracted once from each id already generated
+    frequency_penalty: float = 0.0  # in [-2, 2]: times how often the id was generated
+    logit_bias: tuple[tuple[int, float], ...] = ()  # also a dict {id: bias}; bias in [-100, 100], <= 300 ids
 
     def __post_init__(self):
         def put(name, value):
@@ -55,6 +60,9 @@ class SamplingParams:
             _bad(f"ignore_eos must be true or false, got {_shown(self.ignore_eos)}", "ignore_eos")
         put("ignore_eos", bool(self.ignore_eos))
         put("logprobs", _int("logprobs", self.logprobs, 0, optional=True, below=MAX_LOGPROBS + 1))
+        for name in ("presence_penalty", "frequency_penalty"):
+            put(name, _number(name, getattr(self, name), lambda x: -2 <= x <= 2, "in [-2, 2]"))
+        put("logit_bias", _logit_bias(self.logit_bias))
 
     @classmethod
     def from_dict(cls, d: dict) -> "SamplingParams":
@@ -143,3 +151,28 @@ def _stop_string(i: int, s) -> str:
     if not isinstance(s, str) or not s:
         _bad(f"stop[{i}] must be a non-empty string, got {_shown(s)}", "stop")
     return s
+
+
+def _logit_bias(v) -> tuple[tuple[int, float], ...]:
+    """{id: bias} (ids as ints or decimal strings, as JSON has them) or (id, bias) pairs -> sorted pairs."""
+    if v is None:
+        return ()
+    if isinstance(v, dict):
+        items = list(v.items())
+    elif isinstance(v, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in v):
+        items = list(v)
+    else:
+        _bad(f"logit_bias must be a map of token id to bias, got {_shown(v)}", "logit_bias")
+    if len(items) > MAX_LOGIT_BIAS:
+        _bad(f"logit_bias may hold at most {MAX_LOGIT_BIAS} token ids, got {len(items)}", "logit_bias")
+    out: dict[int, float] = {}
+    for k, b in items:
+        i = as_int(k)
+        if i is None and isinstance(k, str) and k.strip().isdigit():
+            i = int(k)
+        if i is None or i < 0:
+            _bad(f"logit_bias keys must be token ids (integers >= 0), got {_shown(k)}", "logit_bias")
+        if i in out:
+            _bad(f"logit_bias names token id {i} twice", "logit_bias")
+        out[i] = _number(f"logit_bias[{i}]", b, lambda x: -100 <= x <= 100, "in [-100, 100]")
+    return tuple(sorted(out.items()))

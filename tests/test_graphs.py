@@ -172,7 +172,7 @@ def test_pack_pads_with_rows_and_tokens_that_touch_nothing(emu):
     d.host[:tables] = 0x5A  # junk in every field up to the block tables
     d.tables[: cap.seqs] = 0x5A5A5A5A  # and in every table but the padding sequence's (set once, never sent again)
     batch = Batch.build([SeqChunk([5, 6, 7], 0, [2]), SeqChunk([8, 9], 4, [3, 1])], 4)
-    rows = SamplingRows(np.full((2, 5), 0.5, np.float32), np.array([3, 4], np.int32), np.array([11, 12], np.uint64),
+    rows = SamplingRows(np.full((2, 6), 0.5, np.float32), np.array([3, 4], np.int32), np.array([11, 12], np.uint64),
                         np.array([0, 1], np.int32), np.array([1, 0], np.int32), np.array([1, 1], np.int32),
                         np.array([0, 3, 5], np.int32), np.array([5, 6, 7, 8, 9], np.int32))
     N, S, R, Nb, Rb = 5, 2, 2, 8, 4

@@ -152,6 +152,10 @@ class LLMEngine:
         """Everything that would make a request impossible, said now rather than later."""
         ctx, n = self.max_model_len, len(prompt_ids)
         check_prompt(prompt_ids, self.cfg.n_vocab, ctx)
+        bad = [i for i, _ in params.logit_bias if i >= self.cfg.n_vocab]
+        if bad:
+            raise RequestError(f"logit_bias names token id {bad[0]}, outside the vocabulary (0..{self.cfg.n_vocab - 1})",
+                               "logit_bias")
         total = self.token_limit() if params.max_tokens is None else n + params.max_tokens
         if total > ctx:
             raise ContextLengthError(f"prompt ({n}) + max_tokens ({params.max_tokens}) = {total} exceeds the context length {ctx}")

@@ -2,8 +2,11 @@
 
 Only the chosen ids (one int per sampling sequence) come back to the host each step;
 logits stay on the device, where the sampling kernel reads them. A request with a
-repetition penalty holds a history slot on the device while it runs: each step sends only
-the ids it has not sent yet (its prompt once, then one token a step), never the history.
+repetition, presence or frequency penalty or a logit_bias holds a slot on the device while it
+runs: each step sends only the ids it has not sent yet (its prompt once, then one token a
+step), never the history; the kernel counts the ids it picks itself, so the generated counts
+cross only when a re-admitted request rebuilds its slot; the logit_bias is sent once, when the
+request takes the slot.
 A request that asks for logprobs has its logits row copied back (that row only), which
 engine/logprobs.py turns into TokenLogprobs.
 """
@@ -18,6 +21,7 @@ from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.engine.scheduler import ScheduledChunk
 from sharpinf.engine.sequence import Sequence
+from sharpinf.ops.sampling import bias_row
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
 from sharpinf.step.buffers import SamplingRows
@@ -75,11 +79,14 @@ class ModelRunner:
         seqs = [c.seq for c in chunks]
         R = len(seqs)
         slots, clear, off, adds = np.full(R, -1, I32), np.zeros(R, I32), np.zeros(R + 1, I32), []
+        count_n = np.zeros(R, I32)
         n = 0
         for r, s in enumerate(seqs):
             if s.penalised:
                 if s.sample_slot < 0:  # (re)admitted: a fresh slot, cleared on the device
                     s.sample_slot, s.seen_synced, clear[r] = self.free_slots.pop(), 0, 1
+                    count_n[r] = len(s.tokens) - len(s.prompt_ids)  # generated before a preemption
+                    self.fp.set_slot_bias(s.sample_slot, bias_row(s.params))
                 new = s.tokens[s.seen_synced :]  # everything fed up to this step, sent once
                 s.seen_synced = len(s.tokens)
                 slots[r] = s.sample_slot
@@ -93,4 +100,5 @@ class ModelRunner:
             steps=np.fromiter((len(s.tokens) - len(s.prompt_ids) for s in seqs), I32, R),
             slots=slots, clear=clear, add_off=off,
             add_ids=np.fromiter((t for a in adds for t in a), I32, n) if n else np.zeros(0, I32),
+            count_n=count_n,
         )

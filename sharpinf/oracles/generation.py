@@ -31,7 +31,8 @@ def generate_reference(ref: Reference, tok: Tokenizer, prompt_ids: list[int], pa
     logits = ref.forward(prompt_ids, cache)[-1]
     seen = list(prompt_ids)  # the penalty's history, as the engine's: prompt + generated
     while True:
-        token = sample_reference(logits, params, seed, step=len(stop.tokens), seen=seen)
+        token = sample_reference(logits, params, seed, step=len(stop.tokens), seen=seen,
+                                 generated=seen[len(prompt_ids):])
         seen.append(token)
         shown = len(stop.text)
         done = stop.add(token)
