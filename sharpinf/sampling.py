@@ -9,6 +9,7 @@ greedy, ties to the lowest id.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -18,6 +19,39 @@ from sharpinf.errors import RequestError
 
 MAX_LOGPROBS = 20  # the most alternatives a token's logprobs may list (OpenAI's limit too)
 MAX_LOGIT_BIAS = 300  # logit_bias entries (OpenAI's limit)
+
+
+STRUCTURED_KINDS = ("json_object", "json_schema", "regex", "lark")
+
+
+@dataclass(frozen=True)
+class StructuredOutput:
+    """Output constrained by a grammar (engine/grammar.py compiles it with llguidance):
+    json_object (any JSON object; spec unused), json_schema (spec: the schema as JSON text),
+    regex (spec: the pattern), lark (spec: a Lark grammar)."""
+
+    kind: str
+    spec: str = ""
+
+    def __post_init__(self):
+        if self.kind not in STRUCTURED_KINDS:
+            _bad(f"structured output kind must be one of {', '.join(STRUCTURED_KINDS)}, got {_shown(self.kind)}",
+                 "structured")
+        if not isinstance(self.spec, str) or (self.kind != "json_object" and not self.spec):
+            _bad(f"structured output {self.kind} needs its {self.kind} as a non-empty string, got {_shown(self.spec)}",
+                 "structured")
+
+    @classmethod
+    def json_schema(cls, schema) -> "StructuredOutput":
+        """From a schema given as a dict (or JSON text), stored as JSON text."""
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except ValueError as exc:
+                _bad(f"the JSON schema is not valid JSON: {exc}", "structured")
+        if not isinstance(schema, (dict, bool)):
+            _bad(f"a JSON schema must be an object, got {_shown(schema)}", "structured")
+        return cls("json_schema", json.dumps(schema))  # key order kept: properties come out in it
 
 
 @dataclass(frozen=True)
@@ -40,6 +74,7 @@ class SamplingParams:
     presence_penalty: float = 0.0  # in [-2, 2]: subtracted once from each id already generated
     frequency_penalty: float = 0.0  # in [-2, 2]: times how often the id was generated
     logit_bias: tuple[tuple[int, float], ...] = ()  # also a dict {id: bias}; bias in [-100, 100], <= 300 ids
+    structured: StructuredOutput | None = None  # the output must match this grammar (finished grammar: "stop")
 
     def __post_init__(self):
         def put(name, value):
@@ -63,6 +98,8 @@ class SamplingParams:
         for name in ("presence_penalty", "frequency_penalty"):
             put(name, _number(name, getattr(self, name), lambda x: -2 <= x <= 2, "in [-2, 2]"))
         put("logit_bias", _logit_bias(self.logit_bias))
+        if self.structured is not None and not isinstance(self.structured, StructuredOutput):
+            _bad(f"structured must be a StructuredOutput, got {_shown(self.structured)}", "structured")
 
     @classmethod
     def from_dict(cls, d: dict) -> "SamplingParams":
@@ -123,15 +160,16 @@ _F32_TINY, _F32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float3
 
 
 def _number(name: str, v, ok, rule: str) -> float:
+    field = name.partition("[")[0]  # logit_bias[5] -> logit_bias
     x = as_float(v)
     if x is None:
-        _bad(f"{name} must be a number {rule}, got {_shown(v)}", name)
+        _bad(f"{name} must be a number {rule}, got {_shown(v)}", field)
     if not math.isfinite(x):
-        _bad(f"{name} must be a finite number {rule}, got {x}", name)
+        _bad(f"{name} must be a finite number {rule}, got {x}", field)
     if x != 0 and not _F32_TINY <= abs(x) <= _F32_MAX:  # the sampling kernel would see 0 or inf
-        _bad(f"{name} must be 0 or of size {_F32_TINY:.3g} to {_F32_MAX:.3g} (float32), got {x}", name)
+        _bad(f"{name} must be 0 or of size {_F32_TINY:.3g} to {_F32_MAX:.3g} (float32), got {x}", field)
     if not ok(x):
-        _bad(f"{name} must be {rule}, got {x}", name)
+        _bad(f"{name} must be {rule}, got {x}", field)
     return x
 
 

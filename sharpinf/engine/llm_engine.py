@@ -23,6 +23,7 @@ from sharpinf.engine.model_runner import ModelRunner
 from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import Sequence
 from sharpinf.engine.watchdog import Watchdog, check_none_lost, describe
+from sharpinf.engine.grammar import Grammars
 from sharpinf.errors import ContextLengthError, EngineStuck, RequestError, SharpinfError
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
@@ -50,7 +51,7 @@ class RequestOutput:
     finish_reason: str | None
     prompt_ids: list[int]  # the request's own list, shared: do not modify
     new_logprobs: list[TokenLogprobs] | None = None  # with SamplingParams.logprobs: one per new token
-    error: str | None = None  # why a rejected request could not run
+    error: str | None = None  # why a rejected request could not run (or a structured one stopped early)
 
 
 @dataclass
@@ -114,6 +115,7 @@ class LLMEngine:
         self.model = open_model(model)
         self.cfg = self.model.config
         self.tokenizer = Tokenizer.from_gguf_metadata(self.model.metadata, where=str(self.model.path))
+        self.grammars = Grammars(self.tokenizer, self.cfg.n_vocab)  # llguidance's tokenizer: built on first use
         # weights, step buffers and kernels first, then the KV pool from what is left, then graphs over it
         self.max_model_len = min(self.cfg.context_length, self.config.max_model_len or self.cfg.context_length)
         self.fp = ForwardPass(self.model, self.backend, capacity=step_capacity(self.config, self.max_model_len),
@@ -180,11 +182,13 @@ class LLMEngine:
             rid = request_id if request_id is not None else str(next(self._ids))
             if rid in self.requests:
                 raise RequestError(f"request id {rid!r} is already in use")
+            grammar = self.grammars.compile(params.structured) if params.structured is not None else None
         except SharpinfError:
             self.metrics.rejected += 1
             raise
         stop = StopChecker(params, self.tokenizer, context_left=self.token_limit() - len(ids))
         seq = Sequence(rid, ids, params, self._seeds.seed_for(params), stop)
+        seq.grammar = grammar
         self.requests[rid] = seq
         self.live[rid] = seq
         self.scheduler.add(seq)
@@ -227,6 +231,18 @@ class LLMEngine:
         return [RequestOutput(seq.request_id, [], "", seq.output_ids, seq.stop.text, True, "rejected", seq.prompt_ids,
                               error=seq.error)]
 
+    def _no_allowed_token(self, seq: Sequence) -> RequestOutput:
+        """A mask that allowed no id (a grammar in an error state): the request ends ("stop") with
+        what it has, and says why."""
+        why = seq.grammar.error if seq.grammar is not None else None
+        seq.error = f"structured output: no token is allowed next ({why or 'the grammar allows nothing'})"
+        self._finish(seq, "stop")
+        text = seq.stop.text
+        delta = text[seq.sent_chars:]
+        seq.sent_chars = len(text)
+        return RequestOutput(seq.request_id, [], delta, seq.output_ids, text, True, "stop", seq.prompt_ids,
+                             error=seq.error)
+
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """One step; raises EngineStuck (a bug) rather than let a caller's loop spin forever."""
@@ -253,12 +269,19 @@ class LLMEngine:
             self.blocks.slide(seq)
             if token is None:
                 continue
+            if token < 0:  # the sampler found no allowed token: the grammar is stuck (its error, if any)
+                outputs.append(self._no_allowed_token(seq))
+                continue
             seq.tokens.append(token)
             self.metrics.generated_tokens += 1
             if seq.metrics.first_token is None:
                 seq.metrics.first_token = now
             seq.metrics.token_times.append(now)
             done = seq.stop.add(token)
+            if seq.grammar is not None:
+                seq.grammar.advance(token)
+                if seq.grammar.finished and seq.stop.finish_reason != "stop":  # the document is complete
+                    done, seq.stop.finish_reason = True, "stop"
             if done:
                 self._finish(seq, seq.stop.finish_reason)
             text, stable = seq.stop.text, seq.stop.stable_len()

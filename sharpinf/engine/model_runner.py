@@ -21,7 +21,8 @@ from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.engine.scheduler import ScheduledChunk
 from sharpinf.engine.sequence import Sequence
-from sharpinf.ops.sampling import bias_row
+from sharpinf.engine.grammar import fill_masks
+from sharpinf.ops.sampling import bias_row, history_words
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
 from sharpinf.step.buffers import SamplingRows
@@ -93,6 +94,8 @@ class ModelRunner:
                 adds.append(new)
                 n += len(new)
             off[r + 1] = n
+        # structured output: each constrained row's allowed ids, computed here on the host (one call)
+        mask_idx, masks = fill_masks([s.grammar for s in seqs], history_words(self.fp.cfg.n_vocab))
         return SamplingRows(
             params=np.array([s.sampling_row for s in seqs], np.float32),
             top_k=np.fromiter((s.top_k for s in seqs), I32, R),
@@ -101,4 +104,5 @@ class ModelRunner:
             slots=slots, clear=clear, add_off=off,
             add_ids=np.fromiter((t for a in adds for t in a), I32, n) if n else np.zeros(0, I32),
             count_n=count_n,
+            mask_idx=mask_idx, masks=masks,
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from sharpinf.ops.sampling import needs_slot, param_row
 from sharpinf.sampling import SamplingParams
@@ -65,6 +66,7 @@ class Sequence:
     seen_synced: int = 0  # tokens[:seen_synced] are in that slot
     registered_blocks: int = 0  # leading full blocks already offered to the prefix cache
     last_block_hash: int | None = None  # the chained hash of the last of them
+    grammar: Any = None  # engine/grammar.Grammar: the structured output's matcher (None: unconstrained)
     sent_chars: int = 0  # characters of stop.text already given out as deltas (final ones only)
 
     def __post_init__(self):

@@ -191,8 +191,8 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None,
             raise P.ApiError(503, f"the engine is not running: {exc}", "server_error") from None
         except ContextLengthError as exc:
             raise context_error(loop.engine.token_limit(), str(exc), param) from None
-        except SharpinfError as exc:
-            raise P.bad(str(exc)) from None
+        except SharpinfError as exc:  # a bad logit_bias id, a grammar llguidance rejects, ...
+            raise P.bad(str(exc), parsed.field(getattr(exc, "param", None))) from None
 
     def _abort(rid: str) -> None:
         try:
