@@ -80,6 +80,11 @@ class Grammars:
         self.tokenizer, self.n_vocab = tokenizer, n_vocab
         self._lltok = None
 
+    def prepare(self) -> None:
+        """Build llguidance's tokenizer now (a second or so for a large vocabulary) rather than
+        inside the first structured request's step."""
+        self._tokenizer()
+
     def _tokenizer(self):
         if self._lltok is None:
             llg = _llguidance()
