@@ -98,8 +98,7 @@ class SamplingParams:
         for name in ("presence_penalty", "frequency_penalty"):
             put(name, _number(name, getattr(self, name), lambda x: -2 <= x <= 2, "in [-2, 2]"))
         put("logit_bias", _logit_bias(self.logit_bias))
-        if self.structured is not None and not isinstance(self.structured, StructuredOutput):
-            _bad(f"structured must be a StructuredOutput, got {_shown(self.structured)}", "structured")
+        put("structured", _structured(self.structured))
 
     @classmethod
     def from_dict(cls, d: dict) -> "SamplingParams":
@@ -214,3 +213,15 @@ def _logit_bias(v) -> tuple[tuple[int, float], ...]:
             _bad(f"logit_bias names token id {i} twice", "logit_bias")
         out[i] = _number(f"logit_bias[{i}]", b, lambda x: -100 <= x <= 100, "in [-100, 100]")
     return tuple(sorted(out.items()))
+
+
+def _structured(v) -> StructuredOutput | None:
+    """A StructuredOutput, or the dict {"kind": ..., "spec": ...} a JSON file holds (a json_schema
+    spec may be the schema itself)."""
+    if v is None or isinstance(v, StructuredOutput):
+        return v
+    if isinstance(v, dict) and set(v) <= {"kind", "spec"} and "kind" in v:
+        if v["kind"] == "json_schema":
+            return StructuredOutput.json_schema(v.get("spec"))
+        return StructuredOutput(v["kind"], v.get("spec", ""))
+    _bad(f'structured must be a StructuredOutput or {{"kind": ..., "spec": ...}}, got {_shown(v)}', "structured")

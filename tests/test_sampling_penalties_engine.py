@@ -92,3 +92,26 @@ def test_structured_output_matches_the_reference(model):
         assert g.finish_reason == "stop" and set(json.loads(g.text)) == {"n", "s"}
     plain = llm.generate([PROMPT] * len(params), [_params(max_tokens=60, temperature=1.0, seed=p.seed) for p in params])
     assert all(a.token_ids != b.token_ids for a, b in zip(got, plain))
+
+
+def test_cli_generate_structured_on_emu_and_reference(tmp_path):
+    """`sharpinf generate --json-schema FILE --presence-penalty`: the same valid JSON on both backends."""
+    pytest.importorskip("llguidance")
+    from typer.testing import CliRunner
+
+    import sharpinf.cli.text_cmds  # noqa: F401  (registers `generate`)
+    from sharpinf.cli import app
+
+    schema = {"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"enum": ["x", "y"]}},
+              "required": ["a", "b"], "additionalProperties": False}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    path = str(synthetic_model("llama", "F32"))
+    outs = []
+    for be in ("emu", "reference"):
+        res = CliRunner().invoke(app, ["generate", path, "--prompt", "a pet", "--backend", be, "--temperature", "1",
+                                       "--seed", "3", "--max-tokens", "40", "--presence-penalty", "1",
+                                       "--json-schema", str(tmp_path / "s.json"), "--json"])
+        assert res.exit_code == 0, res.output
+        outs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    assert outs[0] == outs[1] and outs[0]["finish_reason"] == "stop"
+    assert set(json.loads(outs[0]["text"])) == {"a", "b"}
