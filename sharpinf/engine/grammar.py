@@ -12,6 +12,7 @@ structured request is a RequestError naming the package.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence as Seq
 
@@ -79,6 +80,7 @@ class Grammars:
     def __init__(self, tokenizer, n_vocab: int):
         self.tokenizer, self.n_vocab = tokenizer, n_vocab
         self._lltok = None
+        self._lock = threading.Lock()  # compile may run on several threads: build the tokenizer once
 
     def prepare(self) -> None:
         """Build llguidance's tokenizer now (a second or so for a large vocabulary) rather than
@@ -86,6 +88,10 @@ class Grammars:
         self._tokenizer()
 
     def _tokenizer(self):
+        with self._lock:
+            return self._build_tokenizer()
+
+    def _build_tokenizer(self):
         if self._lltok is None:
             llg = _llguidance()
             tok = self.tokenizer

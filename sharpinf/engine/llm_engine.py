@@ -23,7 +23,7 @@ from sharpinf.engine.model_runner import ModelRunner
 from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import Sequence
 from sharpinf.engine.watchdog import Watchdog, check_none_lost, describe
-from sharpinf.engine.grammar import Grammars
+from sharpinf.engine.grammar import Grammar, Grammars
 from sharpinf.errors import ContextLengthError, EngineStuck, RequestError, SharpinfError
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
@@ -171,8 +171,11 @@ class LLMEngine:
         smaller. A request without max_tokens runs until it reaches this (finish "context")."""
         return min(self.max_model_len, self.budget.tokens)
 
-    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
-        """Queue a request; a SharpinfError says why it can never run (counted as rejected)."""
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    grammar: Grammar | None = None) -> str:
+        """Queue a request; a SharpinfError says why it can never run (counted as rejected).
+        grammar: params.structured already compiled (`self.grammars.compile`, safe on any thread: the
+        server compiles off the engine thread, whose steps a large schema would otherwise hold up)."""
         try:
             params = params or SamplingParams()
             if not isinstance(params, SamplingParams):
@@ -182,7 +185,8 @@ class LLMEngine:
             rid = request_id if request_id is not None else str(next(self._ids))
             if rid in self.requests:
                 raise RequestError(f"request id {rid!r} is already in use")
-            grammar = self.grammars.compile(params.structured) if params.structured is not None else None
+            if params.structured is not None and grammar is None:
+                grammar = self.grammars.compile(params.structured)
         except SharpinfError:
             self.metrics.rejected += 1
             raise

@@ -183,8 +183,14 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None,
         checks().check_prompt(parsed.prompt, param)
         ids = await encode(parsed.prompt)
         checks().check_tokens(len(ids), param)
+        grammar = None
+        if parsed.params.structured is not None:  # compiled here, off the engine thread (a schema may take long)
+            try:
+                grammar = await asyncio.to_thread(loop.engine.grammars.compile, parsed.params.structured)
+            except SharpinfError as exc:
+                raise P.bad(str(exc), parsed.field(getattr(exc, "param", None))) from None
         try:
-            return await asyncio.to_thread(loop.submit, ids, parsed.params, asyncio.get_running_loop())
+            return await asyncio.to_thread(loop.submit, ids, parsed.params, asyncio.get_running_loop(), grammar)
         except ShuttingDown as exc:
             raise P.ApiError(503, str(exc), "server_error", None, "server_shutting_down") from None
         except EngineFailure as exc:
