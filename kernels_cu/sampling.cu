@@ -315,8 +315,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     if (slot >= 0) {
         // 1b. logit_bias (ids distinct: one thread per entry).
         const int* sb = slot_bias + (long long)slot * bias_stride;
-        const int half = (bias_stride - 1) / 2;
-        for (int j = tid; j < sb[0]; j += nt) {
+        const int half = (bias_stride - 1) / 2, n_bias = min(sb[0], half);
+        for (int j = tid; j < n_bias; j += nt) {
             const int id = sb[1 + j];
             if (id >= 0 && id < vocab) z[id] = z[id] + __int_as_float(sb[1 + half + j]);
         }

@@ -56,18 +56,29 @@ def test_penalties_match_the_reference(model):
         llm.engine.add_request(PROMPT, _params(logit_bias={model.config.n_vocab: 1.0}))
 
 
-def test_preempted_requests_keep_their_counts(model):
+def test_preempted_requests_keep_their_counts(model, monkeypatch):
     """A tight pool preempts; each request recomputes with a fresh slot whose counts the host
-    rebuilds from its generated ids (count_n): the streams equal a roomy pool's."""
+    rebuilds from its generated ids (count_n), some through the step-less history flush (more ids
+    than a step's buffer holds): the streams equal a roomy pool's."""
+    from sharpinf.step.forward import ForwardPass
+
+    flushes, flush = [0], ForwardPass._flush_history
+
+    def counted(self, *a):
+        flushes[0] += 1
+        return flush(self, *a)
+
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, 200, int(rng.integers(4, 12))).tolist() for _ in range(10)]
     params = [_params(max_tokens=14, frequency_penalty=2.0, presence_penalty=0.5,
                       temperature=float(i % 2), seed=i) for i in range(10)]
     roomy = LLM(model, backend="emu", kernels="simple", kv_dtype="fp32", num_blocks=128, block_size=4)
     want = [o.token_ids for o in roomy.generate(prompts, params)]
-    tight = LLM(model, backend="emu", kernels="simple", kv_dtype="fp32", num_blocks=12, block_size=4, max_num_seqs=8)
+    monkeypatch.setattr(ForwardPass, "_flush_history", counted)
+    tight = LLM(model, backend="emu", kernels="simple", kv_dtype="fp32", num_blocks=12, block_size=4, max_num_seqs=4,
+                max_num_batched_tokens=8)
     got = [o.token_ids for o in tight.generate(prompts, params)]
-    assert tight.metrics()["preemptions"] > 0
+    assert tight.metrics()["preemptions"] > 0 and flushes[0] > 0
     assert got == want
 
 
