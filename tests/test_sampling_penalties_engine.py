@@ -52,6 +52,9 @@ def test_penalties_match_the_reference(model):
     V = model.config.n_vocab
     counts = one.engine.backend.download(one.engine.fp.counts)[0].view(np.uint16)[:V]
     assert counts.tolist() == np.bincount(out, minlength=V).tolist() and len(set(out)) < len(out)
+    fp = one.engine.fp  # per slot: u16 counts (2 bytes an id), the bias row, the history bits; all counted
+    assert fp.counts.nbytes == fp.capacity.rows * ((V + 1) // 2) * 4
+    assert fp.workspace_bytes() >= fp.ws.nbytes + fp.counts.nbytes + fp.slot_bias.nbytes + fp.seen_bits.nbytes
     with pytest.raises(RequestError, match="logit_bias names token id"):
         llm.engine.add_request(PROMPT, _params(logit_bias={model.config.n_vocab: 1.0}))
 
