@@ -257,6 +257,11 @@ __device__ __forceinline__ void sample_emit(int* out, int row, int id, unsigned*
     if (slot >= 0 && id >= 0 && id < vocab) count_add(counts + (long long)slot * cwords, id);
 }
 
+// Row `row`'s allowed-token mask, or nullptr when it has none.
+__device__ __forceinline__ const unsigned* sample_mask(const unsigned* masks, const int* mask_idx, int words, int row) {
+    return mask_idx[row] >= 0 ? masks + (long long)mask_idx[row] * words : nullptr;
+}
+
 #define SEEN_ARGS unsigned *seen_bits, int words, const int *slots, const int *clear, const int *add_off, \
     const int *add_ids, unsigned *counts, int cwords, const int *count_n
 
@@ -284,10 +289,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     float* z = scratch + (long long)row * 2 * vocab;
     float* w = z + vocab;
     const float* pr = params + row * SAMPLE_N_PARAMS;
-    const float temperature = pr[0], top_p = pr[1], min_p = pr[2], penalty = pr[3];
-    const float presence = pr[4], frequency = pr[5];
+    const float temperature = pr[0], top_p = pr[1], min_p = pr[2];
     const int slot = slots[row];
-    const unsigned* mask = mask_idx[row] >= 0 ? masks + (long long)mask_idx[row] * words : nullptr;
     const int k = top_k[row];
     // This thread's contiguous chunk [lo, hi) of ids.
     const int chunk = (vocab + nt - 1) / nt;
@@ -297,7 +300,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, counts, cwords, count_n, row);
 
     // 1a. z = the logits, -inf where the mask disallows; a mask that allows nothing: -1.
-    if (mask) {
+    if (mask_idx[row] >= 0) {
+        const unsigned* mask = sample_mask(masks, mask_idx, words, row);
         int allowed = 0;
         for (int wd = tid; wd < words; wd += nt) {
             const int tail = vocab - wd * 32;  // ids of this word below vocab
@@ -322,6 +326,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
         }
         __syncthreads();
         // 1c. repetition penalty on every id whose history bit is set.
+        const float penalty = pr[3];
         if (penalty != 1.0f) {
             const unsigned* bits = seen_bits + (long long)slot * words;
             for (int wd = tid; wd < words; wd += nt) {
@@ -338,6 +343,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
             __syncthreads();
         }
         // 1d. presence / frequency over the generated counts.
+        const float presence = pr[4], frequency = pr[5];
         if (presence != 0.0f || frequency != 0.0f) {
             const unsigned* cnt = counts + (long long)slot * cwords;
             for (int i = tid; i < vocab; i += nt) {
@@ -351,6 +357,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     // 2. Greedy answer (also the fallback) and the row maximum.
     float bv = -CUDART_INF_F, zmax = -CUDART_INF_F;
     int bi = 0x7fffffff;
+    const unsigned* mask = sample_mask(masks, mask_idx, words, row);  // (re-derived: fewer live registers)
     for (int i = tid; i < vocab; i += nt) {
         const float v = z[i];
         if (mask && !((mask[i >> 5] >> (i & 31)) & 1u)) continue;  // never chosen, even at -inf
@@ -359,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     }
     const int greedy = sample_block_argmax(bv, bi, redf, redi);
     if (temperature == 0.0f) {
-        if (tid == 0) sample_emit(out, row, greedy, counts, cwords, slot, vocab);
+        if (tid == 0) sample_emit(out, row, greedy, counts, cwords, slots[row], vocab);
         return;
     }
     zmax = block_reduce_max(zmax, redf);
@@ -375,7 +382,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     }
     const float total_w = block_reduce_sum(s, redf);
     if (!(total_w > 0.0f) || zmax == -CUDART_INF_F) {  // all -inf, or NaN somewhere
-        if (tid == 0) sample_emit(out, row, greedy, counts, cwords, slot, vocab);
+        if (tid == 0) sample_emit(out, row, greedy, counts, cwords, slots[row], vocab);
         return;
     }
 
@@ -468,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
             c += w[i];
             if (c > target) { pick = i; break; }
         }
-        sample_emit(out, row, pick >= 0 ? pick : last, counts, cwords, slot, vocab);
+        sample_emit(out, row, pick >= 0 ? pick : last, counts, cwords, slots[row], vocab);
     }
-    if (owner < 0 && tid == 0) sample_emit(out, row, greedy, counts, cwords, slot, vocab);  // unreachable for finite weights
+    if (owner < 0 && tid == 0) sample_emit(out, row, greedy, counts, cwords, slots[row], vocab);  // unreachable for finite weights
 }
