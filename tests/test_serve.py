@@ -430,7 +430,7 @@ def test_chat_without_max_tokens_runs_to_the_pool_limit(server):
     (b"[" * 100000, None),
     (b'{"model": 5, "prompt": "hi"}', "model"),
     (b'{"model": "tiny", "prompt": "hi", "echo": true}', "echo"),
-    (b'{"model": "tiny", "prompt": "hi", "presence_penalty": 0.5}', "presence_penalty"),
+    (b'{"model": "tiny", "prompt": "hi", "presence_penalty": 2.5}', "presence_penalty"),
     (b'{"model": "tiny", "prompt": "hi", "stream": true, "stream_options": {"include_usage": "false"}}', "include_usage"),
     (b'{"model": "tiny", "prompt": "hi", "stop": ' + json.dumps(["s%d" % i for i in range(40)]).encode() + b"}", "stop"),
 ])

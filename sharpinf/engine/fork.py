@@ -40,6 +40,8 @@ def fork_choices(engine: "LLMEngine", rows: ForkRows, now: float) -> list[tuple[
         child.metrics.arrival = parent.metrics.arrival
         child.metrics.cached_prompt_tokens = len(parent.prompt_ids)  # served by the fork, not computed
         engine.blocks.fork(parent, child, len(parent.prompt_ids))  # the prompt: what the fork step computed
+        if parent.grammar is not None:  # its own matcher, in the state the first sample saw
+            child.grammar = parent.grammar.copy()
         if slot >= 0:  # the history slot its first sample filled with the prompt
             child.sample_slot, child.seen_synced = slot, len(parent.prompt_ids)
         engine.scheduler.add_forked(child)

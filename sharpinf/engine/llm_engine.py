@@ -24,6 +24,7 @@ from sharpinf.engine.model_runner import ModelRunner
 from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import Sequence
 from sharpinf.engine.watchdog import Watchdog, check_none_lost, describe
+from sharpinf.engine.grammar import Grammar, Grammars
 from sharpinf.errors import ContextLengthError, EngineStuck, RequestError, SharpinfError
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
@@ -51,7 +52,7 @@ class RequestOutput:
     finish_reason: str | None
     prompt_ids: list[int]  # the request's own list, shared: do not modify
     new_logprobs: list[TokenLogprobs] | None = None  # with SamplingParams.logprobs: one per new token
-    error: str | None = None  # why a rejected request could not run
+    error: str | None = None  # why a rejected request could not run (or a structured one stopped early)
     index: int = 0  # the choice (SamplingParams.n > 1: 0 .. n-1); `finished` is this choice's
     request_finished: bool | None = None  # every choice of the request finished (None: as `finished`)
 
@@ -122,6 +123,7 @@ class LLMEngine:
         self.model = open_model(model)
         self.cfg = self.model.config
         self.tokenizer = Tokenizer.from_gguf_metadata(self.model.metadata, where=str(self.model.path))
+        self.grammars = Grammars(self.tokenizer, self.cfg.n_vocab)  # llguidance's tokenizer: built on first use
         # weights, step buffers and kernels first, then the KV pool from what is left, then graphs over it
         self.max_model_len = min(self.cfg.context_length, self.config.max_model_len or self.cfg.context_length)
         self.fp = ForwardPass(self.model, self.backend, capacity=step_capacity(self.config, self.max_model_len),
@@ -163,6 +165,10 @@ class LLMEngine:
                                "sequences run at once (the choices run side by side)", "n")
         ctx, n = self.max_model_len, len(prompt_ids)
         check_prompt(prompt_ids, self.cfg.n_vocab, ctx)
+        bad = [i for i, _ in params.logit_bias if i >= self.cfg.n_vocab]
+        if bad:
+            raise RequestError(f"logit_bias names token id {bad[0]}, outside the vocabulary (0..{self.cfg.n_vocab - 1})",
+                               "logit_bias")
         total = self.token_limit() if params.max_tokens is None else n + params.max_tokens
         if total > ctx:
             raise ContextLengthError(f"prompt ({n}) + max_tokens ({params.max_tokens}) = {total} exceeds the context length {ctx}")
@@ -176,8 +182,11 @@ class LLMEngine:
         smaller. A request without max_tokens runs until it reaches this (finish "context")."""
         return min(self.max_model_len, self.budget.tokens)
 
-    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
-        """Queue a request; a SharpinfError says why it can never run (counted as rejected)."""
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    grammar: Grammar | None = None) -> str:
+        """Queue a request; a SharpinfError says why it can never run (counted as rejected).
+        grammar: params.structured already compiled (`self.grammars.compile`, safe on any thread: the
+        server compiles off the engine thread, whose steps a large schema would otherwise hold up)."""
         try:
             params = params or SamplingParams()
             if not isinstance(params, SamplingParams):
@@ -187,11 +196,14 @@ class LLMEngine:
             rid = request_id if request_id is not None else str(next(self._ids))
             if rid in self.requests:
                 raise RequestError(f"request id {rid!r} is already in use")
+            if params.structured is not None and grammar is None:
+                grammar = self.grammars.compile(params.structured)
         except SharpinfError:
             self.metrics.rejected += 1
             raise
         stop = StopChecker(params, self.tokenizer, context_left=self.token_limit() - len(ids))
         seq = Sequence(rid, ids, params, self._seeds.seed_for(params), stop)
+        seq.grammar = grammar
         self.requests[rid] = seq
         self.live[seq.key] = seq
         self.scheduler.add(seq)
@@ -235,6 +247,18 @@ class LLMEngine:
         self.metrics.rejected += 1
         return [RequestOutput(seq.request_id, [], "", seq.output_ids, seq.stop.text, True, "rejected", seq.prompt_ids,
                               error=seq.error)]
+
+    def _no_allowed_token(self, seq: Sequence) -> RequestOutput:
+        """A mask that allowed no id (a grammar in an error state): the request ends ("stop") with
+        what it has, and says why."""
+        why = seq.grammar.error if seq.grammar is not None else None
+        seq.error = f"structured output: no token is allowed next ({why or 'the grammar allows nothing'})"
+        self._finish(seq, "stop")
+        text = seq.stop.text
+        delta = text[seq.sent_chars:]
+        seq.sent_chars = len(text)
+        return RequestOutput(seq.request_id, [], delta, seq.output_ids, text, True, "stop", seq.prompt_ids,
+                             error=seq.error, index=seq.index)
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -280,13 +304,20 @@ class LLMEngine:
         return outputs
 
     def _append(self, seq: Sequence, token: int, now: float, lp: TokenLogprobs | None) -> RequestOutput:
-        """seq's new token: the stop rules, the text delta, its output."""
+        """seq's new token: the stop rules (and its grammar's), the text delta, its output. A negative
+        token: the sampler found no allowed id (a stuck grammar)."""
+        if token < 0:
+            return self._no_allowed_token(seq)
         seq.tokens.append(token)
         self.metrics.generated_tokens += 1
         if seq.metrics.first_token is None:
             seq.metrics.first_token = now
         seq.metrics.token_times.append(now)
         done = seq.stop.add(token)
+        if seq.grammar is not None:
+            seq.grammar.advance(token)
+            if seq.grammar.finished and seq.stop.finish_reason != "stop":  # the document is complete
+                done, seq.stop.finish_reason = True, "stop"
         if done:
             self._finish(seq, seq.stop.finish_reason)
         text, stable = seq.stop.text, seq.stop.stable_len()

@@ -2,8 +2,11 @@
 
 Only the chosen ids (one int per sampling sequence) come back to the host each step;
 logits stay on the device, where the sampling kernel reads them. A request with a
-repetition penalty holds a history slot on the device while it runs: each step sends only
-the ids it has not sent yet (its prompt once, then one token a step), never the history.
+repetition, presence or frequency penalty or a logit_bias holds a slot on the device while it
+runs: each step sends only the ids it has not sent yet (its prompt once, then one token a
+step), never the history; the kernel counts the ids it picks itself, so the generated counts
+cross only when a re-admitted request rebuilds its slot; the logit_bias is sent once, when the
+request takes the slot.
 A request that asks for logprobs has its logits row copied back (that row only), which
 engine/logprobs.py turns into TokenLogprobs. A request with n > 1 choices samples its first token
 n times from its one logits row (the row listed n times, each choice with its own seed and, with a
@@ -20,10 +23,11 @@ from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.engine.scheduler import ScheduledChunk
 from sharpinf.engine.sequence import Sequence
+from sharpinf.engine.grammar import fill_masks
+from sharpinf.ops.sampling import bias_row, choice_seed, history_words
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
 from sharpinf.step.buffers import SamplingRows
-from sharpinf.ops.sampling import choice_seed
 
 I32 = np.int32
 
@@ -105,16 +109,19 @@ class ModelRunner:
 
     def sampling_rows(self, chunks: list[ScheduledChunk], forking: list[Sequence] = ()) -> SamplingRows:
         """One row per sampling chunk, then for each forking sequence one per extra choice (its
-        seed choice_seed(seed, i); with a penalty a fresh history slot holding the prompt)."""
+        seed choice_seed(seed, i); with a penalty or bias a fresh slot holding the prompt)."""
         seqs = [c.seq for c in chunks]
         extra = [(s, i) for s in forking for i in range(1, s.forks + 1)]
         R = len(seqs) + len(extra)
         slots, clear, off, adds = np.full(R, -1, I32), np.zeros(R, I32), np.zeros(R + 1, I32), []
+        count_n = np.zeros(R, I32)
         n = 0
         for r, s in enumerate(seqs):
             if s.penalised:
                 if s.sample_slot < 0:  # (re)admitted: a fresh slot, cleared on the device
                     s.sample_slot, s.seen_synced, clear[r] = self.free_slots.pop(), 0, 1
+                    count_n[r] = len(s.tokens) - len(s.prompt_ids)  # generated before a preemption
+                    self.fp.set_slot_bias(s.sample_slot, bias_row(s.params))
                 new = s.tokens[s.seen_synced :]  # everything fed up to this step, sent once
                 s.seen_synced = len(s.tokens)
                 slots[r] = s.sample_slot
@@ -124,10 +131,14 @@ class ModelRunner:
         for r, (s, _) in enumerate(extra, start=len(seqs)):
             if s.penalised:  # the choice's own slot from its first token: the prompt, sent once
                 slots[r], clear[r] = self.free_slots.pop(), 1
+                self.fp.set_slot_bias(slots[r], bias_row(s.params))
                 adds.append(s.tokens)
                 n += len(s.tokens)
             off[r + 1] = n
         all_seqs = seqs + [s for s, _ in extra]
+        # structured output: each constrained row's allowed ids, computed here on the host (one call);
+        # a forking request's extra rows start from the same grammar state as its own row
+        mask_idx, masks = fill_masks([s.grammar for s in all_seqs], history_words(self.fp.cfg.n_vocab))
         return SamplingRows(
             params=np.array([s.sampling_row for s in all_seqs], np.float32),
             top_k=np.fromiter((s.top_k for s in all_seqs), I32, R),
@@ -135,4 +146,6 @@ class ModelRunner:
             steps=np.fromiter((len(s.tokens) - len(s.prompt_ids) for s in all_seqs), I32, R),
             slots=slots, clear=clear, add_off=off,
             add_ids=np.fromiter((t for a in adds for t in a), I32, n) if n else np.zeros(0, I32),
+            count_n=count_n,
+            mask_idx=mask_idx, masks=masks,
         )

@@ -183,16 +183,22 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None,
         checks().check_prompt(parsed.prompt, param)
         ids = await encode(parsed.prompt)
         checks().check_tokens(len(ids), param)
+        grammar = None
+        if parsed.params.structured is not None:  # compiled here, off the engine thread (a schema may take long)
+            try:
+                grammar = await asyncio.to_thread(loop.engine.grammars.compile, parsed.params.structured)
+            except SharpinfError as exc:
+                raise P.bad(str(exc), parsed.field(getattr(exc, "param", None))) from None
         try:
-            return await asyncio.to_thread(loop.submit, ids, parsed.params, asyncio.get_running_loop())
+            return await asyncio.to_thread(loop.submit, ids, parsed.params, asyncio.get_running_loop(), grammar)
         except ShuttingDown as exc:
             raise P.ApiError(503, str(exc), "server_error", None, "server_shutting_down") from None
         except EngineFailure as exc:
             raise P.ApiError(503, f"the engine is not running: {exc}", "server_error") from None
         except ContextLengthError as exc:
             raise context_error(loop.engine.token_limit(), str(exc), param) from None
-        except SharpinfError as exc:
-            raise P.bad(str(exc), getattr(exc, "param", None)) from None
+        except SharpinfError as exc:  # a bad logit_bias id, a grammar llguidance rejects, n > max_num_seqs, ...
+            raise P.bad(str(exc), parsed.field(getattr(exc, "param", None))) from None
 
     def _abort(rid: str) -> None:
         try:
