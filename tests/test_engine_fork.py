@@ -126,3 +126,19 @@ def test_fork_shares_the_computed_blocks_and_copies_on_first_write():
         bm.release(child)
         bm.release(parent)
         assert bm.num_free == 8 and not any(bm.ref)
+
+
+def test_choices_with_penalties_bias_and_a_grammar_equal_their_single_runs(model):
+    """Each choice has its own slot (generated counts, logit_bias) and its own copy of the grammar's
+    matcher from the fork on: still the stream of a request of one with its seed."""
+    from sharpinf.sampling import StructuredOutput
+
+    llm = _llm(model)
+    prompt = list(range(9, 9 + 18))
+    p = SamplingParams(max_tokens=16, temperature=1.0, seed=21, n=3, presence_penalty=0.8, frequency_penalty=0.4,
+                       logit_bias={7: 2.0}, structured=StructuredOutput("json_object"))
+    got = llm.generate([prompt], p)[0]
+    want = _alone(llm, prompt, p, 3)
+    assert [c.token_ids for c in got.choices] == [w.token_ids for w in want]
+    assert [c.text for c in got.choices] == [w.text for w in want] and len({c.text for c in got.choices}) > 1
+    assert all(c.text.startswith("{") for c in got.choices)  # the grammar held in every choice
