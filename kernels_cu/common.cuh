@@ -34,6 +34,42 @@
 
 #define SHARPINF_FULL_MASK 0xffffffffu
 
+// --- grid-wide barrier ----------------------------------------------------------------
+// sharpinf_grid_sync(bar): no thread of any block passes until every thread of every block has
+// reached it, and every global write before it is visible to every block after it. Only for a
+// cooperative launch (Backend.prepare(..., cooperative=True)), whose grid is no larger than the
+// blocks that can be resident at once (Backend.resident_blocks): a block waiting here spins
+// until the others arrive, so a block that is not resident would hang the grid.
+// On a GPU: a generation barrier over bar[0] (arrivals) and bar[1] (generation) in global
+// memory, zeroed once before the first launch; each barrier leaves bar[0] back at 0, so the
+// buffer serves every later launch and graph replay. Thread 0 of each block arrives for its
+// block between two __syncthreads; the last arrival resets the count and bumps the generation
+// the others spin on. On the emulator the scheduler's own grid barrier (emu_sched.cpp), a
+// macro so that its reports name the caller's line.
+#ifdef SHARPINF_EMU
+#define sharpinf_grid_sync(bar) ((void)(bar), SHARPINF_EMU_GRID_SYNC())
+#else
+__device__ __forceinline__ void sharpinf_grid_sync(unsigned* bar) {
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        volatile unsigned* gen = bar + 1;
+        const unsigned seen = *gen;  // cannot move on before this block arrives
+        const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+        __threadfence();  // this block's writes, then its arrival
+        if (atomicAdd(bar, 1u) == blocks - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);  // release the others
+        } else {
+            while (*gen == seen) {
+            }
+        }
+        __threadfence();  // the other blocks' writes, before this block reads them
+    }
+    __syncthreads();
+}
+#endif
+
 // --- entry-point selection ----------------------------------------------------------
 // A backend may compile a file for only the entry points a model uses (the GPU backend
 // does, at ForwardPass construction: compiling every weight type's matmul takes seconds).

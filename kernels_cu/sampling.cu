@@ -1,29 +1,47 @@
 // sampling.cu -- pick the next token of R requests on the device; only the ids come back.
 //
 // sample_rows(logits, vocab, params, top_k, seeds, steps, seen_bits, words, slots, clear,
-//             add_off, add_ids, out, scratch)
+//             add_off, add_ids, counts, cwords, count_n, slot_bias, bias_stride, mask_idx, masks,
+//             out, scratch)
 //   logits    f32 [R, vocab]     each request's last-token logits (row-major, rows contiguous)
-//   params    f32 [R, 5]         temperature, top_p, min_p, repetition_penalty, (unused)
+//   params    f32 [R, 6]         temperature, top_p, min_p, repetition_penalty, presence_penalty,
+//                                frequency_penalty
 //   top_k     i32 [R]            0 (or >= vocab) = off
 //   seeds     u64 [R]            per-request seed
 //   steps     i32 [R]            tokens the request generated so far (the counter of the generator)
 //   seen_bits u32 [*, words]     the repetition-penalty history, kept on the device across steps:
 //                                bit id of slot s is set once id was fed or generated (words =
 //                                ceil(vocab / 32)); a request owns one slot while it runs
-//   slots     i32 [R]            the row's history slot; -1: the row has no history (penalty 1)
-//   clear     i32 [R]            1: the slot was just (re)assigned: zero its bits first
+//   slots     i32 [R]            the row's history slot; -1: the row has no history (no penalty,
+//                                no bias)
+//   clear     i32 [R]            1: the slot was just (re)assigned: zero its bits and counts first
 //   add_off   i32 [R+1]          ids new to the row's history this step are
 //   add_ids   i32 [*]              add_ids[add_off[r] .. add_off[r+1]) (out-of-range ids ignored)
-//   out       i32 [R]            the chosen ids
+//   counts    u32 [*, cwords]    per slot, how often each id was *generated* (presence/frequency):
+//                                u16 saturating at 65535, two per word (id 2j low half, 2j+1 high),
+//                                cwords = ceil(vocab / 2). The kernel adds the id it picks itself.
+//   count_n   i32 [R]            the last count_n[r] ids of the row's add list are generated ids
+//                                to count (a re-admitted request rebuilding its counts; else 0)
+//   slot_bias i32 [*, stride]    per slot, its logit_bias: [n, ids[0..half), float bits of the
+//                                biases [half..2*half)] with half = (stride - 1) / 2; ids distinct
+//   mask_idx  i32 [R]            -1: no allowed-token mask; else the row of `masks` to apply
+//   masks     u32 [*, words]     bit id set = id allowed (structured output)
+//   out       i32 [R]            the chosen ids (-1: the row's mask allows no id)
 //   scratch   f32 [R, 2*vocab]   plane 0: penalised logits z; plane 1: weights w = exp((z-max)/T)
-// seen_update(the same history arguments, vocab): only the history update, one block per row
-//   (for the rare step whose new ids do not fit the step's buffers).
+// seen_update(the same history and count arguments, vocab): only the history update, one block
+//   per row (for the rare step whose new ids do not fit the step's buffers).
 // Launch: grid = R (one block per row), block = a multiple of 32 up to 1024 (256 suggested).
 //
 // Semantics (the NumPy twin is sharpinf.ops.sampling.sample_reference):
 //  0. The row's history gets this step's new ids (so only new ids cross to the device).
-//  1. Repetition penalty on the raw logits (llama.cpp/CTRL): a seen id's logit v becomes
-//     v / penalty if v > 0, else v * penalty (each id once: a bit per id).
+//  1. z from the raw logits x, in vLLM's order:
+//     a. allowed-token mask: a disallowed id's z is -inf (whatever x is, NaN included) and it is
+//        never chosen, greedy or not. A mask that allows no id in [0, vocab): out = -1.
+//     b. logit_bias: z[id] += bias (float32 add).
+//     c. repetition penalty (llama.cpp/CTRL) on every seen id: v / penalty if v > 0, else
+//        v * penalty (each id once: a bit per id).
+//     d. presence/frequency (OpenAI): with c = the id's generated count, if c > 0:
+//        z = (z - c * frequency) - presence (each op rounded to float32, no contraction).
 //  2. temperature == 0: greedy argmax of z, ties to the lowest id (NaN wins, as in np.argmax).
 //  3. Otherwise w_i = expf((z_i - max z) / T) (unnormalised probabilities, max weight 1) and the
 //     tokens are ranked by z descending, ties by lowest id (z compared through an order-
@@ -36,6 +54,12 @@
 //     is the first kept token in ascending id order whose running kept mass exceeds
 //     u * (total kept mass). If rounding leaves nothing above it, the last kept token of
 //     positive weight is chosen. A row whose weights sum to 0 or NaN falls back to greedy.
+//  5. The chosen id's count in the row's slot goes up by one (saturating), so the host never
+//     sends generated ids for the counts.
+//
+// Cost: a row without a slot or mask reads neither; a row with a slot reads its bias list (n
+// entries) and, with presence/frequency on, its counts (vocab * 2 bytes); a masked row reads
+// words * 4 bytes of mask.
 //
 // No sort: the top-k and top-p cuts are found by a 16-ary search on the 32-bit key, four bits
 // per pass (the largest key t with count(key >= t) >= k, resp. mass(key >= t) >= top_p * sum):
@@ -46,12 +70,15 @@
 // Determinism: row sweeps visit ids tid, tid + threads, ... (coalesced); the final selection
 // walks one contiguous chunk of ids per thread in id order; partial sums are combined by fixed
 // trees (xor butterflies) or by one thread in thread order. No
-// atomics, nothing depends on thread timing or on other rows. The result is bit-identical for a
+// atomics in the choice (only in the history and count updates, which commute), nothing depends
+// on thread timing or on other rows. The result is bit-identical for a
 // given block size; across backends only expf and the compilers' float contraction can differ
 // (choices differ only where the running mass lands within rounding of u * total).
 #include "common.cuh"
 
 #define SAMPLE_MAX_THREADS 1024
+#define SAMPLE_N_PARAMS 6
+#define SAMPLE_COUNT_MAX 0xffffu
 
 // --- counter-based uniform ---------------------------------------------------------------
 // SplitMix64's finaliser; two rounds mix the seed, then the step.
@@ -182,32 +209,70 @@ __device__ __forceinline__ int sample_block_argmax(float bv, int bi, float* sval
     return bi;
 }
 
+// One more occurrence of id in a slot's u16 counts (saturating). A CAS on the word that holds
+// the pair: a rebuild adds many ids at once and there are no 16-bit atomics.
+__device__ __forceinline__ void count_add(unsigned* counts, int id) {
+    unsigned* wd = counts + (id >> 1);
+    const int shift = (id & 1) * 16;
+    unsigned old = *wd, assumed;
+    do {
+        if (((old >> shift) & SAMPLE_COUNT_MAX) == SAMPLE_COUNT_MAX) return;
+        assumed = old;
+        old = atomicCAS(wd, assumed, assumed + (1u << shift));
+    } while (old != assumed);
+}
+
+__device__ __forceinline__ unsigned count_of(const unsigned* counts, int id) {
+    return (counts[id >> 1] >> ((id & 1) * 16)) & SAMPLE_COUNT_MAX;
+}
+
 // Step 0: bring row `row`'s history slot up to date (every thread of the block calls it).
 __device__ __forceinline__ void seen_update_row(unsigned* seen_bits, int words, int vocab, const int* slots,
-                                                const int* clear, const int* add_off, const int* add_ids, int row) {
+                                                const int* clear, const int* add_off, const int* add_ids,
+                                                unsigned* counts, int cwords, const int* count_n, int row) {
     const int slot = slots[row], tid = threadIdx.x, nt = blockDim.x;
     if (slot < 0) return;  // uniform over the block
     unsigned* bits = seen_bits + (long long)slot * words;
+    unsigned* cnt = counts + (long long)slot * cwords;
     if (clear[row]) {
         for (int i = tid; i < words; i += nt) bits[i] = 0u;
+        for (int i = tid; i < cwords; i += nt) cnt[i] = 0u;
         __syncthreads();
     }
-    for (int j = add_off[row] + tid; j < add_off[row + 1]; j += nt) {
+    const int end = add_off[row + 1], counted = end - count_n[row];
+    for (int j = add_off[row] + tid; j < end; j += nt) {
         const int id = add_ids[j];
-        if (id >= 0 && id < vocab) atomicOr(&bits[id >> 5], 1u << (id & 31));
+        if (id >= 0 && id < vocab) {
+            atomicOr(&bits[id >> 5], 1u << (id & 31));
+            if (j >= counted) count_add(cnt, id);
+        }
     }
     __syncthreads();
 }
 
-#define SEEN_ARGS unsigned *seen_bits, int words, const int *slots, const int *clear, const int *add_off, const int *add_ids
+// The one thread that decides a row writes its id and counts it in the row's slot.
+__device__ __forceinline__ void sample_emit(int* out, int row, int id, unsigned* counts, int cwords, int slot,
+                                            int vocab) {
+    out[row] = id;
+    if (slot >= 0 && id >= 0 && id < vocab) count_add(counts + (long long)slot * cwords, id);
+}
+
+// Row `row`'s allowed-token mask, or nullptr when it has none.
+__device__ __forceinline__ const unsigned* sample_mask(const unsigned* masks, const int* mask_idx, int words, int row) {
+    return mask_idx[row] >= 0 ? masks + (long long)mask_idx[row] * words : nullptr;
+}
+
+#define SEEN_ARGS unsigned *seen_bits, int words, const int *slots, const int *clear, const int *add_off, \
+    const int *add_ids, unsigned *counts, int cwords, const int *count_n
 
 extern "C" __global__ void seen_update(SEEN_ARGS, int vocab) {
-    seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, blockIdx.x);
+    seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, counts, cwords, count_n, blockIdx.x);
 }
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(const float* logits, int vocab, const float* params, const int* top_k,
-                                       const unsigned long long* seeds, const int* steps, SEEN_ARGS, int* out,
-                                       float* scratch) {
+                                       const unsigned long long* seeds, const int* steps, SEEN_ARGS,
+                                       const int* slot_bias, int bias_stride, const int* mask_idx,
+                                       const unsigned* masks, int* out, float* scratch) {
     __shared__ float redf[32];
     __shared__ int redi[32];
     __shared__ float scan_f[SAMPLE_MAX_THREADS + 1];
@@ -223,48 +288,85 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     const float* x = logits + (long long)row * vocab;
     float* z = scratch + (long long)row * 2 * vocab;
     float* w = z + vocab;
-    const float temperature = params[row * 5 + 0];
-    const float top_p = params[row * 5 + 1];
-    const float min_p = params[row * 5 + 2];
-    const float penalty = params[row * 5 + 3];
+    const float* pr = params + row * SAMPLE_N_PARAMS;
+    const float temperature = pr[0], top_p = pr[1], min_p = pr[2];
+    const int slot = slots[row];
     const int k = top_k[row];
     // This thread's contiguous chunk [lo, hi) of ids.
     const int chunk = (vocab + nt - 1) / nt;
     const int lo = min(vocab, tid * chunk), hi = min(vocab, lo + chunk);
 
     // 0. This step's new ids into the row's history.
-    seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, row);
+    seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, counts, cwords, count_n, row);
 
-    // 1. z = logits with the repetition penalty on every id whose history bit is set.
-    for (int i = tid; i < vocab; i += nt) z[i] = x[i];
-    __syncthreads();
-    if (penalty != 1.0f && slots[row] >= 0) {
-        const unsigned* bits = seen_bits + (long long)slots[row] * words;
+    // 1a. z = the logits, -inf where the mask disallows; a mask that allows nothing: -1.
+    if (mask_idx[row] >= 0) {
+        const unsigned* mask = sample_mask(masks, mask_idx, words, row);
+        int allowed = 0;
         for (int wd = tid; wd < words; wd += nt) {
-            unsigned b = bits[wd];
-            while (b) {
-                const int id = wd * 32 + __ffs(b) - 1;
-                b &= b - 1u;
-                if (id < vocab) {
-                    const float v = x[id];
-                    z[id] = v > 0.0f ? v / penalty : v * penalty;
-                }
-            }
+            const int tail = vocab - wd * 32;  // ids of this word below vocab
+            allowed += __popc(mask[wd] & (tail >= 32 ? 0xffffffffu : (1u << tail) - 1u));
         }
+        if (sample_block_int(allowed, 0, 0, redi) == 0) {
+            if (tid == 0) out[row] = -1;
+            return;
+        }
+        for (int i = tid; i < vocab; i += nt) z[i] = (mask[i >> 5] >> (i & 31)) & 1u ? x[i] : -CUDART_INF_F;
+    } else {
+        for (int i = tid; i < vocab; i += nt) z[i] = x[i];
     }
     __syncthreads();
+    if (slot >= 0) {
+        // 1b. logit_bias (ids distinct: one thread per entry).
+        const int* sb = slot_bias + (long long)slot * bias_stride;
+        const int half = (bias_stride - 1) / 2, n_bias = min(sb[0], half);
+        for (int j = tid; j < n_bias; j += nt) {
+            const int id = sb[1 + j];
+            if (id >= 0 && id < vocab) z[id] = z[id] + __int_as_float(sb[1 + half + j]);
+        }
+        __syncthreads();
+        // 1c. repetition penalty on every id whose history bit is set.
+        const float penalty = pr[3];
+        if (penalty != 1.0f) {
+            const unsigned* bits = seen_bits + (long long)slot * words;
+            for (int wd = tid; wd < words; wd += nt) {
+                unsigned b = bits[wd];
+                while (b) {
+                    const int id = wd * 32 + __ffs(b) - 1;
+                    b &= b - 1u;
+                    if (id < vocab) {
+                        const float v = z[id];
+                        z[id] = v > 0.0f ? v / penalty : v * penalty;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        // 1d. presence / frequency over the generated counts.
+        const float presence = pr[4], frequency = pr[5];
+        if (presence != 0.0f || frequency != 0.0f) {
+            const unsigned* cnt = counts + (long long)slot * cwords;
+            for (int i = tid; i < vocab; i += nt) {
+                const unsigned c = count_of(cnt, i);
+                if (c) z[i] = __fsub_rn(__fsub_rn(z[i], __fmul_rn((float)c, frequency)), presence);
+            }
+            __syncthreads();
+        }
+    }
 
     // 2. Greedy answer (also the fallback) and the row maximum.
     float bv = -CUDART_INF_F, zmax = -CUDART_INF_F;
     int bi = 0x7fffffff;
+    const unsigned* mask = sample_mask(masks, mask_idx, words, row);  // (re-derived: fewer live registers)
     for (int i = tid; i < vocab; i += nt) {
         const float v = z[i];
+        if (mask && !((mask[i >> 5] >> (i & 31)) & 1u)) continue;  // never chosen, even at -inf
         if (sample_better(v, i, bv, bi)) { bv = v; bi = i; }
         zmax = fmaxf(zmax, v);
     }
     const int greedy = sample_block_argmax(bv, bi, redf, redi);
     if (temperature == 0.0f) {
-        if (tid == 0) out[row] = greedy;
+        if (tid == 0) sample_emit(out, row, greedy, counts, cwords, slots[row], vocab);
         return;
     }
     zmax = block_reduce_max(zmax, redf);
@@ -280,7 +382,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     }
     const float total_w = block_reduce_sum(s, redf);
     if (!(total_w > 0.0f) || zmax == -CUDART_INF_F) {  // all -inf, or NaN somewhere
-        if (tid == 0) out[row] = greedy;
+        if (tid == 0) sample_emit(out, row, greedy, counts, cwords, slots[row], vocab);
         return;
     }
 
@@ -373,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
             c += w[i];
             if (c > target) { pick = i; break; }
         }
-        out[row] = pick >= 0 ? pick : last;
+        sample_emit(out, row, pick >= 0 ? pick : last, counts, cwords, slots[row], vocab);
     }
-    if (owner < 0 && tid == 0) out[row] = greedy;  // unreachable for finite weights
+    if (owner < 0 && tid == 0) sample_emit(out, row, greedy, counts, cwords, slots[row], vocab);  // unreachable for finite weights
 }

@@ -50,6 +50,11 @@ def _as_items(prompts) -> list:
     raise RequestError(f"prompts must be a string, token ids, a chat, or a list of those; got {type(prompts).__name__}")
 
 
+def _result(seq) -> GenerationResult:
+    return GenerationResult(list(seq.prompt_ids), list(seq.output_ids), seq.stop.text, seq.finish_reason,
+                            seq.metrics.to_json(), error=seq.error)
+
+
 class LLM:
     def __init__(self, model, backend=None, **engine_config):
         self.engine = LLMEngine(model, backend=backend, **engine_config)
@@ -73,7 +78,7 @@ class LLM:
             if box is not None:
                 box.append(o)
         if not self.engine.has_unfinished():
-            left = [self.engine.requests[r] for r in sorted(awaited) if not self.engine.requests[r].is_finished]
+            left = [self.engine.requests[r] for r in sorted(awaited) if not self.engine.requests[r].all_finished]
             if left:
                 raise EngineStuck(f"engine stuck: the engine has nothing left to run but {len(left)} awaited "
                                   f"request(s) never finished: {describe(left)} (a bug)")
@@ -110,7 +115,7 @@ class LLM:
         try:
             while pending:
                 with self._lock:
-                    pending = {r for r in pending if not self.engine.requests[r].is_finished}
+                    pending = {r for r in pending if not self.engine.requests[r].all_finished}
                     if pending:
                         self._step(pending)
                 if pending and on_step is not None:
@@ -120,12 +125,14 @@ class LLM:
             raise
         for rid, i in rid_to_index.items():
             seq = self._forget(rid)
-            results[i] = GenerationResult(list(seq.prompt_ids), list(seq.output_ids), seq.stop.text,
-                                          seq.finish_reason, seq.metrics.to_json(), error=seq.error)
+            results[i] = _result(seq)
+            if seq.choices:  # n > 1: the result is choice 0, with every choice in .choices
+                results[i].choices = [_result(s) for s in seq.choices]
         return results  # type: ignore[return-value]
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[RequestOutput]:
-        """Token deltas of one request as they are generated, ending with the finished one (other
+        """Token deltas of one request as they are generated (with n > 1, each delta's .index says its
+        choice), ending with the finished one (other
         requests, other streams and other threads run alongside; each gets its own deltas).
         The request is queued at once (a bad one raises here); closing the iterator early aborts it."""
         return self._deltas(self._submit(prompt, params))
@@ -135,10 +142,10 @@ class LLM:
             while True:
                 with self._lock:
                     box = self._outbox[rid]
-                    finished = self.engine.requests[rid].is_finished
+                    finished = self.engine.requests[rid].all_finished
                     if not box and not finished:
                         self._step((rid,))
-                        finished = self.engine.requests[rid].is_finished
+                        finished = self.engine.requests[rid].all_finished
                     outs = list(box)
                     box.clear()
                 yield from outs

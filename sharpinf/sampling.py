@@ -1,13 +1,15 @@
 """SamplingParams: what a request asks of the sampler, validated once, at submission.
 
-The rule that applies them, on every backend, is in sharpinf/ops/sampling.py. The order of the
-filters is the common one (llama.cpp and vLLM agree): repetition penalty on the raw logits, then
+The rule that applies them, on every backend, is in sharpinf/ops/sampling.py. The order is
+vLLM's: an allowed-token mask (structured output), logit_bias, the repetition penalty, presence
+and frequency penalties (over the request's generated tokens, OpenAI's formula), then
 temperature, then top-k, top-p and min-p on the resulting distribution. temperature == 0 means
 greedy, ties to the lowest id.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -16,6 +18,41 @@ import numpy as np
 from sharpinf.errors import RequestError
 
 MAX_LOGPROBS = 20  # the most alternatives a token's logprobs may list (OpenAI's limit too)
+MAX_N = 128  # the most choices one request may ask for (OpenAI's limit too)
+MAX_LOGIT_BIAS = 300  # logit_bias entries (OpenAI's limit)
+
+
+STRUCTURED_KINDS = ("json_object", "json_schema", "regex", "lark")
+
+
+@dataclass(frozen=True)
+class StructuredOutput:
+    """Output constrained by a grammar (engine/grammar.py compiles it with llguidance):
+    json_object (any JSON object; spec unused), json_schema (spec: the schema as JSON text),
+    regex (spec: the pattern), lark (spec: a Lark grammar)."""
+
+    kind: str
+    spec: str = ""
+
+    def __post_init__(self):
+        if self.kind not in STRUCTURED_KINDS:
+            _bad(f"structured output kind must be one of {', '.join(STRUCTURED_KINDS)}, got {_shown(self.kind)}",
+                 "structured")
+        if not isinstance(self.spec, str) or (self.kind != "json_object" and not self.spec):
+            _bad(f"structured output {self.kind} needs its {self.kind} as a non-empty string, got {_shown(self.spec)}",
+                 "structured")
+
+    @classmethod
+    def json_schema(cls, schema) -> "StructuredOutput":
+        """From a schema given as a dict (or JSON text), stored as JSON text."""
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except ValueError as exc:
+                _bad(f"the JSON schema is not valid JSON: {exc}", "structured")
+        if not isinstance(schema, (dict, bool)):
+            _bad(f"a JSON schema must be an object, got {_shown(schema)}", "structured")
+        return cls("json_schema", json.dumps(schema))  # key order kept: properties come out in it
 
 
 @dataclass(frozen=True)
@@ -35,6 +72,11 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # stop strings (not included in the output text); also: one string, or None
     ignore_eos: bool = False
     logprobs: int | None = None  # None: off; k >= 0: each new token's log-probability and the k most likely (k <= 20)
+    n: int = 1  # choices: n sequences from one prompt, computed once (its KV blocks shared), seeded apart
+    presence_penalty: float = 0.0  # in [-2, 2]: subtracted once from each id already generated
+    frequency_penalty: float = 0.0  # in [-2, 2]: times how often the id was generated
+    logit_bias: tuple[tuple[int, float], ...] = ()  # also a dict {id: bias}; bias in [-100, 100], <= 300 ids
+    structured: StructuredOutput | None = None  # the output must match this grammar (finished grammar: "stop")
 
     def __post_init__(self):
         def put(name, value):
@@ -55,6 +97,11 @@ class SamplingParams:
             _bad(f"ignore_eos must be true or false, got {_shown(self.ignore_eos)}", "ignore_eos")
         put("ignore_eos", bool(self.ignore_eos))
         put("logprobs", _int("logprobs", self.logprobs, 0, optional=True, below=MAX_LOGPROBS + 1))
+        put("n", _int("n", self.n, 1, below=MAX_N + 1))
+        for name in ("presence_penalty", "frequency_penalty"):
+            put(name, _number(name, getattr(self, name), lambda x: -2 <= x <= 2, "in [-2, 2]"))
+        put("logit_bias", _logit_bias(self.logit_bias))
+        put("structured", _structured(self.structured))
 
     @classmethod
     def from_dict(cls, d: dict) -> "SamplingParams":
@@ -115,15 +162,16 @@ _F32_TINY, _F32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float3
 
 
 def _number(name: str, v, ok, rule: str) -> float:
+    field = name.partition("[")[0]  # logit_bias[5] -> logit_bias
     x = as_float(v)
     if x is None:
-        _bad(f"{name} must be a number {rule}, got {_shown(v)}", name)
+        _bad(f"{name} must be a number {rule}, got {_shown(v)}", field)
     if not math.isfinite(x):
-        _bad(f"{name} must be a finite number {rule}, got {x}", name)
+        _bad(f"{name} must be a finite number {rule}, got {x}", field)
     if x != 0 and not _F32_TINY <= abs(x) <= _F32_MAX:  # the sampling kernel would see 0 or inf
-        _bad(f"{name} must be 0 or of size {_F32_TINY:.3g} to {_F32_MAX:.3g} (float32), got {x}", name)
+        _bad(f"{name} must be 0 or of size {_F32_TINY:.3g} to {_F32_MAX:.3g} (float32), got {x}", field)
     if not ok(x):
-        _bad(f"{name} must be {rule}, got {x}", name)
+        _bad(f"{name} must be {rule}, got {x}", field)
     return x
 
 
@@ -143,3 +191,40 @@ def _stop_string(i: int, s) -> str:
     if not isinstance(s, str) or not s:
         _bad(f"stop[{i}] must be a non-empty string, got {_shown(s)}", "stop")
     return s
+
+
+def _logit_bias(v) -> tuple[tuple[int, float], ...]:
+    """{id: bias} (ids as ints or decimal strings, as JSON has them) or (id, bias) pairs -> sorted pairs."""
+    if v is None:
+        return ()
+    if isinstance(v, dict):
+        items = list(v.items())
+    elif isinstance(v, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in v):
+        items = list(v)
+    else:
+        _bad(f"logit_bias must be a map of token id to bias, got {_shown(v)}", "logit_bias")
+    if len(items) > MAX_LOGIT_BIAS:
+        _bad(f"logit_bias may hold at most {MAX_LOGIT_BIAS} token ids, got {len(items)}", "logit_bias")
+    out: dict[int, float] = {}
+    for k, b in items:
+        i = as_int(k)
+        if i is None and isinstance(k, str) and k.strip().isdigit():
+            i = int(k)
+        if i is None or i < 0:
+            _bad(f"logit_bias keys must be token ids (integers >= 0), got {_shown(k)}", "logit_bias")
+        if i in out:
+            _bad(f"logit_bias names token id {i} twice", "logit_bias")
+        out[i] = _number(f"logit_bias[{i}]", b, lambda x: -100 <= x <= 100, "in [-100, 100]")
+    return tuple(sorted(out.items()))
+
+
+def _structured(v) -> StructuredOutput | None:
+    """A StructuredOutput, or the dict {"kind": ..., "spec": ...} a JSON file holds (a json_schema
+    spec may be the schema itself)."""
+    if v is None or isinstance(v, StructuredOutput):
+        return v
+    if isinstance(v, dict) and set(v) <= {"kind", "spec"} and "kind" in v:
+        if v["kind"] == "json_schema":
+            return StructuredOutput.json_schema(v.get("spec"))
+        return StructuredOutput(v["kind"], v.get("spec", ""))
+    _bad(f'structured must be a StructuredOutput or {{"kind": ..., "spec": ...}}, got {_shown(v)}', "structured")

@@ -34,12 +34,15 @@ class GenerationResult:
     finish_reason: str  # one of FINISH_REASONS
     metrics: dict = field(default_factory=dict)
     error: str | None = None  # why a request was rejected
+    choices: list["GenerationResult"] = field(default_factory=list)  # n > 1: every choice (this one is choice 0)
 
     def to_json(self) -> dict:
         out = {"prompt_ids": self.prompt_ids, "token_ids": self.token_ids, "text": self.text,
                "finish_reason": self.finish_reason}
         if self.error is not None:
             out["error"] = self.error
+        if self.choices:
+            out["choices"] = [{k: v for k, v in c.to_json().items() if k != "prompt_ids"} for c in self.choices]
         return out
 
 

@@ -71,6 +71,7 @@ def test_bench_quick_all_suites(tmp_path):
     decode = [r for r in rows if r["phase"] == "decode"]
     seen = {(r["op"], r["variant"]) for r in decode}
     assert seen == {("norm", "simple"), ("norm", "dp4a"), ("matmul", "simple"), ("matmul", "dp4a"),
+                    ("matmul", "gemv"), ("ffn_in", "gemv"),  # gemv serves steps of <= 8 tokens: decode's
                     ("ffn_in", "simple"), ("ffn_in", "dp4a"), ("rope_kv", "simple"), ("rope_kv", "fused"),
                     ("attention", "simple"), ("attention", "split"), ("attention", "flash")}
     assert {r["tokens"] for r in decode} == {1} and all(r["us"] > 0 and r["gb_s"] > 0 and r["bytes"] > 0 for r in rows)
@@ -96,6 +97,9 @@ def test_bench_quick_all_suites(tmp_path):
     assert r["completed"] == r["requests"] == 12 and r["failed"] == 0 and r["server_idle_after"] is True
     assert r["output_tokens"] > 0 and r["request_throughput_per_s"] > 0 and r["output_tok_per_s"] > 0
     assert r["ttft_s"]["n"] == 12 and all(r[k]["p99"] >= r[k]["p50"] > 0 for k in ("ttft_s", "e2e_s"))
+    st = r["structured"]  # the same requests with a JSON schema, and its cost beside the plain run
+    assert st["completed"] == 12 and st["failed"] == 0 and st["output_tokens"] > 0
+    assert r["structured_vs_plain"]["output_tok_per_s_ratio"] > 0
 
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "kernels", "host", "serve"}

@@ -115,6 +115,19 @@ def test_correct_code_passes_both_checks(order):
     assert np.array_equal(out, want)
 
 
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_copy_longer_than_16_bytes_is_seen_by_both_checks(order):
+    """g++ instruments a memcpy only where it becomes one access of at most 16 bytes; the emulator
+    reports every copy's ranges itself."""
+    be = checked(order)
+    x = be.upload(np.arange(64, dtype=np.int32))
+    out = be.zeros((64,), np.int32)
+    run(be, "copy32", 1, 64, x, out, np.int32(0), np.int32(32))
+    assert np.array_equal(out, np.arange(64)[::-1])
+    msg = failure(be, "copy32", 1, 64, x, out, np.int32(1), np.int32(32))
+    assert "hazard" in msg and line("copy32_write") in msg, msg
+
+
 def test_static_shared_memory_is_poisoned_per_block_under_the_checks():
     out = EmuBackend(racecheck=False, initcheck=False)
     run(out, "raw_across_warps", 1, 64, floats(out, 64))  # unchecked: the race runs unreported

@@ -151,11 +151,14 @@ def test_padded_rows_never_touch_a_real_rows_history(backend):
         assert np.array_equal(sp, se), f"{where}: sampled {sp.tolist()} vs unpadded {se.tolist()}"
         bits_p, bits_e = backend.download(padded.seen_bits), backend.download(exact.seen_bits)
         assert np.array_equal(bits_p[slots], bits_e[slots]), f"{where}: real slots' history differs from unpadded"
+        counts_p, counts_e = backend.download(padded.counts), backend.download(exact.counts)
+        assert np.array_equal(counts_p[slots], counts_e[slots]), f"{where}: real slots' counts differ from unpadded"
         for s in slots:
             want = set(sched.tokens[s][: p.synced[s]])
             assert _history(bits_p[s]) == want, f"{where}: padded run's slot {s} history is not the ids it was fed"
             assert _history(bits_e[s]) == want, f"{where}: unpadded run's slot {s} history is not the ids it was fed"
     assert padded_steps >= 4 and padded.graph_replays == 0 == exact.graph_replays
+    assert backend.download(padded.counts)[slots].view(np.uint16).sum() > 0, "no slot counted a sampled id"
 
 
 def test_pack_pads_with_rows_and_tokens_that_touch_nothing(emu):
@@ -172,7 +175,7 @@ def test_pack_pads_with_rows_and_tokens_that_touch_nothing(emu):
     d.host[:tables] = 0x5A  # junk in every field up to the block tables
     d.tables[: cap.seqs] = 0x5A5A5A5A  # and in every table but the padding sequence's (set once, never sent again)
     batch = Batch.build([SeqChunk([5, 6, 7], 0, [2]), SeqChunk([8, 9], 4, [3, 1])], 4)
-    rows = SamplingRows(np.full((2, 5), 0.5, np.float32), np.array([3, 4], np.int32), np.array([11, 12], np.uint64),
+    rows = SamplingRows(np.full((2, 6), 0.5, np.float32), np.array([3, 4], np.int32), np.array([11, 12], np.uint64),
                         np.array([0, 1], np.int32), np.array([1, 0], np.int32), np.array([1, 1], np.int32),
                         np.array([0, 3, 5], np.int32), np.array([5, 6, 7, 8, 9], np.int32))
     N, S, R, Nb, Rb = 5, 2, 2, 8, 4

@@ -74,8 +74,10 @@ def test_every_matmul_variant_matches_its_reference_and_is_batch_invariant(backe
             assert_bits(run(slice(t, t + 1))[0], got[t], err_msg=f"{name} token {t} alone, {quants.qtype_name(qtype)}")
 
 
-STEP_SIZES = (1, 15, 16, 17, 64, 300)  # below, at and past a 16-token tile; a 64-token tile; several
-STEP_TYPES = [(quants.Q5_0, 1024), (quants.Q4_K, 1024), (quants.Q6_K, 512)]  # 2-byte aligned; K-quants; halves
+STEP_SIZES = (1, 2, 3, 8, 15, 16, 17, 64, 300)  # gemv's compiled counts (1, 2, 4 partly, 8); below, at and
+# past a 16-token tile; a 64-token tile; several
+STEP_TYPES = [(quants.Q5_0, 1024), (quants.Q4_K, 4096), (quants.Q6_K, 512)]  # 2-byte aligned; K-quants with 4
+# chunks a lane (the order within a lane: gemv loads 4 ahead); halves
 
 
 @pytest.mark.parametrize("name", [n for n in variants_of("matmul") if variant("matmul", n).activations == "q8_1"])

@@ -44,13 +44,15 @@ def test_compiles(all_results, source, arch):
 
 
 def test_variant_kernels_do_not_spill(all_results):
-    """ptxas -v (sm_90) of every entry point of the registered variants' files (all but the baselines'):
-    no spill stores or loads -- read from the same compiles as above."""
+    """ptxas -v (sm_90) of every entry point of the registered variants' files (all but the baselines'),
+    and of sampling.cu (every variant's head runs it): no spill stores or loads -- read from the same
+    compiles as above."""
     from sharpinf.bench.kernel_variants import fast_files
     from sharpinf.runtime.ptxas_report import parse_ptxas_log
 
-    report = [p for f in fast_files() for p in parse_ptxas_log(all_results[((kernels_dir() / f).resolve(), "sm_90")].log, f)]
-    assert len(report) >= 40 and {p.file for p in report} == set(fast_files())
+    files = [*fast_files(), "sampling.cu"]
+    report = [p for f in files for p in parse_ptxas_log(all_results[((kernels_dir() / f).resolve(), "sm_90")].log, f)]
+    assert len(report) >= 40 and {p.file for p in report} == set(files)
     assert all(p.registers > 0 for p in report)
     assert not [p.entry for p in report if p.spills]
 

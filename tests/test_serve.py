@@ -74,6 +74,25 @@ def test_completion_equals_offline_generation(client, offline, prompt):
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] is not None
 
 
+def test_n_choices_equal_offline_choices_whole_and_streamed(client, offline):
+    """n = 4: the prompt computed once, four choices seeded apart, equal to offline generation's."""
+    want = offline.generate([PROMPTS[1]], SamplingParams(max_tokens=8, temperature=1.0, seed=7, n=4))[0].choices
+    r = client.completions.create(model=NAME, prompt=PROMPTS[1], max_tokens=8, temperature=1.0, seed=7, n=4)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    assert [c.text for c in r.choices] == [w.text for w in want] and len({w.text for w in want}) > 1
+    assert r.usage.completion_tokens == sum(len(w.token_ids) for w in want)
+    chunks = list(client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=6,
+                                                 temperature=1.0, seed=3, n=3, stream=True,
+                                                 stream_options={"include_usage": True}))
+    whole = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=6,
+                                           temperature=1.0, seed=3, n=3)
+    for c in whole.choices:
+        mine = [ch.choices[0] for ch in chunks if ch.choices and ch.choices[0].index == c.index]
+        assert "".join(m.delta.content or "" for m in mine) == c.message.content
+        assert mine[0].delta.role == "assistant" and mine[-1].finish_reason == c.finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
 def test_token_id_prompt_equals_text_prompt(client, offline):
     ids = offline.tokenizer.encode(PROMPTS[2])
     a = client.completions.create(model=NAME, prompt=ids, max_tokens=8, temperature=0)
@@ -123,7 +142,7 @@ def test_logprobs(client):
 
 # -- errors in OpenAI's shape -------------------------------------------------------------------------
 @pytest.mark.parametrize("kw,param", [(dict(temperature=-1), "temperature"), (dict(max_tokens=0), "max_tokens"),
-                                      (dict(n=2), "n"), (dict(extra_body={"top_p": "high"}), "top_p"),
+                                      (dict(n=0), "n"), (dict(n=17), "n"), (dict(extra_body={"top_p": "high"}), "top_p"),
                                       (dict(logprobs=50), "logprobs"), (dict(extra_body={"top_k": -2}), "top_k"),
                                       (dict(extra_body={"min_p": 2}), "min_p")])
 def test_bad_parameters_are_400(client, kw, param):
@@ -411,7 +430,7 @@ def test_chat_without_max_tokens_runs_to_the_pool_limit(server):
     (b"[" * 100000, None),
     (b'{"model": 5, "prompt": "hi"}', "model"),
     (b'{"model": "tiny", "prompt": "hi", "echo": true}', "echo"),
-    (b'{"model": "tiny", "prompt": "hi", "presence_penalty": 0.5}', "presence_penalty"),
+    (b'{"model": "tiny", "prompt": "hi", "presence_penalty": 2.5}', "presence_penalty"),
     (b'{"model": "tiny", "prompt": "hi", "stream": true, "stream_options": {"include_usage": "false"}}', "include_usage"),
     (b'{"model": "tiny", "prompt": "hi", "stop": ' + json.dumps(["s%d" % i for i in range(40)]).encode() + b"}", "stop"),
 ])

@@ -87,7 +87,7 @@ def _penalised_greedy(fp, prompt, steps, penalty=1.5):
     sid, toks, synced, got, want = run.new_seq(), list(prompt), 0, [], []
     feed = list(prompt)
     for i in range(steps):
-        params = np.array([[0.0, 1.0, 0.0, penalty, 0.0]], np.float32)
+        params = np.array([[0.0, 1.0, 0.0, penalty, 0.0, 0.0]], np.float32)
         adds = toks[synced:]
         rows = SamplingRows(params, np.zeros(1, np.int32), np.zeros(1, np.uint64), np.array([i], np.int32),
                             np.zeros(1, np.int32), np.array([int(synced == 0)], np.int32),
@@ -208,7 +208,7 @@ def test_history_survives_the_buffers_growing(emu):
 
     def rows(slots, clear, adds):
         R = len(slots)
-        params = np.array([[0.0, 1.0, 0.0, 1.5 if s >= 0 else 1.0, 0.0] for s in slots], np.float32)
+        params = np.array([[0.0, 1.0, 0.0, 1.5 if s >= 0 else 1.0, 0.0, 0.0] for s in slots], np.float32)
         return SamplingRows(params, np.zeros(R, np.int32), np.zeros(R, np.uint64), np.zeros(R, np.int32),
                             np.array(slots, np.int32), np.array(clear, np.int32),
                             np.concatenate([[0], np.cumsum([len(x) for x in adds])]).astype(np.int32),

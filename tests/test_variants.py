@@ -29,7 +29,7 @@ def test_parse_every_spelling():
     assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple,moe=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
-    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=mma"]  # mma: in no set, so on its own
+    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=mma", "matmul=gemv"]  # in no set: on their own
     assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="fast")
     assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=fast").name == "tensor"
     assert choices_for("auto") == ["auto"]
@@ -119,23 +119,30 @@ def test_mixed_choices_pass_the_oracles(emu, kernels, arch, qtype):
     assert r.passed and r.max_abs_dlogit == 0.0, r
 
 
-@pytest.mark.parametrize("name", ["mma", "mmq"])
+# The step sizes each variant's own kernels serve, cut so every compiled tile size runs: mma and mmq
+# from 16 tokens (both tile edges), gemv up to 8 (its 1-, 2-, 4- and 8-token kernels).
+CHUNKS = {"mma": [1, 15, 16, 17, 51], "mmq": [1, 15, 16, 17, 51], "gemv": [1, 2, 3, 5, 8, 81]}
+
+
+@pytest.mark.parametrize("name", ["mma", "mmq", "gemv"])
 @pytest.mark.parametrize("arch,qtype", [("llama", "Q4_K"), ("qwen2", "Q5_1"), ("qwen3", "Q6_K")])
-def test_tensor_core_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype, name):
-    """matmul=mma / mmq (int8 tensor cores for steps of >= 16 tokens) gives dp4a's logits bit for bit,
-    so prefill on tensor cores and decode on dp4a agree; the oracles hold as they do for dp4a."""
+def test_matmul_variants_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype, name):
+    """matmul=mma / mmq (int8 tensor cores for steps of >= 16 tokens) and gemv (steps of <= 8) give
+    dp4a's logits bit for bit, so prefill and decode agree whichever kernel runs a step; the oracles
+    hold as they do for dp4a."""
     n_embd = 256 if qtype in ("Q4_K", "Q6_K") else 128
     model = load_model(synthetic_model(arch, qtype, n_embd=n_embd))
     base = dict(attention="split", rope_kv="fused")
     dp4a = ForwardPass(model, emu, kernels={"matmul": "dp4a", **base})
-    mma = dp4a.with_own_buffers(kernels={"matmul": name, **base})
-    assert mma.launches_per_layer() == dp4a.launches_per_layer()
-    assert (f"matmul_{name}.cu", f"matmul_{name}_{qtype.lower()}") in mma.kernels_used("f16")
-    toks = list(range(7, 107))  # 100 tokens: one step on tensor cores (mmq: a 64-token tile and a partial one)
+    other = dp4a.with_own_buffers(kernels={"matmul": name, **base})
+    assert other.launches_per_layer() == dp4a.launches_per_layer()
+    used = {e for f, e in other.kernels_used("f16") if f == f"matmul_{name}.cu"}
+    assert any(e.startswith(f"matmul_{name}_{qtype.lower()}") for e in used), used
+    toks = list(range(7, 107))  # 100 tokens: one step (mmq: a 64-token tile and a partial one; gemv: dp4a's)
     nb = paths.blocks_for([len(toks)], 16)
-    got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [100]) for fp in (mma, dp4a))
+    got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [100]) for fp in (other, dp4a))
     assert_bits(np.asarray(got), np.asarray(want))
-    r = paths.oracle_chunked_vs_whole(mma, toks, "f16", 4, chunks=[1, 15, 16, 17, 51])  # dp4a and both tile edges
+    r = paths.oracle_chunked_vs_whole(other, toks, "f16", 4, chunks=CHUNKS[name])
     assert r.passed and r.max_abs_dlogit == 0.0, r
 
 

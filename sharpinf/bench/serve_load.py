@@ -6,6 +6,11 @@ concurrency C through httpx, and the run stops by itself when all N are answered
 way vLLM's serving benchmark prints them, so the numbers compare: request throughput, output and
 total tokens/s, TTFT, TPOT (time per output token after the first), ITL (gaps between streamed
 tokens), end-to-end latency (mean, p50, p90, p99), and failures.
+
+Then the same requests again with structured output (a JSON schema through llguidance; a
+request ends when its document does, else at its max_tokens): its numbers beside the plain
+run's, and the ratios of TPOT and output tok/s, which are the cost of the per-step mask (its
+computation on the host and the masked sampling rows).
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from sharpinf.bench.common import (BenchContext, envelope, fmt_ms, fmt_rate, lat
                                    save_fig, title_of)
 
 SUITE = "serve"
+# the structured run's schema: a list of records, so a document can run as long as the output
+STRUCTURED = {"type": "json_schema", "json_schema": {"name": "records", "schema": {
+    "type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+                               "required": ["id", "name"]}}}}
 
 
 def defaults(on_gpu: bool, quick: bool) -> dict:
@@ -45,9 +54,9 @@ def _pcts(xs) -> dict:
             "p90": float(np.percentile(xs, 90)), "p99": float(np.percentile(xs, 99))}
 
 
-async def _one(h, prompt: list[int], n_out: int, rec: dict) -> None:
+async def _one(h, prompt: list[int], n_out: int, rec: dict, extra: dict) -> None:
     body = {"prompt": prompt, "max_tokens": n_out, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, **extra}
     t0 = time.perf_counter()
     rec.update(start=t0, times=[], ok=False, output_tokens=0, error=None)
     try:
@@ -91,29 +100,58 @@ def run(ctx: BenchContext, requests: int, concurrency: int, prompt_len: tuple[in
     engine_config = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                          num_blocks=num_blocks, kernels=ctx.kernels)
     _warm(ctx)
-    recs = [dict() for _ in jobs]
 
-    async def main(url: str) -> None:
+    async def main(url: str, recs: list[dict], extra: dict, what: str, jobs=jobs) -> None:
         sem = asyncio.Semaphore(concurrency)
         done = [0]
 
         async def go(job, rec, h, bar, task):
             async with sem:
-                await _one(h, job[0], job[1], rec)
+                await _one(h, job[0], job[1], rec, extra)
             done[0] += 1
             bar.update(task, completed=done[0])
 
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as h:
             with ctx.progress() as bar:
-                task = bar.add_task(f"{SUITE}: {requests} requests at concurrency {concurrency}", total=requests)
+                task = bar.add_task(f"{SUITE}: {len(jobs)} {what}requests at concurrency {concurrency}", total=len(jobs))
                 await asyncio.gather(*(go(j, r, h, bar, task) for j, r in zip(jobs, recs)))
 
-    with LoopbackServer(lambda: LLMEngine(ctx.model, backend=ctx.backend, **engine_config), "bench") as server:
-        t0 = time.perf_counter()
-        asyncio.run(main(server.url))
-        elapsed = time.perf_counter() - t0
+    def engine() -> LLMEngine:
+        e = LLMEngine(ctx.model, backend=ctx.backend, **engine_config)
+        e.grammars.prepare()  # llguidance's tokenizer outside the timed runs
+        return e
+
+    runs = {}
+    kinds = (("plain", {}), ("structured", {"response_format": STRUCTURED}))
+    with LoopbackServer(engine, "bench") as server:
+        warm = jobs[:concurrency]  # untimed: every step shape both runs meet is recorded before either is timed
+        for name, extra in kinds:
+            asyncio.run(main(server.url, [dict() for _ in warm], extra, f"warm-up {name} ", warm))
+        for name, extra in kinds:
+            recs = [dict() for _ in jobs]
+            t0 = time.perf_counter()
+            asyncio.run(main(server.url, recs, extra, "structured " if extra else ""))
+            runs[name] = _metrics(recs, requests, time.perf_counter() - t0)
         clean = server.idle(30)
+    results = dict(runs["plain"], server_idle_after=clean)  # every request ended and every KV block free
+    st = runs["structured"]
+    st.pop("samples")
+    results["structured"] = st
+    results["structured_vs_plain"] = {
+        "tpot_ratio": _ratio(st["tpot_s"]["mean"], results["tpot_s"]["mean"]),
+        "output_tok_per_s_ratio": _ratio(st["output_tok_per_s"], results["output_tok_per_s"])}
+    config = dict(requests=requests, concurrency=concurrency, prompt_len=list(prompt_len), output_len=list(output_len),
+                  engine=engine_config, seed=ctx.seed, client="httpx, streaming /v1/completions, token-id prompts")
+    ctx.release()
+    return envelope(ctx, SUITE, config, results)
+
+
+def _ratio(a, b) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def _metrics(recs: list[dict], requests: int, elapsed: float) -> dict:
     ok = [r for r in recs if r["ok"]]
     out_toks = sum(r["output_tokens"] for r in ok)
     in_toks = sum(r.get("prompt_tokens", 0) for r in ok)
@@ -121,7 +159,7 @@ def run(ctx: BenchContext, requests: int, concurrency: int, prompt_len: tuple[in
     itl = [b - a for r in ok for a, b in zip(r["times"], r["times"][1:])]
     tpot = [(r["end"] - r["times"][0]) / (r["output_tokens"] - 1) for r in ok if r["times"] and r["output_tokens"] > 1]
     e2e = [r["end"] - r["start"] for r in ok]
-    results = {
+    return {
         "requests": requests, "completed": len(ok), "failed": requests - len(ok),
         "failures": [r["error"] for r in recs if not r["ok"]][:20],
         "duration_s": elapsed,
@@ -130,13 +168,8 @@ def run(ctx: BenchContext, requests: int, concurrency: int, prompt_len: tuple[in
         "total_tok_per_s": (out_toks + in_toks) / elapsed,
         "prompt_tokens": in_toks, "output_tokens": out_toks,
         "ttft_s": _pcts(ttft), "tpot_s": _pcts(tpot), "itl_s": _pcts(itl), "e2e_s": _pcts(e2e),
-        "server_idle_after": clean,  # every request ended and every KV block free
         "samples": {"ttft_s": ttft, "itl_s": itl},
     }
-    config = dict(requests=requests, concurrency=concurrency, prompt_len=list(prompt_len), output_len=list(output_len),
-                  engine=engine_config, seed=ctx.seed, client="httpx, streaming /v1/completions, token-id prompts")
-    ctx.release()
-    return envelope(ctx, SUITE, config, results)
 
 
 def table(doc: dict) -> Table:
@@ -151,8 +184,20 @@ def table(doc: dict) -> Table:
         s = r[key]
         t.add_row(f"{name} mean / p50 / p90 / p99 (ms)",
                   " / ".join(fmt_ms(s[k]) for k in ("mean", "p50", "p90", "p99")))
+    st, vs = r.get("structured"), r.get("structured_vs_plain", {})
+    if st is not None:
+        t.add_row("structured (JSON schema): failed requests", str(st["failed"]))
+        t.add_row("structured: output tok/s (x plain)",
+                  f"{fmt_rate(st['output_tok_per_s'])} ({_fmt_x(vs.get('output_tok_per_s_ratio'))})")
+        t.add_row("structured: TPOT mean (ms) (x plain)",
+                  f"{fmt_ms(st['tpot_s']['mean'])} ({_fmt_x(vs.get('tpot_ratio'))})")
+        t.add_row("structured: output tokens (plain)", f"{st['output_tokens']} ({r['output_tokens']})")
     t.add_row("server idle after (all blocks free)", str(r["server_idle_after"]))
     return t
+
+
+def _fmt_x(x) -> str:
+    return "-" if x is None else f"{x:.2f}x"
 
 
 def plot(doc: dict, path) -> object | None:

@@ -57,6 +57,22 @@ def prompt_ids_from(tok, prompt, chat, prompt_ids) -> list[int]:
     return parse_ids(value)
 
 
+def structured_option(json_schema: str | None, regex: str | None):
+    """--json-schema (text or a file) / --regex -> a StructuredOutput (None: neither)."""
+    from sharpinf.sampling import StructuredOutput
+
+    if json_schema is not None and regex is not None:
+        raise SharpinfError("give --json-schema or --regex, not both")
+    if regex is not None:
+        return StructuredOutput("regex", regex)
+    if json_schema is None:
+        return None
+    path = Path(json_schema)
+    if not json_schema.lstrip().startswith(("{", "true", "false")) and path.is_file():
+        json_schema = path.read_text(encoding="utf-8")
+    return StructuredOutput.json_schema(json_schema)
+
+
 @app.command()
 def generate(
     model: str = typer.Argument(..., help="Registered name or path to a .gguf."),
@@ -70,6 +86,11 @@ def generate(
     top_p: float = typer.Option(1.0, help="Nucleus sampling mass (1 = off)."),
     min_p: float = typer.Option(0.0, help="Drop tokens below min_p x the top probability (0 = off)."),
     repetition_penalty: float = typer.Option(1.0, help="> 1 discourages repeats (1 = off)."),
+    presence_penalty: float = typer.Option(0.0, help="In [-2, 2]: subtracted once from every token already generated."),
+    frequency_penalty: float = typer.Option(0.0, help="In [-2, 2]: times how often a token was generated."),
+    json_schema: str = typer.Option(None, "--json-schema", help="Structured output: the answer is JSON valid "
+                                    "under this schema (JSON text, or a path to a .json file; llguidance)."),
+    regex: str = typer.Option(None, "--regex", help="Structured output: the answer matches this regex."),
     seed: int = typer.Option(None, help="Seed for sampling: same seed, same tokens on reference, emu and cuda "
                              "(one rule, kernels_cu/sampling.cu's)."),
     backend: str = typer.Option("auto", help=BACKEND_HELP),
@@ -85,7 +106,9 @@ def generate(
     from sharpinf.sampling import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                            min_p=min_p, repetition_penalty=repetition_penalty, seed=seed)
+                            min_p=min_p, repetition_penalty=repetition_penalty, seed=seed,
+                            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                            structured=structured_option(json_schema, regex))
     kernels = kernels_spec(kernels)
     loaded = load(model)
     engine_config = dict(kv_dtype=kv_dtype, num_blocks=num_blocks, max_num_batched_tokens=max_num_batched_tokens,

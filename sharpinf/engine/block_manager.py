@@ -7,6 +7,12 @@ instead of recomputing it. Freed blocks keep their hash until they are handed ou
 again; the free list is ordered oldest-freed first, so the most recently used cached
 blocks are the last to go.
 
+Choices (n > 1): fork() gives a new sequence the parent's block table, each block's reference
+count raised (the blocks of the positions the fork computed only). A block is written only by a
+sequence that holds it alone: reserve() gives a sequence a fresh block for a shared one it is about
+to write into (copy on write), and when the shared block holds positions before the write, queues
+the (source, destination) pair in `copies` for the engine to copy on the device before the step.
+
 Sliding windows: when every layer of the model is windowed (ModelConfig.kv_window > 0), a block
 whose positions all lie before the window of the sequence's next query is never read again (the
 attention kernels neither look it up nor read it): slide() frees it and leaves SLID in its table
@@ -48,6 +54,9 @@ class BlockManager:
     hit_tokens: int = 0
     queried_tokens: int = 0
     slid: int = 0  # blocks freed by sliding windows so far
+    copies: list[tuple[int, int]] = field(default_factory=list)  # copy on write: (source, destination) to copy
+    forked_blocks: int = 0  # blocks shared by fork() so far
+    copied_blocks: int = 0  # blocks copied on write so far
 
     def __post_init__(self):
         self.ref = [0] * self.num_blocks
@@ -133,16 +142,54 @@ class BlockManager:
         seq.metrics.cached_prompt_tokens = seq.num_computed
         return self.reserve(seq, upto)
 
+    def _shared_block(self, seq: Sequence, upto: int) -> int | None:
+        """The index in seq's table of the block position num_computed is written into, when the
+        table already has it and another sequence holds it too (seq must have its own first), else None."""
+        i = seq.num_computed // self.block_size
+        if upto <= seq.num_computed or i >= len(seq.block_table):
+            return None
+        b = seq.block_table[i]
+        return i if b != SLID and self.ref[b] > 1 else None
+
     def reserve(self, seq: Sequence, upto: int) -> bool:
-        """Blocks so positions 0..upto-1 have a home; False (and nothing taken) if too few are free."""
+        """Blocks so positions 0..upto-1 have a home, and the block the step writes first held by
+        seq alone (copy on write); False (and nothing taken) if too few are free."""
+        cow = self._shared_block(seq, upto)
         need = self.blocks_needed(seq, upto)
-        if need > self.num_free:
+        if need + (cow is not None) > self.num_free:
             return False
+        if cow is not None:
+            src, dst = seq.block_table[cow], self._take_free()
+            self.ref[dst] = 1
+            self._unref(src)
+            seq.block_table[cow] = dst
+            if seq.num_computed % self.block_size:  # positions before num_computed live there: copy them
+                self.copies.append((src, dst))
+                self.copied_blocks += 1
         for _ in range(need):
             b = self._take_free()
             self.ref[b] = 1
             seq.block_table.append(b)
         return True
+
+    def fork(self, parent: Sequence, child: Sequence, computed: int) -> None:
+        """child continues from parent's cache of positions 0..computed-1: the blocks holding them
+        (each held once more) and the prefix-cache chain over them."""
+        assert not child.block_table, "a forked sequence starts without blocks"
+        table = parent.block_table[: -(-computed // self.block_size)]
+        for b in table:
+            if b != SLID:
+                self.ref[b] += 1
+                self.forked_blocks += 1
+        child.block_table = list(table)
+        assert parent.registered_blocks <= computed // self.block_size, "registered blocks hold computed tokens"
+        child.num_computed, child.slid_blocks = computed, min(parent.slid_blocks, len(table))
+        child.registered_blocks, child.last_block_hash = parent.registered_blocks, parent.last_block_hash
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        """The copies on write queued since the last call (the runner does them before the step)."""
+        out, self.copies = self.copies, []
+        return out
 
     def slide(self, seq: Sequence) -> None:
         """After a step: free seq's leading blocks that every layer's window has left. Its next query

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sharpinf.engine.block_manager import BlockManager
+from sharpinf.engine.fork import fork_choices
 from sharpinf.engine.config import EngineConfig
 from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
 from sharpinf.engine.logprobs import TokenLogprobs
@@ -23,6 +24,7 @@ from sharpinf.engine.model_runner import ModelRunner
 from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import Sequence
 from sharpinf.engine.watchdog import Watchdog, check_none_lost, describe
+from sharpinf.engine.grammar import Grammar, Grammars
 from sharpinf.errors import ContextLengthError, EngineStuck, RequestError, SharpinfError
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
@@ -50,7 +52,14 @@ class RequestOutput:
     finish_reason: str | None
     prompt_ids: list[int]  # the request's own list, shared: do not modify
     new_logprobs: list[TokenLogprobs] | None = None  # with SamplingParams.logprobs: one per new token
-    error: str | None = None  # why a rejected request could not run
+    error: str | None = None  # why a rejected request could not run (or a structured one stopped early)
+    index: int = 0  # the choice (SamplingParams.n > 1: 0 .. n-1); `finished` is this choice's
+    request_finished: bool | None = None  # every choice of the request finished (None: as `finished`)
+
+    @property
+    def all_done(self) -> bool:
+        """The request is over: the last output a caller waits for."""
+        return self.finished if self.request_finished is None else self.request_finished
 
 
 @dataclass
@@ -114,6 +123,7 @@ class LLMEngine:
         self.model = open_model(model)
         self.cfg = self.model.config
         self.tokenizer = Tokenizer.from_gguf_metadata(self.model.metadata, where=str(self.model.path))
+        self.grammars = Grammars(self.tokenizer, self.cfg.n_vocab)  # llguidance's tokenizer: built on first use
         # weights, step buffers and kernels first, then the KV pool from what is left, then graphs over it
         self.max_model_len = min(self.cfg.context_length, self.config.max_model_len or self.cfg.context_length)
         self.fp = ForwardPass(self.model, self.backend, capacity=step_capacity(self.config, self.max_model_len),
@@ -150,8 +160,15 @@ class LLMEngine:
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Everything that would make a request impossible, said now rather than later."""
+        if params.n > self.config.max_num_seqs:
+            raise RequestError(f"n = {params.n} choices, but at most max_num_seqs = {self.config.max_num_seqs} "
+                               "sequences run at once (the choices run side by side)", "n")
         ctx, n = self.max_model_len, len(prompt_ids)
         check_prompt(prompt_ids, self.cfg.n_vocab, ctx)
+        bad = [i for i, _ in params.logit_bias if i >= self.cfg.n_vocab]
+        if bad:
+            raise RequestError(f"logit_bias names token id {bad[0]}, outside the vocabulary (0..{self.cfg.n_vocab - 1})",
+                               "logit_bias")
         total = self.token_limit() if params.max_tokens is None else n + params.max_tokens
         if total > ctx:
             raise ContextLengthError(f"prompt ({n}) + max_tokens ({params.max_tokens}) = {total} exceeds the context length {ctx}")
@@ -165,8 +182,11 @@ class LLMEngine:
         smaller. A request without max_tokens runs until it reaches this (finish "context")."""
         return min(self.max_model_len, self.budget.tokens)
 
-    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
-        """Queue a request; a SharpinfError says why it can never run (counted as rejected)."""
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    grammar: Grammar | None = None) -> str:
+        """Queue a request; a SharpinfError says why it can never run (counted as rejected).
+        grammar: params.structured already compiled (`self.grammars.compile`, safe on any thread: the
+        server compiles off the engine thread, whose steps a large schema would otherwise hold up)."""
         try:
             params = params or SamplingParams()
             if not isinstance(params, SamplingParams):
@@ -176,28 +196,33 @@ class LLMEngine:
             rid = request_id if request_id is not None else str(next(self._ids))
             if rid in self.requests:
                 raise RequestError(f"request id {rid!r} is already in use")
+            if params.structured is not None and grammar is None:
+                grammar = self.grammars.compile(params.structured)
         except SharpinfError:
             self.metrics.rejected += 1
             raise
         stop = StopChecker(params, self.tokenizer, context_left=self.token_limit() - len(ids))
         seq = Sequence(rid, ids, params, self._seeds.seed_for(params), stop)
+        seq.grammar = grammar
         self.requests[rid] = seq
-        self.live[rid] = seq
+        self.live[seq.key] = seq
         self.scheduler.add(seq)
         self.metrics.prompt_tokens += len(ids)
         return rid
 
     def abort(self, request_id: str) -> None:
+        """End every unfinished choice of the request."""
         seq = self.requests.get(request_id)
-        if seq is not None and not seq.is_finished:
-            self._finish(seq, "aborted")
+        for s in (seq.choices or [seq]) if seq is not None else []:
+            if not s.is_finished:
+                self._finish(s, "aborted")
 
     def has_unfinished(self) -> bool:
         """Work left: queued sequences, or unfinished requests the scheduler lost (step() says so)."""
         return self.scheduler.has_work() or bool(self.live)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
-        self.live.pop(seq.request_id, None)
+        self.live.pop(seq.key, None)
         self.ended += 1
         seq.finish_reason = reason
         seq.metrics.finished = time.perf_counter()
@@ -223,6 +248,18 @@ class LLMEngine:
         return [RequestOutput(seq.request_id, [], "", seq.output_ids, seq.stop.text, True, "rejected", seq.prompt_ids,
                               error=seq.error)]
 
+    def _no_allowed_token(self, seq: Sequence) -> RequestOutput:
+        """A mask that allowed no id (a grammar in an error state): the request ends ("stop") with
+        what it has, and says why."""
+        why = seq.grammar.error if seq.grammar is not None else None
+        seq.error = f"structured output: no token is allowed next ({why or 'the grammar allows nothing'})"
+        self._finish(seq, "stop")
+        text = seq.stop.text
+        delta = text[seq.sent_chars:]
+        seq.sent_chars = len(text)
+        return RequestOutput(seq.request_id, [], delta, seq.output_ids, text, True, "stop", seq.prompt_ids,
+                             error=seq.error, index=seq.index)
+
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """One step; raises EngineStuck (a bug) rather than let a caller's loop spin forever."""
@@ -238,10 +275,12 @@ class LLMEngine:
         if not chunks:
             return self._reject_unschedulable() if self.scheduler.has_work() else []
         t1 = time.perf_counter()
+        self.pool.copy_blocks(self.blocks.take_copies())  # copy on write (forked choices), before the step
         sampled = self.runner.run(chunks)
         self.metrics.steps += 1
         now = time.perf_counter()
-        outputs = []
+        done: list[tuple[Sequence, RequestOutput]] = []
+        forks = {id(f.seq): f for f in self.runner.last_forks}
         for chunk, token in zip(chunks, sampled):
             seq = chunk.seq
             seq.num_computed += chunk.n_tokens
@@ -249,22 +288,43 @@ class LLMEngine:
             self.blocks.slide(seq)
             if token is None:
                 continue
-            seq.tokens.append(token)
-            self.metrics.generated_tokens += 1
-            if seq.metrics.first_token is None:
-                seq.metrics.first_token = now
-            seq.metrics.token_times.append(now)
-            done = seq.stop.add(token)
-            if done:
-                self._finish(seq, seq.stop.finish_reason)
-            text, stable = seq.stop.text, seq.stop.stable_len()
-            delta = text[seq.sent_chars:stable]  # only text that can no longer change
-            seq.sent_chars = max(seq.sent_chars, stable)
-            lp = self.runner.last_logprobs.get(seq.request_id)
-            outputs.append(RequestOutput(seq.request_id, [token], delta, seq.output_ids, text, done, seq.finish_reason,
-                                         seq.prompt_ids, None if lp is None else [lp]))
+            f = forks.get(id(seq))
+            children = fork_choices(self, f, now) if f is not None else []  # before its token can end it
+            done.append((seq, self._append(seq, token, now, self.runner.last_logprobs.get(seq.key))))
+            done += [(c, self._append(c, t, now, lp)) for c, t, lp in children]
+        last_of = {}  # a request of n > 1 choices is over when all are: said by its last output only
+        for seq, o in done:
+            if seq.choices:
+                o.request_finished = False
+                last_of[id(seq.choices)] = (seq, o)
+        for seq, o in last_of.values():
+            o.request_finished = seq.all_finished
+        outputs = [o for _, o in done]
         self.last_step_times = StepTimes(t1 - t0, now - t1, time.perf_counter() - now)
         return outputs
+
+    def _append(self, seq: Sequence, token: int, now: float, lp: TokenLogprobs | None) -> RequestOutput:
+        """seq's new token: the stop rules (and its grammar's), the text delta, its output. A negative
+        token: the sampler found no allowed id (a stuck grammar)."""
+        if token < 0:
+            return self._no_allowed_token(seq)
+        seq.tokens.append(token)
+        self.metrics.generated_tokens += 1
+        if seq.metrics.first_token is None:
+            seq.metrics.first_token = now
+        seq.metrics.token_times.append(now)
+        done = seq.stop.add(token)
+        if seq.grammar is not None:
+            seq.grammar.advance(token)
+            if seq.grammar.finished and seq.stop.finish_reason != "stop":  # the document is complete
+                done, seq.stop.finish_reason = True, "stop"
+        if done:
+            self._finish(seq, seq.stop.finish_reason)
+        text, stable = seq.stop.text, seq.stop.stable_len()
+        delta = text[seq.sent_chars:stable]  # only text that can no longer change
+        seq.sent_chars = max(seq.sent_chars, stable)
+        return RequestOutput(seq.request_id, [token], delta, seq.output_ids, text, done, seq.finish_reason,
+                             seq.prompt_ids, None if lp is None else [lp], index=seq.index)
 
     def engine_metrics(self) -> dict:
         return self.metrics.to_json(self)

@@ -4,7 +4,8 @@ Order within a step, under a token budget (max_num_batched_tokens) and max_num_s
   1. running sequences with one token left (decodes), oldest admission first;
   2. running sequences still prefilling, a chunk each, oldest first;
   3. waiting sequences, first come first served, admitted while their first chunk's
-     blocks are free (backpressure: a request waits rather than running memory out).
+     blocks are free (backpressure: a request waits rather than running memory out) and
+     max_num_seqs has room for every choice of the request (n > 1: the choices fork from it).
 When a running sequence needs a block and none is free, the most recently admitted
 running sequence is preempted (LIFO) by recompute: its blocks are released and it goes
 back to the front of the waiting queue. The oldest sequence therefore always makes
@@ -106,8 +107,10 @@ class Scheduler:
                 budget -= n
                 prefill = True
 
-        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:  # 3. admissions
+        while self.waiting and budget > 0:  # 3. admissions
             seq = self.waiting[0]
+            if self.seats() + 1 + seq.forks > cfg.max_num_seqs:
+                break  # a request of n choices waits for room for all n (they run side by side)
             # the first chunk starts after what the prefix cache serves: count only those blocks
             n = self._chunk(seq, budget, len(seq.tokens) - self.blocks.cached_prefix_len(seq))
             if n > budget and prefill:
@@ -123,6 +126,17 @@ class Scheduler:
             budget -= n
             prefill = True
         return scheduled
+
+    def seats(self) -> int:
+        """Running sequences, with the choices they will fork at their first sample."""
+        return len(self.running) + sum(s.forks for s in self.running)
+
+    def add_forked(self, child: Sequence) -> None:
+        """A choice forked from a running sequence runs from now on (the youngest: preempted first)."""
+        child.status = Status.RUNNING
+        self.admissions += 1
+        child.admitted_at = self.admissions
+        self.running.append(child)
 
     def finish(self, seq: Sequence) -> None:
         if seq in self.running:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
+from sharpinf.ops.sampling import needs_slot, param_row
 from sharpinf.sampling import SamplingParams
 from sharpinf.textgen import StopChecker
 
@@ -60,19 +62,33 @@ class Sequence:
     error: str | None = None  # why the engine rejected it after admission to the queue
     metrics: SeqMetrics = field(default_factory=SeqMetrics)
     admitted_at: int = -1  # scheduler step of (last) admission: LIFO preemption order
-    sample_slot: int = -1  # the device history slot of the repetition penalty (-1: none held)
+    sample_slot: int = -1  # the device slot of its penalties and logit_bias (-1: none held)
     seen_synced: int = 0  # tokens[:seen_synced] are in that slot
     registered_blocks: int = 0  # leading full blocks already offered to the prefix cache
     last_block_hash: int | None = None  # the chained hash of the last of them
+    grammar: Any = None  # engine/grammar.Grammar: the structured output's matcher (None: unconstrained)
     sent_chars: int = 0  # characters of stop.text already given out as deltas (final ones only)
+    index: int = 0  # which choice of its request (n > 1: 0 .. n-1; engine/fork.py)
+    choices: list["Sequence"] = field(default_factory=list, repr=False)  # choice 0's: every choice, once forked
 
     def __post_init__(self):
         self.tokens = list(self.prompt_ids)
         p = self.params
         # what the sampling kernel reads for this request, packed once
-        self.sampling_row = (p.temperature, p.top_p, p.min_p, p.repetition_penalty, 0.0)
+        self.sampling_row = param_row(p)
         self.top_k = min(p.top_k, 2**31 - 1)
-        self.penalised = p.repetition_penalty != 1.0
+        self.penalised = needs_slot(p)  # holds a device slot: history bits, generated counts, logit_bias
+        self.forks = p.n - 1 if self.index == 0 else 0  # choices still to fork at the first sample
+
+    @property
+    def key(self) -> str:
+        """The engine's name for this sequence: the request id, and #index for choices after the first."""
+        return self.request_id if self.index == 0 else f"{self.request_id}#{self.index}"
+
+    @property
+    def all_finished(self) -> bool:
+        """The request is over: every choice finished (a request that never forked: this one)."""
+        return all(s.is_finished for s in self.choices) if self.choices else self.is_finished
 
     @property
     def output_ids(self) -> list[int]:

@@ -22,7 +22,7 @@ from sharpinf.errors import EngineStuck
 
 def describe(seqs: list[Sequence], most: int = 4) -> str:
     """'id (status, computed/tokens computed, n generated, p preemptions), ...' for a message."""
-    parts = [f"{s.request_id} ({s.status.value}, {s.num_computed}/{len(s.tokens)} computed, "
+    parts = [f"{s.key} ({s.status.value}, {s.num_computed}/{len(s.tokens)} computed, "
              f"{len(s.output_ids)} generated, {s.metrics.preemptions} preemptions)" for s in seqs[:most]]
     more = f" and {len(seqs) - most} more" if len(seqs) > most else ""
     return ", ".join(parts) + more

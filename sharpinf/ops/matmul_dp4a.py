@@ -31,6 +31,26 @@ def launch_shape(n_tokens: int, n_out: int, n_in: int, max_row_blocks: int) -> t
     return (min(-(-n_out // rows_per_block), max_row_blocks), -(-n_tokens // TILE_TOKENS)), 32 * WARPS
 
 
+def launch_q8_rows(be, name: str, file: str, entry: str, grid, block: int, W_dev, qtype: int, X: Q8Act, Y_dev,
+                   n_tokens: int, n_out: int, n_in: int, bias_dev, accumulate: bool, y_stride: int | None,
+                   y_col: int) -> None:
+    """One launch of a q8_1 matmul entry (dp4a, gemv, mma, mmq: one argument list): Y[n_tokens, n_out]
+    (=, or += with accumulate) X W^T (+ bias); with y_stride, Y_dev is a wider [n_tokens, y_stride]
+    buffer filled at columns y_col .. y_col + n_out."""
+    if X.n != n_in:
+        raise ValueError(f"{name}: activations of {X.n} values for rows of {n_in}")
+    stride = n_out if y_stride is None else y_stride
+    if y_col < 0 or y_col + n_out > stride:
+        raise ValueError(f"{name}: columns {y_col}..{y_col + n_out} do not fit rows of {stride}")
+    has_bias = bias_dev is not None
+    y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
+    io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
+          + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
+    be.launch(kernel(be, file, entry), grid, block,
+              (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
+               np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
+
+
 def matmul_dp4a(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
                 accumulate: bool = False, y_stride: int | None = None, y_col: int = 0, file: str = KERNEL_FILE) -> None:
     """Y[n_tokens, n_out] (=, or += with accumulate) X W^T (+ bias). With y_stride, Y_dev is a wider
@@ -38,22 +58,21 @@ def matmul_dp4a(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: in
     if n_tokens < 1 or n_out < 1:
         raise ValueError(f"matmul_dp4a: n_tokens and n_out must be >= 1, got {n_tokens}, {n_out}")
     check_n_in(qtype, n_in)
-    if X.n != n_in:
-        raise ValueError(f"matmul_dp4a: activations of {X.n} values for rows of {n_in}")
-    stride = n_out if y_stride is None else y_stride
-    if y_col < 0 or y_col + n_out > stride:
-        raise ValueError(f"matmul_dp4a: columns {y_col}..{y_col + n_out} do not fit rows of {stride}")
     grid, block = launch_shape(n_tokens, n_out, n_in, MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
-    has_bias = bias_dev is not None
-    y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
-    io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
-          + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
-    be.launch(kernel(be, file, f"matmul_dp4a_{kernel_suffix(qtype)}"), grid, block,
-              (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
-               np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
+    launch_q8_rows(be, "matmul_dp4a", file, f"matmul_dp4a_{kernel_suffix(qtype)}", grid, block, W_dev, qtype, X,
+                   Y_dev, n_tokens, n_out, n_in, bias_dev, accumulate, y_stride, y_col)
 
 
 ACTS = {"silu": 0, "gelu_tanh": 1}  # common.cuh's ACT_SILU, ACT_GELU_TANH
+
+
+def launch_q8_gate_up(be, file: str, entry: str, grid, block: int, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev,
+                      n_tokens: int, n_ff: int, n_in: int, act: str) -> None:
+    """One launch of a fused gate+up entry (dp4a, gemv, mma, mmq: one argument list)."""
+    be.launch(kernel(be, file, entry), grid, block,
+              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
+               np.int32(ACTS[act])),
+              io=(2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff))
 
 
 def gate_up_dp4a(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int,
@@ -64,10 +83,8 @@ def gate_up_dp4a(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: in
         raise ValueError(f"gate_up_dp4a: n_tokens and n_ff must be >= 1, got {n_tokens}, {n_ff}")
     check_n_in(qtype, n_in)
     grid, block = launch_shape(n_tokens, n_ff, n_in, MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
-    be.launch(kernel(be, "gate_up_dp4a.cu", f"gate_up_dp4a_{kernel_suffix(qtype)}"), grid, block,
-              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
-               np.int32(ACTS[act])),
-              io=(2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff))
+    launch_q8_gate_up(be, "gate_up_dp4a.cu", f"gate_up_dp4a_{kernel_suffix(qtype)}", grid, block, Wg_dev, Wu_dev,
+                      qtype, X, out_dev, n_tokens, n_ff, n_in, act)
 
 
 # -- NumPy reference -----------------------------------------------------------------------------

@@ -5,12 +5,9 @@ through it ops/matmul_dp4a.py's NumPy reference."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from sharpinf.model import quants
-from sharpinf.ops.launch import kernel
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
-from sharpinf.ops.matmul_dp4a import ACTS, gate_up_dp4a, matmul_dp4a
+from sharpinf.ops.matmul_dp4a import gate_up_dp4a, launch_q8_gate_up, launch_q8_rows, matmul_dp4a
 from sharpinf.ops.quant_act import Q8Act
 
 MMA_TYPES = frozenset({quants.Q8_0, quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K,
@@ -47,28 +44,18 @@ def matmul_mma(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int
 
 def launch_rows(be, name: str, file: str, grid, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int,
                 n_in: int, bias_dev, accumulate: bool, y_stride: int | None, y_col: int) -> None:
-    """One launch of a tensor-core matmul entry `<name>_<type>` (mma, mmq: one argument list, 128 threads)."""
+    """One launch of a tensor-core matmul entry `<name>_<type>` (mma, mmq: 128 threads)."""
     _check(name, qtype, X, n_tokens, n_out, n_in)
-    stride = n_out if y_stride is None else y_stride
-    if y_col < 0 or y_col + n_out > stride:
-        raise ValueError(f"{name}: columns {y_col}..{y_col + n_out} do not fit rows of {stride}")
-    has_bias = bias_dev is not None
-    y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
-    io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
-          + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
-    be.launch(kernel(be, file, f"{name}_{kernel_suffix(qtype)}"), grid, 128,
-              (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
-               np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride)), io=io)
+    launch_q8_rows(be, name, file, f"{name}_{kernel_suffix(qtype)}", grid, 128, W_dev, qtype, X, Y_dev, n_tokens,
+                   n_out, n_in, bias_dev, accumulate, y_stride, y_col)
 
 
 def gate_up_mma(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int,
                 act: str = "silu") -> None:
     """As gate_up_dp4a (same arguments, same bits), on tensor cores."""
     _check("gate_up_mma", qtype, X, n_tokens, n_ff, n_in)
-    be.launch(kernel(be, "gate_up_mma.cu", f"gate_up_mma_{kernel_suffix(qtype)}"), _grid(n_ff, n_tokens), 128,
-              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
-               np.int32(ACTS[act])),
-              io=(2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff))
+    launch_q8_gate_up(be, "gate_up_mma.cu", f"gate_up_mma_{kernel_suffix(qtype)}", _grid(n_ff, n_tokens), 128, Wg_dev, Wu_dev,
+                      qtype, X, out_dev, n_tokens, n_ff, n_in, act)
 
 
 def matmul_mma_steps(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,

@@ -5,12 +5,8 @@ itself, bit for bit, and through it ops/matmul_dp4a.py's NumPy reference."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from sharpinf.model import quants
-from sharpinf.ops.launch import kernel
 from sharpinf.ops.matmul import kernel_suffix
-from sharpinf.ops.matmul_dp4a import ACTS, gate_up_dp4a, matmul_dp4a
+from sharpinf.ops.matmul_dp4a import gate_up_dp4a, launch_q8_gate_up, matmul_dp4a
 from sharpinf.ops.matmul_mma import _check, launch_rows, supports
 
 ROWS_PER_BLOCK = 64  # MQ_ROWS
@@ -36,10 +32,8 @@ def gate_up_mmq(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff:
                 act: str = "silu") -> None:
     """As gate_up_dp4a (same arguments, same bits), on tensor cores, 64 tokens a block (8 warps)."""
     _check("gate_up_mmq", qtype, X, n_tokens, n_ff, n_in)
-    be.launch(kernel(be, "gate_up_mmq.cu", f"gate_up_mmq_{kernel_suffix(qtype)}"), _grid(n_ff, n_tokens), 256,
-              (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
-               np.int32(ACTS[act])),
-              io=(2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff))
+    launch_q8_gate_up(be, "gate_up_mmq.cu", f"gate_up_mmq_{kernel_suffix(qtype)}", _grid(n_ff, n_tokens), 256, Wg_dev, Wu_dev,
+                      qtype, X, out_dev, n_tokens, n_ff, n_in, act)
 
 
 def matmul_mmq_steps(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,

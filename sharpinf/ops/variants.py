@@ -10,6 +10,9 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                mmq                as mma, 64 rows x 64 tokens a block (matmul_mmq.cu /
                                   gate_up_mmq.cu): each weight chunk unpacked once per 64 tokens;
                                   in the tensor set, opt-in until a GPU session has measured it
+               gemv               as dp4a, but steps of <= 8 tokens with the token count compiled
+                                  in and 4 weight chunks in flight a lane (matmul_gemv.cu /
+                                  gate_up_gemv.cu): decode at the bandwidth limit, bit-identical
     attention  simple             attention.cu: a warp per (token, head)
                split              attention_split.cu: split-KV (flash-decoding), GQA-shared loads
                flash              attention_flash.cu: the split frame on f16 tensor cores, 64 (token,
@@ -22,7 +25,7 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                                   tiles of 8 pairs
 
 A Variant names its op, its kernel files and its launcher (the op's launch function, which it runs
-on its own first file), and says what it serves (`fits`, `min_tokens`, `qtypes`). A matmul variant
+on its own first file), and says what it serves (`fits`, `min_tokens`, `max_tokens`, `qtypes`). A matmul variant
 also declares what it brings with it: the activations its linear layers read (f32 or q8_1), the norm
 that writes them, and a fused gate+up launcher if it has one; StepKernels reads them, never guesses.
 Everything reads the registry: dispatch (StepKernels calls the chosen Variant's launcher),
@@ -97,6 +100,7 @@ class Variant:
     norm: Callable[..., Any] | None = None  # matmul: the rmsnorm launcher that writes those activations
     gate_up: Callable[..., Any] | None = None  # matmul: gate, up and the activation in one launcher
     min_tokens: int = 1  # serves steps of at least this many tokens (the launcher falls back below)
+    max_tokens: int | None = None  # serves steps of at most this many (the launcher falls back above)
     qtypes: Callable[[int], bool] | None = None  # matmul: the weight types it serves (None: all)
     writes_q8: bool = False  # attention: writes the q8_1 copy of its output for the o-projection
     needs_scratch: bool = False  # attention: the split frame's partial states and merge tickets
@@ -131,7 +135,9 @@ class Variant:
 
     def serves(self, qtype: int | None = None, n_tokens: int | None = None) -> bool:
         """Whether it runs (rather than falls back) for weights of qtype in a step of n_tokens."""
-        return (n_tokens is None or n_tokens >= self.min_tokens) and (
+        in_range = n_tokens is None or (n_tokens >= self.min_tokens
+                                        and (self.max_tokens is None or n_tokens <= self.max_tokens))
+        return in_range and (
             qtype is None or self.qtypes is None or self.qtypes(qtype))
 
     @property
@@ -199,7 +205,7 @@ def mma_fits(cfg, model=None) -> str | None:
 
 
 # -- the registry file ---------------------------------------------------------------------------------
-_FLAGS = ("activations", "min_tokens", "writes_q8", "needs_scratch")
+_FLAGS = ("activations", "min_tokens", "max_tokens", "writes_q8", "needs_scratch")
 _REFS = ("fits", "norm", "gate_up", "qtypes")  # "module:function" keys besides launch
 
 

@@ -54,9 +54,9 @@ def record(counts: Ledger, chunks, batch) -> None:
     for s, c in enumerate(chunks[: batch.n_seqs]):
         seq, p, t = c.seq, pos[cu[s] : cu[s + 1]].tolist(), ids[cu[s] : cu[s + 1]].tolist()
         for q in p:
-            counts[(seq.request_id, q)] += 1
+            counts[(seq.key, q)] += 1
         if t != [seq.tokens[q] if 0 <= q < len(seq.tokens) else None for q in p]:
-            counts.problems.append(f"{seq.request_id}: fed ids {t} at positions {p} are not its tokens there "
+            counts.problems.append(f"{seq.key}: fed ids {t} at positions {p} are not its tokens there "
                                    f"({len(seq.tokens)} tokens)")
 
 
@@ -97,7 +97,8 @@ def _per_request(rid: str, seq, counts: Counter, total: int, problems: list[str]
 
 
 def check_accounting(engine, counts: Counter, seqs: dict, rejected_at_submit: int = 0) -> list[str]:
-    """seqs: request id -> its Sequence (as the engine had it), for every request queued."""
+    """seqs: Sequence.key -> its Sequence (as the engine had it), for every request queued and
+    every choice forked (a forked choice's shared prompt counts as served, like the prefix cache's)."""
     problems = list(getattr(counts, "problems", []))
     totals: Counter = Counter()
     for (rid, _), n in counts.items():
@@ -125,6 +126,6 @@ def check_accounting(engine, counts: Counter, seqs: dict, rejected_at_submit: in
     gen = sum(len(s.output_ids) for s in seqs.values())
     if m.generated_tokens != gen:
         problems.append(f"metrics: generated {m.generated_tokens} != {gen} output tokens")
-    if m.prompt_tokens != sum(len(s.prompt_ids) for s in seqs.values()):
+    if m.prompt_tokens != sum(len(s.prompt_ids) for s in seqs.values() if s.index == 0):  # once per request
         problems.append("metrics: prompt tokens disagree")
     return problems

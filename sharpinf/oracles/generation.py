@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from sharpinf.engine.config import EngineConfig
+from sharpinf.engine.grammar import Grammars
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.ops.sampling import RequestSeeds, sample_reference
+from sharpinf.ops.sampling import RequestSeeds, history_words, sample_reference
 from sharpinf.oracles.reference import Reference
 from sharpinf.sampling import SamplingParams
 from sharpinf.textgen import GenerationResult, StopChecker, check_prompt
@@ -30,11 +33,23 @@ def generate_reference(ref: Reference, tok: Tokenizer, prompt_ids: list[int], pa
     cache = ref.new_cache(min(limit, len(prompt_ids) + INITIAL_ROOM))
     logits = ref.forward(prompt_ids, cache)[-1]
     seen = list(prompt_ids)  # the penalty's history, as the engine's: prompt + generated
+    grammar = Grammars(tok, cfg.n_vocab).compile(params.structured) if params.structured is not None else None
+    mask = np.zeros(history_words(cfg.n_vocab), np.uint32)
     while True:
-        token = sample_reference(logits, params, seed, step=len(stop.tokens), seen=seen)
+        if grammar is not None:
+            grammar.fill(mask)
+        token = sample_reference(logits, params, seed, step=len(stop.tokens), seen=seen,
+                                 generated=seen[len(prompt_ids):], mask=mask if grammar is not None else None)
+        if token < 0:  # the grammar allows nothing: the engine ends the request the same way
+            stop.finish_reason = "stop"
+            break
         seen.append(token)
         shown = len(stop.text)
         done = stop.add(token)
+        if grammar is not None:  # the engine's rule: a complete document ends the request
+            grammar.advance(token)
+            if grammar.finished and stop.finish_reason != "stop":
+                done, stop.finish_reason = True, "stop"
         if on_token is not None:
             on_token(token, stop.text[shown:])
         if done:

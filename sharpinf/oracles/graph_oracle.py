@@ -69,7 +69,10 @@ class _Driver:
         work = [(self.sids[s], sched.tokens[s][self.fed[s] : self.fed[s] + n]) for s, n in st]
         for s, n in st:
             self.fed[s] += n
-        params = np.array([[*sched.params[s][:4], 0.0] for s, _ in st], np.float32)
+        # a penalised sequence has presence/frequency penalties too: its slot's generated counts,
+        # which the kernel itself increments, must come out the same padded or not
+        params = np.array([[*sched.params[s][:4], *((0.5, 0.25) if sched.params[s][3] != 1.0 else (0.0, 0.0))]
+                           for s, _ in st], np.float32)
         slots = np.array([s if sched.params[s][3] != 1.0 else -1 for s, _ in st], np.int32)
         clear = np.array([int(self.synced[s] == 0 and slots[r] >= 0) for r, (s, _) in enumerate(st)], np.int32)
         adds = [sched.tokens[s][self.synced[s] : self.fed[s]] if slots[r] >= 0 else [] for r, (s, _) in enumerate(st)]

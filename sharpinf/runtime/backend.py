@@ -34,6 +34,11 @@ def as_dim3(d: Dim3) -> tuple[int, int, int]:
     return tuple(int(x) for x in t) + (1,) * (3 - len(t))
 
 
+# A cooperative launch on the emulator runs each block on its own OS thread: a few suffice to
+# exercise every cross-block order a grid barrier must make right.
+EMU_RESIDENT_BLOCKS = 4
+
+
 class Kernel(ABC):
     """A compiled `extern "C" __global__` entry point (or a template instantiation)."""
 
@@ -53,6 +58,7 @@ class Launch:
     shared_mem: int
     io: tuple[int, int] | None
     handle: Any
+    cooperative: bool = False  # every block resident at once: the kernel may call sharpinf_grid_sync
 
     @property
     def name(self) -> str:
@@ -83,13 +89,21 @@ class Backend(ABC):
 
     @abstractmethod
     def prepare(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
-                io: tuple[int, int] | None = None) -> Launch:
-        """Check the launch (dimensions, argument types) and pack its arguments, once."""
+                io: tuple[int, int] | None = None, cooperative: bool = False) -> Launch:
+        """Check the launch (dimensions, argument types) and pack its arguments, once.
+        cooperative: all blocks must be resident at once (a kernel calling sharpinf_grid_sync;
+        the grid no larger than `resident_blocks` says)."""
 
     @abstractmethod
     def run(self, launches: Sequence[Launch]) -> None:
         """Run prepared launches in order on the backend's stream (asynchronous on CUDA);
         inside capture() they are captured instead."""
+
+    def resident_blocks(self, kernel: Kernel, threads: int, shared_mem: int = 0) -> int:
+        """How many blocks of `kernel` (threads each, shared_mem dynamic bytes) can be resident
+        at once: the largest grid a cooperative launch may have. The emulator holds a small
+        fixed number (one OS thread each); the CUDA backend asks the occupancy calculator."""
+        return EMU_RESIDENT_BLOCKS
 
     def compile(self, requests: Sequence[tuple[str, str]], progress=None) -> None:
         """Compile ahead the entry points `requests` names [(file, entry)]; progress(file) is
@@ -121,11 +135,11 @@ class Backend(ABC):
         return True
 
     def launch(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
-               io: tuple[int, int] | None = None) -> None:
+               io: tuple[int, int] | None = None, cooperative: bool = False) -> None:
         """prepare + run; inside recording() the launch is collected, not run."""
         if self._collecting is not None:
             return
-        l = self.prepare(kernel, grid, block, args, shared_mem, io)
+        l = self.prepare(kernel, grid, block, args, shared_mem, io, cooperative)
         if self._recording is not None:
             self._recording.append(l)
         else:
@@ -179,6 +193,10 @@ class Backend(ABC):
     @abstractmethod
     def copy_to_host(self, dev: Any, host: np.ndarray) -> None:
         """host[...] = dev, asynchronous in stream order: read host only after synchronize()."""
+
+    @abstractmethod
+    def copy_device(self, src: Any, dst: Any) -> None:
+        """dst[...] = src between two contiguous device arrays of one size, in stream order."""
 
     @abstractmethod
     def synchronize(self) -> None: ...

@@ -145,6 +145,8 @@ class CudaBackend(Backend):
         self.cp = cp
         self.device_id = device
         self._launch_kernel = cp.cuda.driver.launchKernel
+        # cuLaunchCooperativeKernel guarantees a cooperative launch's blocks co-resident (or fails)
+        self._launch_coop = getattr(cp.cuda.driver, "launchCooperativeKernel", None)
         self._cuda_errors = (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError)
         self._modules: dict[tuple, Any] = {}
         self._selected: dict[Path, tuple[frozenset, Any]] = {}  # file -> (entries, module) from compile()
@@ -216,9 +218,11 @@ class CudaBackend(Backend):
             raise BackendError(f"{path.name}: cannot get kernel {name!r}: {exc}") from exc
 
     def prepare(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
-                io: tuple[int, int] | None = None) -> Launch:
+                io: tuple[int, int] | None = None, cooperative: bool = False) -> Launch:
         if not isinstance(kernel, CudaKernel):
             raise BackendError(f"{kernel!r} was not compiled by the cuda backend")
+        if cooperative and self._launch_coop is None:
+            raise BackendError(f"{kernel.name}: a cooperative launch needs CuPy's driver.launchCooperativeKernel")
         try:
             g, b = as_dim3(grid), as_dim3(block)
         except ValueError as exc:
@@ -240,7 +244,12 @@ class CudaBackend(Backend):
             values.append(ctype((a.view(np.uint16) if a.dtype == np.float16 else a).item()))
         params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
         handle = CudaHandle((kernel.ptr, *g, *b, int(shared_mem)), params, values, arrays, ctypes.addressof(params))
-        return Launch(kernel, g, b, int(shared_mem), io, handle)
+        if cooperative:
+            resident = self.resident_blocks(kernel, b[0] * b[1] * b[2], int(shared_mem))
+            if g[0] * g[1] * g[2] > resident:
+                raise BackendError(f"{kernel.name}: cooperative grid {g} is larger than the {resident} blocks "
+                                   "that can be resident at once")
+        return Launch(kernel, g, b, int(shared_mem), io, handle, bool(cooperative))
 
     def run(self, launches: Sequence[Launch]) -> None:
         launch, stream = self._launch_kernel, self._stream.ptr
@@ -249,7 +258,10 @@ class CudaBackend(Backend):
         try:
             for l in launches:
                 h = l.handle
-                launch(*h.head, stream, h.params_ptr, 0)
+                if l.cooperative:
+                    self._launch_coop(*h.head, stream, h.params_ptr)
+                else:
+                    launch(*h.head, stream, h.params_ptr, 0)
                 if sync_each:
                     self._stream.synchronize()
         except self._cuda_errors as exc:
@@ -257,6 +269,16 @@ class CudaBackend(Backend):
                                + ("" if sync_each else "; it may have come from an earlier kernel: set SHARPINF_SYNC=1")) from exc
         if l is not None:
             self._last = l.name
+
+    def resident_blocks(self, kernel: Kernel, threads: int, shared_mem: int = 0) -> int:
+        """SMs x the blocks of `kernel` one SM holds at once (the occupancy calculator)."""
+        if not isinstance(kernel, CudaKernel):
+            raise BackendError(f"{kernel!r} was not compiled by the cuda backend")
+        drv = self.cp.cuda.driver
+        with self._errors("occupancy query"):
+            per_sm = drv.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, shared_mem)
+            sms = self.cp.cuda.runtime.getDeviceProperties(self.device_id)["multiProcessorCount"]
+        return int(per_sm) * int(sms)
 
     # -- memory ------------------------------------------------------------------
     def empty(self, shape, dtype) -> Any:
@@ -309,6 +331,13 @@ class CudaBackend(Backend):
         self._check_copy(host, dev)
         with self._errors("device-to-host copy"):
             self.cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, host.nbytes, _D2H, self._stream.ptr)
+
+    def copy_device(self, src: Any, dst: Any) -> None:
+        if src.nbytes != dst.nbytes or not src.flags.c_contiguous or not dst.flags.c_contiguous:
+            raise BackendError(f"device copy of {src.nbytes} bytes into {dst.nbytes}: sizes must match and both "
+                               "be contiguous")
+        with self._errors("device-to-device copy"):
+            self.cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, _D2D, self._stream.ptr)
 
     def synchronize(self) -> None:
         with self._errors("synchronize"):

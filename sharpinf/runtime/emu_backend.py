@@ -90,7 +90,7 @@ class EmuBackend(Backend):
         return k
 
     def prepare(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
-                io: tuple[int, int] | None = None) -> Launch:
+                io: tuple[int, int] | None = None, cooperative: bool = False) -> Launch:
         if not isinstance(kernel, EmuKernel):
             raise BackendError(f"emu: not an emulator kernel: {kernel!r}")
         if not isinstance(args, (tuple, list)):
@@ -100,7 +100,7 @@ class EmuBackend(Backend):
         if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
             raise BackendError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
         packed, arrays = kernel.pack(args)
-        return Launch(kernel, g, b, int(shared_mem), io, make_handle(packed, arrays))
+        return Launch(kernel, g, b, int(shared_mem), io, make_handle(packed, arrays), bool(cooperative))
 
     def run(self, launches: Sequence[Launch]) -> None:
         if self._graph is not None:
@@ -111,7 +111,8 @@ class EmuBackend(Backend):
         for l in launches:
             h = l.handle
             rc = l.kernel.module.launch(l.kernel, l.grid, l.block, l.shared_mem, h.packed, self._order_code,
-                                        self.strict, self.workers, self.seed, mc, h.guards if mc else b"", self._check)
+                                        self.strict, self.workers, self.seed, mc, h.guards if mc else b"", self._check,
+                                        l.cooperative)
             if rc:
                 raise BackendError(self._failure(l, rc))
 
@@ -161,6 +162,11 @@ class EmuBackend(Backend):
 
     def copy_to_host(self, dev: np.ndarray, host: np.ndarray) -> None:
         np.copyto(host, dev)
+
+    def copy_device(self, src: np.ndarray, dst: np.ndarray) -> None:
+        if src.nbytes != dst.nbytes:
+            raise BackendError(f"device copy of {src.nbytes} bytes into {dst.nbytes}: sizes must match")
+        np.copyto(dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8))
 
     def synchronize(self) -> None:
         pass

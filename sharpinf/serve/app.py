@@ -183,16 +183,22 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None,
         checks().check_prompt(parsed.prompt, param)
         ids = await encode(parsed.prompt)
         checks().check_tokens(len(ids), param)
+        grammar = None
+        if parsed.params.structured is not None:  # compiled here, off the engine thread (a schema may take long)
+            try:
+                grammar = await asyncio.to_thread(loop.engine.grammars.compile, parsed.params.structured)
+            except SharpinfError as exc:
+                raise P.bad(str(exc), parsed.field(getattr(exc, "param", None))) from None
         try:
-            return await asyncio.to_thread(loop.submit, ids, parsed.params, asyncio.get_running_loop())
+            return await asyncio.to_thread(loop.submit, ids, parsed.params, asyncio.get_running_loop(), grammar)
         except ShuttingDown as exc:
             raise P.ApiError(503, str(exc), "server_error", None, "server_shutting_down") from None
         except EngineFailure as exc:
             raise P.ApiError(503, f"the engine is not running: {exc}", "server_error") from None
         except ContextLengthError as exc:
             raise context_error(loop.engine.token_limit(), str(exc), param) from None
-        except SharpinfError as exc:
-            raise P.bad(str(exc)) from None
+        except SharpinfError as exc:  # a bad logit_bias id, a grammar llguidance rejects, n > max_num_seqs, ...
+            raise P.bad(str(exc), parsed.field(getattr(exc, "param", None))) from None
 
     def _abort(rid: str) -> None:
         try:
@@ -242,8 +248,10 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None,
         return P.ApiError(500, f"the engine failed: {exc}", "server_error")
 
     async def whole(request, parsed: P.Parsed, rid, queue, head: P.Head, tok, t0):
-        tick, lps, out, get, checked = timing(t0), [], None, None, time.perf_counter()
-        while out is None or not out.finished:
+        tick, out, get, checked = timing(t0), None, None, time.perf_counter()
+        last: dict[int, RequestOutput] = {}  # each choice's latest output (its whole text so far)
+        lps: dict[int, list] = {}
+        while out is None or not out.all_done:
             get = get or asyncio.ensure_future(queue.get())  # kept across polls: no output is ever dropped
             await asyncio.wait({get}, timeout=DISCONNECT_POLL_S)
             now = time.perf_counter()
@@ -262,22 +270,29 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None,
             if out.new_token_ids:
                 tick()
                 metrics.generation_tokens.inc(len(out.new_token_ids))
-            lps += out.new_logprobs or []
+            last[out.index] = out
+            lps.setdefault(out.index, []).extend(out.new_logprobs or [])
         if out.finish_reason == "rejected":
             raise P.bad(out.error or "the request could not run")
         metrics.requests.labels("ok").inc()
         metrics.prompt_tokens.inc(len(out.prompt_ids))
-        lp = None
-        if parsed.logprobs is not None:
-            lp = P.chat_logprobs(tok, lps) if parsed.chat else P.completion_logprobs(tok, lps, P.TextOffsets(tok))
-        return P.completion_body(head, out.text, P.FINISH.get(out.finish_reason, out.finish_reason), lp,
-                                 P.usage(len(out.prompt_ids), len(out.token_ids)), parsed.chat)
+        choices = []
+        for i in sorted(last):
+            o, lp = last[i], None
+            if parsed.logprobs is not None:
+                lp = P.chat_logprobs(tok, lps[i]) if parsed.chat else P.completion_logprobs(tok, lps[i], P.TextOffsets(tok))
+            choices.append(P.choice_body(i, o.text, P.FINISH.get(o.finish_reason, o.finish_reason), lp, parsed.chat))
+        use = P.usage(len(out.prompt_ids), sum(len(o.token_ids) for o in last.values()))
+        return P.completion_body(head, choices, use, parsed.chat)
 
     async def stream(request, parsed: P.Parsed, rid, queue, head: P.Head, tok, t0) -> AsyncIterator[str]:
         def sse(obj) -> str:
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
-        tick, first, finished, offsets = timing(t0), True, False, P.TextOffsets(tok)
+        tick, finished = timing(t0), False
+        firsts: set[int] = set()  # choices whose first chunk went out
+        offsets: dict[int, P.TextOffsets] = {}
+        generated: dict[int, int] = {}
         try:
             while not finished:
                 out: RequestOutput | Exception = await queue.get()
@@ -285,7 +300,7 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None,
                     finished = True
                     yield sse(ended(out).body())
                     break
-                finished = out.finished
+                finished = out.all_done
                 if out.finish_reason == "rejected":
                     metrics.requests.labels("bad_request").inc()
                     yield sse(P.bad(out.error or "the request could not run").body())
@@ -293,21 +308,22 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None,
                 if out.new_token_ids:
                     tick()
                     metrics.generation_tokens.inc(len(out.new_token_ids))
+                generated[out.index] = len(out.token_ids)
                 lp = None
                 if parsed.logprobs is not None and out.new_logprobs:
                     lp = (P.chat_logprobs(tok, out.new_logprobs) if parsed.chat
-                          else P.completion_logprobs(tok, out.new_logprobs, offsets))
-                if out.new_text or lp or finished or (first and parsed.chat):
-                    finish = P.FINISH.get(out.finish_reason, out.finish_reason) if finished else None
-                    yield sse(P.completion_body(head, out.new_text, finish, lp, None, parsed.chat,
-                                                chunk=True, first=first))
-                    first = False
+                          else P.completion_logprobs(tok, out.new_logprobs, offsets.setdefault(out.index, P.TextOffsets(tok))))
+                first = out.index not in firsts
+                if out.new_text or lp or out.finished or (first and parsed.chat):
+                    finish = P.FINISH.get(out.finish_reason, out.finish_reason) if out.finished else None
+                    choice = P.choice_body(out.index, out.new_text, finish, lp, parsed.chat, chunk=True, first=first)
+                    yield sse(P.completion_body(head, [choice], None, parsed.chat, chunk=True))
+                    firsts.add(out.index)
                 if finished:
                     metrics.requests.labels("ok").inc()
                     metrics.prompt_tokens.inc(len(out.prompt_ids))
                     if parsed.include_usage:
-                        yield sse(P.usage_chunk(head, parsed.chat,
-                                                P.usage(len(out.prompt_ids), len(out.token_ids))))
+                        yield sse(P.usage_chunk(head, parsed.chat, P.usage(len(out.prompt_ids), sum(generated.values()))))
             yield "data: [DONE]\n\n"
         finally:
             if not finished:  # the client went away (or the engine failed): free the request's blocks

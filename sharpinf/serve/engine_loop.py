@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from sharpinf.engine.llm_engine import LLMEngine, RequestOutput
+from sharpinf.errors import SharpinfError
 from sharpinf.sampling import SamplingParams
 
 log = logging.getLogger("sharpinf.serve")
@@ -86,10 +87,12 @@ class EngineLoop:
         self._wake.set()
         return fut.result()
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams, loop: asyncio.AbstractEventLoop) -> tuple[str, asyncio.Queue]:
-        """Queue a request; a RequestError (bad ids, too long, can never fit) is raised here."""
+    def submit(self, prompt_ids: list[int], params: SamplingParams, loop: asyncio.AbstractEventLoop,
+               grammar=None) -> tuple[str, asyncio.Queue]:
+        """Queue a request; a RequestError (bad ids, too long, can never fit) is raised here.
+        grammar: params.structured compiled by the caller's thread (engine.grammars.compile)."""
         queue: asyncio.Queue = asyncio.Queue()
-        return self._command("add", prompt_ids, params, Subscriber(queue, loop)), queue
+        return self._command("add", prompt_ids, params, Subscriber(queue, loop), grammar), queue
 
     def abort(self, rid: str) -> None:
         """End a request (its client went away): its blocks are freed, its queue gets nothing more."""
@@ -111,6 +114,9 @@ class EngineLoop:
             return
         self.engine = engine
         self.snapshot = engine.engine_metrics()
+        # llguidance's tokenizer (a second or so for a large vocabulary) in the background, so the
+        # first structured request does not wait for it; without llguidance, nothing to prepare
+        threading.Thread(target=_prepare_grammars, args=(engine,), name="sharpinf-grammars", daemon=True).start()
         while not self._stop:
             try:
                 self._wake.clear()  # before draining: a command queued after this sets it again
@@ -139,8 +145,8 @@ class EngineLoop:
                 if kind == "add":
                     if self._closing:
                         raise ShuttingDown("the server is shutting down; it takes no new requests")
-                    ids, params, sub = args
-                    rid = engine.add_request(ids, params)
+                    ids, params, sub, grammar = args
+                    rid = engine.add_request(ids, params, grammar=grammar)
                     self._subs[rid] = sub
                     fut.set_result(rid)
                 elif kind == "abort":
@@ -170,10 +176,10 @@ class EngineLoop:
 
     def _deliver(self, engine: LLMEngine, out: RequestOutput) -> None:
         sub = self._subs.get(out.request_id)
-        if out.finished:
+        if out.all_done:  # (n > 1: the last of its choices)
             self._subs.pop(out.request_id, None)
             engine.requests.pop(out.request_id, None)
-        if sub is not None and not self._send(sub, out) and not out.finished:
+        if sub is not None and not self._send(sub, out) and not out.all_done:
             self._subs.pop(out.request_id, None)
             engine.abort(out.request_id)
             engine.requests.pop(out.request_id, None)
@@ -192,3 +198,10 @@ class EngineLoop:
             self._send(sub, error)
         self._subs.clear()
         return n
+
+
+def _prepare_grammars(engine: LLMEngine) -> None:
+    try:
+        engine.grammars.prepare()
+    except SharpinfError:  # llguidance missing or no EOS: a structured request says so itself
+        pass

@@ -2,8 +2,10 @@
 
 Requests: /v1/completions (prompt: text or token ids) and /v1/chat/completions (messages, run
 through the model's chat template). Sampling fields as OpenAI names them (max_tokens or
-max_completion_tokens, temperature, top_p, seed, stop, n = 1, logprobs / top_logprobs) plus
-vLLM's extensions top_k, min_p, repetition_penalty, ignore_eos. Defaults are OpenAI's
+max_completion_tokens, temperature, top_p, seed, stop, n, logprobs / top_logprobs,
+presence_penalty, frequency_penalty, logit_bias, response_format: text, json_object or
+json_schema) plus vLLM's extensions top_k, min_p, repetition_penalty, ignore_eos, guided_json,
+guided_regex, guided_grammar (Lark). Defaults are OpenAI's
 (temperature 1, completions max_tokens 16, chat until the context is full). Unknown fields are
 ignored, as OpenAI's own server does; a known field of the wrong type or value is a 400.
 Errors have OpenAI's shape: {"error": {"message", "type", "param", "code"}}. Responses: one Head
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.errors import RequestError
-from sharpinf.sampling import MAX_LOGPROBS, SamplingParams
+from sharpinf.sampling import MAX_LOGPROBS, SamplingParams, StructuredOutput
 
 # engine finish reasons -> OpenAI's ("context": the model's context is full, a length limit too)
 FINISH = {"stop": "stop", "length": "length", "context": "length", "aborted": "abort", "rejected": "error"}
@@ -50,6 +52,11 @@ class Parsed:
     include_usage: bool
     logprobs: int | None  # alternatives to list per token (None: no logprobs)
     chat: bool
+    structured_field: str | None = None  # the request field that set params.structured
+
+    def field(self, param: str | None) -> str | None:
+        """An engine error's param (a SamplingParams field) -> the request field to name."""
+        return self.structured_field if param == "structured" else param
 
 
 def _field(body: dict, name: str, kinds: tuple, default=None):
@@ -117,8 +124,6 @@ def parse(body, chat: bool) -> Parsed:
         raise bad("the request body must be a JSON object")
     prompt = _messages(body) if chat else _prompt(body)
     n = _field(body, "n", (int,), 1)
-    if n != 1:
-        raise bad(f"'n' must be 1 (got {n}): send several requests instead", "n")
     if chat:
         max_tokens = _field(body, "max_completion_tokens", (int,), None)
         max_tokens = _field(body, "max_tokens", (int,), max_tokens)
@@ -150,15 +155,51 @@ def parse(body, chat: bool) -> Parsed:
                   top_k=_field(body, "top_k", (int,), 0),
                   min_p=_field(body, "min_p", (int, float), 0.0),
                   repetition_penalty=_field(body, "repetition_penalty", (int, float), 1.0),
+                  presence_penalty=_field(body, "presence_penalty", (int, float), 0.0),
+                  frequency_penalty=_field(body, "frequency_penalty", (int, float), 0.0),
+                  logit_bias=_field(body, "logit_bias", (dict,), None),
                   seed=_seed(_field(body, "seed", (int,), None)),
-                  stop=stop, ignore_eos=_field(body, "ignore_eos", (bool,), False), logprobs=logprobs)
+                  stop=stop, ignore_eos=_field(body, "ignore_eos", (bool,), False), logprobs=logprobs, n=n)
+    fields["structured"] = _structured(body)
     if fields["top_k"] == -1:  # vLLM's "off"
         fields["top_k"] = 0
     try:
         params = SamplingParams(**fields)
     except RequestError as exc:
         raise bad(str(exc).removeprefix("invalid sampling parameter: "), _openai_name(exc.param, body, chat)) from None
-    return Parsed(prompt, params, stream, include_usage, logprobs, chat)
+    return Parsed(prompt, params, stream, include_usage, logprobs, chat, _openai_name("structured", body, chat)
+                  if params.structured is not None else None)
+
+
+def _structured(body: dict) -> StructuredOutput | None:
+    """response_format (OpenAI) or one of vLLM's guided_json / guided_regex / guided_grammar."""
+    given = [k for k in ("guided_json", "guided_regex", "guided_grammar") if body.get(k) is not None]
+    rf = _field(body, "response_format", (dict,), None)
+    kind = None if rf is None else rf.get("type", None)
+    if kind not in (None, "text", "json_object", "json_schema"):
+        raise bad(f"response_format.type must be text, json_object or json_schema, got {kind!r}", "response_format")
+    if kind in ("json_object", "json_schema"):
+        given.insert(0, "response_format")
+    if len(given) > 1:
+        raise bad(f"give one of {' and '.join(given)}, not both", given[1])
+    if not given:
+        return None
+    try:
+        if kind == "json_object":
+            return StructuredOutput("json_object")
+        if kind == "json_schema":
+            js = rf.get("json_schema")
+            if not isinstance(js, dict) or "schema" not in js:
+                raise bad("response_format.json_schema must be an object with a 'schema'", "response_format")
+            return StructuredOutput.json_schema(js["schema"])
+        v = body[given[0]]
+        if given[0] == "guided_json":
+            return StructuredOutput.json_schema(v)
+        if not isinstance(v, str):
+            raise bad(f"'{given[0]}' must be a string", given[0])
+        return StructuredOutput("regex" if given[0] == "guided_regex" else "lark", v)
+    except RequestError as exc:
+        raise bad(str(exc).removeprefix("invalid sampling parameter: "), given[0]) from None
 
 
 def _openai_name(field: str | None, body: dict, chat: bool) -> str | None:
@@ -167,6 +208,9 @@ def _openai_name(field: str | None, body: dict, chat: bool) -> str | None:
         return "max_completion_tokens"
     if field == "logprobs" and chat:
         return "top_logprobs"
+    if field == "structured":
+        return next((k for k in ("guided_json", "guided_regex", "guided_grammar") if body.get(k) is not None),
+                    "response_format")
     return field
 
 
@@ -176,16 +220,15 @@ def _seed(v: int | None) -> int | None:
 
 
 # fields OpenAI defines that sharpinf does not implement: refused when they would change the answer
-_NEUTRAL = {"echo": False, "best_of": 1, "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": 0,
-            "suffix": "", "tools": [], "functions": [], "response_format": {"type": "text"}}
+_NEUTRAL = {"echo": False, "best_of": 1, "suffix": "", "tools": [], "functions": []}
 
 
 def _unsupported(body: dict, chat: bool) -> None:
     for name, neutral in _NEUTRAL.items():
         v = body.get(name)
-        if v is None or v == neutral or (name == "response_format" and isinstance(v, dict) and v.get("type") == "text"):
+        if v is None or v == neutral:
             continue
-        raise bad(f"'{name}' is not supported by sharpinf (got {v!r}); repetition_penalty is", name)
+        raise bad(f"'{name}' is not supported by sharpinf (got {v!r})", name)
 
 
 # -- responses ---------------------------------------------------------------------------------
@@ -276,21 +319,20 @@ def chat_logprobs(tok, lps: list[TokenLogprobs]) -> dict:
                         for lp in lps]}
 
 
-def completion_body(head: Head, text: str, finish: str | None, lp: dict | None, use: dict | None,
-                    chat: bool, chunk: bool = False, first: bool = False) -> dict:
-    if chat:
-        if chunk:
-            delta = ({"role": "assistant", "content": text} if first else {"content": text}) if text or first else {}
-            choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
-            obj = "chat.completion.chunk"
-        else:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": lp,
-                      "finish_reason": finish}
-            obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": finish}
-        obj = "text_completion"
-    body = {**head.of(obj), "choices": [choice]}
+def choice_body(index: int, text: str, finish: str | None, lp: dict | None, chat: bool, chunk: bool = False,
+                first: bool = False) -> dict:
+    """One entry of `choices`: choice `index`'s text (a chat message, or its delta in a stream chunk)."""
+    if not chat:
+        return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}
+    if chunk:
+        delta = ({"role": "assistant", "content": text} if first else {"content": text}) if text or first else {}
+        return {"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}
+    return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": lp, "finish_reason": finish}
+
+
+def completion_body(head: Head, choices: list[dict], use: dict | None, chat: bool, chunk: bool = False) -> dict:
+    obj = ("chat.completion.chunk" if chunk else "chat.completion") if chat else "text_completion"
+    body = {**head.of(obj), "choices": choices}
     if use is not None:
         body["usage"] = use
     return body

@@ -4,9 +4,14 @@ descriptor (StepDescriptor), so a step allocates nothing and crosses to the devi
     token_ids, positions, slot_mapping   i32 [T]       the batch's tokens, then padding
     cu_seqlens                           i32 [S+1]     S = seqs + 1: the last sequence holds the padding
     logits_rows                          i32 [R]
-    sampling: params f32 [R,5], top_k, steps, slots, clear i32 [R], add_off i32 [R+1], seeds u64 [R]
+    sampling: params f32 [R,6], top_k, steps, slots, clear, count_n, mask_idx i32 [R],
+              add_off i32 [R+1], seeds u64 [R]
     add_ids                              i32 [H]       ids new to the repetition-penalty history
     block_tables                         i32 [S, W]    last, so the copy stops after the live rows
+
+Allowed-token masks (structured output) are not in that copy: a step with M masked rows packs
+their bits into rows 0..M-1 of a pinned [R, words] staging buffer and sends those rows with a
+second copy before the descriptor's (mask_idx[r] names row r's); a step without one sends none.
 
 The host side is one pinned staging buffer with the same layout: a step writes its fields
 there and `upload` sends [0, end of the last live block-table row) with one async copy.
@@ -57,10 +62,12 @@ class SamplingRows:
     """Per row of logits_rows: how to pick its token (host arrays, packed by the model runner).
 
     The history fields keep each penalised request's seen ids on the device across steps:
-    slots[r] (-1: no penalty), clear[r] (the slot is new to this request), and the ids new
-    since its last step, add_ids[add_off[r]:add_off[r+1]]."""
+    slots[r] (-1: no slot), clear[r] (the slot is new to this request), and the ids new
+    since its last step, add_ids[add_off[r]:add_off[r+1]], of which the last count_n[r] are
+    generated ids the slot's counts must be rebuilt with (a fresh slot of a re-admitted request).
+    mask_idx[r]: -1, or the row of `masks` (u32 [M, words], host) that holds row r's allowed ids."""
 
-    params: np.ndarray  # f32 [R, 5]: temperature, top_p, min_p, repetition_penalty, 0
+    params: np.ndarray  # f32 [R, 6]: temperature, top_p, min_p, repetition, presence, frequency penalties
     top_k: np.ndarray  # i32 [R]
     seeds: np.ndarray  # u64 [R]
     steps: np.ndarray  # i32 [R]
@@ -68,6 +75,9 @@ class SamplingRows:
     clear: np.ndarray  # i32 [R]
     add_off: np.ndarray  # i32 [R+1]
     add_ids: np.ndarray  # i32 [n]
+    count_n: np.ndarray | None = None  # i32 [R]; None: zeros
+    mask_idx: np.ndarray | None = None  # i32 [R]; None: no row masked
+    masks: np.ndarray | None = None  # u32 [M, words]
 
     @property
     def n_rows(self) -> int:
@@ -141,6 +151,7 @@ class StepDescriptor:
     width: int  # W: block-table entries per sequence
     block_size: int
     scratch_block: int
+    mask_words: int = 1  # u32 words of one allowed-token mask: ceil(vocab / 32)
     fields: dict[str, _Field] = field(init=False)
     nbytes: int = field(init=False)
 
@@ -148,7 +159,8 @@ class StepDescriptor:
         T, S, R, H, W = self.cap.tokens, self.cap.seqs + 1, self.cap.rows, self.cap.history, self.width
         layout = [("token_ids", I32, T), ("positions", I32, T), ("slot_mapping", I32, T), ("cu_seqlens", I32, S + 1),
                   ("logits_rows", I32, R), ("params", F32, R * N_PARAMS), ("top_k", I32, R), ("steps", I32, R),
-                  ("slots", I32, R), ("clear", I32, R), ("add_off", I32, R + 1), ("seeds", U64, R),
+                  ("slots", I32, R), ("clear", I32, R), ("count_n", I32, R), ("mask_idx", I32, R),
+                  ("add_off", I32, R + 1), ("seeds", U64, R),
                   ("add_ids", I32, max(1, H)), ("block_tables", I32, S * W)]
         self.fields, at = {}, 0
         for name, dt, n in layout:
@@ -164,6 +176,9 @@ class StepDescriptor:
         self.tables = self.h["block_tables"].reshape(S, W)
         self._copied = self.be.marker()  # the end of the last upload (a CUDA event): pack() waits for it
         self.host_ids = self.be.host_buffer(R * 4).view(I32)  # sampled ids come back here
+        self.mask_host = self.be.host_buffer(R * self.mask_words * 4).view(np.uint32).reshape(R, self.mask_words)
+        self.masks = self.be.zeros((R, self.mask_words), np.uint32)
+        self._mask_rows = 0  # rows of mask_host this step sends
         # the padding sequence's table (row S-1) never changes and is past every copy: set it once
         self.tables[S - 1, :] = self.scratch_block
         self.be.copy_to_device(self.host, self.device)
@@ -179,7 +194,8 @@ class StepDescriptor:
 
     def pack(self, batch: Batch, n_tokens: int, n_rows: int, sampling: SamplingRows | None) -> int:
         """Write the batch padded to n_tokens tokens and n_rows rows; returns the bytes to upload."""
-        self.be.wait(self._copied)  # the previous step's copy must have left the staging buffer
+        self.be.wait(self._copied)  # the previous step's copies must have left the staging buffers
+        self._mask_rows = 0
         h, N, S, R = self.h, batch.n_tokens, batch.n_seqs, len(batch.logits_rows)
         h["token_ids"][:N] = batch.token_ids
         h["token_ids"][N:n_tokens] = 0
@@ -202,8 +218,14 @@ class StepDescriptor:
             h["slots"][:R] = sampling.slots
             h["slots"][R:n_rows] = -1  # padding rows hold no history...
             h["clear"][:R] = sampling.clear
-            for k in ("top_k", "steps", "seeds", "clear"):  # ...and carry nothing of an earlier step's rows
+            h["count_n"][:R] = 0 if sampling.count_n is None else sampling.count_n
+            h["mask_idx"][:R] = -1 if sampling.mask_idx is None else sampling.mask_idx
+            h["mask_idx"][R:n_rows] = -1
+            for k in ("top_k", "steps", "seeds", "clear", "count_n"):  # ...and carry nothing of an earlier step's rows
                 h[k][R:n_rows] = 0
+            if sampling.masks is not None and len(sampling.masks):
+                self._mask_rows = M = len(sampling.masks)
+                self.mask_host[:M] = sampling.masks
             h["add_off"][: R + 1] = sampling.add_off
             h["add_off"][R + 1 : n_rows + 1] = sampling.add_off[R]
             h["add_ids"][: len(sampling.add_ids)] = sampling.add_ids
@@ -217,5 +239,8 @@ class StepDescriptor:
         self.be.wait(self._copied)
 
     def upload(self, nbytes: int) -> None:
+        M = self._mask_rows
+        if M:  # before the descriptor's copy, so the one marker covers both staging buffers
+            self.be.copy_to_device(self.mask_host[:M], self.masks[:M])
         self.be.copy_to_device(self.host[:nbytes], self.device[:nbytes])
         self.be.record(self._copied)

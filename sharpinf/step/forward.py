@@ -45,7 +45,7 @@ from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel
 from sharpinf.ops.embedding import embed
-from sharpinf.ops.sampling import history_words, sample_rows, seen_update
+from sharpinf.ops.sampling import BIAS_STRIDE, count_words, history_words, sample_rows, seen_update
 from sharpinf.ops.variants import KernelChoice, check_dispatched, ops_of, resolve_kernels
 from sharpinf.progress import note, progress_bar
 from sharpinf.runtime.backend import Backend
@@ -119,15 +119,24 @@ class ForwardPass:
     # -- buffers ------------------------------------------------------------------------------
     def _resize(self, cap: StepCapacity) -> None:
         """(Re)allocate the workspace for `cap`; plans and the descriptor go with the old buffers,
-        the repetition-penalty history moves over (its slots stay held)."""
-        old_bits = getattr(self, "seen_bits", None)  # None: a fresh ForwardPass
+        the per-slot state (history bits, generated counts, logit_bias) moves over (its slots stay held).
+
+        Per slot (cap.rows of them, one per running request that needs one): ceil(V/32) u32 of
+        history bits, ceil(V/2) u32 of u16 counts (V * 2 bytes: 98 KiB for V = 49152), and
+        BIAS_STRIDE i32 of logit_bias (2.4 KiB); workspace_bytes() counts them."""
+        old = getattr(self, "seen_bits", None)  # None: a fresh ForwardPass
+        old = None if old is None else (old, self.counts, self.slot_bias)
         self.release_plans()
         self.capacity = cap
         self.ws = Workspace(self.backend, self.cfg, cap, self.choice)
         self.kernels = StepKernels(self.backend, self.cfg, self.choice, self.ws)
-        self.seen_bits = self.backend.zeros((cap.rows, history_words(self.cfg.n_vocab)), np.uint32)
-        if old_bits is not None:
-            self.seen_bits[: old_bits.shape[0]] = old_bits
+        V = self.cfg.n_vocab
+        self.seen_bits = self.backend.zeros((cap.rows, history_words(V)), np.uint32)
+        self.counts = self.backend.zeros((cap.rows, count_words(V)), np.uint32)
+        self.slot_bias = self.backend.zeros((cap.rows, BIAS_STRIDE), np.int32)
+        if old is not None:
+            for new, prev in zip((self.seen_bits, self.counts, self.slot_bias), old):
+                new[: prev.shape[0]] = prev
         self.token_ladder = bucket_ladder(cap.tokens)
         self.row_ladder = bucket_ladder(cap.rows)
 
@@ -162,7 +171,7 @@ class ForwardPass:
         full = -(-self.cfg.context_length // kv.block_size)
         self.release_plans()
         self._desc = StepDescriptor(self.backend, self.capacity, max(width, min(full, kv.num_blocks)),
-                                    kv.block_size, kv.scratch_block)
+                                    kv.block_size, kv.scratch_block, history_words(self.cfg.n_vocab))
         self._pool_ref = weakref.ref(kv)
         return self._desc
 
@@ -187,7 +196,14 @@ class ForwardPass:
         return self._desc
 
     def workspace_bytes(self) -> int:
-        return self.ws.nbytes + int(self.seen_bits.nbytes) + (self._desc.nbytes if self._desc else 0)
+        slots = int(self.seen_bits.nbytes) + int(self.counts.nbytes) + int(self.slot_bias.nbytes)
+        desc = self._desc.nbytes + int(self._desc.masks.nbytes) if self._desc else 0
+        return self.ws.nbytes + slots + desc
+
+    def set_slot_bias(self, slot: int, row: np.ndarray) -> None:
+        """Slot `slot`'s logit_bias row (ops.sampling.bias_row), sent when a request takes the slot
+        (before its step's launch on the same stream)."""
+        self.backend.copy_to_device(np.ascontiguousarray(row, np.int32), self.slot_bias[slot])
 
     def with_own_buffers(self, capacity: StepCapacity = DEFAULT_CAPACITY, kernels: Any = None) -> "ForwardPass":
         """Another ForwardPass over the same uploaded weights, with its own step buffers and
@@ -288,12 +304,14 @@ class ForwardPass:
         over it touches nothing but the scratch block."""
         self.backend.synchronize()  # nothing may still be copying out of the staging buffer
         h = d.h
-        for k in ("token_ids", "positions", "logits_rows", "params", "top_k", "steps", "clear", "add_off", "seeds"):
+        for k in ("token_ids", "positions", "logits_rows", "params", "top_k", "steps", "clear", "count_n", "add_off",
+                  "seeds"):
             h[k][...] = 0
         h["slot_mapping"][:] = d.scratch_block * d.block_size
         h["cu_seqlens"][:-1] = 0
         h["cu_seqlens"][-1] = self.capacity.tokens
         h["slots"][:] = -1
+        h["mask_idx"][:] = -1
         d.upload(d.nbytes)
 
     # -- one step ---------------------------------------------------------------------------
@@ -332,10 +350,12 @@ class ForwardPass:
         """More new history ids than the step's buffer holds (a long prompt's first sample): set
         them now with their own upload and launch; the step then adds none."""
         be = self.backend
+        count_n = np.zeros(R, np.int32) if s.count_n is None else s.count_n
         seen_update(be, R, self.cfg.n_vocab, self.seen_bits, be.upload(s.slots), be.upload(s.clear),
-                    be.upload(s.add_off), be.upload(np.concatenate([s.add_ids, np.full(1, -1, np.int32)])))
+                    be.upload(s.add_off), be.upload(np.concatenate([s.add_ids, np.full(1, -1, np.int32)])),
+                    self.counts, be.upload(count_n))
         return SamplingRows(s.params, s.top_k, s.seeds, s.steps, s.slots, np.zeros(R, np.int32),
-                            np.zeros(R + 1, np.int32), np.zeros(0, np.int32))
+                            np.zeros(R + 1, np.int32), np.zeros(0, np.int32), None, s.mask_idx, s.masks)
 
     # -- the launches of a step (recorded into plans) ---------------------------------------------
     def _emit_body(self, N: int, kv, d: StepDescriptor) -> None:
@@ -355,5 +375,5 @@ class ForwardPass:
         self.kernels.head(self.output_norm, self.output, dv["logits_rows"], R)
         if samples:
             sample_rows(be, ws.logits, R, cfg.n_vocab, dv["params"], dv["top_k"], dv["seeds"], dv["steps"],
-                        self.seen_bits, dv["slots"], dv["clear"], dv["add_off"], dv["add_ids"], ws.sampled,
-                        ws.sample_scratch)
+                        self.seen_bits, dv["slots"], dv["clear"], dv["add_off"], dv["add_ids"], self.counts,
+                        dv["count_n"], self.slot_bias, dv["mask_idx"], d.masks, ws.sampled, ws.sample_scratch)

@@ -63,6 +63,14 @@ class KVPool:
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in self.k + self.v)
 
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy each (source, destination) block's slots, K and V of every layer, in stream order
+        (copy on write for forked sequences, engine/block_manager.py)."""
+        bs = self.block_size
+        for src, dst in pairs:
+            for a in self.k + self.v:
+                self.backend.copy_device(a[src * bs : (src + 1) * bs], a[dst * bs : (dst + 1) * bs])
+
     def poison(self) -> None:
         """Fill every slot with NaN bytes: a kernel reading a slot nobody wrote shows up as NaN."""
         for a in self.k + self.v:

@@ -89,3 +89,19 @@ extern "C" __global__ void static_per_block(int* out) {
     __syncthreads();
     if (threadIdx.x == 0) out[blockIdx.x] = carried;
 }
+
+// A copy g++ does not instrument -- longer than 16 bytes (dp4a.cuh's 32-byte loads on the emulator,
+// sometimes), or of a length known only at run time (always) -- into shared memory: the checks must
+// see it, as a write (no false uninitialised read after it) and as an access (a race through it is
+// caught). race = 1 drops the barrier between the copy and another warp's read. nbytes = 32.
+extern "C" __global__ void copy32(const int* x, int* out, int race, int nbytes) {
+    __shared__ __align__(16) int words[64];
+    const int t = threadIdx.x;
+    if (race) {  // initialised first: what is left to find is the race, not an uninitialised read
+        words[t] = 0;
+        __syncthreads();
+    }
+    if (t < 8) __builtin_memcpy(&words[8 * t], &x[8 * t], nbytes);  // MARK:copy32_write
+    if (!race) __syncthreads();
+    out[t] = words[63 - t];
+}

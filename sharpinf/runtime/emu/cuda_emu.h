@@ -121,6 +121,9 @@ inline unsigned syncwarp_mask(unsigned m = 0xffffffffu) { return m; }
 #define __any_sync(mask, p) \
     ((int)::sharpinf_emu::warp_op(__FILE__, __LINE__, ::sharpinf_emu::W_ANY, (mask), (p) != 0, 0, 32))
 #define __activemask() (::sharpinf_emu::active_mask())
+// The grid barrier of common.cuh's sharpinf_grid_sync: the scheduler's own (emu_sched.cpp), so
+// a cooperative launch's blocks take turns between barriers and a missing block is a deadlock.
+#define SHARPINF_EMU_GRID_SYNC() ::sharpinf_emu::grid_sync(__FILE__, __LINE__)
 #define __trap() ::sharpinf_emu::trap(__FILE__, __LINE__)
 namespace sharpinf_emu {
 inline int width_arg(int w = 32) { return w; }
@@ -165,6 +168,23 @@ __attribute__((always_inline)) inline void rc_sincosf(float x, float* s, float* 
 }
 }  // namespace sharpinf_emu
 #define SHARPINF_EMU_RC_VALUE(f) (::sharpinf_emu::rc_value(f))
+// g++ instruments a memcpy it turns into one access of 1, 2, 4, 8 or 16 bytes, and none longer:
+// a 32-byte copy into shared memory was invisible (a later read reported as uninitialised, a
+// race through it missed). Every kernel-side copy reports both ranges itself (the hooks are g++
+// runtime's, declared under -fsanitize=thread only: build.py's entry-point scan preprocesses without it).
+#ifdef __SANITIZE_THREAD__
+extern "C" void __tsan_read_range(void*, long);  // the builtins' own signatures (emu_racecheck.cpp)
+extern "C" void __tsan_write_range(void*, long);
+namespace sharpinf_emu {
+__attribute__((always_inline)) inline void* rc_memcpy(void* d, const void* s, size_t n) {
+    __tsan_read_range(const_cast<void*>(s), (long)n);
+    __tsan_write_range(d, (long)n);
+    return __builtin_memcpy(d, s, n);
+}
+}  // namespace sharpinf_emu
+#define __builtin_memcpy(d, s, n) ::sharpinf_emu::rc_memcpy((d), (s), (n))
+#define memcpy(d, s, n) ::sharpinf_emu::rc_memcpy((d), (s), (n))
+#endif
 #define __float2half(...) SHARPINF_EMU_RC_VALUE(__float2half(__VA_ARGS__))
 #define __float2half_rn(...) SHARPINF_EMU_RC_VALUE(__float2half_rn(__VA_ARGS__))
 #define __float2bfloat16(...) SHARPINF_EMU_RC_VALUE(__float2bfloat16(__VA_ARGS__))

@@ -90,9 +90,10 @@ Entry make_entry(const char* name) {
         int i, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,     \
         unsigned long long shared, const void* args, int order, int strict, int workers,         \
         unsigned long long seed, char* err, int errlen, int memcheck, const void* guards,        \
-        int nguards, unsigned long long* fault, int check) {                                     \
+        int nguards, unsigned long long* fault, int check, int coop) {                           \
         ::sharpinf_emu::LaunchCfg c{{gx, gy, gz}, {bx, by, bz}, (size_t)shared, order, strict,   \
                                     workers, seed, entries[i].name, memcheck,                    \
-                                    (const uint64_t*)guards, nguards, (uint64_t*)fault, check};  \
+                                    (const uint64_t*)guards, nguards, (uint64_t*)fault, check,   \
+                                    coop};                                                       \
         return entries[i].launch(entries[i].fn, c, (const unsigned char*)args, err, (size_t)errlen); \
     }

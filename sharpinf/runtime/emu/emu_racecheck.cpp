@@ -77,7 +77,8 @@ struct PerThread {
 };
 static thread_local PerThread pt;
 
-// The checker's state while a checked launch runs (one OS thread runs its blocks).
+// The checker's state while a checked launch runs: one OS thread runs its blocks, or, in a
+// cooperative launch, one OS thread each block (so the state is per OS thread).
 struct Check {
     int bits = 0;
     pthread_t owner;              // the OS thread running the launch (others' accesses are not this launch's)
@@ -89,8 +90,8 @@ struct Check {
     std::vector<uint32_t> ws;     // per warp: __syncwarp count in this block
     std::vector<unsigned> ws_ring;  // per warp: the lanes of its last 32 __syncwarps
 };
-static Check g_check;
-static Check* volatile g_on = nullptr;  // non-null inside a checked block
+static thread_local Check g_check;
+static __thread Check* g_on = nullptr;  // non-null inside a checked block
 
 static void add_range(Check& c, uintptr_t lo, size_t bytes, size_t elem, const char* name, const char* file, int line,
                       Shadow* sh) {
@@ -101,7 +102,7 @@ static void add_range(Check& c, uintptr_t lo, size_t bytes, size_t elem, const c
 
 void rc_block_begin(const LaunchCfg& cfg, unsigned char* dyn) {
     ++pt.serial;
-    if (!cfg.check) return;  // run_grid holds the checked launches' lock: g_check is ours
+    if (!cfg.check) return;  // g_check is this OS thread's (run_grid holds the checked launches' lock)
     Check& c = g_check;
     c.bits = cfg.check;
     c.owner = pthread_self();

@@ -32,6 +32,7 @@ SHARPINF_EMU_API int sync_block(const char* file, int line, int pred);  // retur
 SHARPINF_EMU_API uint64_t warp_op(const char* file, int line, int op, unsigned mask,
                                      uint64_t val, int arg, int width);
 SHARPINF_EMU_API unsigned active_mask();
+SHARPINF_EMU_API void grid_sync(const char* file, int line);  // every thread of every block (cooperative launch)
 SHARPINF_EMU_API void trap(const char* file, int line);
 SHARPINF_EMU_API void assert_fail(const char* expr, const char* file, int line);
 
@@ -55,6 +56,7 @@ struct LaunchCfg {
     int nguards;
     uint64_t* fault;         // strict: the fault record (see Fault in emu_sched.cpp), or null
     int check;               // shared memory checks, bit 0 racecheck, bit 1 initcheck (emu_racecheck.cpp)
+    int coop;                // cooperative: every block resident at once, grid_sync allowed (emu_sched.cpp)
 };
 typedef void (*ThreadFn)(void* ctx);
 // 0 on success; else bit 0: the launch failed and err says why (NUL-terminated, truncated

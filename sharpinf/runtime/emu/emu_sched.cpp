@@ -15,7 +15,18 @@
    naming the address, the access and the thread.
 
    Shared memory checks (emu_racecheck.cpp): each block starts a fresh poisoning and, under
-   racecheck/initcheck, a fresh shadow; barriers and __syncwarp are reported to the checker. */
+   racecheck/initcheck, a fresh shadow; barriers and __syncwarp are reported to the checker.
+
+   Cooperative launches (LaunchCfg.coop, for kernels that call sharpinf_grid_sync): every
+   block of the grid is resident at once, each on its own OS thread (its own fibers, static
+   and dynamic shared memory, checker state), and the blocks take turns: one block runs
+   until all its threads wait at the grid barrier (or have exited), then passes the turn to
+   the next block in thread order (reverse order walks the blocks backwards too). When every
+   block waits, the barrier releases and the turns start again; when some wait and the others
+   have exited, that is a deadlock, reported naming the blocks on each side. So a cooperative
+   launch is as deterministic as any other, and a missing grid barrier shows as a wrong read.
+   (Only the turns order blocks: a kernel spinning on a flag another block sets would spin for
+   ever here, so cross-block waits go through sharpinf_grid_sync, never a hand-written loop.) */
 #include "emu_rt.h"
 #include "emu_fiber.h"
 #include "emu_racecheck.h"
@@ -40,7 +51,7 @@ namespace sharpinf_emu {
 __thread Tls tls;
 
 enum St : uint8_t { S_NEW, S_READY, S_RUNNING, S_BAR, S_WARP, S_DONE };
-static const int OP_BARRIER = -1;
+static const int OP_BARRIER = -1, OP_GRID = -2;  // a block barrier, the grid barrier
 
 struct EThread {
     FiberCtx ctx;
@@ -66,8 +77,13 @@ struct Fault {
     uint64_t w[F_WORDS];
 };
 
+struct Grid;
+
 struct Block {
     const LaunchCfg* cfg;
+    Grid* grid;   // the cooperative launch this block belongs to, else null
+    int gidx;     // its linear block index there
+    bool quiet;   // failed only because another block of the grid did: report that one
     ThreadFn fn;
     void* ctx;
     int n;
@@ -75,6 +91,7 @@ struct Block {
     std::vector<int> order;   // position -> linear tid
     std::vector<Warp> warps;
     int alive, ndone, first_done, at_bar, nrun, bar_count, cursor, loop_pos;
+    int bar_op;   // what the waiting threads wait at: OP_BARRIER or OP_GRID
     bool looping, failed;
     Fault fault;  // strict memcheck: set by on_fault, w[F_FILLED] = 1
     const char* bar_file;
@@ -105,6 +122,7 @@ static Worker& worker() {
 static const char* op_name(int op) {
     switch (op) {
         case OP_BARRIER: return "__syncthreads";
+        case OP_GRID: return "sharpinf_grid_sync";
         case W_SYNC: return "__syncwarp";
         case W_IDX: return "__shfl_sync";
         case W_UP: return "__shfl_up_sync";
@@ -188,7 +206,7 @@ static void deadlock(Block* b) {
         snprintf(head, sizeof head, "\n  thread %s waits at %s (%s:%d)", ids.c_str(), op_name(t.op),
                  t.file ? t.file : "?", t.line);
         msg += head;
-        if (t.op != OP_BARRIER) {
+        if (t.op != OP_BARRIER && t.op != OP_GRID) {
             const Warp& w = b->warps[t.lin >> 5];
             char more[160];
             snprintf(more, sizeof more, " for lanes 0x%08x of warp %d; arrived 0x%08x, exited 0x%08x",
@@ -222,7 +240,10 @@ static void suspend(Block* b, EThread* t) {
     // Whoever resumed us set our state and tls.
 }
 
+static void grid_arrive(Block* b);
+
 static void release_barrier(Block* b) {
+    if (b->bar_op == OP_GRID) grid_arrive(b);  // the whole block is there: wait for the other blocks
     rc_barrier();
     for (int i = 0; i < b->n; ++i) {
         EThread& u = b->th[i];
@@ -244,9 +265,9 @@ static void thread_exit(Block* b, EThread* t) {
         if (b->cfg->strict) {
             char s[512];
             snprintf(s, sizeof s,
-                     "strict: thread %s exited while other threads wait at __syncthreads (%s:%d) "
+                     "strict: thread %s exited while other threads wait at %s (%s:%d) "
                      "(early exit before a barrier)",
-                     tid_str(b, t->lin).c_str(), b->bar_file, b->bar_line);
+                     tid_str(b, t->lin).c_str(), op_name(b->bar_op), b->bar_file, b->bar_line);
             fail(b, s);
         }
         if (b->at_bar == b->alive) release_barrier(b);
@@ -330,6 +351,16 @@ static void run_on_this_fiber(Block* b, EThread* t) {
 
 static void fiber_entry(void* arg) { run_on_this_fiber(tls.blk, (EThread*)arg); }
 
+// Some threads of the block wait at __syncthreads, others at the grid barrier: on a GPU the
+// grid barrier's own __syncthreads would pair with the block's and the grid would hang or race.
+[[noreturn]] static void mixed_barriers(Block* b, EThread* t, const char* file, int line) {
+    char s[640];
+    snprintf(s, sizeof s, "threads of one barrier phase wait at %s (%s:%d) and %s (%s:%d) (thread %s)",
+             op_name(b->bar_op), b->bar_file, b->bar_line, op_name(b->bar_op == OP_GRID ? OP_BARRIER : OP_GRID),
+             file, line, tid_str(b, t->lin).c_str());
+    fail(b, s);
+}
+
 int sync_block(const char* file, int line, int pred) {
     Block* b = tls.blk;
     EThread* t = tls.cur;
@@ -352,10 +383,12 @@ int sync_block(const char* file, int line, int pred) {
             fail(b, s);
         }
     }
+    if (b->at_bar > 0 && b->bar_op != OP_BARRIER) mixed_barriers(b, t, file, line);
     if (b->at_bar == 0) {
         b->bar_file = file;
         b->bar_line = line;
         b->bar_count = 0;
+        b->bar_op = OP_BARRIER;
     }
     t->st = S_BAR;
     t->op = OP_BARRIER;
@@ -365,6 +398,31 @@ int sync_block(const char* file, int line, int pred) {
     if (++b->at_bar == b->alive) release_barrier(b);
     suspend(b, t);
     return (int)t->res;
+}
+
+void grid_sync(const char* file, int line) {
+    Block* b = tls.blk;
+    EThread* t = tls.cur;
+    leave_loop(b);
+    if (!b->grid) {
+        char s[400];
+        snprintf(s, sizeof s, "sharpinf_grid_sync (%s:%d) in a launch that is not cooperative (thread %s): "
+                 "launch it with cooperative=True", file, line, tid_str(b, t->lin).c_str());
+        fail(b, s);
+    }
+    if (b->at_bar > 0 && b->bar_op != OP_GRID) mixed_barriers(b, t, file, line);
+    if (b->at_bar == 0) {
+        b->bar_file = file;
+        b->bar_line = line;
+        b->bar_count = 0;
+        b->bar_op = OP_GRID;
+    }
+    t->st = S_BAR;
+    t->op = OP_GRID;
+    t->file = file;
+    t->line = line;
+    if (++b->at_bar == b->alive) release_barrier(b);
+    suspend(b, t);
 }
 
 static void complete_warp(Block* b, int w) {
@@ -604,6 +662,7 @@ static bool run_block(Worker& wk, Block* b, uint64_t block_lin) {
     b->loop_pos = 0;
     b->looping = true;
     b->failed = false;
+    b->quiet = false;
     b->fault.w[F_FILLED] = 0;
     if (b->cfg->shared) memset(wk.smem.data(), 0xFF, b->cfg->shared);  // NaN poison
     tls.blk = b;
@@ -639,6 +698,7 @@ static bool run_blocks(const LaunchCfg& cfg, ThreadFn fn, void* ctx, std::atomic
         ~Catch() { t_catch = 0; }
     } catching(cfg.memcheck == 2);
     setup_block(b, cfg, fn, ctx);
+    b->grid = nullptr;
     if (wk.smem.size() < cfg.shared) wk.smem.resize(cfg.shared);
     tls.dyn_smem = wk.smem.data();
     tls.blockDim = uint3{cfg.block[0], cfg.block[1], cfg.block[2]};
@@ -722,6 +782,134 @@ static HelperPool& helpers() {
     return *g_helpers;
 }
 
+
+// ---- cooperative launches (see the header comment) -------------------------------------------
+enum GSt : uint8_t { G_RUN, G_WAIT, G_DONE };
+
+struct Grid {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<uint8_t> st;  // per block: runnable, waiting at the grid barrier, finished
+    std::vector<int> seq;     // the order blocks take turns in
+    int turn = -1;            // position in seq of the block that runs; -1: none
+    bool abort = false;       // a block failed (or a deadlock): every waiting block ends
+    std::string err;          // the first failure
+    Fault fault{{0}};
+    const char* file = nullptr;  // the barrier the waiting blocks wait at
+    int line = 0;
+    const char* kernel = "?";
+};
+
+static std::string block_list(const Grid& g, uint8_t want) {
+    std::string s;
+    for (int i = 0; i < (int)g.st.size(); ++i)
+        if (g.st[i] == want) s += (s.empty() ? "" : ", ") + std::to_string(i);
+    return s;
+}
+
+// With g.m held: give the turn to the next runnable block after the current one; if none,
+// release the barrier (all wait), end (all finished) or report the deadlock (some of each).
+static void pass_turn(Grid& g) {
+    int n = (int)g.seq.size(), waiting = 0;
+    for (int k = 1; k <= n; ++k) {
+        int p = (g.turn + k) % n;
+        if (g.st[g.seq[p]] == G_RUN) {
+            g.turn = p;
+            g.cv.notify_all();
+            return;
+        }
+    }
+    for (uint8_t x : g.st) waiting += x == G_WAIT;
+    g.turn = -1;
+    if (waiting == n) {
+        for (uint8_t& x : g.st) x = G_RUN;
+        g.turn = 0;
+    } else if (waiting > 0 && !g.abort) {
+        char head[400];
+        snprintf(head, sizeof head, "deadlock at the grid barrier sharpinf_grid_sync (%s:%d): ", g.file ? g.file : "?",
+                 g.line);
+        g.err = std::string("kernel ") + g.kernel + ": " + head + "block(s) " + block_list(g, G_WAIT) +
+                " wait there (all their threads); block(s) " + block_list(g, G_DONE) +
+                " exited without reaching it";
+        g.abort = true;
+    }
+    g.cv.notify_all();
+}
+
+// The last thread of block b to arrive at the grid barrier waits here (its OS thread blocks)
+// until every block has arrived; then release_barrier lets the block's threads go on.
+static void grid_arrive(Block* b) {
+    Grid& g = *b->grid;
+    {
+        std::unique_lock<std::mutex> lk(g.m);
+        g.st[b->gidx] = G_WAIT;
+        g.file = b->bar_file;
+        g.line = b->bar_line;
+        pass_turn(g);
+        int me = b->gidx;
+        g.cv.wait(lk, [&] { return g.abort || (g.turn >= 0 && g.seq[g.turn] == me); });
+        if (!g.abort) return;
+    }
+    b->quiet = true;
+    fail(b, "abandoned: another block of the cooperative launch failed");
+}
+
+// One block of a cooperative launch, on this OS thread: wait for its first turn, run it,
+// then hand the turn on.
+static void run_coop_block(const LaunchCfg& cfg, ThreadFn fn, void* ctx, Grid& g, int idx) {
+    Worker& wk = worker();
+    Block* b = &wk.blk;
+    if (cfg.memcheck == 2) ensure_altstack();
+    struct Catch {
+        explicit Catch(bool on) { t_catch = on; }
+        ~Catch() { t_catch = 0; }
+    } catching(cfg.memcheck == 2);
+    setup_block(b, cfg, fn, ctx);
+    b->grid = &g;
+    b->gidx = idx;
+    if (wk.smem.size() < cfg.shared) wk.smem.resize(cfg.shared);
+    tls.dyn_smem = wk.smem.data();
+    tls.blockDim = uint3{cfg.block[0], cfg.block[1], cfg.block[2]};
+    tls.gridDim = uint3{cfg.grid[0], cfg.grid[1], cfg.grid[2]};
+    unsigned gx = cfg.grid[0], gy = cfg.grid[1];
+    tls.blockIdx = uint3{idx % gx, (idx / gx) % gy, idx / (gx * gy)};
+    {
+        std::unique_lock<std::mutex> lk(g.m);
+        g.cv.wait(lk, [&] { return g.abort || (g.turn >= 0 && g.seq[g.turn] == idx); });
+        if (g.abort) {
+            g.st[idx] = G_DONE;
+            return;
+        }
+    }
+    bool ok = run_block(wk, b, (uint64_t)idx);
+    std::lock_guard<std::mutex> lk(g.m);
+    g.st[idx] = G_DONE;
+    if (!ok && !b->quiet) {
+        if (g.err.empty()) {
+            g.err = b->err;
+            g.fault = b->fault;
+        }
+        g.abort = true;
+    }
+    if (g.turn >= 0 && g.seq[g.turn] == idx) pass_turn(g);
+    g.cv.notify_all();
+}
+
+static const uint64_t MAX_COOP_BLOCKS = 256;  // one OS thread each
+
+static int run_coop(const LaunchCfg& cfg, ThreadFn fn, void* ctx, uint64_t nblocks, std::string& err, Fault& fault) {
+    Grid g;
+    g.kernel = cfg.kernel;
+    g.st.assign(nblocks, G_RUN);
+    for (uint64_t p = 0; p < nblocks; ++p) g.seq.push_back(cfg.order == 1 ? (int)(nblocks - 1 - p) : (int)p);
+    g.turn = 0;
+    helpers().run((int)nblocks - 1, [&](int w) { run_coop_block(cfg, fn, ctx, g, w); });
+    if (g.err.empty()) return 0;
+    err = g.err;
+    fault = g.fault;
+    return 1;
+}
+
 int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t errlen) {
     auto report = [&](const std::string& m) {
         snprintf(err, errlen, "%s", m.c_str());
@@ -752,7 +940,12 @@ int run_grid(const LaunchCfg& cfg, ThreadFn fn, void* ctx, char* err, size_t err
     std::vector<std::string> errs(nw);
     std::vector<Fault> faults(nw, Fault{{0}});
     if (cfg.memcheck == 2) arm_fault_handler();
-    if (nw == 1) {
+    if (cfg.coop) {
+        if (nblocks > MAX_COOP_BLOCKS)
+            return report(std::string("kernel ") + cfg.kernel + ": cooperative launch of " + std::to_string(nblocks) +
+                          " blocks (the emulator holds at most " + std::to_string(MAX_COOP_BLOCKS) + " resident)");
+        run_coop(cfg, fn, ctx, nblocks, errs[0], faults[0]);
+    } else if (nw == 1) {
         run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[0], faults[0]);
     } else {
         helpers().run(nw - 1, [&](int w) { run_blocks(cfg, fn, ctx, next, nblocks, stop, errs[w], faults[w]); });

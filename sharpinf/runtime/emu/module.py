@@ -112,7 +112,7 @@ class Module:
         self._launch.argtypes = [ctypes.c_int, u, u, u, u, u, u, ctypes.c_ulonglong, ctypes.c_char_p,
                                  ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong,
                                  ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
-                                 ctypes.c_void_p, ctypes.c_int]
+                                 ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         self._err = ctypes.create_string_buffer(16384)
         self.fault = (ctypes.c_ulonglong * FAULT_WORDS)()  # strict memcheck's fault record (memcheck.py)
         self._fault_ptr = ctypes.addressof(self.fault)
@@ -125,13 +125,15 @@ class Module:
             self.kernels[name] = EmuKernel(self, i, name, params)
 
     def launch(self, k: EmuKernel, grid, block, shared: int, packed: bytes, order: int, strict: bool,
-               workers: int, seed: int, memcheck: int = 0, guards: bytes = b"", check: int = 0) -> int:
+               workers: int, seed: int, memcheck: int = 0, guards: bytes = b"", check: int = 0,
+               cooperative: bool = False) -> int:
         """0, else bit 0: the launch failed (error(), and `fault` in strict memcheck);
         bit 1: a guard range of `guards` (address, length pairs) was overwritten.
-        check: shared-memory checks, bit 0 racecheck, bit 1 initcheck (a checked build only)."""
+        check: shared-memory checks, bit 0 racecheck, bit 1 initcheck (a checked build only);
+        cooperative: every block resident at once, each on its own OS thread (emu_sched.cpp)."""
         return self._launch(k.index, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, packed,
                             order, strict, workers, seed, self._err, 16384, memcheck, guards, len(guards) >> 4,
-                            self._fault_ptr, check)
+                            self._fault_ptr, check, int(cooperative))
 
     def error(self) -> str:
         """The failed launch's message, code addresses turned into file:line."""

@@ -1,0 +1,24 @@
+// gate_up_gemv.cu -- variant of gate_up_dp4a.cu for decode: out = act(X Wg^T) * (X Wu^T) for steps
+// of 1..8 tokens, the gate and up chunks of U rows' passes in flight per lane.
+//
+//   gate_up_gemv_<type>_t<NT>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in, act)
+//     the arguments of gate_up_dp4a_<type>; NT = 1, 2, 4 or 8 (the launcher picks the smallest NT >= n_tokens)
+//
+// The algorithm, the order and the bound are matmul_gemv.cu's (its header says what changes against
+// dp4a and what does not); the pair loads U / 2 chunks of each matrix ahead (U of matmul_gemv), so
+// gate and up each reduce in the canonical order and out equals gate_up_dp4a's bits at every N.
+// Launch: as matmul_gemv.cu (block 128, grid (ceil(n_ff / rows per block) capped, 1)).
+#include "gemv_rows.cuh"
+
+#define GVU_ARGS                                                                                                \
+    const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, const int *xs,    \
+        float *out, int n_tokens, int n_ff, int n_in, int act
+#define GVU_PASS Wg, Wu, xq, xd, xs, xd, out, n_tokens, n_ff, n_in, 0, 0, (long long)n_ff, act
+
+#define GV_GATE_UP(NT)                                                                                      \
+    template <int QT> __device__ __forceinline__ void gemv_gate_up_t##NT(GVU_ARGS) { gemv_rows<QT, 2, NT>(GVU_PASS); } \
+    GB_ENTRIES(gate_up_gemv, _t##NT, (GVU_ARGS), gemv_gate_up_t##NT, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)
+GV_GATE_UP(1)
+GV_GATE_UP(2)
+GV_GATE_UP(4)
+GV_GATE_UP(8)

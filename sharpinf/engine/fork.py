@@ -1,0 +1,53 @@
+"""Choices (SamplingParams.n > 1): one prompt, n sequences, the prompt computed once.
+
+A request of n choices runs as one sequence until its first sample. That step samples the one
+logits row n times (engine/model_runner.py: choice i seeded choice_seed(seed, i), with its own
+history slot when penalised); then fork_choices makes choices 1..n-1 new running sequences that
+share every KV block of choice 0 (BlockManager.fork: reference counts, no copy), before choice 0's
+token is appended (which may end it and free its blocks). From there each choice is an ordinary
+sequence: scheduled, preempted and finished on its own; the first time one appends into a block
+another still holds, that block is copied first (copy on write, BlockManager.reserve). Their
+outputs carry the request id and their index; the request is over when every choice is
+(RequestOutput.request_finished, Sequence.all_finished).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sharpinf.engine.logprobs import TokenLogprobs
+from sharpinf.engine.model_runner import ForkRows
+from sharpinf.engine.sequence import Sequence
+from sharpinf.ops.sampling import choice_seed
+from sharpinf.textgen import StopChecker
+
+if TYPE_CHECKING:
+    from sharpinf.engine.llm_engine import LLMEngine
+
+
+def fork_choices(engine: "LLMEngine", rows: ForkRows, now: float) -> list[tuple[Sequence, int, TokenLogprobs | None]]:
+    """Choices 1..n-1 of rows.seq, running and sharing its blocks; with the first token each is to
+    append and its logprobs."""
+    parent = rows.seq
+    assert not parent.is_finished and parent.forks == len(rows.tokens), "a choice forks once, from a running sequence"
+    parent.forks = 0
+    group, out = [parent], []
+    p = parent.params
+    for i, (token, slot, lp) in enumerate(zip(rows.tokens, rows.slots, rows.logprobs), start=1):
+        child = Sequence(parent.request_id, parent.prompt_ids, p, choice_seed(parent.seed, i),
+                         StopChecker(p, engine.tokenizer, context_left=engine.token_limit() - len(parent.prompt_ids)),
+                         index=i)
+        child.metrics.arrival = parent.metrics.arrival
+        child.metrics.cached_prompt_tokens = len(parent.prompt_ids)  # served by the fork, not computed
+        engine.blocks.fork(parent, child, len(parent.prompt_ids))  # the prompt: what the fork step computed
+        if parent.grammar is not None:  # its own matcher, in the state the first sample saw
+            child.grammar = parent.grammar.copy()
+        if slot >= 0:  # the history slot its first sample filled with the prompt
+            child.sample_slot, child.seen_synced = slot, len(parent.prompt_ids)
+        engine.scheduler.add_forked(child)
+        engine.live[child.key] = child
+        group.append(child)
+        out.append((child, token, lp))
+    for s in group:
+        s.choices = group
+    return out
