@@ -14,7 +14,9 @@
 //   clear     i32 [R]            1: the slot was just (re)assigned: zero its bits first
 //   add_off   i32 [R+1]          ids new to the row's history this step are
 //   add_ids   i32 [*]              add_ids[add_off[r] .. add_off[r+1]) (out-of-range ids ignored)
-//   out       i32 [R]            the chosen ids
+//   out       i32 [R]            the chosen ids (each also set in its row's history slot: the host
+//                                never sends a generated id, so the next step may be scheduled
+//                                before this one's ids are back)
 //   scratch   f32 [R, 2*vocab]   plane 0: penalised logits z; plane 1: weights w = exp((z-max)/T)
 // seen_update(the same history arguments, vocab): only the history update, one block per row
 //   (for the rare step whose new ids do not fit the step's buffers).
@@ -22,6 +24,7 @@
 //
 // Semantics (the NumPy twin is sharpinf.ops.sampling.sample_reference):
 //  0. The row's history gets this step's new ids (so only new ids cross to the device).
+//     At the end the chosen id joins it too (sample_emit).
 //  1. Repetition penalty on the raw logits (llama.cpp/CTRL): a seen id's logit v becomes
 //     v / penalty if v > 0, else v * penalty (each id once: a bit per id).
 //  2. temperature == 0: greedy argmax of z, ties to the lowest id (NaN wins, as in np.argmax).
@@ -199,6 +202,14 @@ __device__ __forceinline__ void seen_update_row(unsigned* seen_bits, int words, 
     __syncthreads();
 }
 
+// The row's answer: out[row], and its bit in the row's history slot (one thread calls it).
+__device__ __forceinline__ void sample_emit(int* out, int row, int id, unsigned* seen_bits, int words,
+                                            const int* slots, int vocab) {
+    out[row] = id;
+    const int slot = slots[row];
+    if (slot >= 0 && id >= 0 && id < vocab) atomicOr(&seen_bits[(long long)slot * words + (id >> 5)], 1u << (id & 31));
+}
+
 #define SEEN_ARGS unsigned *seen_bits, int words, const int *slots, const int *clear, const int *add_off, const int *add_ids
 
 extern "C" __global__ void seen_update(SEEN_ARGS, int vocab) {
@@ -264,7 +275,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     }
     const int greedy = sample_block_argmax(bv, bi, redf, redi);
     if (temperature == 0.0f) {
-        if (tid == 0) out[row] = greedy;
+        if (tid == 0) sample_emit(out, row, greedy, seen_bits, words, slots, vocab);
         return;
     }
     zmax = block_reduce_max(zmax, redf);
@@ -280,7 +291,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     }
     const float total_w = block_reduce_sum(s, redf);
     if (!(total_w > 0.0f) || zmax == -CUDART_INF_F) {  // all -inf, or NaN somewhere
-        if (tid == 0) out[row] = greedy;
+        if (tid == 0) sample_emit(out, row, greedy, seen_bits, words, slots, vocab);
         return;
     }
 
@@ -373,7 +384,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
             c += w[i];
             if (c > target) { pick = i; break; }
         }
-        out[row] = pick >= 0 ? pick : last;
+        sample_emit(out, row, pick >= 0 ? pick : last, seen_bits, words, slots, vocab);
     }
-    if (owner < 0 && tid == 0) out[row] = greedy;  // unreachable for finite weights
+    if (owner < 0 && tid == 0) sample_emit(out, row, greedy, seen_bits, words, slots, vocab);  // unreachable for finite weights
 }

@@ -5,6 +5,10 @@ Order within a step, under a token budget (max_num_batched_tokens) and max_num_s
   2. running sequences still prefilling, a chunk each, oldest first;
   3. waiting sequences, first come first served, admitted while their first chunk's
      blocks are free (backpressure: a request waits rather than running memory out).
+A running sequence whose pending token already reaches max_tokens (or the context) is not
+scheduled: async scheduling knows ahead that collecting that token ends it. A waiting sequence
+with a pending token (preempted while its token was in flight) is admitted only once the token
+is real (the next step), so the history and hashes it is recomputed from are real ids.
 When a running sequence needs a block and none is free, the most recently admitted
 running sequence is preempted (LIFO) by recompute: its blocks are released and it goes
 back to the front of the waiting queue. The oldest sequence therefore always makes
@@ -87,7 +91,7 @@ class Scheduler:
         scheduled: list[ScheduledChunk] = []
         self.step_index += 1
 
-        for seq in [s for s in self.running if s.remaining == 1]:  # 1. decodes
+        for seq in [s for s in self.running if s.remaining == 1 and not s.out_of_room]:  # 1. decodes
             if budget <= 0:
                 break
             if seq.status is Status.RUNNING and self._make_room(seq, len(seq.tokens), scheduled):
@@ -108,6 +112,8 @@ class Scheduler:
 
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:  # 3. admissions
             seq = self.waiting[0]
+            if seq.pending:
+                break  # preempted with its last token in flight: admitted once that token is real
             # the first chunk starts after what the prefix cache serves: count only those blocks
             n = self._chunk(seq, budget, len(seq.tokens) - self.blocks.cached_prefix_len(seq))
             if n > budget and prefill:

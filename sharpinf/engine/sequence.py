@@ -5,6 +5,11 @@ a step feeds tokens[num_computed : num_computed + chunk], and when that reaches 
 the step's last logits give the next token. Decode is the case of one token left;
 a preempted sequence drops its cache (num_computed = 0) and is fed again, prompt and
 generated tokens alike, which its caller never sees.
+
+With async scheduling a step is submitted before the previous one's ids are back: a token a
+submitted step will sample is appended at once as PENDING (the scheduler sees a decode), and
+`feed_row` says which row of that step's sampled ids holds it (the next step's embedding takes
+it from there on the device); collecting the step puts the real id in its place.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from dataclasses import dataclass, field
 
 from sharpinf.sampling import SamplingParams
 from sharpinf.textgen import StopChecker
+
+PENDING = -1  # a token sampled by a step still in flight (never fed as such: see feed_row)
 
 
 class Status(enum.Enum):
@@ -65,6 +72,8 @@ class Sequence:
     registered_blocks: int = 0  # leading full blocks already offered to the prefix cache
     last_block_hash: int | None = None  # the chained hash of the last of them
     sent_chars: int = 0  # characters of stop.text already given out as deltas (final ones only)
+    pending: int = 0  # trailing PENDING tokens (at most 2: the steps in flight)
+    feed_row: int = -1  # the last submitted step's sampled-ids row that holds tokens[-1] (if PENDING)
 
     def __post_init__(self):
         self.tokens = list(self.prompt_ids)
@@ -82,6 +91,19 @@ class Sequence:
     def remaining(self) -> int:
         """Tokens still to feed before the next token can be sampled."""
         return len(self.tokens) - self.num_computed
+
+    @property
+    def out_of_room(self) -> bool:
+        """Its tokens, pending ones included, already reach max_tokens or the context: the step
+        that samples the last of them ends it, so it needs no further step."""
+        n, p = len(self.tokens) - len(self.prompt_ids), self.params
+        return (p.max_tokens is not None and n >= p.max_tokens) or n >= self.stop.context_left
+
+    def drop_pending(self) -> None:
+        """It ended: tokens of steps still in flight are never emitted."""
+        if self.pending:
+            del self.tokens[len(self.tokens) - self.pending :]
+        self.pending, self.feed_row = 0, -1
 
     @property
     def is_finished(self) -> bool:

@@ -8,7 +8,8 @@ state just before the call:
   decodes     the sequences that were decoding come before every prefill chunk
   fcfs        the sequences admitted this step are the head of the waiting queue, in order
   disjoint    no sequence is both running and waiting; statuses agree with the lists
-  oldest      the oldest running sequence is scheduled, unless decodes took the whole budget
+  oldest      the oldest running sequence is scheduled, unless decodes took the whole budget (or
+              its pending token already reaches max_tokens: async scheduling ends it without a step)
   chunks      every chunk feeds >= 1 token and stops at the end of its sequence
 A broken rule raises AssertionError naming the step and the rule.
 """
@@ -64,7 +65,7 @@ def watch(engine) -> "list[int]":
             fail("disjoint", "a sequence is both running and waiting")
         if any(s.status is not Status.RUNNING for s in sch.running) or any(s.status is not Status.WAITING for s in sch.waiting):
             fail("disjoint", "a status disagrees with its list")
-        alive = [s for s in running0 if s.status is Status.RUNNING]
+        alive = [s for s in running0 if s.status is Status.RUNNING and not s.out_of_room]
         if alive:
             oldest = min(alive, key=lambda s: s.admitted_at)
             decode_tokens = sum(c.n_tokens for c, k in zip(chunks, kinds) if k)
