@@ -23,7 +23,7 @@ from sharpinf.step.buffers import SamplingRows, StepCapacity
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
 
-CONFIG = dict(num_blocks=16, block_size=4, max_num_batched_tokens=8, max_num_seqs=6)
+CONFIG = dict(num_blocks=8, block_size=4, max_num_batched_tokens=8, max_num_seqs=6)
 
 
 @functools.cache
@@ -71,6 +71,12 @@ def run(async_scheduling: bool, plant=None) -> tuple[dict, LLMEngine, list[str],
         plant(eng)
     watch(eng)
     counts = ledger(eng)
+    preempt, eng.pending_at_preemption = eng.scheduler._preempt, []
+
+    def noting(victim):
+        eng.pending_at_preemption.append(victim.pending)
+        preempt(victim)
+    eng.scheduler._preempt = noting
     reqs, aborted = workload()
     rids = [eng.add_request(p, sp) for p, sp in reqs]
     seqs = {r: eng.requests[r] for r in rids}
@@ -98,6 +104,7 @@ def test_async_scheduling_gives_the_synchronous_engines_tokens():
     # the cases in flight were exercised, not skipped
     assert eng.runner.tokens_fed > 0, "no token was fed on the device"
     assert eng.scheduler.preemptions > 0 and eng.blocks.hit_tokens > 0
+    assert any(eng.pending_at_preemption), "no sequence was preempted with its token in flight"
     stopped = [r for r, v in got.items() if v[1] == "stop"]
     assert any(counts[(r, len(eng.requests[r].tokens) - 1)] for r in stopped), \
         "no stop was seen while the sequence was already in the next step"

@@ -150,6 +150,7 @@ class ForwardPass:
         self.ws = Workspace(self.backend, self.cfg, cap, self.choice)
         self.kernels = StepKernels(self.backend, self.cfg, self.choice, self.ws)
         self.seen_bits = self.backend.zeros((cap.rows, history_words(self.cfg.n_vocab)), np.uint32)
+        self._prev_sampled = 0  # rows of the last step's sampled ids in ws.sampled (none in new buffers)
         if old_bits is not None:
             self.seen_bits[: old_bits.shape[0]] = old_bits
         self.token_ladder = bucket_ladder(cap.tokens)
@@ -344,10 +345,11 @@ class ForwardPass:
         N, S, R = batch.n_tokens, batch.n_seqs, len(batch.logits_rows)
         if sampling is not None and sampling.n_rows != R:
             raise ValueError(f"sampling has {sampling.n_rows} rows, the batch {R} logits rows")
-        if feed_rows is not None and (len(feed_rows) != N or feed_rows.max(initial=-1) >= self.capacity.rows):
-            raise ValueError(f"feed_rows must have one entry per token ({N}), each -1 or a row below "
-                             f"{self.capacity.rows}")
         self._fit(StepCapacity(N, S, max(R, 1), 1))  # before the flush: growth moves the history
+        prev = self._prev_sampled  # rows of the previous step's ids in ws.sampled: what feed_rows may name
+        if feed_rows is not None and (len(feed_rows) != N or feed_rows.max(initial=-1) >= prev):
+            raise ValueError(f"feed_rows must have one entry per token ({N}), each -1 or a row the previous "
+                             f"step sampled into these buffers (it sampled {prev})")
         if sampling is not None and len(sampling.add_ids) > self.capacity.history:
             sampling = self._flush_history(sampling, R)
         d = self._bind(kv, batch.block_tables.shape[1])
@@ -367,6 +369,7 @@ class ForwardPass:
             pending.host_ids = d.claim_ids(pending)[:R]
             be.copy_to_host(self.ws.sampled[:R], pending.host_ids)
         be.record(pending.done)
+        self._prev_sampled = R if samples else 0
         return pending
 
     def greedy(self, batch: Batch, kv: KVPool, validate: bool = True) -> np.ndarray:
