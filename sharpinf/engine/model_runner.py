@@ -2,8 +2,9 @@
 
 Only the chosen ids (one int per sampling sequence) come back to the host each step;
 logits stay on the device, where the sampling kernel reads them. A request with a
-repetition penalty holds a history slot on the device while it runs: each step sends only
-the ids it has not sent yet (its prompt once, then one token a step), never the history.
+repetition penalty holds a history slot on the device while it runs: the host sends its prompt
+once (all its tokens again after a preemption); each id it generates the sampling kernel sets
+in the slot itself, so a step can be sent before the last one's ids are back.
 A request that asks for logprobs has its logits row copied back (that row only, within its
 step, before a later step overwrites it), which engine/logprobs.py turns into TokenLogprobs.
 A step is submit() then collect(): the engine may submit the next step in between (async
@@ -36,7 +37,6 @@ class RunnerStep:
     samplers: list[ScheduledChunk]
     pending: PendingStep
     logprob_rows: list[int]  # rows whose logits the step copied back (PendingStep.logits_host, in order)
-    fed: int = 0  # tokens fed on the device from the previous step's ids
 
 
 @dataclass
@@ -92,7 +92,7 @@ class ModelRunner:
         self.steps_run += 1
         self.tokens_run += batch.n_tokens
         self.tokens_fed += len(fed)
-        return RunnerStep(list(chunks), [c.samples for c in chunks], samplers, pending, lp_rows, fed=len(fed))
+        return RunnerStep(list(chunks), [c.samples for c in chunks], samplers, pending, lp_rows)
 
     def collect(self, step: "RunnerStep") -> list[int | None]:
         """Wait for a submitted step's ids: for each chunk the sampled token, or None."""

@@ -84,7 +84,8 @@ def sample_rows(be, logits, R: int, vocab: int, params, top_k, seeds, steps, see
                 add_ids, out, scratch, block: int = BLOCK) -> None:
     """The launch over device arrays (the forward pass's step plan uses this one): params f32 [R, 5],
     top_k i32 [R], seeds u64 [R], steps i32 [R], seen_bits u32 [slots, words], slots/clear i32 [R],
-    add_off i32 [R+1], add_ids i32 [*], out i32 [R], scratch f32 [R, 2 * vocab]."""
+    add_off i32 [R+1], add_ids i32 [*], out i32 [R], scratch f32 [R, 2 * vocab]. Each chosen id is also
+    set in its row's history slot (so the next step's history holds it without the host sending it)."""
     if block % 32 or not 32 <= block <= 1024:
         raise ValueError(f"sample: block must be a multiple of 32 in [32, 1024], got {block}")
     be.launch(kernel(be, "sampling.cu", "sample_rows"), R, block,

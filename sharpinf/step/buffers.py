@@ -156,8 +156,9 @@ class StepDescriptor:
         self._h = [self._host_views(b) for b in self.hosts]
         self._copied = [self.be.marker() for _ in range(2)]  # the end of each buffer's last upload
         self._ids = [self.be.host_buffer(R * 4).view(I32) for _ in range(2)]  # sampled ids come back here
+        self._done = [self.be.marker() for _ in range(2)]  # the end of the step that used each buffer
+        self._owner: list[Any] = [None, None]  # that step (a PendingStep)
         self.cur, self._sent = 0, False  # the buffer pack() writes; whether it was uploaded since
-        self._ids_owner: list[Any] = [None, None]  # the step each ids buffer was last handed to
         # the padding sequence's table (row S-1) never changes and is past every copy: set it once
         for i in range(2):
             self._h[i]["block_tables"].reshape(S, W)[S - 1, :] = self.scratch_block
@@ -183,19 +184,15 @@ class StepDescriptor:
     def tables(self) -> Any:
         return self._h[self.cur]["block_tables"].reshape(self.cap.seqs + 1, self.width)
 
-    @property
-    def host_ids(self) -> Any:
-        """The pinned buffer the current step's sampled ids come back to (one per staging buffer)."""
-        return self._ids[self.cur]
-
-    def claim_ids(self, step: Any) -> Any:
-        """host_ids, handed to `step` (a PendingStep); a step that still owns them (two submits
-        with no result() between) takes its ids out first, so none is overwritten unread."""
-        prev = self._ids_owner[self.cur]
-        if prev is not None and prev is not step and prev.sampled is None:
+    def claim(self, step: Any) -> tuple[Any, Any]:
+        """(host_ids, done marker) of the current staging buffer, handed to `step` (a PendingStep);
+        a step that still owns them (two submits with no result() between) takes its ids out first,
+        so none is overwritten unread."""
+        prev = self._owner[self.cur]
+        if prev is not None and prev is not step:
             prev.result()
-        self._ids_owner[self.cur] = step
-        return self._ids[self.cur]
+        self._owner[self.cur] = step
+        return self._ids[self.cur], self._done[self.cur]
 
     @staticmethod
     def _view(buf: Any, f: _Field) -> Any:
@@ -247,9 +244,9 @@ class StepDescriptor:
         return self.fields["block_tables"].offset + S * self.width * 4
 
     def retire(self) -> None:
-        """Before the buffers go: the last copies out of the staging buffers must have finished (a
+        """Before the buffers go: the last copies out of (and into) the pinned buffers must have finished (a
         freed pinned block can be handed out again at once)."""
-        for m in self._copied:
+        for m in self._copied + self._done:  # the uploads, and the ids' copies back
             self.be.wait(m)
 
     def upload(self, nbytes: int) -> None:

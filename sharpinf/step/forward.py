@@ -81,13 +81,17 @@ class PendingStep:
     logits_host: np.ndarray | None = None  # float32 [len(copy_rows), vocab], valid once result() returned
     sampled: np.ndarray | None = None  # the ids, once result() has taken them
 
+    taken: bool = False  # result() has waited (its buffers may be used again)
+
     def result(self) -> StepOutput:
-        """Wait for this step's ids (and copied logits rows); the StepOutput forward() returns."""
-        if self.host_ids is not None and self.sampled is None:
-            self.backend.wait(self.done)
-            self.sampled = self.host_ids.copy()
-        elif self.host_ids is None:
-            self.backend.wait(self.done)
+        """Wait for this step's ids (and copied logits rows); the StepOutput forward() returns. A step
+        that brings nothing back (no sampling, no copied rows) waits for nothing, as forward() never did."""
+        if not self.taken:
+            self.taken = True
+            if self.host_ids is not None or self.logits_host is not None:
+                self.backend.wait(self.done)
+            if self.host_ids is not None:
+                self.sampled = self.host_ids.copy()
         return StepOutput(self.logits, self.sampled)
 
 
@@ -360,13 +364,14 @@ class ForwardPass:
         samples = sampling is not None and R > 0
         if R:
             self._plans.run(("head", Rb, samples), lambda: self._emit_head(Rb, samples, d), self.use_graphs)
-        pending = PendingStep(be, self.ws.logits[:R], None, be.marker())
+        pending = PendingStep(be, self.ws.logits[:R], None, None)
+        ids, pending.done = d.claim(pending)  # this staging buffer's ids buffer and marker
         if copy_rows:
             pending.logits_host = be.host_buffer(len(copy_rows) * cfg.n_vocab * 4).view(np.float32).reshape(-1, cfg.n_vocab)
             for i, r in enumerate(copy_rows):
                 be.copy_to_host(self.ws.logits[r], pending.logits_host[i])
         if samples:
-            pending.host_ids = d.claim_ids(pending)[:R]
+            pending.host_ids = ids[:R]
             be.copy_to_host(self.ws.sampled[:R], pending.host_ids)
         be.record(pending.done)
         self._prev_sampled = R if samples else 0
