@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from sharpinf.engine.llm_engine import LLMEngine
+from sharpinf.engine.sequence import PENDING
 from sharpinf.model.registry import open_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.oracles.accounting import check_accounting, ledger
@@ -86,6 +87,7 @@ def run(async_scheduling: bool, plant=None) -> tuple[dict, LLMEngine, list[str],
         for o in eng.step():
             logprobs[o.request_id] += [(lp.token_id, lp.logprob, lp.top) for lp in o.new_logprobs or []]
         steps += 1
+        assert not [e for e in eng.blocks.info.values() if PENDING in e.tokens], "a block was cached before its ids were real"
         if steps == 3:
             eng.abort(rids[aborted])
     out = {r: (s.output_ids, s.finish_reason, s.stop.text, logprobs[r]) for r, s in seqs.items()}
@@ -163,3 +165,24 @@ def test_double_buffered_staging_packs_the_next_step_before_the_last_result(emu,
     assert np.array_equal(emu.download(fed.logits).view(np.uint32), emu.download(want.logits).view(np.uint32))
     assert fed.sampled.tolist() == want.sampled.tolist()
 
+
+
+def test_a_sequence_preempted_with_its_token_in_flight_waits_for_it():
+    """A waiting sequence whose last token is still PENDING (preempted while the step sampling it
+    runs) is not re-admitted until the token is real: its history and hashes are rebuilt from ids."""
+    from sharpinf.engine.block_manager import BlockManager
+    from sharpinf.engine.config import EngineConfig
+    from sharpinf.engine.scheduler import Scheduler
+    from sharpinf.engine.sequence import Sequence
+    from sharpinf.textgen import StopChecker
+
+    sp = SamplingParams(max_tokens=8, ignore_eos=True)
+    sch = Scheduler(EngineConfig(block_size=4, max_num_batched_tokens=16), BlockManager(8, 4))
+    seq = Sequence("a", [5, 6, 7], sp, 0, StopChecker(sp, None, context_left=100))
+    seq.tokens.append(PENDING)
+    seq.pending, seq.feed_row = 1, 0
+    sch.add(seq)
+    assert sch.schedule() == [] and list(sch.waiting) == [seq]
+    seq.tokens[-1], seq.pending, seq.feed_row = 9, 0, -1  # the step was collected
+    (chunk,) = sch.schedule()
+    assert chunk.seq is seq and chunk.n_tokens == 4
