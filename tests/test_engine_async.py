@@ -48,7 +48,7 @@ def _stops() -> tuple[int, str]:
 
 
 def workload() -> tuple[list[tuple[list[int], SamplingParams]], int]:
-    """(prompt, params) per request, and the index of the one aborted after the third step."""
+    """(prompt, params) per request, and the index of the one aborted after its second token."""
     stop_id, stop_text = _stops()
     a = _prompt(1, 10)
     return [
@@ -82,14 +82,17 @@ def run(async_scheduling: bool, plant=None) -> tuple[dict, LLMEngine, list[str],
     rids = [eng.add_request(p, sp) for p, sp in reqs]
     seqs = {r: eng.requests[r] for r in rids}
     logprobs: dict = {r: [] for r in rids}
-    steps = 0
+    emitted = {r: 0 for r in rids}
     while eng.has_unfinished():
         for o in eng.step():
             logprobs[o.request_id] += [(lp.token_id, lp.logprob, lp.top) for lp in o.new_logprobs or []]
-        steps += 1
+            emitted[o.request_id] += len(o.new_token_ids)
         assert not [e for e in eng.blocks.info.values() if PENDING in e.tokens], "a block was cached before its ids were real"
-        if steps == 3:
-            eng.abort(rids[aborted])
+        victim = rids[aborted]
+        if emitted[victim] == 2 and not seqs[victim].is_finished:  # after its second token, in both modes
+            inflight = eng._inflight
+            eng.aborted_in_flight = inflight is not None and any(c.seq.request_id == victim for c in inflight.chunks)
+            eng.abort(victim)
     out = {r: (s.output_ids, s.finish_reason, s.stop.text, logprobs[r]) for r, s in seqs.items()}
     return out, eng, check_accounting(eng, counts, seqs), counts
 
@@ -107,6 +110,7 @@ def test_async_scheduling_gives_the_synchronous_engines_tokens():
     assert eng.runner.tokens_fed > 0, "no token was fed on the device"
     assert eng.scheduler.preemptions > 0 and eng.blocks.hit_tokens > 0
     assert any(eng.pending_at_preemption), "no sequence was preempted with its token in flight"
+    assert eng.aborted_in_flight, "the abort did not land while its request was in the step in flight"
     stopped = [r for r, v in got.items() if v[1] == "stop"]
     assert any(counts[(r, len(eng.requests[r].tokens) - 1)] for r in stopped), \
         "no stop was seen while the sequence was already in the next step"
