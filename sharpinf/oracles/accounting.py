@@ -110,7 +110,7 @@ def ledger(engine) -> Ledger:
     return counts
 
 
-def _ahead(rid: str, seq, counts: Counter, async_scheduling: bool) -> int:
+def _ahead(rid: str, seq, counts: Counter) -> int:
     """Times the last sampled token was computed: by a step submitted before the stop rule saw it."""
     return counts.get((rid, len(seq.tokens) - 1), 0) if seq.output_ids else 0
 
@@ -119,7 +119,7 @@ def _per_request(rid: str, seq, counts: Counter, total: int, problems: list[str]
     cached = seq.metrics.cached_prompt_tokens
     pre = seq.metrics.preemptions
     fed = len(seq.tokens) - (1 if seq.output_ids else 0)  # the last sampled token is never fed...
-    ahead = _ahead(rid, seq, counts, async_scheduling)  # ...unless a step in flight fed it
+    ahead = _ahead(rid, seq, counts)  # ...unless a step in flight fed it
     if ahead and not (async_scheduling and seq.finish_reason in ("stop", "aborted") and ahead <= pre + 1):
         problems.append(f"{rid}: its last token (finish {seq.finish_reason}) computed {ahead} times"
                         + ("" if async_scheduling else " without async scheduling"))
@@ -155,7 +155,7 @@ def check_accounting(engine, counts: Counter, seqs: dict, rejected_at_submit: in
         problems.append(f"positions computed outside every request's tokens: {strays[:5]}")
     if all(s.metrics.preemptions == 0 and s.finish_reason in ("stop", "length", "context") for s in seqs.values()):
         want = sum(len(s.tokens) - (1 if s.output_ids else 0) - s.metrics.cached_prompt_tokens
-                   + _ahead(rid, s, counts, asy) for rid, s in seqs.items())
+                   + _ahead(rid, s, counts) for rid, s in seqs.items())
         if sum(counts.values()) != want or getattr(counts, "tokens", want) != want:
             problems.append(f"run: {sum(counts.values())} positions recorded, {getattr(counts, 'tokens', '?')} tokens "
                             f"given to the forward pass, for {want} prompt + generated - 1 - cached over requests")
