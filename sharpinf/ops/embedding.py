@@ -25,7 +25,7 @@ def embed(backend, W_dev, qtype: int, ids_dev, out_dev, n_tokens: int, n_embd: i
     rb = quants.row_bytes(qtype, n_embd)  # raises unless n_embd is whole blocks
     k = kernel(backend, KERNEL_FILE, f"embed_{kernel_suffix(qtype)}")
     if feed is None:
-        feed = (backend.upload(np.full(n_tokens, -1, np.int32)), ids_dev)
+        feed = (backend.upload(np.full(n_tokens, -1, np.int32)), backend.upload(np.zeros(1, np.int32)))
     backend.launch(k, (n_tokens, 1), BLOCK, (W_dev, ids_dev, out_dev, np.int32(n_tokens), np.int32(n_embd), np.float32(scale),
                                             feed[0], feed[1]),
                    io=(n_tokens * (rb + 12), 4 * n_tokens * n_embd))
