@@ -3,7 +3,7 @@ step n's ids are back, its decode tokens fed on the device from step n's sampled
 emulator is synchronous, so these prove exactness, not overlap: the token streams equal the
 synchronous engine's, request by request, through every case that can go wrong in flight (a
 stop while the next step holds the sequence, max_tokens known ahead, preemption, prefix caching,
-chunked prefill, penalties, logprobs, an abort). The last test shows the double-buffered
+chunked prefill, penalties, logprobs, an abort). A unit test shows the double-buffered
 staging lets step n+1 be packed before step n's result is taken."""
 
 from __future__ import annotations
@@ -168,7 +168,6 @@ def test_double_buffered_staging_packs_the_next_step_before_the_last_result(emu,
     want = ref.forward(Batch.build([SeqChunk([tok], 6, [0, 1])], 4), ref_pool, sampling=SamplingRows.greedy(1))
     assert np.array_equal(emu.download(fed.logits).view(np.uint32), emu.download(want.logits).view(np.uint32))
     assert fed.sampled.tolist() == want.sampled.tolist()
-
 
 
 def test_a_sequence_preempted_with_its_token_in_flight_waits_for_it():
