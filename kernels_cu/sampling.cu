@@ -26,7 +26,10 @@
 //                                biases [half..2*half)] with half = (stride - 1) / 2; ids distinct
 //   mask_idx  i32 [R]            -1: no allowed-token mask; else the row of `masks` to apply
 //   masks     u32 [*, words]     bit id set = id allowed (structured output)
-//   out       i32 [R]            the chosen ids (-1: the row's mask allows no id)
+//   out       i32 [R]            the chosen ids (-1: the row's mask allows no id); each also set in
+//                                its row's history slot and counted there: the host never sends a
+//                                generated id, so the next step may be scheduled before this one's
+//                                ids are back
 //   scratch   f32 [R, 2*vocab]   plane 0: penalised logits z; plane 1: weights w = exp((z-max)/T)
 // seen_update(the same history and count arguments, vocab): only the history update, one block
 //   per row (for the rare step whose new ids do not fit the step's buffers).
@@ -34,6 +37,7 @@
 //
 // Semantics (the NumPy twin is sharpinf.ops.sampling.sample_reference):
 //  0. The row's history gets this step's new ids (so only new ids cross to the device).
+//     At the end the chosen id joins it too, and is counted (sample_emit).
 //  1. z from the raw logits x, in vLLM's order:
 //     a. allowed-token mask: a disallowed id's z is -inf (whatever x is, NaN included) and it is
 //        never chosen, greedy or not. A mask that allows no id in [0, vocab): out = -1.
@@ -250,11 +254,13 @@ __device__ __forceinline__ void seen_update_row(unsigned* seen_bits, int words, 
     __syncthreads();
 }
 
-// The one thread that decides a row writes its id and counts it in the row's slot.
-__device__ __forceinline__ void sample_emit(int* out, int row, int id, unsigned* counts, int cwords, int slot,
-                                            int vocab) {
+// The row's answer (one thread calls it): out[row], its bit in the row's history slot and its count.
+__device__ __forceinline__ void sample_emit(int* out, int row, int id, unsigned* seen_bits, int words,
+                                            unsigned* counts, int cwords, int slot, int vocab) {
     out[row] = id;
-    if (slot >= 0 && id >= 0 && id < vocab) count_add(counts + (long long)slot * cwords, id);
+    if (slot < 0 || id < 0 || id >= vocab) return;
+    atomicOr(&seen_bits[(long long)slot * words + (id >> 5)], 1u << (id & 31));
+    count_add(counts + (long long)slot * cwords, id);
 }
 
 // Row `row`'s allowed-token mask, or nullptr when it has none.
@@ -366,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     }
     const int greedy = sample_block_argmax(bv, bi, redf, redi);
     if (temperature == 0.0f) {
-        if (tid == 0) sample_emit(out, row, greedy, counts, cwords, slots[row], vocab);
+        if (tid == 0) sample_emit(out, row, greedy, seen_bits, words, counts, cwords, slots[row], vocab);
         return;
     }
     zmax = block_reduce_max(zmax, redf);
@@ -382,7 +388,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     }
     const float total_w = block_reduce_sum(s, redf);
     if (!(total_w > 0.0f) || zmax == -CUDART_INF_F) {  // all -inf, or NaN somewhere
-        if (tid == 0) sample_emit(out, row, greedy, counts, cwords, slots[row], vocab);
+        if (tid == 0) sample_emit(out, row, greedy, seen_bits, words, counts, cwords, slots[row], vocab);
         return;
     }
 
@@ -475,7 +481,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
             c += w[i];
             if (c > target) { pick = i; break; }
         }
-        sample_emit(out, row, pick >= 0 ? pick : last, counts, cwords, slots[row], vocab);
+        sample_emit(out, row, pick >= 0 ? pick : last, seen_bits, words, counts, cwords, slots[row], vocab);
     }
-    if (owner < 0 && tid == 0) sample_emit(out, row, greedy, counts, cwords, slots[row], vocab);  // unreachable for finite weights
+    if (owner < 0 && tid == 0) sample_emit(out, row, greedy, seen_bits, words, counts, cwords, slots[row], vocab);  // unreachable for finite weights
 }

@@ -36,6 +36,9 @@ def test_bench_quick_all_suites(tmp_path):
     ratios = json.loads((tmp_path / "decode.json").read_text())["results"]["ratios"]  # of B = 1, 8, 64: those run
     assert ratios["step_ms"] == {"1": d[0]["step_s"] * 1e3, "8": d[3]["step_s"] * 1e3}
     assert ratios["step_time_x_vs_1"] == {"8": d[3]["step_s"] / d[0]["step_s"]}
+    (gap,) = json.loads((tmp_path / "decode.json").read_text())["results"]["host_gap"]  # --quick: B = 1
+    assert gap["batch_size"] == 1 and gap["device_ms"] > 0
+    assert all(gap[m]["step_ms"] > 0 and gap[m]["host_gap_ms"] == gap[m]["step_ms"] - gap["device_ms"] for m in ("sync", "async"))
 
     p = json.loads((tmp_path / "prefill.json").read_text())["results"]["configs"][0]
     assert (p["prompts"], p["prompt_len"]) == (4, 16)

@@ -55,11 +55,13 @@ def test_each_choice_equals_a_request_of_one_with_its_seed(model, prompt_len, pe
     assert b.num_free == b.num_blocks
 
 
-def test_choices_survive_preemption_under_a_tiny_pool(model):
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_choices_survive_preemption_under_a_tiny_pool(model, async_scheduling):
     """Choices and plain requests through a pool too small for all of them at once: forked
     choices are preempted (they are the youngest), recomputed, and still equal their single runs;
-    the accounting oracle holds (each position computed once per admission, every block back)."""
-    llm = _llm(model, num_blocks=12, max_num_seqs=8, max_num_batched_tokens=32)
+    the accounting oracle holds (each position computed once per admission, every block back).
+    With async scheduling the choices fork when their parent's step is collected, a step later."""
+    llm = _llm(model, num_blocks=12, max_num_seqs=8, max_num_batched_tokens=32, async_scheduling=async_scheduling)
     eng = llm.engine
     prompts = [list(range(5, 5 + 19)), list(range(40, 40 + 9)), list(range(60, 60 + 30))]
     ps = [SamplingParams(max_tokens=24, temperature=0.8, seed=11, n=3, ignore_eos=True),

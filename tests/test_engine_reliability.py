@@ -120,7 +120,7 @@ def _thrash(sch):
     (_never_mark_finished, r"nothing left to run but 2 awaited request\(s\) never finished: 0 \(running, "
                            r"0/18 computed, 6 generated"),
     (_thrash, r"65 steps without a sampled token .* needs at most 32\) with 2 pending: 0 \(running, 4/12 computed, "
-              r"0 generated, 64 preemptions\)"),
+              r"0 generated, 6[45] preemptions\)"),  # 65: async scheduling has scheduled one step ahead
 ], ids=["never-queued", "dropped-running", "never-finished", "thrash"])
 def test_a_lost_or_stalled_request_raises_instead_of_hanging(plant, match):
     """A scheduler bug that loses a request (never queued, dropped while running), never marks it
@@ -293,7 +293,7 @@ def _feed_one_earlier_token(runner):
     """The plant: each chunk after a sequence's first also re-feeds the token before it (its right
     id and position) where the step has room, so the step recomputes K/V the cache already holds.
     Outputs stay the same."""
-    run = runner.run
+    run = runner.submit
 
     def overfeeding(chunks):
         room = runner.fp.capacity.tokens - sum(c.n_tokens for c in chunks)
@@ -305,7 +305,7 @@ def _feed_one_earlier_token(runner):
         finally:
             for c in moved:
                 c.seq.num_computed, c.n_tokens = c.seq.num_computed + 1, c.n_tokens - 1
-    runner.run = overfeeding
+    runner.submit = overfeeding
 
 
 @pytest.mark.parametrize("plant", [None, _feed_one_earlier_token], ids=["plain", "planted-refeed"])

@@ -73,8 +73,8 @@ def test_a_wrong_graph_is_caught(emu, monkeypatch):
 
     real_pack = StepDescriptor.pack
 
-    def bad_pack(self, batch, n_tokens, n_rows, sampling):
-        nbytes = real_pack(self, batch, n_tokens, n_rows, sampling)
+    def bad_pack(self, batch, n_tokens, n_rows, sampling, *feed):
+        nbytes = real_pack(self, batch, n_tokens, n_rows, sampling, *feed)
         self.h["slot_mapping"][batch.n_tokens : n_tokens] = 0
         return nbytes
 
@@ -127,7 +127,8 @@ def _history(bits: np.ndarray) -> set[int]:
 def test_padded_rows_never_touch_a_real_rows_history(backend):
     """R real sampling rows in a bucket of Rb > R rows (and padded tokens): logits and sampled ids
     bit-identical to the unpadded run, and after every step each real slot's history holds exactly
-    the ids its sequence was fed, in both runs (a padded row given a real slot, or a clear, wipes it)."""
+    the ids its sequence was fed and the ids its rows sampled (the kernel sets those itself), in both
+    runs (a padded row given a real slot, or a clear, wipes it)."""
     from sharpinf.oracles.graph_oracle import _Driver
     from sharpinf.step.buffers import StepCapacity
     from sharpinf.step.plan import bucket_for
@@ -139,10 +140,14 @@ def test_padded_rows_never_touch_a_real_rows_history(backend):
     exact.exact_shapes = True  # no padding: each step at its own shape
     p, e = _Driver(padded, sched, "f16", 4, 0), _Driver(exact, sched, "f16", 4, 0)
     slots = [s for s, prm in enumerate(sched.params) if prm[3] != 1.0]
+    sampled_into: dict[int, set[int]] = {s: set() for s in slots}
     padded_steps = 0
     for i, st in enumerate(sched.steps):
         lp, sp = p.step(st)
         le, se = e.step(st)
+        for r, (s, _) in enumerate(st):
+            if s in sampled_into:
+                sampled_into[s].add(int(sp[r]))
         R, Rb = len(st), bucket_for(len(st), padded.row_ladder)
         padded_steps += Rb > R
         where = f"step {i} ({R} rows padded to {Rb})"
@@ -154,7 +159,7 @@ def test_padded_rows_never_touch_a_real_rows_history(backend):
         counts_p, counts_e = backend.download(padded.counts), backend.download(exact.counts)
         assert np.array_equal(counts_p[slots], counts_e[slots]), f"{where}: real slots' counts differ from unpadded"
         for s in slots:
-            want = set(sched.tokens[s][: p.synced[s]])
+            want = set(sched.tokens[s][: p.synced[s]]) | sampled_into[s]
             assert _history(bits_p[s]) == want, f"{where}: padded run's slot {s} history is not the ids it was fed"
             assert _history(bits_e[s]) == want, f"{where}: unpadded run's slot {s} history is not the ids it was fed"
     assert padded_steps >= 4 and padded.graph_replays == 0 == exact.graph_replays

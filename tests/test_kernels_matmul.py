@@ -235,6 +235,23 @@ def test_embedding_exact(backend, qtype, k, scale):
         assert_same(_bits(got), _bits(embed_reference(raw, qtype, ids, n_embd, scale)))
 
 
+def test_embedding_takes_fed_ids_and_writes_them_back(backend):
+    """A token with feed_rows[t] = r embeds feed_ids[r] (the previous step's sampled id: async
+    scheduling) and leaves it in ids[t]; the others embed and keep their own ids."""
+    qtype = quants.Q8_0
+    rng = _rng("embed-feed", qtype)
+    n_vocab, n_embd = 37, _min_n_in(qtype)
+    raw = _quantized_weights(rng, qtype, n_vocab, n_embd)
+    ids = np.array([4, 0, 9, 0], np.int32)  # tokens 1 and 3 are placeholders
+    feed_rows, feed_ids = np.array([-1, 2, -1, 0], np.int32), np.array([30, 11, 17], np.int32)
+    ids_dev, out = backend.upload(ids), backend.empty((4, n_embd), np.float32)
+    embed(backend, backend.upload(raw), qtype, ids_dev, out, 4, n_embd, feed=(backend.upload(feed_rows),
+                                                                             backend.upload(feed_ids)))
+    real = np.array([4, 17, 9, 30], np.int32)
+    assert backend.download(ids_dev).tolist() == real.tolist()
+    assert_same(_bits(backend.download(out)), _bits(embed_reference(raw, qtype, real, n_embd)))
+
+
 @pytest.mark.parametrize("qtype", FLOAT_TYPES, ids=[quants.qtype_name(q) for q in FLOAT_TYPES])
 def test_embedding_float_odd_width(backend, qtype):
     rng = _rng("embed-odd", qtype)

@@ -217,7 +217,8 @@ def test_history_survives_the_buffers_growing(emu):
     run.step([(a, [7, 9, 11])], sampling=rows([0], [1], [[7, 9, 11]]))
     first = int(run.last_sampled[0])
     run.step([(a, [first]), (b, list(range(20, 30)))], sampling=rows([0, -1], [0, 0], [[first], []]))
+    second = int(run.last_sampled[0])
     assert fp.capacity.tokens >= 11  # it grew
     bits = emu.download(fp.seen_bits)[0]
     seen = {w * 32 + i for w in range(len(bits)) for i in range(32) if bits[w] >> i & 1}
-    assert seen == {7, 9, 11, first}
+    assert seen == {7, 9, 11, first, second}  # the ids fed, and the ones the kernel sampled into the slot

@@ -52,13 +52,16 @@ def _one(ctx: BenchContext, chunked: bool, budget: int, decoders: int, decoder_p
             long_rid = eng.add_request(random_prompt(rng, long_len, cfg.n_vocab),
                                        SamplingParams(max_tokens=4, ignore_eos=True))
             arrived_at = eng.requests[long_rid].metrics.arrival
+        computed = eng.requests[long_rid].num_computed if long_rid is not None else 0
         a = time.perf_counter()
         eng.step()
         ctx.backend.synchronize()
         b = time.perf_counter()
-        last = eng.runner.last_batch
+        last = eng.runner.last_batch  # the step this call submitted (with async scheduling, the next one)
+        long_seq = eng.requests[long_rid] if long_rid is not None else None  # a step fed it prompt tokens:
+        prefilled = long_seq is not None and computed < len(long_seq.prompt_ids) and long_seq.num_computed > computed
         steps.append({"t_s": a - t0, "dt_s": b - a, "tokens": int(last.n_tokens) if last is not None else 0,
-                      "decoding": decoding})
+                      "decoding": decoding, "long_prefill": prefilled})
         progress.advance(task)
     if long_rid is None:
         raise RuntimeError("the decoders finished before the long prompt could arrive: raise decode_tokens")
@@ -69,15 +72,13 @@ def _one(ctx: BenchContext, chunked: bool, budget: int, decoders: int, decoder_p
             gaps.append(y - x)
             timeline.append({"t_s": y - arrived_at, "gap_s": y - x, "request": r})
     long_seq = eng.requests[long_rid]
-    steps_while_long = [s for s in steps if s["t_s"] + t0 >= arrived_at and
-                        (long_seq.metrics.first_token is None or s["t_s"] + t0 < long_seq.metrics.first_token)]
     out = {
         "chunked_prefill": chunked,
         "gap_s": stats(gaps),
         "max_gap_s": max(gaps),
         "p99_gap_s": float(np.percentile(gaps, 99)),
         "long_prompt_ttft_s": long_seq.metrics.first_token - long_seq.metrics.arrival,
-        "long_prompt_prefill_steps": len(steps_while_long),
+        "long_prompt_prefill_steps": sum(s["long_prefill"] for s in steps),  # steps that fed it a chunk
         "steps": len(steps),
         "max_step_tokens": max(s["tokens"] for s in steps),
         "timeline": sorted(timeline, key=lambda p: p["t_s"]),

@@ -4,6 +4,8 @@ Every matmul reads the weights once per step whatever B is, so while the step is
 reading the weights its time barely grows with B and tokens/s = B / step time grows almost
 linearly; the "weight GB/s" column is the weight bytes of one step over its time.
 The KV pool holds zeros: attention's cost depends on the context length, not on the values.
+Then the engine's decode step at a few batch sizes (bench/host_gap.py): its wall time minus the
+device's time for it -- the host's gap -- with async scheduling off and on.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from rich.table import Table
 from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.bench.common import (BenchContext, envelope, fmt_ms, fmt_rate, pyplot, random_prompt, repeat_timed,
                                    save_fig, title_of)
+from sharpinf.bench import host_gap
 from sharpinf.step.kv_pool import KVPool
 
 SUITE = "decode"
@@ -23,10 +26,13 @@ RATIO_SIZES = (1, 8, 64)  # the batch sizes the summary compares: B = 64's step 
 def defaults(on_gpu: bool, quick: bool) -> dict:
     if on_gpu:
         return dict(batch_sizes=[1, 2, 4, 8, 16, 32, 64], context=512 if not quick else 256,
-                    repeats=20 if not quick else 5, block_size=16, kv_dtype="f16")
+                    repeats=20 if not quick else 5, block_size=16, kv_dtype="f16",
+                    gap_sizes=[1, 64] if not quick else [1, 8], gap_steps=50 if not quick else 20)
     if quick:
-        return dict(batch_sizes=[1, 2, 4, 8], context=32, repeats=2, block_size=16, kv_dtype="f16")
-    return dict(batch_sizes=[1, 2, 4, 8, 16], context=128, repeats=5, block_size=16, kv_dtype="f16")
+        return dict(batch_sizes=[1, 2, 4, 8], context=32, repeats=2, block_size=16, kv_dtype="f16",
+                    gap_sizes=[1], gap_steps=3)
+    return dict(batch_sizes=[1, 2, 4, 8, 16], context=128, repeats=5, block_size=16, kv_dtype="f16",
+                gap_sizes=[1, 4], gap_steps=5)
 
 
 def step_weight_bytes(fp) -> int:
@@ -40,7 +46,8 @@ def step_weight_bytes(fp) -> int:
     return n + int(fp.output.raw.nbytes)
 
 
-def run(ctx: BenchContext, batch_sizes: list[int], context: int, repeats: int, block_size: int, kv_dtype: str) -> dict:
+def run(ctx: BenchContext, batch_sizes: list[int], context: int, repeats: int, block_size: int, kv_dtype: str,
+        gap_sizes: tuple[int, ...] = (), gap_steps: int = 5) -> dict:
     cfg, be = ctx.model.config, ctx.backend
     if context + 1 >= cfg.context_length:
         raise ValueError(f"context {context} does not fit the model's context length {cfg.context_length}")
@@ -67,10 +74,16 @@ def run(ctx: BenchContext, batch_sizes: list[int], context: int, repeats: int, b
         r["speedup_vs_first"] = r["tok_per_s"] / base["tok_per_s"]
         r["step_time_ratio_vs_first"] = r["step_s"] / base["step_s"]
     config = dict(batch_sizes=batch_sizes, context=context, repeats=repeats, block_size=block_size,
-                  kv_dtype=kv_dtype, timing="median of repeats after 1 warm-up, synchronized")
+                  kv_dtype=kv_dtype, timing="median of repeats after 1 warm-up, synchronized",
+                  gap_sizes=list(gap_sizes), gap_steps=gap_steps,
+                  gap_timing="median engine.step() wall time over gap_steps decode steps, minus the same step's "
+                             "device time (its Batch submitted back to back)")
     del pool
     ctx.release()
-    return envelope(ctx, SUITE, config, {"weight_bytes_per_step": wbytes, "rows": rows, "ratios": ratios(rows)})
+    gaps = [host_gap.measure(ctx, B, context, gap_steps, block_size, kv_dtype) for B in gap_sizes]
+    ctx.release()
+    return envelope(ctx, SUITE, config, {"weight_bytes_per_step": wbytes, "rows": rows, "ratios": ratios(rows),
+                                         "host_gap": gaps})
 
 
 def ratios(rows: list[dict]) -> dict:
@@ -88,7 +101,12 @@ def summary(doc: dict) -> list[str]:
         return ["decode: none of B = 1, 8, 64 measured"]
     times = ", ".join(f"{v:.2f}" for v in r["step_ms"].values())
     x = "; ".join(f"B = {b} / B = 1: {v:.2f}x" for b, v in r["step_time_x_vs_1"].items())
-    return [f"decode step at B = {', '.join(r['step_ms'])}: {times} ms" + (f"; {x}" if x else "")]
+    lines = [f"decode step at B = {', '.join(r['step_ms'])}: {times} ms" + (f"; {x}" if x else "")]
+    for g in doc["results"].get("host_gap", []):
+        lines.append(f"engine decode step at B = {g['batch_size']}: device {g['device_ms']:.2f} ms; host gap "
+                     f"{g['sync']['host_gap_ms']:.2f} ms sync, {g['async']['host_gap_ms']:.2f} ms async "
+                     f"(step {g['sync']['step_ms']:.2f} -> {g['async']['step_ms']:.2f} ms)")
+    return lines
 
 
 def table(doc: dict) -> Table:

@@ -4,7 +4,9 @@ The engine runs on the trace backend (sharpinf.runtime.trace_backend): every ker
 is checked and counted, none is run, so the wall time of `engine.step()` is what the host
 spends around the GPU -- schedule, build the batch, pack and upload the step descriptor,
 launch the plan's kernels or replay its graphs, read the sampled ids back, stop rules and
-text. Three step kinds on the model's shape, eager and with CUDA graphs:
+text (with async scheduling, the engine's default, a step() schedules and submits the next step
+and collects the last: the "run" part is only the wait for its ids). Three step kinds on the
+model's shape, eager and with CUDA graphs:
     decode_s1   one sequence decoding
     decode_s64  64 sequences decoding together
     mixed       63 decoding while a long prompt is prefilled in budget-sized chunks
@@ -146,7 +148,7 @@ def run(ctx: BenchContext, steps: int, prompt_len: int, budget: int, block_size:
 def table(doc: dict) -> Table:
     r = doc["results"]
     t = Table("step", "tokens", "launches (eager)", "host us (eager)", "launches (graph)", "host us (graph)",
-              "graph: schedule / run / finish us", title=f"host cost of an engine step, kernels {r.get('kernels', '?')}, "
+              "graph: schedule+submit / wait / finish us", title=f"host cost of an engine step, kernels {r.get('kernels', '?')}, "
               f"{r.get('launches_per_layer', '?')} launches a layer (trace backend: kernels not run)")
     t.columns[0].no_wrap = True
     for k in KINDS:

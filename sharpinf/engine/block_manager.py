@@ -94,11 +94,12 @@ class BlockManager:
 
     def register_full_blocks(self, seq: Sequence) -> None:
         """After a step: put seq's newly completed full blocks into the prefix cache (only the
-        new ones: the chain's last hash is kept on the sequence)."""
+        new ones: the chain's last hash is kept on the sequence). A block holding a PENDING token
+        (async scheduling: its id is not back yet) waits until the id is real."""
         if not self.enable_prefix_caching:
             return
         bs, prev = self.block_size, seq.last_block_hash
-        for i in range(seq.registered_blocks, seq.num_computed // bs):
+        for i in range(seq.registered_blocks, min(seq.num_computed, len(seq.tokens) - seq.pending) // bs):
             toks = tuple(seq.tokens[i * bs : (i + 1) * bs])
             key = block_hash(prev, toks)
             b = seq.block_table[i]

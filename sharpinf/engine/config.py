@@ -30,6 +30,9 @@ class EngineConfig:
     kernels: str | dict = "auto"  # kernel variants: auto (fast on a GPU, simple on the emulator), fast, simple,
     #                               "op=variant,..." or {op: variant} (sharpinf/ops/variants.py)
     seed: int = 0  # for requests that give no seed
+    # schedule and submit step n+1 before collecting step n, so the host's work (scheduling, packing,
+    # stop rules, text) overlaps the device's; the tokens are the same either way (vLLM's name)
+    async_scheduling: bool = True
 
     def __post_init__(self):
         self._check_types()
@@ -64,7 +67,7 @@ class EngineConfig:
         if as_float(self.gpu_memory_utilization) is None:
             bad("gpu_memory_utilization", "a number")
         self.gpu_memory_utilization = as_float(self.gpu_memory_utilization)
-        for name in ("enable_prefix_caching", "enable_chunked_prefill", "enforce_eager"):
+        for name in ("enable_prefix_caching", "enable_chunked_prefill", "enforce_eager", "async_scheduling"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 bad(name, "True or False")
             setattr(self, name, bool(getattr(self, name)))

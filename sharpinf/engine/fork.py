@@ -26,11 +26,14 @@ if TYPE_CHECKING:
 
 
 def fork_choices(engine: "LLMEngine", rows: ForkRows, now: float) -> list[tuple[Sequence, int, TokenLogprobs | None]]:
-    """Choices 1..n-1 of rows.seq, running and sharing its blocks; with the first token each is to
-    append and its logprobs."""
+    """Choices 1..n-1 of rows.seq, sharing its blocks (running) -- or, when it was preempted while
+    its first sample was in flight (async scheduling), waiting to recompute; with the first token
+    each is to append and its logprobs."""
     parent = rows.seq
-    assert not parent.is_finished and parent.forks == len(rows.tokens), "a choice forks once, from a running sequence"
-    parent.forks = 0
+    assert not parent.is_finished and parent.forks_inflight == len(rows.tokens), "a choice forks once, when collected"
+    parent.forks_inflight = 0
+    held = bool(parent.block_table)  # False: preempted since its fork step was submitted
+    computed = len(parent.prompt_ids)  # what the fork step computed: the prompt
     group, out = [parent], []
     p = parent.params
     for i, (token, slot, lp) in enumerate(zip(rows.tokens, rows.slots, rows.logprobs), start=1):
@@ -38,16 +41,25 @@ def fork_choices(engine: "LLMEngine", rows: ForkRows, now: float) -> list[tuple[
                          StopChecker(p, engine.tokenizer, context_left=engine.token_limit() - len(parent.prompt_ids)),
                          index=i)
         child.metrics.arrival = parent.metrics.arrival
-        child.metrics.cached_prompt_tokens = len(parent.prompt_ids)  # served by the fork, not computed
-        engine.blocks.fork(parent, child, len(parent.prompt_ids))  # the prompt: what the fork step computed
         if parent.grammar is not None:  # its own matcher, in the state the first sample saw
             child.grammar = parent.grammar.copy()
-        if slot >= 0:  # the history slot its first sample filled with the prompt
-            child.sample_slot, child.seen_synced = slot, len(parent.prompt_ids)
-        engine.scheduler.add_forked(child)
+        if held:
+            child.metrics.cached_prompt_tokens = computed  # served by the fork, not computed
+            engine.blocks.fork(parent, child, computed)
+            if slot >= 0:  # its slot holds the prompt and, set by the kernel, its first token
+                child.sample_slot, child.seen_synced = slot, computed + 1
+        elif slot >= 0:  # it recomputes into a fresh slot when admitted
+            engine.runner.free_slots.append(slot)
+        engine.scheduler.add_forked(child, running=held)
         engine.live[child.key] = child
         group.append(child)
         out.append((child, token, lp))
     for s in group:
         s.choices = group
     return out
+
+
+def release_fork_slots(engine: "LLMEngine", rows: ForkRows) -> None:
+    """A forking request ended before its fork step was collected: no choices, their slots free."""
+    rows.seq.forks_inflight = 0
+    engine.runner.free_slots += [s for s in rows.slots if s >= 0]

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from sharpinf.engine.block_manager import BlockManager
-from sharpinf.engine.fork import fork_choices
+from sharpinf.engine.fork import fork_choices, release_fork_slots
 from sharpinf.engine.config import EngineConfig
 from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
 from sharpinf.engine.logprobs import TokenLogprobs
-from sharpinf.engine.model_runner import ModelRunner
+from sharpinf.engine.model_runner import ModelRunner, RunnerStep
 from sharpinf.engine.scheduler import Scheduler
-from sharpinf.engine.sequence import Sequence
+from sharpinf.engine.sequence import PENDING, Sequence
 from sharpinf.engine.watchdog import Watchdog, check_none_lost, describe
 from sharpinf.engine.grammar import Grammar, Grammars
 from sharpinf.errors import ContextLengthError, EngineStuck, RequestError, SharpinfError
@@ -64,8 +64,9 @@ class RequestOutput:
 
 @dataclass
 class StepTimes:
-    """Host seconds of the last step: scheduling; the model runner (batch, upload, launches or
-    graph replays, sampling, the one synchronize); the tokens' bookkeeping (stop rules, text)."""
+    """Host seconds of the last step: scheduling and submitting (batch, upload, launches or graph
+    replays; with async scheduling, of the next step); the wait for the collected step's ids and
+    the model runner's collect; the tokens' bookkeeping (stop rules, text)."""
 
     schedule_s: float
     run_s: float
@@ -147,6 +148,7 @@ class LLMEngine:
         self.last_step_times: StepTimes | None = None
         self._ids = itertools.count()
         self._seeds = RequestSeeds(self.config.seed)
+        self._inflight: RunnerStep | None = None  # async scheduling: the step submitted, not yet collected
 
     # -- requests ------------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
@@ -222,6 +224,7 @@ class LLMEngine:
         return self.scheduler.has_work() or bool(self.live)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
+        seq.drop_pending()  # a token of a step still in flight is never emitted
         self.live.pop(seq.key, None)
         self.ended += 1
         seq.finish_reason = reason
@@ -270,28 +273,64 @@ class LLMEngine:
         return outputs
 
     def _step(self) -> list[RequestOutput]:
+        """Sync: schedule, submit, collect one step. Async (EngineConfig.async_scheduling): schedule
+        and submit step n+1, then collect step n (the one in flight since the last call) while the
+        device runs n+1; the first call submits two steps, a call with nothing left to schedule
+        only collects."""
         t0 = time.perf_counter()
+        if not self.config.async_scheduling:
+            step = self._submit()
+            t1 = time.perf_counter()
+            if step is None:
+                return self._reject_unschedulable() if self.scheduler.has_work() else []
+            return self._collect(step, t0, t1)
+        if self._inflight is None:
+            self._inflight = self._submit()
+            if self._inflight is None:
+                return self._reject_unschedulable() if self.scheduler.has_work() else []
+        step, self._inflight = self._inflight, self._submit()
+        return self._collect(step, t0, time.perf_counter())
+
+    def _submit(self) -> RunnerStep | None:
+        """Schedule and submit a step (None: nothing to schedule). Each chunk's tokens count as
+        computed from here on (stream order makes its K/V there before any later step reads it);
+        a chunk that samples appends a PENDING token, which the scheduler sees as a decode."""
         chunks = self.scheduler.schedule()
         if not chunks:
-            return self._reject_unschedulable() if self.scheduler.has_work() else []
-        t1 = time.perf_counter()
+            return None
         self.pool.copy_blocks(self.blocks.take_copies())  # copy on write (forked choices), before the step
-        sampled = self.runner.run(chunks)
+        step = self.runner.submit(chunks)
+        for r, c in enumerate(step.samplers):
+            c.seq.tokens.append(PENDING)
+            c.seq.pending += 1
+            c.seq.feed_row = r
+        for s, _, _ in step.forking:  # its choices fork when this step is collected, not again
+            s.forks_inflight, s.forks = s.forks, 0
+        for c in chunks:
+            c.seq.num_computed += c.n_tokens
+            self.blocks.register_full_blocks(c.seq)  # only blocks whose tokens are all real
+            self.blocks.slide(c.seq)
         self.metrics.steps += 1
+        return step
+
+    def _collect(self, step: RunnerStep, t0: float, t1: float) -> list[RequestOutput]:
+        """Wait for a submitted step's ids; put them in place of its PENDING tokens, apply the stop
+        rules, detokenize. A sequence that ended (or was aborted) since the step was submitted
+        gets nothing: the token is discarded, never emitted."""
+        sampled = self.runner.collect(step)
         now = time.perf_counter()
         done: list[tuple[Sequence, RequestOutput]] = []
         forks = {id(f.seq): f for f in self.runner.last_forks}
-        for chunk, token in zip(chunks, sampled):
+        for chunk, token in zip(step.chunks, sampled):
             seq = chunk.seq
-            seq.num_computed += chunk.n_tokens
-            self.blocks.register_full_blocks(seq)
-            self.blocks.slide(seq)
-            if token is None:
+            if token is None or seq.is_finished:
                 continue
-            f = forks.get(id(seq))
+            f = forks.pop(id(seq), None)
             children = fork_choices(self, f, now) if f is not None else []  # before its token can end it
             done.append((seq, self._append(seq, token, now, self.runner.last_logprobs.get(seq.key))))
             done += [(c, self._append(c, t, now, lp)) for c, t, lp in children]
+        for f in forks.values():  # a forking request that ended before its step was collected: no choices
+            release_fork_slots(self, f)
         last_of = {}  # a request of n > 1 choices is over when all are: said by its last output only
         for seq, o in done:
             if seq.choices:
@@ -308,7 +347,15 @@ class LLMEngine:
         token: the sampler found no allowed id (a stuck grammar)."""
         if token < 0:
             return self._no_allowed_token(seq)
-        seq.tokens.append(token)
+        if seq.pending:  # async scheduling: its first pending token is this step's
+            seq.tokens[len(seq.tokens) - seq.pending] = token
+            seq.pending -= 1
+            if not seq.pending:
+                seq.feed_row = -1
+            if seq.block_table:  # still holding blocks (not preempted since): its real blocks register now
+                self.blocks.register_full_blocks(seq)
+        else:
+            seq.tokens.append(token)
         self.metrics.generated_tokens += 1
         if seq.metrics.first_token is None:
             seq.metrics.first_token = now

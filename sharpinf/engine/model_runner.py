@@ -3,14 +3,17 @@
 Only the chosen ids (one int per sampling sequence) come back to the host each step;
 logits stay on the device, where the sampling kernel reads them. A request with a
 repetition, presence or frequency penalty or a logit_bias holds a slot on the device while it
-runs: each step sends only the ids it has not sent yet (its prompt once, then one token a
-step), never the history; the kernel counts the ids it picks itself, so the generated counts
-cross only when a re-admitted request rebuilds its slot; the logit_bias is sent once, when the
-request takes the slot.
-A request that asks for logprobs has its logits row copied back (that row only), which
-engine/logprobs.py turns into TokenLogprobs. A request with n > 1 choices samples its first token
-n times from its one logits row (the row listed n times, each choice with its own seed and, with a
-penalty, its own history slot); the engine then forks the extra choices (engine/fork.py).
+runs: the host sends its prompt once (all its tokens again after a preemption, and then the
+generated ids' counts too); each id it generates the sampling kernel sets and counts in the slot
+itself, so a step can be sent before the last one's ids are back; the logit_bias is sent once,
+when the request takes the slot.
+A request that asks for logprobs has its logits row copied back (that row only, within its
+step, before a later step overwrites it), which engine/logprobs.py turns into TokenLogprobs.
+A request with n > 1 choices samples its first token n times from its one logits row (the row
+listed n times, each choice with its own seed and, with a penalty or bias, its own slot); the
+engine then forks the extra choices (engine/fork.py).
+A step is submit() then collect(): the engine may submit the next step in between (async
+scheduling), whose decode tokens are then fed from this step's ids on the device.
 """
 
 from __future__ import annotations
@@ -19,28 +22,42 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from sharpinf.step.batch import Batch, SeqChunk
+from sharpinf.engine.grammar import fill_masks
 from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.engine.scheduler import ScheduledChunk
-from sharpinf.engine.sequence import Sequence
-from sharpinf.engine.grammar import fill_masks
+from sharpinf.engine.sequence import PENDING, Sequence
 from sharpinf.ops.sampling import bias_row, choice_seed, history_words
-from sharpinf.step.forward import ForwardPass
-from sharpinf.step.kv_pool import KVPool
+from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.step.buffers import SamplingRows
+from sharpinf.step.forward import ForwardPass, PendingStep
+from sharpinf.step.kv_pool import KVPool
 
 I32 = np.int32
 
 
 @dataclass
 class ForkRows:
-    """The first tokens of choices 1..n-1 of `seq` (its first sample), with their history slots
-    (-1: no penalty) and logprobs."""
+    """The first tokens of choices 1..n-1 of `seq` (its first sample), with their slots (-1: none)
+    and logprobs."""
 
     seq: Sequence
     tokens: list[int]
     slots: list[int]
     logprobs: list[TokenLogprobs | None]
+
+
+@dataclass
+class RunnerStep:
+    """A submitted step: its chunks, the ones that sample (row r = samplers[r], then the forking
+    sequences' extra rows), its PendingStep."""
+
+    chunks: list[ScheduledChunk]
+    samples: list[bool]  # per chunk, as it was at submission (ScheduledChunk.samples reads the live sequence)
+    samplers: list[ScheduledChunk]
+    forking: list[tuple[Sequence, int, list[int]]]  # (sequence, extra rows' first row, their slots)
+    pending: PendingStep
+    logprob_rows: list[int]  # rows whose logits the step copied back (PendingStep.logits_host, in order)
+    row_seqs: list[Sequence]  # the sequence of every row
 
 
 @dataclass
@@ -50,62 +67,83 @@ class ModelRunner:
     validate: bool = True  # check every batch (vectorized; cheap next to a step)
     steps_run: int = 0
     tokens_run: int = 0
+    tokens_fed: int = 0  # tokens fed on the device from the previous step's ids (async scheduling)
     last_batch: Batch | None = field(default=None, repr=False)
     free_slots: list[int] = field(init=False)
     last_logprobs: dict[str, TokenLogprobs] = field(default_factory=dict, repr=False)  # Sequence.key -> this step's
-    last_forks: list["ForkRows"] = field(default_factory=list, repr=False)  # this step's extra choices
+    last_forks: list[ForkRows] = field(default_factory=list, repr=False)  # the collected step's extra choices
 
     def __post_init__(self):
         self.free_slots = list(range(self.fp.capacity.rows - 1, -1, -1))
 
     def release(self, seq: Sequence) -> None:
-        """seq left the running set (finished or preempted): its history slot is free again."""
+        """seq left the running set (finished or preempted): its slot is free again."""
         if seq.sample_slot >= 0:
             self.free_slots.append(seq.sample_slot)
         seq.sample_slot, seq.seen_synced = -1, 0
 
     def run(self, chunks: list[ScheduledChunk]) -> list[int | None]:
-        """Run one step; for each chunk the sampled token, or None if it did not reach the end.
-        The extra choices' first tokens are in last_forks."""
-        seq_chunks = []
-        for c in chunks:
+        """Run one step; for each chunk the sampled token, or None if it did not reach the end."""
+        return self.collect(self.submit(chunks))
+
+    def submit(self, chunks: list[ScheduledChunk]) -> RunnerStep:
+        """Pack and queue one step (ForwardPass.submit); returns before its ids are back. A chunk
+        that ends at a PENDING token (sampled by the step submitted just before) feeds it from that
+        step's sampled-ids row on the device."""
+        seq_chunks, fed = [], []
+        for i, c in enumerate(chunks):
             s = c.seq
-            seq_chunks.append(SeqChunk(s.tokens[s.num_computed : s.num_computed + c.n_tokens], s.num_computed,
-                                       s.block_table, want_logits=c.samples))
+            toks = s.tokens[s.num_computed : s.num_computed + c.n_tokens]
+            if toks[-1] == PENDING:  # only the last token can be: the scheduler never admits it mid-flight
+                assert s.pending == 1 and s.feed_row >= 0 and c.samples, f"{s.key}: a pending token fed out of place"
+                toks = toks[:-1] + [0]  # a valid id in the batch; the device puts the real one in
+                fed.append((i, s.feed_row))
+            seq_chunks.append(SeqChunk(toks, s.num_computed, s.block_table, want_logits=c.samples))
         batch = Batch.build(seq_chunks, self.pool.block_size)
+        feed = None
+        if fed:
+            feed = np.full(batch.n_tokens, -1, I32)
+            for i, row in fed:
+                feed[batch.cu_seqlens[i + 1] - 1] = row
         samplers = [c for c in chunks if c.samples]
-        forking = [(r, c.seq) for r, c in enumerate(samplers) if c.seq.forks > 0]
-        if forking:  # each forking request's row again for each extra choice, after the others
-            extra = [batch.logits_rows[r] for r, s in forking for _ in range(s.forks)]
+        forks = [(r, c.seq) for r, c in enumerate(samplers) if c.seq.forks > 0]
+        if forks:  # each forking request's row again for each extra choice, after the others
+            extra = [batch.logits_rows[r] for r, s in forks for _ in range(s.forks)]
             batch = replace(batch, logits_rows=np.concatenate([batch.logits_rows, np.asarray(extra, I32)]))
         self.last_batch = batch
-        rows = self.sampling_rows(samplers, [s for _, s in forking]) if samplers else None
-        out = self.fp.forward(batch, self.pool, validate=self.validate, sampling=rows)
+        rows = self.sampling_rows(samplers, [s for _, s in forks]) if samplers else None
+        row_seqs = [c.seq for c in samplers] + [s for _, s in forks for _ in range(s.forks)]
+        lp_rows = [r for r, s in enumerate(row_seqs) if s.params.logprobs is not None]
+        pending = self.fp.submit(batch, self.pool, validate=self.validate, sampling=rows, feed_rows=feed,
+                                 copy_rows=lp_rows)
+        forking, at = [], len(samplers)
+        for _, s in forks:
+            forking.append((s, at, [int(x) for x in rows.slots[at : at + s.forks]]))
+            at += s.forks
         self.steps_run += 1
         self.tokens_run += batch.n_tokens
+        self.tokens_fed += len(fed)
+        return RunnerStep(list(chunks), [c.samples for c in chunks], samplers, forking, pending, lp_rows, row_seqs)
+
+    def collect(self, step: RunnerStep) -> list[int | None]:
+        """Wait for a submitted step's ids: for each chunk the sampled token, or None; the forking
+        sequences' extra choices in last_forks."""
+        out = step.pending.result()
         self.last_logprobs, self.last_forks = {}, []
         if out.sampled is None:
-            return [None] * len(chunks)
+            return [None] * len(step.chunks)
         ids = out.sampled.tolist()
-        row_seqs = [c.seq for c in samplers] + [s for _, s in forking for _ in range(s.forks)]
-        lps = [self._logprobs(out, r, s, ids[r]) for r, s in enumerate(row_seqs)]
-        for r, c in enumerate(samplers):
-            if lps[r] is not None:
+        lps: dict[int, TokenLogprobs] = {}
+        for i, r in enumerate(step.logprob_rows):
+            lps[r] = TokenLogprobs.of(step.pending.logits_host[i], ids[r], step.row_seqs[r].params.logprobs)
+        for r, c in enumerate(step.samplers):
+            if r in lps:
                 self.last_logprobs[c.seq.key] = lps[r]
-        at = len(samplers)
-        for _, s in forking:
-            span = slice(at, at + s.forks)
-            self.last_forks.append(ForkRows(s, ids[span], list(rows.slots[span]), lps[span]))
-            at += s.forks
+        for s, at, slots in step.forking:
+            span = range(at, at + len(slots))
+            self.last_forks.append(ForkRows(s, [ids[r] for r in span], slots, [lps.get(r) for r in span]))
         chosen = iter(ids)
-        return [next(chosen) if c.samples else None for c in chunks]
-
-    def _logprobs(self, out, r: int, seq: Sequence, token: int) -> TokenLogprobs | None:
-        k = seq.params.logprobs
-        if k is None:
-            return None
-        row = self.fp.backend.download(out.logits[r : r + 1])[0]
-        return TokenLogprobs.of(row, token, k)
+        return [next(chosen) if samples else None for samples in step.samples]
 
     def sampling_rows(self, chunks: list[ScheduledChunk], forking: list[Sequence] = ()) -> SamplingRows:
         """One row per sampling chunk, then for each forking sequence one per extra choice (its
@@ -122,8 +160,10 @@ class ModelRunner:
                     s.sample_slot, s.seen_synced, clear[r] = self.free_slots.pop(), 0, 1
                     count_n[r] = len(s.tokens) - len(s.prompt_ids)  # generated before a preemption
                     self.fp.set_slot_bias(s.sample_slot, bias_row(s.params))
-                new = s.tokens[s.seen_synced :]  # everything fed up to this step, sent once
-                s.seen_synced = len(s.tokens)
+                # every id fed up to this step, sent once (a PENDING one, the kernel already set);
+                # the id this row samples, the kernel sets and counts too
+                new = [t for t in s.tokens[s.seen_synced :] if t != PENDING]
+                s.seen_synced = len(s.tokens) + 1
                 slots[r] = s.sample_slot
                 adds.append(new)
                 n += len(new)
@@ -132,8 +172,8 @@ class ModelRunner:
             if s.penalised:  # the choice's own slot from its first token: the prompt, sent once
                 slots[r], clear[r] = self.free_slots.pop(), 1
                 self.fp.set_slot_bias(slots[r], bias_row(s.params))
-                adds.append(s.tokens)
-                n += len(s.tokens)
+                adds.append(list(s.prompt_ids))
+                n += len(s.prompt_ids)
             off[r + 1] = n
         all_seqs = seqs + [s for s, _ in extra]
         # structured output: each constrained row's allowed ids, computed here on the host (one call);

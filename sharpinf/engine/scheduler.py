@@ -6,6 +6,11 @@ Order within a step, under a token budget (max_num_batched_tokens) and max_num_s
   3. waiting sequences, first come first served, admitted while their first chunk's
      blocks are free (backpressure: a request waits rather than running memory out) and
      max_num_seqs has room for every choice of the request (n > 1: the choices fork from it).
+A running sequence whose pending token already reaches max_tokens (or the context) is not
+scheduled: async scheduling knows ahead that collecting that token ends it; nor is one with a
+grammar while its token is pending (its next mask depends on that token). A waiting sequence
+with a pending token (preempted while its token was in flight) is admitted only once the token
+is real (the next step), so the history and hashes it is recomputed from are real ids.
 When a running sequence needs a block and none is free, the most recently admitted
 running sequence is preempted (LIFO) by recompute: its blocks are released and it goes
 back to the front of the waiting queue. The oldest sequence therefore always makes
@@ -88,7 +93,7 @@ class Scheduler:
         scheduled: list[ScheduledChunk] = []
         self.step_index += 1
 
-        for seq in [s for s in self.running if s.remaining == 1]:  # 1. decodes
+        for seq in [s for s in self.running if s.remaining == 1 and not (s.out_of_room or s.waits_for_ids)]:  # 1. decodes
             if budget <= 0:
                 break
             if seq.status is Status.RUNNING and self._make_room(seq, len(seq.tokens), scheduled):
@@ -111,6 +116,8 @@ class Scheduler:
             seq = self.waiting[0]
             if self.seats() + 1 + seq.forks > cfg.max_num_seqs:
                 break  # a request of n choices waits for room for all n (they run side by side)
+            if seq.pending:
+                break  # preempted with its last token in flight: admitted once that token is real
             # the first chunk starts after what the prefix cache serves: count only those blocks
             n = self._chunk(seq, budget, len(seq.tokens) - self.blocks.cached_prefix_len(seq))
             if n > budget and prefill:
@@ -128,11 +135,17 @@ class Scheduler:
         return scheduled
 
     def seats(self) -> int:
-        """Running sequences, with the choices they will fork at their first sample."""
-        return len(self.running) + sum(s.forks for s in self.running)
+        """Running sequences, with the choices they will fork at their first sample (or fork when
+        its submitted step is collected)."""
+        return len(self.running) + sum(s.forks + s.forks_inflight for s in self.running)
 
-    def add_forked(self, child: Sequence) -> None:
-        """A choice forked from a running sequence runs from now on (the youngest: preempted first)."""
+    def add_forked(self, child: Sequence, running: bool = True) -> None:
+        """A choice forked from a running sequence runs from now on (the youngest: preempted first);
+        from one preempted while its first sample was in flight, it waits at the front to recompute."""
+        if not running:
+            child.status = Status.WAITING
+            self.waiting.appendleft(child)
+            return
         child.status = Status.RUNNING
         self.admissions += 1
         child.admitted_at = self.admissions

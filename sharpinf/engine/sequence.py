@@ -5,6 +5,11 @@ a step feeds tokens[num_computed : num_computed + chunk], and when that reaches 
 the step's last logits give the next token. Decode is the case of one token left;
 a preempted sequence drops its cache (num_computed = 0) and is fed again, prompt and
 generated tokens alike, which its caller never sees.
+
+With async scheduling a step is submitted before the previous one's ids are back: a token a
+submitted step will sample is appended at once as PENDING (the scheduler sees a decode), and
+`feed_row` says which row of that step's sampled ids holds it (the next step's embedding takes
+it from there on the device); collecting the step puts the real id in its place.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 from sharpinf.ops.sampling import needs_slot, param_row
 from sharpinf.sampling import SamplingParams
 from sharpinf.textgen import StopChecker
+
+PENDING = -1  # a token sampled by a step still in flight (never fed as such: see feed_row)
 
 
 class Status(enum.Enum):
@@ -70,6 +77,8 @@ class Sequence:
     sent_chars: int = 0  # characters of stop.text already given out as deltas (final ones only)
     index: int = 0  # which choice of its request (n > 1: 0 .. n-1; engine/fork.py)
     choices: list["Sequence"] = field(default_factory=list, repr=False)  # choice 0's: every choice, once forked
+    pending: int = 0  # trailing PENDING tokens (at most 2: the steps in flight)
+    feed_row: int = -1  # the last submitted step's sampled-ids row that holds tokens[-1] (if PENDING)
 
     def __post_init__(self):
         self.tokens = list(self.prompt_ids)
@@ -79,6 +88,7 @@ class Sequence:
         self.top_k = min(p.top_k, 2**31 - 1)
         self.penalised = needs_slot(p)  # holds a device slot: history bits, generated counts, logit_bias
         self.forks = p.n - 1 if self.index == 0 else 0  # choices still to fork at the first sample
+        self.forks_inflight = 0  # choices its submitted first sample forks when collected
 
     @property
     def key(self) -> str:
@@ -98,6 +108,25 @@ class Sequence:
     def remaining(self) -> int:
         """Tokens still to feed before the next token can be sampled."""
         return len(self.tokens) - self.num_computed
+
+    @property
+    def out_of_room(self) -> bool:
+        """Its tokens, pending ones included, already reach max_tokens or the context: the step
+        that samples the last of them ends it, so it needs no further step."""
+        n, p = len(self.tokens) - len(self.prompt_ids), self.params
+        return (p.max_tokens is not None and n >= p.max_tokens) or n >= self.stop.context_left
+
+    @property
+    def waits_for_ids(self) -> bool:
+        """Its next step must wait until its pending token is back: a grammar's next mask depends on
+        it (async scheduling never runs such a sequence two steps at a time)."""
+        return self.pending > 0 and self.grammar is not None
+
+    def drop_pending(self) -> None:
+        """It ended: tokens of steps still in flight are never emitted."""
+        if self.pending:
+            del self.tokens[len(self.tokens) - self.pending :]
+        self.pending, self.feed_row = 0, -1
 
     @property
     def is_finished(self) -> bool:

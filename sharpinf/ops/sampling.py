@@ -128,7 +128,8 @@ def sample_rows(be, logits, R: int, vocab: int, params, top_k, seeds, steps, see
     top_k i32 [R], seeds u64 [R], steps i32 [R], seen_bits u32 [slots, words], slots/clear i32 [R],
     add_off i32 [R+1], add_ids i32 [*], counts u32 [slots, count_words], count_n i32 [R],
     slot_bias i32 [slots, BIAS_STRIDE], mask_idx i32 [R], masks u32 [*, words], out i32 [R],
-    scratch f32 [R, 2 * vocab]."""
+    scratch f32 [R, 2 * vocab]. Each chosen id is also set (and counted) in its row's slot, so the next
+    step's history holds it without the host sending it."""
     if block % 32 or not 32 <= block <= 1024:
         raise ValueError(f"sample: block must be a multiple of 32 in [32, 1024], got {block}")
     be.launch(kernel(be, "sampling.cu", "sample_rows"), R, block,

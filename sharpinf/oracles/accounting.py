@@ -4,15 +4,19 @@
 read from the Batch the forward pass is actually given (its cu_seqlens and positions; padding is
 added inside the forward pass, never in the Batch), not from what the scheduler's chunks claim,
 so a step that feeds extra tokens, or starts a chunk before num_computed, is seen. Each fed token
-id is checked against the sequence's token at that position too.
+id is checked against the sequence's token at that position too; a token fed on the device from
+the previous step's sampled ids (async scheduling: a placeholder in the Batch) is checked one step
+later, from the step's token_ids on the device, which the embedding kernel wrote the fed id into.
 `check_accounting(engine, ledger, seqs)` then asserts, once the engine is idle:
   fed       every batch sequence is a scheduled chunk's, every fed id is its sequence's token there,
             and no position lies outside its sequence's tokens;
   once      a position is computed exactly once -- or never, when the prefix cache served it --
             unless its sequence was preempted (then at most once per admission);
   complete  every position a finished request fed (all but its last sampled token) has K/V;
-  total     a request never preempted computed exactly prompt + generated - 1 - cached tokens, and
-            the whole run the sum of those (so no work is attributed to nobody);
+  ahead     its last token is computed only under async scheduling, by a step submitted before a
+            stop id or string ended it (once); never after max_tokens or the context (known ahead);
+  total     a request never preempted computed exactly prompt + generated - 1 - cached tokens (+ that
+            last one), and the whole run the sum of those (so no work is attributed to nobody);
   blocks    every block is free again and every reference count is back to 0;
   metrics   finished, rejected, generated and prompt token counts agree with the outcomes.
 """
@@ -29,6 +33,19 @@ class Ledger(Counter):
         super().__init__()
         self.problems: list[str] = []
         self.tokens = 0  # every token the forward pass was given
+        self.fed_later: list = []  # (fp, [(seq, position, batch index)]) of the last step that fed ids on the device
+
+    def check_fed(self) -> None:
+        """The device-fed ids of the last recorded step, read back from its token_ids (synchronizes)."""
+        if not self.fed_later:
+            return
+        fp, fed = self.fed_later
+        self.fed_later = []
+        ids = fp.backend.download(fp.descriptor.d["token_ids"])
+        for seq, q, t in fed:
+            if q < len(seq.tokens) and seq.tokens[q] != int(ids[t]):  # q past the end: aborted, dropped
+                self.problems.append(f"{seq.key}: position {q} was fed id {int(ids[t])} on the device, "
+                                     f"but its token is {seq.tokens[q]}")
 
 
 class _RecordingForward:
@@ -41,23 +58,40 @@ class _RecordingForward:
         return getattr(self._fp, name)
 
     def forward(self, batch, *args, **kwargs):
+        self._counts.check_fed()
         record(self._counts, self.chunks, batch)
         return self._fp.forward(batch, *args, **kwargs)
 
+    def submit(self, batch, *args, feed_rows=None, **kwargs):
+        self._counts.check_fed()  # the previous step's device-fed ids, before this upload replaces them
+        fed = record(self._counts, self.chunks, batch, feed_rows)
+        pending = self._fp.submit(batch, *args, feed_rows=feed_rows, **kwargs)
+        if fed:
+            self._counts.fed_later = [self._fp, fed]
+        return pending
 
-def record(counts: Ledger, chunks, batch) -> None:
-    """Count batch sequence s's positions for chunks[s]'s request (the runner packs in chunk order)."""
+
+def record(counts: Ledger, chunks, batch, feed_rows=None) -> list:
+    """Count batch sequence s's positions for chunks[s]'s request (the runner packs in chunk order);
+    returns the tokens fed on the device, [(seq, position, batch index)], checked later."""
     cu, pos, ids = batch.cu_seqlens, batch.positions, batch.token_ids
     counts.tokens += batch.n_tokens
+    fed = []
     if batch.n_seqs != len(chunks):
         counts.problems.append(f"a batch of {batch.n_seqs} sequences for {len(chunks)} scheduled chunks")
     for s, c in enumerate(chunks[: batch.n_seqs]):
         seq, p, t = c.seq, pos[cu[s] : cu[s + 1]].tolist(), ids[cu[s] : cu[s + 1]].tolist()
         for q in p:
             counts[(seq.key, q)] += 1
+        if feed_rows is not None:  # a device-fed token: its placeholder id says nothing; checked later
+            for i in range(cu[s], cu[s + 1]):
+                if feed_rows[i] >= 0:
+                    fed.append((seq, int(pos[i]), i))
+                    t[i - cu[s]] = seq.tokens[pos[i]] if 0 <= pos[i] < len(seq.tokens) else None
         if t != [seq.tokens[q] if 0 <= q < len(seq.tokens) else None for q in p]:
             counts.problems.append(f"{seq.key}: fed ids {t} at positions {p} are not its tokens there "
                                    f"({len(seq.tokens)} tokens)")
+    return fed
 
 
 def ledger(engine) -> Ledger:
@@ -66,20 +100,29 @@ def ledger(engine) -> Ledger:
     counts = Ledger()
     runner = engine.runner
     rec = _RecordingForward(runner.fp, counts)
-    run = runner.run
+    submit = runner.submit
 
     def recording(chunks):
         rec.chunks = list(chunks)  # batch sequence s is chunk s
-        return run(chunks)
+        return submit(chunks)
 
-    runner.fp, runner.run = rec, recording
+    runner.fp, runner.submit = rec, recording
     return counts
 
 
-def _per_request(rid: str, seq, counts: Counter, total: int, problems: list[str]) -> None:
+def _ahead(rid: str, seq, counts: Counter) -> int:
+    """Times the last sampled token was computed: by a step submitted before the stop rule saw it."""
+    return counts.get((rid, len(seq.tokens) - 1), 0) if seq.output_ids else 0
+
+
+def _per_request(rid: str, seq, counts: Counter, total: int, problems: list[str], async_scheduling: bool = False) -> None:
     cached = seq.metrics.cached_prompt_tokens
     pre = seq.metrics.preemptions
-    fed = len(seq.tokens) - (1 if seq.output_ids else 0)  # the last sampled token is never fed
+    fed = len(seq.tokens) - (1 if seq.output_ids else 0)  # the last sampled token is never fed...
+    ahead = _ahead(rid, seq, counts)  # ...unless a step in flight fed it
+    if ahead and not (async_scheduling and seq.finish_reason in ("stop", "aborted") and ahead <= pre + 1):
+        problems.append(f"{rid}: its last token (finish {seq.finish_reason}) computed {ahead} times"
+                        + ("" if async_scheduling else " without async scheduling"))
     finished_normally = seq.finish_reason in ("stop", "length", "context")
     for p in range(len(seq.tokens)):
         n = counts.get((rid, p), 0)
@@ -91,25 +134,29 @@ def _per_request(rid: str, seq, counts: Counter, total: int, problems: list[str]
             problems.append(f"{rid}: position {p} computed {n} times")
         elif finished_normally and p < fed and n == 0 and p >= cached:
             problems.append(f"{rid}: position {p} never computed")
-    if pre == 0 and finished_normally and total != fed - cached:
+    if pre == 0 and finished_normally and total != fed - cached + ahead:
         problems.append(f"{rid}: {total} tokens computed for {len(seq.prompt_ids)} prompt + {len(seq.output_ids)} "
-                        f"generated - 1 - {cached} cached = {fed - cached}")
+                        f"generated - 1 - {cached} cached + {ahead} ahead = {fed - cached + ahead}")
 
 
 def check_accounting(engine, counts: Counter, seqs: dict, rejected_at_submit: int = 0) -> list[str]:
     """seqs: Sequence.key -> its Sequence (as the engine had it), for every request queued and
     every choice forked (a forked choice's shared prompt counts as served, like the prefix cache's)."""
+    if hasattr(counts, "check_fed"):
+        counts.check_fed()
     problems = list(getattr(counts, "problems", []))
+    asy = engine.config.async_scheduling
     totals: Counter = Counter()
     for (rid, _), n in counts.items():
         totals[rid] += n
     for rid, seq in seqs.items():
-        _per_request(rid, seq, counts, totals[rid], problems)
+        _per_request(rid, seq, counts, totals[rid], problems, asy)
     strays = sorted(k for k in counts if k[0] not in seqs or not 0 <= k[1] < len(seqs[k[0]].tokens))
     if strays:
         problems.append(f"positions computed outside every request's tokens: {strays[:5]}")
     if all(s.metrics.preemptions == 0 and s.finish_reason in ("stop", "length", "context") for s in seqs.values()):
-        want = sum(len(s.tokens) - (1 if s.output_ids else 0) - s.metrics.cached_prompt_tokens for s in seqs.values())
+        want = sum(len(s.tokens) - (1 if s.output_ids else 0) - s.metrics.cached_prompt_tokens
+                   + _ahead(rid, s, counts) for rid, s in seqs.items())
         if sum(counts.values()) != want or getattr(counts, "tokens", want) != want:
             problems.append(f"run: {sum(counts.values())} positions recorded, {getattr(counts, 'tokens', '?')} tokens "
                             f"given to the forward pass, for {want} prompt + generated - 1 - cached over requests")

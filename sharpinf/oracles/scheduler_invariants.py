@@ -8,7 +8,8 @@ state just before the call:
   decodes     the sequences that were decoding come before every prefill chunk
   fcfs        the sequences admitted this step are the head of the waiting queue, in order
   disjoint    no sequence is both running and waiting; statuses agree with the lists
-  oldest      the oldest running sequence is scheduled, unless decodes took the whole budget
+  oldest      the oldest running sequence is scheduled, unless decodes took the whole budget (or
+              its pending token already reaches max_tokens: async scheduling ends it without a step)
   chunks      every chunk feeds >= 1 token and stops at the end of its sequence
 A broken rule raises AssertionError naming the step and the rule.
 """
@@ -38,7 +39,7 @@ def watch(engine) -> "list[int]":
         step = sch.step_index
 
         def fail(rule: str, what: str):
-            shown = ", ".join(f"{c.seq.request_id}:{c.n_tokens}{'d' if id(c.seq) in decoding0 else ''}" for c in chunks)
+            shown = ", ".join(f"{c.seq.key}:{c.n_tokens}{'d' if id(c.seq) in decoding0 else ''}" for c in chunks)
             raise ScheduleViolation(f"step {step}: {rule}: {what} (chunks {shown}; d = was decoding)")
 
         kinds = [id(c.seq) in decoding0 for c in chunks]  # True: a sequence that was decoding
@@ -64,17 +65,17 @@ def watch(engine) -> "list[int]":
             fail("disjoint", "a sequence is both running and waiting")
         if any(s.status is not Status.RUNNING for s in sch.running) or any(s.status is not Status.WAITING for s in sch.waiting):
             fail("disjoint", "a status disagrees with its list")
-        alive = [s for s in running0 if s.status is Status.RUNNING]
+        alive = [s for s in running0 if s.status is Status.RUNNING and not s.out_of_room]
         if alive:
             oldest = min(alive, key=lambda s: s.admitted_at)
             decode_tokens = sum(c.n_tokens for c, k in zip(chunks, kinds) if k)
             if id(oldest) not in ids and not (id(oldest) not in decoding0 and decode_tokens >= cfg.max_num_batched_tokens):
-                fail("oldest", f"the oldest running sequence {oldest.request_id} was not scheduled")
+                fail("oldest", f"the oldest running sequence {oldest.key} was not scheduled")
         for c in chunks:
             if c.n_tokens < 1 or c.seq.num_computed + c.n_tokens > len(c.seq.tokens):
-                fail("chunks", f"{c.seq.request_id}: {c.n_tokens} tokens from {c.seq.num_computed} of {len(c.seq.tokens)}")
+                fail("chunks", f"{c.seq.key}: {c.n_tokens} tokens from {c.seq.num_computed} of {len(c.seq.tokens)}")
             if id(c.seq) in progress0 and c.seq.num_computed < progress0[id(c.seq)] and c.seq.metrics.preemptions == 0:
-                fail("chunks", f"{c.seq.request_id} went back without a preemption")
+                fail("chunks", f"{c.seq.key} went back without a preemption")
         return chunks
 
     sch.schedule = checked

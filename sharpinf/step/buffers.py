@@ -2,6 +2,8 @@
 descriptor (StepDescriptor), so a step allocates nothing and crosses to the device in one copy.
 
     token_ids, positions, slot_mapping   i32 [T]       the batch's tokens, then padding
+    feed_rows                            i32 [T]       -1, or the row of the previous step's sampled ids
+                                                       that is this token (scheduled before it was known)
     cu_seqlens                           i32 [S+1]     S = seqs + 1: the last sequence holds the padding
     logits_rows                          i32 [R]
     sampling: params f32 [R,6], top_k, steps, slots, clear, count_n, mask_idx i32 [R],
@@ -10,11 +12,15 @@ descriptor (StepDescriptor), so a step allocates nothing and crosses to the devi
     block_tables                         i32 [S, W]    last, so the copy stops after the live rows
 
 Allowed-token masks (structured output) are not in that copy: a step with M masked rows packs
-their bits into rows 0..M-1 of a pinned [R, words] staging buffer and sends those rows with a
-second copy before the descriptor's (mask_idx[r] names row r's); a step without one sends none.
+their bits into rows 0..M-1 of a pinned [R, words] staging buffer (two, used in turn as the
+descriptor's) and sends those rows with a second copy before the descriptor's (mask_idx[r]
+names row r's); a step without one sends none.
 
-The host side is one pinned staging buffer with the same layout: a step writes its fields
-there and `upload` sends [0, end of the last live block-table row) with one async copy.
+The host side is two pinned staging buffers with the same layout, used in turn, each with its
+own marker: a step writes its fields into one and `upload` sends [0, end of the last live
+block-table row) with one async copy, so packing step n+1 never waits for step n's copy (only
+for step n-1's, long done). The device copy is one buffer: stream order protects it, and the
+captured graphs hold its addresses. The sampled ids come back into two pinned buffers in turn.
 Padding: a step padded from N to Nb tokens (its graph's size) gives tokens N..Nb-1 id 0,
 position 0 and the slot of position 0 of the scratch block, in sequence S-1 whose block
 table is the scratch block; rows R..Rb-1 take row 0, greedy, no history. Padding reads and
@@ -144,7 +150,8 @@ class _Field:
 
 @dataclass
 class StepDescriptor:
-    """One step's description: pinned host staging + the device copy, with typed views of each."""
+    """One step's description: pinned host staging (two buffers, used in turn) + the device copy,
+    with typed views of each."""
 
     be: Backend
     cap: StepCapacity
@@ -157,7 +164,8 @@ class StepDescriptor:
 
     def __post_init__(self):
         T, S, R, H, W = self.cap.tokens, self.cap.seqs + 1, self.cap.rows, self.cap.history, self.width
-        layout = [("token_ids", I32, T), ("positions", I32, T), ("slot_mapping", I32, T), ("cu_seqlens", I32, S + 1),
+        layout = [("token_ids", I32, T), ("positions", I32, T), ("slot_mapping", I32, T), ("feed_rows", I32, T),
+                  ("cu_seqlens", I32, S + 1),
                   ("logits_rows", I32, R), ("params", F32, R * N_PARAMS), ("top_k", I32, R), ("steps", I32, R),
                   ("slots", I32, R), ("clear", I32, R), ("count_n", I32, R), ("mask_idx", I32, R),
                   ("add_off", I32, R + 1), ("seeds", U64, R),
@@ -167,22 +175,59 @@ class StepDescriptor:
             self.fields[name] = _Field(at, np.dtype(dt), n)
             at += -(-(n * np.dtype(dt).itemsize) // ALIGN) * ALIGN
         self.nbytes = at
-        self.host = self.be.host_buffer(at)
         self.device = self.be.zeros((at,), np.uint8)
-        self.h = {n: self._view(self.host, f) for n, f in self.fields.items()}  # host views
         self.d = {n: self._view(self.device, f) for n, f in self.fields.items()}  # device views
-        self.h["params"] = self.h["params"].reshape(R, N_PARAMS)
         self.d["params"] = self.d["params"].reshape(R, N_PARAMS)
-        self.tables = self.h["block_tables"].reshape(S, W)
-        self._copied = self.be.marker()  # the end of the last upload (a CUDA event): pack() waits for it
-        self.host_ids = self.be.host_buffer(R * 4).view(I32)  # sampled ids come back here
-        self.mask_host = self.be.host_buffer(R * self.mask_words * 4).view(np.uint32).reshape(R, self.mask_words)
+        self.hosts = [self.be.host_buffer(at) for _ in range(2)]  # staging, used in turn
+        self._h = [self._host_views(b) for b in self.hosts]
+        self._copied = [self.be.marker() for _ in range(2)]  # the end of each buffer's last upload
+        self._ids = [self.be.host_buffer(R * 4).view(I32) for _ in range(2)]  # sampled ids come back here
+        self._done = [self.be.marker() for _ in range(2)]  # the end of the step that used each buffer
+        self._owner: list[Any] = [None, None]  # that step (a PendingStep)
+        self.cur, self._sent = 0, False  # the buffer pack() writes; whether it was uploaded since
+        # allowed-token masks: their own staging, in turn with the descriptor's, and one device copy
+        self._mask_hosts = [self.be.host_buffer(R * self.mask_words * 4).view(np.uint32).reshape(R, self.mask_words)
+                            for _ in range(2)]
         self.masks = self.be.zeros((R, self.mask_words), np.uint32)
-        self._mask_rows = 0  # rows of mask_host this step sends
+        self._mask_rows = 0  # rows of the mask staging this step sends
         # the padding sequence's table (row S-1) never changes and is past every copy: set it once
-        self.tables[S - 1, :] = self.scratch_block
+        for i in range(2):
+            self._h[i]["block_tables"].reshape(S, W)[S - 1, :] = self.scratch_block
+            self._h[i]["feed_rows"][:] = -1  # no token is fed until a step says so
         self.be.copy_to_device(self.host, self.device)
         self.be.synchronize()
+
+    def _host_views(self, buf: Any) -> dict[str, Any]:
+        h = {n: self._view(buf, f) for n, f in self.fields.items()}
+        h["params"] = h["params"].reshape(self.cap.rows, N_PARAMS)
+        return h
+
+    # the staging buffer of the step being packed (or last packed): host bytes, typed views, tables
+    @property
+    def host(self) -> Any:
+        return self.hosts[self.cur]
+
+    @property
+    def h(self) -> dict[str, Any]:
+        return self._h[self.cur]
+
+    @property
+    def mask_host(self) -> Any:
+        return self._mask_hosts[self.cur]
+
+    @property
+    def tables(self) -> Any:
+        return self._h[self.cur]["block_tables"].reshape(self.cap.seqs + 1, self.width)
+
+    def claim(self, step: Any) -> tuple[Any, Any]:
+        """(host_ids, done marker) of the current staging buffer, handed to `step` (a PendingStep);
+        a step that still owns them (two submits with no result() between) takes its ids out first,
+        so none is overwritten unread."""
+        prev = self._owner[self.cur]
+        if prev is not None and prev is not step:
+            prev.result()
+        self._owner[self.cur] = step
+        return self._ids[self.cur], self._done[self.cur]
 
     @staticmethod
     def _view(buf: Any, f: _Field) -> Any:
@@ -192,13 +237,20 @@ class StepDescriptor:
     def pad_seq(self) -> int:
         return self.cap.seqs
 
-    def pack(self, batch: Batch, n_tokens: int, n_rows: int, sampling: SamplingRows | None) -> int:
-        """Write the batch padded to n_tokens tokens and n_rows rows; returns the bytes to upload."""
-        self.be.wait(self._copied)  # the previous step's copies must have left the staging buffers
+    def pack(self, batch: Batch, n_tokens: int, n_rows: int, sampling: SamplingRows | None,
+             feed_rows: np.ndarray | None = None) -> int:
+        """Write the batch padded to n_tokens tokens and n_rows rows into the staging buffer not in
+        flight; returns the bytes to upload. feed_rows [N]: per token, -1 or the row of the previous
+        step's sampled ids to take its id from (its token_ids entry is then a placeholder)."""
+        if self._sent:  # the other buffer: its last copy (two steps ago) has long left it
+            self.cur, self._sent = self.cur ^ 1, False
+        self.be.wait(self._copied[self.cur])
         self._mask_rows = 0
         h, N, S, R = self.h, batch.n_tokens, batch.n_seqs, len(batch.logits_rows)
         h["token_ids"][:N] = batch.token_ids
         h["token_ids"][N:n_tokens] = 0
+        h["feed_rows"][:N] = -1 if feed_rows is None else feed_rows
+        h["feed_rows"][N:n_tokens] = -1
         h["positions"][:N] = batch.positions
         h["positions"][N:n_tokens] = 0
         h["slot_mapping"][:N] = batch.slot_mapping
@@ -234,13 +286,15 @@ class StepDescriptor:
         return self.fields["block_tables"].offset + S * self.width * 4
 
     def retire(self) -> None:
-        """Before the buffers go: the last copy out of the staging buffer must have finished (a
+        """Before the buffers go: the last copies out of (and into) the pinned buffers must have finished (a
         freed pinned block can be handed out again at once)."""
-        self.be.wait(self._copied)
+        for m in self._copied + self._done:  # the uploads, and the ids' copies back
+            self.be.wait(m)
 
     def upload(self, nbytes: int) -> None:
         M = self._mask_rows
-        if M:  # before the descriptor's copy, so the one marker covers both staging buffers
+        if M:  # before the descriptor's copy, so its marker covers both of this buffer's copies
             self.be.copy_to_device(self.mask_host[:M], self.masks[:M])
         self.be.copy_to_device(self.host[:nbytes], self.device[:nbytes])
-        self.be.record(self._copied)
+        self.be.record(self._copied[self.cur])
+        self._sent = True

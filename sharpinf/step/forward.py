@@ -24,8 +24,11 @@ Workspace allocated once; the batch is written into one pinned staging buffer an
 with one copy; the step is padded up to its bucket (Nb tokens, Rb rows) and runs as two
 plans -- lists of launches prepared once per bucket over those fixed buffers -- which
 eager mode runs and capture_graphs() turns into CUDA graphs; the sampled ids come back
-through pinned memory with one synchronize. Kernels are compiled at construction, only
-the entry points this model uses.
+through pinned memory. A step is submit() (everything up to the async copy of the sampled ids,
+then a marker) and PendingStep.result() (wait for that marker only): two pinned staging
+buffers used in turn let step n+1 be packed and queued while step n runs, its decode tokens
+fed on the device from step n's sampled ids (feed_rows); forward() is submit + result.
+Kernels are compiled at construction, only the entry points this model uses.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import copy
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -65,6 +68,32 @@ DEFAULT_CAPACITY = StepCapacity(tokens=64, seqs=8, rows=8, history=64)
 class StepOutput:
     logits: Any  # device float32 [R, vocab], R = len(batch.logits_rows): a workspace view, valid until the next step
     sampled: np.ndarray | None  # host int32 [R]: the chosen ids, when the step sampled
+
+
+@dataclass(eq=False)
+class PendingStep:
+    """A submitted step: its work is queued on the device; result() waits for its end marker only
+    (recorded after the copy of its sampled ids), never for steps submitted after it."""
+
+    backend: Backend
+    logits: Any  # device float32 [R, vocab]: a workspace view, valid until the next step's head runs
+    host_ids: np.ndarray | None  # pinned int32 [R] the sampled ids arrive in; None: the step samples nothing
+    done: Any  # the backend's marker after the step's last queued work
+    logits_host: np.ndarray | None = None  # float32 [len(copy_rows), vocab], valid once result() returned
+    sampled: np.ndarray | None = None  # the ids, once result() has taken them
+
+    taken: bool = False  # result() has waited (its buffers may be used again)
+
+    def result(self) -> StepOutput:
+        """Wait for this step's ids (and copied logits rows); the StepOutput forward() returns. A step
+        that brings nothing back (no sampling, no copied rows) waits for nothing, as forward() never did."""
+        if not self.taken:
+            self.taken = True
+            if self.host_ids is not None or self.logits_host is not None:
+                self.backend.wait(self.done)
+            if self.host_ids is not None:
+                self.sampled = self.host_ids.copy()
+        return StepOutput(self.logits, self.sampled)
 
 
 @dataclass(frozen=True)
@@ -137,6 +166,7 @@ class ForwardPass:
         if old is not None:
             for new, prev in zip((self.seen_bits, self.counts, self.slot_bias), old):
                 new[: prev.shape[0]] = prev
+        self._prev_sampled = 0  # rows of the last step's sampled ids in ws.sampled (none in new buffers)
         self.token_ladder = bucket_ladder(cap.tokens)
         self.row_ladder = bucket_ladder(cap.rows)
 
@@ -312,12 +342,26 @@ class ForwardPass:
         h["cu_seqlens"][-1] = self.capacity.tokens
         h["slots"][:] = -1
         h["mask_idx"][:] = -1
+        h["feed_rows"][:] = -1
         d.upload(d.nbytes)
 
     # -- one step ---------------------------------------------------------------------------
     def forward(self, batch: Batch, kv: KVPool, validate: bool = True, sampling: SamplingRows | None = None) -> StepOutput:
         """Run the step; K/V of its tokens land in `kv`; logits for batch.logits_rows stay on the device;
         with `sampling`, one token per row is chosen on the device and comes back in .sampled."""
+        return self.submit(batch, kv, validate, sampling).result()
+
+    def submit(self, batch: Batch, kv: KVPool, validate: bool = True, sampling: SamplingRows | None = None,
+               feed_rows: np.ndarray | None = None, copy_rows: Sequence[int] = ()) -> "PendingStep":
+        """Queue the step (pack, upload, body and head plans, the async copy of the sampled ids)
+        and return at once; PendingStep.result() waits for this step's ids only. The next step may
+        be packed and submitted before that: it packs into the other staging buffer.
+
+        feed_rows [N]: per token, -1, or the row of the previous step's sampled ids that is this
+        token (scheduled before that id reached the host; batch.token_ids holds any valid id there):
+        the embedding takes the id on the device and writes it back into the step's token_ids.
+        copy_rows: logits rows copied back to the host within this step (logprobs), before a later
+        step overwrites them: PendingStep.logits_host."""
         be, cfg = self.backend, self.cfg
         if validate:
             batch.validate(kv.num_blocks, cfg.n_vocab, cfg.kv_window)
@@ -325,22 +369,32 @@ class ForwardPass:
         if sampling is not None and sampling.n_rows != R:
             raise ValueError(f"sampling has {sampling.n_rows} rows, the batch {R} logits rows")
         self._fit(StepCapacity(N, S, max(R, 1), 1))  # before the flush: growth moves the history
+        prev = self._prev_sampled  # rows of the previous step's ids in ws.sampled: what feed_rows may name
+        if feed_rows is not None and (len(feed_rows) != N or feed_rows.max(initial=-1) >= prev):
+            raise ValueError(f"feed_rows must have one entry per token ({N}), each -1 or a row the previous "
+                             f"step sampled into these buffers (it sampled {prev})")
         if sampling is not None and len(sampling.add_ids) > self.capacity.history:
             sampling = self._flush_history(sampling, R)
         d = self._bind(kv, batch.block_tables.shape[1])
         Nb = N if self.exact_shapes else bucket_for(N, self.token_ladder)
         Rb = R if self.exact_shapes else bucket_for(R, self.row_ladder)
-        d.upload(d.pack(batch, Nb, Rb, sampling))
+        d.upload(d.pack(batch, Nb, Rb, sampling, feed_rows))
         self._plans.run(("body", Nb), lambda: self._emit_body(Nb, kv, d), self.use_graphs)
-        if R == 0:
-            return StepOutput(self.ws.logits[:0], None)
-        samples = sampling is not None
-        self._plans.run(("head", Rb, samples), lambda: self._emit_head(Rb, samples, d), self.use_graphs)
-        if not samples:
-            return StepOutput(self.ws.logits[:R], None)
-        be.copy_to_host(self.ws.sampled[:R], d.host_ids[:R])
-        be.synchronize()
-        return StepOutput(self.ws.logits[:R], d.host_ids[:R].copy())
+        samples = sampling is not None and R > 0
+        if R:
+            self._plans.run(("head", Rb, samples), lambda: self._emit_head(Rb, samples, d), self.use_graphs)
+        pending = PendingStep(be, self.ws.logits[:R], None, None)
+        ids, pending.done = d.claim(pending)  # this staging buffer's ids buffer and marker
+        if copy_rows:
+            pending.logits_host = be.host_buffer(len(copy_rows) * cfg.n_vocab * 4).view(np.float32).reshape(-1, cfg.n_vocab)
+            for i, r in enumerate(copy_rows):
+                be.copy_to_host(self.ws.logits[r], pending.logits_host[i])
+        if samples:
+            pending.host_ids = ids[:R]
+            be.copy_to_host(self.ws.sampled[:R], pending.host_ids)
+        be.record(pending.done)
+        self._prev_sampled = R if samples else 0
+        return pending
 
     def greedy(self, batch: Batch, kv: KVPool, validate: bool = True) -> np.ndarray:
         """The greedy next token of each logits row (argmax on the device, ties to the lowest id)."""
@@ -367,7 +421,7 @@ class ForwardPass:
     def _emit_embed(self, N: int, d: StepDescriptor) -> None:
         """ws.x = the embedding rows of the step's tokens (sharpinf/oracles/trace.py runs it alone)."""
         embed(self.backend, self.token_embd.raw, self.token_embd.qtype, d.d["token_ids"], self.ws.x, N, self.cfg.n_embd,
-              self.cfg.embd_scale)
+              self.cfg.embd_scale, feed=(d.d["feed_rows"], self.ws.sampled))
 
     def _emit_head(self, R: int, samples: bool, d: StepDescriptor) -> None:
         """The R logits rows: gather -> final norm -> LM head (-> sampling)."""
