@@ -1,0 +1,131 @@
+"""Record llama.cpp's answers on synthetic GGUF files, so CI can hold the reference to an outside
+implementation without building llama.cpp (tests/test_llamacpp_agreement.py reads the fixture).
+
+    python bench/llamacpp_agreement.py --llamacpp DIR [--out tests/data/llamacpp_agreement.json]
+
+DIR holds llama.cpp's binaries (`bash ../shared/peers/build_llamacpp.sh cpu DEST` builds them:
+DEST/llama.cpp/build-cpu/bin). For each synthetic model (`MODELS`: 2 layers, float32 weights, so
+llama.cpp's CPU matmuls do not quantize the activations as they do for quantized weights) it records:
+  * logits: `llama-perplexity --kl-divergence-base` on a fixed text in 32-token chunks, float32 KV
+    and no flash attention; the file holds each scored position's log-probabilities as uint16 over
+    [max - 16, max] (steps of <= 16/65535): the top 5 of each row are kept, with the chunk's tokens;
+  * greedy: `llama-completion` at temperature 0 from a fixed prompt (float32 KV): the bytes it
+    prints after the prompt.
+The synthetic file's sha256 is recorded too: the test rebuilds the model and refuses to compare
+against a fixture made from other bytes (rerun this script after a change to the generator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sharpinf.model.synth import write_synthetic_model  # noqa: E402
+
+MODELS = [  # (name, write_synthetic_model arguments)
+    ("qwen3moe-f32", dict(arch="qwen3moe", qtype="F32", n_layer=2, seed=0)),
+    ("qwen3-f32", dict(arch="qwen3", qtype="F32", n_layer=2, seed=0)),
+]
+N_CTX = 32  # perplexity's chunk: the second half of each chunk is scored
+CHUNKS = 3  # chunks kept in the fixture
+TOP = 5
+PROMPT = "the quick brown fox jumps over"
+N_GREEDY = 16
+FLOAT_KV = ["-ctk", "f32", "-ctv", "f32", "-fa", "off"]
+
+
+def text() -> str:
+    rng = random.Random(1)
+    words = ("the quick brown fox jumps over lazy dog and then some more words appear in this tiny text about "
+             "experts routing tokens").split()
+    return " ".join(rng.choice(words) for _ in range(160))
+
+
+def read_kl_base(path: Path) -> tuple[int, np.ndarray, list[np.ndarray]]:
+    """llama-perplexity's --kl-divergence-base file: (n_ctx, tokens [chunks, n_ctx], per chunk the
+    log-probabilities [n_ctx - 1 - n_ctx/2, vocab] of its scored positions, -inf at the floor)."""
+    b = path.read_bytes()
+    if b[:8] != b"_logits_":
+        raise SystemExit(f"{path}: not a llama.cpp logits file")
+    n_ctx = int(np.frombuffer(b, np.int32, 1, 8)[0])
+    n_vocab, n_chunk = (int(x) for x in np.frombuffer(b, np.int32, 2, 12))
+    at = 20
+    toks = np.frombuffer(b, np.int32, n_chunk * n_ctx, at).reshape(n_chunk, n_ctx)
+    at += 4 * n_chunk * n_ctx
+    nv, rows = 2 * ((n_vocab + 1) // 2) + 4, n_ctx - 1 - n_ctx // 2
+    out = []
+    for _ in range(n_chunk):
+        raw = np.frombuffer(b, np.uint16, rows * nv, at).reshape(rows, nv)
+        at += 2 * rows * nv
+        scale_min = raw[:, :4].copy().view(np.float32).astype(np.float64)  # (scale, min log-prob) per row
+        q = raw[:, 4 : 4 + n_vocab].astype(np.float64)
+        lp = scale_min[:, 1:2] + scale_min[:, 0:1] * q
+        lp[q == 0] = -np.inf  # at or below the floor
+        out.append(lp)
+    return n_ctx, toks, out
+
+
+def run(cmd: list[str], bin_dir: Path) -> bytes:
+    env = {**os.environ, "LD_LIBRARY_PATH": str(bin_dir)}
+    r = subprocess.run(cmd, capture_output=True, env=env, timeout=600)
+    if r.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr.decode(errors='replace')[-2000:]}")
+    return r.stdout
+
+
+def record(name: str, kw: dict, bin_dir: Path, work: Path) -> dict:
+    gguf = work / f"{name}.gguf"
+    write_synthetic_model(gguf, **kw)
+    txt, base = work / "text.txt", work / f"{name}.logits"
+    txt.write_text(text())
+    run([str(bin_dir / "llama-perplexity"), "-m", str(gguf), "-f", str(txt), "-c", str(N_CTX), "-t", "2",
+         "--kl-divergence-base", str(base), *FLOAT_KV], bin_dir)
+    n_ctx, toks, lps = read_kl_base(base)
+    chunks = []
+    for c in range(min(CHUNKS, len(lps))):
+        rows = []
+        for lp in lps[c]:
+            top = [int(i) for i in np.argsort(-lp, kind="stable")[:TOP] if np.isfinite(lp[i])]
+            rows.append([[i, round(float(lp[i]), 6)] for i in top])
+        chunks.append({"tokens": toks[c].tolist(), "first_scored": n_ctx // 2, "top": rows})
+    cmd = [str(bin_dir / "llama-completion"), "-m", str(gguf), "-p", PROMPT, "-n", str(N_GREEDY), "--temp", "0",
+           "-no-cnv", "--ignore-eos", "-s", "0", "--no-display-prompt", "--simple-io", *FLOAT_KV]
+    for _ in range(20):  # its log thread may not flush at exit: whole only when it ends with its blank line
+        out = run(cmd, bin_dir)
+        if out.endswith(b"\n\n"):
+            break
+    else:
+        raise SystemExit(f"llama-completion never printed its whole output (last: {out[-40:]!r})")
+    return {"synth": kw, "sha256": hashlib.sha256(gguf.read_bytes()).hexdigest(), "n_ctx": n_ctx,
+            "chunks": chunks, "greedy": {"prompt": PROMPT, "n": N_GREEDY, "continuation_hex": out[:-2].hex()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llamacpp", type=Path, required=True, help="llama.cpp's bin folder (llama-perplexity, llama-completion)")
+    ap.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "llamacpp_agreement.json")
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        models = {name: record(name, kw, a.llamacpp, Path(tmp)) for name, kw in MODELS}
+    doc = {"generator": "llama.cpp 0c1e570 (../shared/peers, CPU build): llama-perplexity --kl-divergence-base and "
+                        "llama-completion --temp 0, float32 KV, no flash attention; bench/llamacpp_agreement.py",
+           "models": models}
+    a.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
