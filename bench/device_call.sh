@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (the device tool), in the order a short lease should spend it:
+# the peers part first (llama.cpp beside sharpinf, timed alone on the GPU), then the matmul
+# variants on the 8B shape at the token counts that set the thresholds, then the GPU tests with
+# whatever time is left. Each stage has its own time limit and logs under $OUT; results land in
+# bench/results/gpu/<gpu>-<date>/ and come back as $OUT/results.tgz.
+# Seen on an H200 (2026-11-26): setup 13 s, peers 104 s, the matmul suite below 67 s (the simple
+# baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s.
+#
+#   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,tests (default all)
+#
+# What the call carries (git-ignored paths, the device tool's `carry`):
+#   .whl/          the gguf wheel (the device image lacks it):
+#                  pip download --no-deps --only-binary=:all: -d .whl gguf==<the venv's version>
+#   .peers/llama-cuda-sm90.tar.xz  a llama.cpp CUDA build (sm_90) made on the dev machine from
+#                  ../shared/peers/, unpacked here into .peers/llama/bin: llama-bench, llama-batched-bench,
+#                  their lib*.so, libcudart and libgomp beside them (42 MB with xz), so the lease is not
+#                  spent compiling ggml-cuda (bench/pack_llamacpp_cuda.sh makes it: ~45 min on 2 cores).
+#                  cuBLAS is the device's own (its PyTorch's nvidia-cublas wheel), found below.
+# The device machine has no network; python3 there is the image's (CuPy, NumPy, torch).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STAGES=${1:-peers,kernels,tests}
+OUT=${OUT:-/tmp/sharpinf-device-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+t0=$(date +%s)
+stamp() { echo "[$(($(date +%s) - t0)) s] $*"; }
+has() { [[ ",$STAGES," == *",$1,"* ]]; }
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "gguf wheel did not install"; exit 1; }
+export PYTHONPATH=$PWD:/tmp/site
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee -a "$OUT/setup.log"
+
+# llama.cpp's libraries beside its binaries, the driver's cuBLAS from the image's wheels
+for t in .peers/llama-*.tar.xz; do [ -f "$t" ] && [ ! -d .peers/llama/bin ] && mkdir -p .peers/llama && tar xJf "$t" -C .peers/llama; done
+if [ -d .peers/llama/bin ]; then
+  cub=$(python3 -c 'import glob,os,site; print(next((os.path.dirname(p) for r in site.getsitepackages()
+    for p in glob.glob(os.path.join(r,"nvidia","**","libcublas.so.*"),recursive=True)), ""))')
+  export LD_LIBRARY_PATH=$PWD/.peers/llama/bin:${cub}:${LD_LIBRARY_PATH:-}
+  stamp "cuBLAS from ${cub:-nowhere}"
+  ldd .peers/llama/bin/libggml-cuda.so.0 2>&1 | grep -E "not found|cublas|cudart" | tee -a "$OUT/setup.log"
+fi
+
+# the benchmark models, made once (tiled random weights; ~15 s for the 8B shape)
+python3 -c "from sharpinf.model.synth import shape_model as s; print(s('smollm2-135m','Q4_1'), s('qwen3-8b','Q4_K'))" \
+  >> "$OUT/setup.log" 2>&1 || { stamp "shape models failed"; tail -5 "$OUT/setup.log"; }
+stamp "models ready"
+
+GPU=$(python3 -c "
+import re; from sharpinf.runtime.select import get_backend
+f = get_backend('cuda').describe(); print(re.sub(r'[^A-Za-z0-9]+', '-', f.get('gpu') or f['device']).strip('-').lower())")
+RUN=bench/results/gpu/$GPU-$(date +%Y%m%d)
+mkdir -p "$RUN"
+stamp "results in $RUN"
+
+if has peers; then
+  stamp "peers"
+  timeout -s INT 240 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama \
+    --peers-sizes "r=3" 2>&1 | tee "$OUT/peers.log" | grep -vE "^\+ " | tail -25
+fi
+if has kernels; then
+  # the matmul family (norm, matmul, gate+up) at the token counts that set the variants' thresholds
+  # (gemv's max_tokens, mmq's min_tokens), and attention for decode and prefill (split vs flash)
+  stamp "kernels: matmul variants on the 8B shape"
+  timeout -s INT 120 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op matmul \
+    --batch-sizes 1,4,8,16,32,64 --prefill-sizes 128,512 --repeats 3 --out "$RUN/qwen3-8b-shape-matmul" \
+    > "$OUT/kernels-matmul.log" 2>&1
+  stamp "kernels matmul exit $?"
+  stamp "kernels: attention on the 8B shape"
+  timeout -s INT 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op attention \
+    --batch-sizes 1,64 --context 512 --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention" \
+    > "$OUT/kernels-attention.log" 2>&1
+  stamp "kernels attention exit $?"
+fi
+if has tests; then
+  # the kernel tests first (each kernel against its NumPy reference, every variant), then the
+  # forward-pass cross-path oracles with what is left
+  for pass in kernels forward; do
+    left=$(( ${DEVICE_BUDGET_S:-500} - ($(date +%s) - t0) ))
+    [ "$left" -gt 30 ] || { stamp "tests ($pass): no time left"; continue; }
+    sel=(--ignore=tests/test_forward_oracles.py); [ $pass = forward ] && sel=(tests/test_forward_oracles.py)
+    stamp "tests ($pass, pytest -m gpu), ${left} s left"
+    timeout -s INT "$left" python3 -m pytest -q -m gpu -n 15 --dist loadgroup -p no:cacheprovider --maxfail=30 \
+      --continue-on-collection-errors "${sel[@]}" > "$OUT/tests-$pass.log" 2>&1
+    stamp "tests ($pass) exit $?"
+    grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests-$pass.log" | tail -25
+  done
+fi
+tar czf "$OUT/results.tgz" bench/results/gpu 2>/dev/null
+stamp "done"
