@@ -198,10 +198,15 @@ def batched_bench(llama: Llama, model: Path, sizes: Sizes, run: Run) -> dict[int
 
 
 # -- sharpinf's figures for the same tests -----------------------------------------------------
-def sharpinf_figures(model: Path, backend: str, kernels: str, sizes: Sizes, run: Run) -> dict[str, tuple]:
-    """{test: (tok/s, kernel set) or (None, error)} from the existing benches, run on the same file."""
+def sharpinf_figures(model: Path, backend: str, kernels: str, sizes: Sizes, run: Run,
+                     keep: Path | None = None) -> dict[str, tuple]:
+    """{test: (tok/s, kernel set) or (None, error)} from the existing benches, run on the same file;
+    keep: a folder for their files (decode.json, prefill.json, single_stream.json), else a temporary one."""
     py, figs = sys.executable, {}
-    with tempfile.TemporaryDirectory(prefix="sharpinf-peers-") as tmp:
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sharpinf-peers-") as scratch:
+        tmp = str(keep) if keep is not None else scratch
         rc, out, log, _ = run([py, "-m", "sharpinf", "bench", str(model), "--backend", backend, "--kernels", kernels,
                                "--suite", "decode,prefill", "--batch-sizes", ",".join(map(str, sizes.npl)),
                                "--context", str(sizes.decode_context), "--prefill-prompts", "1", "--prefill-len",
@@ -314,7 +319,8 @@ def part(models: list[tuple[str, Path]], backend: str, kernels: str, sizes: Size
         return {"ok": False, "error": str(exc), "log": exc.log, "roofline": roofline, "rows": []}
     rows: list[dict] = []
     for label, path in models:
-        rows += pair(label, sizes, sharpinf_figures(path, backend, kernels, sizes, run),
+        keep = out_dir / f"peers-{re.sub(r'[^A-Za-z0-9]+', '-', label).strip('-')}"  # the suites' own files
+        rows += pair(label, sizes, sharpinf_figures(path, backend, kernels, sizes, run, keep),
                      llama_figures(llama, path, sizes, run))
         write(out_dir, rows, markdown(rows, sizes, roofline, llama.how))
     return {"ok": all(r["error"] is None for r in rows), "llamacpp": llama.how, "sizes": asdict(sizes),

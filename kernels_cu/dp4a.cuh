@@ -35,6 +35,19 @@ __device__ __forceinline__ int dp_word_a4(const unsigned char* p) {
 #endif
 }
 
+// A 16-bit unit at a 2-byte aligned address, as the load returns it (a chunk's Raw fetch: nothing
+// uses it until unpack, so the load stays in flight meanwhile).
+__device__ __forceinline__ unsigned dp_u16_a2(const unsigned char* p) {
+#ifdef SHARPINF_EMU
+    SHARPINF_ASSERT_ALIGNED(p, 2);
+    unsigned short v;
+    __builtin_memcpy(&v, p, 2);
+    return v;
+#else
+    return *reinterpret_cast<const unsigned short*>(p);
+#endif
+}
+
 // 8 words (32 bytes) at a 16-byte aligned address: two 128-bit loads.
 __device__ __forceinline__ void dp_words8_a16(const void* p, int (&w)[8]) {
 #ifdef SHARPINF_EMU
@@ -46,6 +59,14 @@ __device__ __forceinline__ void dp_words8_a16(const void* p, int (&w)[8]) {
     w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
 #endif
 }
+
+// (float)v, exactly, for |v| < 2^22, without the int -> float conversion unit (16 results a clock an
+// SM on sm_80/sm_90, against 64 integer and 128 float adds): the float 1.5 * 2^23 has a mantissa
+// unit of 1, so its bits plus v are 1.5 * 2^23 + v, and subtracting 1.5 * 2^23 leaves v exactly.
+// The chunk terms' integers are far inside that range (|idot| <= 32 * 128 * 127 = 520,192, with
+// an offset of at most 16 * 32 * 127; |s_x| <= 32 * 127) -- Q6_K's scaled sum is not, and keeps the
+// conversion. The same bits as (float)v, so dp4a and the tensor-core kernels agree either way.
+__device__ __forceinline__ float dp_i2f(int v) { return __int_as_float(0x4B400000 + v) - 12582912.0f; }
 
 // --- the activation block of one token ---------------------------------------------------------
 struct DpX {
@@ -79,6 +100,10 @@ __device__ __forceinline__ int dp_spread4(unsigned b) {
 // dot becomes the float term: from_idot(idot, 0, ...) -- or, for Q6_K, (dot of values 0..15, dot of
 // 16..31, ..., sum of x's first 16). dot() feeds it dp4a's dot; matmul_mma.cu feeds it the tensor
 // cores' -- the same integers into the same float operations, so the two kernels agree bit for bit.
+// A quantized chunk loads in two halves: fetch(row, c) issues the loads into a Raw (the block's
+// bytes as the load instructions return them, nothing computed on them), unpack(raw, c) turns them
+// into the words and scales. load() is the two back to back; matmul_mmq.cu fetches the next chunk
+// before its tensor-core work and unpacks it after, so the loads are in flight meanwhile.
 template <int QT> struct DpChunk;
 
 // Float weights: the activation values are d * q; a float dot in value order.
@@ -100,13 +125,23 @@ template <> struct DpChunk<GB_BF16> : DpFloatChunk<GB_BF16> {};
 template <> struct DpChunk<GB_Q8_0> {
     int w[8];
     float d;
-    __device__ __forceinline__ void load(const unsigned char* row, int c) {
+    struct Raw {
+        unsigned h[17];  // the block's 16-bit units
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
         const unsigned char* b = row + 34LL * c;
-        d = gb_f16_at(b);
+        Raw r;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) w[k] = dp_word_a2(b + 2 + 4 * k);
+        for (int i = 0; i < 17; ++i) r.h[i] = dp_u16_a2(b + 2 * i);
+        return r;
     }
-    __device__ __forceinline__ float from_idot(int idot, int, float xd, int, int) const { return (d * xd) * (float)idot; }
+    __device__ __forceinline__ void unpack(const Raw& r, int) {
+        d = gb_half_bits(r.h[0]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) w[k] = (int)(r.h[1 + 2 * k] | (r.h[2 + 2 * k] << 16));
+    }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
+    __device__ __forceinline__ float from_idot(int idot, int, float xd, int, int) const { return (d * xd) * dp_i2f(idot); }
     __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
 
@@ -114,18 +149,28 @@ template <> struct DpChunk<GB_Q8_0> {
 template <> struct DpChunk<GB_Q4_0> {
     int w[8];
     float d;
-    __device__ __forceinline__ void load(const unsigned char* row, int c) {
+    struct Raw {
+        unsigned h[9];
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
         const unsigned char* b = row + 18LL * c;
-        d = gb_f16_at(b);
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 9; ++i) r.h[i] = dp_u16_a2(b + 2 * i);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int) {
+        d = gb_half_bits(r.h[0]);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const int raw = dp_word_a2(b + 2 + 4 * k);
+            const int raw = (int)(r.h[1 + 2 * k] | (r.h[2 + 2 * k] << 16));
             w[k] = raw & 0x0F0F0F0F;
             w[k + 4] = (raw >> 4) & 0x0F0F0F0F;
         }
     }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
     __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return (d * xd) * (float)(idot - 8 * xs);
+        return (d * xd) * dp_i2f(idot - 8 * xs);
     }
     __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
@@ -134,19 +179,29 @@ template <> struct DpChunk<GB_Q4_0> {
 template <> struct DpChunk<GB_Q4_1> {
     int w[8];
     float d, m;
-    __device__ __forceinline__ void load(const unsigned char* row, int c) {
+    struct Raw {
+        unsigned u[5];  // the block's words: d | m << 16, then the quants
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
         const unsigned char* b = row + 20LL * c;
-        d = gb_f16_at(b);
-        m = gb_f16_at(b + 2);
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 5; ++i) r.u[i] = (unsigned)dp_word_a4(b + 4 * i);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int) {
+        d = gb_half_bits(r.u[0] & 0xFFFFu);
+        m = gb_half_bits(r.u[0] >> 16);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const int raw = dp_word_a4(b + 4 + 4 * k);
+            const int raw = (int)r.u[1 + k];
             w[k] = raw & 0x0F0F0F0F;
             w[k + 4] = (raw >> 4) & 0x0F0F0F0F;
         }
     }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
     __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return gb_fma(d * xd, (float)idot, (m * xd) * (float)xs);
+        return gb_fma(d * xd, dp_i2f(idot), (m * xd) * dp_i2f(xs));
     }
     __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
@@ -155,19 +210,29 @@ template <> struct DpChunk<GB_Q4_1> {
 template <> struct DpChunk<GB_Q5_0> {
     int w[8];
     float d;
-    __device__ __forceinline__ void load(const unsigned char* row, int c) {
+    struct Raw {
+        unsigned h[11];
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
         const unsigned char* b = row + 22LL * c;
-        d = gb_f16_at(b);
-        const unsigned qh = (unsigned)dp_word_a2(b + 2);
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 11; ++i) r.h[i] = dp_u16_a2(b + 2 * i);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int) {
+        d = gb_half_bits(r.h[0]);
+        const unsigned qh = r.h[1] | (r.h[2] << 16);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const int raw = dp_word_a2(b + 6 + 4 * k);
+            const int raw = (int)(r.h[3 + 2 * k] | (r.h[4 + 2 * k] << 16));
             w[k] = (raw & 0x0F0F0F0F) | dp_spread4(qh >> (4 * k));
             w[k + 4] = ((raw >> 4) & 0x0F0F0F0F) | dp_spread4(qh >> (16 + 4 * k));
         }
     }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
     __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return (d * xd) * (float)(idot - 16 * xs);
+        return (d * xd) * dp_i2f(idot - 16 * xs);
     }
     __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
@@ -176,42 +241,87 @@ template <> struct DpChunk<GB_Q5_0> {
 template <> struct DpChunk<GB_Q5_1> {
     int w[8];
     float d, m;
-    __device__ __forceinline__ void load(const unsigned char* row, int c) {
+    struct Raw {
+        unsigned u[6];  // d | m << 16, qh, the quants
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
         const unsigned char* b = row + 24LL * c;
-        d = gb_f16_at(b);
-        m = gb_f16_at(b + 2);
-        const unsigned qh = (unsigned)dp_word_a4(b + 4);
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 6; ++i) r.u[i] = (unsigned)dp_word_a4(b + 4 * i);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int) {
+        d = gb_half_bits(r.u[0] & 0xFFFFu);
+        m = gb_half_bits(r.u[0] >> 16);
+        const unsigned qh = r.u[1];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const int raw = dp_word_a4(b + 8 + 4 * k);
+            const int raw = (int)r.u[2 + k];
             w[k] = (raw & 0x0F0F0F0F) | dp_spread4(qh >> (4 * k));
             w[k + 4] = ((raw >> 4) & 0x0F0F0F0F) | dp_spread4(qh >> (16 + 4 * k));
         }
     }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
     __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return gb_fma(d * xd, (float)idot, (m * xd) * (float)xs);
+        return gb_fma(d * xd, dp_i2f(idot), (m * xd) * dp_i2f(xs));
     }
     __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
+};
+
+// The K-quants' header as fetched: d | dmin << 16, then the 12 scale bytes in 3 words.
+struct DpKHead {
+    unsigned dm, k[3];
+    __device__ __forceinline__ void fetch(const unsigned char* b) {
+        dm = (unsigned)dp_word_a4(b);
+#pragma unroll
+        for (int i = 0; i < 3; ++i) k[i] = (unsigned)dp_word_a4(b + 4 + 4 * i);
+    }
+    // scale byte i (0..11), selected without indexing a register array at run time
+    __device__ __forceinline__ int byte(int i) const {
+        const unsigned word = i < 4 ? k[0] : i < 8 ? k[1] : k[2];
+        return (int)((word >> (8 * (i & 3))) & 0xFFu);
+    }
+    // (d sc, dmin m) of sub-block s: gb_k_scale_min's integers, gb_decode_q4_k's products
+    __device__ __forceinline__ void scales(int s, float& dl, float& ml) const {
+        int sc, m;
+        if (s < 4) {
+            sc = byte(s) & 63;
+            m = byte(s + 4) & 63;
+        } else {
+            sc = (byte(s + 4) & 15) | ((byte(s - 4) >> 6) << 4);
+            m = (byte(s + 4) >> 4) | ((byte(s) >> 6) << 4);
+        }
+        dl = gb_half_bits(dm & 0xFFFFu) * (float)sc;
+        ml = gb_half_bits(dm >> 16) * (float)m;
+    }
 };
 
 // Q4_K (144 bytes) sub-block s: w = (d sc) q - (dmin m)    (d sc d_x) idot - (dmin m d_x) s_x
 template <> struct DpChunk<GB_Q4_K> {
     int w[8];
     float dl, ml;
-    __device__ __forceinline__ void load(const unsigned char* row, int c) {
+    struct Raw {
+        DpKHead head;
+        int q[8];  // the 32 bytes holding sub-block s's nibbles (and its neighbour's)
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
         const unsigned char* b = row + 144LL * (c >> 3);
+        Raw r;
+        r.head.fetch(b);
+        dp_words8_a16(b + 16 + 32 * ((c & 7) >> 1), r.q);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int c) {
         const int s = c & 7;
-        int sc, m;
-        gb_k_scale_min(b + 4, s, sc, m);
-        dl = gb_f16_at(b) * (float)sc;
-        ml = gb_f16_at(b + 2) * (float)m;
-        dp_words8_a16(b + 16 + 32 * (s >> 1), w);
+        r.head.scales(s, dl, ml);
         const int shift = 4 * (s & 1);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) w[k] = (w[k] >> shift) & 0x0F0F0F0F;
+        for (int k = 0; k < 8; ++k) w[k] = (r.q[k] >> shift) & 0x0F0F0F0F;
     }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
     __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return gb_fma(dl * xd, (float)idot, -((ml * xd) * (float)xs));
+        return gb_fma(dl * xd, dp_i2f(idot), -((ml * xd) * dp_i2f(xs)));
     }
     __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
@@ -220,22 +330,28 @@ template <> struct DpChunk<GB_Q4_K> {
 template <> struct DpChunk<GB_Q5_K> {
     int w[8];
     float dl, ml;
-    __device__ __forceinline__ void load(const unsigned char* row, int c) {
+    struct Raw {
+        DpKHead head;
+        int hi[8], q[8];  // qh (all 32 bytes), the 32 bytes of sub-block s's nibbles
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
         const unsigned char* b = row + 176LL * (c >> 3);
+        Raw r;
+        r.head.fetch(b);
+        dp_words8_a16(b + 16, r.hi);
+        dp_words8_a16(b + 48 + 32 * ((c & 7) >> 1), r.q);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int c) {
         const int s = c & 7;
-        int sc, m;
-        gb_k_scale_min(b + 4, s, sc, m);
-        dl = gb_f16_at(b) * (float)sc;
-        ml = gb_f16_at(b + 2) * (float)m;
-        int hi[8];
-        dp_words8_a16(b + 16, hi);
-        dp_words8_a16(b + 48 + 32 * (s >> 1), w);
+        r.head.scales(s, dl, ml);
         const int shift = 4 * (s & 1);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) w[k] = ((w[k] >> shift) & 0x0F0F0F0F) | (((hi[k] >> s) & 0x01010101) << 4);
+        for (int k = 0; k < 8; ++k) w[k] = ((r.q[k] >> shift) & 0x0F0F0F0F) | (((r.hi[k] >> s) & 0x01010101) << 4);
     }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
     __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return gb_fma(dl * xd, (float)idot, -((ml * xd) * (float)xs));
+        return gb_fma(dl * xd, dp_i2f(idot), -((ml * xd) * dp_i2f(xs)));
     }
     __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
 };
@@ -247,19 +363,37 @@ template <> struct DpChunk<GB_Q6_K> {
     int w[8];
     float d;
     int sc0, sc1;
-    __device__ __forceinline__ void load(const unsigned char* row, int c) {
+    struct Raw {
+        unsigned ql[16], qh[16], sc, d;  // 16-bit units: low nibbles' and high bits' 32 bytes, scales 2s, 2s + 1, d
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
         const unsigned char* b = row + 210LL * (c >> 3);
         const int s = c & 7, h = s >> 2, k = s & 3;
-        d = gb_f16_at(b + 208);
-        sc0 = (signed char)b[192 + 2 * s];
-        sc1 = (signed char)b[192 + 2 * s + 1];
         const unsigned char* ql = b + 64 * h + 32 * (k & 1);
         const unsigned char* qh = b + 128 + 32 * h;
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            r.ql[i] = dp_u16_a2(ql + 2 * i);
+            r.qh[i] = dp_u16_a2(qh + 2 * i);
+        }
+        r.sc = dp_u16_a2(b + 192 + 2 * s);
+        r.d = dp_u16_a2(b + 208);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int c) {
+        const int k = c & 3;  // (c & 7) & 3
+        d = gb_half_bits(r.d);
+        sc0 = (signed char)(r.sc & 0xFFu);
+        sc1 = (signed char)(r.sc >> 8);
         const int lshift = 4 * (k >> 1), hshift = 2 * k;
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-            w[i] = ((dp_word_a2(ql + 4 * i) >> lshift) & 0x0F0F0F0F) | (((dp_word_a2(qh + 4 * i) >> hshift) & 0x03030303) << 4);
+        for (int i = 0; i < 8; ++i) {
+            const int lw = (int)(r.ql[2 * i] | (r.ql[2 * i + 1] << 16)), hw = (int)(r.qh[2 * i] | (r.qh[2 * i + 1] << 16));
+            w[i] = ((lw >> lshift) & 0x0F0F0F0F) | (((hw >> hshift) & 0x03030303) << 4);
+        }
     }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
     __device__ __forceinline__ float dot(const DpX& x) const {
         const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
         return from_idot(dp_dot8(w, x.q, 0, 4), dp_dot8(w, x.q, 4, 8), x.d, x.s, dp_dot8(ones, x.q));

@@ -18,24 +18,34 @@
 // Tiles: block 64 rows x 64 tokens, 4 warps as 2 (rows) x 2 (tokens); a warp 32 rows x 32 tokens =
 // 2 m16 x 4 n8 tiles, 8 mmas a chunk (16 for Q6_K).
 // Staging (shared memory, 17 KB static): the activations of a chunk (64 tokens x 32 int8 in 48-byte
-// rows, d and s) by cp.async in a 3-stage ring -- chunks k + 1 and k + 2 load while k's mmas run;
-// the weights of chunk k + 1 are loaded into registers during k's mmas and stored unpacked (8 words
-// of int8 and the scales, 48 bytes a row) into the other half of a double buffer. The weights go
-// through registers because they must be unpacked anyway (nibbles, high bits, K-quant scales).
+// rows, d and s) by cp.async in a 3-stage ring -- chunks k + 1 and k + 2 load while k's mmas run.
+// The weights go through registers because they must be unpacked anyway (nibbles, high bits,
+// K-quant scales): chunk k + 1's loads are issued (DpChunk::fetch, raw words, nothing computed on
+// them) before iteration k's barrier, and unpacked into the other half of a double buffer (8 words
+// of int8 and the scales, 48 bytes a row) after k's mmas -- a whole iteration of latency hidden.
+// n8 tiles wholly past the last token skip their mmas and float terms (a 16-token step computes a
+// quarter of the block's tile). The terms' integers become floats by dp_i2f (dp4a.cuh: an integer
+// add and a float add, exact), not the conversion unit (Q6_K's scaled sum excepted): the PTX of
+// matmul_mmq_q4_k went from 40 cvt.rn.f32.s32 an iteration to 4 (the unpack's scales).
 // Fragments (PTX ISA tables, tests/ptx_layouts.py): A by ldmatrix.x4 from the staged rows (matrices
 // rows 0-7 / 8-15 x words 0-3 / 4-7), B by ldmatrix.x4 from the staged tokens, as matmul_mma.cu.
 // Launch: block 128, grid (ceil(n_out / 64), ceil(n_tokens / 64)).
-// Bound (H100 SXM, estimated: no GPU in the session that wrote it). Per (row, token, chunk) the
-// int8 work is 1/4096 of an m16n8k32 (990 dense TOPS: no limit here); the float epilogue -- the
-// price of bit-identity with decode -- is ~5 FP32 operations and 2 int->float conversions (16 a
-// clock an SM): ~13 lane-cycles, so ~2.6 T chunk-terms/s over 132 SMs. Qwen3-8B (8e9 weights, Q4_K):
-// N = 64 -> 1.6e10 terms, ~6 ms (weights once per 64 tokens: 4.7 GB at 3.35 TB/s, 1.4 ms, hidden);
-// N = 512 -> ~49 ms, ~170 TFLOP/s equivalent against dp4a's ~15. So: epilogue-bound from N = 64 on.
-// Next, once measured: take the int->float conversion of s_x out of the per-row term (stage it);
-// check (ncu: long-scoreboard stalls) that the next chunk's weight loads stay in flight across the
-// mmas -- their unpack follows them in the source, and if ptxas keeps it there, split DpChunk::load
-// into a raw fetch and an unpack done after the mmas.
-// measured: not yet (no GPU).
+// Bound (H100 SXM, estimated). Per (row, token, chunk) the int8 work is 1/4096 of an m16n8k32 (990
+// dense TOPS: no limit here); the float epilogue -- the price of bit-identity with decode -- is ~5
+// FP32 operations and 2 int->float conversions (16 a clock an SM): ~13 lane-cycles, so ~2.6 T
+// chunk-terms/s over 132 SMs. Qwen3-8B (8e9 weights, Q4_K): N = 64 -> 1.6e10 terms, ~6 ms (weights
+// once per 64 tokens: 4.7 GB at 3.35 TB/s, 1.4 ms, hidden); N = 512 -> ~49 ms.
+// Measured (H200, 2026-11-26, before the fetch/unpack split and the padding skip; bench/results/gpu/
+// nvidia-h200-20261126): Qwen3-8B shape Q4_K, qkv 6144 x 4096: 153 / 146 / 149 / 430 us at N = 16 /
+// 32 / 64 / 512 (dp4a: 45 / 80 / 151 / 1,160); 146-163 registers, 3 blocks an SM. Flat from 16 to 64
+// tokens: a 96-block grid holds ~1 warp a scheduler, so each chunk costs a global-load round trip
+// (the unpack waited on its loads) plus the float terms of all 64 tokens (padding included):
+// ~2,400 cycles. At 512 tokens, 9.4e11 chunk-terms/s, ~36% of the bound above.
+// Next: time this version. Predicted: N <= 64 about 2x faster (the load latency off the critical
+// path, no padding terms); N = 512 ~1.5x (it was issue-bound, and a conversion cost 8 float adds'
+// issue slots: ~13 -> ~7 lane-cycles a term). Then more blocks for small grids: splitting a row's
+// members over blocks needs each member's sum kept (a float a member and output) under today's
+// canonical order, or a two-level order (a float a split) -- a change to every q8_1 kernel.
 #include "mmq_rows.cuh"
 
 #define MQ_ARGS                                                                                                  \

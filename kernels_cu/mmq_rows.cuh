@@ -91,9 +91,17 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     const int sm = stager ? tid / MQ_ROWS : 0, sr = tid % MQ_ROWS;
     const unsigned char* srow = (sm == 0 ? W : W2) + (long long)(r0 + sr) * row_bytes;
     const bool srow_live = stager && r0 + sr < n_out;
-    auto unpack = [&](int c) {
+    // a weight chunk arrives in two steps (dp4a.cuh's fetch/unpack): its loads are issued an
+    // iteration ahead, into registers nothing reads until unpack after that iteration's mmas
+    using Raw = typename DpChunk<QT>::Raw;
+    auto fetch = [&](int c) {
+        Raw r{};
+        if (srow_live && c >= 0) r = DpChunk<QT>::fetch(srow, c);
+        return r;
+    };
+    auto unpack = [&](const Raw& r, int c) {
         DpChunk<QT> ch{};
-        if (srow_live) ch.load(srow, c);
+        if (srow_live) ch.unpack(r, c);
         return ch;
     };
 
@@ -108,13 +116,16 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
 #pragma unroll
                 for (int e = 0; e < 4; ++e) part[m][i][j][e] = total[m][i][j][e] = 0.0f;
 
-    // prologue: activations of the first two visits in flight, the first weight chunk stored
+    // prologue: activations of the first two visits in flight, the first weight chunk stored, the
+    // second's loads issued
     int cx = 0;  // the chunk whose activations load next
     mq_stage_x(xring[0], xq, xd, xs, n0, n_tokens, n_in, cx);
     cx = mq_next(cx, G, n_chunks);
     mq_stage_x(xring[1], xq, xd, xs, n0, n_tokens, n_in, cx);
     cx = cx < 0 ? -1 : mq_next(cx, G, n_chunks);
-    if (stager) wtile[0][sm][sr].store(unpack(0));
+    Raw raw = fetch(0);
+    if (stager) wtile[0][sm][sr].store(unpack(raw, 0));
+    raw = fetch(mq_next(0, G, n_chunks));  // in flight through the first iteration
 
     int c = 0;
     for (int k = 0; c >= 0; ++k) {
@@ -123,8 +134,6 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         __syncthreads();           // ... for every thread; every warp is done with chunk k - 1's buffers
         mq_stage_x(xring[(k + 2) % MQ_XSTAGES], xq, xd, xs, n0, n_tokens, n_in, cx);
         cx = cx < 0 ? -1 : mq_next(cx, G, n_chunks);
-        DpChunk<QT> next{};  // the next chunk's weights: loads in flight during this chunk's mmas
-        if (cn >= 0) next = unpack(cn);
 
         const MqXTile& xt = xring[k % MQ_XSTAGES];
         // B fragments, two n8 tiles a ldmatrix.x4: tokens g and 8 + g, words t and 4 + t
@@ -170,6 +179,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                 const int zero[4] = {0, 0, 0, 0};
 #pragma unroll
                 for (int j = 0; j < FN; ++j) {
+                    if (n0 + wt + 8 * j >= n_tokens) continue;  // an n8 tile of padding: nothing to compute
                     int full[4], lo[4] = {0, 0, 0, 0};
                     mma_m16n8k32_s8_s32(full, a, b[j], zero);
                     if (HALVES) mma_m16n8k32_s8_s32(lo, alo, b[j], zero);
@@ -196,7 +206,10 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                             part[m][i][j][e] = 0.0f;
                         }
         }
-        if (stager && cn >= 0) wtile[(k + 1) & 1][sm][sr].store(next);  // read after the next barrier
+        if (cn >= 0) {  // the next chunk: unpacked now its loads are in, stored for after the next barrier
+            if (stager) wtile[(k + 1) & 1][sm][sr].store(unpack(raw, cn));
+            raw = fetch(mq_next(cn, G, n_chunks));  // and the one after: in flight through the next iteration
+        }
         c = cn;
     }
 

@@ -75,6 +75,7 @@ def test_bench_quick_all_suites(tmp_path):
     seen = {(r["op"], r["variant"]) for r in decode}
     assert seen == {("norm", "simple"), ("norm", "dp4a"), ("matmul", "simple"), ("matmul", "dp4a"),
                     ("matmul", "gemv"), ("ffn_in", "gemv"),  # gemv serves steps of <= 8 tokens: decode's
+                    ("matmul", "best"), ("ffn_in", "best"),  # what the fast set runs (here: dp4a's kernels)
                     ("ffn_in", "simple"), ("ffn_in", "dp4a"), ("rope_kv", "simple"), ("rope_kv", "fused"),
                     ("attention", "simple"), ("attention", "split"), ("attention", "flash")}
     assert {r["tokens"] for r in decode} == {1} and all(r["us"] > 0 and r["gb_s"] > 0 and r["bytes"] > 0 for r in rows)
@@ -84,7 +85,7 @@ def test_bench_quick_all_suites(tmp_path):
     # over one 24-token prompt in all three attention variants
     prefill = [r for r in rows if r["phase"] == "prefill"]
     assert {(r["op"], r["variant"], r["tokens"]) for r in prefill if r["op"] != "attention"} == {
-        (op, v, 16) for op in ("matmul", "ffn_in") for v in ("simple", "dp4a", "mma", "mmq")}
+        (op, v, 16) for op in ("matmul", "ffn_in") for v in ("simple", "dp4a", "mma", "mmq", "best")}
     assert {r["shape"].split(" ")[0] for r in prefill if r["op"] == "matmul"} == {"qkv", "o", "down"}
     assert {(r["variant"], r["tokens"]) for r in prefill if r["op"] == "attention"} == {
         ("simple", 24), ("split", 24), ("flash", 24)}
@@ -108,7 +109,7 @@ def test_bench_quick_all_suites(tmp_path):
     assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "kernels", "host", "serve"}
 
 
-def test_prefill_suite_sets_the_tensor_core_variants_beside_dp4a(tmp_path):
+def test_prefill_suite_sets_the_other_q8_matmuls_and_the_tensor_set_beside_fast(tmp_path):
     from typer.testing import CliRunner
 
     import sharpinf.cli.bench_cmd  # noqa: F401
@@ -121,10 +122,12 @@ def test_prefill_suite_sets_the_tensor_core_variants_beside_dp4a(tmp_path):
     assert doc["config"]["configs"] == [[2, 20]]
     r = doc["results"]
     c = r["configs"][0]
-    assert r["kernels"] == "fast" and list(c["variants"]) == ["matmul=mma,attention=split,rope_kv=fused,moe=fast", "tensor"]
-    v = c["variants"]["matmul=mma,attention=split,rope_kv=fused,moe=fast"]
-    assert v["must_agree"] and v["same_next_tokens_as_dp4a"] is True
-    assert v["packed"]["tokens"] == c["packed"]["tokens"] == 40
+    others = [f"matmul={m},attention=split,rope_kv=fused,moe=fast" for m in ("dp4a", "mma")]
+    assert r["kernels"] == "fast" and list(c["variants"]) == others + ["tensor"]
+    for name in others:  # bit-identical q8_1 matmuls: the same next tokens as fast's best
+        v = c["variants"][name]
+        assert v["must_agree"] and v["same_next_tokens"] is True
+        assert v["packed"]["tokens"] == c["packed"]["tokens"] == 40
     t = c["variants"]["tensor"]
     assert not t["must_agree"] and t["next_token_agreement"] == 1.0  # packed = sequential with flash too
     assert r["ratios"] == {k: {"prefill_tok_s": {}, "packed_vs_sequential": {"2x20": m["speedup"]}}

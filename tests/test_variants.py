@@ -29,7 +29,7 @@ def test_parse_every_spelling():
     assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple,moe=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
-    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=mma", "matmul=gemv"]  # in no set: on their own
+    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=dp4a", "matmul=mma", "matmul=gemv"]  # in no set: on their own
     assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="fast")
     assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=fast").name == "tensor"
     assert choices_for("auto") == ["auto"]
@@ -56,7 +56,7 @@ def test_fast_falls_back_per_op_where_the_model_does_not_fit(capsys, monkeypatch
     monkeypatch.setenv("SHARPINF_PROGRESS", "1")  # notes show (off by default when stderr is no terminal)
     odd = SimpleNamespace(head_dim=48)  # split attention is compiled for 16, 32, 64, 128, 256
     got = resolve_kernels("fast", odd)
-    assert (got.matmul, got.attention, got.rope_kv) == ("dp4a", "simple", "fused")
+    assert (got.matmul, got.attention, got.rope_kv) == ("best", "simple", "fused")
     assert "head_dim" in capsys.readouterr().err
     with pytest.raises(SharpinfError, match="head_dim"):
         resolve_kernels("attention=split", odd)
@@ -120,24 +120,28 @@ def test_mixed_choices_pass_the_oracles(emu, kernels, arch, qtype):
 
 
 # The step sizes each variant's own kernels serve, cut so every compiled tile size runs: mma and mmq
-# from 16 tokens (both tile edges), gemv up to 8 (its 1-, 2-, 4- and 8-token kernels).
-CHUNKS = {"mma": [1, 15, 16, 17, 51], "mmq": [1, 15, 16, 17, 51], "gemv": [1, 2, 3, 5, 8, 81]}
+# from 16 tokens (both tile edges), gemv up to 8 (its 1-, 2-, 4- and 8-token kernels), best at its
+# threshold (64: mmq; below: dp4a).
+CHUNKS = {"mma": [1, 15, 16, 17, 51], "mmq": [1, 15, 16, 17, 51], "gemv": [1, 2, 3, 5, 8, 81], "best": [1, 63, 36]}
+OWN_FILE = {"best": "mmq"}  # best runs mmq's kernels (and dp4a's)
+ARCHS = [("llama", "Q4_K"), ("qwen2", "Q5_1"), ("qwen3", "Q6_K")]
 
 
-@pytest.mark.parametrize("name", ["mma", "mmq", "gemv"])
-@pytest.mark.parametrize("arch,qtype", [("llama", "Q4_K"), ("qwen2", "Q5_1"), ("qwen3", "Q6_K")])
+@pytest.mark.parametrize("arch,qtype,name", [(a, q, n) for n in ("mma", "mmq", "gemv") for a, q in ARCHS]
+                         + [("llama", "Q4_K", "best")])  # best: dp4a's and mmq's kernels, each proven above
 def test_matmul_variants_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype, name):
-    """matmul=mma / mmq (int8 tensor cores for steps of >= 16 tokens) and gemv (steps of <= 8) give
-    dp4a's logits bit for bit, so prefill and decode agree whichever kernel runs a step; the oracles
-    hold as they do for dp4a."""
+    """matmul=mma / mmq (int8 tensor cores for steps of >= 16 tokens), gemv (steps of <= 8) and best
+    (mmq or dp4a by the step's size) give dp4a's logits bit for bit, so prefill and decode agree
+    whichever kernel runs a step; the oracles hold as they do for dp4a."""
     n_embd = 256 if qtype in ("Q4_K", "Q6_K") else 128
     model = load_model(synthetic_model(arch, qtype, n_embd=n_embd))
     base = dict(attention="split", rope_kv="fused")
     dp4a = ForwardPass(model, emu, kernels={"matmul": "dp4a", **base})
     other = dp4a.with_own_buffers(kernels={"matmul": name, **base})
     assert other.launches_per_layer() == dp4a.launches_per_layer()
-    used = {e for f, e in other.kernels_used("f16") if f == f"matmul_{name}.cu"}
-    assert any(e.startswith(f"matmul_{name}_{qtype.lower()}") for e in used), used
+    own = OWN_FILE.get(name, name)
+    used = {e for f, e in other.kernels_used("f16") if f == f"matmul_{own}.cu"}
+    assert any(e.startswith(f"matmul_{own}_{qtype.lower()}") for e in used), used
     toks = list(range(7, 107))  # 100 tokens: one step (mmq: a 64-token tile and a partial one; gemv: dp4a's)
     nb = paths.blocks_for([len(toks)], 16)
     got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [100]) for fp in (other, dp4a))

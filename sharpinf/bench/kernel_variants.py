@@ -3,7 +3,8 @@ device's measured bandwidth, and the speedup over the readable baseline.
 
     op          cases (layer 0's shapes and types)            variants
     norm        rmsnorm of N rows of n_embd                    simple -> float, dp4a -> q8_1 (fused)
-    matmul      qkv, o, down, lm_head                          simple (float X), dp4a (q8_1 X), mma, mmq (N >= 16)
+    matmul      qkv, o, down, lm_head                          simple (float X), dp4a (q8_1 X), mma, mmq (N >= 16),
+                                                               gemv (N <= 8), best (what fast runs: dp4a or mmq)
     ffn_in      gate + up + SwiGLU                             simple (2 matmuls + silu_gate), dp4a (gate_up_dp4a)
     rope_kv     qk-norm, RoPE, KV append                       simple (3-5 kernels), fused (rope_kv)
     attention   N sequences decoding at `context`              simple, split, flash

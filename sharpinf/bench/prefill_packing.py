@@ -76,12 +76,12 @@ def run(ctx: BenchContext, configs: list, repeats: int, block_size: int, prompts
         if S < 1 or n < 1:
             raise ValueError(f"prefill: {S} prompts x {n} tokens: both must be at least 1")
     fp = ctx.forward_pass()
-    others = []  # the tensor-core variants beside dp4a (ops/variants.py)
-    if fp.choice.matmul == "dp4a":
-        others = [fp.with_own_buffers(kernels={**fp.choice.to_json(), "matmul": "mma"})]
-        tensor = {**fp.choice.to_json(), **TENSOR}
-        if tensor != others[0].choice.to_json():
-            others.append(fp.with_own_buffers(kernels=tensor))
+    # beside a q8_1 choice, the other q8_1 matmuls (dp4a, mma: the same bits) and the tensor set
+    others, own = [], fp.choice.to_json()
+    if fp.choice.q8_activations:
+        for kernels in ({**own, "matmul": "dp4a"}, {**own, "matmul": "mma"}, {**own, **TENSOR}):
+            if kernels != own and all(kernels != o.choice.to_json() for o in others):
+                others.append(fp.with_own_buffers(kernels=kernels))
     rng = np.random.default_rng(ctx.seed)
     out = []
     for S, n in configs:
@@ -96,8 +96,8 @@ def run(ctx: BenchContext, configs: list, repeats: int, block_size: int, prompts
                "variants": {}}
         for other in others:
             v = _measure(ctx, other, pool, packed, singles, repeats, label)
-            v["same_next_tokens_as_dp4a"] = v["next_tokens"] == res["next_tokens"]
-            v["must_agree"] = other.choice.attention == fp.choice.attention  # mma is bit-identical to dp4a
+            v["same_next_tokens"] = v["next_tokens"] == res["next_tokens"]  # as the suite's own choice
+            v["must_agree"] = other.choice.attention == fp.choice.attention  # the q8_1 matmuls are bit-identical
             res["variants"][other.choice.name] = v
         out.append(res)
         del pool

@@ -93,9 +93,10 @@ def kernels_help() -> str:
 
     ops = ", ".join(f"{op}={'|'.join(variants_of(op))}" for op in OP_NAMES)
     brings = "; ".join(f"{v.name}: {v.brings}" for v in REGISTRY["matmul"].values())
-    return ("Kernel variants: auto (default: fast on a GPU, simple on the emulator), fast (dp4a matmuls on "
-            "q8_1 activations, split-KV attention, fused RoPE + KV append), tensor (fast with tensor cores: "
-            "int8 mmq matmuls (64 x 64 tiles) for steps of >= 16 tokens, flash attention), simple (the readable baselines), "
+    return ("Kernel variants: auto (default: fast on a GPU, simple on the emulator), fast (q8_1 activations: "
+            "dp4a matmuls, int8 tensor-core mmq where a step of >= 64 tokens fills the GPU; split-KV attention, "
+            "fused RoPE + KV append), tensor (mmq for every step of >= 16 tokens, flash attention), simple (the "
+            "readable baselines), "
             f"or op=variant,... (ops: {ops}; a matmul variant brings its activations, norm and gate+up: "
             f"{brings}; `sharpinf kernels list`).")
 

@@ -5,16 +5,23 @@ itself, bit for bit, and through it ops/matmul_dp4a.py's NumPy reference."""
 
 from __future__ import annotations
 
+import math
+
 from sharpinf.ops.matmul import kernel_suffix
 from sharpinf.ops.matmul_dp4a import gate_up_dp4a, launch_q8_gate_up, matmul_dp4a
 from sharpinf.ops.matmul_mma import _check, launch_rows, supports
 
 ROWS_PER_BLOCK = 64  # MQ_ROWS
 TOKENS_PER_BLOCK = 64  # MQ_TOKENS
-# Steps below this stay on dp4a (the same bits). Provisional: mma's 16, until a GPU session times
-# mmq against dp4a at N = 8, 16, 24, 32, 48, 64 on the Qwen3-8B shapes (bench --suite kernels --op
-# matmul) and sets it where mmq starts to win; the registry's min_tokens says the same number.
+# Steps below this stay on dp4a (the same bits): the tensor set's threshold, the smallest step the
+# kernels bench times mmq at. The registry's min_tokens says the same number.
 MIN_TOKENS = 16
+# The fast set's matmul, "best": mmq where a step has BEST_MIN_TOKENS tokens or more and its grid
+# holds a block an SM or more, dp4a elsewhere -- the rule that fits every point an H200 measured on
+# the Qwen3-8B shape (bench/results/gpu/nvidia-h200-20261126): mmq lost at 16 and 32 tokens, and
+# at 64 where its grid had 64-96 blocks for 132 SMs (o, down; qkv tied); it won at 64 with 192 blocks
+# (gate+up) or 2,374 (the LM head), and everywhere at 512 (1.8-2.8x). Same bits either way.
+BEST_MIN_TOKENS = 64
 
 
 def _grid(n_out: int, n_tokens: int) -> tuple[int, int]:
@@ -51,4 +58,28 @@ def gate_up_mmq_steps(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int,
                       act: str = "silu") -> None:
     """gate_up_mmq for steps of MIN_TOKENS or more, gate_up_dp4a below: the same bits."""
     fn = gate_up_mmq if n_tokens >= MIN_TOKENS and supports(qtype) else gate_up_dp4a
+    fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act)
+
+
+def mmq_takes(be, qtype: int, n_tokens: int, n_out: int) -> bool:
+    """The best variant's rule: mmq for this launch (see BEST_MIN_TOKENS), else dp4a. On the
+    emulator (no SMs to fill) only the token count decides."""
+    return (n_tokens >= BEST_MIN_TOKENS and supports(qtype)
+            and math.prod(_grid(n_out, n_tokens)) >= be.multiprocessors)
+
+
+def matmul_best(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
+                accumulate: bool = False, y_stride: int | None = None, y_col: int = 0,
+                file: str = "matmul_mmq.cu") -> None:
+    """The fast set's linear layer: mmq (`file`) where mmq_takes, else dp4a -- the same bits."""
+    kw = dict(bias_dev=bias_dev, accumulate=accumulate, y_stride=y_stride, y_col=y_col)
+    if mmq_takes(be, qtype, n_tokens, n_out):
+        return matmul_mmq(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, file=file, **kw)
+    matmul_dp4a(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, **kw)
+
+
+def gate_up_best(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
+                 act: str = "silu") -> None:
+    """gate_up_mmq where mmq_takes (n_ff rows a matrix), else gate_up_dp4a: the same bits."""
+    fn = gate_up_mmq if mmq_takes(be, qtype, n_tokens, n_ff) else gate_up_dp4a
     fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act)

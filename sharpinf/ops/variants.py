@@ -8,8 +8,9 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                mma                as dp4a, but steps of >= 16 tokens on int8 tensor cores
                                   (matmul_mma.cu / gate_up_mma.cu), bit-identical to dp4a
                mmq                as mma, 64 rows x 64 tokens a block (matmul_mmq.cu /
-                                  gate_up_mmq.cu): each weight chunk unpacked once per 64 tokens;
-                                  in the tensor set, opt-in until a GPU session has measured it
+                                  gate_up_mmq.cu): each weight chunk unpacked once per 64 tokens
+               best               dp4a or mmq for each launch: mmq from 64 tokens where its grid
+                                  holds a block an SM (what an H200 measured faster), the same bits
                gemv               as dp4a, but steps of <= 8 tokens with the token count compiled
                                   in and 4 weight chunks in flight a lane (matmul_gemv.cu /
                                   gate_up_gemv.cu): decode at the bandwidth limit, bit-identical
@@ -37,15 +38,15 @@ a ForwardPass whose step launches none of a chosen variant's own kernels fails a
 `sharpinf kernels new OP NAME` adds one: a copy of a registered variant's file and one entry
 (`like = ...`) -- docs/adding-a-variant.md walks the loop.
 
-A choice is "simple", "fast" (every op's fastest measured variant), "tensor" (fast with the
-tensor-core variants: mmq matmuls and flash attention; opt-in until a GPU session has measured
-them), a dict {op: variant}, the same as text: "matmul=dp4a,attention=split", or "auto" (the
+A choice is "simple", "fast" (every op's fastest measured variant: matmul best, split attention),
+"tensor" (mmq for every step of >= 16 tokens and flash attention: the tensor cores wherever they
+can serve; flash was faster only for long prefills on an H200), a dict {op: variant}, the same as text: "matmul=dp4a,attention=split", or "auto" (the
 default): "fast" on a GPU, "simple" on the CPU emulator -- the fast kernels are written for a
 GPU's memory system, and the emulator, which runs each thread's C++ on one core, runs the
 readable ones faster. Every variant passes every oracle the baseline passes.
 
 Every choice is batch-invariant, prefill and decode included: each op runs one kernel for every
-step (mma and mmq take >= 16-token steps but are bit-identical to dp4a), so a token's logits do not depend
+step (mma, mmq and best pick a kernel by the step's size, but every one is bit-identical to dp4a), so a token's logits do not depend
 on the step it is in -- there is no separate "invariant" mode to pay for.
 """
 
@@ -269,11 +270,12 @@ def load_registry(path: Path | None = None) -> None:
 
 load_registry()
 
-# The named sets. fast: the fastest measured. mmq joins it for steps of >= min_tokens once a GPU
-# session has timed it against dp4a (the threshold: variants.toml's min_tokens for mmq).
+# The named sets. fast: the fastest measured (matmul "best": dp4a, or mmq where an H200 measured it
+# faster -- matmul_mmq.py's BEST_MIN_TOKENS; attention split: flash measured faster only for long
+# prefills, and the two are not bit-identical, so one cannot stand in for the other per step).
 SETS: dict[str, dict[str, str]] = {
     "simple": {"matmul": "simple", "attention": "simple", "rope_kv": "simple", "moe": "simple"},  # the baselines
-    "fast": {"matmul": "dp4a", "attention": "split", "rope_kv": "fused", "moe": "fast"},
+    "fast": {"matmul": "best", "attention": "split", "rope_kv": "fused", "moe": "fast"},
     # the tensor-core set; a grouped tensor-core MoE GEMM for prefill is a later stage
     "tensor": {"matmul": "mmq", "attention": "flash", "rope_kv": "fused", "moe": "fast"},
 }

@@ -75,6 +75,9 @@ class Graph(ABC):
 class Backend(ABC):
     name: str  # "cuda", "emu" or "trace"
     gpu_shapes: bool = False  # launchers pick grids for a GPU (cuda, trace) or for the emulator
+    # the GPU's SMs, for launchers whose choice depends on filling them (matmul=best); 0 on the
+    # emulator, where no such rule applies
+    multiprocessors: int = 0
     _recording: list[Launch] | None = None
     _collecting: list[tuple[str, str]] | None = None
 

@@ -138,12 +138,14 @@ class CudaBackend(Backend):
             self._device = cp.cuda.Device(device)
             self._device.use()
             self._stream = cp.cuda.Stream(non_blocking=True)
+            sms = int(cp.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"])
         except BackendError:
             raise
         except Exception as exc:  # driver missing or too old, device busy, ...
             raise BackendError(f"CUDA is not usable: {exc}") from exc
         self.cp = cp
         self.device_id = device
+        self.multiprocessors = sms
         self._launch_kernel = cp.cuda.driver.launchKernel
         # cuLaunchCooperativeKernel guarantees a cooperative launch's blocks co-resident (or fails)
         self._launch_coop = getattr(cp.cuda.driver, "launchCooperativeKernel", None)
@@ -277,8 +279,7 @@ class CudaBackend(Backend):
         drv = self.cp.cuda.driver
         with self._errors("occupancy query"):
             per_sm = drv.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, shared_mem)
-            sms = self.cp.cuda.runtime.getDeviceProperties(self.device_id)["multiProcessorCount"]
-        return int(per_sm) * int(sms)
+        return int(per_sm) * self.multiprocessors
 
     # -- memory ------------------------------------------------------------------
     def empty(self, shape, dtype) -> Any:

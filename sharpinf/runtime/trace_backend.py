@@ -53,6 +53,7 @@ class TraceGraph(Graph):
 class TraceBackend(EmuBackend):
     name = "trace"
     gpu_shapes = True  # launchers choose the grids they would on a GPU
+    multiprocessors = 132  # an H100's or H200's (the launches it counts are that GPU's)
 
     def __init__(self):
         super().__init__(memcheck="off")  # nothing runs: plain (lazily zeroed) arrays, no guard checks

@@ -278,11 +278,12 @@ class ForwardPass:
     def kernels_used(self, kv_dtype: str) -> list[tuple[str, str]]:
         """(file, entry point) of every kernel a step runs with KV in kv_dtype (and the history
         flush a long penalised prompt needs, so it never compiles mid-serving). Kernels that
-        depend on the step's size (mma: a whole tile of tokens) are collected at that size too."""
-        body, head = self._launch_names(kv_dtype)
-        big_body, big_head = self._launch_names(kv_dtype, 16)  # and those of a whole tile of tokens (mma)
-        body, head = body + big_body, head + big_head
-        return list(dict.fromkeys(body + head + [("sampling.cu", "seen_update")]))
+        depend on the step's size are collected at the sizes that switch them: a whole tile of
+        tokens (mma, mmq: 16), best's threshold (64), and the capacity (best takes mmq for a matrix
+        once the step's grid fills the GPU, and no step is larger)."""
+        sizes = sorted({1, 16, 64, self.capacity.tokens})
+        names = [n for size in sizes for part in self._launch_names(kv_dtype, size) for n in part]
+        return list(dict.fromkeys(names + [("sampling.cu", "seen_update")]))
 
     def launches_per_layer(self) -> int:
         """Kernel launches of one transformer layer in the chosen variants (a decode step runs
