@@ -7,7 +7,11 @@
 # Seen on an H200 (2026-11-26): setup 13 s, peers 104 s, the matmul suite below 67 s (the simple
 # baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s.
 #
-#   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,tests (default all)
+#   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,tests (the default), moe
+#
+# moe (not in the default: ~17 GB of weights to write and load four times, a few minutes): the
+# peers part on the Qwen3-30B-A3B shape (qwen3moe, Q4_K) into bench/results/gpu/moe/<gpu>-<date>/ --
+# a second call right after the first, while the machine is warm.
 #
 # What the call carries (git-ignored paths, the device tool's `carry`):
 #   .whl/          the gguf wheel (the device image lacks it):
@@ -21,6 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${1:-peers,kernels,tests}
+MOE=qwen3-30b-a3b-shape:Q4_K
 OUT=${OUT:-/tmp/sharpinf-device-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -59,6 +64,13 @@ if has peers; then
   stamp "peers"
   timeout -s INT 240 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama \
     --peers-sizes "r=3" 2>&1 | tee "$OUT/peers.log" | grep -vE "^\+ " | tail -25
+fi
+if has moe; then
+  stamp "moe: peers on $MOE"
+  python3 -c "from sharpinf.model.synth import shape_model as s; print(s('qwen3-30b-a3b','Q4_K'))" >> "$OUT/setup.log" 2>&1
+  stamp "moe model ready"
+  timeout -s INT 420 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama \
+    --peers-models "$MOE" --peers-sizes "r=2" --out bench/results/gpu/moe 2>&1 | tee "$OUT/moe.log" | grep -vE "^\+ " | tail -12
 fi
 if has kernels; then
   # the matmul family (norm, matmul, gate+up) at the token counts that set the variants' thresholds

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import pytest
 
 from sharpinf.engine.llm_engine import LLMEngine
 from sharpinf.engine.sequence import PENDING
@@ -189,3 +190,42 @@ def test_a_sequence_preempted_with_its_token_in_flight_waits_for_it():
     seq.tokens[-1], seq.pending, seq.feed_row = 9, 0, -1  # the step was collected
     (chunk,) = sch.schedule()
     assert chunk.seq is seq and chunk.n_tokens == 4
+
+
+def test_a_grammar_runs_every_step_its_mask_sent_once_its_token_is_in():
+    """A constrained request under async scheduling is in every step of its decode: step n+1 is
+    submitted with its masks to come, and they are computed once step n's token is in (while the
+    device runs n+1's body). Its tokens equal the synchronous engine's, a document ending by itself
+    while the next step holds it too."""
+    pytest.importorskip("llguidance")
+    from sharpinf.sampling import StructuredOutput
+
+    spec = StructuredOutput("regex", "(ab|cd){1,3} [0-9]{3}")  # a document of a bounded length
+    params = [SamplingParams(max_tokens=40, temperature=1.0, seed=s, structured=spec) for s in (1, 2)]
+    params.append(SamplingParams(max_tokens=12, ignore_eos=True))  # unconstrained, beside them
+
+    def go(async_scheduling: bool):
+        eng = LLMEngine(model(), backend="emu", async_scheduling=async_scheduling,
+                        **{**CONFIG, "num_blocks": 48, "max_num_batched_tokens": 16})
+        rids = [eng.add_request(_prompt(7 + i, 6), p) for i, p in enumerate(params)]
+        steps: dict = {r: [] for r in rids}  # the steps each request was submitted in
+        submit = eng.runner.submit
+
+        def noting(chunks):
+            for c in chunks:
+                steps[c.seq.request_id].append(eng.runner.steps_run)
+            return submit(chunks)
+        eng.runner.submit = noting
+        while eng.has_unfinished():
+            eng.step()
+        return {r: (eng.requests[r].output_ids, eng.requests[r].finish_reason) for r in rids}, steps, eng
+
+    sync, _, _ = go(False)
+    got, steps, eng = go(True)
+    assert got == sync
+    constrained = [r for r, p in zip(got, params) if p.structured is not None]
+    assert all(got[r][1] == "stop" for r in constrained)  # the regex completes the document
+    for r in constrained:  # one prefill step, then a step for every token: none skipped waiting for its id
+        assert steps[r] == list(range(steps[r][0], steps[r][0] + len(steps[r]))), steps[r]
+        assert len(steps[r]) > len(got[r][0])  # the step after its last token held it too (its sample discarded)
+    assert eng.scheduler.preemptions == 0 and eng._inflight is None

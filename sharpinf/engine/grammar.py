@@ -3,10 +3,12 @@
 `Grammars` (one per engine) builds llguidance's tokenizer once from sharpinf's own (each id's
 bytes; control tokens marked with a leading 0xFF byte, llguidance's convention for special
 tokens) and compiles a request's `StructuredOutput` into a `Grammar` (a matcher). Each step,
-`fill_masks` -- the one call the model runner makes, before the step's launch -- writes the
-allowed ids of every constrained row (u32 words, bit id = id allowed, the sampling kernel's
-layout); the engine advances the matcher with each token it appends, and a grammar that has
-finished ends its request ("stop"). llguidance is optional (the `serve` extra): without it a
+`fill_masks` -- the one call the model runner makes -- writes the allowed ids of every
+constrained row (u32 words, bit id = id allowed, the sampling kernel's layout): before the
+step's launch, or, when a constrained row's last token is still in flight (async scheduling),
+once the step before it is collected, while the device runs the step's body (the sampling
+launch waits for it). The engine advances the matcher with each token it appends, and a grammar
+that has finished ends its request ("stop"). llguidance is optional (the `serve` extra): without it a
 structured request is a RequestError naming the package.
 """
 
@@ -135,15 +137,31 @@ class Grammars:
         return Grammar(m)
 
 
-def fill_masks(grammars: Seq[Grammar | None], words: int) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(mask_idx i32 [R], masks u32 [M, words]) for the rows whose request has a grammar, or
-    (None, None) when none has: row r's allowed ids are masks[mask_idx[r]] (-1: unconstrained)."""
+def mask_index(grammars: Seq[Grammar | None]) -> np.ndarray | None:
+    """mask_idx i32 [R]: row r's mask is masks[mask_idx[r]] (-1: unconstrained), the constrained rows
+    in order; None when no row has a grammar."""
     rows = [r for r, g in enumerate(grammars) if g is not None]
     if not rows:
-        return None, None
+        return None
     idx = np.full(len(grammars), -1, np.int32)
+    idx[rows] = np.arange(len(rows), dtype=np.int32)
+    return idx
+
+
+def fill_masks(grammars: Seq[Grammar | None], words: int,
+               ended: Seq[bool] | None = None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(mask_idx i32 [R], masks u32 [M, words]) for the rows whose request has a grammar, or
+    (None, None) when none has: row r's allowed ids are masks[mask_idx[r]] (-1: unconstrained).
+    ended[r]: row r's request ended since its step was submitted (its sample is thrown away): any
+    id, and its matcher is not asked."""
+    idx = mask_index(grammars)
+    if idx is None:
+        return None, None
+    rows = np.flatnonzero(idx >= 0)
     masks = np.zeros((len(rows), words), U32)
     for m, r in enumerate(rows):
-        grammars[r].fill(masks[m])
-        idx[r] = m
+        if ended is not None and ended[r]:
+            masks[m] = 0xFFFFFFFF
+        else:
+            grammars[r].fill(masks[m])
     return idx, masks

@@ -289,7 +289,10 @@ class LLMEngine:
             if self._inflight is None:
                 return self._reject_unschedulable() if self.scheduler.has_work() else []
         step, self._inflight = self._inflight, self._submit()
-        return self._collect(step, t0, time.perf_counter())
+        outputs = self._collect(step, t0, time.perf_counter())
+        if self._inflight is not None:  # its grammars' masks, now that their last tokens are in
+            self.runner.finish(self._inflight)
+        return outputs
 
     def _submit(self) -> RunnerStep | None:
         """Schedule and submit a step (None: nothing to schedule). Each chunk's tokens count as

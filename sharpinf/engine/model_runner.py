@@ -13,7 +13,10 @@ A request with n > 1 choices samples its first token n times from its one logits
 listed n times, each choice with its own seed and, with a penalty or bias, its own slot); the
 engine then forks the extra choices (engine/fork.py).
 A step is submit() then collect(): the engine may submit the next step in between (async
-scheduling), whose decode tokens are then fed from this step's ids on the device.
+scheduling), whose decode tokens are then fed from this step's ids on the device. A row with a
+grammar whose last token is that one cannot have its mask yet: such a step is submitted with its
+masks to come (the device runs its body meanwhile), and finish() sends them and queues its
+sampling once the step before it is collected (which advances the grammars).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from sharpinf.engine.grammar import fill_masks
+from sharpinf.engine.grammar import fill_masks, mask_index
 from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.engine.scheduler import ScheduledChunk
 from sharpinf.engine.sequence import PENDING, Sequence
@@ -58,6 +61,7 @@ class RunnerStep:
     pending: PendingStep
     logprob_rows: list[int]  # rows whose logits the step copied back (PendingStep.logits_host, in order)
     row_seqs: list[Sequence]  # the sequence of every row
+    masks_later: list | None = None  # every row's grammar, when its masks wait for finish()
 
 
 @dataclass
@@ -114,8 +118,9 @@ class ModelRunner:
         rows = self.sampling_rows(samplers, [s for _, s in forks]) if samplers else None
         row_seqs = [c.seq for c in samplers] + [s for _, s in forks for _ in range(s.forks)]
         lp_rows = [r for r, s in enumerate(row_seqs) if s.params.logprobs is not None]
+        later = rows is not None and rows.mask_idx is not None and rows.masks is None
         pending = self.fp.submit(batch, self.pool, validate=self.validate, sampling=rows, feed_rows=feed,
-                                 copy_rows=lp_rows)
+                                 copy_rows=lp_rows, masks_later=later)
         forking, at = [], len(samplers)
         for _, s in forks:
             forking.append((s, at, [int(x) for x in rows.slots[at : at + s.forks]]))
@@ -123,7 +128,19 @@ class ModelRunner:
         self.steps_run += 1
         self.tokens_run += batch.n_tokens
         self.tokens_fed += len(fed)
-        return RunnerStep(list(chunks), [c.samples for c in chunks], samplers, forking, pending, lp_rows, row_seqs)
+        return RunnerStep(list(chunks), [c.samples for c in chunks], samplers, forking, pending, lp_rows, row_seqs,
+                          [s.grammar for s in row_seqs] if later else None)
+
+    def finish(self, step: RunnerStep) -> None:
+        """A step whose masks waited (submit): its grammars have their last tokens now (the step
+        before it was collected), so compute the masks and queue its sampling. A row whose request
+        ended meanwhile gets any id (its sample is discarded). Before any later submit."""
+        if step.masks_later is None:
+            return
+        _, masks = fill_masks(step.masks_later, history_words(self.fp.cfg.n_vocab),
+                              ended=[s.is_finished for s in step.row_seqs])
+        self.fp.sample(step.pending, masks)
+        step.masks_later = None
 
     def collect(self, step: RunnerStep) -> list[int | None]:
         """Wait for a submitted step's ids: for each chunk the sampled token, or None; the forking
@@ -177,8 +194,13 @@ class ModelRunner:
             off[r + 1] = n
         all_seqs = seqs + [s for s, _ in extra]
         # structured output: each constrained row's allowed ids, computed here on the host (one call);
-        # a forking request's extra rows start from the same grammar state as its own row
-        mask_idx, masks = fill_masks([s.grammar for s in all_seqs], history_words(self.fp.cfg.n_vocab))
+        # a forking request's extra rows start from the same grammar state as its own row. A grammar
+        # whose last token is still in flight has no mask yet: all masks then wait for finish()
+        grammars = [s.grammar for s in all_seqs]
+        if any(g is not None and s.pending for s, g in zip(all_seqs, grammars)):
+            mask_idx, masks = mask_index(grammars), None
+        else:
+            mask_idx, masks = fill_masks(grammars, history_words(self.fp.cfg.n_vocab))
         return SamplingRows(
             params=np.array([s.sampling_row for s in all_seqs], np.float32),
             top_k=np.fromiter((s.top_k for s in all_seqs), I32, R),

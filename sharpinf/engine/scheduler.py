@@ -7,8 +7,9 @@ Order within a step, under a token budget (max_num_batched_tokens) and max_num_s
      blocks are free (backpressure: a request waits rather than running memory out) and
      max_num_seqs has room for every choice of the request (n > 1: the choices fork from it).
 A running sequence whose pending token already reaches max_tokens (or the context) is not
-scheduled: async scheduling knows ahead that collecting that token ends it; nor is one with a
-grammar while its token is pending (its next mask depends on that token). A waiting sequence
+scheduled: async scheduling knows ahead that collecting that token ends it. One with a grammar is
+(its next mask depends on the pending token: the model runner sends it once that token is in,
+while the device runs the step). A waiting sequence
 with a pending token (preempted while its token was in flight) is admitted only once the token
 is real (the next step), so the history and hashes it is recomputed from are real ids.
 When a running sequence needs a block and none is free, the most recently admitted
@@ -93,7 +94,7 @@ class Scheduler:
         scheduled: list[ScheduledChunk] = []
         self.step_index += 1
 
-        for seq in [s for s in self.running if s.remaining == 1 and not (s.out_of_room or s.waits_for_ids)]:  # 1. decodes
+        for seq in [s for s in self.running if s.remaining == 1 and not s.out_of_room]:  # 1. decodes
             if budget <= 0:
                 break
             if seq.status is Status.RUNNING and self._make_room(seq, len(seq.tokens), scheduled):

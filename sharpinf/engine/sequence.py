@@ -116,12 +116,6 @@ class Sequence:
         n, p = len(self.tokens) - len(self.prompt_ids), self.params
         return (p.max_tokens is not None and n >= p.max_tokens) or n >= self.stop.context_left
 
-    @property
-    def waits_for_ids(self) -> bool:
-        """Its next step must wait until its pending token is back: a grammar's next mask depends on
-        it (async scheduling never runs such a sequence two steps at a time)."""
-        return self.pending > 0 and self.grammar is not None
-
     def drop_pending(self) -> None:
         """It ended: tokens of steps still in flight are never emitted."""
         if self.pending:

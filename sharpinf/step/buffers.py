@@ -291,6 +291,16 @@ class StepDescriptor:
         for m in self._copied + self._done:  # the uploads, and the ids' copies back
             self.be.wait(m)
 
+    def upload_masks(self, buf: int, masks: np.ndarray) -> None:
+        """A step's masks after its descriptor (ForwardPass.submit's masks_later): into staging buffer
+        `buf`'s mask rows (the step's own: no later step has packed into it yet), then the device's;
+        the buffer's marker is recorded again, so the next pack into it waits for this copy too."""
+        M = len(masks)
+        if M:
+            self._mask_hosts[buf][:M] = masks
+            self.be.copy_to_device(self._mask_hosts[buf][:M], self.masks[:M])
+            self.be.record(self._copied[buf])
+
     def upload(self, nbytes: int) -> None:
         M = self._mask_rows
         if M:  # before the descriptor's copy, so its marker covers both of this buffer's copies

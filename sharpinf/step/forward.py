@@ -83,10 +83,15 @@ class PendingStep:
     sampled: np.ndarray | None = None  # the ids, once result() has taken them
 
     taken: bool = False  # result() has waited (its buffers may be used again)
+    # submitted with masks_later: (rows padded, staging buffer) until ForwardPass.sample() queues its sampling
+    deferred: tuple[int, int] | None = None
 
     def result(self) -> StepOutput:
         """Wait for this step's ids (and copied logits rows); the StepOutput forward() returns. A step
         that brings nothing back (no sampling, no copied rows) waits for nothing, as forward() never did."""
+        if self.deferred is not None:
+            raise RuntimeError("a step submitted with masks_later has no ids until ForwardPass.sample() queues "
+                               "its sampling")
         if not self.taken:
             self.taken = True
             if self.host_ids is not None or self.logits_host is not None:
@@ -353,7 +358,8 @@ class ForwardPass:
         return self.submit(batch, kv, validate, sampling).result()
 
     def submit(self, batch: Batch, kv: KVPool, validate: bool = True, sampling: SamplingRows | None = None,
-               feed_rows: np.ndarray | None = None, copy_rows: Sequence[int] = ()) -> "PendingStep":
+               feed_rows: np.ndarray | None = None, copy_rows: Sequence[int] = (),
+               masks_later: bool = False) -> "PendingStep":
         """Queue the step (pack, upload, body and head plans, the async copy of the sampled ids)
         and return at once; PendingStep.result() waits for this step's ids only. The next step may
         be packed and submitted before that: it packs into the other staging buffer.
@@ -362,7 +368,11 @@ class ForwardPass:
         token (scheduled before that id reached the host; batch.token_ids holds any valid id there):
         the embedding takes the id on the device and writes it back into the step's token_ids.
         copy_rows: logits rows copied back to the host within this step (logprobs), before a later
-        step overwrites them: PendingStep.logits_host."""
+        step overwrites them: PendingStep.logits_host.
+        masks_later: the rows sampling.mask_idx names get their allowed-token masks only once the
+        host knows them (a grammar whose last token is still in flight): the step is queued up to its
+        logits, and sample(pending, masks) queues the sampling when the masks are ready -- the
+        device meanwhile runs the step's body."""
         be, cfg = self.backend, self.cfg
         if validate:
             batch.validate(kv.num_blocks, cfg.n_vocab, cfg.kv_window)
@@ -382,8 +392,10 @@ class ForwardPass:
         d.upload(d.pack(batch, Nb, Rb, sampling, feed_rows))
         self._plans.run(("body", Nb), lambda: self._emit_body(Nb, kv, d), self.use_graphs)
         samples = sampling is not None and R > 0
-        if R:
-            self._plans.run(("head", Rb, samples), lambda: self._emit_head(Rb, samples, d), self.use_graphs)
+        later = samples and masks_later
+        if R:  # (a step whose masks come later: its logits now, its sampling in sample())
+            self._plans.run(("head", Rb, samples and not later), lambda: self._emit_head(Rb, samples and not later, d),
+                            self.use_graphs)
         pending = PendingStep(be, self.ws.logits[:R], None, None)
         ids, pending.done = d.claim(pending)  # this staging buffer's ids buffer and marker
         if copy_rows:
@@ -392,10 +404,28 @@ class ForwardPass:
                 be.copy_to_host(self.ws.logits[r], pending.logits_host[i])
         if samples:
             pending.host_ids = ids[:R]
+        self._prev_sampled = R if samples else 0
+        if later:
+            pending.deferred = (Rb, d.cur)
+            return pending
+        if samples:
             be.copy_to_host(self.ws.sampled[:R], pending.host_ids)
         be.record(pending.done)
-        self._prev_sampled = R if samples else 0
         return pending
+
+    def sample(self, pending: "PendingStep", masks: np.ndarray) -> None:
+        """Queue the sampling of a step submitted with masks_later, with its masks (u32 [M, words]:
+        row r's allowed ids are masks[mask_idx[r]], as SamplingRows): the masks' copy, the sampling
+        kernel, the copy of the ids back. Before any later step is submitted (stream order is what
+        lets the next step feed from these ids)."""
+        if pending.deferred is None:
+            raise RuntimeError("sample(): the step was not submitted with masks_later, or is sampled already")
+        (Rb, buf), be, d = pending.deferred, self.backend, self._desc
+        d.upload_masks(buf, masks)
+        self._plans.run(("sample", Rb), lambda: self._emit_sample(Rb, d), False)  # one launch: no graph
+        pending.deferred = None
+        be.copy_to_host(self.ws.sampled[: len(pending.host_ids)], pending.host_ids)
+        be.record(pending.done)
 
     def greedy(self, batch: Batch, kv: KVPool, validate: bool = True) -> np.ndarray:
         """The greedy next token of each logits row (argmax on the device, ties to the lowest id)."""
@@ -426,9 +456,13 @@ class ForwardPass:
 
     def _emit_head(self, R: int, samples: bool, d: StepDescriptor) -> None:
         """The R logits rows: gather -> final norm -> LM head (-> sampling)."""
-        be, cfg, ws, dv = self.backend, self.cfg, self.ws, d.d
-        self.kernels.head(self.output_norm, self.output, dv["logits_rows"], R)
+        self.kernels.head(self.output_norm, self.output, d.d["logits_rows"], R)
         if samples:
-            sample_rows(be, ws.logits, R, cfg.n_vocab, dv["params"], dv["top_k"], dv["seeds"], dv["steps"],
-                        self.seen_bits, dv["slots"], dv["clear"], dv["add_off"], dv["add_ids"], self.counts,
-                        dv["count_n"], self.slot_bias, dv["mask_idx"], d.masks, ws.sampled, ws.sample_scratch)
+            self._emit_sample(R, d)
+
+    def _emit_sample(self, R: int, d: StepDescriptor) -> None:
+        """One token for each of the R logits rows (the sampling kernel, over the descriptor's rows)."""
+        be, cfg, ws, dv = self.backend, self.cfg, self.ws, d.d
+        sample_rows(be, ws.logits, R, cfg.n_vocab, dv["params"], dv["top_k"], dv["seeds"], dv["steps"],
+                    self.seen_bits, dv["slots"], dv["clear"], dv["add_off"], dv["add_ids"], self.counts,
+                    dv["count_n"], self.slot_bias, dv["mask_idx"], d.masks, ws.sampled, ws.sample_scratch)
