@@ -112,6 +112,33 @@ def test_chat_equals_offline_chat(client, offline):
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == want.text
 
 
+def test_async_client_streams_concurrent_chats_equal_to_offline(server, offline):
+    """openai.AsyncOpenAI (what async apps and agent frameworks use): concurrent streamed chats,
+    each its own offline answer."""
+    convs = [[{"role": "user", "content": f"Name a colour, {n}."}] for n in ("one", "two", "three")]
+    want = [_greedy(offline, m, 8).text for m in convs]
+
+    async def main():
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+        async def one(msgs):
+            stream = await client.chat.completions.create(model=NAME, messages=msgs, max_tokens=8, temperature=0,
+                                                          stream=True)
+            return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        try:
+            return await asyncio.gather(*(one(m) for m in convs))
+        finally:
+            await client.close()
+
+    assert asyncio.run(main()) == want
+
+
+def test_best_of_equal_to_n_is_n_choices(client):
+    kw = dict(model=NAME, prompt=PROMPTS[2], max_tokens=4, temperature=1.0, seed=5, n=2)
+    assert ([c.text for c in client.completions.create(**kw, best_of=2).choices]
+            == [c.text for c in client.completions.create(**kw).choices])
+
+
 def test_seeded_sampling_is_reproducible(client):
     kw = dict(model=NAME, prompt=PROMPTS[1], max_tokens=10, temperature=1.0, top_p=0.9, seed=7)
     assert client.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text
@@ -430,6 +457,7 @@ def test_chat_without_max_tokens_runs_to_the_pool_limit(server):
     (b"[" * 100000, None),
     (b'{"model": 5, "prompt": "hi"}', "model"),
     (b'{"model": "tiny", "prompt": "hi", "echo": true}', "echo"),
+    (b'{"model": "tiny", "prompt": "hi", "best_of": 3, "n": 2}', "best_of"),  # only best_of == n: nothing to rank
     (b'{"model": "tiny", "prompt": "hi", "presence_penalty": 2.5}', "presence_penalty"),
     (b'{"model": "tiny", "prompt": "hi", "stream": true, "stream_options": {"include_usage": "false"}}', "include_usage"),
     (b'{"model": "tiny", "prompt": "hi", "stop": ' + json.dumps(["s%d" % i for i in range(40)]).encode() + b"}", "stop"),

@@ -93,7 +93,9 @@ def test_stop_strings_over_the_limits_are_400(client, stop):
 def test_tokenizing_a_maximal_prompt_stalls_nothing(server):
     """While the largest prompt the limits let through (2M characters, ~3 s to tokenize here) is
     tokenized, /health and a small request keep answering. Before: the tokenizer held the GIL, and
-    both waited the whole time (2 s and more). The bound is loose (usual: under 0.1 s) for busy CI."""
+    both waited the whole time (2 s and more). The issue's bound, 100 ms, holds for the median of
+    the round trips (/health and a 2-token completion together); the worst one gets a loose bound
+    (a busy 2-core CI machine has stalled one to ~1 s), still far under the ~3 s of tokenizing."""
     big = (WORDS * (BIG // len(WORDS) + 1))[:BIG]
     result = {}
 
@@ -112,5 +114,6 @@ def test_tokenizing_a_maximal_prompt_stalls_nothing(server):
             waits.append(time.perf_counter() - t)
     th.join()
     assert result["r"].status_code == 400 and result["r"].json()["error"]["code"] == "context_length_exceeded"
-    assert waits and max(waits) < 0.75, f"a small request waited {max(waits):.2f} s while a prompt was tokenized"
+    assert waits and sorted(waits)[len(waits) // 2] < 0.1, f"median wait {sorted(waits)[len(waits) // 2]:.3f} s"
+    assert max(waits) < 1.5, f"a small request waited {max(waits):.2f} s while a prompt was tokenized"
     assert len(waits) >= 5, "the big prompt was refused too soon to measure anything"

@@ -95,23 +95,29 @@ def test_a_second_signal_cuts_every_request_at_once_and_frees_its_blocks():
         assert s.idle(), "the cut requests still hold KV blocks"
 
 
-def test_sigterm_lets_requests_finish_until_the_bound_then_cuts_with_error_frames(tmp_path):
-    """A real process and a real SIGTERM, --shutdown-timeout 2: a short request finishes, two long
-    streams get their error frame about 2 s after the signal, and the command exits 1."""
+def _serve(timeout_s: float) -> tuple[subprocess.Popen, str]:
+    """`sharpinf serve` in its own process (its own signal handling), answering /health."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-c", "from sharpinf.cli import main; main()", "serve", str(_model()), "--backend", "emu",
-           "--port", str(port), "--served-model-name", NAME, "--num-blocks", "96", "--max-num-batched-tokens", "128", "--shutdown-timeout", "2"]
+           "--port", str(port), "--served-model-name", NAME, "--num-blocks", "96", "--max-num-batched-tokens", "128",
+           "--shutdown-timeout", str(timeout_s)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+
+
+def test_sigterm_lets_requests_finish_until_the_bound_then_cuts_with_error_frames(tmp_path):
+    """A real process and a real SIGTERM, --shutdown-timeout 2: a short request finishes, two long
+    streams get their error frame about 2 s after the signal, and the command exits 1."""
+    proc, url = _serve(2)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         long = [Stream(url, LONG) for _ in range(2)]
         short = Stream(url, {**LONG, "max_tokens": 30})
         for st in long + [short]:
@@ -132,6 +138,38 @@ def test_sigterm_lets_requests_finish_until_the_bound_then_cuts_with_error_frame
         assert "2 request(s)" in proc.stderr.read()
         with pytest.raises(httpx.ConnectError):
             httpx.get(url + "/health", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["sigint-all-finish", "sigint-twice"])
+def test_sigint_exits_0_when_every_request_finished_and_a_second_one_cuts_at_once(signals):
+    """A real process and SIGINT (Ctrl-C), --shutdown-timeout 30: one signal lets a short stream
+    finish and the command exits 0 (nothing was cut); a second signal soon after cuts a long stream
+    at once (an error frame and [DONE] well inside the bound) and the command exits 1."""
+    proc, url = _serve(30)
+    try:
+        st = Stream(url, LONG if signals == 2 else {**LONG, "max_tokens": 20})
+        st.start()
+        assert st.started.wait(30), st.status
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        if signals == 2:
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGINT)
+        st.join(20)
+        rc = proc.wait(20)
+        err = proc.stderr.read()
+        if signals == 1:
+            assert st.error() is None and st.frames[-1][1] == "[DONE]" and st.frames[-1][0] > t0
+            assert json.loads(st.frames[-2][1])["choices"][0]["finish_reason"] == "length"
+            assert rc == 0, err
+        else:
+            _is_cut(st)
+            assert st.error()[0] - t0 < 5, st.error()[0] - t0  # not the 30 s bound: at once
+            assert rc == 1, err
     finally:
         if proc.poll() is None:
             proc.kill()

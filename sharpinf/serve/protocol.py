@@ -228,6 +228,8 @@ def _unsupported(body: dict, chat: bool) -> None:
         v = body.get(name)
         if v is None or v == neutral:
             continue
+        if name == "best_of" and v == body.get("n", 1):  # n of n candidates: every one returned, nothing to rank
+            continue
         raise bad(f"'{name}' is not supported by sharpinf (got {v!r})", name)
 
 
