@@ -467,7 +467,8 @@ def _load_line(row: dict) -> str:
     load = row["expert_load"]
     mean = sum(load) / len(load)
     return (f"expert load, moe {row['variant']} {row.get('phase', 'decode')} N = {row['tokens']}: max {max(load)}, "
-            f"mean {mean:.2f} (max/mean {max(load) / mean:.2f}), {sum(n > 0 for n in load)} of {len(load)} experts used")
+            f"mean {mean:.2f} (max/mean {max(load) / mean:.2f}), "
+            f"{sum(n > 0 for n in load)} of {len(load)} experts used")
 
 
 def plot(doc: dict, path):

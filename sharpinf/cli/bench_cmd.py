@@ -77,8 +77,8 @@ def bench(
     context: int = typer.Option(None, "--context", help="decode, kernels: context length of every sequence."),
     prefill_prompts: int = typer.Option(None, "--prefill-prompts", help="prefill: number of prompts S."),
     prefill_sizes: str = typer.Option(None, "--prefill-sizes", help="kernels: comma list of prefill sizes, the "
-                                      "GEMMs' and moe's N and the prompt lengths of prefill attention (on a GPU by default "
-                                      "128,512,2048 and 512,2048,8192)."),
+                                      "GEMMs' and moe's N and the prompt lengths of prefill attention (on a GPU by "
+                                      "default 128,512,2048 and 512,2048,8192)."),
     prefill_len: int = typer.Option(None, "--prefill-len", help="prefill: tokens per prompt."),
     budget: int = typer.Option(None, "--budget", help="chunking: per-step token budget."),
     long_mult: int = typer.Option(None, "--long-mult", help="chunking: long prompt = this x the budget."),
