@@ -194,3 +194,45 @@ def test_gpu_check_script_writes_its_report(tmp_path):
     assert set(bench["ratios"][f"{big} decode"]["step_time_x_vs_1"]) == {"8"}  # --quick: B = 1, 2, 4, 8
     assert f"{big} decode: decode step at B = 1, 8: " in proc.stdout
     assert set(bench["kernels"]) == {"kernels", f"{big} kernels"} and bench["kernels"]["kernels"]["n1"]
+
+
+def test_kernels_suite_times_the_routed_ffn_of_an_moe_model(tmp_path):
+    """qwen3moe: the dense parts an MoE layer has (no ffn_in, no down matmul), and the moe op in both
+    variants at decode and prefill N, each row with its launch's expert load and the bytes of the
+    experts that load touched."""
+    from typer.testing import CliRunner
+
+    import sharpinf.cli.bench_cmd  # noqa: F401
+    from sharpinf.cli import app
+    from sharpinf.errors import SharpinfError
+    from sharpinf.model import quants
+    from sharpinf.model.synth import synthetic_model
+
+    model = synthetic_model("qwen3moe", "Q8_0")  # n_embd 64, 8 experts of 128, 2 a token
+    n_expert, k, n_embd, n_ff = 8, 2, 64, 128
+    res = CliRunner().invoke(app, ["bench", str(model), "--backend", "emu", "--suite", "kernels", "--quick",
+                                   "--variant", "fast", "--repeats", "1", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads((tmp_path / "kernels.json").read_text())["results"]["rows"]
+    assert {(r["phase"], r["op"], r["variant"], r["tokens"]) for r in rows if r["op"] == "moe"} == {
+        (phase, "moe", v, n) for phase, n in (("decode", 1), ("prefill", 16)) for v in ("simple", "fast")}
+    assert {(r["op"], r["variant"]) for r in rows if r["op"] != "moe"} == {  # the baselines (--variant fast)
+        ("norm", "simple"), ("matmul", "simple"), ("rope_kv", "simple"), ("attention", "simple")}
+    assert {r["shape"].split(" ")[0] for r in rows if r["op"] == "matmul" and r["phase"] == "decode"} == {
+        "qkv", "o", "lm_head"}
+    expert_bytes = 2 * n_ff * quants.row_bytes(quants.qtype_from_name("Q8_0"), n_embd) + n_embd * quants.row_bytes(
+        quants.qtype_from_name("Q8_0"), n_ff)
+    for r in (r for r in rows if r["op"] == "moe"):
+        load, N = r["expert_load"], r["tokens"]
+        assert r["us"] > 0 and len(load) == n_expert and sum(load) == N * k and all(n >= 0 for n in load)
+        acts = N * n_embd * (9 / 8 if r["variant"] == "fast" else 4)  # the normed rows as the variant reads them
+        assert r["bytes"] == 4 * n_expert * n_embd + 8 * N * n_embd + acts + expert_bytes * sum(n > 0 for n in load)
+    out = " ".join(res.output.split())
+    assert "expert load, moe fast decode N = 1: max 1, mean 0.25 (max/mean 4.00), 2 of 8 experts used" in out
+
+    dense = synthetic_model("llama", "Q8_0", n_embd=64, n_layer=1, n_head=2, n_head_kv=1, n_ff=128)
+    for m, op, why in ((model, "ffn_in", "an MoE model (qwen3moe) has no such layer"),
+                       (dense, "moe", "a dense model (llama) has no such layer")):
+        res = CliRunner().invoke(app, ["bench", str(m), "--backend", "emu", "--suite", "kernels", "--quick", "--op",
+                                       op, "--out", str(tmp_path)])
+        assert isinstance(res.exception, SharpinfError) and str(res.exception) == f"--op {op}: {why}"

@@ -70,6 +70,8 @@ def test_verify_reference_passes_with_json(model):
     rows = json.loads(run("verify", model, "--backend", "reference", "--json").stdout)
     assert rows and all(r["passed"] for r in rows)
     assert {r["oracle"] for r in rows} >= {"reference-vs-naive", "incremental-vs-full", "tokenizer-roundtrip"}
+    moe = {r["oracle"] for r in rows if r["case"].startswith("synthetic qwen3moe/")}  # the foundation's MoE model
+    assert moe == {"reference-vs-naive", "incremental-vs-full"}
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -90,6 +92,22 @@ def test_bad_input_gives_one_clear_line_and_nonzero_exit(model, args, needle):
     assert "Traceback" not in proc.stderr
     assert needle.lower() in proc.stderr.lower()
     assert len([l for l in proc.stderr.splitlines() if l.strip()]) <= 3
+
+
+def test_models_synth_qwen3moe_then_generate(tmp_path):
+    """`models synth --arch qwen3moe` with its expert options: `info` shows them, and the emulator's
+    greedy tokens (the fast moe kernels) are the reference's."""
+    path = tmp_path / "m.gguf"
+    run("models", "synth", path, "--arch", "qwen3moe", "--experts", "4", "--experts-used", "3")
+    facts = json.loads(run("info", path, "--json").stdout)
+    assert facts["config"]["arch"] == "qwen3moe" and (facts["experts"]["n_expert"],
+                                                       facts["experts"]["n_expert_used"]) == (4, 3)
+    ids = "5,6,7,8,9,10,11"
+    ref = json.loads(run("generate", path, "--prompt-ids", ids, "--max-tokens", "4", "--backend", "reference",
+                         "--json").stdout)
+    emu = json.loads(run("generate", path, "--prompt-ids", ids, "--max-tokens", "4", "--backend", "emu",
+                         "--kernels", "fast", "--json").stdout)
+    assert emu["token_ids"] == ref["token_ids"] and len(ref["token_ids"]) == 4
 
 
 def test_models_synth_gemma3_then_generate_past_its_window(tmp_path):

@@ -1,4 +1,5 @@
-"""The engine's oracles (f)-(i) on the emulator with a tiny synthetic model.
+"""The engine's oracles (f)-(i) on the emulator with a tiny synthetic model (llama; each also on a
+tiny qwen3moe, whose routing must not depend on what else a step holds).
 
 (f) continuous batching gives each request what it would get alone (hypothesis draws
     arrivals, prompt lengths, max_tokens, token budgets and pool sizes);
@@ -68,7 +69,7 @@ def test_f_engine_equals_single_user_under_random_load(data):
 
 
 @pytest.mark.parametrize("kernels", ["simple", "fast"])
-@pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("gemma3", "Q8_0")])
+@pytest.mark.parametrize("arch,qtype", [("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("gemma3", "Q8_0"), ("qwen3moe", "Q4_0")])
 def test_f_engine_equals_single_user_other_archs(arch, qtype, kernels):
     rng = np.random.default_rng(3)
     prompts = [rng.integers(3, 500, int(rng.integers(1, 50))).tolist() for _ in range(6)]
@@ -145,14 +146,31 @@ def test_preempted_long_prompt_over_budget_still_progresses():
     assert 0 < dog.longest <= dog.bound == 88, (dog.longest, dog.bound)
 
 
-def test_h_prefix_caching_changes_outputs_not():
+@pytest.mark.parametrize("kernels", ["simple", "fast"])
+def test_g_preemption_moe(kernels):
+    """qwen3moe: 24 requests in a pool at 9% of their demand; the preempted ones recompute through the router
+    and the experts (a token's routing is its own: packing and recompute change no expert choice)."""
+    rng = np.random.default_rng(6)
+    base = [rng.integers(3, 500, int(rng.integers(4, 24))).tolist() for _ in range(6)]
+    prompts = [base[i % 6] for i in range(24)]
+    params = [SamplingParams(max_tokens=int(rng.integers(2, 10)), ignore_eos=True) for _ in prompts]
+    llm = make_llm("qwen3moe", "Q4_0", num_blocks=12, block_size=4, max_num_batched_tokens=32, max_num_seqs=8,
+                   enable_prefix_caching=False, kernels=kernels)
+    r = oracle_preemption(llm, prompts, params)
+    assert r.passed, r.detail
+    m = llm.metrics()
+    assert m["finished"] == 24 and m["preemptions"] > 0, m
+
+
+@pytest.mark.parametrize("arch,qtype", [("llama", "Q8_0"), ("qwen3moe", "Q4_0")])
+def test_h_prefix_caching_changes_outputs_not(arch, qtype):
     rng = np.random.default_rng(5)
     system = rng.integers(3, 500, 37).tolist()
     prompts = [system + rng.integers(3, 500, int(rng.integers(1, 20))).tolist() for _ in range(8)] + [system]
     params = [SamplingParams(max_tokens=5) for _ in prompts]
     cfg = dict(num_blocks=64, block_size=4, max_num_batched_tokens=48, max_num_seqs=4)
-    r = oracle_prefix_caching(make_llm(**cfg, enable_prefix_caching=True), make_llm(**cfg, enable_prefix_caching=False),
-                              prompts, params)
+    r = oracle_prefix_caching(make_llm(arch, qtype, **cfg, enable_prefix_caching=True),
+                              make_llm(arch, qtype, **cfg, enable_prefix_caching=False), prompts, params)
     assert r.passed, r.detail
 
 
@@ -228,9 +246,10 @@ def test_prefix_cache_multi_turn_conversation():
     assert runs[True][0] == [0, 12, 24], f"cached prompt tokens per turn {runs[True][0]}, want [0, 12, 24]"
 
 
-def test_i_seeded_sampling_alone_equals_busy_batch():
+@pytest.mark.parametrize("arch,qtype", [("llama", "Q8_0"), ("qwen3moe", "Q4_0")])
+def test_i_seeded_sampling_alone_equals_busy_batch(arch, qtype):
     rng = np.random.default_rng(9)
-    llm = make_llm(num_blocks=64, block_size=4, max_num_batched_tokens=32)
+    llm = make_llm(arch, qtype, num_blocks=64, block_size=4, max_num_batched_tokens=32)
     prompt = rng.integers(3, 500, 12).tolist()
     params = SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, top_k=50, seed=1234, ignore_eos=True)
     busy = [rng.integers(3, 500, int(rng.integers(1, 30))).tolist() for _ in range(5)]

@@ -188,6 +188,19 @@ def test_qwen3moe_expert_count_of_the_wrong_type_is_one_line(tmp_path):
         load_model(p)
 
 
+def test_llama_with_experts_mixtral_is_declined_in_one_line(tmp_path):
+    """Mixtral's GGUF is arch llama with llama.expert_count > 0: declined by name, not run as a dense llama
+    nor failed on a missing ffn tensor."""
+    p = write_synthetic_model(tmp_path / "m.gguf", "llama", "Q8_0",
+                              **{"llama.expert_count": 8, "llama.expert_used_count": 2})
+    with pytest.raises(ModelError) as info:
+        load_model(p)
+    assert ("llama-arch mixture of experts (Mixtral) is not supported (llama.expert_count = 8): of the MoE archs "
+            "only qwen3moe is") in str(info.value) and "\n" not in str(info.value)
+    no_experts = write_synthetic_model(tmp_path / "d.gguf", "llama", "Q8_0", **{"llama.expert_count": 0})
+    assert not load_model(no_experts).config.is_moe  # a zero count is a dense llama, as llama.cpp reads it
+
+
 def test_gemma3_corrupt_block_count_fails_fast(tmp_path):
     """A block_count of 2**31 - 1: one line about the first missing layer, not 2**31 per-layer windows
     first (17 GB of tuple: a MemoryError, or minutes)."""

@@ -8,22 +8,27 @@ device's measured bandwidth, and the speedup over the readable baseline.
     ffn_in      gate + up + SwiGLU                             simple (2 matmuls + silu_gate), dp4a (gate_up_dp4a)
     rope_kv     qk-norm, RoPE, KV append                       simple (3-5 kernels), fused (rope_kv)
     attention   N sequences decoding at `context`              simple, split, flash
+    moe         router, the experts the tokens pick, combine   simple (a warp per pair and row), fast (pairs
+                (MoE models: no ffn_in or down matmul then)    sorted by expert, dp4a over each one's tiles)
 
-for N = 1, 8, 64 tokens (decode). Prefill (rows marked "prefill"): the matmuls and gate+up at
+for N = 1, 8, 64 tokens (decode). Prefill (rows marked "prefill"): the matmuls, gate+up and moe at
 N = 128, 512, 2048 tokens (simple, dp4a, mma, mmq; TFLOP/s beside the device's dense tensor-core peak
 where known), and attention over one prompt of 512, 2048, 8192 tokens from position 0 (simple,
 split, flash; TFLOP/s of the causal half: 2 x 2 x L(L+1)/2 x heads x head_dim). GB/s counts the compulsory bytes (weights, activations in and out;
-attention: the K/V of the context) over the median device time of a launch: on a GPU each case
+attention: the K/V of the context; moe: the router and each expert the routing picked, its gate, up
+and down once) over the median device time of a launch: on a GPU each case
 runs back to back in a CUDA graph (bench.common.launch_timed), over enough copies of its weights
 (or KV cache) to exceed the L2 cache, so small shapes are timed from device memory too.
-Decode is bound by memory, so GB/s beside the measured device bandwidth (a device-to-device
+A moe row also holds its launch's expert load (`expert_load`: the (token, expert) pairs each expert
+got, read back from the routing ids; random rows spread over the experts as a trained router's need
+not). Decode is bound by memory, so GB/s beside the measured device bandwidth (a device-to-device
 copy) says how close a kernel is to the roofline. ptxas facts (registers, spills, shared
 memory) of the fast kernels the model uses come along where NVRTC is installed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -36,13 +41,16 @@ from sharpinf.model import quants
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic
 from sharpinf.ops import kv_cache as kv_ops
+from sharpinf.ops.moe import MoeScratch
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
 from sharpinf.ops.variants import OP_NAMES, REGISTRY, Variant, baseline
 
 SUITE = "kernels"
 # the registry op each bench op times (norm and ffn_in are the matmul family's: its activations' norm,
 # and gate + up + activation)
-BENCH_OPS = {"norm": "matmul", "matmul": "matmul", "ffn_in": "matmul", "rope_kv": "rope_kv", "attention": "attention"}
+BENCH_OPS = {"norm": "matmul", "matmul": "matmul", "ffn_in": "matmul", "rope_kv": "rope_kv", "attention": "attention",
+             "moe": "moe"}
+DENSE_FFN_OPS = {"ffn_in"}  # what only a dense FFN has (an MoE layer's FFN is the moe op)
 EMU_NOTE = ("emulator times: each thread's C++ on one core, so they rank nothing a GPU would do; "
             "they show the harness runs and what each variant launches")
 
@@ -54,7 +62,7 @@ def fast_files() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Selection:
-    """Which cases to time: bench ops (norm, matmul, ffn_in, rope_kv, attention; a registry op stands
+    """Which cases to time: bench ops (norm, matmul, ffn_in, rope_kv, attention, moe; a registry op stands
     for its bench ops) and variant names (the baseline is always timed: the speedups are over it)."""
 
     ops: frozenset[str] = frozenset(BENCH_OPS)
@@ -110,6 +118,9 @@ class _Case:
     nbytes: int  # compulsory bytes moved by one call
     calls: list[Callable[[], None]]  # the same work over copies of its inputs (timed together, per call)
     flops: int = 0  # multiply-adds x 2 of one call (matmuls), for TFLOP/s at prefill sizes
+    # moe: the routing decides which experts a call reads, so they are counted after the runs
+    expert_load: Callable[[], list[int]] | None = None  # pairs each expert got in the last run
+    expert_bytes: int = 0  # one expert's gate + up + down, added to nbytes once per expert used
 
 
 ROTATE_BYTES = 256 << 20  # copies of a case's inputs add up to this, past any L2 cache (50-60 MB on Hopper)
@@ -134,8 +145,6 @@ def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng, sel: Sel
     the right form)."""
     be, fp = ctx.backend, ctx.forward_pass()
     cfg, L = fp.cfg, fp.layers[0]
-    if cfg.is_moe:  # its FFN cases would be the moe op's: a later stage
-        raise SharpinfError("the kernels suite does not time MoE layers yet (qwen3moe): bench a dense model")
     x_e = _rand(be, rng, N, cfg.n_embd)
     cases: list[_Case] = []
     if "norm" in sel.ops:  # the norm each matmul variant declares: float rows, or q8_1 fused into it
@@ -149,12 +158,15 @@ def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng, sel: Sel
             cases.append(_Case("norm", f"{N}x{cfg.n_embd}", v.name, N, nb_in + nb_out,
                                [lambda norm=norm, out=out: norm(be, x_e, L.attn_norm, out, N, cfg.n_embd, cfg.rms_eps)]))
     cases += _linear_cases(ctx, N, rng, lm_head=True, sel=sel)
-    return cases + _rope_attention_cases(ctx, N, context, kv_dtype, rng, sel)
+    return cases + _rope_attention_cases(ctx, N, context, kv_dtype, rng, sel) + _moe_cases(ctx, N, rng, sel)
 
 
 def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool, sel: Selection) -> list[_Case]:
     """The layer's projections (and the LM head), then gate + up + activation, at N tokens: each matmul
-    variant that serves the weight type at N tokens, as the forward pass launches it (its own file)."""
+    variant that serves the weight type at N tokens, as the forward pass launches it (its own file).
+    An MoE layer has no dense down, gate or up (its FFN is the moe op's)."""
+    if not {"matmul", "ffn_in"} & sel.ops:
+        return []
     be, fp = ctx.backend, ctx.forward_pass()
     cfg, L = fp.cfg, fp.layers[0]
     variants = sel.variants_of("matmul")
@@ -164,13 +176,15 @@ def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool, sel: Selection)
         quantize_q8_1(be, x, out, N, n)
         return out
 
-    x_e, x_ff, x_att = (_rand(be, rng, N, n) for n in (cfg.n_embd, cfg.n_ff, cfg.q_dim))
-    xq_e, xq_ff, xq_att = q8(x_e, cfg.n_embd), q8(x_ff, cfg.n_ff), q8(x_att, cfg.q_dim)
+    x_e, x_att = (_rand(be, rng, N, n) for n in (cfg.n_embd, cfg.q_dim))
+    xq_e, xq_att = q8(x_e, cfg.n_embd), q8(x_att, cfg.q_dim)
     cases: list[_Case] = []
     mats = [(f"qkv {W.n_out}x{W.n_in}" if len(L.wqkv) == 1 else f"{n} {W.n_out}x{W.n_in}", W, x_e, xq_e)
             for n, W in zip("qkv" if len(L.wqkv) > 1 else ["qkv"], L.wqkv)]
-    mats += [(f"o {L.wo.n_out}x{L.wo.n_in}", L.wo, x_att, xq_att),
-             (f"down {L.w_down.n_out}x{L.w_down.n_in}", L.w_down, x_ff, xq_ff)]
+    mats.append((f"o {L.wo.n_out}x{L.wo.n_in}", L.wo, x_att, xq_att))
+    if L.w_down is not None:
+        x_ff = _rand(be, rng, N, cfg.n_ff)
+        mats.append((f"down {L.w_down.n_out}x{L.w_down.n_in}", L.w_down, x_ff, q8(x_ff, cfg.n_ff)))
     if lm_head:  # (a prefill step runs the head on one row a sequence: not a prefill GEMM)
         mats.append((f"lm_head {fp.output.n_out}x{fp.output.n_in}", fp.output, x_e, xq_e))
     for label, W, xf, xq in mats if "matmul" in sel.ops else []:
@@ -185,7 +199,7 @@ def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool, sel: Selection)
             cases.append(_Case("matmul", shape, v.name, N, wb + act_bytes + 4 * N * W.n_out,
                                [lambda v=v, W=W, w=w, x=x, y=y: v.launch(be, w, W.qtype, x, y, N, W.n_out, W.n_in)
                                 for w in ws], flops=2 * N * W.n_out * W.n_in))
-    if "ffn_in" not in sel.ops:
+    if "ffn_in" not in sel.ops or L.w_gate is None:
         return cases
 
     # the FFN's first half: gate and up and the activation
@@ -211,6 +225,41 @@ def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool, sel: Selection)
                            [lambda v=v, gw=gw, uw=uw: v.gate_up(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff, cfg.n_embd,
                                                                act=cfg.ffn_act) for gw, uw in gus],
                            flops=4 * N * cfg.n_ff * cfg.n_embd))
+    return cases
+
+
+def _moe_cases(ctx: BenchContext, N: int, rng, sel: Selection) -> list[_Case]:
+    """Layer 0's routed FFN at N tokens in each moe variant, as StepKernels.moe_ffn launches it (the
+    norm before it is the norm op's): normed rows in (float for simple, their q8_1 for fast), x += out."""
+    be, fp = ctx.backend, ctx.forward_pass()
+    E = fp.layers[0].moe
+    if "moe" not in sel.ops or E is None:
+        return []
+    d, k = E.n_embd, E.n_used
+    h, x = _rand(be, rng, N, d), _rand(be, rng, N, d)  # unit-RMS rows, as the norm writes them
+    hq = Q8Act.empty(be, N, d)
+    quantize_q8_1(be, h, hq, N, d)
+    expert_bytes = (2 * E.n_ff * quants.row_bytes(E.gate_up_qtype, d)
+                    + d * quants.row_bytes(E.down_qtype, E.n_ff))
+    # copies of the stacks past the L2 cache by the fewest bytes a call touches (k experts): at small N
+    # the same few experts would otherwise stay in the cache from one call to the next
+    stacks = zip(*(_copies(be, w, k * expert_bytes) for w in (E.gate, E.up, E.down)))
+    experts = [replace(E, gate=g, up=u, down=dn) for g, u, dn in stacks]
+    shape = (f"experts {k} of {E.n_expert}, gate+up 2x{E.n_ff}x{d} {quants.qtype_name(E.gate_up_qtype)}, "
+             f"down {d}x{E.n_ff} {quants.qtype_name(E.down_qtype)}")
+    router_bytes, xio_bytes = 4 * E.n_expert * d, 8 * N * d
+    flops = 2 * N * E.n_expert * d + 2 * N * k * 3 * E.n_ff * d
+    cases = []
+    for v in sel.variants_of("moe"):
+        if v.why_not(fp.cfg):
+            continue
+        q8 = v.activations == "q8_1"
+        s = MoeScratch.alloc(be, N, k, E.n_ff, d, E.n_expert, grouped=q8)
+        kw = dict(x_q=hq) if q8 else dict(x_f=h)
+        cases.append(_Case("moe", shape, v.name, N, router_bytes + xio_bytes + (N * d * 9 // 8 if q8 else 4 * N * d),
+                           [lambda v=v, e=e, s=s, kw=kw: v.launch(be, e, x, s, N, act=fp.cfg.ffn_act, **kw)
+                            for e in experts], flops=flops, expert_bytes=expert_bytes,
+                           expert_load=lambda s=s: np.bincount(be.download(s.ids)[0], minlength=E.n_expert).tolist()))
     return cases
 
 
@@ -318,8 +367,9 @@ def _ptxas(ctx: BenchContext, sel: Selection) -> dict:
             other = fp if fp.choice.name == name else fp.with_own_buffers(kernels=name)
         except SharpinfError:  # a variant the model's shapes do not fit
             continue
-        used |= {e for f, e in other.kernels_used(other.kv_dtype) if f in files}
-    rows = [p.to_json() for p in ptxas_report(list(files), "sm_90", used)]
+        used |= {(f, e) for f, e in other.kernels_used(other.kv_dtype) if f in files}
+    files = tuple(f for f in files if any(f == uf for uf, _ in used))  # (a dense model runs no moe file)
+    rows = [p.to_json() for p in ptxas_report(list(files), "sm_90", {e for _, e in used})]
     return {"available": True, "arch": "sm_90", "entries": rows, "spills": sum(bool(r["spill_stores"] or r["spill_loads"])
                                                                                 for r in rows)}
 
@@ -329,6 +379,11 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
         variants: str | None = None) -> dict:
     be, cfg = ctx.backend, ctx.model.config
     sel = Selection.parse(ops, variants)
+    named = {o.strip() for o in (ops or "").split(",")}  # (matmul standing for ffn_in on an MoE model is no error)
+    absent = named & (DENSE_FFN_OPS if cfg.is_moe else {"moe"})
+    if absent:
+        raise SharpinfError(f"--op {', '.join(sorted(absent))}: {'an MoE' if cfg.is_moe else 'a dense'} model "
+                            f"({cfg.arch}) has no such layer")
     if context + 1 >= cfg.context_length:
         raise ValueError(f"context {context} does not fit the model's context length {cfg.context_length}")
     too_long = [P for P in prefill_context if P > cfg.context_length]
@@ -338,8 +393,8 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
     rng = np.random.default_rng(ctx.seed)
     # (phase, N, cases): decode steps, then prefill GEMMs, then prefill attention
     groups = ([("decode", N, lambda N=N: _cases(ctx, N, context, kv_dtype, rng, sel)) for N in tokens]
-              + [("prefill", N, lambda N=N: _linear_cases(ctx, N, rng, False, sel)) for N in prefill
-                 if {"matmul", "ffn_in"} & sel.ops]
+              + [("prefill", N, lambda N=N: _linear_cases(ctx, N, rng, False, sel) + _moe_cases(ctx, N, rng, sel))
+                 for N in prefill if {"matmul", "ffn_in", "moe"} & sel.ops]
               + [("prefill", P, lambda P=P: _prefill_attention_cases(ctx, P, kv_dtype, rng, sel))
                  for P in prefill_context if "attention" in sel.ops])
     rows = []
@@ -351,11 +406,14 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
                 times = launch_timed(be, c.calls, repeats if phase == "decode" or not be.gpu_shapes
                                      else min(repeats, PREFILL_REPEATS))
                 t = float(np.median(times))
+                load = c.expert_load() if c.expert_load else None
+                nbytes = c.nbytes + c.expert_bytes * sum(n > 0 for n in load or [])
                 rows.append({"phase": phase, "op": c.op, "shape": c.shape, "variant": c.variant, "tokens": N,
                              "us": t * 1e6, "us_min": min(times) * 1e6, "us_max": max(times) * 1e6,
-                             "repeats": len(times), "bytes": c.nbytes, "gb_s": c.nbytes / t / 1e9,
+                             "repeats": len(times), "bytes": nbytes, "gb_s": nbytes / t / 1e9,
                              "tflops": c.flops / t / 1e12 if c.flops else None,
-                             "pct_of_bandwidth": 100 * c.nbytes / t / 1e9 / bw if bw else None})
+                             "pct_of_bandwidth": 100 * nbytes / t / 1e9 / bw if bw else None}
+                            | ({"expert_load": load} if load is not None else {}))
             bar.advance(task)
     base = {(r["op"], r["shape"], r["tokens"]): r["us"] for r in rows
             if r["variant"] == baseline(BENCH_OPS[r["op"]]).name}
@@ -367,7 +425,8 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
                   variants=sorted(sel.variants) if sel.variants else "all",
                   timing="median (and min, max) of repeats of a graph replay (GPU: back-to-back calls over input "
                          "copies past the L2 cache, per call; elsewhere one call), after 1 warm-up",
-                  bytes="compulsory: weights + activations in and out; attention: the context's K and V")
+                  bytes="compulsory: weights + activations in and out; attention: the context's K and V; "
+                        "moe: the router and the experts the routing picked, each once")
     if not be.gpu_shapes:
         config["note"] = EMU_NOTE
     results = {"device_bandwidth_gb_s": bw, "rows": rows, "ptxas": _ptxas(ctx, sel)}
@@ -391,15 +450,25 @@ def table(doc: dict):
                   f"{row['gb_s']:,.2f}", "-" if row["pct_of_bandwidth"] is None else f"{row['pct_of_bandwidth']:.0f}%",
                   "-" if not row.get("tflops") else f"{row['tflops']:.2f}",
                   "-" if row.get("speedup") is None else f"{row['speedup']:.2f}")
+    loads = [_load_line(row) for row in r["rows"] if "expert_load" in row]
     p = r["ptxas"]
     if not p.get("available"):
-        return Group(t, f"ptxas report left out: {p.get('why')}")
+        return Group(t, *loads, f"ptxas report left out: {p.get('why')}")
     pt = Table("kernel", "registers", "spill st/ld (B)", "stack (B)", "smem (B)",
                title=f"ptxas -v, the variants' kernels of this model ({p['arch']}): {p['spills']} with spills")
     for e in p["entries"]:
         pt.add_row(e["entry"], str(e["registers"]), f"{e['spill_stores']}/{e['spill_loads']}", str(e["stack_bytes"]),
                    str(e["smem_bytes"]))
-    return Group(t, pt)
+    return Group(t, *loads, pt)
+
+
+def _load_line(row: dict) -> str:
+    """One moe case's expert load in a line: how evenly its (token, expert) pairs spread."""
+    load = row["expert_load"]
+    mean = sum(load) / len(load)
+    return (f"expert load, moe {row['variant']} {row.get('phase', 'decode')} N = {row['tokens']}: max {max(load)}, "
+            f"mean {mean:.2f} (max/mean {max(load) / mean:.2f}), "
+            f"{sum(n > 0 for n in load)} of {len(load)} experts used")
 
 
 def plot(doc: dict, path):

@@ -58,8 +58,9 @@ def bench(
     kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " (every suite but kernels, which runs all)"),
     out: Path = typer.Option(None, "--out", help="Results folder (default ~/.cache/sharpinf/bench/<backend>/; "
                              "--out bench/results/... to add results to the repository)."),
-    op: str = typer.Option(None, "--op", help="kernels: only these ops (comma list): matmul, attention, rope_kv, or the "
-                           "bench's own norm, ffn_in (matmul stands for norm, matmul and ffn_in)."),
+    op: str = typer.Option(None, "--op", help="kernels: only these ops (comma list): matmul, attention, rope_kv, moe "
+                           "(MoE models), or the bench's own norm, ffn_in (dense models; matmul stands for norm, "
+                           "matmul and ffn_in)."),
     variant: str = typer.Option(None, "--variant", help="kernels: only these variants (comma list; the op's baseline "
                                 "is timed too, for the speedup). `sharpinf kernels list` names them."),
     json_out: bool = typer.Option(False, "--json", help="Print all results as one JSON object on stdout."),
@@ -76,8 +77,8 @@ def bench(
     context: int = typer.Option(None, "--context", help="decode, kernels: context length of every sequence."),
     prefill_prompts: int = typer.Option(None, "--prefill-prompts", help="prefill: number of prompts S."),
     prefill_sizes: str = typer.Option(None, "--prefill-sizes", help="kernels: comma list of prefill sizes, the "
-                                      "GEMMs' N and the prompt lengths of prefill attention (on a GPU by default "
-                                      "128,512,2048 and 512,2048,8192)."),
+                                      "GEMMs' and moe's N and the prompt lengths of prefill attention (on a GPU by "
+                                      "default 128,512,2048 and 512,2048,8192)."),
     prefill_len: int = typer.Option(None, "--prefill-len", help="prefill: tokens per prompt."),
     budget: int = typer.Option(None, "--budget", help="chunking: per-step token budget."),
     long_mult: int = typer.Option(None, "--long-mult", help="chunking: long prompt = this x the budget."),

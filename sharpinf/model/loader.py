@@ -151,6 +151,10 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
     def key(name: str, kind: type, default: Any = None) -> Any:
         return _get(path, meta, f"{arch}.{name}", kind, default)
 
+    n_expert = key("expert_count", int, 0)
+    if n_expert and arch != "qwen3moe":  # Mixtral is llama with experts: decline it before any tensor is missed
+        raise ModelError(path, f"{arch}-arch mixture of experts{' (Mixtral)' if arch == 'llama' else ''} is not "
+                               f"supported ({arch}.expert_count = {n_expert}): of the MoE archs only qwen3moe is")
     n_embd = key("embedding_length", int)
     n_head = key("attention.head_count", int)
     n_head_kv = key("attention.head_count_kv", int, n_head)  # llama.cpp: absent means no GQA
