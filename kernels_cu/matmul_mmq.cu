@@ -51,7 +51,7 @@
 #define MQ_ARGS                                                                                                  \
     const unsigned char *W, const signed char *xq, const float *xd, const int *xs, const float *bias, float *Y, \
         int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride
-#define MQ_PASS W, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, (long long)y_stride
+#define MQ_PASS W, W, xq, xd, xs, bias, Y, MqTokens(n_tokens), n_out, n_in, has_bias, accumulate, (long long)y_stride
 
 // One entry per quantized type, matmul_mmq_<type>, each compiled only when wanted (GB_QUANT_ENTRIES,
 // ggml_blocks.cuh).

@@ -33,6 +33,18 @@ struct MqXTile {
     int s[MQ_TOKENS];
 };
 
+// Which rows of X and Y a block's 64 token slots are. MqTokens: the dense layers' tile, tokens
+// n0 .. n0 + 63 (both X's and Y's rows). MqPairs (moe_mmq.cu): one expert's tile of up to 64 (token,
+// expert) pairs from moe_sort, pair p reading X row p / x_div and writing Y row p.
+struct MqTokens {
+    int n0, count;  // first token; live slots (count <= MQ_TOKENS)
+    __device__ __forceinline__ MqTokens(int n_tokens) : n0(blockIdx.y * MQ_TOKENS) {
+        count = n_tokens - n0 < MQ_TOKENS ? n_tokens - n0 : MQ_TOKENS;
+    }
+    __device__ __forceinline__ long long x_row(int slot) const { return n0 + slot; }
+    __device__ __forceinline__ long long y_row(int slot) const { return n0 + slot; }
+};
+
 // The chunk a block visits after chunk c, in the canonical order (dp4a.cuh): member gp = c mod G's
 // chunks gp, gp + G, ... , then member gp + 1's; -1 after the last.
 __device__ __forceinline__ int mq_next(int c, int G, int n_chunks) {
@@ -41,22 +53,25 @@ __device__ __forceinline__ int mq_next(int c, int G, int n_chunks) {
     return gp + 1 < G ? gp + 1 : -1;
 }
 
-// Stage chunk c of tokens n0.. into tile, all by cp.async (threads 0..127: 16 value bytes each, the
-// even ones also the token's d and s; NMAT = 2's threads 128.. none). Commits one group, empty when
-// c < 0 (so every iteration commits one and cp_async_wait_group<1> always means "chunk k is in").
+// Stage chunk c of the block's token slots into tile, all by cp.async (threads 0..127: 16 value
+// bytes each, the even ones also the slot's d and s; NMAT = 2's threads 128.. none). Commits one
+// group, empty when c < 0 (so every iteration commits one and cp_async_wait_group<1> always means
+// "chunk k is in").
+template <class Slots>
 __device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq, const float* xd, const int* xs,
-                                           int n0, int n_tokens, int n_in, int c) {
+                                           const Slots& slots, int n_in, int c) {
     const int tid = threadIdx.x, n_chunks = n_in / 32;
     if (c >= 0 && tid < 2 * MQ_TOKENS) {
         const int tk = tid >> 1, half = tid & 1;
-        const bool live = n0 + tk < n_tokens;
+        const bool live = tk < slots.count;
+        const long long xr = live ? slots.x_row(tk) : 0;
         int* dst = &tile.q[tk][4 * half];
-        if (live) cp_async_16(dst, xq + (long long)(n0 + tk) * n_in + 32LL * c + 16 * half);
+        if (live) cp_async_16(dst, xq + xr * n_in + 32LL * c + 16 * half);
         else *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
         if (half == 0) {
             if (live) {
-                cp_async_4(&tile.d[tk], xd + (long long)(n0 + tk) * n_chunks + c);
-                cp_async_4(&tile.s[tk], xs + (long long)(n0 + tk) * n_chunks + c);
+                cp_async_4(&tile.d[tk], xd + xr * n_chunks + c);
+                cp_async_4(&tile.s[tk], xs + xr * n_chunks + c);
             } else {
                 tile.d[tk] = 0.0f;
                 tile.s[tk] = 0;
@@ -68,18 +83,20 @@ __device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq,
 
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate), 4 warps, each 32 rows x 32 tokens.
 // NMAT = 2: Y = act(X W^T) * (X W2^T), 8 warps, each 32 rows x 16 tokens of both matrices.
-template <int QT, int NMAT>
+// Slots: the X and Y rows of the block's 64 token slots (MqTokens for a dense layer, MqPairs for
+// an expert's tile of pairs); blockIdx.x is the 64-row tile of W.
+template <int QT, int NMAT, class Slots>
 __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                          const signed char* __restrict__ xq, const float* __restrict__ xd,
                                          const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
-                                         int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
+                                         const Slots& slots, int n_out, int n_in, int has_bias, int accumulate,
                                          long long y_stride, int act = ACT_SILU) {
     constexpr bool HALVES = QT == GB_Q6_K;  // Q6_K scales 16-value halves: their dots separately
     constexpr int FN = 4 / NMAT;            // n8 tiles a warp: 32 / NMAT tokens
     static_assert(sizeof(MqRow<QT>) == 4 * MQ_XROW, "a staged weight row is 48 bytes");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int n_chunks = n_in / 32, G = dp_group_lanes(n_chunks);
-    const int r0 = blockIdx.x * MQ_ROWS, n0 = blockIdx.y * MQ_TOKENS;
+    const int r0 = blockIdx.x * MQ_ROWS;
     const int wr = 32 * (warp & 1), wt = 8 * FN * (warp >> 1);  // the warp's first row and token in the block
     const long long row_bytes = gb_row_bytes<QT>(n_in);
 
@@ -119,9 +136,9 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     // prologue: activations of the first two visits in flight, the first weight chunk stored, the
     // second's loads issued
     int cx = 0;  // the chunk whose activations load next
-    mq_stage_x(xring[0], xq, xd, xs, n0, n_tokens, n_in, cx);
+    mq_stage_x(xring[0], xq, xd, xs, slots, n_in, cx);
     cx = mq_next(cx, G, n_chunks);
-    mq_stage_x(xring[1], xq, xd, xs, n0, n_tokens, n_in, cx);
+    mq_stage_x(xring[1], xq, xd, xs, slots, n_in, cx);
     cx = cx < 0 ? -1 : mq_next(cx, G, n_chunks);
     Raw raw = fetch(0);
     if (stager) wtile[0][sm][sr].store(unpack(raw, 0));
@@ -132,7 +149,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         const int cn = mq_next(c, G, n_chunks);
         cp_async_wait_group<1>();  // chunk c's activations are in (k + 1's may still load)
         __syncthreads();           // ... for every thread; every warp is done with chunk k - 1's buffers
-        mq_stage_x(xring[(k + 2) % MQ_XSTAGES], xq, xd, xs, n0, n_tokens, n_in, cx);
+        mq_stage_x(xring[(k + 2) % MQ_XSTAGES], xq, xd, xs, slots, n_in, cx);
         cx = cx < 0 ? -1 : mq_next(cx, G, n_chunks);
 
         const MqXTile& xt = xring[k % MQ_XSTAGES];
@@ -179,7 +196,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                 const int zero[4] = {0, 0, 0, 0};
 #pragma unroll
                 for (int j = 0; j < FN; ++j) {
-                    if (n0 + wt + 8 * j >= n_tokens) continue;  // an n8 tile of padding: nothing to compute
+                    if (wt + 8 * j >= slots.count) continue;  // an n8 tile of padding: nothing to compute
                     int full[4], lo[4] = {0, 0, 0, 0};
                     mma_m16n8k32_s8_s32(full, a, b[j], zero);
                     if (HALVES) mma_m16n8k32_s8_s32(lo, alo, b[j], zero);
@@ -220,9 +237,9 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         for (int j = 0; j < FN; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int r = r0 + wr + 16 * i + g + 8 * (e >> 1), tk = n0 + wt + 8 * j + 2 * t + (e & 1);
-                if (r >= n_out || tk >= n_tokens) continue;
-                dp_store<NMAT>(Y + (long long)tk * y_stride + r, total[0][i][j][e], total[NMAT - 1][i][j][e], bias, r,
+                const int r = r0 + wr + 16 * i + g + 8 * (e >> 1), slot = wt + 8 * j + 2 * t + (e & 1);
+                if (r >= n_out || slot >= slots.count) continue;
+                dp_store<NMAT>(Y + slots.y_row(slot) * y_stride + r, total[0][i][j][e], total[NMAT - 1][i][j][e], bias, r,
                                has_bias, accumulate, act);
             }
 }

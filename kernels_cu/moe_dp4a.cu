@@ -1,11 +1,12 @@
 // moe_dp4a.cu -- variant of moe_ffn.cu: the experts' matmuls on q8_1 activations and __dp4a, grouped
 // by expert, so an expert's weights are read once per 8 of the (token, slot) pairs that chose it --
 // at decode, once per step however many tokens chose it.
-//   moe_sort(ids, order, tiles, n_pairs, n_expert, max_tiles)
+//   moe_sort(ids, order, tiles, n_pairs, n_expert, max_tiles, tile)
 //     a counting sort of the pairs by expert: order[] holds the pairs expert by expert; tiles
-//     [3][max_tiles] = (expert, first index into order, count <= 8) for each group of up to 8
-//     pairs of one expert, count 0 past the last. max_tiles = ceil(n_pairs / 8) + min(n_expert,
-//     n_pairs) bounds them for any routing, so the launch shapes below depend on n_pairs only.
+//     [3][max_tiles] = (expert, first index into order, count <= tile) for each group of up to
+//     `tile` pairs of one expert (8 here, 64 for moe_mmq.cu), count 0 past the last. max_tiles =
+//     ceil(n_pairs / tile) + min(n_expert, n_pairs) bounds them for any routing, so the launch
+//     shapes below depend on n_pairs only.
 //   moe_gate_up_dp4a_<type>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act)
 //     G[p][j] = act(X[p / k] . Wg[e][j]) * (X[p / k] . Wu[e][j]) for the pairs p of each tile
 //   moe_down_dp4a_<type>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
@@ -22,26 +23,27 @@
 // its bits: a token's output is the same alone or in any batch.
 // Launch: moe_sort: 1 block of 256; the matmuls: block 128, grid (ceil(n_out / (4 * 32 / G)) capped,
 //   max_tiles), the tiles past the last exit at once.
-// Bound: memory -- each chosen expert's matrices streamed once per 8 pairs. Stage 2 (not here):
-// tensor-core grouped GEMM for prefill, as matmul_mma.cu does for the dense layers.
+// Bound: memory -- each chosen expert's matrices streamed once per 8 pairs. For many pairs,
+// moe_mmq.cu: tiles of 64 pairs on int8 tensor cores, the same bits.
 #include "dp4a.cuh"
 
 #define MOE_MAX_EXPERTS 512
 
-extern "C" __global__ void moe_sort(const int* ids, int* order, int* tiles, int n_pairs, int n_expert, int max_tiles) {
+extern "C" __global__ void moe_sort(const int* ids, int* order, int* tiles, int n_pairs, int n_expert, int max_tiles,
+                                    int tile) {
     __shared__ int count[MOE_MAX_EXPERTS], start[MOE_MAX_EXPERTS];
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x) count[e] = 0;
     __syncthreads();
     for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
     __syncthreads();
-    if (threadIdx.x == 0) {  // groups in expert order, cut into tiles of DP_TILE pairs
+    if (threadIdx.x == 0) {  // groups in expert order, cut into tiles of `tile` pairs
         int at = 0, n = 0;
         for (int e = 0; e < n_expert; ++e) {
             start[e] = at;
-            for (int c = 0; c < count[e]; c += DP_TILE, ++n) {
+            for (int c = 0; c < count[e]; c += tile, ++n) {
                 tiles[n] = e;
                 tiles[max_tiles + n] = at + c;
-                tiles[2 * max_tiles + n] = count[e] - c < DP_TILE ? count[e] - c : DP_TILE;
+                tiles[2 * max_tiles + n] = count[e] - c < tile ? count[e] - c : tile;
             }
             at += count[e];
         }

@@ -176,3 +176,23 @@ def _worst_counts(P: int, n_expert: int) -> list[int]:
     counts = [1] * min(P, n_expert)  # as many groups as can be...
     counts[0] += P - len(counts)  # ... the rest in one
     return counts
+
+
+@pytest.mark.parametrize("qtype", [quants.Q8_0, quants.Q4_1, quants.Q5_0, quants.Q4_K, quants.Q6_K],
+                         ids=lambda q: quants.qtype_name(q))
+def test_tensor_core_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype):
+    """moe=mmq (tiles of 64 pairs an expert on int8 tensor cores) against moe=fast (tiles of 8, dp4a):
+    the same bits, for a skewed routing (every token to experts 0 and 1: 70 pairs each, a full tile
+    and a partial one) and a spread one (partial tiles of many experts)."""
+    rng = _rng("mmq", qtype)
+    tied = np.tile(rng.standard_normal((1, 256)).astype(np.float32), (N_EXPERT, 1))
+    for router in (tied, None):
+        E, _ = _experts(backend, rng, qtype, 2, n_embd=256, n_ff=256, router=router)
+        X = rng.standard_normal((70, 256)).astype(np.float32)
+        x0 = rng.standard_normal((70, 256)).astype(np.float32)
+        got, ids, _ = _run(backend, "mmq", E, X, x0)
+        want, want_ids, _ = _run(backend, "fast", E, X, x0)
+        assert (ids == want_ids).all()
+        assert_same(got, want)
+        if router is tied:
+            assert (ids == [0, 1]).all()

@@ -30,8 +30,8 @@ def test_parse_every_spelling():
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
     assert choices_for("all") == ["simple", "fast", "tensor", "matmul=dp4a", "matmul=mma", "matmul=gemv"]  # in no set: on their own
-    assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="fast")
-    assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=fast").name == "tensor"
+    assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="mmq")
+    assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=mmq").name == "tensor"
     assert choices_for("auto") == ["auto"]
     rows = describe_variants()
     names = variant_names()

@@ -9,7 +9,8 @@ device's measured bandwidth, and the speedup over the readable baseline.
     rope_kv     qk-norm, RoPE, KV append                       simple (3-5 kernels), fused (rope_kv)
     attention   N sequences decoding at `context`              simple, split, flash
     moe         router, the experts the tokens pick, combine   simple (a warp per pair and row), fast (pairs
-                (MoE models: no ffn_in or down matmul then)    sorted by expert, dp4a over each one's tiles)
+                (MoE models: no ffn_in or down matmul then)    sorted by expert, dp4a over each one's tiles),
+                                                               mmq (tiles of 64 pairs on tensor cores, N >= 16)
 
 for N = 1, 8, 64 tokens (decode). Prefill (rows marked "prefill"): the matmuls, gate+up and moe at
 N = 128, 512, 2048 tokens (simple, dp4a, mma, mmq; TFLOP/s beside the device's dense tensor-core peak

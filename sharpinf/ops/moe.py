@@ -16,6 +16,8 @@ Launchers (a pair p = t * k + r is token t's r-th expert):
     moe_simple     the `simple` variant: route, moe_ffn.cu's gate_up and down over the pairs, combine
     moe_grouped    the `fast` variant: route (q8_1), moe_dp4a.cu's counting sort by expert, gate_up and
                    down over each expert's tiles of pairs (dp4a), quantize_q8_1 between, combine
+    moe_tensor     the `mmq` variant (the tensor set's): as moe_grouped, with tiles of 64 pairs on int8
+                   tensor cores (moe_mmq.cu) for steps of MMQ_MIN_TOKENS or more; the same bits
 Every launch shape depends on the token count only (the tiles are bounded, not counted on the host),
 so a plan or a CUDA graph recorded once serves every routing.
 """
@@ -36,6 +38,8 @@ from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
 
 I32, F32 = np.int32, np.float32
 TILE = 8  # DP_TILE: pairs per tile of one expert (moe_dp4a.cu)
+MMQ_TILE = 64  # MQ_TOKENS: pairs per tile of one expert on tensor cores (moe_mmq.cu)
+MMQ_MIN_TOKENS = 16  # the tensor set's matmul threshold (matmul_mmq.MIN_TOKENS): fewer stay on dp4a tiles
 WARPS = 4
 EMU_ROW_BLOCKS = 64  # the emulator pays per thread: fewer, longer-lived warps (as matmul_dp4a.py)
 MAX_ROW_BLOCKS = 4096
@@ -57,9 +61,10 @@ class DeviceExperts:
     n_embd: int
 
 
-def max_tiles(n_pairs: int, n_expert: int) -> int:
-    """Tiles of <= TILE pairs of one expert that any routing of n_pairs pairs can need."""
-    return -(-n_pairs // TILE) + min(n_expert, n_pairs)
+def max_tiles(n_pairs: int, n_expert: int, tile: int = TILE) -> int:
+    """Tiles of <= tile pairs of one expert that any routing of n_pairs pairs can need (a buffer
+    sized for TILE holds any larger tile's)."""
+    return -(-n_pairs // tile) + min(n_expert, n_pairs)
 
 
 @dataclass
@@ -150,8 +155,7 @@ def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None,
     check_n_in(gt, E.n_embd)
     check_n_in(dt, E.n_ff)
     mt = max_tiles(P, E.n_expert)
-    be.launch(kernel(be, file, "moe_sort"), 1, 256, (s.ids[layer], s.order, s.tiles, I32(P), I32(E.n_expert), I32(mt)),
-              io=(4 * P, 4 * P + 12 * mt))
+    sort_pairs(be, s, P, E.n_expert, mt, TILE, layer, file)
     be.launch(kernel(be, file, f"moe_gate_up_dp4a_{kernel_suffix(gt)}"), (_row_blocks(be, E.n_ff, E.n_embd), mt),
               32 * WARPS, (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff),
                            I32(E.n_embd), I32(mt), I32(ACTS[act])),
@@ -160,6 +164,43 @@ def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None,
     be.launch(kernel(be, file, f"moe_down_dp4a_{kernel_suffix(dt)}"), (_row_blocks(be, E.n_embd, E.n_ff), mt),
               32 * WARPS, (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
               io=(min(E.n_expert, P) * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
+    combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
+
+
+def sort_pairs(be, s: MoeScratch, P: int, n_expert: int, mt: int, tile: int, layer: int = 0,
+               file: str = "moe_dp4a.cu") -> None:
+    """s.order, s.tiles: the pairs counting-sorted by expert, cut into tiles of up to `tile` (moe_sort)."""
+    be.launch(kernel(be, file, "moe_sort"), 1, 256,
+              (s.ids[layer], s.order, s.tiles, I32(P), I32(n_expert), I32(mt), I32(tile)), io=(4 * P, 4 * P + 12 * mt))
+
+
+def moe_tensor(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
+               act: str = "silu", layer: int = 0, file: str = "moe_mmq.cu") -> None:
+    """x += the MoE FFN of the normed rows in q8_1 (x_q): as moe_grouped, with each expert's pairs in
+    tiles of up to 64 on int8 tensor cores (`file`) -- weights read once per 64 pairs -- for steps of
+    MMQ_MIN_TOKENS tokens or more with quantized experts; otherwise moe_grouped itself. The same bits."""
+    from sharpinf.ops.matmul_mma import supports
+
+    gt, dt = E.gate_up_qtype, E.down_qtype
+    if n_tokens < MMQ_MIN_TOKENS or not (supports(gt) and supports(dt)):
+        return moe_grouped(be, E, x, s, n_tokens, x_f=x_f, x_q=x_q, act=act, layer=layer)
+    if x_q is None or s.tiles is None:
+        raise ValueError("moe mmq reads q8_1 activations and a grouped MoeScratch")
+    route(be, E, s, n_tokens, x_q=x_q, layer=layer)
+    P = n_tokens * E.n_used
+    check_n_in(gt, E.n_embd)
+    check_n_in(dt, E.n_ff)
+    mt = max_tiles(P, E.n_expert, MMQ_TILE)
+    sort_pairs(be, s, P, E.n_expert, mt, MMQ_TILE, layer)
+    used = min(E.n_expert, P)
+    be.launch(kernel(be, file, f"moe_gate_up_mmq_{kernel_suffix(gt)}"), (-(-E.n_ff // MMQ_TILE), mt), 256,
+              (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff), I32(E.n_embd),
+               I32(mt), I32(ACTS[act])),
+              io=(2 * used * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff))
+    quantize_q8_1(be, s.g, s.gq, P, E.n_ff)
+    be.launch(kernel(be, file, f"moe_down_mmq_{kernel_suffix(dt)}"), (-(-E.n_embd // MMQ_TILE), mt), 128,
+              (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
+              io=(used * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
     combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
 
 

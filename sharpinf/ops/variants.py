@@ -24,6 +24,8 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                                   and row, rank-order combine (MoE models only)
                fast               moe_dp4a.cu: q8_1, pairs sorted by expert, dp4a over each expert's
                                   tiles of 8 pairs
+               mmq                moe_mmq.cu: as fast, steps of >= 16 tokens in tiles of 64 pairs on
+                                  int8 tensor cores (mmq_rows.cuh), bit-identical to fast
 
 A Variant names its op, its kernel files and its launcher (the op's launch function, which it runs
 on its own first file), and says what it serves (`fits`, `min_tokens`, `max_tokens`, `qtypes`). A matmul variant
@@ -276,8 +278,8 @@ load_registry()
 SETS: dict[str, dict[str, str]] = {
     "simple": {"matmul": "simple", "attention": "simple", "rope_kv": "simple", "moe": "simple"},  # the baselines
     "fast": {"matmul": "best", "attention": "split", "rope_kv": "fused", "moe": "fast"},
-    # the tensor-core set; a grouped tensor-core MoE GEMM for prefill is a later stage
-    "tensor": {"matmul": "mmq", "attention": "flash", "rope_kv": "fused", "moe": "fast"},
+    # the tensor-core set: mmq matmuls and MoE experts for steps of >= 16 tokens, flash attention
+    "tensor": {"matmul": "mmq", "attention": "flash", "rope_kv": "fused", "moe": "mmq"},
 }
 FAST, TENSOR = SETS["fast"], SETS["tensor"]
 AUTO = "auto"

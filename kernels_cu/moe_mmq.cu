@@ -1,0 +1,62 @@
+// moe_mmq.cu -- variant of moe_dp4a.cu for steps of many tokens: the experts' matmuls on int8 tensor
+// cores, each expert's pairs in tiles of up to 64 -- matmul_mmq.cu's blocks over one expert's rows.
+//
+//   moe_gate_up_mmq_<type>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act)
+//   moe_down_mmq_<type>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
+//     the arguments and results of moe_dp4a.cu's entries, for the quantized types (mma_rows's), with
+//     moe_dp4a.cu's moe_sort run with tiles of 64 pairs (its `tile` argument): tiles[3][max_tiles] =
+//     (expert, first index into order, count <= 64), count 0 past the last.
+//
+// What it changes against moe_dp4a.cu (one expert's tile of 8 pairs a block, dp4a): a block takes a
+// tile of up to 64 pairs and 64 rows of the expert's matrix, and runs mmq_rows.cuh on them -- each
+// weight chunk unpacked once for all 64 pairs into shared memory, int8 mma.m16n8k32 for the dots,
+// dp4a's float terms in the canonical order (dp4a.cuh) -- so an expert's weights are read once per
+// 64 of its pairs instead of once per 8. The tile's pair indices are staged in shared memory:
+// MqPairs maps slot i to X row order[first + i] / x_div (its token) and Y row order[first + i]
+// (its pair). The bits are dp4a's: which pairs share a tile, and which kernel computes a pair,
+// never change them, so a token's output is the same alone, in any batch, on either path.
+// Launch: gate_up block 256 (8 warps, both matrices), down block 128; grid (ceil(n_out / 64),
+//   max_tiles); tiles past the last exit at once.
+// Bound: as matmul_mmq.cu's at the same tokens per tile; a prefill step's experts get
+//   n_tokens * k / n_expert pairs each on average (Qwen3-30B-A3B, 512 tokens: 32), so most tiles
+//   are partly filled -- the n8 tiles past a tile's last pair skip their work.
+// Measured: not yet (no GPU in the session that wrote it).
+#include "mmq_rows.cuh"
+
+// One expert's tile of pairs (moe_sort's tile blockIdx.y), its pair indices in shared memory.
+struct MqPairs {
+    int count;         // pairs in the tile (<= MQ_TOKENS)
+    const int* pairs;  // shared [count]: the tile's pairs, in the sort's order
+    int x_div;         // X rows per pair: k (gate/up read token p / k) or 1 (down reads pair p's row)
+    __device__ __forceinline__ long long x_row(int slot) const { return pairs[slot] / x_div; }
+    __device__ __forceinline__ long long y_row(int slot) const { return pairs[slot]; }
+};
+
+template <int QT, int NMAT>
+__device__ __forceinline__ void moe_mmq_rows(const unsigned char* W, const unsigned char* W2, const signed char* xq,
+                                             const float* xd, const int* xs, const int* order, const int* tiles,
+                                             float* Y, int x_div, int n_out, int n_in, int max_tiles, int act) {
+    __shared__ int pairs[MQ_TOKENS];
+    const int tile = blockIdx.y, count = tiles[2 * max_tiles + tile];
+    if (count == 0) return;  // block-uniform: past the last tile
+    const int first = tiles[max_tiles + tile];
+    for (int i = threadIdx.x; i < count; i += blockDim.x) pairs[i] = order[first + i];
+    __syncthreads();
+    const long long w_at = (long long)tiles[tile] * n_out * gb_row_bytes<QT>(n_in);  // the expert's rows
+    mmq_rows<QT, NMAT>(W + w_at, W2 + w_at, xq, xd, xs, Y, Y, MqPairs{count, pairs, x_div}, n_out, n_in, 0, 0,
+                       (long long)n_out, act);
+}
+
+#define MGQ_PARAMS const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, \
+        const int *xs, const int *order, const int *tiles, float *G, int k, int n_ff, int n_in, int max_tiles, int act
+#define MDQ_PARAMS const unsigned char *Wd, const signed char *xq, const float *xd, const int *xs, const int *order, \
+        const int *tiles, float *Y, int n_out, int n_in, int max_tiles
+template <int QT> __device__ __forceinline__ void moe_gate_up_mmq_t(MGQ_PARAMS) {
+    moe_mmq_rows<QT, 2>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act);
+}
+template <int QT> __device__ __forceinline__ void moe_down_mmq_t(MDQ_PARAMS) {
+    moe_mmq_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU);
+}
+GB_QUANT_ENTRIES(moe_gate_up_mmq, , (MGQ_PARAMS), moe_gate_up_mmq_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff,
+                 n_in, max_tiles, act)
+GB_QUANT_ENTRIES(moe_down_mmq, , (MDQ_PARAMS), moe_down_mmq_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
