@@ -296,6 +296,10 @@ def test_poison_exposes_illegal_read(backend, kernels, kv, poisoned):
 # (one expert's pairs over a 64-pair tile).
 MOE_REF_CASES = [(q, KV_DTYPES[i % 2]) for i, q in enumerate(QTYPES)]
 MOE_CROSS = [("Q4_K", "spread", "f16"), ("Q8_0", "skewed", "q8_0"), ("Q5_0", "ties", "f16")]
+if ALL:  # make test-all: every weight type in both KV dtypes, in the three routings in turn
+    MOE_REF_CASES = [(q, kv) for q in QTYPES for kv in KV_DTYPES]
+    MOE_CROSS += [(q, ("spread", "skewed", "ties")[i % 3], kv) for i, q in enumerate(QTYPES) for kv in KV_DTYPES
+                  if (q, kv) not in {(c[0], c[2]) for c in MOE_CROSS}]
 
 
 def moe_case(kernels: str, qtype: str, tensor_types=("Q4_K",)) -> None:
