@@ -95,13 +95,13 @@ def test_a_second_signal_cuts_every_request_at_once_and_frees_its_blocks():
         assert s.idle(), "the cut requests still hold KV blocks"
 
 
-def _serve(timeout_s: float) -> tuple[subprocess.Popen, str]:
+def _serve(timeout_s: float, *extra: str) -> tuple[subprocess.Popen, str]:
     """`sharpinf serve` in its own process (its own signal handling), answering /health."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-c", "from sharpinf.cli import main; main()", "serve", str(_model()), "--backend", "emu",
            "--port", str(port), "--served-model-name", NAME, "--num-blocks", "96", "--max-num-batched-tokens", "128",
-           "--shutdown-timeout", str(timeout_s)]
+           "--shutdown-timeout", str(timeout_s), *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while True:
@@ -148,9 +148,12 @@ def test_sigterm_lets_requests_finish_until_the_bound_then_cuts_with_error_frame
 def test_sigint_exits_0_when_every_request_finished_and_a_second_one_cuts_at_once(signals):
     """A real process and SIGINT (Ctrl-C), --shutdown-timeout 30: one signal lets a short stream
     finish and the command exits 0 (nothing was cut); a second signal soon after cuts a long stream
-    at once (an error frame and [DONE] well inside the bound) and the command exits 1."""
-    proc, url = _serve(30)
+    at once (an error frame and [DONE] well inside the bound) and the command exits 1. (And a limit
+    flag reaches the server: --max-stop-strings 1 makes two stop strings a 400.)"""
+    proc, url = _serve(30, "--max-stop-strings", "1")
     try:
+        r = httpx.post(url + "/v1/completions", json={**LONG, "max_tokens": 2, "stop": ["a", "b"]}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text
         st = Stream(url, LONG if signals == 2 else {**LONG, "max_tokens": 20})
         st.start()
         assert st.started.wait(30), st.status
