@@ -3,6 +3,7 @@
     python bench/gpu_check.py [--model smollm2-135m|PATH|smollm2-shape] [--only tests,verify,stream,bench,peers]
                               [--kernels fast,tensor,simple] [--big-model qwen3-8b-shape:Q4_K] [--out bench/results/gpu]
                               [--llamacpp DIR] [--peers-models M1,M2] [--peers-sizes "pp=512 tg=128 npl=1,8,64"]
+                              [--suites decode,prefill,throughput,chunking,kernels,host,serve]
 
   tests   the GPU tests (pytest -m gpu: every kernel and oracle test's cuda case, graphs included)
   verify  `sharpinf verify MODEL --backend cuda --kernels all` (all oracles for the simple, the
@@ -46,6 +47,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("tests", "verify", "stream", "bench", "peers")
+BENCH_SUITES = ("decode", "prefill", "throughput", "chunking", "kernels", "host", "serve")  # bench's, on MODEL
+BIG_SUITES = ("kernels", "prefill", "decode")  # and on the big model
 SMOLLM2_SHAPE = "smollm2-135m-shape:Q4_1"  # the peers part's SmolLM2-shaped file (sharpinf.model.synth.SHAPES)
 
 
@@ -131,6 +134,9 @@ def main() -> int:
     ap.add_argument("--backend", default="cuda", help="cuda; emu only to test this script without a GPU")
     ap.add_argument("--kernels", default="fast,tensor,simple",
                     help="kernel sets for stream (verify runs all when fast and simple are both named)")
+    ap.add_argument("--suites", default=",".join(BENCH_SUITES),
+                    help="bench: the suites to run on MODEL (the big model runs those of kernels, prefill, decode "
+                    "among them)")
     ap.add_argument("--big-model", default="qwen3-8b-shape:Q4_K",
                     help="the 8B-class model for stream and the kernels suite: SHAPE-shape:TYPE (a benchmark model "
                          "of that shape, made here), a path or a registered name; '' skips it")
@@ -181,15 +187,20 @@ def main() -> int:
         report["parts"]["tests"] = {"ok": rc == 0, "seconds": round(secs, 1), "summary": summary[-1:] or log[-500:],
                                     "failures": [l for l in log.splitlines() if l.startswith("FAILED")][:30]}
     kernel_sets = [k.strip() for k in args.kernels.split(",") if k.strip()]
-    verify_kernels = "all" if {"fast", "simple"} <= set(kernel_sets) else kernel_sets[0]
+    # the default sets: `--kernels all` (every registered variant); fewer: each set named
+    verify_specs = ["all"] if {"fast", "tensor", "simple"} <= set(kernel_sets) else kernel_sets
     big = args.big_model.strip()
     if "verify" in parts:
-        rc, out, log, secs = run([py, "-m", "sharpinf", "verify", model, "--backend", args.backend, "--kernels",
-                                  verify_kernels, "--json"], 3600)
-        rows = last_json(out) or []
-        report["parts"]["verify"] = {"ok": rc == 0 and bool(rows), "seconds": round(secs, 1),
+        rows, ok, logs, secs = [], True, "", 0.0
+        for spec in verify_specs:
+            rc, out, log, t = run([py, "-m", "sharpinf", "verify", model, "--backend", args.backend, "--kernels",
+                                   spec, "--json"], 3600)
+            got = last_json(out) or []
+            rows, ok, secs = rows + got, ok and rc == 0 and bool(got), secs + t
+            logs += "" if got else log[-2000:]
+        report["parts"]["verify"] = {"ok": ok, "seconds": round(secs, 1),
                                      "passed": sum(r["passed"] for r in rows), "total": len(rows), "results": rows,
-                                     "log": "" if rows else log[-2000:]}
+                                     "log": logs}
     if "stream" in parts:
         runs, t0 = {}, time.perf_counter()
         small = ["--prompt", "32", "--decode", "4", "--repeats", "1"] if args.backend != "cuda" else []
@@ -204,14 +215,16 @@ def main() -> int:
                                      "seconds": round(time.perf_counter() - t0, 1), "runs": runs}
     if "bench" in parts:
         quick = ["--quick"] if args.backend != "cuda" else []
+        mine = [s.strip() for s in args.suites.split(",") if s.strip()]
+        big_mine = [s for s in BIG_SUITES if s in mine]
         rc, out, log, secs = run([py, "-m", "sharpinf", "bench", model, "--backend", args.backend, "--out", str(suites_dir),
-                                  "--suite", "decode,prefill,throughput,chunking,kernels,host,serve", "--json"] + quick, 3600)
+                                  "--suite", ",".join(mine), "--json"] + quick, 3600)
         suites = (last_json(out) or {}).get("suites", {})
         ok, logs = rc == 0 and bool(suites), "" if suites else log[-2000:]
-        if big:
+        if big and big_mine:
             big_dir = suites_dir / re.sub(r"[^A-Za-z0-9]+", "-", big)
             rc2, out2, log2, secs2 = run([py, "-m", "sharpinf", "bench", big, "--backend", args.backend, "--out",
-                                          str(big_dir), "--suite", "kernels,prefill,decode", "--json"] + quick,
+                                          str(big_dir), "--suite", ",".join(big_mine), "--json"] + quick,
                                          3600)
             big_suites = (last_json(out2) or {}).get("suites", {})
             ok, secs = ok and rc2 == 0 and bool(big_suites), secs + secs2

@@ -49,15 +49,18 @@
 //  2. temperature == 0: greedy argmax of z, ties to the lowest id (NaN wins, as in np.argmax).
 //  3. Otherwise w_i = expf((z_i - max z) / T) (unnormalised probabilities, max weight 1) and the
 //     tokens are ranked by z descending, ties by lowest id (z compared through an order-
-//     preserving uint32 key; -0 == +0). The kept set is the intersection of three prefixes of
-//     that ranking: top-k (the first k), top-p (a token stays iff the mass ranked strictly
-//     before it is < top_p * sum(w): the smallest prefix reaching top_p, the crossing token
+//     preserving uint32 key; -0 == +0). Every mass below is a sum of the weights in 40-bit fixed
+//     point, q_i = floor(w_i * 2^40) (u64; exact in any order, so every path and every grid sums
+//     the same integers; a weight below 2^-40 of the largest counts as 0 and is never chosen).
+//     Q = the sum of all q. The kept set is the intersection of three prefixes of the ranking:
+//     top-k (the first k), top-p (a token stays iff the mass ranked strictly before it is < P,
+//     P = max(1, trunc(top_p * Q)) in double: the smallest prefix reaching it, the crossing token
 //     stays), min-p (w_i >= min_p, i.e. p_i >= min_p * p_max; all ties alike).
-//  4. One uniform u in [0,1) per (seed, step) from a counter-based 64-bit hash (no state, so
-//     the same seed and step give the same u whatever else is in the batch). The chosen token
-//     is the first kept token in ascending id order whose running kept mass exceeds
-//     u * (total kept mass). If rounding leaves nothing above it, the last kept token of
-//     positive weight is chosen. A row whose weights sum to 0 or NaN falls back to greedy.
+//  4. One 24-bit uniform u24 per (seed, step) from a counter-based 64-bit hash (no state, so the
+//     same seed and step give the same u whatever else is in the batch). With K = the kept mass,
+//     target = floor(u24 * K / 2^24) (exact) and the chosen token is the first kept token in
+//     ascending id order whose running kept mass exceeds target (target < K: one always does).
+//     A row with a NaN, or without a finite maximum (all -inf, or +inf), falls back to greedy.
 //  5. The chosen id's count in the row's slot goes up by one (saturating), so the host never
 //     sends generated ids for the counts.
 //
@@ -66,56 +69,30 @@
 // words * 4 bytes of mask.
 //
 // No sort: the top-k and top-p cuts are found by a 16-ary search on the 32-bit key, four bits
-// per pass (the largest key t with count(key >= t) >= k, resp. mass(key >= t) >= top_p * sum):
+// per pass (the largest key t with count(key >= t) >= k, resp. mass(key >= t) >= P):
 // 8 passes, each a coalesced sweep of the row (O(vocab / threads) per thread) with 15 block-wide
 // counting / summing reductions. Ties at the cut are kept by lowest id, ranked with a block-wide
 // exclusive scan. Per row: ~4 sweeps without top-k/top-p, +9 for each.
 //
-// Determinism: row sweeps visit ids tid, tid + threads, ... (coalesced); the final selection
-// walks one contiguous chunk of ids per thread in id order; partial sums are combined by fixed
-// trees (xor butterflies) or by one thread in thread order. No
-// atomics in the choice (only in the history and count updates, which commute), nothing depends
-// on thread timing or on other rows. The result is bit-identical for a
-// given block size; across backends only expf and the compilers' float contraction can differ
-// (choices differ only where the running mass lands within rounding of u * total).
-#include "common.cuh"
+// Determinism: every mass is an integer (rule 3), so the sums are exact whatever their order;
+// the only float work is elementwise (z, w) and the same expression on every path
+// (sampling_rule.cuh). No atomics in the choice (only in the history and count updates, which
+// commute); nothing depends on thread timing, the block size or other rows. Across backends
+// only expf can differ (a choice differs only where a cut lands within an ulp of a weight).
+// sampling_radix.cu is the same rule over many blocks a row, for the GPU: the same tokens.
+#include "sampling_rule.cuh"
 
 #define SAMPLE_MAX_THREADS 1024
-#define SAMPLE_N_PARAMS 6
-#define SAMPLE_COUNT_MAX 0xffffu
 
-// --- counter-based uniform ---------------------------------------------------------------
-// SplitMix64's finaliser; two rounds mix the seed, then the step.
-__device__ __forceinline__ unsigned long long sample_mix64(unsigned long long z) {
-    z ^= z >> 30;
-    z *= 0xbf58476d1ce4e5b9ull;
-    z ^= z >> 27;
-    z *= 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return z;
-}
-
-// u = top 24 bits of mix64(mix64(seed ^ A) + step * B + C) / 2^24: exactly representable.
-__device__ __forceinline__ float sample_uniform(unsigned long long seed, int step) {
-    unsigned long long h = sample_mix64(seed ^ 0x9e3779b97f4a7c15ull);
-    h = sample_mix64(h + (unsigned long long)(unsigned)step * 0xd1b54a32d192ed03ull + 0x632be59bd9b4e019ull);
-    return (float)(h >> 40) * (1.0f / 16777216.0f);
-}
-
-// Order-preserving key: a < b (as floats) <=> key(a) < key(b); -0 maps to +0.
-__device__ __forceinline__ unsigned sample_key(float z) {
-    unsigned b = __float_as_uint(z);
-    if (b == 0x80000000u) b = 0u;
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-// --- block reductions on ints (exact) ----------------------------------------------------
-// op: 0 sum, 1 min, 2 max. Every thread calls and gets the result; smem32 holds 32 ints.
-__device__ __forceinline__ int sample_int_op(int a, int b, int op) {
+// --- block reductions on integers (exact) -----------------------------------------------
+// op: 0 sum, 1 min, 2 max. Every thread calls and gets the result; smem32 holds 32 values.
+template <typename T>
+__device__ __forceinline__ T sample_int_op(T a, T b, int op) {
     return op == 0 ? a + b : (op == 1 ? (a < b ? a : b) : (a > b ? a : b));
 }
 
-__device__ __forceinline__ int sample_block_int(int v, int op, int identity, int* smem32) {
+template <typename T>
+__device__ __forceinline__ T sample_block_op(T v, int op, T identity, T* smem32) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     for (int off = 16; off > 0; off >>= 1) v = sample_int_op(v, __shfl_xor_sync(SHARPINF_FULL_MASK, v, off), op);
     __syncthreads();
@@ -126,11 +103,15 @@ __device__ __forceinline__ int sample_block_int(int v, int op, int identity, int
     return v;
 }
 
+__device__ __forceinline__ int sample_block_int(int v, int op, int identity, int* smem32) {
+    return sample_block_op<int>(v, op, identity, smem32);
+}
+
 // --- 16-ary threshold search -------------------------------------------------------------
 // The value one id adds to a count (int) or to a mass (float: its weight).
 template <typename T> __device__ __forceinline__ T sample_val(const float* w, int i);
 template <> __device__ __forceinline__ int sample_val<int>(const float*, int) { return 1; }
-template <> __device__ __forceinline__ float sample_val<float>(const float* w, int i) { return w[i]; }
+template <> __device__ __forceinline__ sample_u64 sample_val<sample_u64>(const float* w, int i) { return sample_q(w[i]); }
 
 // Block-wide sums of v[1..15] (v[0] unused); every thread gets all 15. Same tree as
 // block_reduce_sum: xor butterfly within the warp, then over the warp partials (zero-padded).
@@ -185,14 +166,6 @@ __device__ __forceinline__ unsigned sample_search(const float* z, const float* w
     return t;
 }
 
-// Greedy comparator, a total order: NaN first, then larger value, then lower index.
-__device__ __forceinline__ bool sample_better(float va, int ia, float vb, int ib) {
-    const bool na = va != va, nb = vb != vb;
-    if (na != nb) return na;
-    if (!na && va != vb) return va > vb;
-    return ia < ib;
-}
-
 __device__ __forceinline__ int sample_block_argmax(float bv, int bi, float* sval, int* sidx) {
     for (int off = 16; off > 0; off >>= 1) {
         const float ov = __shfl_xor_sync(SHARPINF_FULL_MASK, bv, off);
@@ -213,64 +186,6 @@ __device__ __forceinline__ int sample_block_argmax(float bv, int bi, float* sval
     return bi;
 }
 
-// One more occurrence of id in a slot's u16 counts (saturating). A CAS on the word that holds
-// the pair: a rebuild adds many ids at once and there are no 16-bit atomics.
-__device__ __forceinline__ void count_add(unsigned* counts, int id) {
-    unsigned* wd = counts + (id >> 1);
-    const int shift = (id & 1) * 16;
-    unsigned old = *wd, assumed;
-    do {
-        if (((old >> shift) & SAMPLE_COUNT_MAX) == SAMPLE_COUNT_MAX) return;
-        assumed = old;
-        old = atomicCAS(wd, assumed, assumed + (1u << shift));
-    } while (old != assumed);
-}
-
-__device__ __forceinline__ unsigned count_of(const unsigned* counts, int id) {
-    return (counts[id >> 1] >> ((id & 1) * 16)) & SAMPLE_COUNT_MAX;
-}
-
-// Step 0: bring row `row`'s history slot up to date (every thread of the block calls it).
-__device__ __forceinline__ void seen_update_row(unsigned* seen_bits, int words, int vocab, const int* slots,
-                                                const int* clear, const int* add_off, const int* add_ids,
-                                                unsigned* counts, int cwords, const int* count_n, int row) {
-    const int slot = slots[row], tid = threadIdx.x, nt = blockDim.x;
-    if (slot < 0) return;  // uniform over the block
-    unsigned* bits = seen_bits + (long long)slot * words;
-    unsigned* cnt = counts + (long long)slot * cwords;
-    if (clear[row]) {
-        for (int i = tid; i < words; i += nt) bits[i] = 0u;
-        for (int i = tid; i < cwords; i += nt) cnt[i] = 0u;
-        __syncthreads();
-    }
-    const int end = add_off[row + 1], counted = end - count_n[row];
-    for (int j = add_off[row] + tid; j < end; j += nt) {
-        const int id = add_ids[j];
-        if (id >= 0 && id < vocab) {
-            atomicOr(&bits[id >> 5], 1u << (id & 31));
-            if (j >= counted) count_add(cnt, id);
-        }
-    }
-    __syncthreads();
-}
-
-// The row's answer (one thread calls it): out[row], its bit in the row's history slot and its count.
-__device__ __forceinline__ void sample_emit(int* out, int row, int id, unsigned* seen_bits, int words,
-                                            unsigned* counts, int cwords, int slot, int vocab) {
-    out[row] = id;
-    if (slot < 0 || id < 0 || id >= vocab) return;
-    atomicOr(&seen_bits[(long long)slot * words + (id >> 5)], 1u << (id & 31));
-    count_add(counts + (long long)slot * cwords, id);
-}
-
-// Row `row`'s allowed-token mask, or nullptr when it has none.
-__device__ __forceinline__ const unsigned* sample_mask(const unsigned* masks, const int* mask_idx, int words, int row) {
-    return mask_idx[row] >= 0 ? masks + (long long)mask_idx[row] * words : nullptr;
-}
-
-#define SEEN_ARGS unsigned *seen_bits, int words, const int *slots, const int *clear, const int *add_off, \
-    const int *add_ids, unsigned *counts, int cwords, const int *count_n
-
 extern "C" __global__ void seen_update(SEEN_ARGS, int vocab) {
     seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, counts, cwords, count_n, blockIdx.x);
 }
@@ -281,9 +196,10 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
                                        const unsigned* masks, int* out, float* scratch) {
     __shared__ float redf[32];
     __shared__ int redi[32];
-    __shared__ float scan_f[SAMPLE_MAX_THREADS + 1];
+    __shared__ sample_u64 scan_q[SAMPLE_MAX_THREADS + 1];
+    __shared__ sample_u64 red64[32];
     __shared__ int scan_i[SAMPLE_MAX_THREADS + 1];
-    __shared__ float red16f[32 * 16];
+    __shared__ sample_u64 red16q[32 * 16];
     __shared__ int red16i[32 * 16];
 
     const int row = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
@@ -305,92 +221,37 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
     // 0. This step's new ids into the row's history.
     seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, counts, cwords, count_n, row);
 
-    // 1a. z = the logits, -inf where the mask disallows; a mask that allows nothing: -1.
-    if (mask_idx[row] >= 0) {
-        const unsigned* mask = sample_mask(masks, mask_idx, words, row);
-        int allowed = 0;
-        for (int wd = tid; wd < words; wd += nt) {
-            const int tail = vocab - wd * 32;  // ids of this word below vocab
-            allowed += __popc(mask[wd] & (tail >= 32 ? 0xffffffffu : (1u << tail) - 1u));
-        }
-        if (sample_block_int(allowed, 0, 0, redi) == 0) {
-            if (tid == 0) out[row] = -1;
-            return;
-        }
-        for (int i = tid; i < vocab; i += nt) z[i] = (mask[i >> 5] >> (i & 31)) & 1u ? x[i] : -CUDART_INF_F;
-    } else {
-        for (int i = tid; i < vocab; i += nt) z[i] = x[i];
+    // 1. z = the penalised logits; a mask that allows nothing: -1.
+    const unsigned* mask = sample_mask(masks, mask_idx, words, row);
+    if (mask && sample_block_int(sample_allowed_part(mask, 0, vocab), 0, 0, redi) == 0) {
+        if (tid == 0) out[row] = -1;
+        return;
     }
-    __syncthreads();
-    if (slot >= 0) {
-        // 1b. logit_bias (ids distinct: one thread per entry).
-        const int* sb = slot_bias + (long long)slot * bias_stride;
-        const int half = (bias_stride - 1) / 2, n_bias = min(sb[0], half);
-        for (int j = tid; j < n_bias; j += nt) {
-            const int id = sb[1 + j];
-            if (id >= 0 && id < vocab) z[id] = z[id] + __int_as_float(sb[1 + half + j]);
-        }
-        __syncthreads();
-        // 1c. repetition penalty on every id whose history bit is set.
-        const float penalty = pr[3];
-        if (penalty != 1.0f) {
-            const unsigned* bits = seen_bits + (long long)slot * words;
-            for (int wd = tid; wd < words; wd += nt) {
-                unsigned b = bits[wd];
-                while (b) {
-                    const int id = wd * 32 + __ffs(b) - 1;
-                    b &= b - 1u;
-                    if (id < vocab) {
-                        const float v = z[id];
-                        z[id] = v > 0.0f ? v / penalty : v * penalty;
-                    }
-                }
-            }
-            __syncthreads();
-        }
-        // 1d. presence / frequency over the generated counts.
-        const float presence = pr[4], frequency = pr[5];
-        if (presence != 0.0f || frequency != 0.0f) {
-            const unsigned* cnt = counts + (long long)slot * cwords;
-            for (int i = tid; i < vocab; i += nt) {
-                const unsigned c = count_of(cnt, i);
-                if (c) z[i] = __fsub_rn(__fsub_rn(z[i], __fmul_rn((float)c, frequency)), presence);
-            }
-            __syncthreads();
-        }
-    }
+    sample_penalise(x, z, 0, vocab, mask, slot, slot_bias, bias_stride, pr, seen_bits, words, counts, cwords);
 
-    // 2. Greedy answer (also the fallback) and the row maximum.
-    float bv = -CUDART_INF_F, zmax = -CUDART_INF_F;
+    // 2. Greedy answer (also the fallback); its value is the row maximum (NaN if any).
+    float bv = -CUDART_INF_F;
     int bi = 0x7fffffff;
-    const unsigned* mask = sample_mask(masks, mask_idx, words, row);  // (re-derived: fewer live registers)
     for (int i = tid; i < vocab; i += nt) {
         const float v = z[i];
         if (mask && !((mask[i >> 5] >> (i & 31)) & 1u)) continue;  // never chosen, even at -inf
         if (sample_better(v, i, bv, bi)) { bv = v; bi = i; }
-        zmax = fmaxf(zmax, v);
     }
     const int greedy = sample_block_argmax(bv, bi, redf, redi);
-    if (temperature == 0.0f) {
-        if (tid == 0) sample_emit(out, row, greedy, seen_bits, words, counts, cwords, slots[row], vocab);
+    const float zmax = z[greedy];
+    if (temperature == 0.0f || !sample_weights_ok(zmax)) {
+        if (tid == 0) sample_emit(out, row, greedy, seen_bits, words, counts, cwords, slot, vocab);
         return;
     }
-    zmax = block_reduce_max(zmax, redf);
 
-    // 3. Weights and their total. Every sum over the row below runs over the same coalesced
-    //    strided set per thread, in the same order, then the fixed butterfly tree; so a mass
-    //    over a key range is bit-identical whichever pass computes it.
-    float s = 0.0f;
+    // 3. Weights and their fixed-point total Q (exact: the order of the sum does not matter).
+    sample_u64 s = 0ull;
     for (int i = tid; i < vocab; i += nt) {
-        const float wi = expf((z[i] - zmax) / temperature);
+        const float wi = sample_weight(z[i], zmax, temperature);
         w[i] = wi;
-        s += wi;
+        s += sample_q(wi);
     }
-    const float total_w = block_reduce_sum(s, redf);
-    if (!(total_w > 0.0f) || zmax == -CUDART_INF_F) {  // all -inf, or NaN somewhere
-        if (tid == 0) sample_emit(out, row, greedy, seen_bits, words, counts, cwords, slots[row], vocab);
-        return;
-    }
+    const sample_u64 total_q = sample_block_op<sample_u64>(s, 0, 0ull, red64);
 
     // 4. The cut: keep key > cut_key, and the first cut_n ties (key == cut_key) by lowest id.
     unsigned cut_key = 0u;
@@ -404,24 +265,21 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
         cut_n = k - sample_block_int(g, 0, 0, redi);  // >= 1
     }
     if (top_p < 1.0f) {
-        const float target_p = top_p * total_w;
-        // largest t with mass(key >= t) >= top_p * total: the token ranked at the crossing
-        const unsigned t = sample_search<float>(z, w, vocab, target_p, red16f);
+        const sample_u64 target_p = sample_top_p_target(top_p, total_q);
+        // largest t with mass(key >= t) >= P: the token ranked at the crossing
+        const unsigned t = sample_search<sample_u64>(z, w, vocab, target_p, red16q);
         // mass strictly above t, the number of ties at t and their (common) weight
-        float above = 0.0f, wt = 0.0f;
+        sample_u64 above = 0ull, wt = 0ull;
         int ties = 0;
         for (int i = tid; i < vocab; i += nt) {
             const unsigned ki = sample_key(z[i]);
-            if (ki > t) above += w[i];
-            if (ki == t) { ++ties; wt = w[i]; }
+            if (ki > t) above += sample_q(w[i]);
+            if (ki == t) { ++ties; wt = sample_q(w[i]); }
         }
-        above = block_reduce_sum(above, redf);
-        wt = block_reduce_max(wt, redf);
+        above = sample_block_op<sample_u64>(above, 0, 0ull, red64);
+        wt = sample_block_op<sample_u64>(wt, 2, 0ull, red64);
         ties = sample_block_int(ties, 0, 0, redi);
-        // tie r (0-based, by id) stays iff above + r * wt < target_p
-        const float q = (target_p - above) / wt;
-        int n = q < (float)ties ? (int)ceilf(q) : ties;  // NaN/inf q: keep all ties
-        if (n < 1) n = 1;
+        const int n = sample_top_p_ties(target_p, above, wt, ties);
         if (t > cut_key) { cut_key = t; cut_n = n; }
         else if (t == cut_key && n < cut_n) cut_n = n;
     }
@@ -447,41 +305,41 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
 
     // 5. Kept mass per chunk; exclusive prefix over threads by one thread, in thread order.
     const int rank0 = rank;
-    float kept = 0.0f;
+    sample_u64 kept = 0ull;
     for (int i = lo; i < hi; ++i) {
         const unsigned ki = sample_key(z[i]);
         bool keep = ki > cut_key || (ki == cut_key && rank++ < cut_n);
         if (min_p > 0.0f && !(w[i] >= min_p)) keep = false;
-        if (keep) kept += w[i];
+        if (keep) kept += sample_q(w[i]);
     }
-    scan_f[tid] = kept;
+    scan_q[tid] = kept;
     __syncthreads();
     if (tid == 0) {
-        float e = 0.0f;
-        for (int j = 0; j < nt; ++j) { const float v = scan_f[j]; scan_f[j] = e; e += v; }
-        scan_f[nt] = e;
+        sample_u64 e = 0ull;
+        for (int j = 0; j < nt; ++j) { const sample_u64 v = scan_q[j]; scan_q[j] = e; e += v; }
+        scan_q[nt] = e;
     }
     __syncthreads();
-    const float total = scan_f[nt];
-    const float target = sample_uniform(seeds[row], steps[row]) * total;
-    // The owner: the first thread whose end-of-chunk running mass exceeds the target; if
-    // rounding leaves none, the last thread with positive kept mass.
-    int owner = sample_block_int(scan_f[tid + 1] > target ? tid : nt, 1, nt, redi);
-    if (owner == nt) owner = sample_block_int(kept > 0.0f ? tid : -1, 2, -1, redi);
-    if (tid == owner) {
-        float c = scan_f[tid];
-        int pick = -1, last = -1;
+    const sample_u64 total = scan_q[nt];
+    if (total == 0ull) {  // nothing kept (min_p > 1): greedy
+        if (tid == 0) sample_emit(out, row, greedy, seen_bits, words, counts, cwords, slot, vocab);
+        return;
+    }
+    const sample_u64 target = sample_pick_target(sample_u24(seeds[row], steps[row]), total);
+    // The owner: the one thread whose chunk holds the crossing (target < total: there is one).
+    if (scan_q[tid] <= target && target < scan_q[tid + 1]) {
+        sample_u64 c = scan_q[tid];
         rank = rank0;
         for (int i = lo; i < hi; ++i) {
             const unsigned ki = sample_key(z[i]);
             bool keep = ki > cut_key || (ki == cut_key && rank++ < cut_n);
             if (min_p > 0.0f && !(w[i] >= min_p)) keep = false;
-            if (!keep || !(w[i] > 0.0f)) continue;
-            last = i;
-            c += w[i];
-            if (c > target) { pick = i; break; }
+            if (!keep) continue;
+            c += sample_q(w[i]);
+            if (c > target) {
+                sample_emit(out, row, i, seen_bits, words, counts, cwords, slot, vocab);
+                break;
+            }
         }
-        sample_emit(out, row, pick >= 0 ? pick : last, seen_bits, words, counts, cwords, slots[row], vocab);
     }
-    if (owner < 0 && tid == 0) sample_emit(out, row, greedy, seen_bits, words, counts, cwords, slots[row], vocab);  // unreachable for finite weights
 }

@@ -15,6 +15,8 @@ import os
 import pytest
 from hypothesis import settings
 
+from sharpinf.ops.variants import variants_of
+
 # Kernel builds make a first example slow; a deadline would turn that into a flaky failure.
 # In CI the examples are derandomized (the same every run); locally they keep exploring.
 settings.register_profile("sharpinf", deadline=None, derandomize=bool(os.environ.get("CI")), print_blob=True)
@@ -38,7 +40,8 @@ CHECKED_MODULES = ("test_kernels_", "test_primitives", "test_ptx_layouts")
 # fixtures, whose tests spread over every worker.
 SPREAD_MODULES = {"test_forward_oracles", "test_kernels_attention", "test_kernels_rope", "test_kernels_kv_cache",
                   "test_kernels_basic", "test_kernels_matmul", "test_kernels_matmul_dp4a", "test_kernels_matmul_mma",
-                  "test_engine_oracles", "test_variants", "test_bench", "test_trace", "test_engine_soak", "test_graphs"}
+                  "test_engine_oracles", "test_variants", "test_bench", "test_trace", "test_engine_soak", "test_graphs",
+                  "test_kernels_sampling", "test_kernels_sampling_penalties"}
 
 
 # Long poles (a minute or more on one worker: a compile of every kernel, a real model's verify, the
@@ -58,6 +61,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.emu_checks)
         if item.path.stem not in SPREAD_MODULES:  # pytest-xdist (--dist loadgroup): one worker a file
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    # CI's 15 minutes: what another test covers in part runs in make test-all only, the reason shown
+    if os.environ.get("SHARPINF_TEST_TIER") != "all":
+        for item in items:
+            mark = item.get_closest_marker("tier_all")
+            if mark is not None:
+                item.add_marker(pytest.mark.skip(reason="make test-all only: " + (mark.args[0] if mark.args else "")))
     # the files that hold one long test or fixture first, so no worker is left with one at the end
     items.sort(key=lambda item: item.path.stem not in HEAVY_FIRST)  # stable: their order kept
     reason = cuda_unavailable_reason()
@@ -94,6 +103,12 @@ def backend(request):
     reason, so the test fails, when that GPU is not usable). The kernel tests' emulator runs the
     shared-memory checks (CHECKED_MODULES)."""
     return _make_backend(request.param, _checked(request))
+
+
+@pytest.fixture(params=variants_of("sample"))
+def sampler(request):
+    """Each sampling variant in turn (the registry's op "sample"): every sampling test runs on both."""
+    return request.param
 
 
 @pytest.fixture

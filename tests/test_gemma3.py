@@ -8,7 +8,6 @@ must reproduce; the kernels on the emulator must then give the reference's greed
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -74,6 +73,8 @@ def test_emu_greedy_tokens_equal_reference(gemma, ref, tok):
 
 
 @pytest.mark.slow
+@pytest.mark.tier_all("every oracle on the real gemma3 (~5 min); make test runs its greedy tokens on the emulator "
+                      "against the reference, the reference against llama.cpp's, and every oracle on synthetic gemma3")
 def test_verify_quick_on_the_emulator_passes(gemma3_path):
     """`sharpinf verify gemma3-270m --backend emu --quick`: every oracle on the real model (short
     prompts; the full run adds a 553-token prompt past the 512-key window, ~10 min here)."""
@@ -81,16 +82,12 @@ def test_verify_quick_on_the_emulator_passes(gemma3_path):
     import subprocess
     import sys
 
-    # CI: the kernel path's oracles with the KV cache in f16 (a q8_0 cache's kernels are the synthetic
-    # models' business; the reference against llama.cpp's own tokens is test_reference_continues_...);
     # make test-all: every oracle, both caches
-    kv = [] if os.environ.get("SHARPINF_TEST_TIER") == "all" else ["--kv-dtype", "f16", "--skip", "foundation"]
     proc = subprocess.run([sys.executable, "-m", "sharpinf", "verify", str(gemma3_path), "--backend", "emu", "--quick",
-                           "--json", *kv], capture_output=True, text=True, timeout=1800)
+                           "--json"], capture_output=True, text=True, timeout=1800)
     results = json.loads(proc.stdout)
     assert proc.returncode == 0 and all(r["passed"] for r in results), [r for r in results if not r["passed"]]
     oracles = {r["oracle"] for r in results if "gemma-3" in r["case"] or "kernels" in r["case"]}
     assert oracles >= {"kernel-vs-reference", "packed-vs-sequential", "chunked-vs-whole",
                        "batched-decode-vs-single-user", "placement", "graph-vs-eager"}
-    if not kv:
-        assert oracles >= {"reference-vs-naive", "incremental-vs-full", "tokenizer-roundtrip"}
+    assert oracles >= {"reference-vs-naive", "incremental-vs-full", "tokenizer-roundtrip"}

@@ -25,11 +25,11 @@ def _rng(*key) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
-def _run(be, logits, params, seeds, steps, seen, block=S.BLOCK):
+def _run(be, sampler, logits, params, seeds, steps, seen, block=S.BLOCK):
     logits = np.ascontiguousarray(logits, np.float32)
     R, V = logits.shape
     out = be.empty((R,), np.int32)
-    S.sample(be, be.upload(logits), R, V, params, seeds, steps, seen, out, block=block)
+    S.sample(be, be.upload(logits), R, V, params, seeds, steps, seen, out, block=block, kernels=sampler)
     return be.download(out)
 
 
@@ -45,8 +45,8 @@ def _random_params(rng, V) -> SamplingParams:
     )
 
 
-def _check_rows(be, logits, params, seeds, steps, seen, block=S.BLOCK) -> tuple[int, int]:
-    got = _run(be, logits, params, seeds, steps, seen, block)
+def _check_rows(be, sampler, logits, params, seeds, steps, seen, block=S.BLOCK) -> tuple[int, int]:
+    got = _run(be, sampler, logits, params, seeds, steps, seen, block)
     checked = skipped = 0
     for r in range(len(params)):
         want, margin = S.sample_reference_detail(logits[r], params[r], seeds[r], steps[r], seen[r])
@@ -74,7 +74,7 @@ def test_uniform_counter_hash():
 
 # -- greedy ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("V", [1, 2, 33, 1000, 4097])
-def test_greedy_is_argmax(backend, V):
+def test_greedy_is_argmax(backend, sampler, V):
     rng = _rng("greedy", V)
     R = 6
     x = rng.standard_normal((R, V)).astype(np.float32)
@@ -83,27 +83,27 @@ def test_greedy_is_argmax(backend, V):
     x[3, V // 2:] = x[3].max() + 1  # ties in the upper half
     params = [SamplingParams(temperature=0.0)] * (R - 1) + [SamplingParams(temperature=0.0, repetition_penalty=3.0)]
     seen = [[] for _ in range(R - 1)] + [[int(np.argmax(x[R - 1]))]]
-    got = _run(backend, x, params, list(range(R)), [0] * R, seen)
+    got = _run(backend, sampler, x, params, list(range(R)), [0] * R, seen)
     want = [int(np.argmax(x[r])) for r in range(R - 1)]
     want.append(int(np.argmax(S.apply_repetition_penalty(x[R - 1], seen[R - 1], 3.0))))
     assert got.tolist() == want
 
 
 @pytest.mark.parametrize("V", [3, 1000])
-def test_greedy_special_values_as_numpy_argmax(backend, V):
+def test_greedy_special_values_as_numpy_argmax(backend, sampler, V):
     """NaN wins (the first one), as np.argmax; +inf beats every finite value; -inf everywhere is id 0."""
     x = np.random.default_rng(V).standard_normal((4, V)).astype(np.float32)
     x[0, [V // 2, V - 1]] = np.nan
     x[1, [1, V - 1]] = np.inf
     x[2, :] = -np.inf
     x[3, [2, 0]] = [np.inf, np.nan]
-    got = _run(backend, x, [SamplingParams(temperature=0.0)] * 4, [0] * 4, [0] * 4, [[]] * 4)
+    got = _run(backend, sampler, x, [SamplingParams(temperature=0.0)] * 4, [0] * 4, [0] * 4, [[]] * 4)
     assert got.tolist() == [int(np.argmax(r)) for r in x] == [V // 2, 1, 0, 0]
 
 
 # -- token for token against the reference --------------------------------------------------
 @pytest.mark.parametrize("V", [1, 2, 7, 31, 33, 255, 257, 1000, 2049, 4999])
-def test_matches_reference(backend, V):
+def test_matches_reference(backend, sampler, V):
     rng = _rng("ref", V)
     checked = skipped = 0
     for trial in range(3):
@@ -113,35 +113,36 @@ def test_matches_reference(backend, V):
         seeds = [int(s) for s in rng.integers(0, 2**63 - 1, R, dtype=np.int64)]
         steps = [int(s) for s in rng.integers(0, 5000, R)]
         seen = [[int(i) for i in rng.integers(-1, V + 2, rng.integers(0, 40))] for _ in range(R)]
-        c, s = _check_rows(backend, x, params, seeds, steps, seen)
+        c, s = _check_rows(backend, sampler, x, params, seeds, steps, seen)
         checked, skipped = checked + c, skipped + s
     assert skipped <= max(1, (checked + skipped) // 10) and checked >= 3
 
 
 @pytest.mark.parametrize("block", [32, 1024])
 def test_matches_reference_other_blocks(backend, block):
+    """The baseline at other block sizes (radix's block is fixed)."""
     rng = _rng("blocks", block)
     V, R = 1500, 4
     x = (rng.standard_normal((R, V)) * 2).astype(np.float32)
     params = [SamplingParams(temperature=1.0, top_p=0.9), SamplingParams(temperature=0.8, top_k=20),
               SamplingParams(temperature=1.2, min_p=0.1), SamplingParams(temperature=1.0, top_k=300, top_p=0.7)]
-    c, s = _check_rows(backend, x, params, [11, 12, 13, 14], [5, 6, 7, 8], [[]] * R, block)
+    c, s = _check_rows(backend, "simple", x, params, [11, 12, 13, 14], [5, 6, 7, 8], [[]] * R, block)
     assert s <= 1
 
 
 @pytest.mark.parametrize("V", [32003, 262144], ids=["32k", "gemma3-262k"])
-def test_large_vocab(backend, V):
+def test_large_vocab(backend, sampler, V):
     rng = _rng("large", V)
     R = 3
     x = (rng.standard_normal((R, V)) * 3).astype(np.float32)
     params = [SamplingParams(temperature=0.8, top_k=50, top_p=0.95),
               SamplingParams(temperature=1.0, top_p=0.9, min_p=0.01),
               SamplingParams(temperature=0.6, top_k=2000, repetition_penalty=1.1)]
-    c, s = _check_rows(backend, x, params, [5, 6, 7], [1, 2, 3], [[1, 2, 3]] * R)
+    c, s = _check_rows(backend, sampler, x, params, [5, 6, 7], [1, 2, 3], [[1, 2, 3]] * R)
     assert c >= 2
 
 
-def test_many_steps_small_vocab(backend):
+def test_many_steps_small_vocab(backend, sampler):
     # one row per step: covers many u values on the same distribution, ties included
     rng = _rng("steps")
     V, R = 40, 8
@@ -150,24 +151,24 @@ def test_many_steps_small_vocab(backend):
     p = SamplingParams(temperature=0.9, top_k=12, top_p=0.85, min_p=0.02)
     total_checked = 0
     for start in range(0, 32, R):
-        c, s = _check_rows(backend, x, [p] * R, [77] * R, list(range(start, start + R)), [[1, 2, 3]] * R)
+        c, s = _check_rows(backend, sampler, x, [p] * R, [77] * R, list(range(start, start + R)), [[1, 2, 3]] * R)
         total_checked += c
     assert total_checked >= 28
 
 
 # -- filters at their limits ----------------------------------------------------------------
-def test_filters_that_keep_only_the_max(backend):
+def test_filters_that_keep_only_the_max(backend, sampler):
     rng = _rng("limits")
     V, R = 777, 8
     x = (rng.standard_normal((R, V)) * 2).astype(np.float32)
     kinds = [dict(top_k=1), dict(top_p=1e-6), dict(min_p=1.0)]
     for kind in kinds:
         params = [SamplingParams(temperature=float(t), **kind) for t in (0.5, 1.0, 2.0, 10.0, 0.5, 1.0, 2.0, 10.0)]
-        got = _run(backend, x, params, list(range(R)), list(range(R)), [[]] * R)
+        got = _run(backend, sampler, x, params, list(range(R)), list(range(R)), [[]] * R)
         assert got.tolist() == [int(np.argmax(x[r])) for r in range(R)], kind
 
 
-def test_ties_at_the_cut(backend):
+def test_ties_at_the_cut(backend, sampler):
     V = 64
     x = np.zeros((8, V), np.float32)  # all equal: ranking is by id
     x[4:, 10] = 1.0  # one clear winner, then ties
@@ -184,7 +185,7 @@ def test_ties_at_the_cut(backend):
     allowed = [set(range(3)), set(range(7)), set(range(4)), set(range(V)), {10, 0}, {10, 0, 1, 2}, {10}, set(range(V))]
     seen_tokens = [set() for _ in params]
     for step in range(12):
-        got = _run(backend, x, params, [3] * 8, [step] * 8, [[]] * 8)
+        got = _run(backend, sampler, x, params, [3] * 8, [step] * 8, [[]] * 8)
         for r, t in enumerate(got):
             assert int(t) in allowed[r], (r, t)
             assert int(t) == S.sample_reference(x[r], params[r], 3, step)
@@ -192,19 +193,19 @@ def test_ties_at_the_cut(backend):
     assert len(seen_tokens[1]) >= 3  # the tie rule does not just keep the first
 
 
-def test_repetition_penalty_changes_the_choice(backend):
+def test_repetition_penalty_changes_the_choice(backend, sampler):
     x = np.full((2, 10), -10.0, np.float32)
     x[:, 3], x[:, 7] = 5.0, 4.0  # 3 wins unless penalised: 5 / 2 = 2.5 < 4
     x[:, 5] = -0.5  # negative logits get multiplied: -0.5 * 2 = -1 (still loses)
     params = [SamplingParams(temperature=0.05), SamplingParams(temperature=0.05, repetition_penalty=2.0)]
-    got = _run(backend, x, params, [9, 9], [0, 0], [[3, 3, 5, -1], [3, 3, 5, -1]])
+    got = _run(backend, sampler, x, params, [9, 9], [0, 0], [[3, 3, 5, -1], [3, 3, 5, -1]])
     assert got.tolist() == [3, 7]
-    greedy = _run(backend, x, [SamplingParams(temperature=0.0, repetition_penalty=2.0)] * 2, [0, 0], [0, 0], [[3], []])
+    greedy = _run(backend, sampler, x, [SamplingParams(temperature=0.0, repetition_penalty=2.0)] * 2, [0, 0], [0, 0], [[3], []])
     assert greedy.tolist() == [7, 3]
 
 
 # -- batch independence ---------------------------------------------------------------------
-def test_same_seed_same_token_anywhere_in_the_batch(backend):
+def test_same_seed_same_token_anywhere_in_the_batch(backend, sampler):
     rng = _rng("batch")
     V = 3000
     row = (rng.standard_normal(V) * 2).astype(np.float32)
@@ -213,7 +214,7 @@ def test_same_seed_same_token_anywhere_in_the_batch(backend):
     others = (rng.standard_normal((7, V)) * 3).astype(np.float32)
     other_params = [_random_params(rng, V) for _ in range(7)]
     for step in range(3):
-        alone = _run(backend, row[None], [p], [42], [step], [seen])[0]
+        alone = _run(backend, sampler, row[None], [p], [42], [step], [seen])[0]
         for pos in (0, 3, 7):
             x = np.insert(others, pos, row, axis=0)
             params = other_params[:pos] + [p] + other_params[pos:]
@@ -223,7 +224,7 @@ def test_same_seed_same_token_anywhere_in_the_batch(backend):
             steps.insert(pos, step)
             seens = [[1, 2]] * 7
             seens.insert(pos, seen)
-            got = _run(backend, x, params, seeds, steps, seens)
+            got = _run(backend, sampler, x, params, seeds, steps, seens)
             assert got[pos] == alone, (step, pos)
         assert alone == S.sample_reference(row, p, 42, step, seen) or \
             S.sample_reference_detail(row, p, 42, step, seen)[1] < EPS

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sharpinf.ops import sampling as S
+from sharpinf.ops.variants import variant
 from sharpinf.sampling import SamplingParams
 
 EPS = 1e-5
@@ -18,11 +19,12 @@ def _rng(*key) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
-def _run(be, logits, params, seeds, steps, seen, generated, masks):
+def _run(be, sampler, logits, params, seeds, steps, seen, generated, masks):
     logits = np.ascontiguousarray(logits, np.float32)
     R, V = logits.shape
     out = be.empty((R,), np.int32)
-    S.sample(be, be.upload(logits), R, V, params, seeds, steps, seen, out, generated=generated, masks=masks)
+    S.sample(be, be.upload(logits), R, V, params, seeds, steps, seen, out, generated=generated, masks=masks,
+             kernels=sampler)
     return be.download(out)
 
 
@@ -48,7 +50,7 @@ def _random_case(rng, V):
 
 
 @pytest.mark.parametrize("V", [37, 1000])
-def test_penalties_bias_mask_match_reference(backend, V):
+def test_penalties_bias_mask_match_reference(backend, sampler, V):
     rng = _rng("pen", V)
     R = 48
     x = (rng.standard_normal((R, V)) * 3).astype(np.float32)
@@ -58,7 +60,7 @@ def test_penalties_bias_mask_match_reference(backend, V):
     cases = [_random_case(rng, V) for _ in range(R)]
     params, seen, generated, masks = (list(c) for c in zip(*cases))
     seeds, steps = rng.integers(0, 2**63, R).tolist(), rng.integers(0, 500, R).tolist()
-    got = _run(backend, x, params, seeds, steps, seen, generated, masks)
+    got = _run(backend, sampler, x, params, seeds, steps, seen, generated, masks)
     checked = changed = 0
     for r in range(R):
         want, margin = S.sample_reference_detail(x[r], params[r], seeds[r], steps[r], seen[r], generated[r], masks[r])
@@ -75,7 +77,7 @@ def test_penalties_bias_mask_match_reference(backend, V):
     assert changed >= R // 4, "the new filters changed too few choices to test anything"
 
 
-def test_mask_edges(backend):
+def test_mask_edges(backend, sampler):
     """Nothing allowed -> -1 (and no crash); allowed ids all -inf -> the lowest allowed id, never a
     disallowed one; an allowed NaN wins greedy as in np.argmax; the mask beats a +100 bias."""
     V = 70
@@ -87,33 +89,33 @@ def test_mask_edges(backend):
     x[2, 66] = np.nan
     x[3, 5] = 50.0
     p = [SamplingParams(), SamplingParams(temperature=1.0), SamplingParams(), SamplingParams(logit_bias={5: 100})]
-    got = _run(backend, x, p, [1, 2, 3, 4], [0] * 4, [[]] * 4, [[]] * 4, [none, _mask(only), _mask(only), _mask(only)])
+    got = _run(backend, sampler, x, p, [1, 2, 3, 4], [0] * 4, [[]] * 4, [[]] * 4, [none, _mask(only), _mask(only), _mask(only)])
     assert got.tolist() == [-1, 40, 66, 40]
     for r in range(4):
         assert S.sample_reference(x[r], p[r], r + 1, 0, mask=[none, *[_mask(only)] * 3][r]) == got[r]
     # negative control: without the mask the same rows pick other ids
-    got = _run(backend, x, p, [1, 2, 3, 4], [0] * 4, [[]] * 4, [[]] * 4, None)
+    got = _run(backend, sampler, x, p, [1, 2, 3, 4], [0] * 4, [[]] * 4, [[]] * 4, None)
     assert got.tolist()[2:] == [66, 5] and got[0] == 0
 
 
-def test_bias_extremes(backend):
+def test_bias_extremes(backend, sampler):
     """+100 on one id forces it under sampling; -100 on the argmax removes it."""
     rng = _rng("bias")
     V, R = 500, 8
     x = rng.standard_normal((R, V)).astype(np.float32)
     forced = rng.integers(0, V, R)
     p = [SamplingParams(temperature=1.0, logit_bias={int(forced[r]): 100}) for r in range(R)]
-    assert _run(backend, x, p, list(range(R)), [3] * R, [[]] * R, [[]] * R, None).tolist() == forced.tolist()
+    assert _run(backend, sampler, x, p, list(range(R)), [3] * R, [[]] * R, [[]] * R, None).tolist() == forced.tolist()
     top = np.argmax(x, axis=1)
     p = [SamplingParams(logit_bias={int(top[r]): -100}) for r in range(R)]
-    got = _run(backend, x, p, list(range(R)), [0] * R, [[]] * R, [[]] * R, None)
+    got = _run(backend, sampler, x, p, list(range(R)), [0] * R, [[]] * R, [[]] * R, None)
     second = np.argsort(-x, axis=1, kind="stable")[:, 1]
     assert got.tolist() == second.tolist()
-    plain = _run(backend, x, [SamplingParams(temperature=1.0)] * R, list(range(R)), [3] * R, [[]] * R, [[]] * R, None)
+    plain = _run(backend, sampler, x, [SamplingParams(temperature=1.0)] * R, list(range(R)), [3] * R, [[]] * R, [[]] * R, None)
     assert (plain != forced).sum() >= R - 1  # negative control: without the bias the forced ids are not drawn
 
 
-def test_counts_saturate(backend):
+def test_counts_saturate(backend, sampler):
     """Counts are u16 on the device: 70000 generated copies of id 3 count as 65535, neither 70000
     (row 0: id 3 wins only below 68074) nor a wrapped 4464 (row 1: id 3 wins only above 60000)."""
     V = 40
@@ -123,13 +125,13 @@ def test_counts_saturate(backend):
     x[1, 7] = 60000.0
     p = [SamplingParams(frequency_penalty=1.0), SamplingParams(frequency_penalty=-1.0)]
     gen = [[3] * 70000] * 2
-    got = _run(backend, x, p, [0, 0], [0, 0], gen, gen, None)
+    got = _run(backend, sampler, x, p, [0, 0], [0, 0], gen, gen, None)
     assert got.tolist() == [3, 3]
     assert [S.sample_reference(x[r], p[r], 0, 0, gen[r], gen[r]) for r in range(2)] == [3, 3]
     assert S.generated_counts(gen[0], V)[3] == S.COUNT_MAX
 
 
-def test_kernel_counts_what_it_picks(backend):
+def test_kernel_counts_what_it_picks(backend, sampler):
     """The chosen id's count goes up on the device (the host never sends generated ids again), the
     rebuild path counts only the last count_n ids of the add list, and a second step reads both."""
     be, V = backend, 64
@@ -142,7 +144,7 @@ def test_kernel_counts_what_it_picks(backend):
     out, scratch, masks = be.empty((1,), np.int32), be.empty((1, 2 * V), np.float32), be.upload(np.zeros((1, 2), np.uint32))
 
     def step(logits, clear, adds, count_n):
-        S.sample_rows(be, be.upload(np.asarray([logits], np.float32)), 1, V, dev["p"], dev["k"], dev["seeds"],
+        variant("sample", sampler).launch(be, be.upload(np.asarray([logits], np.float32)), 1, V, dev["p"], dev["k"], dev["seeds"],
                       dev["steps"], bits, dev["slots"], be.upload(np.array([clear], np.int32)),
                       be.upload(np.array([0, len(adds)], np.int32)), be.upload(np.array(adds + [-1], np.int32)),
                       counts, be.upload(np.array([count_n], np.int32)), dev["bias"], dev["mask_idx"], masks, out,

@@ -34,6 +34,8 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.tier_all("nvcc's front end (~3 min of compiles); NVRTC, which sharpinf runs, compiles every kernel "
+                      "in test_nvrtc_compile.py")
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_nvcc_compiles(results, source):
     rc, log = results[source]

@@ -65,7 +65,7 @@ def test_another_random_stream_gives_other_tokens(model, tok, monkeypatch):
     params = [_params(seed=s, **f) for f in FILTERS for s in SEEDS]
     want = _on_reference(model, tok, params)
     rng = np.random.default_rng(1)
-    monkeypatch.setattr(sampling, "uniform", lambda seed, step: float(rng.random()))
+    monkeypatch.setattr(sampling, "uniform_u24", lambda seed, step: int(rng.integers(0, 2**24)))
     other = _on_reference(model, tok, params)
     assert all(o != w for o, w in zip(other, want))
 

@@ -26,12 +26,13 @@ def test_parse_every_spelling():
     assert KernelChoice.parse("fast").name == "fast" and KernelChoice.parse("fast").q8_activations
     mixed = KernelChoice.parse("matmul=dp4a, attention=simple")
     assert (mixed.matmul, mixed.attention, mixed.rope_kv) == ("dp4a", "simple", "simple")
-    assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple,moe=simple"
+    assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple,moe=simple,sample=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
     assert choices_for("all") == ["simple", "fast", "tensor", "matmul=dp4a", "matmul=mma", "matmul=gemv"]  # in no set: on their own
-    assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="mmq")
-    assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=mmq").name == "tensor"
+    assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="mmq",
+                                                        sample="radix")
+    assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=mmq,sample=radix").name == "tensor"
     assert choices_for("auto") == ["auto"]
     rows = describe_variants()
     names = variant_names()

@@ -50,7 +50,7 @@ SUITE = "kernels"
 # the registry op each bench op times (norm and ffn_in are the matmul family's: its activations' norm,
 # and gate + up + activation)
 BENCH_OPS = {"norm": "matmul", "matmul": "matmul", "ffn_in": "matmul", "rope_kv": "rope_kv", "attention": "attention",
-             "moe": "moe"}
+             "moe": "moe", "sample": "sample"}
 DENSE_FFN_OPS = {"ffn_in"}  # what only a dense FFN has (an MoE layer's FFN is the moe op)
 EMU_NOTE = ("emulator times: each thread's C++ on one core, so they rank nothing a GPU would do; "
             "they show the harness runs and what each variant launches")
@@ -63,7 +63,7 @@ def fast_files() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Selection:
-    """Which cases to time: bench ops (norm, matmul, ffn_in, rope_kv, attention, moe; a registry op stands
+    """Which cases to time: bench ops (norm, matmul, ffn_in, rope_kv, attention, moe, sample; a registry op stands
     for its bench ops) and variant names (the baseline is always timed: the speedups are over it)."""
 
     ops: frozenset[str] = frozenset(BENCH_OPS)
@@ -159,7 +159,37 @@ def _cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng, sel: Sel
             cases.append(_Case("norm", f"{N}x{cfg.n_embd}", v.name, N, nb_in + nb_out,
                                [lambda norm=norm, out=out: norm(be, x_e, L.attn_norm, out, N, cfg.n_embd, cfg.rms_eps)]))
     cases += _linear_cases(ctx, N, rng, lm_head=True, sel=sel)
-    return cases + _rope_attention_cases(ctx, N, context, kv_dtype, rng, sel) + _moe_cases(ctx, N, rng, sel)
+    return (cases + _rope_attention_cases(ctx, N, context, kv_dtype, rng, sel) + _moe_cases(ctx, N, rng, sel)
+            + _sample_cases(ctx, N, rng, sel))
+
+
+# the sampling bench's rows: temperature 1, top-k 50, top-p 0.9 (both cuts searched), no history
+SAMPLE_PARAMS = dict(temperature=1.0, top_k=50, top_p=0.9)
+
+
+def _sample_cases(ctx: BenchContext, N: int, rng, sel: Selection) -> list[_Case]:
+    """One token for each of N logits rows over the model's vocabulary, each sample variant (its
+    compulsory bytes: the logits, read once)."""
+    if "sample" not in sel.ops:
+        return []
+    from sharpinf.ops import sampling as S
+    from sharpinf.sampling import SamplingParams
+
+    be, V = ctx.backend, ctx.model.config.n_vocab
+    sp = SamplingParams(**SAMPLE_PARAMS)
+    p, k = S.pack_params([sp] * N)
+    dev = [be.upload(a) for a in (p, k, np.arange(N, dtype=np.uint64), np.zeros(N, np.int32))]
+    no_slot = be.upload(np.full(N, -1, np.int32))
+    history = (be.empty((1, S.history_words(V)), np.uint32), no_slot, be.upload(np.zeros(N, np.int32)),
+               be.upload(np.zeros(N + 1, np.int32)), be.upload(np.full(1, -1, np.int32)),
+               be.empty((1, S.count_words(V)), np.uint32), be.upload(np.zeros(N, np.int32)),
+               be.upload(np.zeros((1, S.BIAS_STRIDE), np.int32)), no_slot,
+               be.upload(np.zeros((1, S.history_words(V)), np.uint32)))
+    out, scratch, acc = be.empty((N,), np.int32), be.empty((N, 2 * V), np.float32), S.sample_acc(be, N, V)
+    logits = _copies(be, _rand(be, rng, N, V, scale=3.0), 4 * N * V)
+    return [_Case("sample", f"{N} rows x {V}", v.name, N, 4 * N * V,
+                  [lambda v=v, x=x: v.launch(be, x, N, V, *dev, *history, out, scratch, acc=acc) for x in logits])
+            for v in sel.variants_of("sample")]
 
 
 def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool, sel: Selection) -> list[_Case]:

@@ -1,9 +1,9 @@
 """Sampling, the one rule of every backend: the device kernel (kernels_cu/sampling.cu) and its NumPy twin.
 
 `sample` picks one token for each of R rows of logits on the device; only the ids come
-back. `sample_reference` applies the kernel's exact rule in NumPy (float64 masses), with
-the same counter-based uniform `uniform(seed, step)`: the kernel's choice is checked against
-it token for token (up to float rounding when a running mass lands within ~1e-6 of a cut),
+back. `sample_reference` applies the kernel's exact rule in NumPy (masses in the same 40-bit
+fixed point, exact integer sums), with the same counter-based uniform: the kernel's choice is
+checked against it token for token (up to expf's rounding when a cut lands within an ulp),
 and the reference backend samples with it, so a seed gives the same tokens on reference, emu
 and cuda. `RequestSeeds` gives a request without a seed the same one on every backend.
 
@@ -12,7 +12,8 @@ presence/frequency over the generated counts (vLLM's order); temperature 0 =
 greedy argmax (ties to the lowest id); else weights w = exp((z - max z) / T), tokens ranked
 by z descending (ties by lowest id), kept = top-k prefix & top-p prefix (a token stays iff
 the mass ranked before it is < top_p * total) & min-p (w >= min_p); the chosen token is the
-first kept token in ascending id order whose running kept mass exceeds u * kept total.
+first kept token in ascending id order whose running kept mass exceeds u * kept total -- every
+mass a sum of floor(w * 2^40), so any order of summing (one block, many blocks) agrees.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ def uniforms(seed: int, steps) -> np.ndarray:
         h = _mix64(np.array([seed], dtype=U64) ^ _A)
         h = _mix64(h + (steps.astype(np.uint32).astype(U64) * _B) + _C)
     return (h >> np.uint64(40)).astype(F32) * F32(1.0 / 16777216.0)  # 24 bits: exact in float32
+
+
+def uniform_u24(seed: int, step: int) -> int:
+    """The kernel's 24-bit draw for (seed, step): uniform(seed, step) * 2^24, an int."""
+    return int(uniforms(seed, [step])[0] * F32(16777216.0))
 
 
 def uniform(seed: int, step: int) -> float:
@@ -123,20 +129,65 @@ def bias_row(sp: SamplingParams) -> np.ndarray:
 
 
 def sample_rows(be, logits, R: int, vocab: int, params, top_k, seeds, steps, seen_bits, slots, clear, add_off,
-                add_ids, counts, count_n, slot_bias, mask_idx, masks, out, scratch, block: int = BLOCK) -> None:
+                add_ids, counts, count_n, slot_bias, mask_idx, masks, out, scratch, acc=None, block: int = BLOCK,
+                file: str = "sampling.cu") -> None:
     """The launch over device arrays (the forward pass's step plan uses this one): params f32 [R, 6],
     top_k i32 [R], seeds u64 [R], steps i32 [R], seen_bits u32 [slots, words], slots/clear i32 [R],
     add_off i32 [R+1], add_ids i32 [*], counts u32 [slots, count_words], count_n i32 [R],
     slot_bias i32 [slots, BIAS_STRIDE], mask_idx i32 [R], masks u32 [*, words], out i32 [R],
     scratch f32 [R, 2 * vocab]. Each chosen id is also set (and counted) in its row's slot, so the next
-    step's history holds it without the host sending it."""
+    step's history holds it without the host sending it. One block a row (acc is sample_rows_radix's)."""
     if block % 32 or not 32 <= block <= 1024:
         raise ValueError(f"sample: block must be a multiple of 32 in [32, 1024], got {block}")
-    be.launch(kernel(be, "sampling.cu", "sample_rows"), R, block,
+    be.launch(kernel(be, file, "sample_rows"), R, block,
               (logits, I32(vocab), params, top_k, seeds, steps, seen_bits, I32(history_words(vocab)), slots, clear,
                add_off, add_ids, counts, I32(count_words(vocab)), count_n, slot_bias, I32(BIAS_STRIDE), mask_idx,
                masks, out, scratch),
               io=(R * vocab * 4 + R * 52, R * 4))
+
+
+# sampling_radix.cu: the same rule, each row over segments of RADIX_SEG ids (one block each)
+RADIX_SEG, RADIX_THREADS = 4096, 256
+_RADIX_ACC_SEG = 8 + 4 * 4 * 256  # the kernel's ACC_SEG: greedy, Q, allowed, 4 passes' histograms
+
+
+def radix_segments(vocab: int) -> int:
+    return max(1, -(-vocab // RADIX_SEG))
+
+
+def radix_acc_words(vocab: int) -> int:
+    """u32 words of one row's accumulators in sample_rows_radix (the kernel's acc layout), even."""
+    n = _RADIX_ACC_SEG + 3 * radix_segments(vocab)
+    return n + (n & 1)
+
+
+def sample_acc(be, R: int, vocab: int):
+    """The accumulators sample_rows_radix needs for R rows (u32 [R, radix_acc_words])."""
+    return be.empty((max(1, R), radix_acc_words(vocab)), np.uint32)
+
+
+def sample_rows_radix(be, logits, R: int, vocab: int, params, top_k, seeds, steps, seen_bits, slots, clear, add_off,
+                      add_ids, counts, count_n, slot_bias, mask_idx, masks, out, scratch, acc=None,
+                      block: int = RADIX_THREADS, file: str = "sampling_radix.cu") -> None:
+    """sample_rows' arguments and result, each row split over radix_segments(vocab) blocks in seven
+    launches (sampling_radix.cu's header); acc: sample_acc(be, R, vocab) (allocated when None)."""
+    if block != RADIX_THREADS:
+        raise ValueError(f"sample radix: its block is {RADIX_THREADS} threads (a histogram bin a thread), got {block}")
+    if R <= 0:
+        return
+    acc = sample_acc(be, R, vocab) if acc is None else acc
+    S = radix_segments(vocab)
+    args = (logits, I32(vocab), params, top_k, seeds, steps, seen_bits, I32(history_words(vocab)), slots, clear,
+            add_off, add_ids, counts, I32(count_words(vocab)), count_n, slot_bias, I32(BIAS_STRIDE), mask_idx,
+            masks, out, scratch, acc, I32(radix_acc_words(vocab)))
+    k = lambda name: kernel(be, file, name)  # noqa: E731
+    be.launch(k("sample_radix_init"), (1, R), RADIX_THREADS, args)
+    be.launch(k("sample_radix_z"), (S, R), RADIX_THREADS, args, io=(R * vocab * 4, R * vocab * 4))
+    be.launch(k("sample_radix_w"), (S, R), RADIX_THREADS, args, io=(R * vocab * 4, R * vocab * 4))
+    for p in (1, 2, 3):
+        be.launch(k("sample_radix_pass"), (S, R), RADIX_THREADS, args + (I32(p),))
+    be.launch(k("sample_radix_keep"), (S, R), RADIX_THREADS, args, io=(R * vocab * 8, 0))
+    be.launch(k("sample_radix_pick"), (1, R), RADIX_THREADS, args, io=(R * RADIX_SEG * 8, R * 4))
 
 
 def seen_update(be, R: int, vocab: int, seen_bits, slots, clear, add_off, add_ids, counts, count_n,
@@ -186,14 +237,16 @@ def mask_arrays(masks: Sequence[np.ndarray | None] | None, R: int, vocab: int) -
 
 def sample(be, logits_dev, R: int, vocab: int, params_list: Sequence[SamplingParams], seeds: Sequence[int],
            steps: Sequence[int], seen: Sequence[Sequence[int]], out_dev, scratch_dev=None, block: int = BLOCK,
-           generated: Sequence[Sequence[int]] | None = None, masks: Sequence[np.ndarray | None] | None = None):
+           generated: Sequence[Sequence[int]] | None = None, masks: Sequence[np.ndarray | None] | None = None,
+           kernels: str = "simple"):
     """Sample one token per row of logits_dev (float32 [R, vocab]) into out_dev (int32 [R]).
 
     seeds: one int in [0, 2**63) per row (RequestSeeds: the engine assigns one to seedless requests);
     steps: tokens each request has generated so far; seen: per row, the ids the repetition
     penalty applies to (prompt + generated); generated: per row, the ids presence/frequency
     count (default none); masks: per row None or the allowed-token bits (u32 [words]).
-    scratch_dev: float32 [R, 2*vocab], allocated when None. Returns out_dev. A one-off call: each
+    scratch_dev: float32 [R, 2*vocab], allocated when None; kernels: the sample variant ("simple",
+    the baseline, or "radix", whose block is its own). Returns out_dev. A one-off call: each
     row that needs a slot gets a fresh one from its lists (the engine's step plan keeps slots on
     the device across steps instead).
     """
@@ -213,10 +266,13 @@ def sample(be, logits_dev, R: int, vocab: int, params_list: Sequence[SamplingPar
     bias = np.zeros((n, BIAS_STRIDE), I32)
     for r, sp in enumerate(params_list):
         bias[r] = bias_row(sp)
-    sample_rows(be, logits_dev, R, vocab, be.upload(p), be.upload(k), be.upload(np.array([int(s) for s in seeds], U64)),
-                be.upload(np.asarray(steps, I32)), bits, be.upload(slots), be.upload(clear), be.upload(add_off),
-                be.upload(add_ids), counts, be.upload(count_n), be.upload(bias), be.upload(mask_idx),
-                be.upload(packed), out_dev, scratch_dev, block)
+    from sharpinf.ops.variants import variant  # (the registry imports this module)
+
+    variant("sample", kernels).launch(
+        be, logits_dev, R, vocab, be.upload(p), be.upload(k), be.upload(np.array([int(s) for s in seeds], U64)),
+        be.upload(np.asarray(steps, I32)), bits, be.upload(slots), be.upload(clear), be.upload(add_off),
+        be.upload(add_ids), counts, be.upload(count_n), be.upload(bias), be.upload(mask_idx), be.upload(packed),
+        out_dev, scratch_dev, **({} if block == BLOCK else {"block": block}))
     return out_dev
 
 
@@ -277,6 +333,32 @@ def sort_key(z: np.ndarray) -> np.ndarray:
     return np.where(neg, ~b, b | np.uint32(0x80000000)).astype(np.uint32)
 
 
+Q_SCALE = 2**40  # weights in 40-bit fixed point: masses are exact integer sums (the kernel's rule 3)
+
+
+def weights(z: np.ndarray, zmax, temperature: float) -> np.ndarray:
+    """float32 w = exp((z - zmax) / T): the kernel's expression, (z - zmax) / T rounded in float32,
+    then exp correctly rounded to float32 (CUDA's expf is within 2 ulp of it)."""
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        d = (np.asarray(z, F32) - F32(zmax)) / F32(temperature)
+        return np.exp(d.astype(np.float64)).astype(F32)
+
+
+def fixed_point(w: np.ndarray) -> np.ndarray:
+    """uint64 floor(w * 2^40) of float32 weights in [0, 1] (exact: a float32 has 24 bits)."""
+    return np.floor(np.asarray(w, np.float64) * Q_SCALE).astype(np.uint64)
+
+
+def top_p_target(top_p, total: int) -> int:
+    """top-p's threshold on the mass ranked before a token: max(1, trunc(top_p * Q)) in double."""
+    return max(1, int(float(total) * float(F32(top_p))))
+
+
+def pick_target(u24: int, kept: int) -> int:
+    """floor(u24 * K / 2^24), as the kernel computes it without a 128-bit product."""
+    return (kept >> 24) * u24 + (((kept & 0xFFFFFF) * u24) >> 24)
+
+
 def sample_reference_detail(logits: np.ndarray, params: SamplingParams, seed: int, step: int,
                             seen: Sequence[int] = (), generated: Sequence[int] = (),
                             mask: np.ndarray | None = None) -> tuple[int, float]:
@@ -301,45 +383,47 @@ def sample_reference_detail(logits: np.ndarray, params: SamplingParams, seed: in
         greedy = int(ok[np.argmax(z[ok])])
     if params.temperature == 0.0:
         return greedy, np.inf
-    m = np.float64(z.max())
-    with np.errstate(invalid="ignore", over="ignore"):
-        w = np.exp((z.astype(np.float64) - m) / np.float64(F32(params.temperature)))
-    S = w.sum()
-    if not (S > 0) or not np.isfinite(m):
+    zmax = z[greedy]  # the row maximum (NaN if any), as the kernel takes it
+    if not np.isfinite(zmax):
         return greedy, np.inf
+    w = weights(z, zmax, params.temperature)
+    q = fixed_point(w)
+    Q = int(q.sum(dtype=np.uint64))
     margin = np.inf
     order = np.argsort(~sort_key(z), kind="stable")  # z descending, ties by lowest id
-    ws = w[order]
+    qs = q[order]  # uint64 sums are exact: vocab * 2^40 < 2^64
     # Margins only count decisions that matter: a cut inside positions another filter removes
-    # anyway cannot change the choice.
+    # anyway cannot change the choice. A weight the device's expf rounds the other way moves a
+    # mass by ~2^-23 of that weight: a decision closer than that to its threshold may differ.
     keep = np.ones(V, bool)
     if 0 < params.top_k < V:
         keep[params.top_k:] = False
     top_p = F32(params.top_p)
     if top_p < 1:
-        P = np.float64(top_p) * S
-        before = np.concatenate([[0.0], np.cumsum(ws)[:-1]])
+        P = top_p_target(top_p, Q)
+        before = np.concatenate([np.zeros(1, np.uint64), np.cumsum(qs, dtype=np.uint64)[:-1]])
         relevant = keep.copy()
         relevant[0] = False  # the first-ranked token always stays: no decision to round
         if relevant.any():
-            margin = min(margin, np.abs(before[relevant] - P).min() / S)
-        keep &= before < P
+            margin = min(margin, float(np.abs(before[relevant].astype(np.float64) - float(P)).min()) / Q)
+        keep &= before < np.uint64(P)
     min_p = F32(params.min_p)
     if min_p > 0:
-        relevant = keep & (z[order] != z.max())  # weight exactly 1 on both sides: no rounding
+        ws = w[order]
+        relevant = keep & (z[order] != zmax)  # weight exactly 1 on both sides: no rounding
         if relevant.any():
-            margin = min(margin, np.abs(ws[relevant] - np.float64(min_p)).min() / min_p)
+            margin = min(margin, float(np.abs(ws[relevant].astype(np.float64) - np.float64(min_p)).min()) / min_p)
         keep &= ws >= min_p
     kept = np.zeros(V, bool)
     kept[order[keep]] = True
-    c = np.cumsum(np.where(kept, w, 0.0))
-    total = c[-1]
-    target = np.float64(uniform(seed, step)) * total
-    i = int(np.searchsorted(c, target, side="right"))  # first c > target
-    if i >= V:
-        i = int(np.flatnonzero(kept & (w > 0))[-1])
-    lo = c[i - 1] if i > 0 else 0.0
-    margin = min(margin, (target - lo) / total, (c[i] - target) / total)
+    c = np.cumsum(np.where(kept, q, np.uint64(0)), dtype=np.uint64)
+    K = int(c[-1])
+    if K == 0:  # nothing kept (min_p > 1)
+        return greedy, np.inf
+    target = pick_target(uniform_u24(seed, step), K)
+    i = int(np.searchsorted(c, np.uint64(target), side="right"))  # the first c > target (< V: target < K)
+    lo = int(c[i - 1]) if i > 0 else 0
+    margin = min(margin, (target - lo) / K, (int(c[i]) - target) / K)
     return i, float(margin)
 
 

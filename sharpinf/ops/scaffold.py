@@ -22,7 +22,8 @@ from sharpinf.runtime.paths import kernels_dir
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")
 OP_TESTS = {"matmul": "tests/test_kernels_matmul_variants.py", "attention": "tests/test_kernels_attention.py",
-            "rope_kv": "tests/test_kernels_rope.py", "moe": "tests/test_kernels_moe.py"}  # where each op's variants are tested
+            "rope_kv": "tests/test_kernels_rope.py", "moe": "tests/test_kernels_moe.py",
+            "sample": "tests/test_kernels_sampling.py"}  # where each op's variants are tested
 RESERVED = {"auto", "all", *V.SETS}
 
 HEADER = """\

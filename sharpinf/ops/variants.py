@@ -26,6 +26,9 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                                   tiles of 8 pairs
                mmq                moe_mmq.cu: as fast, steps of >= 16 tokens in tiles of 64 pairs on
                                   int8 tensor cores (mmq_rows.cuh), bit-identical to fast
+    sample     simple             sampling.cu: one block a row (the head's sampling)
+               radix              sampling_radix.cu: each row over blocks of 4096 ids, radix-select
+                                  cuts, integer masses: the same token, bit for bit
 
 A Variant names its op, its kernel files and its launcher (the op's launch function, which it runs
 on its own first file), and says what it serves (`fits`, `min_tokens`, `max_tokens`, `qtypes`). A matmul variant
@@ -66,7 +69,7 @@ from sharpinf.errors import SharpinfError
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import matmul_mma as mma_ops
 
-OP_NAMES = ("matmul", "attention", "rope_kv", "moe")
+OP_NAMES = ("matmul", "attention", "rope_kv", "moe", "sample")
 ACTIVATIONS = ("f32", "q8_1")  # what a matmul variant's linear layers read (the Reference's act_quant words)
 MODEL_OPS = {"moe": lambda cfg: getattr(cfg, "is_moe", False)}  # ops only some models run (the others: all)
 
@@ -106,7 +109,7 @@ class Variant:
     max_tokens: int | None = None  # serves steps of at most this many (the launcher falls back above)
     qtypes: Callable[[int], bool] | None = None  # matmul: the weight types it serves (None: all)
     writes_q8: bool = False  # attention: writes the q8_1 copy of its output for the o-projection
-    needs_scratch: bool = False  # attention: the split frame's partial states and merge tickets
+    needs_scratch: bool = False  # attention: the split frame's partial states; sample: per-row accumulators
     like: str | None = None  # the variant whose launcher it shares (a copy made by `kernels new`)
 
     def __post_init__(self):
@@ -276,10 +279,10 @@ load_registry()
 # faster -- matmul_mmq.py's BEST_MIN_TOKENS; attention split: flash measured faster only for long
 # prefills, and the two are not bit-identical, so one cannot stand in for the other per step).
 SETS: dict[str, dict[str, str]] = {
-    "simple": {"matmul": "simple", "attention": "simple", "rope_kv": "simple", "moe": "simple"},  # the baselines
-    "fast": {"matmul": "best", "attention": "split", "rope_kv": "fused", "moe": "fast"},
+    "simple": {"matmul": "simple", "attention": "simple", "rope_kv": "simple", "moe": "simple", "sample": "simple"},
+    "fast": {"matmul": "best", "attention": "split", "rope_kv": "fused", "moe": "fast", "sample": "radix"},
     # the tensor-core set: mmq matmuls and MoE experts for steps of >= 16 tokens, flash attention
-    "tensor": {"matmul": "mmq", "attention": "flash", "rope_kv": "fused", "moe": "mmq"},
+    "tensor": {"matmul": "mmq", "attention": "flash", "rope_kv": "fused", "moe": "mmq", "sample": "radix"},
 }
 FAST, TENSOR = SETS["fast"], SETS["tensor"]
 AUTO = "auto"
@@ -300,6 +303,7 @@ class KernelChoice:
     attention: str = "simple"
     rope_kv: str = "simple"
     moe: str = "simple"
+    sample: str = "simple"
 
     def __post_init__(self):
         for op in OP_NAMES:

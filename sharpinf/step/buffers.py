@@ -39,7 +39,7 @@ from sharpinf.model.config import ModelConfig
 from sharpinf.ops.attention import SplitScratch
 from sharpinf.ops.moe import MoeScratch
 from sharpinf.ops.quant_act import Q8Act
-from sharpinf.ops.sampling import N_PARAMS
+from sharpinf.ops.sampling import N_PARAMS, sample_acc
 from sharpinf.ops.variants import KernelChoice
 from sharpinf.runtime.backend import Backend
 
@@ -112,6 +112,8 @@ class Workspace:
         self.sel = be.empty((R, cfg.n_embd), F32)  # the rows that want logits
         self.logits = be.empty((R, cfg.n_vocab), F32)
         self.sample_scratch = be.empty((R, 2 * cfg.n_vocab), F32)
+        if choice.of("sample").needs_scratch:  # radix: each row's counts, masses and histograms
+            self.sample_acc = sample_acc(be, R, cfg.n_vocab)
         self.sampled = be.empty((R,), I32)
         if choice.q8_activations:  # what the dp4a matmuls read: the normed x, attention out, SwiGLU out
             self.xq, self.attq = Q8Act.empty(be, T, cfg.n_embd), Q8Act.empty(be, T, cfg.q_dim)

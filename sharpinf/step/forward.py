@@ -48,7 +48,7 @@ from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel
 from sharpinf.ops.embedding import embed
-from sharpinf.ops.sampling import BIAS_STRIDE, count_words, history_words, sample_rows, seen_update
+from sharpinf.ops.sampling import BIAS_STRIDE, count_words, history_words, seen_update
 from sharpinf.ops.variants import KernelChoice, check_dispatched, ops_of, resolve_kernels
 from sharpinf.progress import note, progress_bar
 from sharpinf.runtime.backend import Backend
@@ -422,7 +422,7 @@ class ForwardPass:
             raise RuntimeError("sample(): the step was not submitted with masks_later, or is sampled already")
         (Rb, buf), be, d = pending.deferred, self.backend, self._desc
         d.upload_masks(buf, masks)
-        self._plans.run(("sample", Rb), lambda: self._emit_sample(Rb, d), False)  # one launch: no graph
+        self._plans.run(("sample", Rb), lambda: self._emit_sample(Rb, d), False)  # a few launches: no graph
         pending.deferred = None
         be.copy_to_host(self.ws.sampled[: len(pending.host_ids)], pending.host_ids)
         be.record(pending.done)
@@ -463,6 +463,7 @@ class ForwardPass:
     def _emit_sample(self, R: int, d: StepDescriptor) -> None:
         """One token for each of the R logits rows (the sampling kernel, over the descriptor's rows)."""
         be, cfg, ws, dv = self.backend, self.cfg, self.ws, d.d
-        sample_rows(be, ws.logits, R, cfg.n_vocab, dv["params"], dv["top_k"], dv["seeds"], dv["steps"],
-                    self.seen_bits, dv["slots"], dv["clear"], dv["add_off"], dv["add_ids"], self.counts,
-                    dv["count_n"], self.slot_bias, dv["mask_idx"], d.masks, ws.sampled, ws.sample_scratch)
+        self.kernels.sampler.launch(be, ws.logits, R, cfg.n_vocab, dv["params"], dv["top_k"], dv["seeds"], dv["steps"],
+                                    self.seen_bits, dv["slots"], dv["clear"], dv["add_off"], dv["add_ids"], self.counts,
+                                    dv["count_n"], self.slot_bias, dv["mask_idx"], d.masks, ws.sampled,
+                                    ws.sample_scratch, acc=getattr(ws, "sample_acc", None))

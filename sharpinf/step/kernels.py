@@ -59,6 +59,7 @@ class StepKernels:
         self.attn: Variant = self.choice.of("attention")
         self.rope: Variant = self.choice.of("rope_kv")
         self.moe: Variant = self.choice.of("moe")
+        self.sampler: Variant = self.choice.of("sample")
 
     # -- norms and linear layers --------------------------------------------------------------
     def norm(self, x, w, rows: int, out_f=None, out_q: Q8Act | None = None) -> Act:
