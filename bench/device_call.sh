@@ -85,6 +85,13 @@ if has kernels; then
     --batch-sizes 1,64 --context 512 --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention" \
     > "$OUT/kernels-attention.log" 2>&1
   stamp "kernels attention exit $?"
+  # the head's sampling over Qwen3's 152k vocabulary (temperature 1, top-k 50, top-p 0.9):
+  # sampling.cu's block a row vs sampling_radix.cu's row over many blocks (issue 20: <= 20 us a row)
+  stamp "kernels: sampling on the 8B shape"
+  timeout -s INT 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op sample \
+    --batch-sizes 1,8,64 --prefill-sizes 128 --repeats 5 --out "$RUN/qwen3-8b-shape-sample" \
+    > "$OUT/kernels-sample.log" 2>&1
+  stamp "kernels sample exit $?"
 fi
 if has tests; then
   # the kernel tests first (each kernel against its NumPy reference, every variant), then the
