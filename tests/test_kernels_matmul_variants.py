@@ -31,7 +31,19 @@ def _cases(v):
     return [q for q in TYPES if v.serves(q)]
 
 
-@pytest.mark.parametrize("name", variants_of("matmul"))
+def _own_kernels(names):
+    """The variants whose linear layers run kernels of their own: matmul=ffn's are dp4a's (its own
+    kernel, the fused FFN, has test_kernels_matmul_ffn.py)."""
+    seen, out = set(), []
+    for n in names:
+        v = variant("matmul", n)
+        if (v.launcher, v.files[0]) not in seen:
+            seen.add((v.launcher, v.files[0]))
+            out.append(n)
+    return out
+
+
+@pytest.mark.parametrize("name", _own_kernels(variants_of("matmul")))
 def test_every_matmul_variant_matches_its_reference_and_is_batch_invariant(backend, name):
     v = variant("matmul", name)
     for qtype in _cases(v):
@@ -80,7 +92,8 @@ STEP_TYPES = [(quants.Q5_0, 1024), (quants.Q4_K, 4096), (quants.Q6_K, 512)]  # 2
 # chunks a lane (the order within a lane: gemv loads 4 ahead); halves
 
 
-@pytest.mark.parametrize("name", [n for n in variants_of("matmul") if variant("matmul", n).activations == "q8_1"])
+@pytest.mark.parametrize("name", [n for n in _own_kernels(variants_of("matmul"))
+                                  if variant("matmul", n).activations == "q8_1"])
 def test_a_tokens_bits_do_not_depend_on_the_step_size(backend, name):
     """Each step size N runs the variant on the first N tokens of one 300-token activation; every
     row equals dp4a's for that token in the 300-token step (lane groups of 32 and 16 chunks)."""

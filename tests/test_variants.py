@@ -29,7 +29,8 @@ def test_parse_every_spelling():
     assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple,moe=simple,sample=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
-    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=dp4a", "matmul=mma", "matmul=gemv"]  # in no set: on their own
+    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=dp4a", "matmul=mma", "matmul=gemv",
+                                  "matmul=ffn"]  # in no set: on their own
     assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="mmq",
                                                         sample="radix")
     assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=mmq,sample=radix").name == "tensor"
@@ -151,6 +152,25 @@ def test_matmul_variants_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype, na
     assert r.passed and r.max_abs_dlogit == 0.0, r
 
 
+@pytest.mark.parametrize("arch,qtype", [("llama", "Q4_K"), ("qwen2", "Q5_1")])
+def test_matmul_ffn_fuses_the_decode_ffn_and_keeps_dp4a_bits(emu, arch, qtype):
+    """matmul=ffn: a decode step's FFN (<= 8 tokens) is one cooperative launch (two fewer a layer),
+    larger steps take dp4a's three; every step gives dp4a's logits bit for bit."""
+    n_embd = 256 if qtype in ("Q4_K", "Q6_K") else 128
+    model = load_model(synthetic_model(arch, qtype, n_embd=n_embd))
+    base = dict(attention="split", rope_kv="fused")
+    dp4a = ForwardPass(model, emu, kernels={"matmul": "dp4a", **base})
+    other = dp4a.with_own_buffers(kernels={"matmul": "ffn", **base})
+    assert other.launches_per_layer() == dp4a.launches_per_layer() - 2
+    assert any(f == "ffn_dp4a.cu" and e == f"ffn_dp4a_{qtype.lower()}" for f, e in other.kernels_used("f16"))
+    toks = list(range(7, 47))
+    nb = paths.blocks_for([len(toks)], 16)
+    got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [40]) for fp in (other, dp4a))
+    assert_bits(np.asarray(got), np.asarray(want))
+    r = paths.oracle_chunked_vs_whole(other, toks, "f16", 4, chunks=[1, 2, 3, 5, 8, 21])
+    assert r.passed and r.max_abs_dlogit == 0.0, r
+
+
 def test_engine_and_llm_take_kernels():
     from sharpinf.llm import LLM
 
@@ -256,7 +276,7 @@ def test_a_matmul_variant_brings_the_norm_it_declares(emu):
         Variant("matmul", "bad", ("matmul.cu",), mm_ops.matmul, "no norm", activations="f32")
     with pytest.raises(SharpinfError, match="matmul=bad: a matmul variant declares its activations"):
         Variant("matmul", "bad", ("matmul.cu",), mm_ops.matmul, "int4?", activations="q4", norm=basic.rmsnorm)
-    with pytest.raises(SharpinfError, match="attention=bad: activations, norm and gate_up are a matmul"):
+    with pytest.raises(SharpinfError, match="attention=bad: activations, norm, gate_up and ffn are a matmul"):
         Variant("attention", "bad", ("attention.cu",), attn_ops.attention, "a norm?", norm=basic.rmsnorm)
 
 

@@ -30,7 +30,7 @@ memory) of the fast kernels the model uses come along where NVRTC is installed.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from rich.console import Group
@@ -43,15 +43,19 @@ from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic
 from sharpinf.ops import kv_cache as kv_ops
 from sharpinf.ops.moe import MoeScratch
+from sharpinf.ops.matmul_dp4a import TILE_TOKENS
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
-from sharpinf.ops.variants import OP_NAMES, REGISTRY, Variant, baseline
+from sharpinf.ops.variants import OP_NAMES, REGISTRY, Variant, baseline, variant
 
 SUITE = "kernels"
 # the registry op each bench op times (norm and ffn_in are the matmul family's: its activations' norm,
 # and gate + up + activation)
-BENCH_OPS = {"norm": "matmul", "matmul": "matmul", "ffn_in": "matmul", "rope_kv": "rope_kv", "attention": "attention",
-             "moe": "moe", "sample": "sample"}
-DENSE_FFN_OPS = {"ffn_in"}  # what only a dense FFN has (an MoE layer's FFN is the moe op)
+BENCH_OPS = {"norm": "matmul", "matmul": "matmul", "ffn_in": "matmul", "ffn": "matmul", "rope_kv": "rope_kv",
+             "attention": "attention", "moe": "moe", "sample": "sample"}
+DENSE_FFN_OPS = {"ffn_in", "ffn"}  # what only a dense FFN has (an MoE layer's FFN is the moe op)
+# ffn: the whole dense FFN of a decode step in a variant that fuses it (matmul=ffn), beside the dp4a
+# path's three launches it replaces -- the speedup is over those
+BASE_OF = {"ffn": "dp4a"}
 EMU_NOTE = ("emulator times: each thread's C++ on one core, so they rank nothing a GPU would do; "
             "they show the harness runs and what each variant launches")
 
@@ -196,7 +200,7 @@ def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool, sel: Selection)
     """The layer's projections (and the LM head), then gate + up + activation, at N tokens: each matmul
     variant that serves the weight type at N tokens, as the forward pass launches it (its own file).
     An MoE layer has no dense down, gate or up (its FFN is the moe op's)."""
-    if not {"matmul", "ffn_in"} & sel.ops:
+    if not {"matmul", "ffn_in", "ffn"} & sel.ops:
         return []
     be, fp = ctx.backend, ctx.forward_pass()
     cfg, L = fp.cfg, fp.layers[0]
@@ -224,14 +228,14 @@ def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool, sel: Selection)
         shape = f"{label} {quants.qtype_name(W.qtype)}"
         ws = _copies(be, W.raw, wb)
         for v in variants:
-            if not v.serves(W.qtype, N):
+            if not v.serves(W.qtype, N) or _repeats_an_earlier(v, variants, lambda v: (v.launcher, v.files[0])):
                 continue
             x, act_bytes = (xq, N * W.n_in * 9 // 8) if v.activations == "q8_1" else (xf, 4 * N * W.n_in)
             cases.append(_Case("matmul", shape, v.name, N, wb + act_bytes + 4 * N * W.n_out,
                                [lambda v=v, W=W, w=w, x=x, y=y: v.launch(be, w, W.qtype, x, y, N, W.n_out, W.n_in)
                                 for w in ws], flops=2 * N * W.n_out * W.n_in))
     if "ffn_in" not in sel.ops or L.w_gate is None:
-        return cases
+        return cases + _ffn_cases(ctx, N, rng, sel, xq_e)
 
     # the FFN's first half: gate and up and the activation
     g, u = L.w_gate, L.w_up
@@ -250,12 +254,50 @@ def _linear_cases(ctx: BenchContext, N: int, rng, lm_head: bool, sel: Selection)
                 cases.append(_Case("ffn_in", shape, v.name, N, wb + 4 * N * (cfg.n_embd + cfg.n_ff),
                                    [lambda gw=gw, uw=uw: unfused(gw, uw) for gw, uw in gus]))
             continue
-        if g.qtype != u.qtype or not v.serves(g.qtype, N):
+        if g.qtype != u.qtype or not v.serves(g.qtype, N) or _repeats_an_earlier(v, variants, lambda v: v.gate_up):
             continue
         cases.append(_Case("ffn_in", shape, v.name, N, wb + N * cfg.n_embd * 9 // 8 + 4 * N * cfg.n_ff,
                            [lambda v=v, gw=gw, uw=uw: v.gate_up(be, gw, uw, g.qtype, xq_e, gate, N, cfg.n_ff, cfg.n_embd,
                                                                act=cfg.ffn_act) for gw, uw in gus],
                            flops=4 * N * cfg.n_ff * cfg.n_embd))
+    return cases + _ffn_cases(ctx, N, rng, sel, xq_e)
+
+
+def _repeats_an_earlier(v: Variant, variants: list[Variant], kernels: Callable[[Variant], Any]) -> bool:
+    """Whether an earlier variant in the list runs the same kernels for this case (matmul=ffn's linear
+    layers and gate+up are dp4a's): its row would time the same launches again."""
+    return any(kernels(o) == kernels(v) for o in variants[: variants.index(v)])
+
+
+def _ffn_cases(ctx: BenchContext, N: int, rng, sel: Selection, xq) -> list[_Case]:
+    """The whole dense FFN (gate+up, q8_1, down into the residual) where a selected variant fuses it
+    (its `ffn` serves this step), beside dp4a's three launches."""
+    fused = [v for v in sel.variants_of("matmul") if v.ffn is not None]
+    be, fp = ctx.backend, ctx.forward_pass()
+    cfg, L = fp.cfg, fp.layers[0]
+    if "ffn" not in sel.ops or not fused or L.w_gate is None or L.post_ffn_norm is not None:
+        return []
+    g, u, dn = L.w_gate, L.w_up, L.w_down
+    qtypes = (g.qtype, u.qtype, dn.qtype)
+    h, hq, x, bar = (be.empty((N, cfg.n_ff), np.float32), Q8Act.empty(be, N, cfg.n_ff), _rand(be, rng, N, cfg.n_embd),
+                     be.zeros((2,), np.uint32))
+    dp4a = variant("matmul", "dp4a")
+    nbytes = sum(W.n_out * quants.row_bytes(W.qtype, W.n_in) for W in (g, u, dn)) + N * cfg.n_embd * (9 // 8 + 8)
+
+    def three():
+        dp4a.gate_up(be, g.raw, u.raw, g.qtype, xq, h, N, cfg.n_ff, cfg.n_embd, act=cfg.ffn_act)
+        quantize_q8_1(be, h, hq, N, cfg.n_ff)
+        dp4a.launch(be, dn.raw, dn.qtype, hq, x, N, dn.n_out, dn.n_in, accumulate=True)
+
+    shape = f"gate+up+down {cfg.n_ff}x{cfg.n_embd} {quants.qtype_name(g.qtype)}"
+    cases = []
+    for v in fused:
+        run = lambda v=v: v.ffn(be, g.raw, u.raw, dn.raw, qtypes, xq, h, hq, x, N, cfg.n_ff, cfg.n_embd,  # noqa: E731
+                                cfg.ffn_act, bar)
+        if g.qtype == u.qtype == dn.qtype and N <= TILE_TOKENS:  # what it serves (else it launches nothing)
+            cases.append(_Case("ffn", shape, v.name, N, nbytes, [run], flops=6 * N * cfg.n_ff * cfg.n_embd))
+    if cases:
+        cases.insert(0, _Case("ffn", shape, "dp4a", N, nbytes, [three], flops=6 * N * cfg.n_ff * cfg.n_embd))
     return cases
 
 
@@ -447,7 +489,7 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
                             | ({"expert_load": load} if load is not None else {}))
             bar.advance(task)
     base = {(r["op"], r["shape"], r["tokens"]): r["us"] for r in rows
-            if r["variant"] == baseline(BENCH_OPS[r["op"]]).name}
+            if r["variant"] == BASE_OF.get(r["op"], baseline(BENCH_OPS[r["op"]]).name)}
     for r in rows:
         b = base.get((r["op"], r["shape"], r["tokens"]))
         r["speedup"] = b / r["us"] if b else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from sharpinf.model import quants
-from sharpinf.ops.launch import kernel
+from sharpinf.ops.launch import WantedKernel, kernel
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
 from sharpinf.ops.quant_act import Q8Act, dequantize_q8_1
 
@@ -85,6 +85,32 @@ def gate_up_dp4a(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: in
     grid, block = launch_shape(n_tokens, n_ff, n_in, MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
     launch_q8_gate_up(be, "gate_up_dp4a.cu", f"gate_up_dp4a_{kernel_suffix(qtype)}", grid, block, Wg_dev, Wu_dev,
                       qtype, X, out_dev, n_tokens, n_ff, n_in, act)
+
+
+FFN_FILE = "ffn_dp4a.cu"
+
+
+def ffn_dp4a(be, Wg_dev, Wu_dev, Wd_dev, qtypes: tuple[int, int, int], X: Q8Act, h_dev, hq: Q8Act, x_dev,
+             n_tokens: int, n_ff: int, n_embd: int, act: str, bar_dev, file: str = FFN_FILE) -> bool:
+    """x[n_tokens, n_embd] += (act(X Wg^T) * (X Wu^T)) Wd^T (through q8_1, as the dp4a path) in one
+    cooperative launch of kernels_cu/ffn_dp4a.cu, bit-identical to gate_up_dp4a + quantize_q8_1 +
+    matmul_dp4a; h_dev float [n_tokens, n_ff] and hq its q8_1 are scratch, bar_dev u32 [2] zeroed
+    once. Returns False, launching nothing, where it does not serve: more than one token tile
+    (8 tokens) or the three matrices not of one quantized type (the caller runs the three launches)."""
+    qtype = qtypes[0]
+    if n_tokens > TILE_TOKENS or len(set(qtypes)) != 1 or qtype in (quants.F32, quants.F16, quants.BF16):
+        return False
+    check_n_in(qtype, n_embd)
+    check_n_in(qtype, n_ff)
+    k = kernel(be, file, f"ffn_dp4a_{kernel_suffix(qtype)}")
+    (rows_grid, _), block = launch_shape(n_tokens, n_ff, n_embd, MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
+    grid = rows_grid if isinstance(k, WantedKernel) else min(rows_grid, be.resident_blocks(k, block))
+    rb = quants.row_bytes(qtype, n_embd) * 2 * n_ff + quants.row_bytes(qtype, n_ff) * n_embd
+    be.launch(k, grid, block,
+              (Wg_dev, Wu_dev, Wd_dev, X.q, X.d, X.s, h_dev, hq.q, hq.d, hq.s, x_dev, bar_dev, np.int32(n_tokens),
+               np.int32(n_ff), np.int32(n_embd), np.int32(ACTS[act])),
+              io=(rb + n_tokens * n_embd * (9 // 8 + 4), 4 * n_tokens * n_embd), cooperative=True)
+    return True
 
 
 # -- NumPy reference -----------------------------------------------------------------------------

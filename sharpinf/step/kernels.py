@@ -126,6 +126,10 @@ class StepKernels:
         """x += (act(a Wg^T) * (a Wu^T)) Wd^T (through the post-norm when the model has one)."""
         be, cfg, ws = self.be, self.cfg, self.ws
         g, u = L.w_gate, L.w_up
+        if self.mm.ffn is not None and L.post_ffn_norm is None and self.mm.ffn(
+                be, g.raw, u.raw, L.w_down.raw, (g.qtype, u.qtype, L.w_down.qtype), a.q, ws.gate, ws.ffq, x, N,
+                cfg.n_ff, cfg.n_embd, cfg.ffn_act, ws.grid_bar):
+            return  # the variant's one launch (it returns False where it does not serve: the launches below)
         if self.mm.gate_up is not None and g.qtype == u.qtype:
             self.mm.gate_up(be, g.raw, u.raw, g.qtype, a.q, ws.gate, N, cfg.n_ff, cfg.n_embd, act=cfg.ffn_act)
         else:  # the fused kernel's result bit for bit (its epilogue is act_gate's arithmetic)
