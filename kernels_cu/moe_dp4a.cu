@@ -26,6 +26,7 @@
 // Bound: memory -- each chosen expert's matrices streamed once per 8 pairs. For many pairs,
 // moe_mmq.cu: tiles of 64 pairs on int8 tensor cores, the same bits.
 #include "dp4a.cuh"
+#include "moe_args.cuh"
 
 #define MOE_MAX_EXPERTS 512
 
@@ -121,16 +122,12 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
     }
 }
 
-#define MGD_PARAMS const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, \
-        const int *xs, const int *order, const int *tiles, float *G, int k, int n_ff, int n_in, int max_tiles, int act
-#define MDD_PARAMS const unsigned char *Wd, const signed char *xq, const float *xd, const int *xs, const int *order, \
-        const int *tiles, float *Y, int n_out, int n_in, int max_tiles
-template <int QT> __device__ __forceinline__ void moe_gate_up_dp4a_t(MGD_PARAMS) {
+template <int QT> __device__ __forceinline__ void moe_gate_up_dp4a_t(MOE_GATE_UP_PARAMS) {
     moe_dp4a_rows<QT, 2>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act);
 }
-template <int QT> __device__ __forceinline__ void moe_down_dp4a_t(MDD_PARAMS) {
+template <int QT> __device__ __forceinline__ void moe_down_dp4a_t(MOE_DOWN_PARAMS) {
     moe_dp4a_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU);
 }
-GB_ENTRIES(moe_gate_up_dp4a, , (MGD_PARAMS), moe_gate_up_dp4a_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in,
+GB_ENTRIES(moe_gate_up_dp4a, , (MOE_GATE_UP_PARAMS), moe_gate_up_dp4a_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in,
            max_tiles, act)
-GB_ENTRIES(moe_down_dp4a, , (MDD_PARAMS), moe_down_dp4a_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
+GB_ENTRIES(moe_down_dp4a, , (MOE_DOWN_PARAMS), moe_down_dp4a_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)

@@ -22,6 +22,7 @@
 //   are partly filled -- the n8 tiles past a tile's last pair skip their work.
 // Measured: not yet (no GPU in the session that wrote it).
 #include "mmq_rows.cuh"
+#include "moe_args.cuh"
 
 // One expert's tile of pairs (moe_sort's tile blockIdx.y), its pair indices in shared memory.
 struct MqPairs {
@@ -47,16 +48,12 @@ __device__ __forceinline__ void moe_mmq_rows(const unsigned char* W, const unsig
                        (long long)n_out, act);
 }
 
-#define MGQ_PARAMS const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, \
-        const int *xs, const int *order, const int *tiles, float *G, int k, int n_ff, int n_in, int max_tiles, int act
-#define MDQ_PARAMS const unsigned char *Wd, const signed char *xq, const float *xd, const int *xs, const int *order, \
-        const int *tiles, float *Y, int n_out, int n_in, int max_tiles
-template <int QT> __device__ __forceinline__ void moe_gate_up_mmq_t(MGQ_PARAMS) {
+template <int QT> __device__ __forceinline__ void moe_gate_up_mmq_t(MOE_GATE_UP_PARAMS) {
     moe_mmq_rows<QT, 2>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act);
 }
-template <int QT> __device__ __forceinline__ void moe_down_mmq_t(MDQ_PARAMS) {
+template <int QT> __device__ __forceinline__ void moe_down_mmq_t(MOE_DOWN_PARAMS) {
     moe_mmq_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU);
 }
-GB_QUANT_ENTRIES(moe_gate_up_mmq, , (MGQ_PARAMS), moe_gate_up_mmq_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff,
+GB_QUANT_ENTRIES(moe_gate_up_mmq, , (MOE_GATE_UP_PARAMS), moe_gate_up_mmq_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff,
                  n_in, max_tiles, act)
-GB_QUANT_ENTRIES(moe_down_mmq, , (MDQ_PARAMS), moe_down_mmq_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
+GB_QUANT_ENTRIES(moe_down_mmq, , (MOE_DOWN_PARAMS), moe_down_mmq_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
