@@ -5,7 +5,8 @@
 # whatever time is left. Each stage has its own time limit and logs under $OUT; results land in
 # bench/results/gpu/<gpu>-<date>/ and come back as $OUT/results.tgz.
 # Seen on an H200 (2026-11-26): setup 13 s, peers 104 s, the matmul suite below 67 s (the simple
-# baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s.
+# baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s. (The sampling
+# and the decode launch-floor runs were added after: not yet timed.)
 #
 #   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,tests (the default), moe
 #
@@ -92,6 +93,15 @@ if has kernels; then
     --batch-sizes 1,8,64 --prefill-sizes 128 --repeats 5 --out "$RUN/qwen3-8b-shape-sample" \
     > "$OUT/kernels-sample.log" 2>&1
   stamp "kernels sample exit $?"
+  # the launch floor (issue 20): SmolLM2's shape decoding at 1 and 8 sequences, graphs on, in the fast
+  # set and with the decode layer in two launches (matmul=layer) or seven (matmul=ffn) -- the same bits
+  for k in fast ffn layer; do
+    spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
+    stamp "decode: SmolLM2 shape, kernels $spec"
+    timeout -s INT 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite decode --kernels "$spec" \
+      --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k" > "$OUT/decode-$k.log" 2>&1
+    stamp "decode $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode-$k.log"
+  done
 fi
 if has tests; then
   # the kernel tests first (each kernel against its NumPy reference, every variant), then the

@@ -1,5 +1,6 @@
 // q8_1_rows.cuh -- a row's 32-value blocks quantized to q8_1 by the block's warps (common.cuh's
-// q8_1_block each): rmsnorm_q8_1.cu's norm and quantize_q8_1, and ffn_dp4a.cu's middle phase.
+// q8_1_block each), and a row's RMS norm into q8_1: rmsnorm_q8_1.cu's kernels, ffn_dp4a.cu's
+// middle phase and layer_dp4a.cu's norms.
 #pragma once
 #include "common.cuh"
 
@@ -24,4 +25,32 @@ __device__ __forceinline__ void q8_1_row(Value value, signed char* q, float* d, 
             q8_1_block(v[u], q + b * 32, d + b, s + b);
         }
     }
+}
+
+// rmsnorm.cu's scale rsqrt(mean(x^2) + eps) of a row, in its order -- sum_threads serial sums (128
+// for n <= 256, else 256: basic.rmsnorm's block), xor-butterflies within warps, the warp sums added
+// by one more butterfly in warp order -- by a block of any multiple of 32 threads: a block of 128
+// takes rmsnorm's threads v and v + 128 in two rounds, a larger one leaves its extra warps out. So
+// a norm's bits never depend on the block that takes it. smem32: 32 floats, free again on return.
+__device__ __forceinline__ float rms_scale(const float* x, int n, float eps, float* smem32) {
+    const int sum_threads = n <= 256 ? 128 : 256, lane = threadIdx.x & 31;
+    for (int v0 = 0; v0 < sum_threads; v0 += blockDim.x) {  // uniform across the block
+        const int v = v0 + threadIdx.x;                       // rmsnorm's thread v
+        float ss = 0.0f;
+        if (v < sum_threads)
+            for (int i = v; i < n; i += sum_threads) ss += x[i] * x[i];
+        ss = warp_reduce_sum(ss);
+        if (lane == 0 && v < sum_threads) smem32[v >> 5] = ss;
+    }
+    __syncthreads();
+    const float total = warp_reduce_sum(lane < sum_threads / 32 ? smem32[lane] : 0.0f);
+    __syncthreads();
+    return rsqrtf(total / (float)n + eps);
+}
+
+// q8_1(rmsnorm(x) * w) of one row of n (a multiple of 32), by the whole block.
+__device__ __forceinline__ void rmsnorm_q8_1_row(const float* x, const float* w, signed char* q, float* d, int* s,
+                                                 int n, float eps, float* smem32) {
+    const float scale = rms_scale(x, n, eps, smem32);
+    q8_1_row([&](int i) { return x[i] * scale * w[i]; }, q, d, s, 0, n / 32);
 }

@@ -19,22 +19,13 @@
 // Bound: memory -- reads 4n bytes, writes ~1.3n; a few us per step, one launch per norm.
 #include "q8_1_rows.cuh"
 
-// The sum of squares is taken by the first rmsnorm.cu-sized set of threads (128 for n <= 256, else
-// 256: basic.rmsnorm's rule) in rmsnorm.cu's order, whatever the block size, so the normalised
-// values equal rmsnorm_f32's bits; the other threads (a block of up to 1024) only help quantize.
+// The sum of squares is rmsnorm.cu's whatever the block size (q8_1_rows.cuh's rms_scale), so the
+// normalised values equal rmsnorm_f32's bits; a block larger than rmsnorm's only helps quantize.
 extern "C" __global__ void rmsnorm_q8_1(const float* x, const float* w, signed char* q, float* d, int* s, int n,
                                         float eps) {
     __shared__ float smem32[32];
     const long long row = blockIdx.x;
-    x += row * n;
-    const int sum_threads = n <= 256 ? 128 : 256;
-    float ss = 0.0f;
-    if (threadIdx.x < sum_threads)
-        for (int i = threadIdx.x; i < n; i += sum_threads) ss += x[i] * x[i];
-    ss = block_reduce_sum(ss, smem32);  // warps past sum_threads add exact zeros at the tree's end
-    const float scale = rsqrtf(ss / (float)n + eps);
-    q8_1_row([&](int i) { return x[i] * scale * w[i]; }, q + row * n, d + row * (n / 32), s + row * (n / 32), 0,
-             n / 32);
+    rmsnorm_q8_1_row(x + row * n, w, q + row * n, d + row * (n / 32), s + row * (n / 32), n, eps, smem32);
 }
 
 // grid = (rows, chunks of RQ_CHUNK blocks): no reduction across the row, so a long row spreads

@@ -32,8 +32,9 @@ def _cases(v):
 
 
 def _own_kernels(names):
-    """The variants whose linear layers run kernels of their own: matmul=ffn's are dp4a's (its own
-    kernel, the fused FFN, has test_kernels_matmul_ffn.py)."""
+    """The variants whose linear layers run kernels of their own: matmul=ffn's and matmul=layer's are
+    dp4a's (their own kernels, the fused FFN and the link, have test_kernels_matmul_ffn.py and
+    test_kernels_layer_link.py)."""
     seen, out = set(), []
     for n in names:
         v = variant("matmul", n)

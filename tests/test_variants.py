@@ -30,7 +30,7 @@ def test_parse_every_spelling():
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
     assert choices_for("all") == ["simple", "fast", "tensor", "matmul=dp4a", "matmul=mma", "matmul=gemv",
-                                  "matmul=ffn"]  # in no set: on their own
+                                  "matmul=ffn", "matmul=layer"]  # in no set: on their own
     assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="mmq",
                                                         sample="radix")
     assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=mmq,sample=radix").name == "tensor"
@@ -276,7 +276,7 @@ def test_a_matmul_variant_brings_the_norm_it_declares(emu):
         Variant("matmul", "bad", ("matmul.cu",), mm_ops.matmul, "no norm", activations="f32")
     with pytest.raises(SharpinfError, match="matmul=bad: a matmul variant declares its activations"):
         Variant("matmul", "bad", ("matmul.cu",), mm_ops.matmul, "int4?", activations="q4", norm=basic.rmsnorm)
-    with pytest.raises(SharpinfError, match="attention=bad: activations, norm, gate_up and ffn are a matmul"):
+    with pytest.raises(SharpinfError, match="attention=bad: activations, norm, gate_up, ffn and link are a matmul"):
         Variant("attention", "bad", ("attention.cu",), attn_ops.attention, "a norm?", norm=basic.rmsnorm)
 
 

@@ -28,6 +28,10 @@ class Q8Act:
     s: Any
     n: int
 
+    def parts(self) -> tuple[Any, Any, Any]:
+        """(q, d, s): the three kernel arguments, in the kernels' order."""
+        return self.q, self.d, self.s
+
     @classmethod
     def empty(cls, be, rows: int, n: int) -> "Q8Act":
         if n % QBLOCK:

@@ -17,6 +17,9 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                ffn                as dp4a, and a dense FFN of <= 8 tokens (gate+up, q8_1, down +
                                   residual) as one cooperative launch with two grid barriers
                                   (ffn_dp4a.cu): the megakernel pattern, bit-identical
+               layer              as ffn, and a decode step's work between two attentions (o-proj,
+                                  norm, FFN, the next norm, QKV, RoPE/KV append) as one cooperative
+                                  launch (layer_dp4a.cu): two launches a layer, bit-identical
     attention  simple             attention.cu: a warp per (token, head)
                split              attention_split.cu: split-KV (flash-decoding), GQA-shared loads
                flash              attention_flash.cu: the split frame on f16 tensor cores, 64 (token,
@@ -109,6 +112,7 @@ class Variant:
     norm: Callable[..., Any] | None = None  # matmul: the rmsnorm launcher that writes those activations
     gate_up: Callable[..., Any] | None = None  # matmul: gate, up and the activation in one launcher
     ffn: Callable[..., Any] | None = None  # matmul: the whole dense FFN in one launcher (False: not served)
+    link: Callable[..., Any] | None = None  # matmul: a step's work between two attentions in one (False: not served)
     min_tokens: int = 1  # serves steps of at least this many tokens (the launcher falls back below)
     max_tokens: int | None = None  # serves steps of at most this many (the launcher falls back above)
     qtypes: Callable[[int], bool] | None = None  # matmul: the weight types it serves (None: all)
@@ -127,14 +131,14 @@ class Variant:
             raise SharpinfError(f"variant {self.op}={self.name}: its launcher {self.launcher.__name__} takes no "
                                 "file= argument, so it cannot run this variant's own file")
         if self.op not in ("matmul", "moe"):
-            if self.activations or self.norm or self.gate_up or self.ffn:
-                raise SharpinfError(f"variant {self.op}={self.name}: activations, norm, gate_up and ffn are a "
+            if self.activations or self.norm or self.gate_up or self.ffn or self.link:
+                raise SharpinfError(f"variant {self.op}={self.name}: activations, norm, gate_up, ffn and link are a "
                                     "matmul variant's")
         elif self.activations not in ACTIVATIONS or not callable(self.norm):
             raise SharpinfError(f"variant {self.op}={self.name}: a {self.op} variant declares its activations "
                                 f"({' or '.join(ACTIVATIONS)}) and the norm that writes them")
-        elif self.op == "moe" and (self.gate_up or self.ffn):
-            raise SharpinfError(f"variant {self.op}={self.name}: gate_up and ffn are a matmul variant's")
+        elif self.op == "moe" and (self.gate_up or self.ffn or self.link):
+            raise SharpinfError(f"variant {self.op}={self.name}: gate_up, ffn and link are a matmul variant's")
 
     def launch(self, *args, **kw):
         """Run the launcher on this variant's own file."""
@@ -161,7 +165,8 @@ class Variant:
             return ""
         gate_up = f", gate+up {self.gate_up.__name__}" if self.gate_up else ""
         ffn = f", FFN {self.ffn.__name__}" if self.ffn else ""
-        return f"{self.activations} activations, norm {self.norm.__name__}{gate_up}{ffn}"
+        link = f", between attentions {self.link.__name__}" if self.link else ""
+        return f"{self.activations} activations, norm {self.norm.__name__}{gate_up}{ffn}{link}"
 
 
 REGISTRY: dict[str, dict[str, Variant]] = {op: {} for op in OP_NAMES}  # the first of each op is its baseline
@@ -217,7 +222,7 @@ def mma_fits(cfg, model=None) -> str | None:
 
 # -- the registry file ---------------------------------------------------------------------------------
 _FLAGS = ("activations", "min_tokens", "max_tokens", "writes_q8", "needs_scratch")
-_REFS = ("fits", "norm", "gate_up", "ffn", "qtypes")  # "module:function" keys besides launch
+_REFS = ("fits", "norm", "gate_up", "ffn", "link", "qtypes")  # "module:function" keys besides launch
 
 
 def _resolve(where: str, key: str, ref: str) -> Callable:

@@ -112,7 +112,8 @@ class Workspace:
         self.sel = be.empty((R, cfg.n_embd), F32)  # the rows that want logits
         self.logits = be.empty((R, cfg.n_vocab), F32)
         self.sample_scratch = be.empty((R, 2 * cfg.n_vocab), F32)
-        if choice.of("matmul").ffn is not None:  # the fused FFN's grid barrier (zeroed once, left at 0)
+        mm = choice.of("matmul")
+        if mm.ffn is not None or mm.link is not None:  # a cooperative kernel's grid barrier (zeroed once, left at 0)
             self.grid_bar = be.zeros((2,), np.uint32)
         if choice.of("sample").needs_scratch:  # radix: each row's counts, masses and histograms
             self.sample_acc = sample_acc(be, R, cfg.n_vocab)

@@ -446,8 +446,7 @@ class ForwardPass:
     def _emit_body(self, N: int, kv, d: StepDescriptor) -> None:
         """embed -> layers for N tokens (padding included) over the descriptor's device fields."""
         self._emit_embed(N, d)
-        for li, L in enumerate(self.layers):
-            self.kernels.layer(L, li, kv, d, N)
+        self.kernels.layers(self.layers, kv, d, N)
 
     def _emit_embed(self, N: int, d: StepDescriptor) -> None:
         """ws.x = the embedding rows of the step's tokens (sharpinf/oracles/trace.py runs it alone)."""

@@ -8,6 +8,9 @@
     attention   attention.cu                              attention_split.cu (+ its q8_1 output),
                                                           or attention_flash.cu (tensor cores)
     ffn         matmul x2, silu_gate, matmul, add          gate_up_dp4a.cu, quantize_q8_1, dp4a += down
+                (matmul=ffn: ffn_dp4a.cu, the three in one cooperative launch)
+    between     (matmul=layer: layer_dp4a.cu -- a layer's o-projection, FFN norm and FFN, the next
+                layer's norm, QKV and rope_kv in one cooperative launch; layers() chains them)
     post-norm   (gemma3) the o- and down-projections write ws.proj; rmsnorm_add.cu adds its norm to x
     moe         (an MoE layer's ffn; the norm before it writes what the moe variant reads)
                 moe_route.cu, moe_ffn.cu gate_up      moe_route.cu (q8_1), moe_dp4a.cu's sort, gate_up,
@@ -18,7 +21,8 @@ Which kernel runs each op is looked up in the variant registry (ops/variants.py)
 Variant's launcher is called, never a name tested here, so a registered variant runs its own kernels;
 the norm and the gate+up kernels are the ones the matmul variant declares it brings, and what the
 linear layers read (float or q8_1) is its declared activations (KernelChoice.q8_activations).
-A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one; an MoE layer
+A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one (2 with
+matmul=layer at decode: the attention and the link); an MoE layer
 (qwen3moe) 15 and 12 (its FFN: the norm, then 4 launches of moe simple or 6 of moe fast). Gemma 3 takes
 each layer's window and RoPE base from the config, GeGLU in place of SwiGLU (the same kernels, another
 epilogue), and its post-norms (one launch each, the projections no longer add into x themselves). An `Act` is an
@@ -34,6 +38,7 @@ from typing import Any
 from sharpinf.step.weights import DeviceLayer, DeviceMatrix
 from sharpinf.model.config import ModelConfig
 from sharpinf.ops import basic
+from sharpinf.ops.layer_dp4a import LinkPost, LinkPre, LinkStep
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
 from sharpinf.ops.variants import KernelChoice, Variant
 from sharpinf.step.buffers import Workspace
@@ -156,20 +161,76 @@ class StepKernels:
         self.linear(W, a, self.ws.proj, N)
         basic.rmsnorm_add(self.be, self.ws.proj, post_norm, x, N, self.cfg.n_embd, self.cfg.rms_eps)
 
-    # -- a whole layer, the head ------------------------------------------------------------------
-    def layer(self, L: DeviceLayer, li: int, kv, d, N: int) -> None:
-        """x += attention(norm(x)); x += ffn(norm(x)) for the step's N tokens."""
-        ws, dv = self.ws, d.d
-        x = ws.x
-        a = self.norm(x, L.attn_norm, N, getattr(ws, "h", None), getattr(ws, "xq", None))
+    # -- a whole layer, all layers, the head ---------------------------------------------------------
+    def pre_attention(self, L: DeviceLayer, li: int, kv, d, N: int) -> None:
+        """ws.qkv = norm(x) [Wq; Wk; Wv]^T, then QK-norm, RoPE and the KV append."""
+        ws = self.ws
+        a = self.norm(ws.x, L.attn_norm, N, getattr(ws, "h", None), getattr(ws, "xq", None))
         self.qkv(L, a, N)
-        self.rope_kv(L, kv, li, dv["positions"], dv["slot_mapping"], N)
-        o = self.attention(kv, li, d, N)
+        self.rope_kv(L, kv, li, d.d["positions"], d.d["slot_mapping"], N)
+
+    def post_attention(self, L: DeviceLayer, li: int, o: Act, N: int) -> None:
+        """x += o Wo^T; x += ffn(norm(x)) (or the MoE FFN)."""
+        ws = self.ws
+        x = ws.x
         self.residual(L.wo, o, L.post_attn_norm, x, N)
         if L.moe is not None:
             return self.moe_ffn(L, li, x, N)
         a = self.norm(x, L.ffn_norm, N, getattr(ws, "h", None), getattr(ws, "xq", None))
         self.ffn(L, a, x, N)
+
+    def layer(self, L: DeviceLayer, li: int, kv, d, N: int) -> None:
+        """x += attention(norm(x)); x += ffn(norm(x)) for the step's N tokens."""
+        self.pre_attention(L, li, kv, d, N)
+        self.post_attention(L, li, self.attention(kv, li, d, N), N)
+
+    def layers(self, layers: list[DeviceLayer], kv, d, N: int) -> None:
+        """Every layer for the step's N tokens. With a matmul variant that links them (its `link`:
+        matmul=layer), each attention and one launch for all that lies between two attentions --
+        the layer's o-projection and FFN, the next layer's norm, QKV and RoPE/KV append; where the
+        link declines (a larger step, mixed weight types, an MoE layer, post-norms) the separate
+        launches run for that half. The same bits either way."""
+        if self.mm.link is None:
+            for li, L in enumerate(layers):
+                self.layer(L, li, kv, d, N)
+            return
+        waiting = None  # (L, li, o): a layer past its attention, its o-projection and FFN still to run
+        for li, L in enumerate(layers):
+            pre = self._link_pre(L, li, kv)
+            post = None if waiting is None else self._link_post(*waiting)
+            if post is None or pre is None or not self._link(post, pre, N, kv, d):
+                if waiting is not None:  # its half alone, before this layer's
+                    if post is None or not self._link(post, None, N, kv, d):
+                        self.post_attention(*waiting, N)
+                if pre is None or not self._link(None, pre, N, kv, d):
+                    self.pre_attention(L, li, kv, d, N)
+            waiting = (L, li, self.attention(kv, li, d, N))
+        post = self._link_post(*waiting)
+        if post is None or not self._link(post, None, N, kv, d):
+            self.post_attention(*waiting, N)
+
+    def _link_post(self, L: DeviceLayer, li: int, o: Act) -> LinkPost | None:
+        """The link's post half for a dense layer with no post-norms, or None."""
+        if (L.moe is not None or L.post_attn_norm is not None or L.post_ffn_norm is not None or o.q is None
+                or getattr(self.ws, "ffq", None) is None):
+            return None
+        return LinkPost((L.wo.qtype, L.w_gate.qtype, L.w_up.qtype, L.w_down.qtype), L.wo.raw, o.q, L.ffn_norm,
+                        L.w_gate.raw, L.w_up.raw, L.w_down.raw)
+
+    def _link_pre(self, L: DeviceLayer, li: int, kv) -> LinkPre | None:
+        """The link's pre half for a layer whose QKV is one matrix, or None."""
+        if len(L.wqkv) != 1:
+            return None
+        theta, freq_scale = self.cfg.rope_for(li)
+        return LinkPre(L.wqkv[0].qtype, L.attn_norm, L.wqkv[0].raw, L.bqkv, L.q_norm, L.k_norm, kv.k[li], kv.v[li],
+                       theta, freq_scale)
+
+    def _link(self, post: LinkPost | None, pre: LinkPre | None, N: int, kv, d) -> bool:
+        cfg, ws, dv = self.cfg, self.ws, d.d
+        step = LinkStep(ws.x, ws.xq, getattr(ws, "gate", None), getattr(ws, "ffq", None), ws.qkv, dv["positions"],
+                        dv["slot_mapping"], ws.grid_bar, kv.kv_dtype, N, cfg.n_embd, cfg.n_ff, cfg.n_head,
+                        cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act)
+        return self.mm.link(self.be, post, pre, step)
 
     def head(self, output_norm, output: DeviceMatrix, rows_dev, R: int) -> None:
         """ws.logits[:R] = LM head of the final norm of the rows of x that want logits."""

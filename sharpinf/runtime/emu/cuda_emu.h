@@ -27,6 +27,7 @@
 #undef __device__
 #undef __host__
 #undef __forceinline__
+#undef __noinline__
 #undef __align__
 #ifdef SHARPINF_EMU_SCAN  // build.py's scan for entry points: `extern "C" __global__` stays visible
 #define __global__ __sharpinf_global__
@@ -36,6 +37,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
 #define __launch_bounds__(...)

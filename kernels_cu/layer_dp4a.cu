@@ -1,0 +1,119 @@
+// layer_dp4a.cu -- everything a decode step does between two attentions, as one cooperative launch:
+// the megakernel pattern taken from the FFN (ffn_dp4a.cu) to the whole layer but its attention, so a
+// decode layer is two launches (this one and the attention's) instead of nine.
+//
+//   layer_dp4a_<type>(post..., pre..., step...)   with has_post / has_pre saying which halves run
+//   post: the layer whose attention just ran
+//     Wo               o-projection [n_embd rows of q_dim]; aq, ad, as_: the attention output in q8_1
+//     ffn_norm         float [n_embd]; Wg, Wu, Wd: gate, up, down (ffn_dp4a.cu's)
+//   pre: the next layer's attention input
+//     attn_norm        float [n_embd]; Wqkv [q_dim + 2 kv_dim rows of n_embd], bqkv its bias (has_bias)
+//     qkv              float [n_tokens, q_dim + 2 kv_dim]: Q, K, V, rotated in place (attention reads it)
+//     positions, slots, q_norm, k_norm (has_qk_norm), k_cache, v_cache: rope_kv.cu's
+//   step: x (the residual stream), xq/xd/xs (a norm's q8_1), h/hq/hd/hs (the FFN's scratch), bar
+//     (common.cuh's grid barrier, zeroed once), the shapes, kv_kind (0 f32, 1 f16, 2 bf16, 3 q8_0)
+//
+//   post  1  x += aq Wo^T                        matmul_dp4a.cu's dp4a_rows<QT, 1>, accumulating
+//         -- barrier
+//         2  xq = q8_1(rmsnorm(x) * ffn_norm)    rmsnorm_q8_1.cu's row (q8_1_rows.cuh), a token a block
+//         -- barrier
+//         3  h = act(xq Wg^T) * (xq Wu^T)        gate_up_dp4a.cu's dp4a_rows<QT, 2>
+//         -- barrier
+//         4  hq = q8_1(h)                        ffn_fused.cuh's ffn_quantize_h
+//         -- barrier
+//         5  x += hq Wd^T                        dp4a_rows<QT, 1>, accumulating
+//         -- barrier (when pre follows)
+//   pre   6  xq = q8_1(rmsnorm(x) * attn_norm)   as 2
+//         -- barrier
+//         7  qkv = xq Wqkv^T (+ bqkv)            dp4a_rows<QT, 1>
+//         -- barrier
+//         8  QK-norm, RoPE, K and V into the cache   rope_kv_token.cuh, a token a block
+//
+// Every phase runs its separate kernel's own code: dp4a_rows reduces each row in the one canonical
+// order whatever the grid, a norm's sum of squares is rmsnorm.cu's in any block (rms_scale), a
+// q8_1 block's and a token's RoPE arithmetic do not depend on who takes them -- so x, qkv and the
+// cache get the bits of the dp4a path's launches (rmsnorm_q8_1, matmul_dp4a, gate_up_dp4a,
+// quantize_q8_1, rope_kv), for any grid: batch invariance holds across it
+// (tests/test_kernels_layer_link.py, and the engine's logits in tests/test_variants.py).
+//
+// Launch: cooperative, block 128 (DP_WARPS warps), grid = min(the blocks resident at once, the
+// largest phase's row blocks); steps of <= 8 tokens (one DP_TILE); the layer's five matrices of one
+// quantized type (QKV as one matrix), no post-norms, no experts -- else the launcher declines and
+// the step runs the separate launches. Between phases the barrier fences as cooperative groups'
+// grid sync does (thread 0 fences around the arrival, __syncthreads spreads it to its block).
+// Bound: the layer's weight bytes, as the separate kernels -- the phases are the same matvecs. What
+// it saves: seven launches a layer and the idle ramps between them (on a 30-layer model ~200 of a
+// decode step's ~275 launches); what it pays: seven grid barriers (an atomic and a spin each, ~1-2
+// us on a GPU), the norms on n_tokens blocks while the rest wait, and one grid for every phase.
+#include "ffn_fused.cuh"  // dp4a.cuh, q8_1_rows.cuh, ffn_quantize_h
+#include "rope_kv_token.cuh"
+
+#define LK_ARGS                                                                                                  \
+    const unsigned char *Wo, const signed char *aq, const float *ad, const int *as_, const float *ffn_norm,     \
+        const unsigned char *Wg, const unsigned char *Wu, const unsigned char *Wd, const float *attn_norm,     \
+        const unsigned char *Wqkv, const float *bqkv, float *qkv, const int *positions, const int *slots,      \
+        const float *q_norm, const float *k_norm, void *k_cache, void *v_cache, float *x, signed char *xq,     \
+        float *xd, int *xs, float *h, signed char *hq, float *hd, int *hs, unsigned *bar, int n_tokens,        \
+        int n_embd, int n_ff, int n_heads, int n_kv_heads, int head_dim, float theta, float freq_scale,        \
+        float eps, int neox, int has_qk_norm, int has_bias, int act, int kv_kind, int has_post, int has_pre
+
+// The phases in order; a barrier between each two. The three single-matrix products share one
+// dp4a_rows site (one inlined copy of the row loop, not three: NVRTC and g++ build it once).
+enum { LK_O, LK_FFN_NORM, LK_GATE_UP, LK_QUANT_H, LK_DOWN, LK_ATTN_NORM, LK_QKV, LK_ROPE };
+
+// The cache's type is a launch argument: one out-of-line copy serves every weight type's entry
+// (inlined, its four instantiations in each of eight entries doubled the file's compile time).
+__device__ __noinline__ void lk_rope(int t, float* qkv, int qkv_w, const int* positions, const int* slots,
+                                     const float* q_norm, const float* k_norm, void* k_cache, void* v_cache,
+                                     int n_heads, int n_kv_heads, int head_dim, float theta, float freq_scale,
+                                     float eps, int neox, int has_qk_norm, int kv_kind) {
+#define LK_ROPE_AS(T, Q8)                                                                                         \
+    rope_kv_token<T, Q8>(t, qkv, qkv_w, positions, slots, q_norm, k_norm, k_cache, v_cache, n_heads, n_kv_heads, \
+                         head_dim, theta, freq_scale, eps, neox, has_qk_norm)
+    switch (kv_kind) {  // uniform: a launch argument
+        case 0: LK_ROPE_AS(float, false); break;
+        case 1: LK_ROPE_AS(__half, false); break;
+        case 2: LK_ROPE_AS(__nv_bfloat16, false); break;
+        default: LK_ROPE_AS(float, true); break;
+    }
+#undef LK_ROPE_AS
+}
+
+template <int QT>
+__device__ __forceinline__ void layer_link(LK_ARGS) {
+    __shared__ float smem32[32];
+    const int q_dim = n_heads * head_dim, qkv_w = q_dim + 2 * n_kv_heads * head_dim;
+    const int first = has_post ? LK_O : LK_ATTN_NORM, last = has_pre ? LK_ROPE : LK_DOWN;  // launch arguments
+    for (int ph = first; ph <= last; ++ph) {
+        if (ph > first) sharpinf_grid_sync(bar);
+        if (ph == LK_FFN_NORM || ph == LK_ATTN_NORM) {  // xq = q8_1(rmsnorm(x) * w), a token a block
+            const float* w = ph == LK_FFN_NORM ? ffn_norm : attn_norm;
+            for (int t = blockIdx.x; t < n_tokens; t += gridDim.x)
+                rmsnorm_q8_1_row(x + (long long)t * n_embd, w, xq + (long long)t * n_embd,
+                                 xd + (long long)t * (n_embd / 32), xs + (long long)t * (n_embd / 32), n_embd, eps,
+                                 smem32);
+        } else if (ph == LK_GATE_UP) {  // h = act(xq Wg^T) * (xq Wu^T)
+            dp4a_rows<QT, 2>(Wg, Wu, xq, xd, xs, xd, h, n_tokens, n_ff, n_embd, 0, 0, (long long)n_ff, act);
+        } else if (ph == LK_QUANT_H) {
+            ffn_quantize_h(h, hq, hd, hs, n_tokens, n_ff);
+        } else if (ph == LK_ROPE) {  // a token a block
+            for (int t = blockIdx.x; t < n_tokens; t += gridDim.x)
+                lk_rope(t, qkv, qkv_w, positions, slots, q_norm, k_norm, k_cache, v_cache, n_heads, n_kv_heads,
+                        head_dim, theta, freq_scale, eps, neox, has_qk_norm, kv_kind);
+        } else {  // LK_O: x += aq Wo^T; LK_DOWN: x += hq Wd^T; LK_QKV: qkv = xq Wqkv^T (+ bqkv)
+            const bool o = ph == LK_O, down = ph == LK_DOWN;
+            const unsigned char* W = o ? Wo : down ? Wd : Wqkv;
+            const signed char* q = o ? aq : down ? hq : xq;
+            const float* d = o ? ad : down ? hd : xd;
+            const int* s = o ? as_ : down ? hs : xs;
+            const int n_out = o || down ? n_embd : qkv_w, n_in = o ? q_dim : down ? n_ff : n_embd;
+            dp4a_rows<QT, 1>(W, W, q, d, s, ph == LK_QKV ? bqkv : d, o || down ? x : qkv, n_tokens, n_out, n_in,
+                             ph == LK_QKV && has_bias, o || down, (long long)n_out);
+        }
+    }
+}
+
+GB_QUANT_ENTRIES(layer_dp4a, , (LK_ARGS), layer_link, Wo, aq, ad, as_, ffn_norm, Wg, Wu, Wd, attn_norm, Wqkv, bqkv,
+                 qkv, positions, slots, q_norm, k_norm, k_cache, v_cache, x, xq, xd, xs, h, hq, hd, hs, bar, n_tokens,
+                 n_embd, n_ff, n_heads, n_kv_heads, head_dim, theta, freq_scale, eps, neox, has_qk_norm, has_bias, act,
+                 kv_kind, has_post, has_pre)

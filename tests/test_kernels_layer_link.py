@@ -1,0 +1,76 @@
+"""matmul=layer (kernels_cu/layer_dp4a.cu): a decode step's work between two attentions -- the
+o-projection, FFN norm and FFN of one layer, the norm, QKV, QK-norm, RoPE and KV append of the next
+-- as one cooperative launch, so a decode layer is two launches. Every step gives the dp4a path's
+logits bit for bit: decode steps (which it serves) and prefill chunks (which take the separate
+launches) alike, across the archs' differences (qwen3's QK-norm, qwen2's QKV bias, gemma3's
+post-norms, where only the pre half links) and the cache types. Run under the emulator's race and
+init checks, each block on its own thread at every grid barrier, in both thread orders (make
+test's reverse pass)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from sharpinf.model import quants
+from sharpinf.model.loader import load_model
+from sharpinf.model.synth import synthetic_model
+from sharpinf.oracles import paths
+from sharpinf.ops.layer_dp4a import LinkPost, LinkPre, LinkStep, layer_dp4a
+from sharpinf.step.forward import ForwardPass
+from asserts import assert_bits
+
+BASE = dict(attention="split", rope_kv="fused")
+
+
+@pytest.mark.parametrize("arch,qtype,kv_dtype,per_layer", [
+    ("qwen3", "Q4_K", "f16", 2),   # QK-norm; both halves linked: attention + the link
+    ("qwen2", "Q5_1", "q8_0", 2),  # the QKV bias; a q8_0 cache; rows of 512 (a norm's two rounds a thread)
+    ("gemma3", "Q8_0", "bf16", 9),  # post-norms: the post half declines, the pre half links (11 -> 9)
+])
+def test_the_linked_layers_give_the_dp4a_paths_logits(backend, arch, qtype, kv_dtype, per_layer):
+    n_embd = {"qwen3": 256, "qwen2": 512}.get(arch, 128)
+    model = load_model(synthetic_model(arch, qtype, n_embd=n_embd))
+    dp4a = ForwardPass(model, backend, kernels={"matmul": "dp4a", **BASE})
+    linked = dp4a.with_own_buffers(kernels={"matmul": "layer", **BASE})
+    assert linked.launches_per_layer() == per_layer
+    assert any(f == "layer_dp4a.cu" for f, _ in linked.kernels_used(kv_dtype))
+    toks = list(range(7, 37))
+    nb = paths.blocks_for([len(toks)], 16)
+    steps = [5, 1, 1, 3, 8, 1, 11]  # decode-sized steps (linked) between prefill chunks (not)
+    got, want = (np.asarray(paths.fresh_runner(fp, kv_dtype, nb, 16, 0).prefill_chunks(toks, steps))
+                 for fp in (linked, dp4a))
+    assert np.isfinite(want).all()
+    assert_bits(got, want, f"{arch} {qtype} {kv_dtype}")
+
+
+def _step(n_tokens: int, kv_dtype: str = "f16", **kw) -> LinkStep:
+    dims = dict(n_embd=128, n_ff=256, n_head=4, n_head_kv=2, head_dim=32, eps=1e-6, rope_style="neox", act="silu")
+    dims.update(kw)
+    h, hq = object(), object()  # present: the FFN scratch is not why it declines
+    return LinkStep(None, None, h, hq, None, None, None, None, kv_dtype, n_tokens, **dims)
+
+
+class _NoLaunch:
+    gpu_shapes = False
+
+    def launch(self, *a, **k):
+        raise AssertionError("a declined link launched")
+
+
+def test_the_link_declines_what_it_does_not_serve():
+    """False, launching nothing: a step past one token tile, matrices of two types or of a float
+    type, a head the fused RoPE refuses. (The engine then runs the separate launches.)"""
+    q4 = quants.Q4_K
+    post = LinkPost((q4, q4, q4, q4), *[None] * 6)
+    pre = LinkPre(q4, *[None] * 7, 1e4, 1.0)
+    be = _NoLaunch()
+    assert not layer_dp4a(be, post, pre, _step(9))
+    assert not layer_dp4a(be, LinkPost((q4, q4, q4, quants.Q6_K), *[None] * 6), None, _step(1))
+    assert not layer_dp4a(be, post, SimpleNamespace(**{**vars(pre), "qtype": quants.Q6_K}), _step(1))
+    assert not layer_dp4a(be, None, LinkPre(quants.F16, *[None] * 7, 1e4, 1.0), _step(1))
+    assert not layer_dp4a(be, None, pre, _step(1, head_dim=48, kv_dtype="q8_0"))
+    with pytest.raises(ValueError, match="neither half"):
+        layer_dp4a(be, None, None, _step(1))
