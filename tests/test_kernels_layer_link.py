@@ -31,8 +31,11 @@ BASE = dict(attention="split", rope_kv="fused")
     ("gemma3", "Q8_0", "bf16", 9),  # post-norms: the post half declines, the pre half links (11 -> 9)
 ])
 def test_the_linked_layers_give_the_dp4a_paths_logits(backend, arch, qtype, kv_dtype, per_layer):
-    n_embd = {"qwen3": 256, "qwen2": 512}.get(arch, 128)
-    model = load_model(synthetic_model(arch, qtype, n_embd=n_embd))
+    _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, {"qwen3": 256, "qwen2": 512}.get(arch, 128))
+
+
+def _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, n_embd, **shape):
+    model = load_model(synthetic_model(arch, qtype, n_embd=n_embd, **shape))
     dp4a = ForwardPass(model, backend, kernels={"matmul": "dp4a", **BASE})
     linked = dp4a.with_own_buffers(kernels={"matmul": "layer", **BASE})
     assert linked.launches_per_layer() == per_layer
@@ -44,6 +47,22 @@ def test_the_linked_layers_give_the_dp4a_paths_logits(backend, arch, qtype, kv_d
                  for fp in (linked, dp4a))
     assert np.isfinite(want).all()
     assert_bits(got, want, f"{arch} {qtype} {kv_dtype}")
+
+
+SWEEP = [("llama", "Q4_0", "f32"), ("qwen3", "Q4_1", "f16"), ("qwen2", "Q5_0", "bf16"), ("llama", "Q5_1", "q8_0"),
+         ("qwen3", "Q8_0", "q8_0"), ("llama", "Q5_K", "f16"), ("qwen2", "Q6_K", "f32")]
+
+
+@pytest.mark.tier_all("every other weight type; make test runs three")
+@pytest.mark.parametrize("arch,qtype,kv_dtype", SWEEP)
+def test_every_weight_type_links_bit_for_bit(backend, arch, qtype, kv_dtype):
+    n_embd = 256 if qtype.endswith("_K") else 128
+    _linked_equals_dp4a(backend, arch, qtype, kv_dtype, 2, n_embd)
+
+
+@pytest.mark.tier_all("gemma3 at head_dim 256 (windows, GeGLU); make test runs gemma3 at 32")
+def test_gemma3_head_dim_256_links_its_pre_halves(backend):
+    _linked_equals_dp4a(backend, "gemma3", "Q8_0", "f16", 9, 256, n_head=4, n_head_kv=1, head_dim=256)
 
 
 def _step(n_tokens: int, kv_dtype: str = "f16", **kw) -> LinkStep:
