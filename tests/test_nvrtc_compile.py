@@ -102,3 +102,30 @@ def test_check_all_extra_dir():
     results = check_all(archs=("sm_80",), extra_dirs=[PRIMS], include_kernels=False)
     assert {Path(r.file).name for r in results} == {p.name for p in PRIMS.glob("*.cu")}
     assert all(r.ok for r in results), [r.log for r in results if not r.ok]
+
+
+def test_a_compile_is_cached_until_anything_it_reads_changes(nvrtc, tmp_path, monkeypatch):
+    """The verdict and log come back from the cache for the same inputs; a changed header (reached
+    through another), option or source compiles again -- a broken header is never hidden."""
+    from sharpinf.runtime import nvrtc_check
+
+    monkeypatch.setenv("SHARPINF_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "inner.cuh").write_text("#define V 1.0f\n")
+    (tmp_path / "outer.cuh").write_text('#include "inner.cuh"\n')
+    src = tmp_path / "k.cu"
+    src.write_text('#include "outer.cuh"\nextern "C" __global__ void k(float* x) { x[0] = V; }\n')
+
+    def check(*archs):
+        before = nvrtc_check.compiles
+        results = nvrtc_check.check_file(src, archs, nvrtc)
+        return [r.ok for r in results], nvrtc_check.compiles - before, results
+
+    assert check("compute_90")[:2] == ([True], 1)
+    assert check("compute_90")[:2] == ([True], 0)  # a hit
+    assert check("compute_80")[:2] == ([True], 1)  # another option
+    (tmp_path / "inner.cuh").write_text("#define V undeclared_thing\n")
+    oks, n, results = check("compute_90")
+    assert (oks, n) == ([False], 1) and "undeclared_thing" in results[0].log
+    assert check("compute_90")[:2] == ([False], 0)  # the failure is cached too, with its log
+    monkeypatch.setenv("SHARPINF_NVRTC_CACHE", "0")
+    assert check("compute_90")[:2] == ([False], 1)

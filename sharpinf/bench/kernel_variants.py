@@ -273,6 +273,7 @@ def _ffn_cases(ctx: BenchContext, N: int, rng, sel: Selection, xq) -> list[_Case
     """The whole dense FFN (gate+up, q8_1, down into the residual) where a selected variant fuses it
     (its `ffn` serves this step), beside dp4a's three launches."""
     fused = [v for v in sel.variants_of("matmul") if v.ffn is not None]
+    fused = [v for v in fused if not _repeats_an_earlier(v, fused, lambda o: o.ffn)]  # matmul=layer's is ffn's
     be, fp = ctx.backend, ctx.forward_pass()
     cfg, L = fp.cfg, fp.layers[0]
     if "ffn" not in sel.ops or not fused or L.w_gate is None or L.post_ffn_norm is not None:

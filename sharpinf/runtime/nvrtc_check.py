@@ -6,12 +6,20 @@ each source is compiled to a CUBIN for every requested arch ("sm_80", "sm_90"), 
 ptxas runs too and inline-asm mistakes (mma/ldmatrix/cp.async operands) are caught.
 An arch spelled "compute_XX" stops at PTX.
 
+A file's verdict and log are cached on disk (~/.cache/sharpinf/nvrtc), keyed by everything the
+compile reads: the source, every local header it reaches, the options (include paths and arch),
+the NVRTC library and version. The NVRTC check, the ptxas report of `bench --suite kernels` and
+`make gpu-check`'s copy of it then compile each file once between them (SHARPINF_NVRTC_CACHE=0:
+always compile).
+
     python -m sharpinf.runtime.nvrtc_check [extra_dir ...]
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +28,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from sharpinf.errors import BackendError
+from sharpinf.runtime import paths
 from sharpinf.runtime.paths import cuda_include_dirs, kernels_dir, pip_nvrtc_library
 
 DEFAULT_ARCHS = ("sm_80", "sm_90")
@@ -107,18 +116,55 @@ def compile_options(arch: str, include_dirs: Iterable[Path] = (), major: int | N
     return opts
 
 
+compiles = 0  # NVRTC compiles this process ran (the rest came from the cache; tests count them)
+
+
+def _cache_key(nvrtc: Nvrtc, path: Path, source: str, options: Sequence[str], name_expressions: Sequence[str]) -> str:
+    from sharpinf.runtime.emu.source import local_headers
+
+    h = hashlib.sha256()
+    search = [Path(o[2:]) for o in options if o.startswith("-I")]
+    for part in (str(nvrtc.path), repr(nvrtc.version()), path.name, source, *options, "\0", *name_expressions):
+        h.update(part.encode())
+        h.update(b"\0")
+    for header in local_headers(path.resolve(), search):
+        h.update(str(header).encode() + b"\0" + header.read_bytes() + b"\0")
+    return h.hexdigest()[:32]
+
+
+def compile_file(nvrtc: Nvrtc, path: Path, options: Sequence[str], name_expressions: Sequence[str] = ()) -> tuple[bool, str]:
+    """(ok, log) of compiling one kernels file, from the cache when nothing it reads has changed."""
+    global compiles
+    source = path.read_text()
+    if os.environ.get("SHARPINF_NVRTC_CACHE", "1").strip() == "0":
+        compiles += 1
+        return nvrtc.compile(source, path.name, options, name_expressions)[:2]
+    out = paths.cache_dir("nvrtc") / f"{path.stem}-{_cache_key(nvrtc, path, source, options, name_expressions)}.json"
+    with paths.one_builder(out):  # a second process waits for the first's result
+        if out.exists():
+            try:
+                hit = json.loads(out.read_text())
+                return bool(hit["ok"]), str(hit["log"])
+            except (OSError, ValueError, KeyError):
+                pass  # a damaged entry: compile again
+        compiles += 1
+        ok, log, _ = nvrtc.compile(source, path.name, options, name_expressions)
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"ok": ok, "log": log}))
+        os.replace(tmp, out)
+    return ok, log
+
+
 def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | None = None,
                name_expressions: Sequence[str] = (), ptxas_verbose: bool = False) -> list[Result]:
     """Compile one file per arch; with ptxas_verbose the log carries ptxas -v's per-entry facts
     (registers, spills: ptxas_report.parse_ptxas_log) at no extra compile."""
     nvrtc = nvrtc or Nvrtc()
     path = Path(path)
-    source = path.read_text()
     results = []
     extra = ["--ptxas-options=-v"] if ptxas_verbose else []
     for arch in archs:
-        ok, log, _ = nvrtc.compile(source, path.name, compile_options(arch, [path.parent], nvrtc.major) + extra,
-                                     name_expressions)
+        ok, log = compile_file(nvrtc, path, compile_options(arch, [path.parent], nvrtc.major) + extra, name_expressions)
         results.append(Result(str(path), arch, ok, log))
     return results
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import sys
@@ -50,6 +52,18 @@ def cache_dir(sub: str, create: bool = True) -> Path:
     """A named cache folder (e.g. "cupy", "emu") under cache_root(); created unless create=False."""
     d = cache_root() / sub
     return writable_dir(d, "SHARPINF_CACHE_DIR") if create else d
+
+
+@contextlib.contextmanager
+def one_builder(out: Path):
+    """Across processes (pytest-xdist's workers, two shells), one builds `out` while the others
+    wait for it, instead of every process making the same cached file at once."""
+    with open(out.with_name(out.name + ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def writable_dir(d: Path, var: str) -> Path:

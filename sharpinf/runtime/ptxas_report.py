@@ -1,6 +1,6 @@
 """Registers, spills and shared memory of kernels as ptxas reports them (`ptxas -v`), without a
-GPU: each file is compiled once by NVRTC (runtime/nvrtc_check.py) with --ptxas-options=-v and
-the log is read per entry point. `sharpinf bench --suite kernels` shows it for the fast
+GPU: each file is compiled once by NVRTC (runtime/nvrtc_check.py, whose cache the NVRTC check
+shares) with --ptxas-options=-v and the log is read per entry point. `sharpinf bench --suite kernels` shows it for the fast
 variants; tests/test_nvrtc_compile.py holds them to no spills.
 """
 
@@ -56,14 +56,13 @@ def parse_ptxas_log(log: str, file: str) -> list[PtxasInfo]:
 
 def ptxas_report(files: list[str], arch: str = "sm_90", entries: set[str] | None = None, nvrtc=None) -> list[PtxasInfo]:
     """ptxas facts of every entry point of `files` (kernels_cu/ names), or of `entries` only."""
-    from sharpinf.runtime.nvrtc_check import Nvrtc, compile_options
+    from sharpinf.runtime.nvrtc_check import Nvrtc, check_file
 
     nvrtc = nvrtc or Nvrtc()
     out = []
     for name in files:
-        path = Path(kernels_dir()) / name
-        ok, log, _ = nvrtc.compile(path.read_text(), name, compile_options(arch, [path.parent], nvrtc.major)
-                                   + ["--ptxas-options=-v"])
+        (r,) = check_file(Path(kernels_dir()) / name, (arch,), nvrtc, ptxas_verbose=True)  # the NVRTC check's compile
+        ok, log = r.ok, r.log
         if not ok:
             raise RuntimeError(f"{name} does not compile for {arch}:\n{log}")
         out += [p for p in parse_ptxas_log(log, name) if entries is None or p.entry in entries]

@@ -15,8 +15,6 @@ files, the flags, the g++ version and the CPU (because of -march=native)."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import hashlib
 import os
@@ -143,24 +141,12 @@ def _run_gxx(args: list[str], what: str) -> None:
         raise BackendError(f"emu: g++ failed to compile {what}:\n{log}")
 
 
-@contextlib.contextmanager
-def _one_builder(out: Path):
-    """Across processes (pytest-xdist's workers, two shells), one builds `out` while the others
-    wait for it, instead of every process compiling the same module at once."""
-    with open(out.with_name(out.name + ".lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _atomic_build(out: Path, build) -> Path:
     """Build into a temp name and rename, so concurrent processes never load a half-written file
-    (and, under _one_builder, never build it twice)."""
+    (and, under paths.one_builder, never build it twice)."""
     if out.exists():
         return out
-    with _one_builder(out):
+    with paths.one_builder(out):
         if out.exists():  # another process built it while this one waited
             return out
         return _build_aside(out, build)
@@ -270,7 +256,7 @@ def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = F
     if out.exists():
         _memo[memo_key] = (stamps, out)
         return out
-    with _lock, _one_builder(out):
+    with _lock, paths.one_builder(out):
         if out.exists():  # another process built it while this one waited
             _memo[memo_key] = (stamps, out)
             return out
