@@ -44,15 +44,18 @@ def plant(tmp_path_factory):
     folder = tmp_path_factory.mktemp("planted")
     made: dict = {}
 
-    def make(file: str, old: str, new: str) -> PlantedEmu:
-        if (file, old, new) not in made:
+    def make(file: str, old: str, new: str, via: str | None = None) -> PlantedEmu:
+        """`via`: the kernel file that includes `file` (a header), run with the planted header beside it."""
+        if (file, old, new, via) not in made:
             text = (paths.kernels_dir() / file).read_text()
             assert text.count(old) == 1, f"the line to plant is not in kernels_cu/{file} exactly once: {old!r}"
             out = folder / f"{len(made)}" / file
             out.parent.mkdir()
             out.write_text(text.replace(old, new))
-            made[(file, old, new)] = out
-        return PlantedEmu({file: made[(file, old, new)]})
+            if via is not None:  # its own folder is searched first for the header
+                (out.parent / via).write_text((paths.kernels_dir() / via).read_text())
+            made[(file, old, new, via)] = out.parent / via if via else out
+        return PlantedEmu({via or file: made[(file, old, new, via)]})
 
     return make
 
@@ -116,7 +119,8 @@ def test_norm_off_by_one_is_named(llama, plant):
 def test_q8_1_norm_off_by_one_is_named_in_steps(llama, plant):
     # the fast set's norm writes q8_1: a 0.4% scale error is under one rounding step per value, yet
     # it moves every large value half a step past where rounding can put it
-    be = plant("rmsnorm_q8_1.cu", "rsqrtf(ss / (float)n + eps)", "rsqrtf(ss / (float)(n - 1) + eps)")
+    be = plant("q8_1_rows.cuh", "rsqrtf(total / (float)n + eps)", "rsqrtf(total / (float)(n - 1) + eps)",
+               via="rmsnorm_q8_1.cu")
     rep = trace(llama, be, kernels="fast")
     fd = first(rep)
     assert (fd.layer, fd.op, fd.kernels) == (0, "attn_norm", ["rmsnorm_q8_1.cu:rmsnorm_q8_1"])
