@@ -95,6 +95,10 @@ if has kernels; then
   stamp "kernels sample exit $?"
   # the launch floor (issue 20): SmolLM2's shape decoding at 1 and 8 sequences, graphs on, in the fast
   # set and with the decode layer in two launches (matmul=layer) or seven (matmul=ffn) -- the same bits
+  stamp "kernels: the fused FFN and the link on SmolLM2's shape"
+  timeout -s INT 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite kernels --op ffn,link \
+    --batch-sizes 1,8 --prefill-sizes 128 --repeats 5 --out "$RUN/smollm2-135m-shape-link" > "$OUT/kernels-link.log" 2>&1
+  stamp "kernels link exit $?"
   for k in fast ffn layer; do
     spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
     stamp "decode: SmolLM2 shape, kernels $spec"

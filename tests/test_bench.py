@@ -80,7 +80,8 @@ def test_bench_quick_all_suites(tmp_path):
                     ("ffn_in", "simple"), ("ffn_in", "dp4a"), ("rope_kv", "simple"), ("rope_kv", "fused"),
                     ("attention", "simple"), ("attention", "split"), ("attention", "flash"),
                     ("sample", "simple"), ("sample", "radix"),
-                    ("ffn", "dp4a"), ("ffn", "ffn")}  # matmul=ffn's fused FFN beside dp4a's three launches
+                    ("ffn", "dp4a"), ("ffn", "ffn"),  # matmul=ffn's fused FFN beside dp4a's three launches
+                    ("link", "dp4a"), ("link", "layer")}  # matmul=layer's link beside dp4a's eight
     assert {r["tokens"] for r in decode} == {1} and all(r["us"] > 0 and r["gb_s"] > 0 and r["bytes"] > 0 for r in rows)
     assert all(r["speedup"] == 1.0 for r in rows if r["variant"] == "simple")
     assert {r["shape"].split(" ")[0] for r in decode if r["op"] == "matmul"} == {"qkv", "o", "down", "lm_head"}

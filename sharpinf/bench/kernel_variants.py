@@ -7,6 +7,9 @@ device's measured bandwidth, and the speedup over the readable baseline.
                                                                gemv (N <= 8), best (what fast runs: dp4a or mmq)
     ffn_in      gate + up + SwiGLU                             simple (2 matmuls + silu_gate), dp4a (gate_up_dp4a)
     rope_kv     qk-norm, RoPE, KV append                       simple (3-5 kernels), fused (rope_kv)
+    ffn         the dense FFN of a decode step                 dp4a (3 launches), ffn (one cooperative launch)
+    link        all between two attentions at decode: o-proj,  dp4a (8 launches), layer (one cooperative
+                FFN norm + FFN, the next norm, QKV, rope_kv    launch: layer_dp4a.cu)
     attention   N sequences decoding at `context`              simple, split, flash
     moe         router, the experts the tokens pick, combine   simple (a warp per pair and row), fast (pairs
                 (MoE models: no ffn_in or down matmul then)    sorted by expert, dp4a over each one's tiles),
@@ -50,12 +53,13 @@ from sharpinf.ops.variants import OP_NAMES, REGISTRY, Variant, baseline, variant
 SUITE = "kernels"
 # the registry op each bench op times (norm and ffn_in are the matmul family's: its activations' norm,
 # and gate + up + activation)
-BENCH_OPS = {"norm": "matmul", "matmul": "matmul", "ffn_in": "matmul", "ffn": "matmul", "rope_kv": "rope_kv",
-             "attention": "attention", "moe": "moe", "sample": "sample"}
-DENSE_FFN_OPS = {"ffn_in", "ffn"}  # what only a dense FFN has (an MoE layer's FFN is the moe op)
+BENCH_OPS = {"norm": "matmul", "matmul": "matmul", "ffn_in": "matmul", "ffn": "matmul", "link": "matmul",
+             "rope_kv": "rope_kv", "attention": "attention", "moe": "moe", "sample": "sample"}
+DENSE_FFN_OPS = {"ffn_in", "ffn", "link"}  # what only a dense FFN has (an MoE layer's FFN is the moe op)
 # ffn: the whole dense FFN of a decode step in a variant that fuses it (matmul=ffn), beside the dp4a
-# path's three launches it replaces -- the speedup is over those
-BASE_OF = {"ffn": "dp4a"}
+# path's three launches it replaces; link: all a decode step does between two attentions in a variant
+# that links them (matmul=layer), beside the dp4a path's eight -- the speedup is over those
+BASE_OF = {"ffn": "dp4a", "link": "dp4a"}
 EMU_NOTE = ("emulator times: each thread's C++ on one core, so they rank nothing a GPU would do; "
             "they show the harness runs and what each variant launches")
 
@@ -384,7 +388,7 @@ def _prefill_attention_cases(ctx: BenchContext, P: int, kv_dtype: str, rng, sel:
 
 def _rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng, sel: Selection) -> list[_Case]:
     """rope + KV append (+ qk-norm), and attention: N sequences, each decoding at `context`."""
-    if not {"rope_kv", "attention"} & sel.ops:
+    if not {"rope_kv", "attention", "link"} & sel.ops:
         return []
     be, fp = ctx.backend, ctx.forward_pass()
     cfg, L = fp.cfg, fp.layers[0]
@@ -410,6 +414,7 @@ def _rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str
     if "rope_kv" in sel.ops:
         cases += [_Case("rope_kv", f"{N} tokens", v.name, N, rope_bytes,
                         [lambda v=v: v.launch(*rope_args, freq_scale=freq_scale)]) for v in sel.variants_of("rope_kv")]
+    cases += _link_cases(ctx, N, kv_dtype, rng, sel, qkv, positions, slots, k_cache, v_cache)
     if "attention" not in sel.ops:
         return cases
     out = be.empty((N, cfg.q_dim), np.float32)
@@ -419,6 +424,54 @@ def _rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str
              cfg.n_head_kv, cfg.head_dim, bs, cfg.kq_scale) for kc, vc in kvs]
     shape = f"{N} seqs x {context + 1} keys, KV {kv_dtype}"
     return cases + _attention_variants(ctx, "attention", shape, N, att_bytes, args, sel)
+
+
+def _link_cases(ctx: BenchContext, N: int, kv_dtype: str, rng, sel: Selection, qkv, positions, slots, k_cache,
+                v_cache) -> list[_Case]:
+    """Everything between two attentions (layer 0's o-projection and FFN, then its own norm, QKV and
+    rope_kv standing in for the next layer's) where a selected variant links it (its `link` serves
+    this step), beside the dp4a path's eight launches."""
+    linked = [v for v in sel.variants_of("matmul") if v.link is not None]
+    linked = [v for v in linked if not _repeats_an_earlier(v, linked, lambda o: o.link)]
+    be, fp = ctx.backend, ctx.forward_pass()
+    cfg, L = fp.cfg, fp.layers[0]
+    mats = (L.wo, L.w_gate, L.w_up, L.w_down, *L.wqkv) if L.w_gate is not None else ()
+    if ("link" not in sel.ops or not linked or not mats or L.post_ffn_norm is not None or L.post_attn_norm is not None
+            or len(L.wqkv) != 1 or len({W.qtype for W in mats}) != 1 or N > TILE_TOKENS):
+        return []
+    from sharpinf.ops.layer_dp4a import LinkPost, LinkPre, LinkStep
+
+    x, h = _rand(be, rng, N, cfg.n_embd), be.empty((N, cfg.n_ff), np.float32)
+    xq, hq, att = Q8Act.empty(be, N, cfg.n_embd), Q8Act.empty(be, N, cfg.n_ff), Q8Act.empty(be, N, cfg.q_dim)
+    quantize_q8_1(be, _rand(be, rng, N, cfg.q_dim), att, N, cfg.q_dim)
+    theta, freq_scale = cfg.rope_for(0)
+    Wqkv = L.wqkv[0]
+    post = LinkPost(tuple(W.qtype for W in mats[:4]), L.wo.raw, att, L.ffn_norm, L.w_gate.raw, L.w_up.raw,
+                    L.w_down.raw)
+    pre = LinkPre(Wqkv.qtype, L.attn_norm, Wqkv.raw, L.bqkv, L.q_norm, L.k_norm, k_cache, v_cache, theta, freq_scale)
+    step = LinkStep(x, xq, h, hq, qkv, positions, slots, be.zeros((2,), np.uint32), kv_dtype, N, cfg.n_embd,
+                    cfg.n_ff, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act)
+    dp4a, fused = variant("matmul", "dp4a"), variant("rope_kv", "fused")
+    qkv_w = cfg.q_dim + 2 * cfg.kv_dim
+
+    def eight():
+        dp4a.launch(be, L.wo.raw, L.wo.qtype, att, x, N, cfg.n_embd, cfg.q_dim, accumulate=True)
+        dp4a.norm(be, x, L.ffn_norm, xq, N, cfg.n_embd, cfg.rms_eps)
+        dp4a.gate_up(be, L.w_gate.raw, L.w_up.raw, L.w_gate.qtype, xq, h, N, cfg.n_ff, cfg.n_embd, act=cfg.ffn_act)
+        quantize_q8_1(be, h, hq, N, cfg.n_ff)
+        dp4a.launch(be, L.w_down.raw, L.w_down.qtype, hq, x, N, cfg.n_embd, cfg.n_ff, accumulate=True)
+        dp4a.norm(be, x, L.attn_norm, xq, N, cfg.n_embd, cfg.rms_eps)
+        dp4a.launch(be, Wqkv.raw, Wqkv.qtype, xq, qkv, N, qkv_w, cfg.n_embd, bias_dev=L.bqkv)
+        fused.launch(be, kv_dtype, qkv, qkv_w, positions, slots, L.q_norm, L.k_norm, k_cache, v_cache, N, cfg.n_head,
+                     cfg.n_head_kv, cfg.head_dim, theta, cfg.rms_eps, cfg.rope_style, freq_scale=freq_scale)
+
+    nbytes = (sum(W.n_out * quants.row_bytes(W.qtype, W.n_in) for W in mats)
+              + 4 * N * (3 * cfg.n_embd + cfg.n_ff + qkv_w))
+    flops = 2 * N * sum(W.n_out * W.n_in for W in mats)
+    shape = f"o, FFN {cfg.n_ff}, qkv {qkv_w} x {cfg.n_embd} {quants.qtype_name(L.wo.qtype)}"
+    cases = [_Case("link", shape, "dp4a", N, nbytes, [eight], flops=flops)]
+    return cases + [_Case("link", shape, v.name, N, nbytes, [lambda v=v: v.link(be, post, pre, step)], flops=flops)
+                    for v in linked]
 
 
 def _ptxas(ctx: BenchContext, sel: Selection) -> dict:

@@ -60,7 +60,8 @@ def bench(
                              "--out bench/results/... to add results to the repository)."),
     op: str = typer.Option(None, "--op", help="kernels: only these ops (comma list): matmul, attention, rope_kv, "
                            "sample (the head's sampling over the vocabulary), moe (MoE models), or the bench's own "
-                           "norm, ffn_in (dense models; matmul stands for norm, matmul and ffn_in)."),
+                           "norm, ffn_in, ffn (a decode step's FFN fused), link (all between two attentions, "
+                           "linked) (dense models; matmul stands for norm, matmul and ffn_in)."),
     variant: str = typer.Option(None, "--variant", help="kernels: only these variants (comma list; the op's baseline "
                                 "is timed too, for the speedup). `sharpinf kernels list` names them."),
     json_out: bool = typer.Option(False, "--json", help="Print all results as one JSON object on stdout."),
