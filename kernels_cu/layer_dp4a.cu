@@ -10,7 +10,10 @@
 //     attn_norm        float [n_embd]; Wqkv [q_dim + 2 kv_dim rows of n_embd], bqkv its bias (has_bias)
 //     qkv              float [n_tokens, q_dim + 2 kv_dim]: Q, K, V, rotated in place (attention reads it)
 //     positions, slots, q_norm, k_norm (has_qk_norm), k_cache, v_cache: rope_kv.cu's
-//   step: x (the residual stream), xq/xd/xs (a norm's q8_1), h/hq/hd/hs (the FFN's scratch), bar
+//   step: x (the residual stream), xq/xd/xs (the FFN norm's q8_1), pq/pd/ps (the attention norm's: a
+//     buffer of its own -- dp4a_rows reads activations through const __restrict__ pointers, which the
+//     compiler may turn into non-coherent loads, so no buffer it reads is rewritten later in the launch),
+//     h/hq/hd/hs (the FFN's scratch), bar
 //     (common.cuh's grid barrier, zeroed once), the shapes, kv_kind (0 f32, 1 f16, 2 bf16, 3 q8_0)
 //
 //   post  1  x += aq Wo^T                        matmul_dp4a.cu's dp4a_rows<QT, 1>, accumulating
@@ -23,9 +26,9 @@
 //         -- barrier
 //         5  x += hq Wd^T                        dp4a_rows<QT, 1>, accumulating
 //         -- barrier (when pre follows)
-//   pre   6  xq = q8_1(rmsnorm(x) * attn_norm)   as 2
+//   pre   6  pq = q8_1(rmsnorm(x) * attn_norm)   as 2
 //         -- barrier
-//         7  qkv = xq Wqkv^T (+ bqkv)            dp4a_rows<QT, 1>
+//         7  qkv = pq Wqkv^T (+ bqkv)            dp4a_rows<QT, 1>
 //         -- barrier
 //         8  QK-norm, RoPE, K and V into the cache   rope_kv_token.cuh, a token a block
 //
@@ -39,8 +42,10 @@
 // Launch: cooperative, block 128 (DP_WARPS warps), grid = min(the blocks resident at once, the
 // largest phase's row blocks); steps of <= 8 tokens (one DP_TILE); the layer's five matrices of one
 // quantized type (QKV as one matrix), no post-norms, no experts -- else the launcher declines and
-// the step runs the separate launches. Between phases the barrier fences as cooperative groups'
-// grid sync does (thread 0 fences around the arrival, __syncthreads spreads it to its block).
+// the step runs the separate launches; the pre half only with rope_kv=fused, whose QK-norm it is
+// (rope_kv=simple's qk_norm.cu sums a head in another order). Between phases the barrier fences as
+// cooperative groups' grid sync does (thread 0 fences around the arrival, __syncthreads spreads it
+// to its block).
 // Bound: the layer's weight bytes, as the separate kernels -- the phases are the same matvecs. What
 // it saves: seven launches a layer and the idle ramps between them (on a 30-layer model ~200 of a
 // decode step's ~275 launches); what it pays: seven grid barriers (an atomic and a spin each, ~1-2
@@ -53,7 +58,8 @@
         const unsigned char *Wg, const unsigned char *Wu, const unsigned char *Wd, const float *attn_norm,     \
         const unsigned char *Wqkv, const float *bqkv, float *qkv, const int *positions, const int *slots,      \
         const float *q_norm, const float *k_norm, void *k_cache, void *v_cache, float *x, signed char *xq,     \
-        float *xd, int *xs, float *h, signed char *hq, float *hd, int *hs, unsigned *bar, int n_tokens,        \
+        float *xd, int *xs, signed char *pq, float *pd, int *ps, float *h, signed char *hq, float *hd, int *hs, \
+        unsigned *bar, int n_tokens,                                                                            \
         int n_embd, int n_ff, int n_heads, int n_kv_heads, int head_dim, float theta, float freq_scale,        \
         float eps, int neox, int has_qk_norm, int has_bias, int act, int kv_kind, int has_post, int has_pre
 
@@ -86,11 +92,15 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
     const int first = has_post ? LK_O : LK_ATTN_NORM, last = has_pre ? LK_ROPE : LK_DOWN;  // launch arguments
     for (int ph = first; ph <= last; ++ph) {
         if (ph > first) sharpinf_grid_sync(bar);
-        if (ph == LK_FFN_NORM || ph == LK_ATTN_NORM) {  // xq = q8_1(rmsnorm(x) * w), a token a block
-            const float* w = ph == LK_FFN_NORM ? ffn_norm : attn_norm;
+        if (ph == LK_FFN_NORM || ph == LK_ATTN_NORM) {  // xq (pq) = q8_1(rmsnorm(x) * w), a token a block
+            const bool ffn = ph == LK_FFN_NORM;
+            const float* w = ffn ? ffn_norm : attn_norm;
+            signed char* q = ffn ? xq : pq;
+            float* d = ffn ? xd : pd;
+            int* s = ffn ? xs : ps;
             for (int t = blockIdx.x; t < n_tokens; t += gridDim.x)
-                rmsnorm_q8_1_row(x + (long long)t * n_embd, w, xq + (long long)t * n_embd,
-                                 xd + (long long)t * (n_embd / 32), xs + (long long)t * (n_embd / 32), n_embd, eps,
+                rmsnorm_q8_1_row(x + (long long)t * n_embd, w, q + (long long)t * n_embd,
+                                 d + (long long)t * (n_embd / 32), s + (long long)t * (n_embd / 32), n_embd, eps,
                                  smem32);
         } else if (ph == LK_GATE_UP) {  // h = act(xq Wg^T) * (xq Wu^T)
             dp4a_rows<QT, 2>(Wg, Wu, xq, xd, xs, xd, h, n_tokens, n_ff, n_embd, 0, 0, (long long)n_ff, act);
@@ -100,12 +110,12 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
             for (int t = blockIdx.x; t < n_tokens; t += gridDim.x)
                 lk_rope(t, qkv, qkv_w, positions, slots, q_norm, k_norm, k_cache, v_cache, n_heads, n_kv_heads,
                         head_dim, theta, freq_scale, eps, neox, has_qk_norm, kv_kind);
-        } else {  // LK_O: x += aq Wo^T; LK_DOWN: x += hq Wd^T; LK_QKV: qkv = xq Wqkv^T (+ bqkv)
+        } else {  // LK_O: x += aq Wo^T; LK_DOWN: x += hq Wd^T; LK_QKV: qkv = pq Wqkv^T (+ bqkv)
             const bool o = ph == LK_O, down = ph == LK_DOWN;
             const unsigned char* W = o ? Wo : down ? Wd : Wqkv;
-            const signed char* q = o ? aq : down ? hq : xq;
-            const float* d = o ? ad : down ? hd : xd;
-            const int* s = o ? as_ : down ? hs : xs;
+            const signed char* q = o ? aq : down ? hq : pq;
+            const float* d = o ? ad : down ? hd : pd;
+            const int* s = o ? as_ : down ? hs : ps;
             const int n_out = o || down ? n_embd : qkv_w, n_in = o ? q_dim : down ? n_ff : n_embd;
             dp4a_rows<QT, 1>(W, W, q, d, s, ph == LK_QKV ? bqkv : d, o || down ? x : qkv, n_tokens, n_out, n_in,
                              ph == LK_QKV && has_bias, o || down, (long long)n_out);
@@ -114,6 +124,7 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
 }
 
 GB_QUANT_ENTRIES(layer_dp4a, , (LK_ARGS), layer_link, Wo, aq, ad, as_, ffn_norm, Wg, Wu, Wd, attn_norm, Wqkv, bqkv,
-                 qkv, positions, slots, q_norm, k_norm, k_cache, v_cache, x, xq, xd, xs, h, hq, hd, hs, bar, n_tokens,
+                 qkv, positions, slots, q_norm, k_norm, k_cache, v_cache, x, xq, xd, xs, pq, pd, ps, h, hq, hd, hs, bar,
+                 n_tokens,
                  n_embd, n_ff, n_heads, n_kv_heads, head_dim, theta, freq_scale, eps, neox, has_qk_norm, has_bias, act,
                  kv_kind, has_post, has_pre)

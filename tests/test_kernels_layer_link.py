@@ -49,6 +49,21 @@ def _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, n_embd, **sha
     assert_bits(got, want, f"{arch} {qtype} {kv_dtype}")
 
 
+def test_the_pre_half_links_only_with_the_fused_rope(backend):
+    """rope_kv=simple's QK-norm (qk_norm.cu, a block a head) sums a head of 128 in another order than
+    the fused kernel the link runs: with it chosen, only the post halves link, and every step keeps
+    that choice's bits."""
+    model = load_model(synthetic_model("qwen3", "Q8_0", n_embd=256, head_dim=128))
+    dp4a = ForwardPass(model, backend, kernels={"matmul": "dp4a", "attention": "split"})
+    linked = dp4a.with_own_buffers(kernels={"matmul": "layer", "attention": "split"})
+    assert linked.launches_per_layer() == dp4a.launches_per_layer() - 4  # the post half: 5 launches in 1
+    toks = list(range(7, 37))
+    nb = paths.blocks_for([len(toks)], 16)
+    got, want = (np.asarray(paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [5, 1, 1, 3, 8, 12]))
+                 for fp in (linked, dp4a))
+    assert_bits(got, want, "qwen3 head_dim 128, rope_kv=simple")
+
+
 SWEEP = [("llama", "Q4_0", "f32"), ("qwen3", "Q4_1", "f16"), ("qwen2", "Q5_0", "bf16"), ("llama", "Q5_1", "q8_0"),
          ("qwen3", "Q8_0", "q8_0"), ("llama", "Q5_K", "f16"), ("qwen2", "Q6_K", "f32")]
 
@@ -69,7 +84,7 @@ def _step(n_tokens: int, kv_dtype: str = "f16", **kw) -> LinkStep:
     dims = dict(n_embd=128, n_ff=256, n_head=4, n_head_kv=2, head_dim=32, eps=1e-6, rope_style="neox", act="silu")
     dims.update(kw)
     h, hq = object(), object()  # present: the FFN scratch is not why it declines
-    return LinkStep(None, None, h, hq, None, None, None, None, kv_dtype, n_tokens, **dims)
+    return LinkStep(None, None, None, h, hq, None, None, None, None, kv_dtype, n_tokens, **dims)
 
 
 class _NoLaunch:

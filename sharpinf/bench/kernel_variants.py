@@ -449,7 +449,8 @@ def _link_cases(ctx: BenchContext, N: int, kv_dtype: str, rng, sel: Selection, q
     post = LinkPost(tuple(W.qtype for W in mats[:4]), L.wo.raw, att, L.ffn_norm, L.w_gate.raw, L.w_up.raw,
                     L.w_down.raw)
     pre = LinkPre(Wqkv.qtype, L.attn_norm, Wqkv.raw, L.bqkv, L.q_norm, L.k_norm, k_cache, v_cache, theta, freq_scale)
-    step = LinkStep(x, xq, h, hq, qkv, positions, slots, be.zeros((2,), np.uint32), kv_dtype, N, cfg.n_embd,
+    step = LinkStep(x, xq, Q8Act.empty(be, N, cfg.n_embd), h, hq, qkv, positions, slots, be.zeros((2,), np.uint32),
+                    kv_dtype, N, cfg.n_embd,
                     cfg.n_ff, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act)
     dp4a, fused = variant("matmul", "dp4a"), variant("rope_kv", "fused")
     qkv_w = cfg.q_dim + 2 * cfg.kv_dim

@@ -5,6 +5,8 @@ half may run alone. Bit-identical to the dp4a path's separate launches (the kern
 
 It declines -- returns False, launching nothing -- where it does not serve: steps of more than one
 token tile (8), matrices of more than one type or of a float type, a head shape rope_kv.cu refuses.
+Its pre half runs rope_kv.cu's arithmetic (rope_kv_token.cuh): the caller links it only where the
+step's rope_kv variant is the fused one.
 The caller then runs the separate launches (step/kernels.py)."""
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sharpinf.ops.launch import WantedKernel, kernel
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
 from sharpinf.ops.matmul_dp4a import ACTS, EMU_ROW_BLOCKS, MAX_ROW_BLOCKS, TILE_TOKENS, launch_shape
 from sharpinf.ops.quant_act import Q8Act
+from sharpinf.ops.rope import STYLES
 
 LINK_FILE = "layer_dp4a.cu"
 KV_KINDS = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 3}  # the kernel's kv_kind
@@ -61,7 +64,8 @@ class LinkStep:
     """What both halves share: the step's residual stream and scratch, its slots, its shapes."""
 
     x: Any  # float [n_tokens, n_embd]
-    xq: Q8Act  # a norm's output, [n_tokens, n_embd]
+    xq: Q8Act  # the FFN norm's output, [n_tokens, n_embd]
+    pq: Q8Act  # the attention norm's (its own buffer: the kernel never rewrites what it has read), [n_tokens, n_embd]
     h: Any  # float [n_tokens, n_ff] (None: a model with no dense FFN, whose links are pre halves only)
     hq: Q8Act | None  # its q8_1
     qkv: Any  # float [n_tokens, q_dim + 2 kv_dim]
@@ -82,7 +86,8 @@ class LinkStep:
 
 def _declines(post: LinkPost | None, pre: LinkPre | None, s: LinkStep) -> bool:
     types = set(post.qtypes if post else ()) | ({pre.qtype} if pre else set())
-    rope_ok = s.head_dim % 2 == 0 and s.head_dim <= 256 and (s.kv_dtype != "q8_0" or s.head_dim % 32 == 0)
+    rope_ok = (s.head_dim % 2 == 0 and s.head_dim <= 256 and (s.kv_dtype != "q8_0" or s.head_dim % 32 == 0)
+               and s.rope_style in STYLES and (pre is None or (pre.q_norm is None) == (pre.k_norm is None)))
     return (s.n_tokens < 1 or s.n_tokens > TILE_TOKENS or len(types) != 1 or types <= set(FLOAT_TYPES)
             or (pre is not None and (not rope_ok or s.kv_dtype not in KV_KINDS))
             or (post is not None and (s.h is None or s.hq is None)))
@@ -119,7 +124,7 @@ def layer_dp4a(be, post: LinkPost | None, pre: LinkPre | None, s: LinkStep, file
             p.q_norm if p is not None and p.q_norm is not None else any_,
             p.k_norm if p is not None and p.k_norm is not None else any_,
             p.k_cache if p else any_, p.v_cache if p else any_,
-            s.x, *s.xq.parts(), any_ if s.h is None else s.h, *(s.xq if s.hq is None else s.hq).parts(), s.bar,
+            s.x, *s.xq.parts(), *s.pq.parts(), any_ if s.h is None else s.h, *(s.xq if s.hq is None else s.hq).parts(), s.bar,
             I32(s.n_tokens), I32(s.n_embd), I32(s.n_ff), I32(s.n_head), I32(s.n_head_kv), I32(s.head_dim),
             F32(p.theta if p else 0.0), F32(p.freq_scale if p else 1.0), F32(s.eps), I32(s.rope_style == "neox"),
             I32(p is not None and p.q_norm is not None), I32(p is not None and p.bqkv is not None),

@@ -115,6 +115,8 @@ class Workspace:
         mm = choice.of("matmul")
         if mm.ffn is not None or mm.link is not None:  # a cooperative kernel's grid barrier (zeroed once, left at 0)
             self.grid_bar = be.zeros((2,), np.uint32)
+        if mm.link is not None:  # the link's attention norm output (layer_dp4a.cu: a buffer of its own)
+            self.linkq = Q8Act.empty(be, T, cfg.n_embd)
         if choice.of("sample").needs_scratch:  # radix: each row's counts, masses and histograms
             self.sample_acc = sample_acc(be, R, cfg.n_vocab)
         self.sampled = be.empty((R,), I32)

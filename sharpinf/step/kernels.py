@@ -218,8 +218,9 @@ class StepKernels:
                         L.w_gate.raw, L.w_up.raw, L.w_down.raw)
 
     def _link_pre(self, L: DeviceLayer, li: int, kv) -> LinkPre | None:
-        """The link's pre half for a layer whose QKV is one matrix, or None."""
-        if len(L.wqkv) != 1:
+        """The link's pre half for a layer whose QKV is one matrix, or None; only with rope_kv=fused, whose
+        QK-norm the link runs (rope_kv=simple's qk_norm.cu sums a head in another order)."""
+        if len(L.wqkv) != 1 or self.choice.rope_kv != "fused":
             return None
         theta, freq_scale = self.cfg.rope_for(li)
         return LinkPre(L.wqkv[0].qtype, L.attn_norm, L.wqkv[0].raw, L.bqkv, L.q_norm, L.k_norm, kv.k[li], kv.v[li],
@@ -227,8 +228,8 @@ class StepKernels:
 
     def _link(self, post: LinkPost | None, pre: LinkPre | None, N: int, kv, d) -> bool:
         cfg, ws, dv = self.cfg, self.ws, d.d
-        step = LinkStep(ws.x, ws.xq, getattr(ws, "gate", None), getattr(ws, "ffq", None), ws.qkv, dv["positions"],
-                        dv["slot_mapping"], ws.grid_bar, kv.kv_dtype, N, cfg.n_embd, cfg.n_ff, cfg.n_head,
+        step = LinkStep(ws.x, ws.xq, ws.linkq, getattr(ws, "gate", None), getattr(ws, "ffq", None), ws.qkv,
+                        dv["positions"], dv["slot_mapping"], ws.grid_bar, kv.kv_dtype, N, cfg.n_embd, cfg.n_ff, cfg.n_head,
                         cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act)
         return self.mm.link(self.be, post, pre, step)
 
