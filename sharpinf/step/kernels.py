@@ -194,19 +194,21 @@ class StepKernels:
             for li, L in enumerate(layers):
                 self.layer(L, li, kv, d, N)
             return
+        step = self._link_step(N, kv, d)  # the same for every link of the step
+        link = lambda post, pre: self.mm.link(self.be, post, pre, step)  # noqa: E731
         waiting = None  # (L, li, o): a layer past its attention, its o-projection and FFN still to run
         for li, L in enumerate(layers):
             pre = self._link_pre(L, li, kv)
             post = None if waiting is None else self._link_post(*waiting)
-            if post is None or pre is None or not self._link(post, pre, N, kv, d):
+            if post is None or pre is None or not link(post, pre):
                 if waiting is not None:  # its half alone, before this layer's
-                    if post is None or not self._link(post, None, N, kv, d):
+                    if post is None or not link(post, None):
                         self.post_attention(*waiting, N)
-                if pre is None or not self._link(None, pre, N, kv, d):
+                if pre is None or not link(None, pre):
                     self.pre_attention(L, li, kv, d, N)
             waiting = (L, li, self.attention(kv, li, d, N))
         post = self._link_post(*waiting)
-        if post is None or not self._link(post, None, N, kv, d):
+        if post is None or not link(post, None):
             self.post_attention(*waiting, N)
 
     def _link_post(self, L: DeviceLayer, li: int, o: Act) -> LinkPost | None:
@@ -226,12 +228,11 @@ class StepKernels:
         return LinkPre(L.wqkv[0].qtype, L.attn_norm, L.wqkv[0].raw, L.bqkv, L.q_norm, L.k_norm, kv.k[li], kv.v[li],
                        theta, freq_scale)
 
-    def _link(self, post: LinkPost | None, pre: LinkPre | None, N: int, kv, d) -> bool:
+    def _link_step(self, N: int, kv, d) -> LinkStep:
         cfg, ws, dv = self.cfg, self.ws, d.d
-        step = LinkStep(ws.x, ws.xq, ws.linkq, getattr(ws, "gate", None), getattr(ws, "ffq", None), ws.qkv,
-                        dv["positions"], dv["slot_mapping"], ws.grid_bar, kv.kv_dtype, N, cfg.n_embd, cfg.n_ff, cfg.n_head,
-                        cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act)
-        return self.mm.link(self.be, post, pre, step)
+        return LinkStep(ws.x, ws.xq, ws.linkq, getattr(ws, "gate", None), getattr(ws, "ffq", None), ws.qkv,
+                        dv["positions"], dv["slot_mapping"], ws.grid_bar, kv.kv_dtype, N, cfg.n_embd, cfg.n_ff,
+                        cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act)
 
     def head(self, output_norm, output: DeviceMatrix, rows_dev, R: int) -> None:
         """ws.logits[:R] = LM head of the final norm of the rows of x that want logits."""
