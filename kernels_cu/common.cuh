@@ -148,21 +148,52 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 }
 
 // --- warp and block reductions ----------------------------------------------------
+#ifdef SHARPINF_EMU
+// The emulator's xor butterfly: one exchange of the 32 values (a shuffle is a rendezvous of the
+// warp's 32 fibers, and a butterfly takes five), then the rounds replayed -- lane j combines its own
+// value first with lane j^off's, as `v = op(v, __shfl_xor_sync(v, off))` does on the GPU, so each
+// lane's result has the bits the five shuffles give. This lane's result needs, at the round of
+// `off`, only the `off` lanes that agree with it above bit log2(off) (16 + 8 + 4 + 2 + 1 steps);
+// the partners they read were updated in the round before, and are not written in this one.
+template <typename T, typename Op>
+__device__ __forceinline__ T sharpinf_emu_butterfly(T v, Op op) {
+    const unsigned char* all = sharpinf_emu_warp_share(&v, sizeof v);
+    const int lane = threadIdx.x & 31;
+    T x[32];
+    for (int l = 0; l < 32; ++l) __builtin_memcpy(&x[l], all + 32 * l, sizeof(T));
+    for (int off = 16; off > 0; off >>= 1)
+        for (int j = lane & ~(off - 1), end = j + off; j < end; ++j) x[j] = op(x[j], x[j ^ off]);
+    return x[lane];
+}
+#endif
+
 // xor butterfly: every lane ends with the full result.
 __device__ __forceinline__ float warp_reduce_sum(float v) {
+#ifndef SHARPINF_EMU
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(SHARPINF_FULL_MASK, v, off);
     return v;
+#else
+    return sharpinf_emu_butterfly(v, [](float a, float b) { return a + b; });
+#endif
 }
 
 __device__ __forceinline__ float warp_reduce_max(float v) {
+#ifndef SHARPINF_EMU
     for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(SHARPINF_FULL_MASK, v, off));
     return v;
+#else
+    return sharpinf_emu_butterfly(v, [](float a, float b) { return fmaxf(a, b); });
+#endif
 }
 
 __device__ __forceinline__ int warp_sum_int(int v) {
+#ifndef SHARPINF_EMU
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(SHARPINF_FULL_MASK, v, off);
     return v;
+#else
+    return sharpinf_emu_butterfly(v, [](int a, int b) { return a + b; });
+#endif
 }
 
 // One q8_1 block by one warp: lane l holds value l of the 32; writes q[l], and lane 0 *d (the scale
@@ -225,9 +256,12 @@ __device__ __forceinline__ float gated_act(int act, float g, float u) {
 __device__ __forceinline__ float sharpinf_emu_half_bits(unsigned short h) {
     const unsigned sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
     float v;
-    if (exp == 0) v = __builtin_ldexpf((float)mant, -24);
+    if (exp == 0) v = (float)mant * 0x1p-24f;  // subnormal: exact (a normal float)
     else if (exp == 31) v = mant ? __builtin_nanf("") : __builtin_huge_valf();
-    else v = __builtin_ldexpf((float)(mant | 0x400u), (int)exp - 25);
+    else {  // normal: the same value, rebiased (15 -> 127) and widened (10 -> 23 mantissa bits)
+        const unsigned bits = ((exp + 112u) << 23) | (mant << 13);
+        __builtin_memcpy(&v, &bits, 4);
+    }
     return sign ? -v : v;
 }
 __device__ __forceinline__ float sharpinf_emu_lo(unsigned r) { return sharpinf_emu_half_bits((unsigned short)(r & 0xffffu)); }
@@ -235,6 +269,21 @@ __device__ __forceinline__ float sharpinf_emu_hi(unsigned r) { return sharpinf_e
 #endif
 
 // --- tensor-core MMA -----------------------------------------------------------------
+#ifdef SHARPINF_EMU
+// The registers an emulated mma.m16n8k* lane reads from the others (both shapes share the layout by
+// lane): A rows g, g+8 (g = lane>>2) live in lanes (lane & ~3) + j, B columns 2t, 2t+1 in lanes
+// (2t+cs)*4 + j (j = 0..3) -- ra[j] = lane (lane & ~3) + j's a[0..3], rb[cs][j] = lane
+// (2t+cs)*4 + j's b[0..1]. One exchange of every lane's six registers, not 32 shuffles.
+__device__ __forceinline__ void sharpinf_emu_mma_fragments(const unsigned (&a)[4], const unsigned (&b)[2], int lane,
+                                                           int t, unsigned (&ra)[4][4], unsigned (&rb)[2][4][2]) {
+    const unsigned mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+    const unsigned char* all = sharpinf_emu_warp_share(mine, sizeof mine);
+    for (int j = 0; j < 4; ++j) __builtin_memcpy(ra[j], all + 32 * ((lane & ~3) + j), 16);
+    for (int cs = 0; cs < 2; ++cs)
+        for (int j = 0; j < 4; ++j) __builtin_memcpy(rb[cs][j], all + 32 * ((2 * t + cs) * 4 + j) + 16, 8);
+}
+#endif
+
 // D(16x8,f32) = A(16x16,f16,row) * B(16x8,f16,col) + C, one warp, all 32 lanes.
 // Fragment layout (PTX ISA, mma.m16n8k16 .f16): g = lane>>2, t = lane%4; a register
 // holds two halves, the lower-indexed element in the low 16 bits.
@@ -254,16 +303,8 @@ __device__ __forceinline__ void mma_m16n8k16_f16_f32(float (&d)[4], const unsign
           "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 #else
     const int lane = threadIdx.x & 31, t = lane & 3;
-    // A rows g and g+8 (g = lane>>2) live in lanes g*4+j (j = 0..3); gather all four registers of each.
-    unsigned ra[4][4];
-    for (int j = 0; j < 4; ++j)
-        for (int r = 0; r < 4; ++r) ra[j][r] = __shfl_sync(SHARPINF_FULL_MASK, a[r], (lane & ~3) + j);
-    // B columns 2t and 2t+1 live in lanes (2t+cs)*4+j.
-    unsigned rb[2][4][2];
-    for (int cs = 0; cs < 2; ++cs)
-        for (int j = 0; j < 4; ++j)
-            for (int r = 0; r < 2; ++r)
-                rb[cs][j][r] = __shfl_sync(SHARPINF_FULL_MASK, b[r], (2 * t + cs) * 4 + j);
+    unsigned ra[4][4], rb[2][4][2];
+    sharpinf_emu_mma_fragments(a, b, lane, t, ra, rb);
     float out[4];
     for (int rs = 0; rs < 2; ++rs)        // row g + 8*rs
         for (int cs = 0; cs < 2; ++cs) {  // col 2t + cs
@@ -300,13 +341,8 @@ __device__ __forceinline__ void mma_m16n8k32_s8_s32(int (&d)[4], const unsigned 
           "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
 #else
     const int lane = threadIdx.x & 31, t = lane & 3;
-    // A rows g, g+8 live in lanes (lane & ~3) + j; B columns 2t, 2t+1 in lanes (2t+cs)*4 + j (j = 0..3).
     unsigned ra[4][4], rb[2][4][2];
-    for (int j = 0; j < 4; ++j)
-        for (int r = 0; r < 4; ++r) ra[j][r] = __shfl_sync(SHARPINF_FULL_MASK, a[r], (lane & ~3) + j);
-    for (int cs = 0; cs < 2; ++cs)
-        for (int j = 0; j < 4; ++j)
-            for (int r = 0; r < 2; ++r) rb[cs][j][r] = __shfl_sync(SHARPINF_FULL_MASK, b[r], (2 * t + cs) * 4 + j);
+    sharpinf_emu_mma_fragments(a, b, lane, t, ra, rb);
     int out[4];
     for (int rs = 0; rs < 2; ++rs)        // row g + 8*rs
         for (int cs = 0; cs < 2; ++cs) {  // col 2t + cs
@@ -336,13 +372,11 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem_r
                  : "memory");
 #else
     const int lane = threadIdx.x & 31;
-    const unsigned long long p = (unsigned long long)smem_row;
-    const unsigned lo = (unsigned)(p & 0xffffffffull), hi = (unsigned)(p >> 32);
+    const unsigned char* all = sharpinf_emu_warp_share(&smem_row, sizeof smem_row);  // every lane's row address
     for (int i = 0; i < 4; ++i) {
         const int src = i * 8 + (lane >> 2);  // the lane that holds this row's address
-        const unsigned rlo = __shfl_sync(SHARPINF_FULL_MASK, lo, src);
-        const unsigned rhi = __shfl_sync(SHARPINF_FULL_MASK, hi, src);
-        const unsigned char* row = (const unsigned char*)(((unsigned long long)rhi << 32) | rlo);
+        const unsigned char* row;
+        __builtin_memcpy(&row, all + 32 * src, sizeof row);
         unsigned v;
         __builtin_memcpy(&v, row + 4 * (lane & 3), 4);
         r[i] = v;

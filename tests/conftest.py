@@ -12,6 +12,11 @@ from __future__ import annotations
 import functools
 import os
 
+# One BLAS thread a process, set before anything imports NumPy (xdist's workers inherit it): pytest
+# runs a worker per core, and OpenBLAS's own threads spin between the reference's small matmuls --
+# a fifth of a forward-oracle test's CPU, taken from the other worker's core.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import pytest
 from hypothesis import settings
 

@@ -4,6 +4,7 @@ emulated branches follow; on a GPU the same test checks the real instructions.""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,36 @@ def test_warp_reduce(backend, blocks, block):
     assert_close(backend.download(s).reshape(-1, 32), np.repeat(warps.sum(1, keepdims=True), 32, 1),
                                rtol=1e-5, atol=1e-5)
     assert_same(backend.download(m).reshape(-1, 32), np.repeat(warps.max(1, keepdims=True), 32, 1))
+
+
+def _butterfly(warps: np.ndarray, op) -> np.ndarray:
+    """Every lane's result of the xor butterfly, as the shuffles compute it: at each round lane j
+    takes op(its value, lane j^off's), off = 16, 8, 4, 2, 1."""
+    x, lanes = warps.copy(), np.arange(32)
+    for off in (16, 8, 4, 2, 1):
+        x = op(x, x[:, lanes ^ off])
+    return x
+
+
+def test_warp_reductions_are_the_xor_butterfly_bit_for_bit(backend):
+    """The order is part of the contract (a token's bits follow it), so it is checked exactly: values
+    spread over 40 binades make any other order of the float adds give other bits. On the emulator
+    this is what its stand-ins (one exchange, the rounds replayed: common.cuh) must reproduce."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(4 * 64) * 2.0 ** rng.integers(-20, 20, 4 * 64)).astype(np.float32)
+    s, m = backend.empty(x.shape, np.float32), backend.empty(x.shape, np.float32)
+    backend.launch(_k(backend, "reduce.cu", "warp_reduce"), 4, 64, (backend.upload(x), s, m))
+    warps = x.reshape(-1, 32)
+    want = _butterfly(warps, np.add)
+    assert_same(backend.download(s).reshape(-1, 32), want)
+    in_lane_order = functools.reduce(lambda acc, col: acc + col, warps.T)  # another order: other bits
+    assert not np.array_equal(want[:, 0], in_lane_order)
+    assert_same(backend.download(m).reshape(-1, 32), _butterfly(warps, np.fmax))
+    xi = rng.integers(-2**31, 2**31, 4 * 64, dtype=np.int64).astype(np.int32)  # sums wrap, as int adds do
+    out = backend.empty(xi.shape, np.int32)
+    backend.launch(_k(backend, "reduce.cu", "warp_sum_ints"), 4, 64, (backend.upload(xi), out))
+    with np.errstate(over="ignore"):
+        assert_same(backend.download(out).reshape(-1, 32), _butterfly(xi.reshape(-1, 32), np.add))
 
 
 @pytest.mark.parametrize("rows,block,n", [(1, 32, 1), (3, 96, 33), (5, 160, 1000), (7, 1024, 4097), (3, 1024, 5)])

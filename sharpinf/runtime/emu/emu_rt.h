@@ -26,7 +26,12 @@ struct Tls {
 extern __thread Tls tls SHARPINF_EMU_API;
 
 // Warp operation kinds carried through the per-warp exchange.
-enum WarpOp : int { W_SYNC, W_IDX, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ALL, W_ANY };
+enum WarpOp : int { W_SYNC, W_IDX, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ALL, W_ANY, W_SHARE };
+// W_SHARE: every lane posts up to SHARE_STRIDE bytes (val: their address, arg: how many) and gets
+// back the warp's 32 x SHARE_STRIDE bytes, lane-major (res: their address, valid until the lane's
+// next warp operation). One exchange where common.cuh's tensor-core and reduction stand-ins would
+// otherwise take 5-32 shuffles, each a rendezvous of the warp's 32 fibers.
+enum { SHARE_STRIDE = 32 };
 
 SHARPINF_EMU_API int sync_block(const char* file, int line, int pred);  // returns count of pred
 SHARPINF_EMU_API uint64_t warp_op(const char* file, int line, int op, unsigned mask,

@@ -90,6 +90,7 @@ struct Block {
     std::vector<EThread> th;
     std::vector<int> order;   // position -> linear tid
     std::vector<Warp> warps;
+    std::vector<unsigned char> share;  // W_SHARE's exchange, SHARE_STRIDE x 32 bytes a warp (grown, never cleared)
     int alive, ndone, first_done, at_bar, nrun, bar_count, cursor, loop_pos;
     int bar_op;   // what the waiting threads wait at: OP_BARRIER or OP_GRID
     bool looping, failed;
@@ -131,6 +132,7 @@ static const char* op_name(int op) {
         case W_BALLOT: return "__ballot_sync";
         case W_ALL: return "__all_sync";
         case W_ANY: return "__any_sync";
+        case W_SHARE: return "warp exchange (common.cuh's mma/ldmatrix/warp reduction stand-ins)";
     }
     return "?";
 }
@@ -435,6 +437,18 @@ static void complete_warp(Block* b, int w) {
         if (lanes[l].op == W_SYNC) synced |= 1u << l;
     }
     if (synced) rc_syncwarp(w, synced);  // __syncwarp orders memory among its lanes
+    unsigned char* shared = nullptr;
+    for (unsigned m = arrived; m; m &= m - 1) {
+        int l = __builtin_ctz(m);
+        if (lanes[l].op != W_SHARE) continue;
+        if (!shared) {
+            size_t need = b->warps.size() * 32 * SHARE_STRIDE;
+            if (b->share.size() < need) b->share.resize(need);
+            shared = &b->share[(size_t)w * 32 * SHARE_STRIDE];
+        }
+        int n = lanes[l].arg < 0 ? 0 : lanes[l].arg > SHARE_STRIDE ? SHARE_STRIDE : lanes[l].arg;
+        memcpy(shared + l * SHARE_STRIDE, (const void*)(uintptr_t)lanes[l].val, (size_t)n);
+    }
     for (unsigned m = arrived; m; m &= m - 1) {
         int l = __builtin_ctz(m);
         EThread& x = lanes[l];
@@ -450,6 +464,7 @@ static void complete_warp(Block* b, int w) {
             case W_BALLOT: x.res = ballot & x.mask; break;
             case W_ALL: x.res = (ballot & x.mask & arrived) == (x.mask & arrived); break;
             case W_ANY: x.res = (ballot & x.mask) != 0; break;
+            case W_SHARE: x.res = (uint64_t)(uintptr_t)shared; break;
             default: x.res = 0;
         }
         x.st = S_READY;
