@@ -115,8 +115,9 @@ __device__ __forceinline__ void attention_flash_impl(
     const int g = n_heads / n_kv_heads, tpb = ROWS / g;  // the launcher guarantees g <= ROWS
 
     af_find_tile<THREADS>(blockIdx.x, cu_seqlens, n_seqs, t0, n_window, tpb, scan_s, tile_s);
-    const int seq = tile_s[0], begin = tile_s[1], rows = (tile_s[2] - tile_s[1]) * g;
-    if (seq < 0) return;  // uniform: past the window's last tile
+    const int seq = tile_s[0];
+    if (seq < 0) return;  // uniform: past the window's last tile (whose tile_s[1..2] nobody wrote)
+    const int begin = tile_s[1], rows = (tile_s[2] - tile_s[1]) * g;
     for (int r = tid; r < ROWS; r += THREADS) pos_s[r] = r < rows ? positions[begin + r / g] : -1;
     __syncthreads();
     int maxpos = -1, wmax = -1;            // the block's and this warp's largest position

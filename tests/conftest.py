@@ -12,10 +12,12 @@ from __future__ import annotations
 import functools
 import os
 
-# One BLAS thread a process, set before anything imports NumPy (xdist's workers inherit it): pytest
-# runs a worker per core, and OpenBLAS's own threads spin between the reference's small matmuls --
+# One BLAS thread a process, set before anything imports NumPy (xdist's workers inherit it). The
+# NumPy reference's bits follow OpenBLAS's thread count (it splits a matmul's sums by thread), and
+# the near-tie tests pin flips to those bits, so they must not follow the machine's cores; and pytest
+# runs a worker per core, where OpenBLAS's own threads spin between the reference's small matmuls --
 # a fifth of a forward-oracle test's CPU, taken from the other worker's core.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import pytest
 from hypothesis import settings

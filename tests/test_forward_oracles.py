@@ -229,13 +229,14 @@ def test_hyp_placement_exact(backend, kernels, model, kv, bs, n, seed):
 
 # -- near-ties: cases hypothesis found where two logits sit within float noise of each other ---
 # |dlogit| stays well inside the bound; ranks 5/6 (llama, qwen2-Q5_0) or 1/2 (qwen2-Q4_0 at
-# position 222: kernels 159 > 368 by 0.033, reference 368 > 159 by 0.002) swap. The rule in
+# position 27: kernels 484 > 37 by 0.054, reference 37 > 484 by 0.013) swap. The reference's bits
+# follow OpenBLAS's thread count (how it splits a matmul), which tests/conftest.py pins to 1. The rule in
 # sharpinf/oracles/compare.py: top-5 overlap >= 4, and an argmax flip passes only where the reference's
 # own top-2 gap is within 2 x the measured max |dlogit| -- the flip the numerics explain.
 NEAR_TIES = [
     pytest.param("llama", "Q8_0", "f16", 0, 0, id="llama-Q8_0-f16-rank5"),
     pytest.param("qwen2", "Q5_0", "f16", 1, 0, id="qwen2-Q5_0-f16-rank5"),
-    pytest.param("qwen2", "Q4_0", "q8_0", 1, 1, id="qwen2-Q4_0-q8_0-argmax-flip"),
+    pytest.param("qwen2", "Q4_0", "q8_0", 28, 1, id="qwen2-Q4_0-q8_0-argmax-flip"),
 ]
 
 
