@@ -149,20 +149,33 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 
 // --- warp and block reductions ----------------------------------------------------
 #ifdef SHARPINF_EMU
+// The emulator's exchange helpers below touch only the runtime's exchange buffer and their own
+// locals, never shared memory: kept out of the checked builds' instrumentation, which would check
+// each of their hundred-odd loads and stores (a call apiece: g++ does not inline a function with
+// another sanitizer attribute into instrumented code). They take and return values, not arrays.
+#ifdef SHARPINF_EMU_RACECHECK
+#define SHARPINF_EMU_UNCHECKED inline __attribute__((noinline, no_sanitize_thread))
+#else
+#define SHARPINF_EMU_UNCHECKED inline __attribute__((always_inline))
+#endif
 // The emulator's xor butterfly: one exchange of the 32 values (a shuffle is a rendezvous of the
 // warp's 32 fibers, and a butterfly takes five), then the rounds replayed -- lane j combines its own
 // value first with lane j^off's, as `v = op(v, __shfl_xor_sync(v, off))` does on the GPU, so each
 // lane's result has the bits the five shuffles give. This lane's result needs, at the round of
 // `off`, only the `off` lanes that agree with it above bit log2(off) (16 + 8 + 4 + 2 + 1 steps);
 // the partners they read were updated in the round before, and are not written in this one.
-template <typename T, typename Op>
-__device__ __forceinline__ T sharpinf_emu_butterfly(T v, Op op) {
+enum { SHARPINF_EMU_ADD, SHARPINF_EMU_MAX };
+template <int OP, typename T>
+SHARPINF_EMU_UNCHECKED T sharpinf_emu_butterfly(T v) {
     const unsigned char* all = sharpinf_emu_warp_share(&v, sizeof v);
     const int lane = threadIdx.x & 31;
     T x[32];
     for (int l = 0; l < 32; ++l) __builtin_memcpy(&x[l], all + 32 * l, sizeof(T));
     for (int off = 16; off > 0; off >>= 1)
-        for (int j = lane & ~(off - 1), end = j + off; j < end; ++j) x[j] = op(x[j], x[j ^ off]);
+        for (int j = lane & ~(off - 1), end = j + off; j < end; ++j) {
+            if constexpr (OP == SHARPINF_EMU_ADD) x[j] = x[j] + x[j ^ off];
+            else x[j] = fmaxf(x[j], x[j ^ off]);
+        }
     return x[lane];
 }
 #endif
@@ -173,7 +186,7 @@ __device__ __forceinline__ float warp_reduce_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(SHARPINF_FULL_MASK, v, off);
     return v;
 #else
-    return sharpinf_emu_butterfly(v, [](float a, float b) { return a + b; });
+    return sharpinf_emu_butterfly<SHARPINF_EMU_ADD>(v);
 #endif
 }
 
@@ -182,7 +195,7 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
     for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(SHARPINF_FULL_MASK, v, off));
     return v;
 #else
-    return sharpinf_emu_butterfly(v, [](float a, float b) { return fmaxf(a, b); });
+    return sharpinf_emu_butterfly<SHARPINF_EMU_MAX>(v);
 #endif
 }
 
@@ -192,7 +205,7 @@ __device__ __forceinline__ int warp_sum_int(int v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(SHARPINF_FULL_MASK, v, off);
     return v;
 #else
-    return sharpinf_emu_butterfly(v, [](int a, int b) { return a + b; });
+    return sharpinf_emu_butterfly<SHARPINF_EMU_ADD>(v);
 #endif
 }
 
@@ -270,17 +283,46 @@ __device__ __forceinline__ float sharpinf_emu_hi(unsigned r) { return sharpinf_e
 
 // --- tensor-core MMA -----------------------------------------------------------------
 #ifdef SHARPINF_EMU
-// The registers an emulated mma.m16n8k* lane reads from the others (both shapes share the layout by
-// lane): A rows g, g+8 (g = lane>>2) live in lanes (lane & ~3) + j, B columns 2t, 2t+1 in lanes
-// (2t+cs)*4 + j (j = 0..3) -- ra[j] = lane (lane & ~3) + j's a[0..3], rb[cs][j] = lane
-// (2t+cs)*4 + j's b[0..1]. One exchange of every lane's six registers, not 32 shuffles.
-__device__ __forceinline__ void sharpinf_emu_mma_fragments(const unsigned (&a)[4], const unsigned (&b)[2], int lane,
-                                                           int t, unsigned (&ra)[4][4], unsigned (&rb)[2][4][2]) {
-    const unsigned mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+// An emulated mma.m16n8k* (both shapes share the layout by lane): one exchange of every lane's six
+// fragment registers, not 32 shuffles; then A rows g, g+8 (g = lane>>2) come from lanes
+// (lane & ~3) + j -- ra[j] = that lane's a[0..3] -- and B columns 2t, 2t+1 from lanes (2t+cs)*4 + j
+// -- rb[cs][j] = that lane's b[0..1] (j = 0..3). Fragments and accumulators pass by value: an array
+// passed by reference would be addressable in the kernel, and every later read of it checked.
+template <typename Acc> struct SharpinfEmuD4 { Acc v[4]; };
+template <bool F16, typename Acc>
+SHARPINF_EMU_UNCHECKED SharpinfEmuD4<Acc> sharpinf_emu_mma(unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                          unsigned b0, unsigned b1, Acc c0, Acc c1, Acc c2, Acc c3) {
+    const int lane = threadIdx.x & 31, t = lane & 3;
+    const unsigned mine[6] = {a0, a1, a2, a3, b0, b1};
     const unsigned char* all = sharpinf_emu_warp_share(mine, sizeof mine);
+    unsigned ra[4][4], rb[2][4][2];
     for (int j = 0; j < 4; ++j) __builtin_memcpy(ra[j], all + 32 * ((lane & ~3) + j), 16);
     for (int cs = 0; cs < 2; ++cs)
         for (int j = 0; j < 4; ++j) __builtin_memcpy(rb[cs][j], all + 32 * ((2 * t + cs) * 4 + j) + 16, 8);
+    const Acc c[4] = {c0, c1, c2, c3};
+    SharpinfEmuD4<Acc> d;
+    for (int rs = 0; rs < 2; ++rs)        // row g + 8*rs
+        for (int cs = 0; cs < 2; ++cs) {  // col 2t + cs
+            Acc acc = c[rs * 2 + cs];
+            if constexpr (F16) {
+                for (int k = 0; k < 16; ++k) {  // k = 8*kb + 2*j + half: register kb of lane j
+                    const int j = (k & 7) >> 1, kb = k >> 3;
+                    const unsigned ar = ra[j][rs + 2 * kb], br = rb[cs][j][kb];
+                    const float av = (k & 1) ? sharpinf_emu_hi(ar) : sharpinf_emu_lo(ar);
+                    const float bv = (k & 1) ? sharpinf_emu_hi(br) : sharpinf_emu_lo(br);
+                    acc += av * bv;
+                }
+            } else {
+                for (int k = 0; k < 32; ++k) {  // k = 16*kh + 4*j + e: register kh of lane j, byte e
+                    const int kh = k >> 4, j = (k >> 2) & 3, e = k & 3;
+                    const signed char av = (signed char)(ra[j][rs + 2 * kh] >> (8 * e));
+                    const signed char bv = (signed char)(rb[cs][j][kh] >> (8 * e));
+                    acc += (int)av * (int)bv;
+                }
+            }
+            d.v[rs * 2 + cs] = acc;
+        }
+    return d;
 }
 #endif
 
@@ -302,23 +344,8 @@ __device__ __forceinline__ void mma_m16n8k16_f16_f32(float (&d)[4], const unsign
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
           "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 #else
-    const int lane = threadIdx.x & 31, t = lane & 3;
-    unsigned ra[4][4], rb[2][4][2];
-    sharpinf_emu_mma_fragments(a, b, lane, t, ra, rb);
-    float out[4];
-    for (int rs = 0; rs < 2; ++rs)        // row g + 8*rs
-        for (int cs = 0; cs < 2; ++cs) {  // col 2t + cs
-            float acc = c[rs * 2 + cs];
-            for (int k = 0; k < 16; ++k) {
-                const int j = (k & 7) >> 1, kb = k >> 3;
-                const unsigned ar = ra[j][rs + 2 * kb], br = rb[cs][j][kb];
-                const float av = (k & 1) ? sharpinf_emu_hi(ar) : sharpinf_emu_lo(ar);
-                const float bv = (k & 1) ? sharpinf_emu_hi(br) : sharpinf_emu_lo(br);
-                acc += av * bv;
-            }
-            out[rs * 2 + cs] = acc;
-        }
-    for (int i = 0; i < 4; ++i) d[i] = out[i];
+    const SharpinfEmuD4<float> r = sharpinf_emu_mma<true>(a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1], c[2], c[3]);
+    for (int i = 0; i < 4; ++i) d[i] = r.v[i];
 #endif
 }
 
@@ -340,22 +367,8 @@ __device__ __forceinline__ void mma_m16n8k32_s8_s32(int (&d)[4], const unsigned 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
           "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
 #else
-    const int lane = threadIdx.x & 31, t = lane & 3;
-    unsigned ra[4][4], rb[2][4][2];
-    sharpinf_emu_mma_fragments(a, b, lane, t, ra, rb);
-    int out[4];
-    for (int rs = 0; rs < 2; ++rs)        // row g + 8*rs
-        for (int cs = 0; cs < 2; ++cs) {  // col 2t + cs
-            int acc = c[rs * 2 + cs];
-            for (int k = 0; k < 32; ++k) {  // k = 16*kh + 4*j + e: register kh of lane j, byte e
-                const int kh = k >> 4, j = (k >> 2) & 3, e = k & 3;
-                const signed char av = (signed char)(ra[j][rs + 2 * kh] >> (8 * e));
-                const signed char bv = (signed char)(rb[cs][j][kh] >> (8 * e));
-                acc += (int)av * (int)bv;
-            }
-            out[rs * 2 + cs] = acc;
-        }
-    for (int i = 0; i < 4; ++i) d[i] = out[i];
+    const SharpinfEmuD4<int> r = sharpinf_emu_mma<false>(a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1], c[2], c[3]);
+    for (int i = 0; i < 4; ++i) d[i] = r.v[i];
 #endif
 }
 
