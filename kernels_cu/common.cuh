@@ -170,7 +170,7 @@ SHARPINF_EMU_UNCHECKED T sharpinf_emu_butterfly(T v) {
     const unsigned char* all = sharpinf_emu_warp_share(&v, sizeof v);
     const int lane = threadIdx.x & 31;
     T x[32];
-    for (int l = 0; l < 32; ++l) __builtin_memcpy(&x[l], all + 32 * l, sizeof(T));
+    for (int l = 0; l < 32; ++l) __builtin_memcpy(&x[l], all + ::sharpinf_emu::SHARE_STRIDE * l, sizeof(T));
     for (int off = 16; off > 0; off >>= 1)
         for (int j = lane & ~(off - 1), end = j + off; j < end; ++j) {
             if constexpr (OP == SHARPINF_EMU_ADD) x[j] = x[j] + x[j ^ off];
@@ -296,9 +296,9 @@ SHARPINF_EMU_UNCHECKED SharpinfEmuD4<Acc> sharpinf_emu_mma(unsigned a0, unsigned
     const unsigned mine[6] = {a0, a1, a2, a3, b0, b1};
     const unsigned char* all = sharpinf_emu_warp_share(mine, sizeof mine);
     unsigned ra[4][4], rb[2][4][2];
-    for (int j = 0; j < 4; ++j) __builtin_memcpy(ra[j], all + 32 * ((lane & ~3) + j), 16);
+    for (int j = 0; j < 4; ++j) __builtin_memcpy(ra[j], all + ::sharpinf_emu::SHARE_STRIDE * ((lane & ~3) + j), 16);
     for (int cs = 0; cs < 2; ++cs)
-        for (int j = 0; j < 4; ++j) __builtin_memcpy(rb[cs][j], all + 32 * ((2 * t + cs) * 4 + j) + 16, 8);
+        for (int j = 0; j < 4; ++j) __builtin_memcpy(rb[cs][j], all + ::sharpinf_emu::SHARE_STRIDE * ((2 * t + cs) * 4 + j) + 16, 8);
     const Acc c[4] = {c0, c1, c2, c3};
     SharpinfEmuD4<Acc> d;
     for (int rs = 0; rs < 2; ++rs)        // row g + 8*rs
@@ -389,7 +389,7 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem_r
     for (int i = 0; i < 4; ++i) {
         const int src = i * 8 + (lane >> 2);  // the lane that holds this row's address
         const unsigned char* row;
-        __builtin_memcpy(&row, all + 32 * src, sizeof row);
+        __builtin_memcpy(&row, all + ::sharpinf_emu::SHARE_STRIDE * src, sizeof row);
         unsigned v;
         __builtin_memcpy(&v, row + 4 * (lane & 3), 4);
         r[i] = v;

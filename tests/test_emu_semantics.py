@@ -179,6 +179,14 @@ def test_block_reduction_with_shuffles(ordered):
     assert_same(out, x.reshape(3, 256).sum(1))
 
 
+
+def test_the_warp_exchange_shares_every_lane_and_refuses_oversized_posts(be):
+    k, out = be.kernel(src("warp.cu"), "share_bytes"), np.zeros(32, np.int32)
+    be.launch(k, 1, 32, [np.array([1], np.int32), out])
+    assert_same(out, (np.arange(32) + 1) % 32)
+    with pytest.raises(BackendError, match=r"warp exchange .* posts 40 bytes: 1\.\.32"):
+        be.launch(k, 1, 32, [np.array([40], np.int32), out])
+
 # -- atomics and math -----------------------------------------------------------------------------
 @pytest.mark.parametrize("workers", [1, 2])
 def test_atomic_contention_counts_exact(workers):

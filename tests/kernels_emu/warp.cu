@@ -48,3 +48,9 @@ extern "C" __global__ void block_sum_shfl(const float* in, float* out) {
         if (lane == 0) out[blockIdx.x] = v;
     }
 }
+// The warp exchange (common.cuh's stand-ins use it) with `bytes` posted: 1..32 are legal.
+extern "C" __global__ void share_bytes(const int* bytes, int* out) {
+    const unsigned char buf[40] = {(unsigned char)threadIdx.x};
+    const unsigned char* all = sharpinf_emu_warp_share(buf, *bytes);
+    out[threadIdx.x] = all[32 * ((threadIdx.x + 1) & 31)];  // the next lane's first byte
+}

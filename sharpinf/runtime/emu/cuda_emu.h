@@ -123,8 +123,8 @@ inline unsigned syncwarp_mask(unsigned m = 0xffffffffu) { return m; }
 #define __any_sync(mask, p) \
     ((int)::sharpinf_emu::warp_op(__FILE__, __LINE__, ::sharpinf_emu::W_ANY, (mask), (p) != 0, 0, 32))
 #define __activemask() (::sharpinf_emu::active_mask())
-// Every lane's `bytes` bytes (<= 32) in one exchange: the warp's 32 x 32 bytes, lane j's at
-// [32 * j], readable until this lane's next warp operation (emu_rt.h, W_SHARE). All 32 lanes
+// Every lane's `bytes` bytes (1..SHARE_STRIDE = 32) in one exchange: the warp's 32 x SHARE_STRIDE
+// bytes, lane j's at [SHARE_STRIDE * j], readable until this lane's next warp operation (emu_rt.h, W_SHARE). All 32 lanes
 // take part, as in the full-mask shuffles it stands for.
 #define sharpinf_emu_warp_share(mine, bytes)                                                         \
     ((const unsigned char*)(uintptr_t)::sharpinf_emu::warp_op(__FILE__, __LINE__, ::sharpinf_emu::W_SHARE, \

@@ -446,8 +446,7 @@ static void complete_warp(Block* b, int w) {
             if (b->share.size() < need) b->share.resize(need);
             shared = &b->share[(size_t)w * 32 * SHARE_STRIDE];
         }
-        int n = lanes[l].arg < 0 ? 0 : lanes[l].arg > SHARE_STRIDE ? SHARE_STRIDE : lanes[l].arg;
-        memcpy(shared + l * SHARE_STRIDE, (const void*)(uintptr_t)lanes[l].val, (size_t)n);
+        memcpy(shared + l * SHARE_STRIDE, (const void*)(uintptr_t)lanes[l].val, (size_t)lanes[l].arg);  // 1..32: warp_op
     }
     for (unsigned m = arrived; m; m &= m - 1) {
         int l = __builtin_ctz(m);
@@ -498,6 +497,12 @@ uint64_t warp_op(const char* file, int line, int op, unsigned mask, uint64_t val
                      op_name(op), file, line, W.exited, w, tid_str(b, t->lin).c_str());
             fail(b, s);
         }
+    }
+    if (op == W_SHARE && (arg < 1 || arg > SHARE_STRIDE)) {
+        char s[300];
+        snprintf(s, sizeof s, "%s at %s:%d posts %d bytes: 1..%d (thread %s)", op_name(op), file, line, arg,
+                 (int)SHARE_STRIDE, tid_str(b, t->lin).c_str());
+        fail(b, s);
     }
     t->st = S_WARP;
     t->op = op;
