@@ -385,6 +385,33 @@ def test_compile_cache_hit(be):
     assert build.compile_count == n
 
 
+def test_builds_key_on_the_headers_found_not_the_folders_searched(tmp_path, monkeypatch):
+    """A kernels_cu/ of links to the real files (the scaffold test's sandbox, SHARPINF_KERNELS_DIR)
+    reuses the real files' builds; a header beside a source, found before kernels_cu/'s, is part of
+    its build's key, and a change to it builds again."""
+    import os
+    import shutil
+
+    from sharpinf.runtime.paths import kernels_dir
+
+    real = kernels_dir()
+    so = build.build_module(real / "gather.cu", ())
+    links = tmp_path / "links"
+    shutil.copytree(real, links, copy_function=os.symlink)
+    monkeypatch.setenv("SHARPINF_KERNELS_DIR", str(links))
+    monkeypatch.setattr(build, "_memo", {})  # as a new process would: the key decides
+    n = build.compile_count
+    assert build.build_module(links / "gather.cu", ()) == so and build.compile_count == n
+
+    own = tmp_path / "own"  # gather.cu with a common.cuh of its own beside it
+    own.mkdir()
+    shutil.copy(real / "gather.cu", own)
+    (own / "common.cuh").write_text((real / "common.cuh").read_text())
+    first = build.build_module(own / "gather.cu", ())
+    (own / "common.cuh").write_text((real / "common.cuh").read_text() + "\n#define SHARPINF_TEST_CHANGED 1\n")
+    assert build.build_module(own / "gather.cu", ()) not in (so, first) and build.compile_count == n + 2
+
+
 def test_compile_error_carries_gxx_log(be, tmp_path):
     f = tmp_path / "broken.cu"
     f.write_text('extern "C" __global__ void broken(float* x) { x[0] = undefined_name; }\n')

@@ -34,10 +34,12 @@ RUNTIME_SOURCES = ("emu_sched.cpp", "emu_fiber.cpp", "emu_racecheck.cpp")
 # A checked build: every load and store calls __tsan_{read,write}N (the runtime's shared-memory
 # checker answers; ThreadSanitizer's own runtime is never linked), reads and writes apart -- ASan's
 # instrumentation merges a read and a write of one address, which would hide the write of
-# `s[t] += ...`; line tables so reports can name file:line.
+# `s[t] += ...`; line tables so reports can name file:line, and nothing more (variable tracking,
+# which -g1 does not use, was a third of a big module's g++ time).
 CHECKED_FLAGS = ["-fsanitize=thread", "--param", "tsan-distinguish-volatile=0",
                  "--param", "tsan-instrument-func-entry-exit=0", "-g1", "-gdwarf-4",
-                 "-gno-statement-frontiers", "-gno-variable-location-views", "-DSHARPINF_EMU_RACECHECK"]
+                 "-gno-statement-frontiers", "-gno-variable-location-views", "-fno-var-tracking",
+                 "-fno-var-tracking-assignments", "-DSHARPINF_EMU_RACECHECK"]
 # The runtime (fiber switches, warp exchanges: every kernel's hot path) at -O2; kernel modules at -O1:
 # g++ takes half the time on the big template-heavy files (attention_flash.cu: 22 -> 12 s, checked
 # 41 -> 18 s) and the tests run them as fast (forward oracles within run-to-run noise; checked kernel
@@ -103,17 +105,20 @@ def _cpu_id() -> str:
     return platform.processor()
 
 
-def include_flags(src_dir: Path | None) -> list[str]:
-    """-I for: the source's folder, kernels_cu/, the CUDA headers, then our shims
-    (crt/host_defines.h, nv/target) for CUDA header sets that lack them."""
-    dirs: list[Path] = []
-    if src_dir is not None:
-        dirs.append(src_dir)
+def _local_dirs(src_dir: Path | None) -> list[Path]:
+    """The folders of a kernel's local headers: its own, then kernels_cu/."""
+    dirs = [src_dir] if src_dir is not None else []
     try:
         dirs.append(paths.kernels_dir())
     except BackendError:
         pass
-    dirs += [EMU_DIR, *paths.cuda_include_dirs(), EMU_DIR / "shim"]
+    return dirs
+
+
+def include_flags(src_dir: Path | None, local: bool = True) -> list[str]:
+    """-I for: the source's folder, kernels_cu/ (local: a kernel's headers), the CUDA headers, then
+    our shims (crt/host_defines.h, nv/target) for CUDA header sets that lack them."""
+    dirs = [*(_local_dirs(src_dir) if local else []), EMU_DIR, *paths.cuda_include_dirs(), EMU_DIR / "shim"]
     return [f"-I{d}" for d in dict.fromkeys(dirs)]
 
 
@@ -201,7 +206,7 @@ def _write_sources(folder: Path, src: Path, text: str, headers: list[Path], name
 
 def runtime_library(cache: Path) -> Path:
     """The shared runtime (scheduler + fibers) every kernel module links against."""
-    flags = [RUNTIME_OPT, *BASE_FLAGS, *include_flags(None)]
+    flags = [RUNTIME_OPT, *BASE_FLAGS, *include_flags(None, local=False)]
     out = cache / f"libsharpinf-emu-rt-{_key(*RUNTIME_SOURCES, *flags)}.so"
     srcs = [str(EMU_DIR / n) for n in RUNTIME_SOURCES]
     return _atomic_build(out, lambda tmp: _run_gxx([*flags, "-shared", *srcs, "-pthread", "-Wl,-z,defs", "-o", str(tmp)],
@@ -253,8 +258,10 @@ def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = F
     incs = include_flags(src.parent)
     headers = local_headers(src, [Path(f[2:]) for f in incs])
     flags = [KERNEL_OPT, *BASE_FLAGS, *(CHECKED_FLAGS if checked else []), "-include", "cuda_emu.h", "-DSHARPINF_EMU"]
-    key = _key(str(src), text, *(h.read_bytes() for h in headers), *(str(h) for h in headers), *flags, *incs,
-               *name_expressions)
+    # the source's folder and kernels_cu/ serve only local headers, keyed by resolved path and bytes
+    # (not as flags): a kernels_cu/ of links to the real files (the scaffold test's) reuses their builds
+    key = _key(str(src), text, *(h.read_bytes() for h in headers), *(str(h) for h in headers), *flags,
+               *include_flags(src.parent, local=False), *name_expressions)
     cache = paths.cache_dir("emu")
     out = cache / f"{src.stem}-{key}.so"
     stamps = _stamps([src, *headers]) or []
