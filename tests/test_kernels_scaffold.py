@@ -74,8 +74,11 @@ def test_a_new_attention_variant_is_two_files_and_everywhere(tmp_path):
                   "--variant", "mine", "--batch-sizes", "1", "--prefill-sizes", "16", "--quick", "--json",
                   "--out", str(tmp_path / "bench"))
     assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)["suites"]["kernels"]["results"]["rows"]
+    results = json.loads(r.stdout)["suites"]["kernels"]["results"]
+    rows = results["rows"]
     assert {row["variant"] for row in rows} == {"simple", "mine"} and all(row["repeats"] >= 5 for row in rows)
+    if results["ptxas"]["available"]:  # NVRTC there: the new file's kernels in the registers/spills report
+        assert {e["file"] for e in results["ptxas"]["entries"]} == {"attention_mine.cu"}
 
     r = _sharpinf(env, "pytest", "-q", "-p", "no:cacheprovider", "tests/test_kernels_attention.py",
                   "-k", "mine and (one_key or decode_and_mixed)")

@@ -14,11 +14,22 @@ from sharpinf.runtime.paths import kernels_dir, pip_nvrtc_library
 pytestmark = pytest.mark.skipif(pip_nvrtc_library() is None, reason="pip install nvidia-cuda-nvrtc-cu12")
 
 ARCHS = ("sm_80", "sm_90")
-# make test compiles sm_80 with -G (unoptimized: 70 s of NVRTC instead of 240 on this machine, a fifth
-# of make test's compiling): every source through the front end, every instruction through sm_80's
-# ptxas. sm_90, the GPUs we run, is the optimized build the spill check reads. make test-all and
-# make nvrtc-check compile both optimized.
-DEBUG_ARCHS = () if os.environ.get("SHARPINF_TEST_TIER") == "all" else ("sm_80",)
+FULL = os.environ.get("SHARPINF_TEST_TIER") == "all"
+
+
+def spill_checked() -> set[str]:
+    """The files whose sm_90 ptxas report test_variant_kernels_do_not_spill reads."""
+    from sharpinf.bench.kernel_variants import fast_files
+
+    return {*fast_files(), "sampling.cu"}
+
+
+def unoptimized(path: Path, arch: str) -> bool:
+    """make test compiles with -G (NVVM and ptxas unoptimized: 70 s of NVRTC instead of 240 for sm_80
+    on this machine) all but the optimized sm_90 builds the spill check reads: every source still goes
+    through the front end and every instruction through each arch's ptxas. make test-all and make
+    nvrtc-check optimize every build."""
+    return not FULL and (arch != "sm_90" or path.parent != kernels_dir() or path.name not in spill_checked())
 PRIMS = Path(__file__).parent / "kernels_prims"
 SOURCES = sorted(kernels_dir().glob("*.cu")) + sorted(PRIMS.glob("*.cu"))
 
@@ -40,7 +51,7 @@ def all_results():
     from sharpinf.runtime.nvrtc_check import check_all
 
     return {(Path(r.file).resolve(), r.arch): r
-            for r in check_all(ARCHS, extra_dirs=[PRIMS], ptxas_verbose=True, debug_archs=DEBUG_ARCHS)}
+            for r in check_all(ARCHS, extra_dirs=[PRIMS], ptxas_verbose=True, debug=unoptimized)}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -54,10 +65,10 @@ def test_variant_kernels_do_not_spill(all_results):
     """ptxas -v (sm_90) of every entry point of the registered variants' files (all but the baselines'),
     and of sampling.cu (every variant's head runs it): no spill stores or loads -- read from the same
     compiles as above."""
-    from sharpinf.bench.kernel_variants import fast_files
     from sharpinf.runtime.ptxas_report import parse_ptxas_log
 
-    files = [*fast_files(), "sampling.cu"]
+    files = sorted(spill_checked())
+    assert not any(unoptimized(kernels_dir() / f, "sm_90") for f in files)
     report = [p for f in files for p in parse_ptxas_log(all_results[((kernels_dir() / f).resolve(), "sm_90")].log, f)]
     assert len(report) >= 40 and {p.file for p in report} == set(files)
     assert all(p.registers > 0 for p in report)
@@ -95,7 +106,7 @@ def test_broken_source_reports_log(nvrtc, tmp_path):
 
 @pytest.mark.parametrize("debug_archs", [(), ("sm_80",)], ids=["optimized", "debug"])
 def test_bad_inline_asm_is_caught_by_ptxas(nvrtc, tmp_path, debug_archs):
-    # Compiling to a CUBIN (sm_XX) runs ptxas, optimized or with -G (DEBUG_ARCHS), so a malformed PTX
+    # Compiling to a CUBIN (sm_XX) runs ptxas, optimized or with -G (unoptimized()), so a malformed PTX
     # instruction, or one sm_80 lacks, fails here.
     from sharpinf.runtime.nvrtc_check import check_file
 

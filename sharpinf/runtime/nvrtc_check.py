@@ -25,7 +25,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from sharpinf.errors import BackendError
 from sharpinf.runtime import paths
@@ -177,9 +177,9 @@ def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | 
 
 def check_all(archs: Sequence[str] = DEFAULT_ARCHS, extra_dirs: Iterable[str | Path] = (),
               include_kernels: bool = True, jobs: int | None = None, ptxas_verbose: bool = False,
-              debug_archs: Sequence[str] = ()) -> list[Result]:
-    """Compile every kernels_cu/*.cu (and every *.cu in extra_dirs) for each arch (those in
-    debug_archs with -G: check_file).
+              debug: Callable[[Path, str], bool] | None = None) -> list[Result]:
+    """Compile every kernels_cu/*.cu (and every *.cu in extra_dirs) for each arch (with -G where
+    debug(file, arch) says so: check_file's debug_archs).
 
     Compiles run in `jobs` threads (default: CPU count): NVRTC programs are independent
     and ctypes releases the GIL during the call."""
@@ -188,7 +188,7 @@ def check_all(archs: Sequence[str] = DEFAULT_ARCHS, extra_dirs: Iterable[str | P
     tasks = [(f, arch) for d in dirs for f in sorted(Path(d).glob("*.cu")) for arch in archs]
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         return [r for rs in pool.map(lambda t: check_file(t[0], (t[1],), nvrtc, ptxas_verbose=ptxas_verbose,
-                                                          debug_archs=debug_archs), tasks)
+                                                          debug_archs=(t[1],) if debug and debug(*t) else ()), tasks)
                 for r in rs]
 
 
