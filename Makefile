@@ -37,9 +37,8 @@ demo: install
 
 # `make test` (what CI runs): the suite on every core (pytest-xdist; a test file whose fixtures
 # are costly stays on one worker, tests/conftest.py), then the kernel tests again with the
-# emulator's threads in reverse order, for results that follow the order -- without the race and
-# init checks there, which judge each barrier interval's accesses whichever order ran them (half
-# the pass's time). The forward-pass cross-path oracles run on a subset of
+# emulator's threads in reverse order (the race check keeps two readers a byte, so which race it
+# sees can follow the order too). The forward-pass cross-path oracles run on a subset of
 # models that holds every weight type and arch (tests/test_forward_oracles.py says why).
 # `make test-all`: every model in every oracle, more hypothesis examples, and every test that
 # runs kernels again in reverse order -- for sessions that change kernels.
@@ -50,7 +49,7 @@ test: install
 	$(MAKE) --no-print-directory test-kernels
 
 test-kernels: install
-	SHARPINF_EMU_ORDER=reverse SHARPINF_EMU_CHECKS=0 $(PY) -m pytest -q $(XDIST) -m "kernels and emu_checks"
+	SHARPINF_EMU_ORDER=reverse $(PY) -m pytest -q $(XDIST) -m "kernels and emu_checks"
 
 test-all: install
 	SHARPINF_TEST_TIER=all $(PY) -m pytest -q $(XDIST)

@@ -411,6 +411,20 @@ def test_builds_key_on_the_headers_found_not_the_folders_searched(tmp_path, monk
     (own / "common.cuh").write_text((real / "common.cuh").read_text() + "\n#define SHARPINF_TEST_CHANGED 1\n")
     assert build.build_module(own / "gather.cu", ()) not in (so, first) and build.compile_count == n + 2
 
+    # a <header> from kernels_cu/ (local_headers follows quoted includes only): the folders are keyed
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "k.cu").write_text('#include <extra.cuh>\nextern "C" __global__ void k(float* x) { x[0] = EXTRA; }\n')
+    builds = []
+    for value in ("1.0f", "2.0f"):
+        d = tmp_path / f"kernels_{value[0]}"
+        shutil.copytree(real, d, copy_function=os.symlink)
+        (d / "extra.cuh").write_text(f"#define EXTRA {value}\n")
+        monkeypatch.setenv("SHARPINF_KERNELS_DIR", str(d))
+        monkeypatch.setattr(build, "_memo", {})
+        builds.append(build.build_module(probe / "k.cu", ()))
+    assert builds[0] != builds[1]
+
 
 def test_compile_error_carries_gxx_log(be, tmp_path):
     f = tmp_path / "broken.cu"

@@ -4,8 +4,8 @@ o-projection, FFN norm and FFN of one layer, the norm, QKV, QK-norm, RoPE and KV
 logits bit for bit: decode steps (which it serves) and prefill chunks (which take the separate
 launches) alike, across the archs' differences (qwen3's QK-norm, qwen2's QKV bias, gemma3's
 post-norms, where only the pre half links) and the cache types. Run under the emulator's race and
-init checks, each block on its own thread at every grid barrier, and again in reverse thread order
-(make test's reverse pass)."""
+init checks, each block on its own thread at every grid barrier, in both thread orders (make
+test's reverse pass)."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ def test_broken_source_reports_log(nvrtc, tmp_path):
     assert all("undeclared_thing" in r.log for r in results)
 
 
-@pytest.mark.parametrize("debug_archs", [(), ("sm_80",)], ids=["optimized", "debug"])
+@pytest.mark.parametrize("debug_archs", [(), ("sm_80", "sm_90")], ids=["optimized", "debug"])
 def test_bad_inline_asm_is_caught_by_ptxas(nvrtc, tmp_path, debug_archs):
     # Compiling to a CUBIN (sm_XX) runs ptxas, optimized or with -G (unoptimized()), so a malformed PTX
     # instruction, or one sm_80 lacks, fails here.

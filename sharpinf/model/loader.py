@@ -87,13 +87,13 @@ class _CheckedReader(gguf.GGUFReader):
         self._path = path
         super().__init__(path, "r")
 
-    def _build_fields(self, offs: int, count: int) -> int:
+    def _build_fields(self, *args, **kwargs):  # (offs, count) in gguf-py 0.19: passed through as they come
         # gguf-py reads each metadata value as a slice of self.data, a np.memmap, and every memmap
         # slice runs memmap.__array_finalize__: a 262k-token vocabulary is a million slices (Gemma 3
         # 270M: 18 s a load, SmolLM2's 49k: 4.6 s). The same bytes through a plain ndarray view.
         mapped, self.data = self.data, self.data.view(np.ndarray)
         try:
-            return super()._build_fields(offs, count)
+            return super()._build_fields(*args, **kwargs)
         finally:
             self.data = mapped
 

@@ -28,7 +28,8 @@ from pathlib import Path
 from sharpinf.errors import BackendError
 from sharpinf.runtime import paths
 from sharpinf.runtime.emu import EMU_DIR
-from sharpinf.runtime.emu.source import local_headers, register_static_shared, rewrite_dynamic_shared, scanned_entry_names
+from sharpinf.runtime.emu.source import (angle_includes_in, local_headers, register_static_shared, rewrite_dynamic_shared,
+                                         scanned_entry_names)
 
 RUNTIME_SOURCES = ("emu_sched.cpp", "emu_fiber.cpp", "emu_racecheck.cpp")
 # A checked build: every load and store calls __tsan_{read,write}N (the runtime's shared-memory
@@ -259,9 +260,11 @@ def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = F
     headers = local_headers(src, [Path(f[2:]) for f in incs])
     flags = [KERNEL_OPT, *BASE_FLAGS, *(CHECKED_FLAGS if checked else []), "-include", "cuda_emu.h", "-DSHARPINF_EMU"]
     # the source's folder and kernels_cu/ serve only local headers, keyed by resolved path and bytes
-    # (not as flags): a kernels_cu/ of links to the real files (the scaffold test's) reuses their builds
+    # (not as flags): a kernels_cu/ of links to the real files (the scaffold test's) reuses their builds.
+    # A <header> found there is not followed by local_headers: then the folders are keyed too.
+    angle = angle_includes_in([src, *headers], _local_dirs(src.parent))
     key = _key(str(src), text, *(h.read_bytes() for h in headers), *(str(h) for h in headers), *flags,
-               *include_flags(src.parent, local=False), *name_expressions)
+               *include_flags(src.parent, local=angle), *name_expressions)
     cache = paths.cache_dir("emu")
     out = cache / f"{src.stem}-{key}.so"
     stamps = _stamps([src, *headers]) or []

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+_ANGLE_INCLUDE = re.compile(r"^\s*#\s*include\s*<([^>]+)>", re.M)
 _ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(')
 _DYN_SHARED = re.compile(r"\bextern\s+__shared__\s+([^;\[]*?)\s*\b(\w+)\s*\[\s*\]\s*;")
 _ALIGN = re.compile(r"\b(?:__align__|alignas)\s*\(\s*\d+\s*\)")
@@ -36,6 +37,19 @@ def local_headers(src: Path, search: list[Path]) -> list[Path]:
                         stack.append(p)
                     break
     return sorted(seen)
+
+
+def angle_includes_in(files: list[Path], dirs: list[Path]) -> bool:
+    """Whether any of files includes <name> where one of dirs holds name (g++ finds it there through
+    their -I; local_headers follows quoted includes only)."""
+    for f in files:
+        try:
+            names = _ANGLE_INCLUDE.findall(f.read_text(errors="replace"))
+        except OSError:
+            continue
+        if any((d / n).is_file() for n in names for d in dirs):
+            return True
+    return False
 
 
 def entry_names(text: str) -> list[str]:
