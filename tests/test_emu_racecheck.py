@@ -85,6 +85,22 @@ def test_syncwarp_orders_lanes_and_a_shuffle_does_not(order):
     assert line("warp_write") in msg and line("warp_read") in msg and "(warp 0, lane" in msg, msg
 
 
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_reader_of_another_warp_is_kept_whichever_order_the_readers_came_in(order):
+    be = checked(order)
+    msg = failure(be, "war_third_reader", 1, 64, floats(be, 64))
+    assert "racecheck: write-after-read hazard: shared array `w`" in msg, msg
+    assert "thread 40 (warp 1" in msg and line("third_write") in msg and line("third_read") in msg, msg
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_lanes_read_after_its_warps_syncwarp_is_the_one_kept(order):
+    be = checked(order)
+    msg = failure(be, "war_reread", 1, 32, floats(be, 32))
+    assert re.search(r"racecheck: (write-after-read|read-after-write) hazard: shared array `r`", msg), msg
+    assert line("reread") in msg and line("reread_write") in msg, msg
+
+
 def test_two_writers_of_one_word_in_one_interval():
     be = checked()
     msg = failure(be, "waw_same_word", 1, 32, be.zeros((32,), np.int32))

@@ -105,3 +105,33 @@ extern "C" __global__ void copy32(const int* x, int* out, int race, int nbytes) 
     if (!race) __syncthreads();
     out[t] = words[63 - t];
 }
+
+// Three readers of one word, then a write by one of them after its warp's __syncwarp: lanes 0 and 1
+// (ordered before the write by the __syncwarp) and thread 40 of the other warp (not: a hazard). The
+// check keeps two readers a byte; which two must not decide whether it sees thread 40.
+extern "C" __global__ void war_third_reader(float* out) {
+    __shared__ float w[1];
+    const int t = threadIdx.x;
+    if (t == 0) w[0] = 1.0f;
+    __syncthreads();
+    float v = 0.0f;
+    if (t < 2 || t == 40) v = w[0];  // MARK:third_read
+    __syncwarp();
+    if (t == 0) w[0] = 2.0f;  // MARK:third_write
+    out[t] = v;
+}
+
+// A lane reads a word before and after its warp's __syncwarp; another lane writes it after the
+// __syncwarp with nothing between: a hazard with the second read, which the check must keep.
+extern "C" __global__ void war_reread(float* out) {
+    __shared__ float r[1];
+    const int t = threadIdx.x;
+    if (t == 0) r[0] = 1.0f;
+    __syncthreads();
+    float v = 0.0f;
+    if (t == 0) v = r[0];
+    __syncwarp();
+    if (t == 0) v += r[0];  // MARK:reread
+    if (t == 1) r[0] = 2.0f;  // MARK:reread_write
+    out[t] = v;
+}

@@ -11,7 +11,7 @@
    see build.py): g++ calls __tsan_{read,write}N(address) before every memory access of the
    kernel's code. Accesses outside this block's shared arrays return at once;
    inside, a shadow record per byte keeps the last write and up to two reads of the current
-   barrier interval (the span between two __syncthreads), with the thread, its warp's
+   barrier interval (the span between two __syncthreads; keep_reader says which two), with the thread, its warp's
    __syncwarp count and the code address. Then, as compute-sanitizer's racecheck defines a
    hazard, two accesses to one byte by different threads in one interval, at least one a
    write, are a read-after-write, write-after-write or write-after-read hazard -- unless both
@@ -202,6 +202,21 @@ static std::string array_label(const Range& r, size_t off) {
     fail_running_block(m);
 }
 
+// Which two readers of an interval a byte keeps, so that a later write finds an unordered one
+// whatever order the readers came in: a lane's latest read (a __syncwarp that orders it orders its
+// earlier ones), and a reader of another warp in place of the second of one warp's two (with readers
+// of two warps kept, any writer is in another warp than one of them). Left to order: a third reader
+// of the same warp when both kept ones were ordered before the write by a __syncwarp it did not join.
+static void keep_reader(Shadow& s, int lin, uint32_t ws, const void* pc) {
+    int slot = -1;
+    for (int i = 0; i < s.nr; ++i)
+        if (s.r_lin[i] == lin) slot = i;
+    if (slot < 0 && s.nr < 2) slot = s.nr++;
+    if (slot < 0 && (s.r_lin[0] >> 5) == (s.r_lin[1] >> 5) && (lin >> 5) != (s.r_lin[0] >> 5)) slot = 1;
+    if (slot < 0) return;
+    s.r_lin[slot] = (uint16_t)lin, s.r_ws[slot] = ws, s.r_pc[slot] = pc;
+}
+
 __attribute__((noinline)) static void access(Check& c, uintptr_t a, size_t n, bool write, const void* pc) {
     for (const Range& r : c.ranges) {
         if (a + n <= r.lo || a >= r.lo + r.bytes) continue;
@@ -215,14 +230,8 @@ __attribute__((noinline)) static void access(Check& c, uintptr_t a, size_t n, bo
                 if ((c.bits & CHECK_INIT) && s.init != c.serial) report("initcheck: uninitialised read", r, off, lin, false, pc, -1, false, nullptr);
                 if ((c.bits & CHECK_RACE) && fresh_w && !ordered(c, s.w_lin, s.w_ws, lin))
                     report("racecheck: read-after-write hazard", r, off, lin, false, pc, s.w_lin, true, s.w_pc);
-                if (s.r_iv != c.iv) {
-                    s.r_iv = c.iv;
-                    s.nr = 1;
-                    s.r_lin[0] = (uint16_t)lin, s.r_ws[0] = ws, s.r_pc[0] = pc;
-                } else if (s.nr == 1 && s.r_lin[0] != lin) {
-                    s.nr = 2;
-                    s.r_lin[1] = (uint16_t)lin, s.r_ws[1] = ws, s.r_pc[1] = pc;
-                }
+                if (s.r_iv != c.iv) s.r_iv = c.iv, s.nr = 0;
+                keep_reader(s, lin, ws, pc);
                 continue;
             }
             if (c.bits & CHECK_RACE) {
