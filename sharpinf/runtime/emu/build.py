@@ -46,6 +46,9 @@ CHECKED_FLAGS = ["-fsanitize=thread", "--param", "tsan-distinguish-volatile=0",
 # 41 -> 18 s) and the tests run them as fast (forward oracles within run-to-run noise; checked kernel
 # tests a little faster); CI builds every module cold.
 RUNTIME_OPT, KERNEL_OPT = "-O2", "-O1"
+# Kernel modules throw nothing (a failing thread leaves by a fiber switch): without exception tables
+# g++ builds them in ~15% less time (kernels_cu/ cold: 279 -> 239 s of CPU).
+KERNEL_FLAGS = [KERNEL_OPT, "-fno-exceptions"]
 BASE_FLAGS = ["-march=native", "-fPIC", "-std=c++17", "-fno-strict-aliasing", "-fvisibility=hidden"]
 
 
@@ -258,7 +261,7 @@ def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = F
     text = src.read_text()
     incs = include_flags(src.parent)
     headers = local_headers(src, [Path(f[2:]) for f in incs])
-    flags = [KERNEL_OPT, *BASE_FLAGS, *(CHECKED_FLAGS if checked else []), "-include", "cuda_emu.h", "-DSHARPINF_EMU"]
+    flags = [*KERNEL_FLAGS, *BASE_FLAGS, *(CHECKED_FLAGS if checked else []), "-include", "cuda_emu.h", "-DSHARPINF_EMU"]
     # the source's folder and kernels_cu/ serve only local headers, keyed by resolved path and bytes
     # (not as flags): a kernels_cu/ of links to the real files (the scaffold test's) reuses their builds.
     # A <header> found there is not followed by local_headers: then the folders are keyed too.
