@@ -5,8 +5,8 @@
 # whatever time is left. Each stage has its own time limit and logs under $OUT; results land in
 # bench/results/gpu/<gpu>-<date>/ and come back as $OUT/results.tgz.
 # Seen on an H200 (2026-11-26): setup 13 s, peers 104 s, the matmul suite below 67 s (the simple
-# baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s. (The sampling
-# and the decode launch-floor runs were added after: not yet timed.)
+# baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s. (The sampling,
+# the decode launch-floor runs and the 8B decode at 64 sequences were added after: not yet timed.)
 #
 #   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,tests (the default), moe
 #
@@ -81,6 +81,16 @@ if has kernels; then
     --batch-sizes 1,4,8,16,32,64 --prefill-sizes 128,512 --repeats 3 --out "$RUN/qwen3-8b-shape-matmul" \
     > "$OUT/kernels-matmul.log" 2>&1
   stamp "kernels matmul exit $?"
+  # the decode step at 1 and 64 sequences on the 8B shape (issue 19: the N = 64 step <= 2x the N = 1
+  # step): fast (best: dp4a where mmq's 64-row grid leaves SMs idle, as at 64 sequences on qkv, o and
+  # down) beside mmq_narrow (16-row blocks, 4x the grid) -- if narrow wins, best's rule takes it
+  for k in fast mmq_narrow; do
+    spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
+    stamp "decode: 8B shape, kernels $spec"
+    timeout -s INT 90 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode --kernels "$spec" \
+      --batch-sizes 1,16,64 --context 192 --out "$RUN/qwen3-8b-shape-decode-$k" > "$OUT/decode8b-$k.log" 2>&1
+    stamp "decode 8B $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-$k.log"
+  done
   stamp "kernels: attention on the 8B shape"
   timeout -s INT 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op attention \
     --batch-sizes 1,64 --context 512 --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention" \

@@ -1,14 +1,30 @@
 // mmq_rows.cuh -- what matmul_mmq.cu and gate_up_mmq.cu share: Y = X W^T on int8 tensor cores
-// (mma.m16n8k32.s8) in 64-row x 64-token blocks, bit-identical to matmul_dp4a.cu / gate_up_dp4a.cu.
-// See matmul_mmq.cu's header for the algorithm, the tiles and the bound.
+// (mma.m16n8k32.s8) in blocks of 64 tokens and 64 weight rows (matmul_mmq.cu, moe_mmq.cu) or 16
+// (matmul_mmq_narrow.cu), bit-identical to matmul_dp4a.cu / gate_up_dp4a.cu. See matmul_mmq.cu's
+// header for the algorithm, the tiles and the bound, matmul_mmq_narrow.cu's for the narrow blocks.
 #pragma once
 #include "dp4a.cuh"
 
-#define MQ_ROWS 64    // weight rows a block (2 warp rows of 2 m16 tiles)
+#define MQ_ROWS 64    // weight rows a block, the wide shape (2 warp rows of 2 m16 tiles)
 #define MQ_TOKENS 64  // tokens a block: each weight chunk is unpacked once per 64 tokens
 #define MQ_XSTAGES 3  // activation ring: chunk k in use while k + 1 and k + 2 load (cp.async)
-#define MQ_FM 2       // m16 tiles a warp: 32 rows
 #define MQ_XROW 12    // ints a staged row (8 used): 48-byte rows
+
+// A block of ROWS weight rows (of each of NMAT matrices) x 64 tokens: its warps as WR (rows) x WT
+// (tokens), each warp FM m16 tiles x FN n8 tiles of every matrix.
+//   ROWS 64, NMAT 1: 4 warps 2 x 2, each 32 rows x 32 tokens   (matmul_mmq.cu)
+//   ROWS 64, NMAT 2: 8 warps 2 x 4, each 32 rows x 16 tokens   (gate_up_mmq.cu, moe_mmq.cu)
+//   ROWS 16:         4 warps 1 x 4, each 16 rows x 16 tokens   (the narrow files, both NMAT)
+template <int NMAT, int ROWS>
+struct MqShape {
+    static_assert(ROWS == 64 || ROWS == 32 || ROWS == 16, "a block is 64, 32 or 16 weight rows");
+    static constexpr int FM = ROWS >= 32 ? 2 : 1;                  // m16 tiles a warp
+    static constexpr int WR = ROWS / (16 * FM);                    // warps along the rows
+    static constexpr int WARPS = ROWS == 64 && NMAT == 2 ? 8 : 4;  // the block's warps (threads / 32)
+    static constexpr int WT = WARPS / WR;                          // warps along the tokens
+    static constexpr int FN = MQ_TOKENS / (8 * WT);                // n8 tiles a warp
+    static_assert(FN % 2 == 0, "B fragments load two n8 tiles at a time");
+};
 
 // One weight row's chunk as dp4a unpacks it (DpChunk: 8 words of int8, then its scales), padded to
 // 48 bytes: A-fragment rows for ldmatrix at a 12-word stride hit 8 distinct bank quads, and the
@@ -81,31 +97,32 @@ __device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq,
     cp_async_commit();
 }
 
-// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate), 4 warps, each 32 rows x 32 tokens.
-// NMAT = 2: Y = act(X W^T) * (X W2^T), 8 warps, each 32 rows x 16 tokens of both matrices.
-// Slots: the X and Y rows of the block's 64 token slots (MqTokens for a dense layer, MqPairs for
-// an expert's tile of pairs); blockIdx.x is the 64-row tile of W.
-template <int QT, int NMAT, class Slots>
+// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).  NMAT = 2: Y = act(X W^T) * (X W2^T).
+// The block's warps and tiles: MqShape<NMAT, ROWS>. Slots: the X and Y rows of the block's 64 token
+// slots (MqTokens for a dense layer, MqPairs for an expert's tile of pairs); blockIdx.x is the
+// ROWS-row tile of W.
+template <int QT, int NMAT, class Slots, int ROWS = MQ_ROWS>
 __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                          const signed char* __restrict__ xq, const float* __restrict__ xd,
                                          const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
                                          const Slots& slots, int n_out, int n_in, int has_bias, int accumulate,
                                          long long y_stride, int act = ACT_SILU) {
     constexpr bool HALVES = QT == GB_Q6_K;  // Q6_K scales 16-value halves: their dots separately
-    constexpr int FN = 4 / NMAT;            // n8 tiles a warp: 32 / NMAT tokens
+    using Shape = MqShape<NMAT, ROWS>;
+    constexpr int FM = Shape::FM, FN = Shape::FN;
     static_assert(sizeof(MqRow<QT>) == 4 * MQ_XROW, "a staged weight row is 48 bytes");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int n_chunks = n_in / 32, G = dp_group_lanes(n_chunks);
-    const int r0 = blockIdx.x * MQ_ROWS;
-    const int wr = 32 * (warp & 1), wt = 8 * FN * (warp >> 1);  // the warp's first row and token in the block
+    const int r0 = blockIdx.x * ROWS;
+    const int wr = 16 * FM * (warp % Shape::WR), wt = 8 * FN * (warp / Shape::WR);  // the warp's first row and token
     const long long row_bytes = gb_row_bytes<QT>(n_in);
 
     __shared__ __align__(16) MqXTile xring[MQ_XSTAGES];
-    __shared__ __align__(16) MqRow<QT> wtile[2][NMAT][MQ_ROWS];  // double buffer: chunk k in use, k + 1 stored
+    __shared__ __align__(16) MqRow<QT> wtile[2][NMAT][ROWS];  // double buffer: chunk k in use, k + 1 stored
 
-    // the weight row this thread unpacks: row tid % 64 of matrix tid / 64 (threads 0 .. 64 NMAT - 1)
-    const bool stager = tid < MQ_ROWS * NMAT;
-    const int sm = stager ? tid / MQ_ROWS : 0, sr = tid % MQ_ROWS;
+    // the weight row this thread unpacks: row tid % ROWS of matrix tid / ROWS (threads 0 .. ROWS NMAT - 1)
+    const bool stager = tid < ROWS * NMAT;
+    const int sm = stager ? tid / ROWS : 0, sr = tid % ROWS;
     const unsigned char* srow = (sm == 0 ? W : W2) + (long long)(r0 + sr) * row_bytes;
     const bool srow_live = stager && r0 + sr < n_out;
     // a weight chunk arrives in two steps (dp4a.cuh's fetch/unpack): its loads are issued an
@@ -123,11 +140,11 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     };
 
     // the canonical order with two floats per output: part (member gp's chunks), total (the members)
-    float part[NMAT][MQ_FM][FN][4], total[NMAT][MQ_FM][FN][4];
+    float part[NMAT][FM][FN][4], total[NMAT][FM][FN][4];
 #pragma unroll
     for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-        for (int i = 0; i < MQ_FM; ++i)
+        for (int i = 0; i < FM; ++i)
 #pragma unroll
             for (int j = 0; j < FN; ++j)
 #pragma unroll
@@ -186,7 +203,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
 #pragma unroll
         for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-            for (int i = 0; i < MQ_FM; ++i) {
+            for (int i = 0; i < FM; ++i) {
                 const MqRow<QT>* rows = &wtile[k & 1][m][wr + 16 * i];
                 unsigned a[4];  // rows g, g + 8 x words t (a[0], a[1]) and 4 + t (a[2], a[3])
                 ldmatrix_x4(a, &rows[(lane & 7) + ((lane >> 3) & 1) * 8].ch.w[((lane >> 4) & 1) * 4]);
@@ -214,7 +231,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
 #pragma unroll
             for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-                for (int i = 0; i < MQ_FM; ++i)
+                for (int i = 0; i < FM; ++i)
 #pragma unroll
                     for (int j = 0; j < FN; ++j)
 #pragma unroll
@@ -232,7 +249,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
 
     // epilogue: dp4a's own (dp_store)
 #pragma unroll
-    for (int i = 0; i < MQ_FM; ++i)
+    for (int i = 0; i < FM; ++i)
 #pragma unroll
         for (int j = 0; j < FN; ++j)
 #pragma unroll

@@ -89,7 +89,7 @@ def test_bench_quick_all_suites(tmp_path):
     # over one 24-token prompt in all three attention variants
     prefill = [r for r in rows if r["phase"] == "prefill"]
     assert {(r["op"], r["variant"], r["tokens"]) for r in prefill if r["op"] != "attention"} == {
-        (op, v, 16) for op in ("matmul", "ffn_in") for v in ("simple", "dp4a", "mma", "mmq", "best")}
+        (op, v, 16) for op in ("matmul", "ffn_in") for v in ("simple", "dp4a", "mma", "mmq", "mmq_narrow", "best")}
     assert {r["shape"].split(" ")[0] for r in prefill if r["op"] == "matmul"} == {"qkv", "o", "down"}
     assert {(r["variant"], r["tokens"]) for r in prefill if r["op"] == "attention"} == {
         ("simple", 24), ("split", 24), ("flash", 24)}

@@ -1,5 +1,5 @@
 """The int8 tensor-core matmuls (kernels_cu/matmul_mma.cu, gate_up_mma.cu: 16 tokens a block;
-matmul_mmq.cu, gate_up_mmq.cu: 64 rows x 64 tokens a block) against the dp4a kernels, bit for bit: every quantized type, chunk counts that give every lane-group size (1, 2, 4, 8, 16,
+matmul_mmq.cu, gate_up_mmq.cu: 64 rows x 64 tokens a block; their narrow files: 16 rows) against the dp4a kernels, bit for bit: every quantized type, chunk counts that give every lane-group size (1, 2, 4, 8, 16,
 32: every member count of the canonical order), partial row and token tiles, bias and residual. Through
 dp4a the NumPy reference holds too (tests/test_kernels_matmul_dp4a.py)."""
 
@@ -11,7 +11,7 @@ import pytest
 from sharpinf.model import quants
 from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
 from sharpinf.ops.matmul_mma import MMA_TYPES, gate_up_mma, matmul_mma
-from sharpinf.ops.matmul_mmq import gate_up_mmq, matmul_mmq
+from sharpinf.ops.matmul_mmq import gate_up_mmq, gate_up_mmq_narrow, matmul_mmq, matmul_mmq_narrow
 
 from test_kernels_matmul_dp4a import _act, _raw, _rng
 from asserts import assert_bits
@@ -19,12 +19,13 @@ from asserts import assert_bits
 TYPES = sorted(MMA_TYPES)
 TYPE_IDS = [quants.qtype_name(q) for q in TYPES]
 K_QUANTS = {quants.Q4_K, quants.Q5_K, quants.Q6_K}
-KERNELS = {"mma": (matmul_mma, gate_up_mma), "mmq": (matmul_mmq, gate_up_mmq)}
+KERNELS = {"mma": (matmul_mma, gate_up_mma), "mmq": (matmul_mmq, gate_up_mmq),
+           "mmq_narrow": (matmul_mmq_narrow, gate_up_mmq_narrow)}
 
 
 def _shapes(qtype):
     """(n_in, n_out, n_tokens): chunk counts 1..64 (lane groups 1..32), rows and tokens past a tile
-    (16 tokens for mma, 64 rows and 64 tokens for mmq)."""
+    (16 tokens for mma, 64 rows and 64 tokens for mmq, 16 rows for mmq_narrow)."""
     if qtype in K_QUANTS:
         return [(256, 70, 5), (512, 33, 17), (1024, 64, 16), (2048, 17, 3), (512, 20, 70)]
     return [(32, 20, 3), (96, 70, 17), (160, 33, 1), (576, 65, 20), (2048, 16, 33), (64, 130, 66)]

@@ -29,8 +29,8 @@ def test_parse_every_spelling():
     assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple,moe=simple,sample=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
-    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=dp4a", "matmul=mma", "matmul=gemv",
-                                  "matmul=ffn", "matmul=layer"]  # in no set: on their own
+    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=dp4a", "matmul=mma", "matmul=mmq_narrow",
+                                  "matmul=gemv", "matmul=ffn", "matmul=layer"]  # in no set: on their own
     assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="mmq",
                                                         sample="radix")
     assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=mmq,sample=radix").name == "tensor"
@@ -124,15 +124,18 @@ def test_mixed_choices_pass_the_oracles(emu, kernels, arch, qtype):
 # The step sizes each variant's own kernels serve, cut so every compiled tile size runs: mma and mmq
 # from 16 tokens (both tile edges), gemv up to 8 (its 1-, 2-, 4- and 8-token kernels), best at its
 # threshold (64: mmq; below: dp4a).
-CHUNKS = {"mma": [1, 15, 16, 17, 51], "mmq": [1, 15, 16, 17, 51], "gemv": [1, 2, 3, 5, 8, 81], "best": [1, 63, 36]}
+CHUNKS = {"mma": [1, 15, 16, 17, 51], "mmq": [1, 15, 16, 17, 51], "mmq_narrow": [1, 15, 16, 17, 51],
+          "gemv": [1, 2, 3, 5, 8, 81], "best": [1, 63, 36]}
 OWN_FILE = {"best": "mmq"}  # best runs mmq's kernels (and dp4a's)
 ARCHS = [("llama", "Q4_K"), ("qwen2", "Q5_1"), ("qwen3", "Q6_K")]
 
 
+# best runs dp4a's and mmq's kernels, mmq_narrow mmq's code in other blocks: one model each (every type:
+# test_kernels_matmul_mma.py)
 @pytest.mark.parametrize("arch,qtype,name", [(a, q, n) for n in ("mma", "mmq", "gemv") for a, q in ARCHS]
-                         + [("llama", "Q4_K", "best")])  # best: dp4a's and mmq's kernels, each proven above
+                         + [("llama", "Q4_K", "best"), ("qwen3", "Q6_K", "mmq_narrow")])
 def test_matmul_variants_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype, name):
-    """matmul=mma / mmq (int8 tensor cores for steps of >= 16 tokens), gemv (steps of <= 8) and best
+    """matmul=mma / mmq / mmq_narrow (int8 tensor cores for steps of >= 16 tokens), gemv (steps of <= 8) and best
     (mmq or dp4a by the step's size) give dp4a's logits bit for bit, so prefill and decode agree
     whichever kernel runs a step; the oracles hold as they do for dp4a."""
     n_embd = 256 if qtype in ("Q4_K", "Q6_K") else 128

@@ -1,6 +1,8 @@
 """Launcher for kernels_cu/matmul_mmq.cu and gate_up_mmq.cu: Y = X W^T (and the SwiGLU pair) on
 int8 tensor cores in 64-row x 64-token blocks, bit-identical to matmul_dp4a / gate_up_dp4a (see
-the kernel's header), for the quantized weight types. Its reference is therefore the dp4a kernel
+the kernel's header), for the quantized weight types; and for matmul_mmq_narrow.cu and
+gate_up_mmq_narrow.cu, the same kernel in 16-row blocks (4x the blocks, for grids too small to fill
+the GPU). Its reference is therefore the dp4a kernel
 itself, bit for bit, and through it ops/matmul_dp4a.py's NumPy reference."""
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from sharpinf.ops.matmul_dp4a import gate_up_dp4a, launch_q8_gate_up, matmul_dp4
 from sharpinf.ops.matmul_mma import _check, launch_rows, supports
 
 ROWS_PER_BLOCK = 64  # MQ_ROWS
+NARROW_ROWS = 16  # the narrow files' MqShape rows
 TOKENS_PER_BLOCK = 64  # MQ_TOKENS
 # Steps below this stay on dp4a (the same bits): the tensor set's threshold, the smallest step the
 # kernels bench times mmq at. The registry's min_tokens says the same number.
@@ -24,8 +27,8 @@ MIN_TOKENS = 16
 BEST_MIN_TOKENS = 64
 
 
-def _grid(n_out: int, n_tokens: int) -> tuple[int, int]:
-    return -(-n_out // ROWS_PER_BLOCK), -(-n_tokens // TOKENS_PER_BLOCK)
+def _grid(n_out: int, n_tokens: int, rows: int = ROWS_PER_BLOCK) -> tuple[int, int]:
+    return -(-n_out // rows), -(-n_tokens // TOKENS_PER_BLOCK)
 
 
 def matmul_mmq(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
@@ -43,6 +46,23 @@ def gate_up_mmq(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff:
                       qtype, X, out_dev, n_tokens, n_ff, n_in, act)
 
 
+def matmul_mmq_narrow(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
+                      accumulate: bool = False, y_stride: int | None = None, y_col: int = 0,
+                      file: str = "matmul_mmq_narrow.cu") -> None:
+    """As matmul_mmq (same arguments, same bits), in 16-row blocks."""
+    launch_rows(be, "matmul_mmq_narrow", file, _grid(n_out, n_tokens, NARROW_ROWS), W_dev, qtype, X, Y_dev, n_tokens,
+                n_out, n_in, bias_dev, accumulate, y_stride, y_col)
+
+
+def gate_up_mmq_narrow(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
+                       act: str = "silu") -> None:
+    """As gate_up_mmq (same arguments, same bits), in blocks of 16 rows of both matrices (4 warps)."""
+    _check("gate_up_mmq_narrow", qtype, X, n_tokens, n_ff, n_in)
+    launch_q8_gate_up(be, "gate_up_mmq_narrow.cu", f"gate_up_mmq_narrow_{kernel_suffix(qtype)}",
+                      _grid(n_ff, n_tokens, NARROW_ROWS), 128, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff,
+                      n_in, act)
+
+
 def matmul_mmq_steps(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
                      accumulate: bool = False, y_stride: int | None = None, y_col: int = 0,
                      file: str = "matmul_mmq.cu") -> None:
@@ -58,6 +78,23 @@ def gate_up_mmq_steps(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int,
                       act: str = "silu") -> None:
     """gate_up_mmq for steps of MIN_TOKENS or more, gate_up_dp4a below: the same bits."""
     fn = gate_up_mmq if n_tokens >= MIN_TOKENS and supports(qtype) else gate_up_dp4a
+    fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act)
+
+
+def matmul_mmq_narrow_steps(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
+                            accumulate: bool = False, y_stride: int | None = None, y_col: int = 0,
+                            file: str = "matmul_mmq_narrow.cu") -> None:
+    """The mmq_narrow variant's linear layer: as matmul_mmq_steps, on the narrow blocks."""
+    kw = dict(bias_dev=bias_dev, accumulate=accumulate, y_stride=y_stride, y_col=y_col)
+    if n_tokens >= MIN_TOKENS and supports(qtype):
+        return matmul_mmq_narrow(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, file=file, **kw)
+    matmul_dp4a(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, **kw)
+
+
+def gate_up_mmq_narrow_steps(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
+                             act: str = "silu") -> None:
+    """gate_up_mmq_narrow for steps of MIN_TOKENS or more, gate_up_dp4a below: the same bits."""
+    fn = gate_up_mmq_narrow if n_tokens >= MIN_TOKENS and supports(qtype) else gate_up_dp4a
     fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act)
 
 

@@ -9,6 +9,9 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                                   (matmul_mma.cu / gate_up_mma.cu), bit-identical to dp4a
                mmq                as mma, 64 rows x 64 tokens a block (matmul_mmq.cu /
                                   gate_up_mmq.cu): each weight chunk unpacked once per 64 tokens
+               mmq_narrow         as mmq, 16 rows x 64 tokens a block (matmul_mmq_narrow.cu /
+                                  gate_up_mmq_narrow.cu): 4x the blocks, for grids too small to
+                                  fill the GPU (decode of 16-64 sequences)
                best               dp4a or mmq for each launch: mmq from 64 tokens where its grid
                                   holds a block an SM (what an H200 measured faster), the same bits
                gemv               as dp4a, but steps of <= 8 tokens with the token count compiled
