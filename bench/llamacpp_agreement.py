@@ -37,6 +37,7 @@ from sharpinf.model.synth import write_synthetic_model  # noqa: E402
 MODELS = [  # (name, write_synthetic_model arguments)
     ("qwen3moe-f32", dict(arch="qwen3moe", qtype="F32", n_layer=2, seed=0)),
     ("qwen3-f32", dict(arch="qwen3", qtype="F32", n_layer=2, seed=0)),
+    ("llama-moe-f32", dict(arch="llama", qtype="F32", n_layer=2, seed=0, n_expert=8)),  # Mixtral-style
 ]
 N_CTX = 32  # perplexity's chunk: the second half of each chunk is scored
 CHUNKS = 3  # chunks kept in the fixture

@@ -96,7 +96,7 @@ def test_bad_input_gives_one_clear_line_and_nonzero_exit(model, args, needle):
 
 def test_models_synth_qwen3moe_then_generate(tmp_path):
     """`models synth --arch qwen3moe` with its expert options: `info` shows them, and the emulator's
-    greedy tokens (the fast moe kernels) are the reference's."""
+    greedy tokens (the fast moe kernels) are the reference's; `--arch llama --experts N` too."""
     path = tmp_path / "m.gguf"
     run("models", "synth", path, "--arch", "qwen3moe", "--experts", "4", "--experts-used", "3")
     facts = json.loads(run("info", path, "--json").stdout)
@@ -108,6 +108,10 @@ def test_models_synth_qwen3moe_then_generate(tmp_path):
     emu = json.loads(run("generate", path, "--prompt-ids", ids, "--max-tokens", "4", "--backend", "emu",
                          "--kernels", "fast", "--json").stdout)
     assert emu["token_ids"] == ref["token_ids"] and len(ref["token_ids"]) == 4
+    # llama with --experts: Mixtral-style (its oracles: test_forward_oracles.py's MoE cross-path cases)
+    run("models", "synth", path, "--arch", "llama", "--experts", "4")
+    facts = json.loads(run("info", path, "--json").stdout)
+    assert facts["config"]["arch"] == "llama" and facts["experts"]["n_expert"] == 4
 
 
 def test_models_synth_gemma3_then_generate_past_its_window(tmp_path):

@@ -75,16 +75,19 @@ GEMMA_WINDOW = 8  # the synthetic gemma3's sliding window: shorter than most pro
 _FP: dict[tuple[str, str, str], ForwardPass] = {}
 
 
-def forward_pass(arch: str, qtype: str, backend, kernels: str = "fast", routing: str = "spread") -> ForwardPass:
+def forward_pass(arch: str, qtype: str, backend, kernels: str = "fast", routing: str = "spread",
+                 experts: int = 0) -> ForwardPass:
     """One ForwardPass per (model, backend, kernel set) for the whole module: weights upload once.
-    qwen3moe: 8 experts, 2 a token (routing "ties": 3, so the tie rule decides the set too)."""
-    key = (arch, qtype, backend.name) + ((routing,) if arch == "qwen3moe" else ())
+    qwen3moe (or llama with experts > 0: Mixtral-style): 8 experts, 2 a token (routing "ties": 3, so
+    the tie rule decides the set too)."""
+    moe = arch == "qwen3moe" or experts > 0
+    key = (arch, qtype, backend.name) + ((routing, experts) if moe else ())
     if key not in _FP:
         # K quants need rows of 256; the others head_dim 32 (n_embd 128, 4 heads) for the q8_0 cache
         n_embd = 256 if qtype in K_QUANTS else 128
         extra = dict(n_layer=6, n_head_kv=1, sliding_window=GEMMA_WINDOW) if arch == "gemma3" else {}
-        if arch == "qwen3moe":
-            extra = dict(routing=routing, n_expert_used=3 if routing == "ties" else 2)
+        if moe:
+            extra = dict(routing=routing, n_expert_used=3 if routing == "ties" else 2, n_expert=experts or None)
         _FP[key] = ForwardPass(load_model(synthetic_model(arch, qtype, n_embd=n_embd, **extra)), backend)
     if (*key, kernels) not in _FP:  # the same weights, the other kernel variants
         _FP[(*key, kernels)] = _FP[key].with_own_buffers(kernels=kernels)
@@ -287,20 +290,22 @@ def test_poison_exposes_illegal_read(backend, kernels, kv, poisoned):
     assert_same(decode(table), good)
 
 
-# -- mixture of experts (qwen3moe) -----------------------------------------------------------------
+# -- mixture of experts (qwen3moe; Mixtral-style llama) ---------------------------------------------
 # Every weight type once in kernel-vs-reference (the KV dtypes alternating), in the simple and fast
 # sets; the cross-path oracles on three models: random routing, skewed (every logit ties: all tokens
 # take experts 0 and 1, so the grouped kernel's tiles of one expert fill and overflow) and pairwise
-# ties with k = 3 (the lower-id rule picks the set). The tensor set's MoE is mmq (moe_mmq.cu: tiles of
+# ties with k = 3 (the lower-id rule picks the set) -- that one a Mixtral-style llama file (llama's
+# attention, the same experts). The tensor set's MoE is mmq (moe_mmq.cu: tiles of
 # 64 pairs an expert for steps of >= 16 tokens, bit-identical to fast, tests/test_kernels_moe.py): its
 # kernel-vs-reference runs on one model, its cross-path oracles on the random and the skewed routing
 # (one expert's pairs over a 64-pair tile).
 MOE_REF_CASES = [(q, KV_DTYPES[i % 2]) for i, q in enumerate(QTYPES)]
-MOE_CROSS = [("Q4_K", "spread", "f16"), ("Q8_0", "skewed", "q8_0"), ("Q5_0", "ties", "f16")]
+MOE_CROSS = [("qwen3moe", "Q4_K", "spread", "f16"), ("qwen3moe", "Q8_0", "skewed", "q8_0"),
+             ("llama", "Q5_0", "ties", "f16")]
 if ALL:  # make test-all: every weight type in both KV dtypes, in the three routings in turn
     MOE_REF_CASES = [(q, kv) for q in QTYPES for kv in KV_DTYPES]
-    MOE_CROSS += [(q, ("spread", "skewed", "ties")[i % 3], kv) for i, q in enumerate(QTYPES) for kv in KV_DTYPES
-                  if (q, kv) not in {(c[0], c[2]) for c in MOE_CROSS}]
+    MOE_CROSS += [("qwen3moe", q, ("spread", "skewed", "ties")[i % 3], kv) for i, q in enumerate(QTYPES)
+                  for kv in KV_DTYPES if (q, kv) not in {(c[1], c[3]) for c in MOE_CROSS}]
 
 
 def moe_case(kernels: str, qtype: str, tensor_types=("Q4_K",)) -> None:
@@ -318,11 +323,11 @@ def test_moe_kernel_vs_reference(backend, kernels, qtype, kv):
                                            seed=n))
 
 
-@pytest.mark.parametrize("qtype,routing,kv", MOE_CROSS, ids=[f"{q}-{r}-{kv}" for q, r, kv in MOE_CROSS])
-def test_moe_cross_path_oracles(backend, kernels, qtype, routing, kv):
+@pytest.mark.parametrize("arch,qtype,routing,kv", MOE_CROSS, ids=[f"{a}-{q}-{r}-{kv}" for a, q, r, kv in MOE_CROSS])
+def test_moe_cross_path_oracles(backend, kernels, arch, qtype, routing, kv):
     """kernel-vs-reference, then packed, chunked, batched decode and placement, bit for bit."""
     moe_case(kernels, qtype, tensor_types=("Q4_K", "Q8_0"))
-    fp = forward_pass("qwen3moe", qtype, backend, kernels, routing)
+    fp = forward_pass(arch, qtype, backend, kernels, routing, experts=8 if arch == "llama" else 0)
     rng = case_rng("moe", qtype, routing, kv)
     bs = int(rng.choice([4, 16]))
     check(paths.oracle_kernel_vs_reference(fp, tokens(int(rng.integers(9, 30)), 1), kv, bs, seed=1))

@@ -1,6 +1,7 @@
 """The NumPy reference against an outside implementation: llama.cpp's log-probabilities and greedy
 tokens on 2-layer synthetic float32 models -- a mixture of experts (qwen3moe: routing, top-k,
-renormalised weights, the experts' sum) and a dense qwen3 -- recorded once by
+renormalised weights, the experts' sum), a dense qwen3 and a Mixtral-style llama (llama's attention
+with qwen3moe's experts) -- recorded once by
 bench/llamacpp_agreement.py (tests/data/llamacpp_agreement.json), so CI needs no llama.cpp."""
 
 from __future__ import annotations

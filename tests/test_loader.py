@@ -188,17 +188,29 @@ def test_qwen3moe_expert_count_of_the_wrong_type_is_one_line(tmp_path):
         load_model(p)
 
 
-def test_llama_with_experts_mixtral_is_declined_in_one_line(tmp_path):
-    """Mixtral's GGUF is arch llama with llama.expert_count > 0: declined by name, not run as a dense llama
-    nor failed on a missing ffn tensor."""
-    p = write_synthetic_model(tmp_path / "m.gguf", "llama", "Q8_0",
-                              **{"llama.expert_count": 8, "llama.expert_used_count": 2})
-    with pytest.raises(ModelError) as info:
-        load_model(p)
-    assert ("llama-arch mixture of experts (Mixtral) is not supported (llama.expert_count = 8): of the MoE archs "
-            "only qwen3moe is") in str(info.value) and "\n" not in str(info.value)
+def test_llama_with_experts_is_mixtral_style_as_llama_cpp_reads_it(tmp_path):
+    """Mixtral's GGUF is arch llama with llama.expert_count > 0 (src/models/llama.cpp): llama's attention
+    (norm RoPE, no QK-norm), the experts where the dense FFN was, their length feed_forward_length
+    itself -- llama.cpp reads no expert_feed_forward_length for llama."""
+    p = write_synthetic_model(tmp_path / "m.gguf", "llama", "Q4_0", n_expert=4, n_expert_used=2, n_ff_exp=96)
+    m = load_model(p)
+    c = m.config
+    assert (c.arch, c.n_expert, c.n_expert_used, c.n_ff_exp, c.n_ff, c.is_moe) == ("llama", 4, 2, 96, 96, True)
+    assert (c.rope_style, c.has_qk_norm) == ("norm", False) and "llama.expert_feed_forward_length" not in m.metadata
+    assert m.tensor("blk.1.ffn_up_exps.weight").shape == (4, 96, c.n_embd) and "blk.0.ffn_gate.weight" not in m.tensors
     no_experts = write_synthetic_model(tmp_path / "d.gguf", "llama", "Q8_0", **{"llama.expert_count": 0})
     assert not load_model(no_experts).config.is_moe  # a zero count is a dense llama, as llama.cpp reads it
+
+
+def test_experts_in_an_arch_without_them_are_declined_in_one_line(tmp_path):
+    """qwen2 with qwen2.expert_count > 0 (a file that would be Qwen2-MoE): declined by name, not run as a dense
+    model nor failed on a missing ffn tensor."""
+    p = write_synthetic_model(tmp_path / "m.gguf", "qwen2", "Q8_0",
+                              **{"qwen2.expert_count": 8, "qwen2.expert_used_count": 2})
+    with pytest.raises(ModelError) as info:
+        load_model(p)
+    assert ("qwen2-arch mixture of experts is not supported (qwen2.expert_count = 8): the MoE archs read are "
+            "qwen3moe, llama") in str(info.value) and "\n" not in str(info.value)
 
 
 def test_gemma3_corrupt_block_count_fails_fast(tmp_path):

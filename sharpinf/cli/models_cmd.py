@@ -58,18 +58,24 @@ def rm(name: str = typer.Argument(..., help="A registered model name.")):
 def synth(
     out: Path = typer.Argument(..., help="Where to write the .gguf."),
     arch: str = typer.Option("llama", help="llama, qwen2, qwen3, gemma3 (sliding window 16 on 5 layers of 6) or "
-                             "qwen3moe (mixture of experts)."),
+                             "qwen3moe (mixture of experts; llama with --experts N is Mixtral-style)."),
     qtype: str = typer.Option("Q8_0", help="Weight quant type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K."),
     layers: int = typer.Option(2, help="Number of layers (gemma3: 6 or more has a global layer too)."),
     seed: int = typer.Option(0, help="Random seed: same seed, same bytes."),
     tied: bool = typer.Option(True, help="Tie the LM head to token_embd."),
-    experts: int = typer.Option(8, help="qwen3moe: experts per layer."),
-    experts_used: int = typer.Option(2, help="qwen3moe: experts the router picks per token."),
-    routing: str = typer.Option("spread", help="qwen3moe: spread (random router), skewed (every token to experts "
+    experts: int = typer.Option(None, show_default=False,
+                                help="Experts per layer: qwen3moe 8 unless given; llama N > 0 writes a Mixtral-style "
+                                "model (llama's attention, experts for the FFN)."),
+    experts_used: int = typer.Option(2, help="MoE: experts the router picks per token."),
+    routing: str = typer.Option("spread", help="MoE: spread (random router), skewed (every token to experts "
                                 "0..k-1: all logits tie) or ties (experts tie in pairs)."),
 ):
     """Write a small GGUF with seeded random weights (tests never need the network)."""
     from sharpinf.model.synth import write_synthetic_model
 
-    moe = dict(n_expert=experts, n_expert_used=experts_used, routing=routing) if arch == "qwen3moe" else {}
-    console.print(str(write_synthetic_model(out, arch=arch, qtype=qtype, n_layer=layers, seed=seed, tied=tied, **moe)))
+    moe = dict(n_expert=experts, n_expert_used=experts_used, routing=routing) if arch == "qwen3moe" or experts else {}
+    try:
+        written = write_synthetic_model(out, arch=arch, qtype=qtype, n_layer=layers, seed=seed, tied=tied, **moe)
+    except ValueError as e:  # a bad arch, type, routing or experts on a dense arch: one line
+        raise typer.BadParameter(str(e)) from None
+    console.print(str(written))

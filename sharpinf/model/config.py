@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe")
+# The archs whose files may hold experts: qwen3moe always does; a llama file with llama.expert_count
+# > 0 is Mixtral-style (llama's attention, the experts where the dense FFN was).
+MOE_ARCHS = ("qwen3moe", "llama")
 
 # How llama.cpp rotates each arch. `norm`: pairs (2i, 2i+1) are adjacent, because
 # the HF->GGUF converter permuted Q/K rows for llama. `neox`: pairs (i, i + d/2).
@@ -42,7 +45,7 @@ class ModelConfig:
     ffn_act: str = "silu"  # the gate's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     post_norms: bool = False  # RMSNorm of the attention and FFN outputs before each residual add
     final_softcap: float = 0.0  # logits = cap * tanh(logits / cap) when > 0
-    # Mixture of experts (qwen3moe): every layer's FFN is n_expert SwiGLU experts of n_ff_exp, of which a
+    # Mixture of experts (qwen3moe, Mixtral-style llama): every layer's FFN is n_expert SwiGLU experts of n_ff_exp, of which a
     # router picks n_expert_used per token (softmax over all, top-k, weights renormalised over the k).
     n_expert: int = 0  # 0: a dense model
     n_expert_used: int = 0

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ModelError
 from . import quants
-from .config import MOE_MAX_EXPERTS, MOE_MAX_USED, ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
+from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
 from .tensors import QTensor, TensorSpan, check_spans
 
 GGUF_MAGIC = b"GGUF"
@@ -162,9 +162,9 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         return _get(path, meta, f"{arch}.{name}", kind, default)
 
     n_expert = key("expert_count", int, 0)
-    if n_expert and arch != "qwen3moe":  # Mixtral is llama with experts: decline it before any tensor is missed
-        raise ModelError(path, f"{arch}-arch mixture of experts{' (Mixtral)' if arch == 'llama' else ''} is not "
-                               f"supported ({arch}.expert_count = {n_expert}): of the MoE archs only qwen3moe is")
+    if n_expert and arch not in MOE_ARCHS:  # decline it before any tensor is missed
+        raise ModelError(path, f"{arch}-arch mixture of experts is not supported ({arch}.expert_count = {n_expert}):"
+                               f" the MoE archs read are {', '.join(MOE_ARCHS)}")
     n_embd = key("embedding_length", int)
     n_head = key("attention.head_count", int)
     n_head_kv = key("attention.head_count_kv", int, n_head)  # llama.cpp: absent means no GQA
@@ -178,7 +178,7 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         raise ModelError(path, f"missing metadata key '{arch}.vocab_size' (and no tokenizer.ggml.tokens)")
     head_dim = key("attention.key_length", int, n_embd // n_head)
     n_layer = key("block_count", int)
-    moe = _moe_fields(path, meta, arch) if arch == "qwen3moe" else {}
+    moe = _moe_fields(path, meta, arch) if arch == "qwen3moe" or n_expert else {}
     config = ModelConfig(
         arch=arch,
         n_vocab=n_vocab,
@@ -208,10 +208,11 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
 
 
 def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
-    """qwen3moe's experts as llama.cpp reads them (src/models/qwen3moe.cpp): expert_count and
-    expert_used_count (both required, > 0), expert_feed_forward_length (else n_ff / n_expert_used).
-    Its graph always renormalises the top-k weights (build_moe_ffn's norm_w = true) and has no
-    weight scale, so no key says either."""
+    """The experts as llama.cpp reads them: expert_count and expert_used_count (both required, > 0);
+    the expert FFN's length, for qwen3moe (src/models/qwen3moe.cpp) expert_feed_forward_length (else
+    n_ff / n_expert_used), for a Mixtral-style llama file (src/models/llama.cpp) feed_forward_length
+    itself (its expert tensors are made with n_ff). Both graphs renormalise the top-k weights
+    (build_moe_ffn's norm_w = true) and read no weight scale, so no key says either."""
     n_expert = _get(path, meta, f"{arch}.expert_count", int)
     n_used = _get(path, meta, f"{arch}.expert_used_count", int)
     if not 0 < n_expert <= MOE_MAX_EXPERTS:
@@ -219,7 +220,8 @@ def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
     if not 0 < n_used <= min(n_expert, MOE_MAX_USED):
         raise ModelError(path, f"bad metadata: expert_used_count = {n_used} (must be 1..{min(n_expert, MOE_MAX_USED)}"
                                f" with expert_count = {n_expert})")
-    n_ff_exp = _get(path, meta, f"{arch}.expert_feed_forward_length", int, 0)
+    n_ff_exp = _get(path, meta, f"{arch}.expert_feed_forward_length", int, 0) if arch == "qwen3moe" else \
+        _get(path, meta, f"{arch}.feed_forward_length", int)
     if not n_ff_exp:
         n_ff_exp = _get(path, meta, f"{arch}.feed_forward_length", int) // n_used
     if n_ff_exp <= 0:

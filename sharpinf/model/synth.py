@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 
 from . import quants
-from .config import SUPPORTED_ARCHS
+from .config import MOE_ARCHS, SUPPORTED_ARCHS
 
 K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
 # overrides that are not raw GGUF keys
@@ -39,7 +39,7 @@ def write_synthetic_model(
     tied: bool = True,
     norm_qtype: str = "F32",
     tile_rows: int | None = None,
-    n_expert: int = 8,
+    n_expert: int | None = None,
     n_expert_used: int = 2,
     n_ff_exp: int | None = None,
     routing: str = "spread",
@@ -59,8 +59,10 @@ def write_synthetic_model(
     gemma3: Q/K norms and the post-attention and post-FFN norms, a SentencePiece vocabulary, and, as
     llama.cpp reads it, a window on every layer but 5, 11, ... (6 layers or more have both kinds).
 
-    qwen3moe: qwen3's attention, and in every layer n_expert SwiGLU experts of n_ff_exp (default
-    n_ff) and an F32 router (as llama.cpp's quantize leaves it). routing: "spread" (random router
+    qwen3moe: qwen3's attention, and in every layer n_expert (default 8) SwiGLU experts of n_ff_exp
+    (default n_ff) and an F32 router (as llama.cpp's quantize leaves it). llama with n_expert > 0:
+    Mixtral-style, llama's attention and the same experts, their length written as
+    feed_forward_length (llama.cpp reads no expert_feed_forward_length for llama). routing: "spread" (random router
     rows scaled so the logits are a few units wide: tokens spread over the experts), "skewed"
     (every router row the same: all logits tie exactly, so every token takes experts 0..k-1 with
     weights 1/k -- one group holds every token), "ties" (rows 2j and 2j+1 equal: every expert ties
@@ -80,10 +82,15 @@ def write_synthetic_model(
     head_dim = overrides.get("head_dim", n_embd // n_head)
     n_vocab = overrides.get("n_vocab", 512)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
-    moe = arch == "qwen3moe"
+    if n_expert and arch not in MOE_ARCHS:
+        raise ValueError(f"{arch} has no experts (the MoE archs: {', '.join(MOE_ARCHS)})")
+    moe = arch == "qwen3moe" or bool(n_expert)
+    n_expert = n_expert or 8
     if moe and routing not in ROUTINGS:
         raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
     n_ff_exp = n_ff_exp or n_ff
+    if moe and arch == "llama":  # the experts' length is the FFN length
+        n_ff = n_ff_exp
 
     meta: dict[str, Any] = {
         "general.name": f"sharpinf-synthetic-{arch}-{qtype}",
@@ -104,7 +111,8 @@ def write_synthetic_model(
     if moe:
         meta[f"{arch}.expert_count"] = n_expert
         meta[f"{arch}.expert_used_count"] = n_expert_used
-        meta[f"{arch}.expert_feed_forward_length"] = n_ff_exp
+        if arch == "qwen3moe":
+            meta[f"{arch}.expert_feed_forward_length"] = n_ff_exp
     if arch in ("qwen3", "gemma3", "qwen3moe") or head_dim != n_embd // n_head:
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim
