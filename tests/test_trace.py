@@ -70,6 +70,11 @@ def gemma():
     return load_model(synthetic_model("gemma3", "Q8_0", n_embd=128, n_layer=6, n_head_kv=1, sliding_window=8))
 
 
+@pytest.fixture(scope="module")
+def moe():
+    return load_model(synthetic_model("qwen3moe", "Q8_0", n_embd=128))  # 8 experts, 2 a token
+
+
 def trace(model, be, kernels="simple", kv_dtype="f16"):
     return trace_step(ForwardPass(model, be, kernels=kernels), TOKENS, kv_dtype=kv_dtype, block_size=BLOCK)
 
@@ -95,6 +100,19 @@ def test_unplanted_kernels_trace_clean(emu, llama, gemma, kernels):
     if kernels == "fast":  # the q8_1 copies are checked, and the fused residual adds
         assert {"attn_q8", "ffn_q8"} <= {r.op for r in rep.records}
         assert next(r for r in rep.records if r.op == "attention").kernels[0].startswith("attention_split.cu:")
+
+
+@pytest.mark.parametrize("kernels", ["simple", "fast"])
+def test_an_moe_layer_traces_clean_part_by_part(emu, moe, kernels):
+    rep = trace(moe, emu, kernels)
+    assert rep.passed and rep.first_nonfinite is None, rep.describe()
+    ops = [r.op for r in rep.records if r.layer == 1]
+    q8 = ["moe_q8"] if kernels == "fast" else []
+    assert ops[ops.index("ffn_norm"):] == ["ffn_norm", "moe_route", "moe_weights", "moe_gate_up", *q8, "moe_down",
+                                           "moe_combine"]
+    assert all(r.kernels for r in rep.records), "every op names the kernels that wrote it"
+    sort = "moe_dp4a.cu:moe_sort" if kernels == "fast" else None
+    assert sort is None or sort in next(r for r in rep.records if r.op == "moe_gate_up").kernels
 
 
 # -- planted bugs -------------------------------------------------------------------------------------
@@ -144,6 +162,24 @@ def test_attention_skipping_key_0_on_the_global_layer_is_named(gemma, plant):
     assert (fd.layer, fd.op, fd.kernels) == (5, "attention", ["attention.cu:attention_f16_d32"])
     assert fd.where[0] >= 1 and rep.first_nonfinite is None
     assert fd.column.startswith("column ") and "head" in fd.column
+
+
+def test_a_router_dot_one_value_short_is_named_at_the_route(moe, plant):
+    be = plant("moe_route.cu", "for (int i = lane; i < n_in; i += 32) acc",
+               "for (int i = lane; i < n_in - 1; i += 32) acc")
+    rep = trace(moe, be)
+    fd = first(rep)
+    assert (fd.layer, fd.kernels) == (0, ["moe_route.cu:moe_route_f32"]) and fd.op in ("moe_route", "moe_weights")
+    assert fd.column.startswith("rank ") and "expert" in fd.column
+
+
+def test_a_combine_that_drops_rank_1_is_named(moe, plant):
+    be = plant("moe_ffn.cu", "for (int r = 0; r < k; ++r) acc = gb_fma(",
+               "for (int r = 0; r < k; r += 2) acc = gb_fma(")
+    rep = trace(moe, be)
+    fd = first(rep)
+    assert (fd.layer, fd.op, fd.kernels) == (0, "moe_combine", ["moe_ffn.cu:moe_combine"])
+    assert all(r.passed for r in rep.records if r.layer == 0 and r.op.startswith("moe_") and r.op != "moe_combine")
 
 
 def test_division_by_zero_is_traced_to_its_origin(llama, plant):

@@ -56,11 +56,6 @@ def trace_cases(fps, results, tok, kv_dtypes, quick: bool, trace_only: bool, rep
     from sharpinf.oracles.paths import verify_prompts
     from sharpinf.oracles.trace import trace_step
 
-    if fps[0].cfg.is_moe:
-        from sharpinf.progress import note
-
-        note("op-trace: MoE layers are not traced op by op yet (the path oracles still run)")
-        return []
     picked = []
     for fp in fps:
         kvs = [k for k in kv_dtypes if not (k == "q8_0" and fp.cfg.head_dim % 32)] or list(kv_dtypes)

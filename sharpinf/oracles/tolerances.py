@@ -103,6 +103,8 @@ def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0, act_quant: str 
 # magnitude. Measured (emulator, worst over every layer): 2-layer synthetic llama/qwen2/qwen3 and 6-layer
 # gemma3 (8-key window) x all 11 weight types x kernels simple/fast/tensor x KV f16/q8_0, 20 and 70
 # tokens (540 traces, none out of bound); KV bf16/f32 and 300 tokens for llama/qwen3/gemma3 in Q8_0/Q4_K.
+# The MoE parts (route, weights, experts, combine): 2-layer qwen3moe Q4_K/Q8_0 (spread, skewed)/F16 and a
+# Mixtral-style llama Q5_0 (ties, k = 3) x simple/fast/tensor x KV f16/q8_0, 20 tokens (24 traces).
 # Not yet measured on real weights (SmolLM2, Gemma 3) nor on a GPU. Bugs planted in tests/test_trace.py
 # show errors of 4e-3 to 2 in these units (0.47 q8_1 steps past half a step).
 @dataclass(frozen=True)
@@ -136,6 +138,11 @@ TRACE_BOUNDS: dict[str, TraceBound] = {
     "gate_up": TraceBound(5e-5, ROW, "two matmuls and act(g) * u in float32; measured 7.0e-7"),
     "residual": TraceBound(1e-6, ROW, "x + y rounds once (half an ulp of the sum), gemma3's post-norm a few ulps "
                            "more; measured 1.4e-7"),
+    "moe_route": TraceBound(1e-5, "of probability", "the router's float32 logits (a dot of n_embd terms: ~sqrt(n) "
+                            "ulps of sum|h w|), its softmax and renormalisation in float32 (moe_weights too); measured: no "
+                            "flipped choice (moe_route 0), weights 1.9e-7"),
+    "moe_combine": TraceBound(2e-6, ROW, "x + k weighted pair outputs, each product and add rounding once in float32; "
+                              "measured 8.2e-8"),
 }
 
 

@@ -25,6 +25,16 @@ TRACE_BOUNDS, with the measured figures).
     o_proj         ws.proj vs att @ Wo^T, or, fused into the residual (dp4a), x vs x + att @ Wo^T
     attn_residual  x vs x + proj (gemma3: x + rmsnorm(proj) * post_attention_norm)
     ffn_norm, gate_up (act(h Wg^T) * h Wu^T), ffn_q8, down, ffn_residual: the FFN alike
+  an MoE layer's FFN (qwen3moe, Mixtral-style llama), after its ffn_norm:
+    moe_route      the router's choice: the reference's probabilities (softmax of h Winp^T, float64)
+                   at the kernel's k experts vs its own top k in order -- 0 when the kernel picked the
+                   reference's top k, a rounding-sized gap where a near tie flipped, large for a wrong
+                   expert
+    moe_weights    the kernel's renormalised weights vs the reference's for the kernel's experts
+    moe_gate_up    each (token, expert) pair's act(h Wg_e^T) * h Wu_e^T, for the kernel's experts
+    moe_q8         (q8_1 experts) the pairs' q8_1 copy, as attn_q8
+    moe_down       each pair's expert output, its own input @ Wd_e^T
+    moe_combine    x vs x + the k pair outputs, weighted by the kernel's own weights, in rank order
     output_norm    the gathered rows of x, normed (head), and lm_head: the logits (softcapped)
 
 A q8_1 activation (the fast set) is measured in steps of its 32-value block (amax/127): the
@@ -51,9 +61,11 @@ from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool, kv_dtype_name
 from sharpinf.ops.kv_cache import decode_kv, encode_kv
 from sharpinf.ops.basic import act_reference, rmsnorm_reference
+from sharpinf.ops.moe import WEIGHT_SUM_FLOOR
 from sharpinf.ops.quant_act import QBLOCK, dequantize_q8_1
 from sharpinf.ops.rope import rope_reference
 from sharpinf.step.buffers import StepCapacity
+from sharpinf.step.kernels import Act
 
 F64 = np.float64
 _TINY = 1e-30  # a unit of zero (an all-zero row or block) must not divide by zero
@@ -276,9 +288,10 @@ class _Tracer:
 
     def check(self, layer, op: str, kernels: list[str], bound_key: str, got: np.ndarray, want: np.ndarray,
               unit, inputs: tuple, slack=0.0, columns: Callable[[int], str] | None = None, detail: str = "",
-              tokens: np.ndarray | None = None) -> None:
+              tokens: np.ndarray | None = None, row_columns: Callable[[int, int], str] | None = None) -> None:
         """Record |got - want| per element, less `slack`, in units of `unit` (broadcast); got's rows are
-        the step's tokens, or the tokens `tokens` names (the head's logits rows)."""
+        the step's tokens, or the tokens `tokens` names (the head's logits rows). columns(j) names a
+        column; row_columns(row, j) instead where the name depends on the row (an MoE pair's expert)."""
         tb: TraceBound = trace_bound(bound_key)
         rows = np.asarray(got).shape[0]
         got64 = np.asarray(got, F64).reshape(rows, -1)
@@ -297,7 +310,7 @@ class _Tracer:
             layer=layer, op=op, kernels=list(dict.fromkeys(kernels)), err=err, bound=tb.bound, metric=tb.metric,
             max_abs_err=float(diff[fin].max()) if fin.any() else float("inf"),
             where=(int(tokens[t]) if tokens is not None else t, c) if at else None,
-            column=(columns or (lambda j: f"column {j}"))(c) if at else "",
+            column=(row_columns(t, c) if row_columns else (columns or (lambda j: f"column {j}"))(c)) if at else "",
             got=float(got64[t, c]) if at else None, want=float(want64[t, c]) if at else None,
             finite=finite_out, inputs_finite=self.finite(*inputs), detail=detail))
 
@@ -422,6 +435,9 @@ class _Tracer:
 
             _, names = self.call(lambda: k.residual(L.wo, o, L.post_attn_norm, ws.x, N))
             x1 = self.sublayer_out(li, "attn", names, R.wo, o_read, R.post_attn_norm, x0, getattr(ws, "proj", None))
+            if L.moe is not None:
+                x = self.trace_moe(li, L, R, x1)
+                continue
 
             a, names = self.call(lambda: k.norm(ws.x, L.ffn_norm, N, getattr(ws, "h", None), getattr(ws, "xq", None)))
             h = self.check_norm(li, "ffn_norm", names, x1, R.ffn_norm, a)
@@ -441,6 +457,83 @@ class _Tracer:
                                   R.post_ffn_norm, x1, getattr(ws, "proj", None))
 
         self.trace_head(d, x)
+
+    def trace_moe(self, li: int, L, R, x1: np.ndarray) -> np.ndarray:
+        """An MoE layer's FFN (StepKernels.moe_ffn's two units: the moe variant's norm, then its
+        launcher), each part checked on the kernel path's own input; returns x after."""
+        fp, be, cfg, N = self.fp, self.be, self.cfg, self.N
+        ws, mv, kx = fp.ws, fp.kernels.moe, cfg.n_expert_used
+        q8 = mv.activations == "q8_1"
+        out = ws.xq if q8 else ws.h
+        _, names = self.call(lambda: mv.norm(be, ws.x, L.ffn_norm, out, N, cfg.n_embd, cfg.rms_eps))
+        h = self.check_norm(li, "ffn_norm", names, x1, R.ffn_norm, Act(q=out) if q8 else Act(f=out))
+        _, names = self.call(lambda: mv.launch(be, L.moe, ws.x, ws.moe, N, x_f=None if q8 else out,
+                                               x_q=out if q8 else None, act=cfg.ffn_act, layer=li))
+        P, s = N * kx, ws.moe
+        ids = be.download(s.ids[li])[:P].reshape(N, kx).astype(np.int64)
+        wts = be.download(s.wts[li])[:P].reshape(N, kx)
+        g, y, x2 = be.download(s.g[:P]), be.download(s.y[:P]), self.dl(ws.x)
+        route = [n for n in names if _file(n) == "moe_route.cu"]
+        combine = [n for n in names if _entry(n) == "moe_combine"]
+        q8_names = [n for n in names if _entry(n) == "quantize_q8_1"]
+        downs = [n for n in names if "down" in _entry(n)]
+        gate_ups = [n for n in names if n not in route + combine + q8_names + downs]  # the sort goes with them
+
+        valid = ((ids >= 0) & (ids < cfg.n_expert)).all(axis=1)  # a wrong id never indexes the weights
+        e = np.where(valid[:, None], ids, 0)
+
+        def pair(t: int, j: int, width: int = 1) -> str:  # column j of token t's k pairs, `width` values each
+            r = j // width
+            return f"rank {r}, expert {int(ids[t, r])}" + (f", column {j % width}" if width > 1 else "")
+
+        # the route: the reference's probabilities from the router's own input (float64)
+        logits = _linear64(h, R.router)
+        prob = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        prob /= prob.sum(axis=-1, keepdims=True)
+        at_ids = np.where(valid[:, None], np.take_along_axis(prob, e, axis=-1), np.inf)
+        top = -np.sort(-prob, axis=-1)[:, :kx]
+        self.check(li, "moe_route", route, "moe_route", at_ids, top, 1.0, (h, R.router), row_columns=pair,
+                   detail="the reference's probability at the kernel's expert of each rank vs its own top k")
+        w_ref = at_ids / np.maximum(at_ids.sum(axis=-1, keepdims=True), float(WEIGHT_SUM_FLOOR))
+        self.check(li, "moe_weights", route, "moe_route", wts, w_ref, 1.0, (h, R.router), row_columns=pair)
+
+        # each pair's expert, for the kernel's own choice of expert
+        tok = np.repeat(np.arange(N), kx)
+        ep = e.reshape(-1)
+        n_ff = cfg.n_ff_exp
+        gu = np.empty((P, n_ff), F64)
+        for ex in np.unique(ep):
+            rows = np.flatnonzero(ep == ex)
+            hx = h[tok[rows]]
+            gu[rows] = act_reference(cfg.ffn_act, _linear64(hx, R.exps_gate_up[ex][:n_ff])) * _linear64(
+                hx, R.exps_gate_up[ex][n_ff:])
+        self.check(li, "moe_gate_up", gate_ups, "gate_up", g.reshape(N, -1), gu.reshape(N, -1),
+                   np.repeat(_row_unit(gu).reshape(N, kx), n_ff, axis=1), (h, R.exps_gate_up),
+                   row_columns=lambda t, j: pair(t, j, n_ff))
+        g_read = g
+        if s.gq is not None and q8_names:
+            g_read, note = _q8_values(be, s.gq, P)
+            step = _q8_steps(g)
+            self.check(li, "moe_q8", q8_names, "q8_copy", g_read.reshape(N, -1), g.reshape(N, -1),
+                       step.reshape(N, -1), (g,), slack=0.5 * step.reshape(N, -1), detail=note)
+            if note:
+                self.records[-1].err = np.inf
+        yd = np.empty((P, cfg.n_embd), F64)
+        unit = np.empty((P, cfg.n_embd), F64)
+        for ex in np.unique(ep):
+            rows = np.flatnonzero(ep == ex)
+            yd[rows] = _linear64(g_read[rows], R.exps_down[ex])
+            unit[rows] = _abs_dot(g_read[rows], R.exps_down[ex])
+        self.check(li, "moe_down", downs, "matmul", y.reshape(N, -1), yd.reshape(N, -1),
+                   np.maximum(unit, _TINY).reshape(N, -1), (g_read, R.exps_down),
+                   row_columns=lambda t, j: pair(t, j, cfg.n_embd))
+
+        # the combine: x + the pair outputs weighted by the kernel's own weights, in rank order
+        terms = wts.astype(F64)[..., None] * y.reshape(N, kx, -1).astype(F64)
+        want = x1.astype(F64) + terms.sum(axis=1)
+        unit = np.maximum(np.abs(x1.astype(F64)) + np.abs(terms).sum(axis=1), _TINY).max(axis=-1, keepdims=True)
+        self.check(li, "moe_combine", combine, "moe_combine", x2, want, unit, (x1, y, wts))
+        return x2
 
     def check_rope(self, li: int, names, qkv0: np.ndarray, qkv1: np.ndarray, R, positions) -> None:
         cfg, N = self.cfg, self.N
@@ -544,8 +637,6 @@ def trace_step(fp: ForwardPass, tokens, kv_dtype: str = "f16", block_size: int =
     head runs on HEAD_ROWS logits rows spread over the prompt, the last included."""
     tokens = [int(t) for t in tokens]
     cfg = fp.cfg
-    if cfg.is_moe:  # its units are the dense FFN's; the MoE FFN's (route, experts, combine) are a later stage
-        raise SharpinfError("trace: MoE layers (qwen3moe) are not traced op by op yet")
     if not tokens:
         raise SharpinfError("trace: no tokens to run")
     if min(tokens) < 0 or max(tokens) >= cfg.n_vocab:
