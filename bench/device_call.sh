@@ -6,7 +6,9 @@
 # bench/results/gpu/<gpu>-<date>/ and come back as $OUT/results.tgz.
 # Seen on an H200 (2026-11-26): setup 13 s, peers 104 s, the matmul suite below 67 s (the simple
 # baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s. (The sampling,
-# the decode launch-floor runs and the 8B decode at 64 sequences were added after: not yet timed.)
+# the decode launch-floor runs and the 8B decode at 64 sequences on mmq_narrow were added after: not
+# yet timed; the GPU tests get what is left of DEVICE_BUDGET_S -- a second call, `bash
+# bench/device_call.sh tests`, runs them if the first left too little.)
 #
 #   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,tests (the default), moe
 #
@@ -81,16 +83,15 @@ if has kernels; then
     --batch-sizes 1,4,8,16,32,64 --prefill-sizes 128,512 --repeats 3 --out "$RUN/qwen3-8b-shape-matmul" \
     > "$OUT/kernels-matmul.log" 2>&1
   stamp "kernels matmul exit $?"
-  # the decode step at 1 and 64 sequences on the 8B shape (issue 19: the N = 64 step <= 2x the N = 1
-  # step): fast (best: dp4a where mmq's 64-row grid leaves SMs idle, as at 64 sequences on qkv, o and
-  # down) beside mmq_narrow (16-row blocks, 4x the grid) -- if narrow wins, best's rule takes it
-  for k in fast mmq_narrow; do
-    spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
-    stamp "decode: 8B shape, kernels $spec"
-    timeout -s INT 90 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode --kernels "$spec" \
-      --batch-sizes 1,16,64 --context 192 --out "$RUN/qwen3-8b-shape-decode-$k" > "$OUT/decode8b-$k.log" 2>&1
-    stamp "decode 8B $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-$k.log"
-  done
+  # the decode step at 1 and 64 sequences on the 8B shape with mmq_narrow (16-row blocks, 4x mmq's
+  # grid) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same suite,
+  # context 192). Issue 19: the N = 64 step <= 2x the N = 1 step; if narrow beats fast's dp4a there,
+  # best's rule (matmul_mmq.mmq_takes) takes it where mmq's 64-row grid cannot fill the GPU
+  stamp "decode: 8B shape, matmul=mmq_narrow"
+  timeout -s INT 75 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
+    --kernels "matmul=mmq_narrow,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,64 --context 192 \
+    --out "$RUN/qwen3-8b-shape-decode-mmq_narrow" > "$OUT/decode8b-narrow.log" 2>&1
+  stamp "decode 8B narrow exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-narrow.log"
   stamp "kernels: attention on the 8B shape"
   timeout -s INT 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op attention \
     --batch-sizes 1,64 --context 512 --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention" \
