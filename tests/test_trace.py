@@ -173,6 +173,15 @@ def test_a_router_dot_one_value_short_is_named_at_the_route(moe, plant):
     assert fd.column.startswith("rank ") and "expert" in fd.column
 
 
+def test_an_exact_tie_settled_against_the_lower_id_rule_is_named(emu, plant):
+    # pairwise-equal router rows: every expert ties exactly with its neighbour, and the rule decides
+    ties = load_model(synthetic_model("qwen3moe", "Q8_0", n_embd=128, routing="ties", n_expert_used=3))
+    assert trace(ties, emu).passed
+    rep = trace(ties, plant("moe_route.cu", "(best < 0 || p[e] > p[best])", "(best < 0 || p[e] >= p[best])"))
+    fd = first(rep)
+    assert (fd.layer, fd.op) == (0, "moe_route") and "settled against the lower-id rule" in fd.detail, rep.describe()
+
+
 def test_a_combine_that_drops_rank_1_is_named(moe, plant):
     be = plant("moe_ffn.cu", "for (int r = 0; r < k; ++r) acc = gb_fma(",
                "for (int r = 0; r < k; r += 2) acc = gb_fma(")

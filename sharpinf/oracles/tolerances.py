@@ -138,9 +138,10 @@ TRACE_BOUNDS: dict[str, TraceBound] = {
     "gate_up": TraceBound(5e-5, ROW, "two matmuls and act(g) * u in float32; measured 7.0e-7"),
     "residual": TraceBound(1e-6, ROW, "x + y rounds once (half an ulp of the sum), gemma3's post-norm a few ulps "
                            "more; measured 1.4e-7"),
-    "moe_route": TraceBound(1e-5, "of probability", "the router's float32 logits (a dot of n_embd terms: ~sqrt(n) "
-                            "ulps of sum|h w|), its softmax and renormalisation in float32 (moe_weights too); measured: no "
-                            "flipped choice (moe_route 0), weights 1.9e-7"),
+    "moe_route": TraceBound(2e-5, "of 2 w max_e sum|h w_e|", "the router's float32 logits err as a matmul's (of "
+                            "sum|h w_e|), and softmax and renormalisation move a probability or weight w by at most "
+                            "2 w times a logit's error (moe_weights too); measured: no flipped choice (moe_route 0), "
+                            "weights 2.3e-8"),
     "moe_combine": TraceBound(2e-6, ROW, "x + k weighted pair outputs, each product and add rounding once in float32; "
                               "measured 8.2e-8"),
 }

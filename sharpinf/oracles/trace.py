@@ -490,12 +490,31 @@ class _Tracer:
         logits = _linear64(h, R.router)
         prob = np.exp(logits - logits.max(axis=-1, keepdims=True))
         prob /= prob.sum(axis=-1, keepdims=True)
-        at_ids = np.where(valid[:, None], np.take_along_axis(prob, e, axis=-1), np.inf)
-        top = -np.sort(-prob, axis=-1)[:, :kx]
-        self.check(li, "moe_route", route, "moe_route", at_ids, top, 1.0, (h, R.router), row_columns=pair,
-                   detail="the reference's probability at the kernel's expert of each rank vs its own top k")
+        # an id out of range reads as probability -1: a divergence of at least 1, never an index
+        at_ids = np.where(valid[:, None], np.take_along_axis(prob, e, axis=-1), -1.0)
+        ref_ids = np.argsort(-prob, axis=-1, kind="stable")[:, :kx]  # equal probabilities: the lower id first
+        top = np.take_along_axis(prob, ref_ids, axis=-1)
+        # equal router rows give bit-equal logits in both paths, so an exact tie settled against the
+        # lower-id rule is a rule broken, not rounding: the probabilities alone would hide it
+        tie_broken = (ids != ref_ids) & (at_ids == top)
+        notes = [] if valid.all() else [f"{np.count_nonzero(~valid)} token(s) with an expert id outside "
+                                        f"0..{cfg.n_expert - 1}"]
+        if tie_broken.any():
+            t, r = (int(i) for i in np.argwhere(tie_broken)[0])
+            notes.append(f"{np.count_nonzero(tie_broken)} exact tie(s) settled against the lower-id rule, first token "
+                         f"{t} rank {r}: expert {int(ids[t, r])} where the reference takes {int(ref_ids[t, r])}")
+        # a logit errs by up to the matmul bound of sum|h w_e|; a probability or weight moves by at most
+        # 2 w times that (softmax and renormalisation): the unit, so real models' wide logits fit too
+        lunit = 2.0 * _abs_dot(h, R.router).max(axis=-1, keepdims=True)
+        self.check(li, "moe_route", route, "moe_route", at_ids, top, np.maximum(top * lunit, _TINY), (h, R.router),
+                   row_columns=pair,
+                   detail="; ".join(notes) or "the reference's probability at the kernel's expert of each rank "
+                                              "vs its own top k")
+        if notes:
+            self.records[-1].err = np.inf
         w_ref = at_ids / np.maximum(at_ids.sum(axis=-1, keepdims=True), float(WEIGHT_SUM_FLOOR))
-        self.check(li, "moe_weights", route, "moe_route", wts, w_ref, 1.0, (h, R.router), row_columns=pair)
+        self.check(li, "moe_weights", route, "moe_route", wts, w_ref, np.maximum(np.abs(w_ref) * lunit, _TINY),
+                   (h, R.router), row_columns=pair)
 
         # each pair's expert, for the kernel's own choice of expert
         tok = np.repeat(np.arange(N), kx)
