@@ -110,6 +110,11 @@ if has kernels; then
   timeout -s INT 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite kernels --op ffn,link \
     --batch-sizes 1,8 --prefill-sizes 128 --repeats 5 --out "$RUN/smollm2-135m-shape-link" > "$OUT/kernels-link.log" 2>&1
   stamp "kernels link exit $?"
+  # packed prefill (issue 19: SmolLM2's 8 x 128 packed >= 4x sequential), fast and the tensor set beside it
+  stamp "prefill: SmolLM2 shape, 8 x 128 packed vs sequential"
+  timeout -s INT 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite prefill --kernels fast \
+    --prefill-prompts 8 --prefill-len 128 --repeats 5 --out "$RUN/smollm2-135m-shape-prefill" > "$OUT/prefill.log" 2>&1
+  stamp "prefill exit $?"; grep -iE "packed|x sequential" "$OUT/prefill.log" | tail -4
   for k in fast ffn layer; do
     spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
     stamp "decode: SmolLM2 shape, kernels $spec"

@@ -17,7 +17,8 @@
 //   ROWS 16:         4 warps 1 x 4, each 16 rows x 16 tokens   (the narrow files, both NMAT)
 template <int NMAT, int ROWS>
 struct MqShape {
-    static_assert(ROWS == 64 || ROWS == 32 || ROWS == 16, "a block is 64, 32 or 16 weight rows");
+    static_assert(ROWS == 64 || ROWS == 16, "a block is 64 or 16 weight rows (32 would fit the formulas: "
+                                             "instantiate and test it before use)");
     static constexpr int FM = ROWS >= 32 ? 2 : 1;                  // m16 tiles a warp
     static constexpr int WR = ROWS / (16 * FM);                    // warps along the rows
     static constexpr int WARPS = ROWS == 64 && NMAT == 2 ? 8 : 4;  // the block's warps (threads / 32)
