@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 
 from . import quants
-from .config import MOE_ARCHS, SUPPORTED_ARCHS
+from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, SUPPORTED_ARCHS
 
 K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
 # overrides that are not raw GGUF keys
@@ -85,7 +85,10 @@ def write_synthetic_model(
     if n_expert and arch not in MOE_ARCHS:
         raise ValueError(f"{arch} has no experts (the MoE archs: {', '.join(MOE_ARCHS)})")
     moe = arch == "qwen3moe" or bool(n_expert)
-    n_expert = n_expert or 8
+    n_expert = 8 if n_expert is None and moe else n_expert
+    if moe and not (0 < n_expert <= MOE_MAX_EXPERTS and 0 < n_expert_used <= min(n_expert, MOE_MAX_USED)):
+        raise ValueError(f"experts: {n_expert} a layer, {n_expert_used} a token (must be 1..{MOE_MAX_EXPERTS} and "
+                         f"1..min(experts, {MOE_MAX_USED}))")
     if moe and routing not in ROUTINGS:
         raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
     n_ff_exp = n_ff_exp or n_ff
