@@ -200,7 +200,8 @@ def test_llama_with_experts_is_mixtral_style_as_llama_cpp_reads_it(tmp_path):
     assert m.tensor("blk.1.ffn_up_exps.weight").shape == (4, 96, c.n_embd) and "blk.0.ffn_gate.weight" not in m.tensors
     no_experts = write_synthetic_model(tmp_path / "d.gguf", "llama", "Q8_0", **{"llama.expert_count": 0})
     assert not load_model(no_experts).config.is_moe  # a zero count is a dense llama, as llama.cpp reads it
-    for arch, n, k in (("llama", -2, 2), ("qwen3moe", 0, 2), ("qwen3moe", 4, 6)):  # the writer refuses what no file holds
+    # the writer refuses what no file holds
+    for arch, n, k in (("llama", -2, 2), ("qwen3moe", 0, 2), ("qwen3moe", 4, 6)):
         with pytest.raises(ValueError, match=f"experts: {n} a layer, {k} a token"):
             write_synthetic_model(tmp_path / "x.gguf", arch, "Q8_0", n_expert=n, n_expert_used=k)
 
