@@ -25,6 +25,16 @@
 #                  spent compiling ggml-cuda (bench/pack_llamacpp_cuda.sh makes it: ~45 min on 2 cores).
 #                  cuBLAS is the device's own (its PyTorch's nvidia-cublas wheel), found below.
 # The device machine has no network; python3 there is the image's (CuPy, NumPy, torch).
+#
+# What the results decide (each a one-line change, with the figure quoted where the rule lives):
+#   1. best's rule (sharpinf/ops/matmul_mmq.py, mmq_takes): the kernels-matmul JSON gives dp4a, mmq and
+#      mmq_narrow (never timed before) per shape at N = 16, 32, 64, 128, 512; where narrow beats both,
+#      best runs it (qkv/o/down at 16-64 tokens are the candidates), and decode8b-narrow.log says
+#      what that does to the 64-sequence step (issue 19: <= 2x the 1-sequence step).
+#   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
+#      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
+#   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
+#   4. attention: split vs flash per N (fast keeps split; flash was faster only for long prefills).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${1:-peers,kernels,tests}
