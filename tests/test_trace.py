@@ -182,6 +182,16 @@ def test_an_exact_tie_settled_against_the_lower_id_rule_is_named(emu, plant):
     assert (fd.layer, fd.op) == (0, "moe_route") and "settled against the lower-id rule" in fd.detail, rep.describe()
 
 
+def test_one_experts_gate_up_off_by_a_tenth_of_a_percent_is_named_with_its_expert(moe, plant):
+    old = "if (NMAT == 2) out = gated_act(act, v, moe_row_dot<QT>(W2 + at, x, n_in));"
+    be = plant("moe_ffn.cu", old, old[:-1] + " * (ids[p] == 3 ? 1.001f : 1.f);")
+    rep = trace(moe, be)
+    fd = first(rep)
+    assert (fd.layer, fd.op, fd.kernels) == (0, "moe_gate_up", ["moe_ffn.cu:moe_gate_up_q8_0"])
+    assert ", expert 3, column " in fd.column and fd.err > 10 * fd.bound
+    assert all(r.passed for r in rep.records if r.layer == 0 and r.op in ("moe_route", "moe_weights"))
+
+
 def test_a_combine_that_drops_rank_1_is_named(moe, plant):
     be = plant("moe_ffn.cu", "for (int r = 0; r < k; ++r) acc = gb_fma(",
                "for (int r = 0; r < k; r += 2) acc = gb_fma(")
