@@ -63,39 +63,46 @@ def gate_up_mmq_narrow(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int
                       n_in, act)
 
 
+def _steps(tensor_kernel, be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, file: str,
+           **kw) -> None:
+    """A step of MIN_TOKENS or more with quantized weights on `tensor_kernel` (its `file`); a smaller
+    step (or float weights) on dp4a -- the same bits either way."""
+    if n_tokens >= MIN_TOKENS and supports(qtype):
+        return tensor_kernel(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, file=file, **kw)
+    matmul_dp4a(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, **kw)
+
+
+def _gate_up_steps(tensor_kernel, be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
+                   act: str) -> None:
+    """tensor_kernel for steps of MIN_TOKENS or more, gate_up_dp4a below: the same bits."""
+    fn = tensor_kernel if n_tokens >= MIN_TOKENS and supports(qtype) else gate_up_dp4a
+    fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act)
+
+
 def matmul_mmq_steps(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
                      accumulate: bool = False, y_stride: int | None = None, y_col: int = 0,
                      file: str = "matmul_mmq.cu") -> None:
-    """The mmq variant's linear layer: steps of MIN_TOKENS or more with quantized weights on tensor
-    cores (`file`); a smaller step (or float weights) on dp4a -- the same bits either way."""
-    kw = dict(bias_dev=bias_dev, accumulate=accumulate, y_stride=y_stride, y_col=y_col)
-    if n_tokens >= MIN_TOKENS and supports(qtype):
-        return matmul_mmq(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, file=file, **kw)
-    matmul_dp4a(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, **kw)
+    """The mmq variant's linear layer: mmq from MIN_TOKENS tokens, dp4a below (_steps)."""
+    _steps(matmul_mmq, be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, file, bias_dev=bias_dev,
+           accumulate=accumulate, y_stride=y_stride, y_col=y_col)
 
 
 def gate_up_mmq_steps(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
                       act: str = "silu") -> None:
-    """gate_up_mmq for steps of MIN_TOKENS or more, gate_up_dp4a below: the same bits."""
-    fn = gate_up_mmq if n_tokens >= MIN_TOKENS and supports(qtype) else gate_up_dp4a
-    fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act)
+    _gate_up_steps(gate_up_mmq, be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act)
 
 
 def matmul_mmq_narrow_steps(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
                             accumulate: bool = False, y_stride: int | None = None, y_col: int = 0,
                             file: str = "matmul_mmq_narrow.cu") -> None:
     """The mmq_narrow variant's linear layer: as matmul_mmq_steps, on the narrow blocks."""
-    kw = dict(bias_dev=bias_dev, accumulate=accumulate, y_stride=y_stride, y_col=y_col)
-    if n_tokens >= MIN_TOKENS and supports(qtype):
-        return matmul_mmq_narrow(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, file=file, **kw)
-    matmul_dp4a(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, **kw)
+    _steps(matmul_mmq_narrow, be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, file, bias_dev=bias_dev,
+           accumulate=accumulate, y_stride=y_stride, y_col=y_col)
 
 
 def gate_up_mmq_narrow_steps(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
                              act: str = "silu") -> None:
-    """gate_up_mmq_narrow for steps of MIN_TOKENS or more, gate_up_dp4a below: the same bits."""
-    fn = gate_up_mmq_narrow if n_tokens >= MIN_TOKENS and supports(qtype) else gate_up_dp4a
-    fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act)
+    _gate_up_steps(gate_up_mmq_narrow, be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act)
 
 
 def mmq_takes(be, qtype: int, n_tokens: int, n_out: int) -> bool:

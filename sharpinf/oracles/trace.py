@@ -363,10 +363,13 @@ class _Tracer:
                    columns)
 
     def check_q8_copy(self, layer, op: str, kernels, f: np.ndarray, q8) -> np.ndarray:
-        """A q8_1 copy of float rows the kernel path itself wrote: within half a step of them."""
-        got, note = _q8_values(self.be, q8, self.N)
+        """A q8_1 copy of float rows the kernel path itself wrote: within half a step of them. f may hold
+        several rows a token (an MoE layer's k pairs): they are checked side by side, by token."""
+        got, note = _q8_values(self.be, q8, f.shape[0])
         step = _q8_steps(f)
-        self.check(layer, op, kernels, "q8_copy", got, f, step, (f,), slack=0.5 * step, detail=note)
+        by_token = (self.N, -1)
+        self.check(layer, op, kernels, "q8_copy", got.reshape(by_token), f.reshape(by_token), step.reshape(by_token),
+                   (f,), slack=0.5 * step.reshape(by_token), detail=note)
         if note:
             self.records[-1].err = np.inf
         return got
@@ -529,14 +532,7 @@ class _Tracer:
         self.check(li, "moe_gate_up", gate_ups, "gate_up", g.reshape(N, -1), gu.reshape(N, -1),
                    np.repeat(_row_unit(gu).reshape(N, kx), n_ff, axis=1), (h, R.exps_gate_up),
                    row_columns=lambda t, j: pair(t, j, n_ff))
-        g_read = g
-        if s.gq is not None and q8_names:
-            g_read, note = _q8_values(be, s.gq, P)
-            step = _q8_steps(g)
-            self.check(li, "moe_q8", q8_names, "q8_copy", g_read.reshape(N, -1), g.reshape(N, -1),
-                       step.reshape(N, -1), (g,), slack=0.5 * step.reshape(N, -1), detail=note)
-            if note:
-                self.records[-1].err = np.inf
+        g_read = self.check_q8_copy(li, "moe_q8", q8_names, g, s.gq) if s.gq is not None and q8_names else g
         yd = np.empty((P, cfg.n_embd), F64)
         unit = np.empty((P, cfg.n_embd), F64)
         for ex in np.unique(ep):
