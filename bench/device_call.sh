@@ -10,7 +10,7 @@
 # yet timed; the GPU tests get what is left of DEVICE_BUDGET_S -- a second call, `bash
 # bench/device_call.sh tests`, runs them if the first left too little.)
 #
-#   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,tests (the default), moe
+#   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,ncu,tests (the default), moe
 #
 # moe (not in the default: ~17 GB of weights to write and load four times, a few minutes): the
 # peers part on the Qwen3-30B-A3B shape (qwen3moe, Q4_K) into bench/results/gpu/moe/<gpu>-<date>/ --
@@ -35,9 +35,12 @@
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
 #   4. attention: split vs flash per N (fast keeps split; flash was faster only for long prefills).
+#   5. the next kernel work (ncu-qwen3-8b-shape.txt): whether mmq at 512 tokens and the N = 1 matvecs
+#      are issue-bound or waiting -- with bench/sass_mix.py's count of what an mmq iteration issues
+#      (no GPU needed), which change pays: fewer instructions a term, or more warps / loads in flight.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STAGES=${1:-peers,kernels,tests}
+STAGES=${1:-peers,kernels,ncu,tests}
 MOE=qwen3-30b-a3b-shape:Q4_K
 OUT=${OUT:-/tmp/sharpinf-device-out}
 mkdir -p "$OUT"
@@ -132,6 +135,28 @@ if has kernels; then
       --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k" > "$OUT/decode-$k.log" 2>&1
     stamp "decode $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode-$k.log"
   done
+fi
+if has ncu; then
+  # hardware counters (Nsight Compute) of the kernels the next kernel work is about, one launch each
+  # (bench/ncu_targets.py, in the order its log prints): the matvecs at N = 1 (issue 20: >= 70% of the
+  # copy bandwidth), dp4a / mmq / mmq_narrow at N = 64 (issue 19: the 64-sequence step), mmq at 512
+  # (pp512), split attention decoding at 512 keys. What to read: SchedulerStats' issue-slot use and
+  # WarpStateStats' stall reasons -- issue-bound (bench/sass_mix.py counts what an iteration issues)
+  # or waiting (barrier, long scoreboard: more warps or more loads in flight).
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+  if [ -n "$NCU" ]; then
+    stamp "ncu: matvecs, the 64-token step, pp512's GEMM, decode attention (8B shape)"
+    timeout -s INT 180 "$NCU" --clock-control none --profile-from-start off \
+      -k regex:'^((matmul|gate_up)_(dp4a|mmq|mmq_narrow)_q4_k|attention_split_.*)$' \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats \
+      --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      python3 bench/ncu_targets.py qwen3-8b-shape:Q4_K --backend cuda --op matmul,ffn_in,attention \
+      --variant dp4a,mmq,mmq_narrow,split --decode 1,64 --prefill 512 --context 512 > "$OUT/ncu.log" 2>&1
+    stamp "ncu exit $?"; grep -cE "^  [a-z_0-9]+ \(" "$OUT/ncu.log" | sed 's/^/kernels profiled: /'
+    cp "$OUT/ncu.log" "$RUN/ncu-qwen3-8b-shape.txt" 2>/dev/null
+  else
+    stamp "ncu: not on this machine"
+  fi
 fi
 if has tests; then
   # the kernel tests first (each kernel against its NumPy reference, every variant), then the

@@ -46,6 +46,18 @@
 // issue slots: ~13 -> ~7 lane-cycles a term). Then more blocks for small grids: splitting a row's
 // members over blocks needs each member's sum kept (a float a member and output) under today's
 // canonical order, or a two-level order (a float a split) -- a change to every q8_1 kernel.
+// What an iteration issues (bench/sass_mix.py, Q4_K, nvcc 13.0, sm_90; 2026-11-27): 524 warp
+// instructions a chunk for a warp's 1024 terms (the integer divisions of mq_next's member step and
+// the every-4th-chunk member fold left out), 0.51 a term: 8 IMMA, each with ~36 instructions of
+// terms (4 i2f adds and subtracts, 12 FMUL, 4 FFMA, 4 part adds, the x scales' i2f again and the
+// rows' scales reloaded per n8 tile) -- 55% -- and ~240 of staging, unpacking, barrier and loop.
+// So issue alone bounds it at ~2.0e12 terms/s (132 SMs, 1.98 GHz); the ncu stage of
+// bench/device_call.sh says how far stalls keep it from that. Without changing any bit: IMMA's
+// accumulator started at dp_i2f's 0x4B400000 (the i2f's integer add done by the tensor core), the x
+// scales' i2f and the rows' scales hoisted out of the n8 loop -- ~11% of an iteration. Beyond that
+// the float terms' count is the canonical formula's (a change to every q8_1 kernel's bits), and the
+// staging's share falls only with more terms an iteration (two chunks a barrier; wider warp tiles,
+// which the two floats an output keep out of registers).
 #include "mmq_rows.cuh"
 
 #define MQ_ARGS                                                                                                  \

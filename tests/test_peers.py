@@ -16,23 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_scripts import BENCH, load
 
-BENCH = Path(__file__).parents[1] / "bench"
 ROW_KEYS = {"model", "test", "sharpinf_tok_s", "llamacpp_tok_s", "ratio", "sharpinf_kernels", "error"}
 PP_TS, TG_TS = 4321.25, 123.5  # what the stand-in llama-bench reports
 LOAD_ERROR = "llama_model_load: error loading model: error loading model vocabulary: unknown pre-tokenizer type"
 S_TG_PER_SEQ = 50.0  # the stand-in llama-batched-bench's S_TG is this x B
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-peers = _load("peers")
+peers = load("peers")
 
 # llama-bench -o json: the json_printer's layout (4-space fields, samples last), one test object.
 _LLAMA_BENCH_TEST = """  {{
@@ -169,7 +161,7 @@ def test_sizes_name_the_tests_and_refuse_nonsense():
 
 
 def test_llamacpp_found_given_or_built_or_a_one_line_error(tmp_path, monkeypatch):
-    gpu_check = _load("gpu_check")
+    gpu_check = load("gpu_check")
     monkeypatch.delenv(peers.ENV_VAR, raising=False)
     with pytest.raises(peers.PeerError, match="holds no bin/llama-bench"):
         peers.find_llamacpp(str(tmp_path), "cuda", gpu_check.run)

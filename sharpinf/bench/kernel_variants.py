@@ -502,6 +502,18 @@ def _ptxas(ctx: BenchContext, sel: Selection) -> dict:
                                                                                 for r in rows)}
 
 
+def case_groups(ctx: BenchContext, sel: Selection, tokens: list[int], context: int, kv_dtype: str,
+                prefill: list[int] = (), prefill_context: list[int] = ()) -> list[tuple[str, int, Callable[[], list[_Case]]]]:
+    """(phase, N, make the cases): decode steps at each N, then prefill GEMMs, then prefill attention --
+    what run() times, and what bench/ncu_targets.py launches once each under a profiler."""
+    rng = np.random.default_rng(ctx.seed)
+    return ([("decode", N, lambda N=N: _cases(ctx, N, context, kv_dtype, rng, sel)) for N in tokens]
+            + [("prefill", N, lambda N=N: _linear_cases(ctx, N, rng, False, sel) + _moe_cases(ctx, N, rng, sel))
+               for N in prefill if {"matmul", "ffn_in", "moe"} & sel.ops]
+            + [("prefill", P, lambda P=P: _prefill_attention_cases(ctx, P, kv_dtype, rng, sel))
+               for P in prefill_context if "attention" in sel.ops])
+
+
 def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dtype: str,
         prefill: list[int] = (), prefill_context: list[int] = (), ops: str | None = None,
         variants: str | None = None) -> dict:
@@ -518,13 +530,7 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
     if too_long:
         raise ValueError(f"prefill length {too_long[0]} does not fit the model's context length {cfg.context_length}")
     bw = be.device_bandwidth()
-    rng = np.random.default_rng(ctx.seed)
-    # (phase, N, cases): decode steps, then prefill GEMMs, then prefill attention
-    groups = ([("decode", N, lambda N=N: _cases(ctx, N, context, kv_dtype, rng, sel)) for N in tokens]
-              + [("prefill", N, lambda N=N: _linear_cases(ctx, N, rng, False, sel) + _moe_cases(ctx, N, rng, sel))
-                 for N in prefill if {"matmul", "ffn_in", "moe"} & sel.ops]
-              + [("prefill", P, lambda P=P: _prefill_attention_cases(ctx, P, kv_dtype, rng, sel))
-                 for P in prefill_context if "attention" in sel.ops])
+    groups = case_groups(ctx, sel, tokens, context, kv_dtype, prefill, prefill_context)
     rows = []
     with ctx.progress() as bar:
         task = bar.add_task(f"{SUITE}: decode N = {', '.join(map(str, tokens))}; prefill "

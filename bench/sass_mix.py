@@ -1,0 +1,256 @@
+"""The instruction mix of a kernel's loops, read from its SASS: what an iteration issues, no GPU needed.
+
+    python bench/sass_mix.py FILE.cu ENTRY [--arch sm_90] [--nvcc] [--define NAME=VALUE ...]
+                             [--cold LABEL,...] [--per N] [--blocks] [--json]
+
+Compiles one entry point of kernels_cu/FILE.cu as the runtime selects it (SHARPINF_SELECT and
+SHARPINF_WANT_<entry>: only that entry is built) to a CUBIN -- with the NVRTC sharpinf runs with
+(the venv's, from the `check` or cudaNN extra), or with --nvcc the nvcc on PATH (same ptxas as
+the device's NVRTC of that CUDA version: on the device image, CUDA 13.0) -- disassembles it with
+nvdisasm (on PATH, or the nvidia-cuda-nvdisasm wheel: `pip install nvidia-cuda-nvdisasm`), and
+finds its loops: a branch back to an earlier label closes one. For the largest loop (or --loop
+LABEL) it prints the instructions of one iteration by class -- tensor-core mma, float, integer,
+conversion, shared and global memory, barrier, control -- and the basic blocks it holds, each
+with its own count, so that the blocks an iteration skips (a slow path behind a branch, e.g. an
+integer division, or work every 4th iteration) can be named with --cold and left out of the
+total. --per N divides the warp instructions of an iteration by N: give it the work units a warp
+does in one iteration (matmul_mmq: 32 rows x 32 tokens = 1024 terms a warp per chunk) to get
+warp instructions per unit; x32 is lane instructions per unit. An SM issues 4 warp instructions
+a clock (one per scheduler), so units / s <= 4 x clock x SMs / (warp instructions per unit): the
+issue bound, which a kernel meets only with enough warps to hide every latency.
+
+What it cannot say: how often a branch inside the loop is taken (the reader knows: --cold), stalls,
+or anything about memory traffic beyond the instructions that cause it. ncu on a GPU says those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# opcode (before the first '.') -> class; anything else is "other"
+CLASSES = {
+    "mma": ("IMMA", "HMMA", "DMMA", "HGMMA", "IGMMA", "QGMMA", "BMMA"),
+    "float": ("FADD", "FMUL", "FFMA", "FMNMX", "FSEL", "FSET", "FSETP", "FCHK", "HADD2", "HMUL2", "HFMA2", "MUFU",
+              "FRND", "FSWZADD"),
+    "convert": ("I2F", "F2I", "I2FP", "F2FP", "F2F", "I2I", "FRND"),
+    "integer": ("IADD3", "IMAD", "IABS", "IMNMX", "VIADD", "VIMNMX", "LOP3", "SHF", "LEA", "ISETP", "SEL", "PRMT", "IDP",
+                "BMSK", "POPC", "FLO", "BREV", "SGXT", "IMUL", "IADD", "LOP", "SHL", "SHR", "UIADD3", "UIMAD", "ULOP3",
+                "USHF", "ULEA", "USEL", "UISETP", "UMOV", "UPRMT", "UFLO", "UPOPC", "UBMSK", "USGXT", "VABSDIFF4",
+                "VABSDIFF"),
+    "move": ("MOV", "CS2R", "S2R", "S2UR", "R2UR", "LDC", "ULDC", "SHFL", "P2R", "R2P", "PLOP3", "VOTE", "UMOV"),
+    "shared": ("LDS", "STS", "LDSM", "STSM", "ATOMS", "LDGSTS"),
+    "global": ("LDG", "STG", "LD", "ST", "ATOMG", "RED", "ATOM", "LDL", "STL", "UBLKCP", "UTMALDG", "UTMASTG"),
+    "sync": ("BAR", "DEPBAR", "LDGDEPBAR", "WARPSYNC", "MEMBAR", "ARRIVES", "SYNCS", "ERRBAR", "CCTL"),
+    "control": ("BRA", "BSSY", "BSYNC", "EXIT", "RET", "CALL", "JMP", "BRX", "WARPGROUP", "YIELD", "NOP", "BPT"),
+}
+_CLASS_OF = {op: c for c, ops in CLASSES.items() for op in ops}
+LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?);")
+LABEL = re.compile(r"^(\.L_x_\d+):")
+BRANCH = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
+
+
+@dataclass
+class Block:
+    label: str  # the label it starts at; "@ADDR" (its first instruction's) after a branch; "entry" the first
+    ops: list[str] = field(default_factory=list)  # full opcodes (IMMA.16832.S8.S8, ...)
+
+
+@dataclass
+class Loop:
+    head: str  # the label the back branch goes to
+    blocks: list[Block]
+
+    def ops(self, cold: set[str] = frozenset()) -> list[str]:
+        return [op for b in self.blocks if b.label not in cold for op in b.ops]
+
+
+def opclass(op: str) -> str:
+    return _CLASS_OF.get(op.split(".")[0], "other")
+
+
+def parse(sass: str, entry: str | None = None) -> tuple[list[Block], list[Loop]]:
+    """The basic blocks (label to label) of `entry`'s text (the only or the first function when None) and
+    its loops, innermost-or-not, each from the label a branch jumps back to through that branch."""
+    blocks: list[Block] = []
+    inside = entry is None
+    back: list[tuple[int, str]] = []  # (block index of the branch, target label)
+    after_branch = False
+    for raw in sass.splitlines():
+        if raw.startswith("//---") and ".text." in raw:
+            name = raw.split(".text.", 1)[1].split()[0]
+            if inside and blocks:
+                break  # the next function
+            inside = entry is None or name == entry
+            continue
+        if not inside:
+            continue
+        m = LABEL.match(raw.strip())
+        if m:
+            blocks.append(Block(m.group(1)))
+            after_branch = False
+            continue
+        m = LINE.match(raw)
+        if not m:
+            continue
+        text = m.group(2).strip()
+        if text.startswith("@"):
+            text = text.split(None, 1)[1]
+        op = text.split()[0]
+        if not blocks or after_branch:  # a branch ends a block: what follows it is the code it skips
+            blocks.append(Block("entry" if not blocks else f"@{m.group(1).lstrip('0') or '0'}"))
+        blocks[-1].ops.append(op)
+        after_branch = op == "BRA"
+        b = BRANCH.search(text)
+        if b:
+            back.append((len(blocks) - 1, b.group(1)))
+    index = {b.label: i for i, b in enumerate(blocks)}
+    loops = [Loop(target, blocks[index[target] : at + 1]) for at, target in back if target in index and index[target] <= at]
+    return blocks, loops
+
+
+def mix(ops: list[str]) -> Counter:
+    return Counter(opclass(op) for op in ops)
+
+
+def find_nvdisasm() -> str | None:
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    import site
+
+    for root in site.getsitepackages() + [site.getusersitepackages()]:
+        for cand in sorted(Path(root).glob("nvidia/**/bin/nvdisasm")):
+            cand.chmod(cand.stat().st_mode | 0o111)  # wheels unpack it without the execute bit
+            return str(cand)
+    return None
+
+
+def compile_cubin(file: Path, entry: str, arch: str, defines: list[str], use_nvcc: bool) -> tuple[bytes, str]:
+    """(CUBIN, what compiled it) of `entry` alone."""
+    from sharpinf.runtime.cuda_backend import selection_defines
+    from sharpinf.runtime.paths import kernels_dir
+
+    opts = list(selection_defines([entry])) + [f"-D{d}" for d in defines]
+    if use_nvcc:
+        nvcc = shutil.which("nvcc")
+        if nvcc is None:
+            sys.exit("--nvcc: no nvcc on PATH")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "k.cubin"
+            p = subprocess.run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", f"-I{kernels_dir()}", *opts, "-o", str(out),
+                                str(file)], capture_output=True, text=True)
+            if p.returncode:
+                sys.exit(f"{file.name}: nvcc failed:\n{p.stderr}")
+            version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+            return out.read_bytes(), f"nvcc ({version})"
+    from sharpinf.runtime.nvrtc_check import Nvrtc, compile_options
+
+    nv = Nvrtc()
+    ok, log, cubin = nv.compile(file.read_text(), file.name, compile_options(arch, [file.parent], nv.version()[0]) + opts)
+    if not ok:
+        sys.exit(f"{file.name}: NVRTC failed:\n{log}")
+    return cubin, "NVRTC %d.%d" % nv.version()
+
+
+def disassemble(cubin: bytes) -> str:
+    tool = find_nvdisasm()
+    if tool is None:
+        sys.exit("nvdisasm not found: put the CUDA toolkit's bin on PATH, or pip install nvidia-cuda-nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        p = subprocess.run([tool, "-c", f.name], capture_output=True, text=True)
+    if p.returncode:
+        sys.exit(f"nvdisasm failed: {p.stderr}")
+    return p.stdout
+
+
+def report(blocks: list[Block], loops: list[Loop], loop: str | None, cold: set[str], per: int | None) -> dict:
+    if not loops:
+        return {"function_instructions": sum(len(b.ops) for b in blocks), "loops": []}
+    chosen = next((lp for lp in loops if lp.head == loop), None) if loop else max(loops, key=lambda lp: len(lp.ops()))
+    if chosen is None:
+        sys.exit(f"--loop {loop}: no loop starts there (loops: {', '.join(lp.head for lp in loops)})")
+    ops = chosen.ops(cold)
+    out = {
+        "function_instructions": sum(len(b.ops) for b in blocks),
+        "loops": [{"head": lp.head, "blocks": len(lp.blocks), "instructions": len(lp.ops())} for lp in loops],
+        "loop": chosen.head,
+        "cold": sorted(cold),
+        "iteration_instructions": len(ops),
+        "by_class": dict(mix(ops).most_common()),
+        "by_opcode": dict(Counter(op.split(".")[0] for op in ops).most_common()),
+        "blocks": [{"label": b.label, "instructions": len(b.ops), "cold": b.label in cold,
+                    "by_class": dict(mix(b.ops).most_common())} for b in chosen.blocks],
+    }
+    if per:
+        out["per_unit"] = {"units": per, "warp_instructions": len(ops) / per,
+                           "by_class": {k: v / per for k, v in out["by_class"].items()}}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("file", help="a kernel source (kernels_cu/NAME.cu, or a path)")
+    ap.add_argument("entry", help="the entry point, e.g. matmul_mmq_q4_k")
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--nvcc", action="store_true", help="compile with the nvcc on PATH instead of the venv's NVRTC")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE", help="an extra -D (repeatable)")
+    ap.add_argument("--loop", help="the loop to count, by its head label (default: the largest)")
+    ap.add_argument("--cold", default="", help="comma list of block labels an iteration skips (left out of the total)")
+    ap.add_argument("--per", type=int, help="work units a warp does in one iteration: prints instructions per unit")
+    ap.add_argument("--blocks", action="store_true", help="also list the loop's basic blocks")
+    ap.add_argument("--sass", type=Path, help="also write the disassembly here")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    a = ap.parse_args(argv)
+    from sharpinf.runtime.paths import kernels_dir
+
+    file = Path(a.file)
+    if not file.exists():
+        file = kernels_dir() / a.file
+    if not file.exists():
+        sys.exit(f"{a.file}: no such file here or in {kernels_dir()}")
+    cubin, compiler = compile_cubin(file, a.entry, a.arch, a.define, a.nvcc)
+    sass = disassemble(cubin)
+    if a.sass:
+        a.sass.write_text(sass)
+    blocks, loops = parse(sass, a.entry)
+    if not blocks:
+        sys.exit(f"{a.entry}: not in the disassembly (is it an extern \"C\" entry of {file.name}?)")
+    r = {"file": file.name, "entry": a.entry, "arch": a.arch, "compiler": compiler}
+    r |= report(blocks, loops, a.loop, {c for c in a.cold.split(",") if c}, a.per)
+    if a.json:
+        print(json.dumps(r, indent=1))
+        return 0
+    print(f"{r['entry']} ({r['file']}, {r['arch']}, {r['compiler']}): {r['function_instructions']} instructions")
+    if not r["loops"]:
+        print("no loop")
+        return 0
+    print("loops: " + ", ".join(f"{lp['head']} ({lp['instructions']})" for lp in r["loops"]))
+    print(f"loop {r['loop']}: {r['iteration_instructions']} instructions an iteration"
+          + (f" without the cold blocks {', '.join(r['cold'])}" if r["cold"] else ""))
+    print("  " + ", ".join(f"{k} {v}" for k, v in r["by_class"].items()))
+    print("  " + ", ".join(f"{k} {v}" for k, v in list(r["by_opcode"].items())[:16]))
+    if "per_unit" in r:
+        p = r["per_unit"]
+        print(f"per unit (/{p['units']}): {p['warp_instructions']:.3f} warp instructions = "
+              f"{32 * p['warp_instructions']:.2f} lane instructions; "
+              + ", ".join(f"{k} {v:.3f}" for k, v in p["by_class"].items()))
+    if a.blocks:
+        for b in r["blocks"]:
+            mark = " (cold)" if b["cold"] else ""
+            print(f"  {b['label']:>9} {b['instructions']:4d}{mark}  " + ", ".join(f"{k} {v}" for k, v in b["by_class"].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

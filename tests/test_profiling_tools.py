@@ -1,0 +1,86 @@
+"""The kernel-profiling helpers in bench/: sass_mix.py (what a kernel's loop issues, from its SASS,
+no GPU) and ncu_targets.py (each chosen kernel-bench case launched once, for Nsight Compute)."""
+
+from __future__ import annotations
+
+import pytest
+from bench_scripts import BENCH, load
+
+sass_mix = load("sass_mix")
+ncu_targets = load("ncu_targets")
+
+# nvdisasm's layout: a function header, labels, /*addr*/ instructions; a loop from .L_x_1 back to
+# itself through a skipped slow path (@0070 .. @0080) and a forward branch that closes no loop
+SASS = """
+//--------------------- .text.other_kernel          --------------------------
+other_kernel:
+        /*0000*/                   EXIT ;
+//--------------------- .text.k                     --------------------------
+        .global k
+k:
+.text.k:
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   S2R R0, SR_TID.X ;
+.L_x_1:
+        /*0020*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*0030*/                   IMMA.16832.S8.S8 R8, R4.ROW, R6.COL, RZ ;
+        /*0040*/                   FADD R12, R8, -12582912 ;
+        /*0050*/                   FFMA R13, R12, R14, R13 ;
+        /*0060*/               @P0 BRA `(.L_x_2) ;
+        /*0070*/                   I2F.RP R20, R21 ;
+        /*0080*/                   MUFU.RCP R20, R20 ;
+.L_x_2:
+        /*0090*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*00a0*/                   ISETP.GE.AND P1, PT, R3, 0x4, PT ;
+        /*00b0*/              @!P1 BRA `(.L_x_1) ;
+        /*00c0*/                   BRA `(.L_x_3) ;
+.L_x_3:
+        /*00d0*/                   EXIT ;
+"""
+
+
+def test_sass_mix_finds_the_loop_and_its_blocks():
+    blocks, loops = sass_mix.parse(SASS, "k")
+    assert [b.label for b in blocks] == ["entry", ".L_x_1", "@70", ".L_x_2", "@c0", ".L_x_3"]
+    (loop,) = loops  # the forward branch to .L_x_3 closes none; other_kernel's EXIT is not k's
+    assert loop.head == ".L_x_1" and [b.label for b in loop.blocks] == [".L_x_1", "@70", ".L_x_2"]
+    r = sass_mix.report(blocks, loops, None, set(), per=4)
+    assert r["iteration_instructions"] == 10
+    assert r["by_class"] == {"control": 2, "float": 3, "convert": 1, "shared": 1, "mma": 1, "sync": 1, "integer": 1}
+    assert r["per_unit"]["warp_instructions"] == 10 / 4
+    cold = sass_mix.report(blocks, loops, ".L_x_1", {"@70"}, per=None)  # the slow path left out
+    assert cold["iteration_instructions"] == 8 and "convert" not in cold["by_class"]
+    assert cold["by_class"]["float"] == 2  # MUFU went with it
+
+
+def test_sass_mix_on_a_real_kernel(tmp_path):
+    """matmul_mmq_q4_k's chunk loop, compiled as the runtime selects it and disassembled: a warp's
+    32 rows x 32 tokens are 2 x 4 mma tiles, so the loop holds 8 IMMA."""
+    if sass_mix.find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+    try:
+        from sharpinf.runtime.nvrtc_check import Nvrtc
+
+        Nvrtc()
+    except Exception as exc:  # noqa: BLE001 -- no NVRTC on this machine
+        pytest.skip(f"no NVRTC: {exc}")
+    cubin, compiler = sass_mix.compile_cubin(BENCH.parent / "kernels_cu" / "matmul_mmq.cu", "matmul_mmq_q4_k", "sm_90",
+                                            [], use_nvcc=False)
+    blocks, loops = sass_mix.parse(sass_mix.disassemble(cubin), "matmul_mmq_q4_k")
+    r = sass_mix.report(blocks, loops, None, set(), per=1024)
+    assert compiler.startswith("NVRTC") and r["by_opcode"]["IMMA"] == 8, r["by_opcode"]
+    assert r["by_class"]["float"] > 8 * 16  # the dp4a-exact float terms: ~26 a tile of 4 outputs a lane
+
+
+def test_ncu_targets_launches_each_chosen_case_once(capsys):
+    """On the emulator: the cases of exactly the named bench ops and variants, each once, in order."""
+    rc = ncu_targets.main(["synth", "--backend", "emu", "--op", "matmul", "--variant", "mmq,dp4a",
+                           "--decode", "1,16", "--prefill", "", "--context", "40"])
+    assert rc == 0
+    lines = [ln.split() for ln in capsys.readouterr().out.splitlines()[1:]]
+    # N = 1: dp4a only (mmq serves >= 16 tokens); N = 16: both; no ffn_in, norm or baseline rows
+    assert [(ln[1], ln[3]) for ln in lines] == ([("N=1", "dp4a")] * 4 + [("N=16", "dp4a"), ("N=16", "mmq")] * 4)
+    assert {ln[2] for ln in lines} == {"matmul"} and [ln[4] for ln in lines[:4]] == ["qkv", "o", "down", "lm_head"]
+    with pytest.raises(SystemExit, match="no case matches"):
+        ncu_targets.main(["synth", "--backend", "emu", "--op", "matmul", "--variant", "mmq", "--decode", "1",
+                          "--prefill", ""])
