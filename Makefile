@@ -11,7 +11,7 @@ STAMP           := $(VENV)/.installed-$(SHARPINF_EXTRAS)
 
 # On a switch of CUDA major, the other major's wheels go first: two cupy builds in one venv collide.
 comma := ,
-OTHER_MAJOR_cuda12 := cupy-cuda13x nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-crt
+OTHER_MAJOR_cuda12 := cupy-cuda13x nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-crt nvidia-cuda-nvdisasm
 OTHER_MAJOR_cuda13 := cupy-cuda12x nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12
 STALE := $(strip $(foreach e,$(subst $(comma), ,$(SHARPINF_EXTRAS)),$(OTHER_MAJOR_$(e))))
 

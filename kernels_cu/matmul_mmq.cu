@@ -52,12 +52,25 @@
 // terms (4 i2f adds and subtracts, 12 FMUL, 4 FFMA, 4 part adds, the x scales' i2f again and the
 // rows' scales reloaded per n8 tile) -- 55% -- and ~240 of staging, unpacking, barrier and loop.
 // So issue alone bounds it at ~2.0e12 terms/s (132 SMs, 1.98 GHz); the ncu stage of
-// bench/device_call.sh says how far stalls keep it from that. Without changing any bit: IMMA's
-// accumulator started at dp_i2f's 0x4B400000 (the i2f's integer add done by the tensor core), the x
-// scales' i2f and the rows' scales hoisted out of the n8 loop -- ~11% of an iteration. Beyond that
-// the float terms' count is the canonical formula's (a change to every q8_1 kernel's bits), and the
-// staging's share falls only with more terms an iteration (two chunks a barrier; wider warp tiles,
-// which the two floats an output keep out of registers).
+// bench/device_call.sh says how far stalls keep it from that. Tried without a GPU, same bits, not
+// kept: (1) IMMA's accumulator started at dp_i2f's 0x4B400000, so the tensor core does the i2f's
+// integer add -- ptxas writes D over C and rematerializes the constant, 4 MOVs for the 4 adds saved:
+// nothing; (2) that with the n8 tiles outermost (each m16 tile's A fragments and rows' scales loaded
+// once a chunk, x's s_x float once a tile) -- 611 instructions an iteration, 485 hot (-9.5%), but
+// more registers: q4_k 144 -> 155 (3 blocks an SM still), gate_up_mmq q5_1 128 -> 155 (2 -> 1 block
+// of 8 warps), mmq_narrow q4_k 80 -> 85 (6 -> 5 blocks) -- a trade only the GPU can judge. Beyond
+// that the float terms' count is the canonical formula's (a change to every q8_1 kernel's bits), and
+// the staging's share falls only with more terms an iteration (two chunks a barrier; wider warp
+// tiles, which the two floats an output keep out of registers).
+// The small-N grid (96 blocks for qkv at N <= 64, 132 SMs) is the canonical order's doing: a row's G
+// member sums fold in one sequence, so a block cannot take part of a row's members. A two-level
+// fold would free it -- members in groups of 8, each group summed in member order, the group sums
+// then in group order (dp4a_rows', gemv_rows', moe_dp4a's combine: a nested loop; mma/mmq: a third
+// float an output, or the total kept in shared memory, 16 KB a block, touched once a group) -- and
+// then split-K over the groups at small N (grid.z = G / 8 = 4 for n_in >= 1024: each block's group
+// sums to a scratch of 4 floats an output, the last block by ticket folds them in order and runs the
+// epilogue, as attention_split.cu merges): mmq's per-term cost on 4x the blocks, where mmq_narrow
+// pays ~2.8x mmq's instructions a term (368 an iteration for a warp's 256 terms) for its 4x.
 #include "mmq_rows.cuh"
 
 #define MQ_ARGS                                                                                                  \

@@ -73,7 +73,7 @@ def test_make_install_extras_override_and_major_switch(tmp_path):
     env["SHARPINF_EXTRAS"] = "dev,cuda12"
     plan = planned_install(env, tmp_path / "venv")
     assert set(re.findall(r'-e "\.\[([^\]]*)\]"', plan)) == {"dev,cuda12"}
-    assert "uninstall -q -y cupy-cuda13x nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-crt" in plan
+    assert "uninstall -q -y cupy-cuda13x nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-crt nvidia-cuda-nvdisasm" in plan
 
 
 def test_no_extra_mixes_cuda_majors():
