@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -129,7 +130,11 @@ def find_nvdisasm() -> str | None:
 
     for root in site.getsitepackages() + [site.getusersitepackages()]:
         for cand in sorted(Path(root).glob("nvidia/**/bin/nvdisasm")):
-            cand.chmod(cand.stat().st_mode | 0o111)  # wheels unpack it without the execute bit
+            if not os.access(cand, os.X_OK):  # unpacked without the execute bit (not by pip)
+                try:
+                    cand.chmod(cand.stat().st_mode | 0o111)
+                except OSError:
+                    continue
             return str(cand)
     return None
 
