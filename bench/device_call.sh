@@ -48,6 +48,19 @@ export PYTHONUNBUFFERED=1
 t0=$(date +%s)
 stamp() { echo "[$(($(date +%s) - t0)) s] $*"; }
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
+# The device tool kills a command at 600 s and brings back what is under $OUT then: every run below
+# gets at most what is left of DEVICE_BUDGET_S (default 540: the tar and the transfer fit after it),
+# a run with under 20 s left is skipped, and the results are packed after each stage.
+DEADLINE=${DEVICE_BUDGET_S:-540}
+left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
+run() {  # run LOG SECONDS CMD...: CMD's output to $OUT/LOG under a timeout of min(SECONDS, what is left)
+  local log=$1 want=$2 l
+  shift 2
+  l=$(left)
+  if [ "$l" -lt 20 ]; then stamp "skipped $log: ${l} s left"; return 124; fi
+  timeout -s INT $(( want < l ? want : l )) "$@" > "$OUT/$log" 2>&1
+}
+pack() { tar czf "$OUT/results.tgz" bench/results/gpu 2>/dev/null; }
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "gguf wheel did not install"; exit 1; }
@@ -78,63 +91,67 @@ stamp "results in $RUN"
 
 if has peers; then
   stamp "peers"
-  timeout -s INT 240 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama \
-    --peers-sizes "r=3" 2>&1 | tee "$OUT/peers.log" | grep -vE "^\+ " | tail -25
+  run peers.log 240 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama --peers-sizes "r=3"
+  stamp "peers exit $?"; grep -vE "^\+ " "$OUT/peers.log" | tail -25
+  pack
 fi
 if has moe; then
   stamp "moe: peers on $MOE"
   python3 -c "from sharpinf.model.synth import shape_model as s; print(s('qwen3-30b-a3b','Q4_K'))" >> "$OUT/setup.log" 2>&1
   stamp "moe model ready"
-  timeout -s INT 420 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama \
-    --peers-models "$MOE" --peers-sizes "r=2" --out bench/results/gpu/moe 2>&1 | tee "$OUT/moe.log" | grep -vE "^\+ " | tail -12
+  run moe.log 420 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama \
+    --peers-models "$MOE" --peers-sizes "r=2" --out bench/results/gpu/moe
+  stamp "moe exit $?"; grep -vE "^\+ " "$OUT/moe.log" | tail -12
+  pack
 fi
 if has kernels; then
   # the matmul family (norm, matmul, gate+up) at the token counts that set the variants' thresholds
   # (gemv's max_tokens, mmq's min_tokens), and attention for decode and prefill (split vs flash)
   stamp "kernels: matmul variants on the 8B shape"
-  timeout -s INT 120 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op matmul \
+  run kernels-matmul.log 120 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op matmul \
     --batch-sizes 1,4,8,16,32,64 --prefill-sizes 128,512 --repeats 3 --out "$RUN/qwen3-8b-shape-matmul" \
-    > "$OUT/kernels-matmul.log" 2>&1
+   
   stamp "kernels matmul exit $?"
   # the decode step at 1 and 64 sequences on the 8B shape with mmq_narrow (16-row blocks, 4x mmq's
   # grid) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same suite,
   # context 192). Issue 19: the N = 64 step <= 2x the N = 1 step; if narrow beats fast's dp4a there,
   # best's rule (matmul_mmq.mmq_takes) takes it where mmq's 64-row grid cannot fill the GPU
   stamp "decode: 8B shape, matmul=mmq_narrow"
-  timeout -s INT 75 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
+  run decode8b-narrow.log 75 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
     --kernels "matmul=mmq_narrow,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,64 --context 192 \
-    --out "$RUN/qwen3-8b-shape-decode-mmq_narrow" > "$OUT/decode8b-narrow.log" 2>&1
+    --out "$RUN/qwen3-8b-shape-decode-mmq_narrow"
   stamp "decode 8B narrow exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-narrow.log"
   stamp "kernels: attention on the 8B shape"
-  timeout -s INT 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op attention \
+  run kernels-attention.log 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op attention \
     --batch-sizes 1,64 --context 512 --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention" \
-    > "$OUT/kernels-attention.log" 2>&1
+   
   stamp "kernels attention exit $?"
   # the head's sampling over Qwen3's 152k vocabulary (temperature 1, top-k 50, top-p 0.9):
   # sampling.cu's block a row vs sampling_radix.cu's row over many blocks (issue 20: <= 20 us a row)
   stamp "kernels: sampling on the 8B shape"
-  timeout -s INT 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op sample \
+  run kernels-sample.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op sample \
     --batch-sizes 1,8,64 --prefill-sizes 128 --repeats 5 --out "$RUN/qwen3-8b-shape-sample" \
-    > "$OUT/kernels-sample.log" 2>&1
+   
   stamp "kernels sample exit $?"
   # the launch floor (issue 20): SmolLM2's shape decoding at 1 and 8 sequences, graphs on, in the fast
   # set and with the decode layer in two launches (matmul=layer) or seven (matmul=ffn) -- the same bits
   stamp "kernels: the fused FFN and the link on SmolLM2's shape"
-  timeout -s INT 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite kernels --op ffn,link \
-    --batch-sizes 1,8 --prefill-sizes 128 --repeats 5 --out "$RUN/smollm2-135m-shape-link" > "$OUT/kernels-link.log" 2>&1
+  run kernels-link.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite kernels --op ffn,link \
+    --batch-sizes 1,8 --prefill-sizes 128 --repeats 5 --out "$RUN/smollm2-135m-shape-link"
   stamp "kernels link exit $?"
   # packed prefill (issue 19: SmolLM2's 8 x 128 packed >= 4x sequential), fast and the tensor set beside it
   stamp "prefill: SmolLM2 shape, 8 x 128 packed vs sequential"
-  timeout -s INT 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite prefill --kernels fast \
-    --prefill-prompts 8 --prefill-len 128 --repeats 5 --out "$RUN/smollm2-135m-shape-prefill" > "$OUT/prefill.log" 2>&1
+  run prefill.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite prefill --kernels fast \
+    --prefill-prompts 8 --prefill-len 128 --repeats 5 --out "$RUN/smollm2-135m-shape-prefill"
   stamp "prefill exit $?"; grep -iE "packed|x sequential" "$OUT/prefill.log" | tail -4
   for k in fast ffn layer; do
     spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
     stamp "decode: SmolLM2 shape, kernels $spec"
-    timeout -s INT 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite decode --kernels "$spec" \
-      --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k" > "$OUT/decode-$k.log" 2>&1
+    run decode-$k.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite decode --kernels "$spec" \
+      --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k"
     stamp "decode $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode-$k.log"
   done
+  pack
 fi
 if has ncu; then
   # hardware counters (Nsight Compute) of the kernels the next kernel work is about, one launch each
@@ -146,14 +163,15 @@ if has ncu; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
   if [ -n "$NCU" ]; then
     stamp "ncu: matvecs, the 64-token step, pp512's GEMM, decode attention (8B shape)"
-    timeout -s INT 180 "$NCU" --clock-control none --profile-from-start off \
+    run ncu.log 180 "$NCU" --clock-control none --profile-from-start off \
       -k regex:'^((matmul|gate_up)_(dp4a|mmq|mmq_narrow)_q4_k|attention_split_.*)$' \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats \
       --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       python3 bench/ncu_targets.py qwen3-8b-shape:Q4_K --backend cuda --op matmul,ffn_in,attention \
-      --variant dp4a,mmq,mmq_narrow,split --decode 1,64 --prefill 512 --context 512 > "$OUT/ncu.log" 2>&1
+      --variant dp4a,mmq,mmq_narrow,split --decode 1,64 --prefill 512 --context 512
     stamp "ncu exit $?"; grep -cE "^  [a-z_0-9]+ \(" "$OUT/ncu.log" | sed 's/^/kernels profiled: /'
     cp "$OUT/ncu.log" "$RUN/ncu-qwen3-8b-shape.txt" 2>/dev/null
+    pack
   else
     stamp "ncu: not on this machine"
   fi
@@ -162,7 +180,7 @@ if has tests; then
   # the kernel tests first (each kernel against its NumPy reference, every variant), then the
   # forward-pass cross-path oracles with what is left
   for pass in kernels forward; do
-    left=$(( ${DEVICE_BUDGET_S:-500} - ($(date +%s) - t0) ))
+    left=$(left)
     [ "$left" -gt 30 ] || { stamp "tests ($pass): no time left"; continue; }
     sel=(--ignore=tests/test_forward_oracles.py); [ $pass = forward ] && sel=(tests/test_forward_oracles.py)
     stamp "tests ($pass, pytest -m gpu), ${left} s left"
@@ -172,5 +190,5 @@ if has tests; then
     grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests-$pass.log" | tail -25
   done
 fi
-tar czf "$OUT/results.tgz" bench/results/gpu 2>/dev/null
+pack
 stamp "done"
