@@ -65,8 +65,9 @@
 // The small-N grid (96 blocks for qkv at N <= 64, 132 SMs) is the canonical order's doing: a row's G
 // member sums fold in one sequence, so a block cannot take part of a row's members. A two-level
 // fold would free it -- members in groups of 8, each group summed in member order, the group sums
-// then in group order (dp4a_rows', gemv_rows', moe_dp4a's combine: a nested loop; mma/mmq: a third
-// float an output, or the total kept in shared memory, 16 KB a block, touched once a group) -- and
+// then in group order (dp4a_rows', gemv_rows', moe_dp4a's combine: a nested loop; mma/mmq: the total
+// kept in shared memory, 16 KB a block, touched once a group -- a third float an output in registers
+// takes matmul_mmq_q4_k from 144 to 178 registers, 3 blocks an SM to 2, gate_up_mmq_q5_1 128 -> 163) -- and
 // then split-K over the groups at small N (grid.z = G / 8 = 4 for n_in >= 1024: each block's group
 // sums to a scratch of 4 floats an output, the last block by ticket folds them in order and runs the
 // epilogue, as attention_split.cu merges): mmq's per-term cost on 4x the blocks, where mmq_narrow
