@@ -24,7 +24,13 @@ from contextlib import contextmanager
 
 
 def _ints(s: str) -> list[int]:
-    return [int(x) for x in s.split(",") if x.strip()]
+    try:
+        out = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"expected a comma list of token counts, got {s!r}") from None
+    if any(n < 1 for n in out):
+        raise SystemExit(f"token counts are >= 1, got {s!r}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
