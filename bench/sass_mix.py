@@ -41,11 +41,11 @@ from pathlib import Path
 CLASSES = {
     "mma": ("IMMA", "HMMA", "DMMA", "HGMMA", "IGMMA", "QGMMA", "BMMA"),
     "float": ("FADD", "FMUL", "FFMA", "FMNMX", "FSEL", "FSET", "FSETP", "FCHK", "HADD2", "HMUL2", "HFMA2", "MUFU",
-              "FRND", "FSWZADD"),
+              "FSWZADD"),
     "convert": ("I2F", "F2I", "I2FP", "F2FP", "F2F", "I2I", "FRND"),
     "integer": ("IADD3", "IMAD", "IABS", "IMNMX", "VIADD", "VIMNMX", "LOP3", "SHF", "LEA", "ISETP", "SEL", "PRMT", "IDP",
                 "BMSK", "POPC", "FLO", "BREV", "SGXT", "IMUL", "IADD", "LOP", "SHL", "SHR", "UIADD3", "UIMAD", "ULOP3",
-                "USHF", "ULEA", "USEL", "UISETP", "UMOV", "UPRMT", "UFLO", "UPOPC", "UBMSK", "USGXT", "VABSDIFF4",
+                "USHF", "ULEA", "USEL", "UISETP", "UPRMT", "UFLO", "UPOPC", "UBMSK", "USGXT", "VABSDIFF4",
                 "VABSDIFF"),
     "move": ("MOV", "CS2R", "S2R", "S2UR", "R2UR", "LDC", "ULDC", "SHFL", "P2R", "R2P", "PLOP3", "VOTE", "UMOV"),
     "shared": ("LDS", "STS", "LDSM", "STSM", "ATOMS", "LDGSTS"),
