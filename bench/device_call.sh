@@ -28,9 +28,12 @@
 #
 # What the results decide (each a one-line change, with the figure quoted where the rule lives):
 #   1. best's rule (sharpinf/ops/matmul_mmq.py, mmq_takes): the kernels-matmul JSON gives dp4a, mmq and
-#      mmq_narrow (never timed before) per shape at N = 16, 32, 64, 128, 512; where narrow beats both,
-#      best runs it (qkv/o/down at 16-64 tokens are the candidates), and decode8b-narrow.log says
-#      what that does to the 64-sequence step (issue 19: <= 2x the 1-sequence step).
+#      mmq_narrow per shape at N = 16, 32, 64, 128, 512 -- both mmq kernels now split-K (a block for
+#      each group of 8 members, 2026-11-27: never timed), so mmq's grid at 16-64 tokens is 4x what the
+#      H200 timed; where mmq (or narrow) now beats dp4a at 16-64 tokens, best's rule drops its
+#      block-an-SM condition (or takes narrow), and decode8b-narrow.log says what that does to the
+#      64-sequence step (issue 19: <= 2x the 1-sequence step). At 512 the split's scratch costs
+#      ~6% by estimate: compare with the 2026-11-26 row (429.9 us for qkv).
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).

@@ -430,9 +430,29 @@ __device__ __forceinline__ int dp_group_lanes(int n_chunks) {
 
 // The canonical order (every q8_1 matmul kernel follows it, for every N): member g of a row's G
 // lanes (G from n_in only) adds the float terms of chunks g, g + G, g + 2G, ... to 0 in that order;
-// the G member sums are then added to 0 in member order, ((0 + s_0) + s_1) + ... + s_{G-1}. A
-// tensor-core kernel that owns many outputs follows it with two floats each (the member sum
-// and the total), visiting the members one after another (mma_rows.cuh, mmq_rows.cuh).
+// the members form groups of GS = min(G, DP_GROUP) in member order, each group adds its members'
+// sums to 0 in member order, and the groups' sums are added to 0 in group order:
+//   S_q = ((0 + s_{q GS}) + s_{q GS + 1}) + ... + s_{q GS + GS - 1},   y = ((0 + S_0) + S_1) + ... .
+// (With one group, y = 0 + S_0 = S_0 bit for bit: G <= 8, i.e. n_in < 512, sums as a single level.)
+// Two levels so a tensor-core kernel can give each group its own block (split-K): a block keeps a
+// member sum and a group sum per output, the groups meet in a scratch, folded in group order by the
+// block that finishes last (mmq_rows.cuh); one that walks every group keeps a third float (the total:
+// mma_rows.cuh, moe_mmq.cu).
+#define DP_GROUP 8  // members a group
+__device__ __forceinline__ int dp_group_size(int G) { return G < DP_GROUP ? G : DP_GROUP; }
+
+// y of the G member sums s(0) .. s(G - 1) in the canonical order above
+template <class MemberSum>
+__device__ __forceinline__ float dp_fold(int G, MemberSum s) {
+    const int GS = dp_group_size(G);
+    float y = 0.0f;
+    for (int q = 0; q < G; q += GS) {
+        float grp = 0.0f;
+        for (int j = q; j < q + GS; ++j) grp = grp + s(j);
+        y = y + grp;
+    }
+    return y;
+}
 template <int NMAT>
 struct DpCombine {  // a warp's member sums, [matrix][token][lane] (+1 pad: the folding lanes hit distinct banks)
     float s[NMAT][DP_TILE][33];
@@ -493,7 +513,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
                 }
             }
         }
-        // the G member sums of each (row, token) meet in one lane, added in member order
+        // the G member sums of each (row, token) meet in one lane, folded in the canonical order
 #pragma unroll
         for (int m = 0; m < NMAT; ++m)
 #pragma unroll
@@ -505,10 +525,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
             if (out_row >= n_out || t >= nt) continue;
             float v[NMAT];
 #pragma unroll
-            for (int m = 0; m < NMAT; ++m) {
-                v[m] = 0.0f;
-                for (int j = 0; j < G; ++j) v[m] = v[m] + cw.s[m][t][r * G + j];
-            }
+            for (int m = 0; m < NMAT; ++m) v[m] = dp_fold(G, [&](int j) { return cw.s[m][t][r * G + j]; });
             dp_store<NMAT>(Y + (long long)(t0 + t) * y_stride + out_row, v[0], v[NMAT - 1], bias, out_row, has_bias,
                            accumulate, act);
         }

@@ -2,17 +2,19 @@
 // on int8 tensor cores in 64-row x 64-token blocks, bit-identical to gate_up_dp4a.cu (the algorithm,
 // the order and the bound: matmul_mmq.cu's header).
 //
-//   gate_up_mmq_<type>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in, act)   arguments as gate_up_dp4a.cu
+//   gate_up_mmq_<type>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in, act, partial, tickets, x0)   arguments as gate_up_dp4a.cu
 // Launch: block 256 (8 warps: 2 row halves x 4 token quarters, each 32 rows x 16 tokens of both
-// matrices), grid (ceil(n_ff / 64), ceil(n_tokens / 64)), 23 KB static shared memory.
+// matrices), grid (row tiles of the window, ceil(n_tokens / 64), groups): matmul_mmq.cu's split-K, both
+// matrices' group sums in the scratch; 23 KB static shared memory.
 #include "mmq_rows.cuh"
 
 #define GQ_ARGS                                                                                                 \
     const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, const int *xs,    \
-        float *out, int n_tokens, int n_ff, int n_in, int act
-#define GQ_PASS Wg, Wu, xq, xd, xs, xd, out, MqTokens(n_tokens), n_ff, n_in, 0, 0, (long long)n_ff, act
+        float *out, int n_tokens, int n_ff, int n_in, int act, float *partial, int *tickets, int x0
+#define GQ_PASS Wg, Wu, xq, xd, xs, xd, out, MqTokens(n_tokens), n_ff, n_in, 0, 0, (long long)n_ff, act, \
+                MqSplit{partial, tickets, x0}
 
 // One entry per quantized type, gate_up_mmq_<type>, each compiled only when wanted (GB_QUANT_ENTRIES,
 // ggml_blocks.cuh).
 template <int QT> __device__ __forceinline__ void mmq_gate_up(GQ_ARGS) { mmq_rows<QT, 2>(GQ_PASS); }
-GB_QUANT_ENTRIES(gate_up_mmq, , (GQ_ARGS), mmq_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)
+GB_QUANT_ENTRIES(gate_up_mmq, , (GQ_ARGS), mmq_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act, partial, tickets, x0)

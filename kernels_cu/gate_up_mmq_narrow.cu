@@ -2,21 +2,23 @@
 // act(X Wg^T) * (X Wu^T) in blocks of 16 rows of both matrices x 64 tokens, bit-identical to
 // gate_up_dp4a.cu (the algorithm and why: matmul_mmq_narrow.cu's header).
 //
-//   gate_up_mmq_narrow_<type>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in, act)   arguments as gate_up_dp4a.cu
+//   gate_up_mmq_narrow_<type>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in, act, partial, tickets, x0)   arguments as gate_up_dp4a.cu
 // Tiles: 4 warps along the tokens, each 16 rows x 16 tokens of both matrices (4 mmas a chunk); 32
 // threads unpack the block's 16 + 16 rows.
-// Launch: block 128, grid (ceil(n_ff / 16), ceil(n_tokens / 64)), 14 KB static shared memory.
+// Launch: block 128, grid (row tiles of the window, ceil(n_tokens / 64), groups) (matmul_mmq.cu's
+// split-K), 14 KB static shared memory.
 // Bound: matmul_mmq_narrow.cu's; the Qwen3-8B shape's 12288-row pair gives 768 blocks at 64 tokens
 // (gate_up_mmq: 192).
 #include "mmq_rows.cuh"
 
 #define GQ_ARGS                                                                                                 \
     const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, const int *xs,    \
-        float *out, int n_tokens, int n_ff, int n_in, int act
-#define GQ_PASS Wg, Wu, xq, xd, xs, xd, out, MqTokens(n_tokens), n_ff, n_in, 0, 0, (long long)n_ff, act
+        float *out, int n_tokens, int n_ff, int n_in, int act, float *partial, int *tickets, int x0
+#define GQ_PASS Wg, Wu, xq, xd, xs, xd, out, MqTokens(n_tokens), n_ff, n_in, 0, 0, (long long)n_ff, act, \
+                MqSplit{partial, tickets, x0}
 
 template <int QT> __device__ __forceinline__ void mmq_narrow_gate_up(GQ_ARGS) {
     mmq_rows<QT, 2, MqTokens, 16>(GQ_PASS);
 }
 GB_QUANT_ENTRIES(gate_up_mmq_narrow, , (GQ_ARGS), mmq_narrow_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in,
-                 act)
+                 act, partial, tickets, x0)

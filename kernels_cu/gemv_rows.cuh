@@ -71,7 +71,7 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
                 }
             }
         }
-        // the G member sums of each (row, token) meet in one lane, added in member order (as dp4a)
+        // the G member sums of each (row, token) meet in one lane, folded in the canonical order (as dp4a)
 #pragma unroll
         for (int m = 0; m < NMAT; ++m)
 #pragma unroll
@@ -83,10 +83,7 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
             if (out_row >= n_out || t >= nt) continue;
             float v[NMAT];
 #pragma unroll
-            for (int m = 0; m < NMAT; ++m) {
-                v[m] = 0.0f;
-                for (int j = 0; j < G; ++j) v[m] = v[m] + cw.s[m][t][r * G + j];
-            }
+            for (int m = 0; m < NMAT; ++m) v[m] = dp_fold(G, [&](int j) { return cw.s[m][t][r * G + j]; });
             dp_store<NMAT>(Y + (long long)t * y_stride + out_row, v[0], v[NMAT - 1], bias, out_row, has_bias,
                            accumulate, act);
         }

@@ -23,10 +23,12 @@
 //   * fused epilogue: bias and the residual add.
 // Reduction order (batch invariance), the canonical one every q8_1 matmul kernel follows: lane g
 // of a row group takes chunks g, g+G, ... in order and adds one float per chunk (its member sum);
-// the G member sums meet in shared memory, where one lane adds them in member order
-// ((0 + s_0) + s_1) + ... . Both depend on n_in only, so a token's output is bit-identical alone
-// or in any tile, any grid -- and a tensor-core kernel owning many outputs follows the same order
-// with two floats each (a member sum and the total), not a reduction tree per output.
+// the G member sums meet in shared memory, where one lane folds them: groups of 8 members, each
+// summed in member order, then the group sums in group order (dp4a.cuh's dp_fold). Both depend on
+// n_in only, so a token's output is bit-identical alone or in any tile, any grid -- and a
+// tensor-core kernel owning many outputs follows the same order with a float or two each (a
+// member sum and its group's sum), each group of members in a block of its own (split-K,
+// mmq_rows.cuh), not a reduction tree per output.
 // The unpackers and the row loop live in dp4a.cuh (gate_up_dp4a.cu shares them).
 // Launch: block 128 threads (4 warps), 4.2 KB static shared memory (8.4 KB for the gate/up pair:
 // the member sums of a pass); grid = (ceil(n_out / (4 * 32 / G)) capped, ceil(n_tokens / 8)).

@@ -9,8 +9,9 @@
 // for that chunk (Q6_K: a second mma with values 16..31 zeroed gives the first half's dot). Each
 // dot then goes through the same float operations as dp4a's (DpChunk::from_idot, dp4a.cuh), and the
 // per-chunk terms are added in the canonical order (dp4a.cuh): the lane-group member gp sums chunks
-// gp, gp + G, ... , and the G member sums are added in member order -- the block visits gp = 0, 1,
-// ... and keeps two floats per output (part, total). So the output equals matmul_dp4a's bit for
+// gp, gp + G, ... , the member sums are added by groups of 8 in member order and the group sums in
+// group order -- the block visits gp = 0, 1, ... and keeps three floats per output (part, group,
+// total; 24 an output row pair of a lane). So the output equals matmul_dp4a's bit for
 // bit, for any N: prefill on tensor cores, decode on dp4a, one answer (the oracles' exactness holds
 // across the two).
 // Why int8 mma, not f16: activations are already q8_1 (rmsnorm_q8_1.cu) and the weights' quants are
@@ -28,7 +29,7 @@
 // Bound: at prefill sizes, the float epilogue per (row, token, chunk) -- the same count as dp4a's,
 // the price of bit-identity with decode -- then the weight reads (each weight byte is read from L2
 // once per 16 tokens). matmul_mmq.cu takes 64 tokens a block (each weight chunk unpacked once per
-// 64 tokens), which the two-float order makes affordable.
+// 64 tokens; a group of members a block, so two floats an output).
 #include "mma_rows.cuh"
 
 #define MM_ARGS                                                                                                  \

@@ -1,9 +1,11 @@
 // matmul_mmq.cu -- variant of matmul_mma.cu for steps of many tokens: Y = X W^T on int8 tensor
 // cores in 64-row x 64-token blocks, bit-identical to matmul_dp4a.cu at every N.
 //
-//   matmul_mmq_<type>(W, Xq, Xd, Xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)
-//     arguments as matmul_dp4a.cu; <type>: the quantized GGUF types (q8_0 q4_0 q4_1 q5_0 q5_1 q4_k
-//     q5_k q6_k; float weights stay on dp4a)
+//   matmul_mmq_<type>(W, Xq, Xd, Xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride,
+//       partial, tickets, x0)
+//     arguments as matmul_dp4a.cu, then the split-K scratch (mmq_rows.cuh's MqSplit: the group
+//     sums, the tiles' tickets, the launch's first row tile); <type>: the quantized GGUF types (q8_0
+//     q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; float weights stay on dp4a)
 //
 // What it changes against matmul_mma.cu (16 tokens a block, each lane unpacking its own rows' chunks
 // from global memory for every 16 tokens): a block takes 64 tokens, and each weight chunk is read
@@ -13,8 +15,15 @@
 // Algorithm: per 32-value chunk, one mma.m16n8k32.s8 gives the exact int32 dots of 16 rows x 8
 // tokens (Q6_K: a second with values 16..31 zeroed, the first half's dot); each dot goes through
 // dp4a's float operations (DpChunk::from_idot) and is added in the canonical order (dp4a.cuh):
-// chunks are visited member by member (gp = 0, 1, ..., G - 1; chunks gp, gp + G, ...), each output
-// keeps two floats -- its member sum and the total -- so 32 outputs a thread fit in registers.
+// chunks are visited member by member (gp = 0, 1, ...; chunks gp, gp + G, ...), each output keeps
+// two floats -- its member sum and its group's sum -- so 32 outputs a thread fit in registers.
+// Split-K: the members come in groups of 8 (the canonical order's two levels), and each group of a
+// tile is a block of its own (grid.z = the groups: 1 below n_in = 512, 2 at 512-1023, 4 from 1024):
+// with one group the block's sums are the outputs; with more, each block writes its group sums to a
+// scratch (4 bytes an output and group), takes a ticket, and the tile's last block folds them in
+// group order and runs the epilogue (as attention_split.cu merges). A grid whose group sums exceed
+// the scratch (64 MB) runs in windows of row tiles (x0). So a 64-token step of the 8B shape's qkv
+// runs 384 blocks, not 96, each a quarter of the chunks.
 // Tiles: block 64 rows x 64 tokens, 4 warps as 2 (rows) x 2 (tokens); a warp 32 rows x 32 tokens =
 // 2 m16 x 4 n8 tiles, 8 mmas a chunk (16 for Q6_K).
 // Staging (shared memory, 17 KB static): the activations of a chunk (64 tokens x 32 int8 in 48-byte
@@ -29,7 +38,7 @@
 // matmul_mmq_q4_k went from 40 cvt.rn.f32.s32 an iteration to 4 (the unpack's scales).
 // Fragments (PTX ISA tables, tests/ptx_layouts.py): A by ldmatrix.x4 from the staged rows (matrices
 // rows 0-7 / 8-15 x words 0-3 / 4-7), B by ldmatrix.x4 from the staged tokens, as matmul_mma.cu.
-// Launch: block 128, grid (ceil(n_out / 64), ceil(n_tokens / 64)).
+// Launch: block 128, grid (row tiles of the window, ceil(n_tokens / 64), groups); 17 KB static shared.
 // Bound (H100 SXM, estimated). Per (row, token, chunk) the int8 work is 1/4096 of an m16n8k32 (990
 // dense TOPS: no limit here); the float epilogue -- the price of bit-identity with decode -- is ~5
 // FP32 operations and 2 int->float conversions (16 a clock an SM): ~13 lane-cycles, so ~2.6 T
@@ -41,11 +50,11 @@
 // tokens: a 96-block grid holds ~1 warp a scheduler, so each chunk costs a global-load round trip
 // (the unpack waited on its loads) plus the float terms of all 64 tokens (padding included):
 // ~2,400 cycles. At 512 tokens, 9.4e11 chunk-terms/s, ~36% of the bound above.
-// Next: time this version. Predicted: N <= 64 about 2x faster (the load latency off the critical
-// path, no padding terms); N = 512 ~1.5x (it was issue-bound, and a conversion cost 8 float adds'
-// issue slots: ~13 -> ~7 lane-cycles a term). Then more blocks for small grids: splitting a row's
-// members over blocks needs each member's sum kept (a float a member and output) under today's
-// canonical order, or a two-level order (a float a split) -- a change to every q8_1 kernel.
+// Next: time this version (bench/device_call.sh). Predicted: at 16-64 tokens, where the grid was
+// 64-96 blocks for 132 SMs, 2-4x faster (4x the blocks, each with a quarter of the chunks; the
+// scratch's traffic, 4 floats an output written and read, 6 MB each way for qkv at 64 tokens, in L2);
+// at 512 tokens about the same (the grid was already full; the scratch's 100 MB of traffic for qkv
+// ~25 us, ~6% of its time).
 // What an iteration issues (bench/sass_mix.py, Q4_K, nvcc 13.0, sm_90; 2026-11-27): 524 warp
 // instructions a chunk for a warp's 1024 terms (the integer divisions of mq_next's member step and
 // the every-4th-chunk member fold left out), 0.51 a term: 8 IMMA, each with ~36 instructions of
@@ -62,24 +71,21 @@
 // that the float terms' count is the canonical formula's (a change to every q8_1 kernel's bits), and
 // the staging's share falls only with more terms an iteration (two chunks a barrier; wider warp
 // tiles, which the two floats an output keep out of registers).
-// The small-N grid (96 blocks for qkv at N <= 64, 132 SMs) is the canonical order's doing: a row's G
-// member sums fold in one sequence, so a block cannot take part of a row's members. A two-level
-// fold would free it -- members in groups of 8, each group summed in member order, the group sums
-// then in group order (dp4a_rows', gemv_rows', moe_dp4a's combine: a nested loop; mma/mmq: the total
-// kept in shared memory, 16 KB a block, touched once a group -- a third float an output in registers
-// takes matmul_mmq_q4_k from 144 to 178 registers, 3 blocks an SM to 2, gate_up_mmq_q5_1 128 -> 163) -- and
-// then split-K over the groups at small N (grid.z = G / 8 = 4 for n_in >= 1024: each block's group
-// sums to a scratch of 4 floats an output, the last block by ticket folds them in order and runs the
-// epilogue, as attention_split.cu merges): mmq's per-term cost on 4x the blocks, where mmq_narrow
-// pays ~2.8x mmq's instructions a term (368 an iteration for a warp's 256 terms) for its 4x.
+// Registers (nvcc 13.0 sm_90, ptxas): the split kernel keeps two floats an output as before --
+// matmul_mmq_q4_k 146 -> 144, gate_up_mmq_q4_k 144 -> 126, mmq_narrow q4_k 80 -> 70 (the member
+// range bounds the walk); moe_mmq.cu, which walks every group, keeps a third (moe_down_mmq_q4_k
+// 148 -> 176).
 #include "mmq_rows.cuh"
 
 #define MQ_ARGS                                                                                                  \
     const unsigned char *W, const signed char *xq, const float *xd, const int *xs, const float *bias, float *Y, \
-        int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride
-#define MQ_PASS W, W, xq, xd, xs, bias, Y, MqTokens(n_tokens), n_out, n_in, has_bias, accumulate, (long long)y_stride
+        int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride, float *partial, int *tickets, \
+        int x0
+#define MQ_PASS W, W, xq, xd, xs, bias, Y, MqTokens(n_tokens), n_out, n_in, has_bias, accumulate, (long long)y_stride, \
+                ACT_SILU, MqSplit{partial, tickets, x0}
 
 // One entry per quantized type, matmul_mmq_<type>, each compiled only when wanted (GB_QUANT_ENTRIES,
 // ggml_blocks.cuh).
 template <int QT> __device__ __forceinline__ void mmq_matmul(MQ_ARGS) { mmq_rows<QT, 1>(MQ_PASS); }
-GB_QUANT_ENTRIES(matmul_mmq, , (MQ_ARGS), mmq_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)
+GB_QUANT_ENTRIES(matmul_mmq, , (MQ_ARGS), mmq_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride,
+                 partial, tickets, x0)

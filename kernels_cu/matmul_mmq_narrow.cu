@@ -2,20 +2,22 @@
 // kernel (mmq_rows.cuh) in blocks of 16 weight rows x 64 tokens, 4x the blocks, bit-identical to
 // matmul_dp4a.cu (and so to matmul_mmq.cu) at every N.
 //
-//   matmul_mmq_narrow_<type>(W, Xq, Xd, Xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)
-//     arguments as matmul_dp4a.cu; <type>: the quantized GGUF types (float weights stay on dp4a)
+//   matmul_mmq_narrow_<type>(W, Xq, Xd, Xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride,
+//       partial, tickets, x0)
+//     arguments as matmul_dp4a.cu, and mmq_rows.cuh's split-K scratch (MqSplit); <type>: the quantized GGUF types (float weights stay on dp4a)
 //
 // Why: mmq's 64-row blocks give a decode step of 64 sequences on the Qwen3-8B shape 64-96 blocks for
 // 132 SMs (o, qkv, down): one warp a scheduler, every chunk's latency (barrier, cp.async wait,
 // ldmatrix, mma, the float terms' dependent chain) exposed -- an H200 measured qkv flat at ~150 us
 // from 16 to 64 tokens, 14x the 1-token matvec, while its weights (14 MB) take ~4 us to read.
-// Algorithm: matmul_mmq.cu's, unchanged (the canonical order of dp4a.cuh, two floats an output, the
+// Algorithm: matmul_mmq.cu's, unchanged (the canonical order of dp4a.cuh, two floats an output, split-K, the
 // weight chunk fetched an iteration ahead and unpacked into shared memory, activations by cp.async
 // in a 3-stage ring). Only the block's shape differs (MqShape<1, 16>).
 // Tiles: block 16 rows x 64 tokens, 4 warps along the tokens; a warp 16 rows x 16 tokens = 1 m16 x
 // 2 n8 tiles, 2 mmas a chunk (4 for Q6_K), 8 float terms a lane (mmq: 32). 16 threads unpack the
 // block's 16 rows.
-// Launch: block 128, grid (ceil(n_out / 16), ceil(n_tokens / 64)); 12 KB static shared memory.
+// Launch: block 128, grid (row tiles of the window, ceil(n_tokens / 64), groups) -- matmul_mmq.cu's
+// split-K, so 16x mmq's pre-split block count at n_in >= 1024; 12 KB static shared memory.
 // Trade: each chunk's activation tile (64 tokens x 36 bytes) is staged by 4x the blocks -- L2
 // traffic of 36 x 64 / (16 x 18) = 8x the weight bytes for Q4_K (mmq: 2x), from L2 not HBM.
 // Bound (H100/H200, estimated, not yet measured): qkv 6144 x 4096 at 64 tokens gives 384 blocks,
@@ -26,10 +28,12 @@
 
 #define MQ_ARGS                                                                                                  \
     const unsigned char *W, const signed char *xq, const float *xd, const int *xs, const float *bias, float *Y, \
-        int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride
-#define MQ_PASS W, W, xq, xd, xs, bias, Y, MqTokens(n_tokens), n_out, n_in, has_bias, accumulate, (long long)y_stride
+        int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride, float *partial, int *tickets, \
+        int x0
+#define MQ_PASS W, W, xq, xd, xs, bias, Y, MqTokens(n_tokens), n_out, n_in, has_bias, accumulate, (long long)y_stride, \
+                ACT_SILU, MqSplit{partial, tickets, x0}
 
 // One entry per quantized type, matmul_mmq_narrow_<type>, each compiled only when wanted.
 template <int QT> __device__ __forceinline__ void mmq_narrow_matmul(MQ_ARGS) { mmq_rows<QT, 1, MqTokens, 16>(MQ_PASS); }
 GB_QUANT_ENTRIES(matmul_mmq_narrow, , (MQ_ARGS), mmq_narrow_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in,
-                 has_bias, accumulate, y_stride)
+                 has_bias, accumulate, y_stride, partial, tickets, x0)

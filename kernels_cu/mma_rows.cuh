@@ -62,12 +62,14 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
     const unsigned char* mats[2] = {W, NMAT > 1 ? W2 : W};
 
     // the canonical order (dp4a.cuh): member gp's sum of chunks gp, gp + G, ... (part), the
-    // member sums added in member order (total) -- two floats per output
-    float total[NMAT][8];
+    // member sums of a group in member order (grp), the group sums in group order (total) --
+    // three floats per output
+    const int GS = dp_group_size(G);
+    float grp[NMAT][8], total[NMAT][8];
 #pragma unroll
     for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) total[m][e] = 0.0f;
+        for (int e = 0; e < 8; ++e) grp[m][e] = total[m][e] = 0.0f;
 
     // every warp walks the same chunks in the same order: gp = 0, 1, ..., G - 1, then c = gp, gp + G, ...
     // (G <= n_chunks, so every gp has a chunk); the tile of the next chunk loads during this one's mmas
@@ -142,10 +144,17 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
                 }
             }
         }
+        const bool group_done = (gp + 1) % GS == 0;
 #pragma unroll
         for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-            for (int e = 0; e < 8; ++e) total[m][e] = total[m][e] + part[m][e];
+            for (int e = 0; e < 8; ++e) {
+                grp[m][e] = grp[m][e] + part[m][e];
+                if (group_done) {
+                    total[m][e] = total[m][e] + grp[m][e];
+                    grp[m][e] = 0.0f;
+                }
+            }
     }
 
     // epilogue: dp4a's own (dp_store)

@@ -63,12 +63,26 @@ struct MqTokens {
 };
 
 // The chunk a block visits after chunk c, in the canonical order (dp4a.cuh): member gp = c mod G's
-// chunks gp, gp + G, ... , then member gp + 1's; -1 after the last.
-__device__ __forceinline__ int mq_next(int c, int G, int n_chunks) {
+// chunks gp, gp + G, ... , then member gp + 1's; -1 after the block's last member (gp_end - 1).
+__device__ __forceinline__ int mq_next(int c, int G, int gp_end, int n_chunks) {
     if (c + G < n_chunks) return c + G;
     const int gp = c % G;
-    return gp + 1 < G ? gp + 1 : -1;
+    return gp + 1 < gp_end ? gp + 1 : -1;
 }
+
+// Split-K (dp4a.cuh's two-level order): block z of a tile takes group z's members only and keeps
+// two floats an output (member sum, group sum); with more than one group, each block writes its
+// group sums to `partial` and takes a ticket, and the tile's last block folds the group sums in
+// group order and runs the epilogue (which block is last changes nothing). partial: float
+// [tiles][NMAT][groups][64 slots][ROWS]; tickets: int [tiles], zero before a launch and left zero
+// (graphs replay it); tile = blockIdx.y * gridDim.x + blockIdx.x; x0: the launch's first row tile
+// (a launcher walks a big grid in windows of its scratch's size). Not split (moe_mmq.cu): one
+// block walks every group, keeping a third float (the total).
+struct MqSplit {
+    float* partial;
+    int* tickets;
+    int x0;
+};
 
 // Stage chunk c of the block's token slots into tile, all by cp.async (threads 0..127: 16 value
 // bytes each, the even ones also the slot's d and s; NMAT = 2's threads 128.. none). Commits one
@@ -102,19 +116,22 @@ __device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq,
 // The block's warps and tiles: MqShape<NMAT, ROWS>. Slots: the X and Y rows of the block's 64 token
 // slots (MqTokens for a dense layer, MqPairs for an expert's tile of pairs); blockIdx.x is the
 // ROWS-row tile of W.
-template <int QT, int NMAT, class Slots, int ROWS = MQ_ROWS>
+// SPLIT: grid.z = the groups of n_in's members (MqSplit above); else grid.z = 1.
+template <int QT, int NMAT, class Slots, int ROWS = MQ_ROWS, bool SPLIT = true>
 __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                          const signed char* __restrict__ xq, const float* __restrict__ xd,
                                          const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
                                          const Slots& slots, int n_out, int n_in, int has_bias, int accumulate,
-                                         long long y_stride, int act = ACT_SILU) {
+                                         long long y_stride, int act, MqSplit split) {
     constexpr bool HALVES = QT == GB_Q6_K;  // Q6_K scales 16-value halves: their dots separately
     using Shape = MqShape<NMAT, ROWS>;
     constexpr int FM = Shape::FM, FN = Shape::FN;
     static_assert(sizeof(MqRow<QT>) == 4 * MQ_XROW, "a staged weight row is 48 bytes");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int n_chunks = n_in / 32, G = dp_group_lanes(n_chunks);
-    const int r0 = blockIdx.x * ROWS;
+    const int n_chunks = n_in / 32, G = dp_group_lanes(n_chunks), GS = dp_group_size(G), NG = G / GS;
+    // the members this block visits: group blockIdx.z's (split), or all
+    const int gp_first = SPLIT ? blockIdx.z * GS : 0, gp_end = SPLIT ? gp_first + GS : G;
+    const int r0 = (blockIdx.x + (SPLIT ? split.x0 : 0)) * ROWS;
     const int wr = 16 * FM * (warp % Shape::WR), wt = 8 * FN * (warp / Shape::WR);  // the warp's first row and token
     const long long row_bytes = gb_row_bytes<QT>(n_in);
 
@@ -140,8 +157,9 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         return ch;
     };
 
-    // the canonical order with two floats per output: part (member gp's chunks), total (the members)
-    float part[NMAT][FM][FN][4], total[NMAT][FM][FN][4];
+    // the canonical order: part (member gp's chunks), grp (the group's members), total (the groups;
+    // only a block that walks them all keeps it)
+    float part[NMAT][FM][FN][4], grp[NMAT][FM][FN][4], total[NMAT][FM][FN][4];
 #pragma unroll
     for (int m = 0; m < NMAT; ++m)
 #pragma unroll
@@ -149,26 +167,26 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
 #pragma unroll
             for (int j = 0; j < FN; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) part[m][i][j][e] = total[m][i][j][e] = 0.0f;
+                for (int e = 0; e < 4; ++e) part[m][i][j][e] = grp[m][i][j][e] = total[m][i][j][e] = 0.0f;
 
     // prologue: activations of the first two visits in flight, the first weight chunk stored, the
     // second's loads issued
-    int cx = 0;  // the chunk whose activations load next
+    int cx = gp_first;  // the chunk whose activations load next
     mq_stage_x(xring[0], xq, xd, xs, slots, n_in, cx);
-    cx = mq_next(cx, G, n_chunks);
+    cx = mq_next(cx, G, gp_end, n_chunks);
     mq_stage_x(xring[1], xq, xd, xs, slots, n_in, cx);
-    cx = cx < 0 ? -1 : mq_next(cx, G, n_chunks);
-    Raw raw = fetch(0);
-    if (stager) wtile[0][sm][sr].store(unpack(raw, 0));
-    raw = fetch(mq_next(0, G, n_chunks));  // in flight through the first iteration
+    cx = cx < 0 ? -1 : mq_next(cx, G, gp_end, n_chunks);
+    Raw raw = fetch(gp_first);
+    if (stager) wtile[0][sm][sr].store(unpack(raw, gp_first));
+    raw = fetch(mq_next(gp_first, G, gp_end, n_chunks));  // in flight through the first iteration
 
-    int c = 0;
+    int c = gp_first;
     for (int k = 0; c >= 0; ++k) {
-        const int cn = mq_next(c, G, n_chunks);
+        const int cn = mq_next(c, G, gp_end, n_chunks);
         cp_async_wait_group<1>();  // chunk c's activations are in (k + 1's may still load)
         __syncthreads();           // ... for every thread; every warp is done with chunk k - 1's buffers
         mq_stage_x(xring[(k + 2) % MQ_XSTAGES], xq, xd, xs, slots, n_in, cx);
-        cx = cx < 0 ? -1 : mq_next(cx, G, n_chunks);
+        cx = cx < 0 ? -1 : mq_next(cx, G, gp_end, n_chunks);
 
         const MqXTile& xt = xring[k % MQ_XSTAGES];
         // B fragments, two n8 tiles a ldmatrix.x4: tokens g and 8 + g, words t and 4 + t
@@ -228,7 +246,8 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                     }
                 }
             }
-        if (c + G >= n_chunks) {  // member c mod G is complete: into the total, in member order
+        if (c + G >= n_chunks) {  // member c mod G is complete: into its group's sum, in member order
+            const bool group_done = !SPLIT && (c % G + 1) % GS == 0;  // ... and a group into the total
 #pragma unroll
             for (int m = 0; m < NMAT; ++m)
 #pragma unroll
@@ -237,18 +256,59 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                     for (int j = 0; j < FN; ++j)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            total[m][i][j][e] = total[m][i][j][e] + part[m][i][j][e];
+                            grp[m][i][j][e] = grp[m][i][j][e] + part[m][i][j][e];
                             part[m][i][j][e] = 0.0f;
+                            if (group_done) {
+                                total[m][i][j][e] = total[m][i][j][e] + grp[m][i][j][e];
+                                grp[m][i][j][e] = 0.0f;
+                            }
                         }
         }
         if (cn >= 0) {  // the next chunk: unpacked now its loads are in, stored for after the next barrier
             if (stager) wtile[(k + 1) & 1][sm][sr].store(unpack(raw, cn));
-            raw = fetch(mq_next(cn, G, n_chunks));  // and the one after: in flight through the next iteration
+            raw = fetch(mq_next(cn, G, gp_end, n_chunks));  // and the one after: in flight through the next iteration
         }
         c = cn;
     }
 
-    // epilogue: dp4a's own (dp_store)
+    if (SPLIT && NG > 1) {  // this group's sums to the scratch; the tile's last block folds them
+        const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+        float* pt = split.partial + (long long)tile * NMAT * NG * MQ_TOKENS * ROWS;
+#pragma unroll
+        for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int rl = wr + 16 * i + g + 8 * (e >> 1), slot = wt + 8 * j + 2 * t + (e & 1);
+                        if (r0 + rl >= n_out || slot >= slots.count) continue;
+                        pt[((m * NG + (int)blockIdx.z) * MQ_TOKENS + slot) * ROWS + rl] = grp[m][i][j][e];
+                    }
+        __shared__ int last_s;
+        __threadfence();  // the group sums are visible before the ticket says so
+        __syncthreads();
+        if (tid == 0) last_s = atomicAdd(split.tickets + tile, 1) == NG - 1;
+        __syncthreads();
+        if (!last_s) return;
+        __threadfence();
+        for (int f = tid; f < ROWS * MQ_TOKENS; f += blockDim.x) {  // f: (slot f / ROWS, row f % ROWS)
+            const int slot = f / ROWS, rl = f % ROWS, r = r0 + rl;
+            if (r >= n_out || slot >= slots.count) continue;
+            float v[NMAT];
+#pragma unroll
+            for (int m = 0; m < NMAT; ++m) {  // L2 loads: other blocks wrote them
+                v[m] = 0.0f;
+                for (int q = 0; q < NG; ++q) v[m] = v[m] + __ldcg(pt + ((m * NG + q) * MQ_TOKENS + slot) * ROWS + rl);
+            }
+            dp_store<NMAT>(Y + slots.y_row(slot) * y_stride + r, v[0], v[NMAT - 1], bias, r, has_bias, accumulate, act);
+        }
+        if (tid == 0) split.tickets[tile] = 0;  // ready for the next launch (and the next graph replay)
+        return;
+    }
+
+    // epilogue: dp4a's own (dp_store), of the total -- or of the one group's sum (0 + S_0 = S_0)
 #pragma unroll
     for (int i = 0; i < FM; ++i)
 #pragma unroll
@@ -257,7 +317,8 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
             for (int e = 0; e < 4; ++e) {
                 const int r = r0 + wr + 16 * i + g + 8 * (e >> 1), slot = wt + 8 * j + 2 * t + (e & 1);
                 if (r >= n_out || slot >= slots.count) continue;
-                dp_store<NMAT>(Y + slots.y_row(slot) * y_stride + r, total[0][i][j][e], total[NMAT - 1][i][j][e], bias, r,
-                               has_bias, accumulate, act);
+                const float y0 = SPLIT ? grp[0][i][j][e] : total[0][i][j][e];
+                const float y1 = SPLIT ? grp[NMAT - 1][i][j][e] : total[NMAT - 1][i][j][e];
+                dp_store<NMAT>(Y + slots.y_row(slot) * y_stride + r, y0, y1, bias, r, has_bias, accumulate, act);
             }
 }

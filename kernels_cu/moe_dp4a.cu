@@ -18,7 +18,7 @@
 // block takes one tile (one expert, up to 8 pairs) and 4 warps of rows, loads each weight chunk
 // once and dots it with every pair of the tile, as matmul_dp4a.cu does with its 8-token tiles.
 // Reduction order: dp4a.cuh's canonical one (member g of a row's G lanes adds chunks g, g + G, ...;
-// the G member sums added in member order), which depends on n_in only. Which pairs share a tile
+// the G member sums folded by groups of 8: dp_fold), which depends on n_in only. Which pairs share a tile
 // (the sort's order within a group comes from atomics) decides which block computes a pair, never
 // its bits: a token's output is the same alone or in any batch.
 // Launch: moe_sort: 1 block of 256; the matmuls: block 128, grid (ceil(n_out / (4 * 32 / G)) capped,
@@ -112,10 +112,7 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
             if (out_row >= n_out || t >= nt) continue;
             float v[NMAT];
 #pragma unroll
-            for (int m = 0; m < NMAT; ++m) {
-                v[m] = 0.0f;
-                for (int j = 0; j < G; ++j) v[m] = v[m] + cw.s[m][t][r * G + j];
-            }
+            for (int m = 0; m < NMAT; ++m) v[m] = dp_fold(G, [&](int j) { return cw.s[m][t][r * G + j]; });
             dp_store<NMAT>(Y + (long long)pair[t] * n_out + out_row, v[0], v[NMAT - 1], Y, out_row, 0, 0, act);
         }
         __syncwarp();  // the next pass overwrites cw

@@ -15,6 +15,9 @@
 // MqPairs maps slot i to X row order[first + i] / x_div (its token) and Y row order[first + i]
 // (its pair). The bits are dp4a's: which pairs share a tile, and which kernel computes a pair,
 // never change them, so a token's output is the same alone, in any batch, on either path.
+// Not split-K (its tiles come from the sort, and its scratch would be sized by the pairs): a block
+// walks every group of members, keeping three floats an output (member, group, total: dp4a.cuh's
+// two-level order) -- moe_down_mmq_q4_k 176 registers (nvcc 13.0 sm_90; 148 with one level).
 // Launch: gate_up block 256 (8 warps, both matrices), down block 128; grid (ceil(n_out / 64),
 //   max_tiles); tiles past the last exit at once.
 // Bound: as matmul_mmq.cu's at the same tokens per tile; a prefill step's experts get
@@ -44,8 +47,8 @@ __device__ __forceinline__ void moe_mmq_rows(const unsigned char* W, const unsig
     for (int i = threadIdx.x; i < count; i += blockDim.x) pairs[i] = order[first + i];
     __syncthreads();
     const long long w_at = (long long)tiles[tile] * n_out * gb_row_bytes<QT>(n_in);  // the expert's rows
-    mmq_rows<QT, NMAT>(W + w_at, W2 + w_at, xq, xd, xs, Y, Y, MqPairs{count, pairs, x_div}, n_out, n_in, 0, 0,
-                       (long long)n_out, act);
+    mmq_rows<QT, NMAT, MqPairs, MQ_ROWS, false>(W + w_at, W2 + w_at, xq, xd, xs, Y, Y, MqPairs{count, pairs, x_div},
+                                               n_out, n_in, 0, 0, (long long)n_out, act, MqSplit{nullptr, nullptr, 0});
 }
 
 template <int QT> __device__ __forceinline__ void moe_gate_up_mmq_t(MOE_GATE_UP_PARAMS) {

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sharpinf.model import quants
-from sharpinf.ops.matmul_dp4a import group_lanes, matmul_dp4a, matmul_dp4a_reference
+from sharpinf.ops.matmul_dp4a import group_lanes, matmul_dp4a, matmul_dp4a_reference, member_groups
 from sharpinf.ops.quant_act import Q8Act, dequantize_q8_1, quantize_q8_1_reference
 from asserts import assert_same
 
@@ -104,7 +104,10 @@ def test_a_tokens_output_is_the_same_in_any_batch(backend, qtype):
 
 
 def test_group_lanes_follow_n_in_only():
-    assert [group_lanes(n) for n in (32, 64, 96, 128, 576, 1024, 1536, 4096)] == [1, 2, 2, 4, 16, 32, 32, 32]
+    sizes = (32, 64, 96, 128, 256, 576, 1024, 1536, 4096)
+    assert [group_lanes(n) for n in sizes] == [1, 2, 2, 4, 8, 16, 32, 32, 32]
+    # the canonical order's second level: groups of 8 members (dp4a.cuh's DP_GROUP; mmq's grid.z)
+    assert [member_groups(n) for n in sizes] == [1, 1, 1, 1, 1, 2, 4, 4, 4]
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=TYPE_IDS)

@@ -75,3 +75,36 @@ def test_float_weights_have_no_int8_form(backend, kernel):
     with pytest.raises(ValueError, match="no int8 form"):
         KERNELS[kernel][0](backend, backend.upload(np.zeros((4, 64), np.float32)), quants.F32, X,
                    backend.empty((2, 4), np.float32), 2, 4, 64)
+
+
+@pytest.mark.parametrize("kernel", ["mmq", "mmq_narrow"])
+def test_split_k_in_windows_of_row_tiles_changes_no_bit(backend, kernel, monkeypatch):
+    """mmq's split-K (a block for each group of a row's members, the tile's last block folding the
+    group sums) with a scratch of one row tile: the grid runs in windows of row tiles (x0), the
+    bits stay dp4a's, and every ticket is back at zero after each launch (graphs replay them)."""
+    from sharpinf.ops import matmul_mmq as mq
+
+    monkeypatch.setattr(mq, "SCRATCH_FLOATS", 1)
+    rng = _rng("mmq-windows")
+    qtype, n_in, n_tok = quants.Q4_K, 1024, 70  # 4 groups of 8 members; 2 token tiles
+    rows = mq.ROWS_PER_BLOCK if kernel == "mmq" else mq.NARROW_ROWS
+    n_out = 2 * rows + 5  # 3 row tiles: 3 windows
+    assert mq.split_plan(n_out, n_in, n_tok, 1, rows)[0] == 1 and mq.member_groups(n_in) == 4
+    wg, wu = _raw(rng, qtype, n_out, n_in), _raw(rng, qtype, n_out, n_in)
+    X, *_ = _act(backend, rng, n_tok, n_in)
+    res = rng.standard_normal((n_tok, n_out)).astype(np.float32)
+    matmul, gate_up = KERNELS[kernel]
+    ys = []
+    for fn in (matmul_dp4a, matmul):
+        Y = backend.upload(res)
+        fn(backend, backend.upload(wg), qtype, X, Y, n_tok, n_out, n_in, accumulate=True)
+        ys.append(backend.download(Y))
+    assert_bits(ys[1], ys[0])
+    assert not backend.download(mq._SCRATCH[backend].tickets).any()
+    outs = []
+    for fn in (gate_up_dp4a, gate_up):
+        out = backend.empty((n_tok, n_out), np.float32)
+        fn(backend, backend.upload(wg), backend.upload(wu), qtype, X, out, n_tok, n_out, n_in)
+        outs.append(backend.download(out))
+    assert_bits(outs[1], outs[0])
+    assert not backend.download(mq._SCRATCH[backend].tickets).any()

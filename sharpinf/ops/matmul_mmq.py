@@ -2,16 +2,23 @@
 int8 tensor cores in 64-row x 64-token blocks, bit-identical to matmul_dp4a / gate_up_dp4a (see
 the kernel's header), for the quantized weight types; and for matmul_mmq_narrow.cu and
 gate_up_mmq_narrow.cu, the same kernel in 16-row blocks (4x the blocks, for grids too small to fill
-the GPU). Its reference is therefore the dp4a kernel
-itself, bit for bit, and through it ops/matmul_dp4a.py's NumPy reference."""
+the GPU). Both split K: a block for each group of a row's members (the canonical order's two
+levels), the group sums in a scratch the backend holds (MmqScratch; Workspace reserves a model's),
+folded by each tile's last block. Its reference is therefore the dp4a kernel itself, bit for bit,
+and through it ops/matmul_dp4a.py's NumPy reference."""
 
 from __future__ import annotations
 
 import math
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from sharpinf.ops.matmul import kernel_suffix
-from sharpinf.ops.matmul_dp4a import gate_up_dp4a, launch_q8_gate_up, matmul_dp4a
-from sharpinf.ops.matmul_mma import _check, launch_rows, supports
+from sharpinf.ops.matmul_dp4a import gate_up_dp4a, launch_q8_gate_up, launch_q8_rows, matmul_dp4a, member_groups
+from sharpinf.ops.matmul_mma import _check, supports
 
 ROWS_PER_BLOCK = 64  # MQ_ROWS
 NARROW_ROWS = 16  # the narrow files' MqShape rows
@@ -24,6 +31,8 @@ MIN_TOKENS = 16
 # the Qwen3-8B shape (bench/results/gpu/nvidia-h200-20261126): mmq lost at 16 and 32 tokens, and
 # at 64 where its grid had 64-96 blocks for 132 SMs (o, down; qkv tied); it won at 64 with 192 blocks
 # (gate+up) or 2,374 (the LM head), and everywhere at 512 (1.8-2.8x). Same bits either way.
+# Those grids were before split-K (a block for each group of members: 4x the blocks from n_in =
+# 1024); bench/device_call.sh's kernels stage says what the rule becomes.
 BEST_MIN_TOKENS = 64
 
 
@@ -31,36 +40,111 @@ def _grid(n_out: int, n_tokens: int, rows: int = ROWS_PER_BLOCK) -> tuple[int, i
     return -(-n_out // rows), -(-n_tokens // TOKENS_PER_BLOCK)
 
 
+# -- split-K (mmq_rows.cuh's MqSplit): a block for each group of a row's members -------------------
+SCRATCH_FLOATS = 16 << 20  # 64 MB of group sums at most a launch: a bigger grid runs in windows of row tiles
+
+
+@dataclass
+class MmqScratch:
+    """The group sums of a launch's tiles and their tickets (zero between launches), one per
+    backend, grown to the largest launch seen (Workspace reserves a model's before any graph)."""
+
+    partial: Any  # float [floats]
+    tickets: Any  # i32 [tiles]
+
+
+_SCRATCH: "weakref.WeakKeyDictionary[Any, MmqScratch]" = weakref.WeakKeyDictionary()
+
+
+def split_plan(n_out: int, n_in: int, n_tokens: int, nmat: int, rows: int) -> tuple[int, int, int]:
+    """(row tiles a launch, scratch floats, tickets) for a product: every row tile in one launch
+    where the group sums fit SCRATCH_FLOATS (or there is one group: no scratch), else windows."""
+    groups = member_groups(n_in)
+    gx, gy = _grid(n_out, n_tokens, rows)
+    if groups == 1:
+        return gx, 0, 0
+    per_tile_column = nmat * groups * TOKENS_PER_BLOCK * rows * gy
+    window = min(gx, max(1, SCRATCH_FLOATS // per_tile_column))
+    return window, window * per_tile_column, window * gy
+
+
+def mmq_scratch(be, floats: int, tickets: int) -> MmqScratch:
+    """The backend's split-K scratch, at least `floats` and `tickets` long (grown if not)."""
+    s = _SCRATCH.get(be)
+    if s is None or s.partial.size < floats or s.tickets.size < tickets:
+        have = (s.partial.size, s.tickets.size) if s is not None else (1, 1)
+        s = MmqScratch(be.empty((max(floats, have[0]),), np.float32), be.zeros((max(tickets, have[1]),), np.int32))
+        _SCRATCH[be] = s
+    return s
+
+
+def reserve_scratch(be, cfg, tokens: int, rows: int) -> MmqScratch:
+    """The scratch a model's linear layers need for steps of `tokens` tokens and `rows` logits rows
+    (wide and narrow blocks), allocated now -- not inside a graph capture."""
+    shapes = [(cfg.q_dim + 2 * cfg.kv_dim, cfg.n_embd, tokens, 1), (cfg.n_embd, cfg.q_dim, tokens, 1),
+              (cfg.n_vocab, cfg.n_embd, rows, 1)]
+    if not cfg.is_moe:
+        shapes += [(cfg.n_ff, cfg.n_embd, tokens, 2), (cfg.n_embd, cfg.n_ff, tokens, 1)]
+    plans = [split_plan(*shape, r) for shape in shapes for r in (ROWS_PER_BLOCK, NARROW_ROWS)]
+    return mmq_scratch(be, max(p[1] for p in plans), max(p[2] for p in plans))
+
+
+def _split_launches(be, rows: int, n_tokens: int, n_out: int, n_in: int, nmat: int, launch_one) -> None:
+    """launch_one(grid, extra args, io share) for each window of row tiles: grid.z = the groups."""
+    window, floats, tickets = split_plan(n_out, n_in, n_tokens, nmat, rows)
+    sc = mmq_scratch(be, floats, tickets)
+    gx, gy = _grid(n_out, n_tokens, rows)
+    for x0 in range(0, gx, window):
+        nx = min(window, gx - x0)
+        launch_one((nx, gy, member_groups(n_in)), (sc.partial, sc.tickets, np.int32(x0)), nx / gx)
+
+
+def _mmq_rows(be, name: str, file: str, rows: int, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int,
+              bias_dev, accumulate: bool, y_stride: int | None, y_col: int) -> None:
+    _check(name, qtype, X, n_tokens, n_out, n_in)
+    entry = f"{name}_{kernel_suffix(qtype)}"
+    _split_launches(be, rows, n_tokens, n_out, n_in, 1,
+                    lambda grid, extra, share: launch_q8_rows(be, name, file, entry, grid, 128, W_dev, qtype, X, Y_dev,
+                                                              n_tokens, n_out, n_in, bias_dev, accumulate, y_stride,
+                                                              y_col, extra, share))
+
+
+def _mmq_gate_up(be, name: str, file: str, rows: int, block: int, Wg_dev, Wu_dev, qtype: int, X, out_dev,
+                 n_tokens: int, n_ff: int, n_in: int, act: str) -> None:
+    _check(name, qtype, X, n_tokens, n_ff, n_in)
+    entry = f"{name}_{kernel_suffix(qtype)}"
+    _split_launches(be, rows, n_tokens, n_ff, n_in, 2,
+                    lambda grid, extra, share: launch_q8_gate_up(be, file, entry, grid, block, Wg_dev, Wu_dev, qtype, X,
+                                                                 out_dev, n_tokens, n_ff, n_in, act, extra, share))
+
+
 def matmul_mmq(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
                accumulate: bool = False, y_stride: int | None = None, y_col: int = 0, file: str = "matmul_mmq.cu") -> None:
     """As matmul_dp4a (same arguments, same bits), on tensor cores, 64 tokens a block."""
-    launch_rows(be, "matmul_mmq", file, _grid(n_out, n_tokens), W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in,
-                bias_dev, accumulate, y_stride, y_col)
+    _mmq_rows(be, "matmul_mmq", file, ROWS_PER_BLOCK, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, bias_dev,
+              accumulate, y_stride, y_col)
 
 
 def gate_up_mmq(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
                 act: str = "silu") -> None:
     """As gate_up_dp4a (same arguments, same bits), on tensor cores, 64 tokens a block (8 warps)."""
-    _check("gate_up_mmq", qtype, X, n_tokens, n_ff, n_in)
-    launch_q8_gate_up(be, "gate_up_mmq.cu", f"gate_up_mmq_{kernel_suffix(qtype)}", _grid(n_ff, n_tokens), 256, Wg_dev, Wu_dev,
-                      qtype, X, out_dev, n_tokens, n_ff, n_in, act)
+    _mmq_gate_up(be, "gate_up_mmq", "gate_up_mmq.cu", ROWS_PER_BLOCK, 256, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens,
+                 n_ff, n_in, act)
 
 
 def matmul_mmq_narrow(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
                       accumulate: bool = False, y_stride: int | None = None, y_col: int = 0,
                       file: str = "matmul_mmq_narrow.cu") -> None:
     """As matmul_mmq (same arguments, same bits), in 16-row blocks."""
-    launch_rows(be, "matmul_mmq_narrow", file, _grid(n_out, n_tokens, NARROW_ROWS), W_dev, qtype, X, Y_dev, n_tokens,
-                n_out, n_in, bias_dev, accumulate, y_stride, y_col)
+    _mmq_rows(be, "matmul_mmq_narrow", file, NARROW_ROWS, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, bias_dev,
+              accumulate, y_stride, y_col)
 
 
 def gate_up_mmq_narrow(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
                        act: str = "silu") -> None:
     """As gate_up_mmq (same arguments, same bits), in blocks of 16 rows of both matrices (4 warps)."""
-    _check("gate_up_mmq_narrow", qtype, X, n_tokens, n_ff, n_in)
-    launch_q8_gate_up(be, "gate_up_mmq_narrow.cu", f"gate_up_mmq_narrow_{kernel_suffix(qtype)}",
-                      _grid(n_ff, n_tokens, NARROW_ROWS), 128, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff,
-                      n_in, act)
+    _mmq_gate_up(be, "gate_up_mmq_narrow", "gate_up_mmq_narrow.cu", NARROW_ROWS, 128, Wg_dev, Wu_dev, qtype, X,
+                 out_dev, n_tokens, n_ff, n_in, act)
 
 
 def _steps(tensor_kernel, be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_in: int, file: str,

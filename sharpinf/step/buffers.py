@@ -37,6 +37,7 @@ import numpy as np
 from sharpinf.step.batch import Batch
 from sharpinf.model.config import ModelConfig
 from sharpinf.ops.attention import SplitScratch
+from sharpinf.ops.matmul_mmq import reserve_scratch
 from sharpinf.ops.moe import MoeScratch
 from sharpinf.ops.quant_act import Q8Act
 from sharpinf.ops.sampling import N_PARAMS, sample_acc
@@ -137,6 +138,8 @@ class Workspace:
                 self.xq = Q8Act.empty(be, T, cfg.n_embd)
             if not moe_q8 and not hasattr(self, "h"):
                 self.h = be.empty((T, cfg.n_embd), F32)
+        if mm.needs_scratch:  # mmq's split-K group sums (the backend's, reserved here: never inside a graph)
+            self.mmq_split = reserve_scratch(be, cfg, T, R)
         if choice.of("attention").needs_scratch:  # split and flash: partial states and merge tickets
             self.split = SplitScratch.alloc(be, T, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
 
