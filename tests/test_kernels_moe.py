@@ -183,13 +183,14 @@ def _worst_counts(P: int, n_expert: int) -> list[int]:
 def test_tensor_core_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype):
     """moe=mmq (tiles of 64 pairs an expert on int8 tensor cores) against moe=fast (tiles of 8, dp4a):
     the same bits, for a skewed routing (every token to experts 0 and 1: 70 pairs each, a full tile
-    and a partial one) and a spread one (partial tiles of many experts)."""
+    and a partial one) and a spread one (partial tiles of many experts). 512 inputs to gate/up: two
+    groups of 8 members (the canonical order's second level, which moe_mmq folds in a block)."""
     rng = _rng("mmq", qtype)
-    tied = np.tile(rng.standard_normal((1, 256)).astype(np.float32), (N_EXPERT, 1))
+    tied = np.tile(rng.standard_normal((1, 512)).astype(np.float32), (N_EXPERT, 1))
     for router in (tied, None):
-        E, _ = _experts(backend, rng, qtype, 2, n_embd=256, n_ff=256, router=router)
-        X = rng.standard_normal((70, 256)).astype(np.float32)
-        x0 = rng.standard_normal((70, 256)).astype(np.float32)
+        E, _ = _experts(backend, rng, qtype, 2, n_embd=512, n_ff=256, router=router)
+        X = rng.standard_normal((70, 512)).astype(np.float32)
+        x0 = rng.standard_normal((70, 512)).astype(np.float32)
         got, ids, _ = _run(backend, "mmq", E, X, x0)
         want, want_ids, _ = _run(backend, "fast", E, X, x0)
         assert (ids == want_ids).all()
