@@ -66,7 +66,7 @@ struct MqTokens {
 // chunks gp, gp + G, ... , then member gp + 1's; -1 after the block's last member (gp_end - 1).
 __device__ __forceinline__ int mq_next(int c, int G, int gp_end, int n_chunks) {
     if (c + G < n_chunks) return c + G;
-    const int gp = c % G;
+    const int gp = c & (G - 1);  // c % G: G is a power of two, c >= 0 (no integer division)
     return gp + 1 < gp_end ? gp + 1 : -1;
 }
 
@@ -247,7 +247,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                 }
             }
         if (c + G >= n_chunks) {  // member c mod G is complete: into its group's sum, in member order
-            const bool group_done = !SPLIT && (c % G + 1) % GS == 0;  // ... and a group into the total
+            const bool group_done = !SPLIT && (((c & (G - 1)) + 1) & (GS - 1)) == 0;  // ... and a group into the total
 #pragma unroll
             for (int m = 0; m < NMAT; ++m)
 #pragma unroll
