@@ -75,6 +75,15 @@ struct DpX {
     int s;     // sum of the 32 q
 };
 
+// The activation block's factors as the terms use them: d_x, s_x and d_x s_x (the offset types'
+// minimum term: the same for every weight row, so a kernel with many rows makes it once a token).
+struct DpXF {
+    float d;
+    int s;
+    float ds;
+};
+__device__ __forceinline__ DpXF dp_xf(float d, int s) { return DpXF{d, s, d * dp_i2f(s)}; }
+
 __device__ __forceinline__ void dp_load_x(const signed char* xq, const float* xd, const int* xs, long long t, int c,
                                           int n_in, DpX& x) {
     dp_words8_a16(xq + t * n_in + 32LL * c, x.q);
@@ -97,9 +106,12 @@ __device__ __forceinline__ int dp_spread4(unsigned b) {
 
 // --- one 32-value chunk of a weight row, per type: load once, dot with each token's block ------
 // Each quantized chunk holds 8 words of 4 int8 (w[k]: values 4k..4k+3) and says how an exact integer
-// dot becomes the float term: from_idot(idot, 0, ...) -- or, for Q6_K, (dot of values 0..15, dot of
-// 16..31, ..., sum of x's first 16). dot() feeds it dp4a's dot; matmul_mma.cu feeds it the tensor
-// cores' -- the same integers into the same float operations, so the two kernels agree bit for bit.
+// dot is added to an output's sum: acc_idot(acc, idot, 0, ...) -- or, for Q6_K, (dot of values
+// 0..15, dot of 16..31, ..., sum of x's first 16). acc_dot() feeds it dp4a's dot; matmul_mma.cu and
+// mmq feed it the tensor cores' -- the same integers into the same float operations, so the kernels
+// agree bit for bit. The float operations are explicit fmas, one or two an output (the offset type's
+// minimum term its own fma, its x-side factor d_x s_x the same for every row: a compiler computes
+// it once a token), so no compiler's contraction choice can tell two kernels apart.
 // A quantized chunk loads in two halves: fetch(row, c) issues the loads into a Raw (the block's
 // bytes as the load instructions return them, nothing computed on them), unpack(raw, c) turns them
 // into the words and scales. load() is the two back to back; matmul_mmq.cu fetches the next chunk
@@ -110,11 +122,11 @@ template <int QT> struct DpChunk;
 template <int QT> struct DpFloatChunk {
     float w[32];
     __device__ __forceinline__ void load(const unsigned char* row, int c) { gb_decode_chunk<QT>(row, c, w); }
-    __device__ __forceinline__ float dot(const DpX& x) const {
+    __device__ __forceinline__ float acc_dot(float sum, const DpX& x) const {
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < 32; ++j) acc = gb_fma(w[j], (float)(signed char)(x.q[j >> 2] >> (8 * (j & 3))), acc);
-        return acc * x.d;
+        return sum + acc * x.d;
     }
 };
 template <> struct DpChunk<GB_F32> : DpFloatChunk<GB_F32> {};
@@ -141,8 +153,12 @@ template <> struct DpChunk<GB_Q8_0> {
         for (int k = 0; k < 8; ++k) w[k] = (int)(r.h[1 + 2 * k] | (r.h[2 + 2 * k] << 16));
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float from_idot(int idot, int, float xd, int, int) const { return (d * xd) * dp_i2f(idot); }
-    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
+    __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
+        return gb_fma(d * x.d, dp_i2f(idot), acc);
+    }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);
+    }
 };
 
 // Q4_0 (18 bytes): [d][16 bytes: value j low nibble of byte j, value j+16 high]   (d d_x) (idot - 8 s_x)
@@ -169,13 +185,15 @@ template <> struct DpChunk<GB_Q4_0> {
         }
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return (d * xd) * dp_i2f(idot - 8 * xs);
+    __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
+        return gb_fma(d * x.d, dp_i2f(idot - 8 * x.s), acc);
     }
-    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);
+    }
 };
 
-// Q4_1 (20 bytes): [d][m][16 bytes]                        (d d_x) idot + (m d_x) s_x
+// Q4_1 (20 bytes): [d][m][16 bytes]           acc + (d d_x) idot, then + m (d_x s_x): two fmas
 template <> struct DpChunk<GB_Q4_1> {
     int w[8];
     float d, m;
@@ -200,10 +218,12 @@ template <> struct DpChunk<GB_Q4_1> {
         }
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return gb_fma(d * xd, dp_i2f(idot), (m * xd) * dp_i2f(xs));
+    __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
+        return gb_fma(m, x.ds, gb_fma(d * x.d, dp_i2f(idot), acc));
     }
-    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);
+    }
 };
 
 // Q5_0 (22 bytes): [d][qh: bit j = 5th bit of value j][16 bytes]   (d d_x) (idot - 16 s_x)
@@ -231,13 +251,15 @@ template <> struct DpChunk<GB_Q5_0> {
         }
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return (d * xd) * dp_i2f(idot - 16 * xs);
+    __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
+        return gb_fma(d * x.d, dp_i2f(idot - 16 * x.s), acc);
     }
-    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);
+    }
 };
 
-// Q5_1 (24 bytes): [d][m][qh][16 bytes]                     (d d_x) idot + (m d_x) s_x
+// Q5_1 (24 bytes): [d][m][qh][16 bytes]       acc + (d d_x) idot, then + m (d_x s_x): two fmas
 template <> struct DpChunk<GB_Q5_1> {
     int w[8];
     float d, m;
@@ -263,10 +285,12 @@ template <> struct DpChunk<GB_Q5_1> {
         }
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return gb_fma(d * xd, dp_i2f(idot), (m * xd) * dp_i2f(xs));
+    __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
+        return gb_fma(m, x.ds, gb_fma(d * x.d, dp_i2f(idot), acc));
     }
-    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);
+    }
 };
 
 // The K-quants' header as fetched: d | dmin << 16, then the 12 scale bytes in 3 words.
@@ -297,7 +321,7 @@ struct DpKHead {
     }
 };
 
-// Q4_K (144 bytes) sub-block s: w = (d sc) q - (dmin m)    (d sc d_x) idot - (dmin m d_x) s_x
+// Q4_K (144 bytes) sub-block s: w = (d sc) q - (dmin m)   acc + (d sc d_x) idot, then - (dmin m) (d_x s_x)
 template <> struct DpChunk<GB_Q4_K> {
     int w[8];
     float dl, ml;
@@ -320,10 +344,12 @@ template <> struct DpChunk<GB_Q4_K> {
         for (int k = 0; k < 8; ++k) w[k] = (r.q[k] >> shift) & 0x0F0F0F0F;
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return gb_fma(dl * xd, dp_i2f(idot), -((ml * xd) * dp_i2f(xs)));
+    __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
+        return gb_fma(-ml, x.ds, gb_fma(dl * x.d, dp_i2f(idot), acc));
     }
-    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);
+    }
 };
 
 // Q5_K (176 bytes): as Q4_K, 5th bit s of qh[l]
@@ -350,10 +376,12 @@ template <> struct DpChunk<GB_Q5_K> {
         for (int k = 0; k < 8; ++k) w[k] = ((r.q[k] >> shift) & 0x0F0F0F0F) | (((r.hi[k] >> s) & 0x01010101) << 4);
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float from_idot(int idot, int, float xd, int xs, int) const {
-        return gb_fma(dl * xd, dp_i2f(idot), -((ml * xd) * dp_i2f(xs)));
+    __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
+        return gb_fma(-ml, x.ds, gb_fma(dl * x.d, dp_i2f(idot), acc));
     }
-    __device__ __forceinline__ float dot(const DpX& x) const { return from_idot(dp_dot8(w, x.q), 0, x.d, x.s, 0); }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);
+    }
 };
 
 // Q6_K (210 bytes), chunk s = 4h + k: q6 = low nibble (ql) | 2 high bits (qh), value q6 - 32,
@@ -394,15 +422,15 @@ template <> struct DpChunk<GB_Q6_K> {
         }
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float dot(const DpX& x) const {
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
         const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
-        return from_idot(dp_dot8(w, x.q, 0, 4), dp_dot8(w, x.q, 4, 8), x.d, x.s, dp_dot8(ones, x.q));
+        return acc_idot(acc, dp_dot8(w, x.q, 0, 4), dp_dot8(w, x.q, 4, 8), dp_xf(x.d, x.s), dp_dot8(ones, x.q));
     }
     // idot_lo / idot_hi: the raw int8 dots of values 0..15 and 16..31; s0: the sum of x's first 16
-    __device__ __forceinline__ float from_idot(int idot_lo, int idot_hi, float xd, int xs, int s0) const {
-        const int s1 = xs - s0;
+    __device__ __forceinline__ float acc_idot(float acc, int idot_lo, int idot_hi, const DpXF& x, int s0) const {
+        const int s1 = x.s - s0;
         const int i0 = idot_lo - 32 * s0, i1 = idot_hi - 32 * s1;
-        return (d * xd) * (float)(sc0 * i0 + sc1 * i1);
+        return gb_fma(d * x.d, (float)(sc0 * i0 + sc1 * i1), acc);
     }
 };
 
@@ -507,7 +535,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
                             DpX x;
                             dp_load_x(xq, xd, xs, t0 + t, c, n_in, x);
 #pragma unroll
-                            for (int m = 0; m < NMAT; ++m) acc[m][t] = acc[m][t] + ch[k][m].dot(x);
+                            for (int m = 0; m < NMAT; ++m) acc[m][t] = ch[k][m].acc_dot(acc[m][t], x);
                         }
                     }
                 }

@@ -65,7 +65,7 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
                             DpX x;
                             dp_load_x(xq, xd, xs, t, c, n_in, x);
 #pragma unroll
-                            for (int m = 0; m < NMAT; ++m) acc[m][t] = acc[m][t] + ch[k][m].dot(x);
+                            for (int m = 0; m < NMAT; ++m) acc[m][t] = ch[k][m].acc_dot(acc[m][t], x);
                         }
                     }
                 }

@@ -7,7 +7,7 @@
 // Algorithm: every 32-value chunk of a weight row is a q8_1-sized integer block, exactly like the
 // activation's q8_1 block, so one mma.m16n8k32.s8 gives the exact int32 dots of 16 rows x 8 tokens
 // for that chunk (Q6_K: a second mma with values 16..31 zeroed gives the first half's dot). Each
-// dot then goes through the same float operations as dp4a's (DpChunk::from_idot, dp4a.cuh), and the
+// dot then goes through the same float operations as dp4a's (DpChunk::acc_idot, dp4a.cuh), and the
 // per-chunk terms are added in the canonical order (dp4a.cuh): the lane-group member gp sums chunks
 // gp, gp + G, ... , the member sums are added by groups of 8 in member order and the group sums in
 // group order -- the block visits gp = 0, 1, ... and keeps three floats per output (part, group,

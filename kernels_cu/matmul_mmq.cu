@@ -14,7 +14,7 @@
 // per token fall 4x against mma, 8x against dp4a's 8-token tiles.
 // Algorithm: per 32-value chunk, one mma.m16n8k32.s8 gives the exact int32 dots of 16 rows x 8
 // tokens (Q6_K: a second with values 16..31 zeroed, the first half's dot); each dot goes through
-// dp4a's float operations (DpChunk::from_idot) and is added in the canonical order (dp4a.cuh):
+// dp4a's float operations (DpChunk::acc_idot: one or two fmas into the sum) in the canonical order (dp4a.cuh):
 // chunks are visited member by member (gp = 0, 1, ...; chunks gp, gp + G, ...), each output keeps
 // two floats -- its member sum and its group's sum -- so 32 outputs a thread fit in registers.
 // Split-K: the members come in groups of 8 (the canonical order's two levels), and each group of a
@@ -59,7 +59,8 @@
 // instructions a chunk for a warp's 1024 terms (the integer divisions of mq_next's member step and
 // the every-4th-chunk member fold left out), 0.51 a term: 8 IMMA, each with ~36 instructions of
 // terms (4 i2f adds and subtracts, 12 FMUL, 4 FFMA, 4 part adds, the x scales' i2f again and the
-// rows' scales reloaded per n8 tile) -- 55% -- and ~240 of staging, unpacking, barrier and loop.
+// rows' scales reloaded per n8 tile) -- 55% -- and ~240 of staging, unpacking, barrier and loop
+// (this count was before split-K and the fma form: see below).
 // So issue alone bounds it at ~2.0e12 terms/s (132 SMs, 1.98 GHz); the ncu stage of
 // bench/device_call.sh says how far stalls keep it from that. Tried without a GPU, same bits, not
 // kept: (1) IMMA's accumulator started at dp_i2f's 0x4B400000, so the tensor core does the i2f's
@@ -73,7 +74,10 @@
 // tiles, which the two floats an output keep out of registers).
 // The split version (same tool, same compiler): 607 an iteration, 559 without the member fold
 // (48, every n_chunks / G-th), 0.55 a term -- mq_next's member step is a mask now (c & (G - 1), G a
-// power of two: an integer division was 27 instructions on that path).
+// power of two: an integer division was 27 instructions on that path). Then the terms as explicit
+// fmas into the sum (DpChunk::acc_idot: acc + (d sc d_x) idot, then - (dmin m)(d_x s_x), d_x s_x made
+// once a token a chunk, dp4a.cuh's DpXF): 4 float instructions an output instead of 6, 28 an IMMA
+// instead of 37 -- 553 an iteration, 504 hot, 0.49 a term (issue bound ~2.1e12 terms/s).
 // Registers (nvcc 13.0 sm_90, ptxas): the split kernel keeps two floats an output as before --
 // matmul_mmq_q4_k 146 -> 144, gate_up_mmq_q4_k 144 -> 126, mmq_narrow q4_k 80 -> 70 (the member
 // range bounds the walk); moe_mmq.cu, which walks every group, keeps a third (moe_down_mmq_q4_k

@@ -112,13 +112,12 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
                 const unsigned b[2] = {bx[2 * nt], bx[2 * nt + 1]};
-                int xsv[2], s0[2];
-                float xdv[2];
+                int s0[2];
+                DpXF xf[2];
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {  // the C fragment's tokens 2t, 2t+1 (tile rows)
                     const int tr = nt * 8 + 2 * t + j;
-                    xdv[j] = xt.d[tr];
-                    xsv[j] = xt.s[tr];
+                    xf[j] = dp_xf(xt.d[tr], xt.s[tr]);
                     s0[j] = 0;
                     if (HALVES) {
                         const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
@@ -137,9 +136,9 @@ __device__ __forceinline__ void mma_rows(const unsigned char* __restrict__ W, co
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {  // C element e: row g + 8 (e >> 1), token 2t + (e & 1)
                         const int j = e & 1;
-                        const float v = HALVES ? ch[m][e >> 1].from_idot(lo[e], full[e] - lo[e], xdv[j], xsv[j], s0[j])
-                                               : ch[m][e >> 1].from_idot(full[e], 0, xdv[j], xsv[j], 0);
-                        part[m][nt * 4 + e] = part[m][nt * 4 + e] + v;
+                        float& acc = part[m][nt * 4 + e];
+                        acc = HALVES ? ch[m][e >> 1].acc_idot(acc, lo[e], full[e] - lo[e], xf[j], s0[j])
+                                     : ch[m][e >> 1].acc_idot(acc, full[e], 0, xf[j], 0);
                     }
                 }
             }

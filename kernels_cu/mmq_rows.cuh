@@ -29,7 +29,7 @@ struct MqShape {
 
 // One weight row's chunk as dp4a unpacks it (DpChunk: 8 words of int8, then its scales), padded to
 // 48 bytes: A-fragment rows for ldmatrix at a 12-word stride hit 8 distinct bank quads, and the
-// scales for from_idot sit beside them.
+// scales for acc_idot sit beside them.
 template <int QT> struct __align__(16) MqRow {
     DpChunk<QT> ch;
     // word by word: plain 32-bit shared stores (the emulator's initcheck sees each one)
@@ -201,15 +201,14 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
             b[j + 1][1] = r[3];
         }
         // the C fragment's tokens 2t, 2t + 1 of each n8 tile: d, s (and Q6_K's first-half sum)
-        float xdv[FN][2];
-        int xsv[FN][2], s0[FN][2];
+        DpXF xf[FN][2];
+        int s0[FN][2];
 #pragma unroll
         for (int j = 0; j < FN; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int tk = wt + 8 * j + 2 * t + h;
-                xdv[j][h] = xt.d[tk];
-                xsv[j][h] = xt.s[tk];
+                xf[j][h] = dp_xf(xt.d[tk], xt.s[tk]);
                 s0[j][h] = 0;
                 if (HALVES) {
                     const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
@@ -240,9 +239,9 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                     for (int e = 0; e < 4; ++e) {  // C element e: row g + 8 (e >> 1), token 2t + (e & 1)
                         const DpChunk<QT>& p = e >> 1 ? p1 : p0;
                         const int h = e & 1;
-                        const float v = HALVES ? p.from_idot(lo[e], full[e] - lo[e], xdv[j][h], xsv[j][h], s0[j][h])
-                                               : p.from_idot(full[e], 0, xdv[j][h], xsv[j][h], 0);
-                        part[m][i][j][e] = part[m][i][j][e] + v;
+                        float& acc = part[m][i][j][e];
+                        acc = HALVES ? p.acc_idot(acc, lo[e], full[e] - lo[e], xf[j][h], s0[j][h])
+                                     : p.acc_idot(acc, full[e], 0, xf[j][h], 0);
                     }
                 }
             }

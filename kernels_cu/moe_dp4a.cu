@@ -96,7 +96,7 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
                         DpX x;
                         dp_load_x(xq, xd, xs, pair[t] / x_div, c, n_in, x);
 #pragma unroll
-                        for (int m = 0; m < NMAT; ++m) acc[m][t] = acc[m][t] + ch[m].dot(x);
+                        for (int m = 0; m < NMAT; ++m) acc[m][t] = ch[m].acc_dot(acc[m][t], x);
                     }
                 }
             }
