@@ -69,7 +69,7 @@ def test_sass_mix_on_a_real_kernel(tmp_path):
     blocks, loops = sass_mix.parse(sass_mix.disassemble(cubin), "matmul_mmq_q4_k")
     r = sass_mix.report(blocks, loops, None, set(), per=1024)
     assert compiler.startswith("NVRTC") and r["by_opcode"]["IMMA"] == 8, r["by_opcode"]
-    assert r["by_class"]["float"] > 8 * 16  # the dp4a-exact float terms: ~26 a tile of 4 outputs a lane
+    assert r["by_class"]["float"] > 8 * 12  # the dp4a-exact float terms: 16 a tile of 4 outputs a lane (2026-11-27)
 
 
 def test_ncu_targets_launches_each_chosen_case_once(capsys):
