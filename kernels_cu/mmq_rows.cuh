@@ -27,6 +27,10 @@ struct MqShape {
     static_assert(FN % 2 == 0, "B fragments load two n8 tiles at a time");
 };
 
+// A if C else B (NVRTC has no <type_traits>)
+template <bool C, class A, class B> struct MqPick { typedef A type; };
+template <class A, class B> struct MqPick<false, A, B> { typedef B type; };
+
 // One weight row's chunk as dp4a unpacks it (DpChunk: 8 words of int8, then its scales), padded to
 // 48 bytes: A-fragment rows for ldmatrix at a 12-word stride hit 8 distinct bank quads, and the
 // scales for acc_idot sit beside them.
@@ -226,8 +230,12 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                 unsigned a[4];  // rows g, g + 8 x words t (a[0], a[1]) and 4 + t (a[2], a[3])
                 ldmatrix_x4(a, &rows[(lane & 7) + ((lane >> 3) & 1) * 8].ch.w[((lane >> 4) & 1) * 4]);
                 const unsigned alo[4] = {a[0], a[1], 0u, 0u};  // values 16..31 zeroed: the first half's dot
-                const DpChunk<QT>& p0 = rows[g].ch;
-                const DpChunk<QT>& p1 = rows[g + 8].ch;
+                // rows g and g + 8's scales: with one matrix, copied once for the n8 tiles (through a
+                // reference their loads sank into each tile's skip test: 4x the LDS, 553 -> 523 SASS
+                // instructions an iteration); with two, by reference (the copies' registers took
+                // gate_up_mmq_q4_k from 125 to 147: 2 blocks of 8 warps an SM -> 1). Their words are
+                // never read (A came by ldmatrix).
+                typename MqPick<NMAT == 1, const DpChunk<QT>, const DpChunk<QT>&>::type p0 = rows[g].ch, p1 = rows[g + 8].ch;
                 const int zero[4] = {0, 0, 0, 0};
 #pragma unroll
                 for (int j = 0; j < FN; ++j) {
