@@ -55,6 +55,9 @@ KERNEL_VS_REFERENCE_BOUND = {"f32": 2e-3, "f16": 3e-2, "bf16": 3e-2, "q8_0": 0.3
 # F16, 60 tokens past an 8-key window: simple 0.0015-0.054, fast 0.27-0.33, tensor 0.37-0.51 (bounds
 # 0.03-0.33 / 0.59-0.86 / 0.89-1.16); the real Gemma 3 270M (18 layers), 20 tokens, KV f16: simple 0.009,
 # fast 2.46 against a bound of 0.71 x logit_scale (its logits run to ~40); 0.84 after the member-order combine.
+# 2026-11-27: the combine became two-level (members' sums by groups of 8, then the groups) and each
+# chunk term two explicit fmas into the sum: SmolLM2-135M, 37-token chat, KV f16, fast, max |dlogit|
+# 1.73 before, 1.57 after (absolute): the same size, no trend; bounds unchanged.
 def q8_1_activations_bound(n_layer: int) -> float:
     return 0.5 + 0.01 * n_layer
 
