@@ -15,6 +15,7 @@ def test_bench_quick_all_suites(tmp_path):
 
     import sharpinf.cli.bench_cmd  # noqa: F401  (registers `bench` if the CLI does not import it yet)
     from sharpinf.cli import app
+    from sharpinf.ops.matmul_dp4a import member_groups
 
     res = CliRunner().invoke(app, ["bench", "--backend", "emu", "--suite", "all", "--quick", "--out", str(tmp_path),
                                    "--json"])
@@ -94,6 +95,13 @@ def test_bench_quick_all_suites(tmp_path):
     assert {(r["variant"], r["tokens"]) for r in prefill if r["op"] == "attention"} == {
         ("simple", 24), ("split", 24), ("flash", 24)}
     assert all(r["tflops"] > 0 for r in prefill if r["variant"] != "simple" or r["op"] == "attention")
+    # each row's grid, recorded: mmq's is its tiles times the groups of members (split-K), narrow's 16-row tiles
+    assert all(r["blocks"] >= r["launches"] >= 1 for r in rows)
+    for r in prefill:
+        if r["op"] == "matmul" and r["variant"] in ("mmq", "mmq_narrow"):
+            n_out, n_in = map(int, r["shape"].split()[1].split("x"))
+            rows_a_block = 64 if r["variant"] == "mmq" else 16
+            assert (r["launches"], r["blocks"]) == (1, -(-n_out // rows_a_block) * member_groups(n_in)), r
     p = k["results"]["ptxas"]
     if p["available"]:  # NVRTC installed (the check extra): the fast and tensor kernels this model runs, none spilling
         assert p["spills"] == 0 and {e["entry"] for e in p["entries"]} >= {"matmul_dp4a_q8_0", "rmsnorm_q8_1",

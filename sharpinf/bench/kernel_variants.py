@@ -32,6 +32,7 @@ memory) of the fast kernels the model uses come along where NVRTC is installed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -537,6 +538,7 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
                             f"{', '.join(map(str, list(prefill) + list(prefill_context))) or 'none'}", total=len(groups))
         for phase, N, make in groups:
             for c in make():
+                launches, blocks = _grid_of(be, c.calls[0])
                 times = launch_timed(be, c.calls, repeats if phase == "decode" or not be.gpu_shapes
                                      else min(repeats, PREFILL_REPEATS))
                 t = float(np.median(times))
@@ -544,7 +546,8 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
                 nbytes = c.nbytes + c.expert_bytes * sum(n > 0 for n in load or [])
                 rows.append({"phase": phase, "op": c.op, "shape": c.shape, "variant": c.variant, "tokens": N,
                              "us": t * 1e6, "us_min": min(times) * 1e6, "us_max": max(times) * 1e6,
-                             "repeats": len(times), "bytes": nbytes, "gb_s": nbytes / t / 1e9,
+                             "repeats": len(times), "launches": launches, "blocks": blocks,
+                             "bytes": nbytes, "gb_s": nbytes / t / 1e9,
                              "tflops": c.flops / t / 1e12 if c.flops else None,
                              "pct_of_bandwidth": 100 * nbytes / t / 1e9 / bw if bw else None}
                             | ({"expert_load": load} if load is not None else {}))
@@ -568,19 +571,27 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
     return envelope(ctx, SUITE, config, results)
 
 
+def _grid_of(be, call: Callable[[], None]) -> tuple[int, int]:
+    """(launches, blocks of all of them) of one call, recorded without running: how much of the GPU a
+    variant's grid can fill (mmq's split-K, mmq_narrow's 16-row tiles)."""
+    with be.recording() as plan:
+        call()
+    return len(plan), sum(math.prod(l.grid) for l in plan)
+
+
 def table(doc: dict):
     r = doc["results"]
     bw = r["device_bandwidth_gb_s"]
     gpu = doc["backend"] == "cuda"
-    t = Table("phase", "op", "shape", "N", "variant", "us" if gpu else "us min/med/max", "GB/s", "% of bw", "TFLOP/s",
-              "x baseline",
+    t = Table("phase", "op", "shape", "N", "variant", "blocks", "us" if gpu else "us min/med/max", "GB/s", "% of bw",
+              "TFLOP/s", "x baseline",
               title=f"kernel variants (device bandwidth {f'{bw:,.0f} GB/s' if bw else 'not measured on this backend'})")
     t.columns[2].overflow = "fold"
     if not gpu:
         t.caption = f"on {doc['backend']}: {EMU_NOTE}"
     for row in r["rows"]:
         us = f"{row['us']:,.1f}" if gpu else f"{row['us_min']:,.0f} / {row['us']:,.0f} / {row.get('us_max', row['us']):,.0f}"
-        t.add_row(row.get("phase", "decode"), row["op"], row["shape"], str(row["tokens"]), row["variant"], us,
+        t.add_row(row.get("phase", "decode"), row["op"], row["shape"], str(row["tokens"]), row["variant"], _blocks(row), us,
                   f"{row['gb_s']:,.2f}", "-" if row["pct_of_bandwidth"] is None else f"{row['pct_of_bandwidth']:.0f}%",
                   "-" if not row.get("tflops") else f"{row['tflops']:.2f}",
                   "-" if row.get("speedup") is None else f"{row['speedup']:.2f}")
@@ -594,6 +605,14 @@ def table(doc: dict):
         pt.add_row(e["entry"], str(e["registers"]), f"{e['spill_stores']}/{e['spill_loads']}", str(e["stack_bytes"]),
                    str(e["smem_bytes"]))
     return Group(t, *loads, pt)
+
+
+def _blocks(row: dict) -> str:
+    """The blocks a call launches: 'B', or 'B in N' where they take N launches."""
+    n, b = row.get("launches"), row.get("blocks")
+    if not n:
+        return "-"
+    return f"{b:,}" if n == 1 else f"{b:,} in {n}"
 
 
 def _load_line(row: dict) -> str:
