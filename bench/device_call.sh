@@ -33,7 +33,7 @@
 #      H200 timed; where mmq (or narrow) now beats dp4a at 16-64 tokens, best's rule drops its
 #      block-an-SM condition (or takes narrow), and decode8b-narrow.log says what that does to the
 #      64-sequence step (issue 19: <= 2x the 1-sequence step). At 512 the split's scratch costs
-#      ~6% by estimate, and an mmq iteration issues 474 hot instructions, not 524 (the fma form of
+#      ~6% by estimate, and an mmq iteration issues 476 hot instructions, not 524 (the fma form of
 #      the terms, the rows' scales read once: matmul_mmq.cu's header): compare with the 2026-11-26
 #      row (429.9 us for qkv at 512).
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if

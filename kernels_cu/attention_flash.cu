@@ -109,7 +109,7 @@ __device__ __forceinline__ void attention_flash_impl(
     __shared__ __align__(16) __half kv_s[S::KV_HALVES];  // the K tile, then the transposed V tile
     __shared__ long long row_s[KT];                      // cache row (slot * n_kv_heads + kv head) of each key
     __shared__ int pos_s[ROWS];                          // each row's position, -1 for no row
-    __shared__ int scan_s[THREADS], tile_s[3], last_s;
+    __shared__ int scan_s[THREADS], tile_s[3];
     __shared__ float sc_s[WARPS][AF_SPLITS];             // the merge's per-split factors, a row per warp
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, split = blockIdx.z, kvh = blockIdx.y;
     const int g = n_heads / n_kv_heads, tpb = ROWS / g;  // the launcher guarantees g <= ROWS
@@ -297,13 +297,8 @@ __device__ __forceinline__ void attention_flash_impl(
             ps[HD + 1] = l[h];
         }
     }
-    __threadfence();  // the partials are visible before the ticket says so
-    __syncthreads();
     int* ticket = tickets + (long long)blockIdx.x * n_kv_heads + kvh;
-    if (tid == 0) last_s = atomicAdd(ticket, 1) == nsplits - 1;
-    __syncthreads();
-    if (!last_s) return;
-    __threadfence();
+    if (!sharpinf_last_arrival(ticket, nsplits)) return;
 
     // the last block merges each row's splits 0..nsplits(row)-1 in order: a warp per row
     for (int r = warp; r < rows; r += WARPS) {

@@ -61,7 +61,6 @@ __device__ __forceinline__ void attention_split_impl(
     __shared__ long long row_s[AS_PART];      // cache row (slot * n_kv_heads + kv head) of each key
     __shared__ float red_s[SLICES * HD];      // the slices' P V sums of one head
     __shared__ float m_s[AS_GROUP], l_s[AS_GROUP], f_s[AS_GROUP], sc_s[AS_SPLITS];
-    __shared__ int last_s;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = AS_THREADS / 32;
     const int tl = blockIdx.x, t = t0 + tl, split = blockIdx.z;  // tl: the token in the window
     const int group = n_heads / n_kv_heads, groups = (group + AS_GROUP - 1) / AS_GROUP;
@@ -181,13 +180,8 @@ __device__ __forceinline__ void attention_split_impl(
         }
         __syncthreads();
     }
-    __threadfence();  // the partial is visible before the ticket says so
-    __syncthreads();
     int* ticket = tickets + (long long)tl * gridDim.y + blockIdx.y;
-    if (tid == 0) last_s = atomicAdd(ticket, 1) == nsplits - 1;
-    __syncthreads();
-    if (!last_s) return;
-    __threadfence();
+    if (!sharpinf_last_arrival(ticket, nsplits)) return;
 
     // the last block merges the splits 0..nsplits-1 in order, per head (L2 loads: other blocks wrote them)
     float* o_row = out + (long long)t * n_heads * HD;

@@ -70,6 +70,23 @@ __device__ __forceinline__ void sharpinf_grid_sync(unsigned* bar) {
 }
 #endif
 
+// --- the last of n blocks ----------------------------------------------------------
+// sharpinf_last_arrival(ticket, n): true in the block that arrives n-th at *ticket (the same answer
+// for every thread of a block), with every arriving block's global writes from before its call
+// visible to it -- the split kernels' merge by whichever block finishes last (attention_split.cu,
+// attention_flash.cu, mmq_rows.cuh's split-K). The last block sets *ticket back to 0 once it has
+// read what it merges, so the ticket serves the next launch and graph replay.
+__device__ __forceinline__ bool sharpinf_last_arrival(int* ticket, int n) {
+    __shared__ int last;
+    __threadfence();  // this block's writes, then its arrival
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) last = atomicAdd(ticket, 1) == n - 1;
+    __syncthreads();
+    const bool mine = last != 0;
+    if (mine) __threadfence();  // the other blocks' writes, before this block reads them
+    return mine;
+}
+
 // --- entry-point selection ----------------------------------------------------------
 // A backend may compile a file for only the entry points a model uses (the GPU backend
 // does, at ForwardPass construction: compiling every weight type's matmul takes seconds).

@@ -78,7 +78,7 @@
 // fmas into the sum (DpChunk::acc_idot: acc + (d sc d_x) idot, then - (dmin m)(d_x s_x), d_x s_x made
 // once a token a chunk, dp4a.cuh's DpXF): 4 float instructions an output instead of 6, 28 an IMMA
 // instead of 37 -- 553 an iteration; and the rows' scales read once for the 4 n8 tiles (mmq_rows.cuh:
-// 30 -> 18 LDS) -- 523 an iteration, 474 hot, 0.46 a term: issue bound ~2.3e12 terms/s.
+// 30 -> 18 LDS) -- 525 an iteration, 476 hot, 0.46 a term: issue bound ~2.3e12 terms/s.
 // Registers (nvcc 13.0 sm_90, ptxas): the split kernel keeps two floats an output as before --
 // matmul_mmq_q4_k 146 -> 144, gate_up_mmq_q4_k 144 -> 126, mmq_narrow q4_k 80 -> 70 (the member
 // range bounds the walk); moe_mmq.cu, which walks every group, keeps a third (moe_down_mmq_q4_k

@@ -88,6 +88,19 @@ struct MqSplit {
     int x0;
 };
 
+// f(m, i, j, e) for every output a thread of mmq_rows holds (its registers' [NMAT][FM][FN][4])
+template <int NMAT, int FM, int FN, class F>
+__device__ __forceinline__ void mq_each_output(F f) {
+#pragma unroll
+    for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+        for (int i = 0; i < FM; ++i)
+#pragma unroll
+            for (int j = 0; j < FN; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) f(m, i, j, e);
+}
+
 // Stage chunk c of the block's token slots into tile, all by cp.async (threads 0..127: 16 value
 // bytes each, the even ones also the slot's d and s; NMAT = 2's threads 128.. none). Commits one
 // group, empty when c < 0 (so every iteration commits one and cp_async_wait_group<1> always means
@@ -161,17 +174,17 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         return ch;
     };
 
+    // output (m, i, j, e) of this thread (mq_each_output): C element e of its m16 tile i and n8 tile j
+    // of matrix m, the block's row out_row(i, e) and token slot out_slot(j, e)
+    auto out_row = [&](int i, int e) { return wr + 16 * i + g + 8 * (e >> 1); };
+    auto out_slot = [&](int j, int e) { return wt + 8 * j + 2 * t + (e & 1); };
+
     // the canonical order: part (member gp's chunks), grp (the group's members), total (the groups;
     // only a block that walks them all keeps it)
     float part[NMAT][FM][FN][4], grp[NMAT][FM][FN][4], total[NMAT][FM][FN][4];
-#pragma unroll
-    for (int m = 0; m < NMAT; ++m)
-#pragma unroll
-        for (int i = 0; i < FM; ++i)
-#pragma unroll
-            for (int j = 0; j < FN; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) part[m][i][j][e] = grp[m][i][j][e] = total[m][i][j][e] = 0.0f;
+    mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
+        part[m][i][j][e] = grp[m][i][j][e] = total[m][i][j][e] = 0.0f;
+    });
 
     // prologue: activations of the first two visits in flight, the first weight chunk stored, the
     // second's loads issued
@@ -255,21 +268,14 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
             }
         if (c + G >= n_chunks) {  // member c mod G is complete: into its group's sum, in member order
             const bool group_done = !SPLIT && (((c & (G - 1)) + 1) & (GS - 1)) == 0;  // ... and a group into the total
-#pragma unroll
-            for (int m = 0; m < NMAT; ++m)
-#pragma unroll
-                for (int i = 0; i < FM; ++i)
-#pragma unroll
-                    for (int j = 0; j < FN; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            grp[m][i][j][e] = grp[m][i][j][e] + part[m][i][j][e];
-                            part[m][i][j][e] = 0.0f;
-                            if (group_done) {
-                                total[m][i][j][e] = total[m][i][j][e] + grp[m][i][j][e];
-                                grp[m][i][j][e] = 0.0f;
-                            }
-                        }
+            mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
+                grp[m][i][j][e] = grp[m][i][j][e] + part[m][i][j][e];
+                part[m][i][j][e] = 0.0f;
+                if (group_done) {
+                    total[m][i][j][e] = total[m][i][j][e] + grp[m][i][j][e];
+                    grp[m][i][j][e] = 0.0f;
+                }
+            });
         }
         if (cn >= 0) {  // the next chunk: unpacked now its loads are in, stored for after the next barrier
             if (stager) wtile[(k + 1) & 1][sm][sr].store(unpack(raw, cn));
@@ -281,25 +287,12 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     if (SPLIT && NG > 1) {  // this group's sums to the scratch; the tile's last block folds them
         const int tile = blockIdx.y * gridDim.x + blockIdx.x;
         float* pt = split.partial + (long long)tile * NMAT * NG * MQ_TOKENS * ROWS;
-#pragma unroll
-        for (int m = 0; m < NMAT; ++m)
-#pragma unroll
-            for (int i = 0; i < FM; ++i)
-#pragma unroll
-                for (int j = 0; j < FN; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int rl = wr + 16 * i + g + 8 * (e >> 1), slot = wt + 8 * j + 2 * t + (e & 1);
-                        if (r0 + rl >= n_out || slot >= slots.count) continue;
-                        pt[((m * NG + (int)blockIdx.z) * MQ_TOKENS + slot) * ROWS + rl] = grp[m][i][j][e];
-                    }
-        __shared__ int last_s;
-        __threadfence();  // the group sums are visible before the ticket says so
-        __syncthreads();
-        if (tid == 0) last_s = atomicAdd(split.tickets + tile, 1) == NG - 1;
-        __syncthreads();
-        if (!last_s) return;
-        __threadfence();
+        mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
+            const int rl = out_row(i, e), slot = out_slot(j, e);
+            if (r0 + rl < n_out && slot < slots.count)
+                pt[((m * NG + (int)blockIdx.z) * MQ_TOKENS + slot) * ROWS + rl] = grp[m][i][j][e];
+        });
+        if (!sharpinf_last_arrival(split.tickets + tile, NG)) return;
         for (int f = tid; f < ROWS * MQ_TOKENS; f += blockDim.x) {  // f: (slot f / ROWS, row f % ROWS)
             const int slot = f / ROWS, rl = f % ROWS, r = r0 + rl;
             if (r >= n_out || slot >= slots.count) continue;
@@ -315,17 +308,13 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         return;
     }
 
-    // epilogue: dp4a's own (dp_store), of the total -- or of the one group's sum (0 + S_0 = S_0)
-#pragma unroll
-    for (int i = 0; i < FM; ++i)
-#pragma unroll
-        for (int j = 0; j < FN; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = r0 + wr + 16 * i + g + 8 * (e >> 1), slot = wt + 8 * j + 2 * t + (e & 1);
-                if (r >= n_out || slot >= slots.count) continue;
-                const float y0 = SPLIT ? grp[0][i][j][e] : total[0][i][j][e];
-                const float y1 = SPLIT ? grp[NMAT - 1][i][j][e] : total[NMAT - 1][i][j][e];
-                dp_store<NMAT>(Y + slots.y_row(slot) * y_stride + r, y0, y1, bias, r, has_bias, accumulate, act);
-            }
+    // epilogue: dp4a's own (dp_store, both matrices' sums at once), of the total -- or of the one
+    // group's sum (0 + S_0 = S_0)
+    const float(&y)[NMAT][FM][FN][4] = SPLIT ? grp : total;
+    mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
+        const int r = r0 + out_row(i, e), slot = out_slot(j, e);
+        if (m == 0 && r < n_out && slot < slots.count)
+            dp_store<NMAT>(Y + slots.y_row(slot) * y_stride + r, y[0][i][j][e], y[NMAT - 1][i][j][e], bias, r, has_bias,
+                           accumulate, act);
+    });
 }
