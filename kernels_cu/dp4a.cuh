@@ -465,7 +465,7 @@ __device__ __forceinline__ int dp_group_lanes(int n_chunks) {
 // Two levels so a tensor-core kernel can give each group its own block (split-K): a block keeps a
 // member sum and a group sum per output, the groups meet in a scratch, folded in group order by the
 // block that finishes last (mmq_rows.cuh); one that walks every group keeps a third float (the total:
-// mma_rows.cuh, moe_mmq.cu).
+// mma_rows.cuh).
 #define DP_GROUP 8  // members a group
 __device__ __forceinline__ int dp_group_size(int G) { return G < DP_GROUP ? G : DP_GROUP; }
 

@@ -81,8 +81,8 @@
 // 30 -> 18 LDS) -- 525 an iteration, 476 hot, 0.46 a term: issue bound ~2.3e12 terms/s.
 // Registers (nvcc 13.0 sm_90, ptxas): the split kernel keeps two floats an output as before --
 // matmul_mmq_q4_k 146 -> 144, gate_up_mmq_q4_k 144 -> 126, mmq_narrow q4_k 80 -> 70 (the member
-// range bounds the walk); moe_mmq.cu, which walks every group, keeps a third (moe_down_mmq_q4_k
-// 148 -> 176).
+// range bounds the walk); moe_mmq.cu walked every group with a third float (moe_down_mmq_q4_k
+// 148 -> 176) until it split too (2026-11-27: 137, NVRTC 12).
 #include "mmq_rows.cuh"
 
 #define MQ_ARGS                                                                                                  \

@@ -80,8 +80,9 @@ __device__ __forceinline__ int mq_next(int c, int G, int gp_end, int n_chunks) {
 // group order and runs the epilogue (which block is last changes nothing). partial: float
 // [tiles][NMAT][groups][64 slots][ROWS]; tickets: int [tiles], zero before a launch and left zero
 // (graphs replay it); tile = blockIdx.y * gridDim.x + blockIdx.x; x0: the launch's first row tile
-// (a launcher walks a big grid in windows of its scratch's size). Not split (moe_mmq.cu): one
-// block walks every group, keeping a third float (the total).
+// (a launcher walks a big grid in windows of its scratch's size). Every mmq kernel splits (dense and
+// MoE): a block that walked every group would keep a third float an output (the total) -- 32
+// registers more, a block an SM fewer (moe_down_mmq_q4_k took 179 that way, 137 split).
 struct MqSplit {
     float* partial;
     int* tickets;
@@ -133,8 +134,8 @@ __device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq,
 // The block's warps and tiles: MqShape<NMAT, ROWS>. Slots: the X and Y rows of the block's 64 token
 // slots (MqTokens for a dense layer, MqPairs for an expert's tile of pairs); blockIdx.x is the
 // ROWS-row tile of W.
-// SPLIT: grid.z = the groups of n_in's members (MqSplit above); else grid.z = 1.
-template <int QT, int NMAT, class Slots, int ROWS = MQ_ROWS, bool SPLIT = true>
+// grid.z: the groups of n_in's members (MqSplit above).
+template <int QT, int NMAT, class Slots, int ROWS = MQ_ROWS>
 __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                          const signed char* __restrict__ xq, const float* __restrict__ xd,
                                          const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
@@ -146,9 +147,9 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     static_assert(sizeof(MqRow<QT>) == 4 * MQ_XROW, "a staged weight row is 48 bytes");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int n_chunks = n_in / 32, G = dp_group_lanes(n_chunks), GS = dp_group_size(G), NG = G / GS;
-    // the members this block visits: group blockIdx.z's (split), or all
-    const int gp_first = SPLIT ? blockIdx.z * GS : 0, gp_end = SPLIT ? gp_first + GS : G;
-    const int r0 = (blockIdx.x + (SPLIT ? split.x0 : 0)) * ROWS;
+    // the members this block visits: group blockIdx.z's
+    const int gp_first = blockIdx.z * GS, gp_end = gp_first + GS;
+    const int r0 = (blockIdx.x + split.x0) * ROWS;
     const int wr = 16 * FM * (warp % Shape::WR), wt = 8 * FN * (warp / Shape::WR);  // the warp's first row and token
     const long long row_bytes = gb_row_bytes<QT>(n_in);
 
@@ -179,12 +180,9 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     auto out_row = [&](int i, int e) { return wr + 16 * i + g + 8 * (e >> 1); };
     auto out_slot = [&](int j, int e) { return wt + 8 * j + 2 * t + (e & 1); };
 
-    // the canonical order: part (member gp's chunks), grp (the group's members), total (the groups;
-    // only a block that walks them all keeps it)
-    float part[NMAT][FM][FN][4], grp[NMAT][FM][FN][4], total[NMAT][FM][FN][4];
-    mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
-        part[m][i][j][e] = grp[m][i][j][e] = total[m][i][j][e] = 0.0f;
-    });
+    // the canonical order: part (member gp's chunks), grp (the group's members)
+    float part[NMAT][FM][FN][4], grp[NMAT][FM][FN][4];
+    mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) { part[m][i][j][e] = grp[m][i][j][e] = 0.0f; });
 
     // prologue: activations of the first two visits in flight, the first weight chunk stored, the
     // second's loads issued
@@ -267,14 +265,9 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                 }
             }
         if (c + G >= n_chunks) {  // member c mod G is complete: into its group's sum, in member order
-            const bool group_done = !SPLIT && (((c & (G - 1)) + 1) & (GS - 1)) == 0;  // ... and a group into the total
             mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
                 grp[m][i][j][e] = grp[m][i][j][e] + part[m][i][j][e];
                 part[m][i][j][e] = 0.0f;
-                if (group_done) {
-                    total[m][i][j][e] = total[m][i][j][e] + grp[m][i][j][e];
-                    grp[m][i][j][e] = 0.0f;
-                }
             });
         }
         if (cn >= 0) {  // the next chunk: unpacked now its loads are in, stored for after the next barrier
@@ -284,7 +277,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         c = cn;
     }
 
-    if (SPLIT && NG > 1) {  // this group's sums to the scratch; the tile's last block folds them
+    if (NG > 1) {  // this group's sums to the scratch; the tile's last block folds them
         const int tile = blockIdx.y * gridDim.x + blockIdx.x;
         float* pt = split.partial + (long long)tile * NMAT * NG * MQ_TOKENS * ROWS;
         mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
@@ -308,9 +301,8 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         return;
     }
 
-    // epilogue: dp4a's own (dp_store, both matrices' sums at once), of the total -- or of the one
-    // group's sum (0 + S_0 = S_0)
-    const float(&y)[NMAT][FM][FN][4] = SPLIT ? grp : total;
+    // epilogue, one group: dp4a's own (dp_store, both matrices' sums at once) of its sum (0 + S_0 = S_0)
+    const float(&y)[NMAT][FM][FN][4] = grp;
     mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
         const int r = r0 + out_row(i, e), slot = out_slot(j, e);
         if (m == 0 && r < n_out && slot < slots.count)

@@ -1,5 +1,5 @@
 // moe_args.cuh -- the argument lists every grouped-expert kernel family takes (moe_dp4a.cu,
-// moe_mmq.cu), so ops/moe.py launches either with one list.
+// moe_mmq.cu, which adds its split-K scratch after them), so ops/moe.py launches either with one list.
 //   gate+up: Wg, Wu (the experts' rows), X in q8_1, the counting sort's order and tiles, G out
 //   down:    Wd, the SwiGLU rows in q8_1, order, tiles, Y out (one row a pair)
 #pragma once

@@ -1,11 +1,13 @@
 // moe_mmq.cu -- variant of moe_dp4a.cu for steps of many tokens: the experts' matmuls on int8 tensor
 // cores, each expert's pairs in tiles of up to 64 -- matmul_mmq.cu's blocks over one expert's rows.
 //
-//   moe_gate_up_mmq_<type>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act)
-//   moe_down_mmq_<type>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
+//   moe_gate_up_mmq_<type>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act,
+//       partial, tickets, x0)
+//   moe_down_mmq_<type>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles, partial, tickets, x0)
 //     the arguments and results of moe_dp4a.cu's entries, for the quantized types (mma_rows's), with
 //     moe_dp4a.cu's moe_sort run with tiles of 64 pairs (its `tile` argument): tiles[3][max_tiles] =
-//     (expert, first index into order, count <= 64), count 0 past the last.
+//     (expert, first index into order, count <= 64), count 0 past the last; then matmul_mmq.cu's
+//     split-K scratch (mmq_rows.cuh's MqSplit), a tile being (row tile, pair tile).
 //
 // What it changes against moe_dp4a.cu (one expert's tile of 8 pairs a block, dp4a): a block takes a
 // tile of up to 64 pairs and 64 rows of the expert's matrix, and runs mmq_rows.cuh on them -- each
@@ -15,11 +17,14 @@
 // MqPairs maps slot i to X row order[first + i] / x_div (its token) and Y row order[first + i]
 // (its pair). The bits are dp4a's: which pairs share a tile, and which kernel computes a pair,
 // never change them, so a token's output is the same alone, in any batch, on either path.
-// Not split-K (its tiles come from the sort, and its scratch would be sized by the pairs): a block
-// walks every group of members, keeping three floats an output (member, group, total: dp4a.cuh's
-// two-level order) -- moe_down_mmq_q4_k 176 registers (nvcc 13.0 sm_90; 148 with one level).
-// Launch: gate_up block 256 (8 warps, both matrices), down block 128; grid (ceil(n_out / 64),
-//   max_tiles); tiles past the last exit at once.
+// Split-K as matmul_mmq.cu: a block for each group of 8 members, the group sums in the scratch, each
+// tile's last block folds them. The scratch is sized by the bound on tiles (max_tiles, so by the
+// token count: a graph recorded once serves every routing); a tile past the last exits before its
+// ticket, so its blocks leave nothing behind. Unsplit, a block kept a third float an output (the
+// total over groups): 2026-11-27, NVRTC 12 sm_90, moe_down_mmq_q4_k 179 registers -> 137 split,
+// moe_gate_up_mmq_q4_k 166 -> 125 (2 blocks of 8 warps an SM instead of 1); no spills.
+// Launch: gate_up block 256 (8 warps, both matrices), down block 128; grid (row tiles of the window,
+//   max_tiles, groups); tiles past the last exit at once.
 // Bound: as matmul_mmq.cu's at the same tokens per tile; a prefill step's experts get
 //   n_tokens * k / n_expert pairs each on average (Qwen3-30B-A3B, 512 tokens: 32), so most tiles
 //   are partly filled -- the n8 tiles past a tile's last pair skip their work.
@@ -39,7 +44,8 @@ struct MqPairs {
 template <int QT, int NMAT>
 __device__ __forceinline__ void moe_mmq_rows(const unsigned char* W, const unsigned char* W2, const signed char* xq,
                                              const float* xd, const int* xs, const int* order, const int* tiles,
-                                             float* Y, int x_div, int n_out, int n_in, int max_tiles, int act) {
+                                             float* Y, int x_div, int n_out, int n_in, int max_tiles, int act,
+                                             MqSplit split) {
     __shared__ int pairs[MQ_TOKENS];
     const int tile = blockIdx.y, count = tiles[2 * max_tiles + tile];
     if (count == 0) return;  // block-uniform: past the last tile
@@ -47,16 +53,20 @@ __device__ __forceinline__ void moe_mmq_rows(const unsigned char* W, const unsig
     for (int i = threadIdx.x; i < count; i += blockDim.x) pairs[i] = order[first + i];
     __syncthreads();
     const long long w_at = (long long)tiles[tile] * n_out * gb_row_bytes<QT>(n_in);  // the expert's rows
-    mmq_rows<QT, NMAT, MqPairs, MQ_ROWS, false>(W + w_at, W2 + w_at, xq, xd, xs, Y, Y, MqPairs{count, pairs, x_div},
-                                               n_out, n_in, 0, 0, (long long)n_out, act, MqSplit{nullptr, nullptr, 0});
+    mmq_rows<QT, NMAT, MqPairs>(W + w_at, W2 + w_at, xq, xd, xs, Y, Y, MqPairs{count, pairs, x_div}, n_out, n_in, 0, 0,
+                                (long long)n_out, act, split);
 }
 
-template <int QT> __device__ __forceinline__ void moe_gate_up_mmq_t(MOE_GATE_UP_PARAMS) {
-    moe_mmq_rows<QT, 2>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act);
+// moe_dp4a.cu's arguments, then the split-K scratch
+#define MOE_SPLIT_PARAMS float *partial, int *tickets, int x0
+template <int QT> __device__ __forceinline__ void moe_gate_up_mmq_t(MOE_GATE_UP_PARAMS, MOE_SPLIT_PARAMS) {
+    moe_mmq_rows<QT, 2>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, MqSplit{partial, tickets, x0});
 }
-template <int QT> __device__ __forceinline__ void moe_down_mmq_t(MOE_DOWN_PARAMS) {
-    moe_mmq_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU);
+template <int QT> __device__ __forceinline__ void moe_down_mmq_t(MOE_DOWN_PARAMS, MOE_SPLIT_PARAMS) {
+    moe_mmq_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU,
+                        MqSplit{partial, tickets, x0});
 }
-GB_QUANT_ENTRIES(moe_gate_up_mmq, , (MOE_GATE_UP_PARAMS), moe_gate_up_mmq_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff,
-                 n_in, max_tiles, act)
-GB_QUANT_ENTRIES(moe_down_mmq, , (MOE_DOWN_PARAMS), moe_down_mmq_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
+GB_QUANT_ENTRIES(moe_gate_up_mmq, , (MOE_GATE_UP_PARAMS, MOE_SPLIT_PARAMS), moe_gate_up_mmq_t, Wg, Wu, xq, xd, xs, order,
+                 tiles, G, k, n_ff, n_in, max_tiles, act, partial, tickets, x0)
+GB_QUANT_ENTRIES(moe_down_mmq, , (MOE_DOWN_PARAMS, MOE_SPLIT_PARAMS), moe_down_mmq_t, Wd, xq, xd, xs, order, tiles, Y, n_out,
+                 n_in, max_tiles, partial, tickets, x0)

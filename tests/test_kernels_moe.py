@@ -180,18 +180,27 @@ def _worst_counts(P: int, n_expert: int) -> list[int]:
 
 @pytest.mark.parametrize("qtype", [quants.Q8_0, quants.Q4_1, quants.Q5_0, quants.Q4_K, quants.Q6_K],
                          ids=lambda q: quants.qtype_name(q))
-def test_tensor_core_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype):
+def test_tensor_core_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype, monkeypatch):
     """moe=mmq (tiles of 64 pairs an expert on int8 tensor cores) against moe=fast (tiles of 8, dp4a):
     the same bits, for a skewed routing (every token to experts 0 and 1: 70 pairs each, a full tile
     and a partial one) and a spread one (partial tiles of many experts). 512 inputs to gate/up: two
-    groups of 8 members (the canonical order's second level, which moe_mmq folds in a block)."""
+    groups of 8 members (the canonical order's second level: split-K, a block each, the tile's last
+    folding them; two sums add alike in either order -- the dense window test's four groups see a fold
+    out of order). Q4_K also splits down (n_ff 512) and runs with a scratch of one row tile: the
+    grids in windows of row tiles; every ticket is back at zero after the step (graphs replay them)."""
+    from sharpinf.ops import matmul_mmq as mq
+
     rng = _rng("mmq", qtype)
+    n_ff = 512 if qtype == quants.Q4_K else 256
+    if qtype == quants.Q4_K:
+        monkeypatch.setattr(mq, "SCRATCH_FLOATS", 1)
     tied = np.tile(rng.standard_normal((1, 512)).astype(np.float32), (N_EXPERT, 1))
     for router in (tied, None):
-        E, _ = _experts(backend, rng, qtype, 2, n_embd=512, n_ff=256, router=router)
+        E, _ = _experts(backend, rng, qtype, 2, n_embd=512, n_ff=n_ff, router=router)
         X = rng.standard_normal((70, 512)).astype(np.float32)
         x0 = rng.standard_normal((70, 512)).astype(np.float32)
         got, ids, _ = _run(backend, "mmq", E, X, x0)
+        assert not backend.download(mq._SCRATCH[backend].tickets).any()
         want, want_ids, _ = _run(backend, "fast", E, X, x0)
         assert (ids == want_ids).all()
         assert_same(got, want)

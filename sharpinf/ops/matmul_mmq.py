@@ -56,11 +56,17 @@ class MmqScratch:
 _SCRATCH: "weakref.WeakKeyDictionary[Any, MmqScratch]" = weakref.WeakKeyDictionary()
 
 
-def split_plan(n_out: int, n_in: int, n_tokens: int, nmat: int, rows: int) -> tuple[int, int, int]:
-    """(row tiles a launch, scratch floats, tickets) for a product: every row tile in one launch
-    where the group sums fit SCRATCH_FLOATS (or there is one group: no scratch), else windows."""
+def token_tiles(n_tokens: int) -> int:
+    """A dense product's tiles of up to 64 tokens (grid.y; an MoE launch's is moe.max_tiles)."""
+    return -(-n_tokens // TOKENS_PER_BLOCK)
+
+
+def split_plan(n_out: int, n_in: int, gy: int, nmat: int, rows: int) -> tuple[int, int, int]:
+    """(row tiles a launch, scratch floats, tickets) for a product of gy token tiles: every row tile
+    in one launch where the group sums fit SCRATCH_FLOATS (or there is one group: no scratch), else
+    windows."""
     groups = member_groups(n_in)
-    gx, gy = _grid(n_out, n_tokens, rows)
+    gx = -(-n_out // rows)
     if groups == 1:
         return gx, 0, 0
     per_tile_column = nmat * groups * TOKENS_PER_BLOCK * rows * gy
@@ -80,20 +86,28 @@ def mmq_scratch(be, floats: int, tickets: int) -> MmqScratch:
 
 def reserve_scratch(be, cfg, tokens: int, rows: int) -> MmqScratch:
     """The scratch a model's linear layers need for steps of `tokens` tokens and `rows` logits rows
-    (wide and narrow blocks), allocated now -- not inside a graph capture."""
-    shapes = [(cfg.q_dim + 2 * cfg.kv_dim, cfg.n_embd, tokens, 1), (cfg.n_embd, cfg.q_dim, tokens, 1),
-              (cfg.n_vocab, cfg.n_embd, rows, 1)]
-    if not cfg.is_moe:
-        shapes += [(cfg.n_ff, cfg.n_embd, tokens, 2), (cfg.n_embd, cfg.n_ff, tokens, 1)]
-    plans = [split_plan(*shape, r) for shape in shapes for r in (ROWS_PER_BLOCK, NARROW_ROWS)]
+    (wide and narrow blocks; an MoE model's experts in moe_mmq's tiles of pairs), allocated now --
+    not inside a graph capture."""
+    from sharpinf.ops.moe import MMQ_TILE, max_tiles
+
+    t, r = token_tiles(tokens), token_tiles(rows)
+    shapes = [(cfg.q_dim + 2 * cfg.kv_dim, cfg.n_embd, t, 1), (cfg.n_embd, cfg.q_dim, t, 1),
+              (cfg.n_vocab, cfg.n_embd, r, 1)]
+    if cfg.is_moe:
+        pt = max_tiles(tokens * cfg.n_expert_used, cfg.n_expert, MMQ_TILE)
+        shapes += [(cfg.n_ff_exp, cfg.n_embd, pt, 2), (cfg.n_embd, cfg.n_ff_exp, pt, 1)]
+    else:
+        shapes += [(cfg.n_ff, cfg.n_embd, t, 2), (cfg.n_embd, cfg.n_ff, t, 1)]
+    plans = [split_plan(*shape, rows_) for shape in shapes for rows_ in (ROWS_PER_BLOCK, NARROW_ROWS)]
     return mmq_scratch(be, max(p[1] for p in plans), max(p[2] for p in plans))
 
 
-def _split_launches(be, rows: int, n_tokens: int, n_out: int, n_in: int, nmat: int, launch_one) -> None:
-    """launch_one(grid, extra args, io share) for each window of row tiles: grid.z = the groups."""
-    window, floats, tickets = split_plan(n_out, n_in, n_tokens, nmat, rows)
+def split_launches(be, rows: int, gy: int, n_out: int, n_in: int, nmat: int, launch_one) -> None:
+    """launch_one(grid, extra args, io share) for each window of row tiles of a product of gy token
+    tiles (grid.y): grid.z = the groups, the extra args the scratch and the window's first row tile."""
+    window, floats, tickets = split_plan(n_out, n_in, gy, nmat, rows)
     sc = mmq_scratch(be, floats, tickets)
-    gx, gy = _grid(n_out, n_tokens, rows)
+    gx = -(-n_out // rows)
     for x0 in range(0, gx, window):
         nx = min(window, gx - x0)
         launch_one((nx, gy, member_groups(n_in)), (sc.partial, sc.tickets, np.int32(x0)), nx / gx)
@@ -103,7 +117,7 @@ def _mmq_rows(be, name: str, file: str, rows: int, W_dev, qtype: int, X, Y_dev, 
               bias_dev, accumulate: bool, y_stride: int | None, y_col: int) -> None:
     _check(name, qtype, X, n_tokens, n_out, n_in)
     entry = f"{name}_{kernel_suffix(qtype)}"
-    _split_launches(be, rows, n_tokens, n_out, n_in, 1,
+    split_launches(be, rows, token_tiles(n_tokens), n_out, n_in, 1,
                     lambda grid, extra, share: launch_q8_rows(be, name, file, entry, grid, 128, W_dev, qtype, X, Y_dev,
                                                               n_tokens, n_out, n_in, bias_dev, accumulate, y_stride,
                                                               y_col, extra, share))
@@ -113,7 +127,7 @@ def _mmq_gate_up(be, name: str, file: str, rows: int, block: int, Wg_dev, Wu_dev
                  n_tokens: int, n_ff: int, n_in: int, act: str) -> None:
     _check(name, qtype, X, n_tokens, n_ff, n_in)
     entry = f"{name}_{kernel_suffix(qtype)}"
-    _split_launches(be, rows, n_tokens, n_ff, n_in, 2,
+    split_launches(be, rows, token_tiles(n_tokens), n_ff, n_in, 2,
                     lambda grid, extra, share: launch_q8_gate_up(be, file, entry, grid, block, Wg_dev, Wu_dev, qtype, X,
                                                                  out_dev, n_tokens, n_ff, n_in, act, extra, share))
 

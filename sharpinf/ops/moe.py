@@ -180,6 +180,7 @@ def moe_tensor(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, 
     tiles of up to 64 on int8 tensor cores (`file`) -- weights read once per 64 pairs -- for steps of
     MMQ_MIN_TOKENS tokens or more with quantized experts; otherwise moe_grouped itself. The same bits."""
     from sharpinf.ops.matmul_mma import supports
+    from sharpinf.ops.matmul_mmq import split_launches
 
     gt, dt = E.gate_up_qtype, E.down_qtype
     if n_tokens < MMQ_MIN_TOKENS or not (supports(gt) and supports(dt)):
@@ -193,14 +194,19 @@ def moe_tensor(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, 
     mt = max_tiles(P, E.n_expert, MMQ_TILE)
     sort_pairs(be, s, P, E.n_expert, mt, MMQ_TILE, layer)
     used = min(E.n_expert, P)
-    be.launch(kernel(be, file, f"moe_gate_up_mmq_{kernel_suffix(gt)}"), (-(-E.n_ff // MMQ_TILE), mt), 256,
-              (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff), I32(E.n_embd),
-               I32(mt), I32(ACTS[act])),
-              io=(2 * used * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff))
+    # split-K as the dense mmq: grid (row tiles of a window, the pair tiles, the groups), the scratch
+    # and the window's first row tile after the entries' own arguments (matmul_mmq.split_launches)
+    gate_up = kernel(be, file, f"moe_gate_up_mmq_{kernel_suffix(gt)}")
+    split_launches(be, MMQ_TILE, mt, E.n_ff, E.n_embd, 2, lambda grid, extra, share: be.launch(
+        gate_up, grid, 256, (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff),
+                             I32(E.n_embd), I32(mt), I32(ACTS[act]), *extra),
+        io=(round(share * 2 * used * E.n_ff * quants.row_bytes(gt, E.n_embd)), round(share * 4 * P * E.n_ff))))
     quantize_q8_1(be, s.g, s.gq, P, E.n_ff)
-    be.launch(kernel(be, file, f"moe_down_mmq_{kernel_suffix(dt)}"), (-(-E.n_embd // MMQ_TILE), mt), 128,
-              (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
-              io=(used * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
+    down = kernel(be, file, f"moe_down_mmq_{kernel_suffix(dt)}")
+    split_launches(be, MMQ_TILE, mt, E.n_embd, E.n_ff, 1, lambda grid, extra, share: be.launch(
+        down, grid, 128, (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt),
+                          *extra),
+        io=(round(share * used * E.n_embd * quants.row_bytes(dt, E.n_ff)), round(share * 4 * P * E.n_embd))))
     combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
 
 

@@ -120,7 +120,7 @@ class Variant:
     max_tokens: int | None = None  # serves steps of at most this many (the launcher falls back above)
     qtypes: Callable[[int], bool] | None = None  # matmul: the weight types it serves (None: all)
     writes_q8: bool = False  # attention: writes the q8_1 copy of its output for the o-projection
-    needs_scratch: bool = False  # attention: the split frame's partial states; sample: per-row accumulators
+    needs_scratch: bool = False  # attention: the split frame's partial states; sample: per-row accumulators; matmul, moe: mmq split-K
     like: str | None = None  # the variant whose launcher it shares (a copy made by `kernels new`)
 
     def __post_init__(self):

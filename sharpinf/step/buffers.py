@@ -138,7 +138,8 @@ class Workspace:
                 self.xq = Q8Act.empty(be, T, cfg.n_embd)
             if not moe_q8 and not hasattr(self, "h"):
                 self.h = be.empty((T, cfg.n_embd), F32)
-        if mm.needs_scratch:  # mmq's split-K group sums (the backend's, reserved here: never inside a graph)
+        if mm.needs_scratch or choice.of("moe").needs_scratch:  # mmq's split-K group sums (the backend's,
+            # reserved here: never inside a graph)
             self.mmq_split = reserve_scratch(be, cfg, T, R)
         if choice.of("attention").needs_scratch:  # split and flash: partial states and merge tickets
             self.split = SplitScratch.alloc(be, T, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
