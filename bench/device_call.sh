@@ -19,6 +19,10 @@
 # What the call carries (git-ignored paths, the device tool's `carry`):
 #   .whl/          the gguf wheel (the device image lacks it):
 #                  pip download --no-deps --only-binary=:all: -d .whl gguf==<the venv's version>
+#   .smol/a, .smol/b  the real SmolLM2 (93 MB) in two pieces (bench/pack_model_parts.sh), each carried by
+#                  a call of its own just before this one (command "true"; the warm machine keeps them):
+#                  joined into the model cache here, SHA-checked, so the peers part runs on the real
+#                  file too (issue 20's tg128 "on the same file"); without them, the shape models only.
 #   .peers/llama-cuda-sm90.tar.xz  a llama.cpp CUDA build (sm_90) made on the dev machine from
 #                  ../shared/peers/, unpacked here into .peers/llama/bin: llama-bench, llama-batched-bench,
 #                  their lib*.so, libcudart and libgomp beside them (42 MB with xz), so the lease is not
@@ -82,6 +86,14 @@ if [ -d .peers/llama/bin ]; then
   ldd .peers/llama/bin/libggml-cuda.so.0 2>&1 | grep -E "not found|cublas|cudart" | tee -a "$OUT/setup.log"
 fi
 
+# the real SmolLM2, if two earlier calls left its pieces (see the header): what `sharpinf models pull
+# smollm2-135m --from A --from B` does (the registered SHA-256 checked), without the CLI's imports
+if ls .smol/a/* .smol/b/* >/dev/null 2>&1; then
+  if python3 -c "import sys; from sharpinf.model.registry import pull; print(pull('smollm2-135m', sources=sys.argv[1:]))" \
+      .smol/a/* .smol/b/* >> "$OUT/setup.log" 2>&1; then stamp "real SmolLM2 joined"
+  else stamp "real SmolLM2: the pieces did not join (setup.log); the shape models only"; fi
+fi
+
 # the benchmark models, made once (tiled random weights; ~15 s for the 8B shape)
 python3 -c "from sharpinf.model.synth import shape_model as s; print(s('smollm2-135m','Q4_1'), s('qwen3-8b','Q4_K'))" \
   >> "$OUT/setup.log" 2>&1 || { stamp "shape models failed"; tail -5 "$OUT/setup.log"; }
@@ -96,7 +108,7 @@ stamp "results in $RUN"
 
 if has peers; then
   stamp "peers"
-  run peers.log 240 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama --peers-sizes "r=3"
+  run peers.log 300 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama --peers-sizes "r=3"
   stamp "peers exit $?"; grep -vE "^\+ " "$OUT/peers.log" | tail -25
   pack
 fi

