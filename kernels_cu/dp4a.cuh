@@ -48,6 +48,33 @@ __device__ __forceinline__ unsigned dp_u16_a2(const unsigned char* p) {
 #endif
 }
 
+// NB bytes (NB even) at a 2-byte aligned address p, fetched as whole aligned words: a[i] is the word
+// at (p & ~3) + 4i, the last one read only as far as the span goes (a 16-bit load where the span
+// ends 2 bytes into it). at(o) funnel-shifts the 4 bytes at p + o out of two neighbours. So a span
+// of a GGUF block of 18, 22, 34 or 210 bytes takes NB / 4 + 1 loads, not NB / 2 -- and as many
+// registers while the loads are in flight (a Raw). A span 2 bytes past a word boundary starts its
+// first load 2 bytes before p: inside the same tensor (its start is 4-byte aligned).
+template <int NB> struct DpSpanA2 {
+    static_assert(NB % 2 == 0 && NB >= 4, "a span of whole 16-bit units");
+    static constexpr int W = NB / 4;  // whole words from the aligned base, then the tail
+    unsigned a[W + 1];
+    unsigned mis;  // 0 or 2: p's distance past a word boundary, in bytes
+    __device__ __forceinline__ void fetch(const unsigned char* p) {
+        mis = (unsigned)reinterpret_cast<unsigned long long>(p) & 2u;
+        const unsigned char* base = p - mis;
+#pragma unroll
+        for (int i = 0; i < W; ++i) a[i] = (unsigned)dp_word_a4(base + 4 * i);
+        // the span ends at base + mis + NB: 2 bytes into a[W], 4, or not at all
+        if (NB % 4 == 0) a[W] = mis ? dp_u16_a2(base + 4 * W) : 0u;
+        else a[W] = mis ? (unsigned)dp_word_a4(base + 4 * W) : dp_u16_a2(base + 4 * W);
+    }
+    // the 4 bytes at p + o (o even, o + 4 <= NB + 2; past NB the high bytes are zeros)
+    __device__ __forceinline__ unsigned at(int o) const {
+        const int i = o / 4;  // compile-time after unrolling: a[i] and a[i + 1] hold them
+        return __funnelshift_rc(a[i], a[i + 1], 8 * (mis + (o & 2)));
+    }
+};
+
 // 8 words (32 bytes) at a 16-byte aligned address: two 128-bit loads.
 __device__ __forceinline__ void dp_words8_a16(const void* p, int (&w)[8]) {
 #ifdef SHARPINF_EMU
@@ -138,19 +165,17 @@ template <> struct DpChunk<GB_Q8_0> {
     int w[8];
     float d;
     struct Raw {
-        unsigned h[17];  // the block's 16-bit units
+        DpSpanA2<34> b;  // the block
     };
     __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
-        const unsigned char* b = row + 34LL * c;
         Raw r;
-#pragma unroll
-        for (int i = 0; i < 17; ++i) r.h[i] = dp_u16_a2(b + 2 * i);
+        r.b.fetch(row + 34LL * c);
         return r;
     }
     __device__ __forceinline__ void unpack(const Raw& r, int) {
-        d = gb_half_bits(r.h[0]);
+        d = gb_half_bits(r.b.at(0) & 0xFFFFu);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) w[k] = (int)(r.h[1 + 2 * k] | (r.h[2 + 2 * k] << 16));
+        for (int k = 0; k < 8; ++k) w[k] = (int)r.b.at(2 + 4 * k);
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
     __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
@@ -166,20 +191,18 @@ template <> struct DpChunk<GB_Q4_0> {
     int w[8];
     float d;
     struct Raw {
-        unsigned h[9];
+        DpSpanA2<18> b;
     };
     __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
-        const unsigned char* b = row + 18LL * c;
         Raw r;
-#pragma unroll
-        for (int i = 0; i < 9; ++i) r.h[i] = dp_u16_a2(b + 2 * i);
+        r.b.fetch(row + 18LL * c);
         return r;
     }
     __device__ __forceinline__ void unpack(const Raw& r, int) {
-        d = gb_half_bits(r.h[0]);
+        d = gb_half_bits(r.b.at(0) & 0xFFFFu);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const int raw = (int)(r.h[1 + 2 * k] | (r.h[2 + 2 * k] << 16));
+            const int raw = (int)r.b.at(2 + 4 * k);
             w[k] = raw & 0x0F0F0F0F;
             w[k + 4] = (raw >> 4) & 0x0F0F0F0F;
         }
@@ -231,21 +254,19 @@ template <> struct DpChunk<GB_Q5_0> {
     int w[8];
     float d;
     struct Raw {
-        unsigned h[11];
+        DpSpanA2<22> b;  // d, qh, the 16 bytes of nibbles
     };
     __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
-        const unsigned char* b = row + 22LL * c;
         Raw r;
-#pragma unroll
-        for (int i = 0; i < 11; ++i) r.h[i] = dp_u16_a2(b + 2 * i);
+        r.b.fetch(row + 22LL * c);
         return r;
     }
     __device__ __forceinline__ void unpack(const Raw& r, int) {
-        d = gb_half_bits(r.h[0]);
-        const unsigned qh = r.h[1] | (r.h[2] << 16);
+        d = gb_half_bits(r.b.at(0) & 0xFFFFu);
+        const unsigned qh = r.b.at(2);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const int raw = (int)(r.h[3 + 2 * k] | (r.h[4 + 2 * k] << 16));
+            const int raw = (int)r.b.at(6 + 4 * k);
             w[k] = (raw & 0x0F0F0F0F) | dp_spread4(qh >> (4 * k));
             w[k + 4] = ((raw >> 4) & 0x0F0F0F0F) | dp_spread4(qh >> (16 + 4 * k));
         }
@@ -392,19 +413,15 @@ template <> struct DpChunk<GB_Q6_K> {
     float d;
     int sc0, sc1;
     struct Raw {
-        unsigned ql[16], qh[16], sc, d;  // 16-bit units: low nibbles' and high bits' 32 bytes, scales 2s, 2s + 1, d
+        DpSpanA2<32> ql, qh;  // the low nibbles' and the high bits' 32 bytes (a block is 2-byte aligned)
+        unsigned sc, d;       // 16-bit units: scales 2s, 2s + 1; d
     };
     __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
         const unsigned char* b = row + 210LL * (c >> 3);
         const int s = c & 7, h = s >> 2, k = s & 3;
-        const unsigned char* ql = b + 64 * h + 32 * (k & 1);
-        const unsigned char* qh = b + 128 + 32 * h;
         Raw r;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            r.ql[i] = dp_u16_a2(ql + 2 * i);
-            r.qh[i] = dp_u16_a2(qh + 2 * i);
-        }
+        r.ql.fetch(b + 64 * h + 32 * (k & 1));
+        r.qh.fetch(b + 128 + 32 * h);
         r.sc = dp_u16_a2(b + 192 + 2 * s);
         r.d = dp_u16_a2(b + 208);
         return r;
@@ -417,7 +434,7 @@ template <> struct DpChunk<GB_Q6_K> {
         const int lshift = 4 * (k >> 1), hshift = 2 * k;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const int lw = (int)(r.ql[2 * i] | (r.ql[2 * i + 1] << 16)), hw = (int)(r.qh[2 * i] | (r.qh[2 * i + 1] << 16));
+            const int lw = (int)r.ql.at(4 * i), hw = (int)r.qh.at(4 * i);
             w[i] = ((lw >> lshift) & 0x0F0F0F0F) | (((hw >> hshift) & 0x03030303) << 4);
         }
     }

@@ -82,7 +82,10 @@
 // Registers (nvcc 13.0 sm_90, ptxas): the split kernel keeps two floats an output as before --
 // matmul_mmq_q4_k 146 -> 144, gate_up_mmq_q4_k 144 -> 126, mmq_narrow q4_k 80 -> 70 (the member
 // range bounds the walk); moe_mmq.cu walked every group with a third float (moe_down_mmq_q4_k
-// 148 -> 176) until it split too (2026-11-27: 137, NVRTC 12).
+// 148 -> 176) until it split too (2026-11-27: 137, NVRTC 12). The 2-byte aligned types' fetch as
+// aligned words (dp4a.cuh's DpSpanA2; NVRTC 12 sm_90): matmul_mmq_q6_k 185 -> 165 registers (2 -> 3
+// blocks an SM), mmq_narrow q6_k 120 -> 91; q8_0 131 -> 141 (3 blocks either way), 439 -> 410
+// instructions an iteration (17 -> 10 loads a chunk).
 #include "mmq_rows.cuh"
 
 #define MQ_ARGS                                                                                                  \
