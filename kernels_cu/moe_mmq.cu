@@ -20,7 +20,9 @@
 // Split-K as matmul_mmq.cu: a block for each group of 8 members, the group sums in the scratch, each
 // tile's last block folds them. The scratch is sized by the bound on tiles (max_tiles, so by the
 // token count: a graph recorded once serves every routing); a tile past the last exits before its
-// ticket, so its blocks leave nothing behind. Unsplit, a block kept a third float an output (the
+// ticket, so its blocks leave nothing behind. A window is at least one row tile over every pair
+// tile, so the scratch can pass matmul_mmq.py's 64 MB: Qwen3-30B-A3B's gate+up at a capacity of
+// 8,192 tokens, 144 MB in windows of one row tile (12 launches). Unsplit, a block kept a third float an output (the
 // total over groups): 2026-11-27, NVRTC 12 sm_90, moe_down_mmq_q4_k 179 registers -> 137 split,
 // moe_gate_up_mmq_q4_k 166 -> 125 (2 blocks of 8 warps an SM instead of 1); no spills.
 // Launch: gate_up block 256 (8 warps, both matrices), down block 128; grid (row tiles of the window,

@@ -172,6 +172,29 @@ def test_max_tiles_bounds_every_routing():
         assert worst <= moe.max_tiles(P, n_expert)
 
 
+def test_the_reserved_split_scratch_serves_every_smaller_step():
+    """Workspace reserves mmq's split-K scratch for its capacity before graphs are recorded; a smaller
+    step must never need more (a plan's floats are not monotone in its tiles: the window's floor).
+    The shape where the capacity's own plan fell short: experts of 256 from 512, 8 of them, k = 4."""
+    from types import SimpleNamespace
+
+    from sharpinf.ops import matmul_mmq as mq
+
+    cfg = SimpleNamespace(q_dim=512, kv_dim=128, n_embd=512, n_vocab=1000, is_moe=True, n_expert_used=4,
+                          n_expert=8, n_ff_exp=256, n_ff=0)
+    class HostArrays:  # the two allocations reserve_scratch makes (a backend is a weak key)
+        empty, zeros = staticmethod(np.empty), staticmethod(np.zeros)
+
+    be = HostArrays()
+    T = 4096
+    got = mq.reserve_scratch(be, cfg, T, 64)
+    for n in range(1, T + 1):
+        for n_out, n_in, nmat in ((cfg.n_ff_exp, cfg.n_embd, 2), (cfg.n_embd, cfg.n_ff_exp, 1)):
+            for rows in (mq.ROWS_PER_BLOCK, mq.NARROW_ROWS):
+                _, floats, tickets = mq.split_plan(n_out, n_in, moe.max_tiles(n * 4, 8, moe.MMQ_TILE), nmat, rows)
+                assert floats <= got.partial.size and tickets <= got.tickets.size, (n, n_out, rows)
+
+
 def _worst_counts(P: int, n_expert: int) -> list[int]:
     counts = [1] * min(P, n_expert)  # as many groups as can be...
     counts[0] += P - len(counts)  # ... the rest in one

@@ -98,7 +98,10 @@ def reserve_scratch(be, cfg, tokens: int, rows: int) -> MmqScratch:
         shapes += [(cfg.n_ff_exp, cfg.n_embd, pt, 2), (cfg.n_embd, cfg.n_ff_exp, pt, 1)]
     else:
         shapes += [(cfg.n_ff, cfg.n_embd, t, 2), (cfg.n_embd, cfg.n_ff, t, 1)]
-    plans = [split_plan(*shape, rows_) for shape in shapes for rows_ in (ROWS_PER_BLOCK, NARROW_ROWS)]
+    # every grid.y up to the capacity's: a plan's floats are not monotone in it (the window's floor), and
+    # a smaller step must not grow the scratch after the graphs are recorded
+    plans = [split_plan(n_out, n_in, y, nmat, rows_) for n_out, n_in, gy, nmat in shapes
+             for rows_ in (ROWS_PER_BLOCK, NARROW_ROWS) for y in range(1, gy + 1)]
     return mmq_scratch(be, max(p[1] for p in plans), max(p[2] for p in plans))
 
 
