@@ -44,7 +44,11 @@
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
 #   4. attention: split vs flash per N (fast keeps split; flash was faster only for long prefills).
-#   5. the next kernel work (ncu-qwen3-8b-shape.txt): whether mmq at 512 tokens and the N = 1 matvecs
+#   5. the 2-byte aligned types (2026-11-27, never timed): q8_0/q4_0/q5_0/q6_k chunks now load as aligned
+#      words (dp4a.cuh's DpSpanA2: q8_0 10 loads a chunk, not 17; q6_k 20, not 34; matmul_mmq_q6_k 185 -> 165
+#      registers) -- the real SmolLM2's LM head (q8_0, a third of its bytes) is where decode shows it;
+#      and moe_mmq now splits K (moe_gate_up_mmq_q4_k 166 -> 125 registers): the moe stage's pp512.
+#   6. the next kernel work (ncu-qwen3-8b-shape.txt): whether mmq at 512 tokens and the N = 1 matvecs
 #      are issue-bound or waiting -- with bench/sass_mix.py's count of what an mmq iteration issues
 #      (no GPU needed), which change pays: fewer instructions a term, or more warps / loads in flight.
 set -uo pipefail
