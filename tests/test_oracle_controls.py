@@ -122,6 +122,25 @@ def test_compare_and_exact_name_non_finite_values():
     assert r.passed and r.max_abs_dlogit == 0.0
 
 
+def test_an_argmax_flip_passes_only_where_the_rows_error_explains_it():
+    """compare_logits' near-tie rule: the greedy token may differ only where the reference's own
+    top-2 gap is within 2 x that row's typical (90th-percentile) |dlogit| -- the whole row moved by
+    the numerics. The same flip made by changing one logit fails, though the error is within the
+    tolerance: twice the row's *largest* error, the rule before 2026-11-27, explains every flip."""
+    tol = Tolerance(1.0, 4, True, "test")
+    want = np.tile(np.array([3.0, 2.99, 1.0, 0.5, 0.2, 0.0, -0.5, -1.0, -2.0, -3.0], np.float32), (2, 1))
+    got = want.copy()
+    got[1] += np.array([-0.01, 0.01, 0.01, -0.01, 0.01, -0.01, 0.01, -0.01, 0.01, -0.01], np.float32)
+    r = compare.compare_logits("o", "c", got, want, tol)  # row 1 flips, every logit moved by 0.01
+    assert r.passed and r.argmax_equal and r.detail == "1 argmax flip(s) at near-ties", r
+    want[0, 1] = 2.8
+    got = want.copy()
+    got[0, 1] += 0.5  # row 0 flips by one logit's error of 0.5 (the gap: 0.2), the rest exact
+    r = compare.compare_logits("o", "c", got, want, tol)
+    assert not r.passed and not r.argmax_equal and "argmax differs at [0]" in r.detail, r
+    assert compare.compare_logits("o", "c", want, want.copy(), tol).detail == ""  # no flip, nothing said
+
+
 def test_the_test_asserts_never_match_nan():
     from asserts import assert_bits, assert_close, assert_same
 

@@ -54,13 +54,18 @@ def compare_logits(oracle: str, case: str, got: np.ndarray, want: np.ndarray, to
     bad = nonfinite(got, want)
     if bad:
         return OracleResult(oracle, case, None, None, None, False, bad)
-    dmax = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    dmax = float(np.max(diff))
     overlap = top5_overlap(got, want)
     flips = np.flatnonzero(np.argmax(got, axis=-1) != np.argmax(want, axis=-1))
-    # A flip is explained by the measured error when the reference's own top-2 gap is at
-    # most 2 * max|dlogit| there: both tokens are right answers within the numerics.
+    # A flip is explained when the reference's own top-2 gap there is at most twice that row's
+    # typical error (its 90th-percentile |dlogit|): numerics that move the whole row (a hidden state
+    # a rounding away) can swap a near tie, both tokens right answers; an error confined to a few
+    # logits that swaps it is a bug. (Twice the *largest* error would explain every flip: swapping
+    # two logits takes an error of half their gap in one of them.)
     top2 = np.sort(want[flips], axis=-1)[:, -2:] if len(flips) else np.zeros((0, 2))
-    unexplained = [int(f) for f, g in zip(flips, top2[:, 1] - top2[:, 0]) if g > 2 * dmax]
+    typical = np.percentile(diff[flips], 90, axis=-1) if len(flips) else np.zeros(0)
+    unexplained = [int(f) for f, g, e in zip(flips, top2[:, 1] - top2[:, 0], typical) if g > 2 * e]
     am = not unexplained
     ok = dmax <= tol.max_abs_dlogit and overlap >= tol.min_top5_overlap and (am or not tol.argmax_equal)
     detail = f"{len(flips)} argmax flip(s) at near-ties" if ok and len(flips) else ""
