@@ -75,6 +75,17 @@ template <int NB> struct DpSpanA2 {
     }
 };
 
+// 4 words (16 bytes) at a 16-byte aligned address: one 128-bit load.
+__device__ __forceinline__ void dp_words4_a16(const void* p, unsigned (&w)[4]) {
+#ifdef SHARPINF_EMU
+    SHARPINF_ASSERT_ALIGNED(p, 16);
+    __builtin_memcpy(w, p, 16);
+#else
+    const uint4 a = *reinterpret_cast<const uint4*>(p);
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+#endif
+}
+
 // 8 words (32 bytes) at a 16-byte aligned address: two 128-bit loads.
 __device__ __forceinline__ void dp_words8_a16(const void* p, int (&w)[8]) {
 #ifdef SHARPINF_EMU
@@ -314,13 +325,16 @@ template <> struct DpChunk<GB_Q5_1> {
     }
 };
 
-// The K-quants' header as fetched: d | dmin << 16, then the 12 scale bytes in 3 words.
+// The K-quants' header as fetched (one 128-bit load: Q4_K and Q5_K blocks, 144 and 176 bytes, keep
+// a row's 16-byte alignment): d | dmin << 16, then the 12 scale bytes in 3 words.
 struct DpKHead {
     unsigned dm, k[3];
     __device__ __forceinline__ void fetch(const unsigned char* b) {
-        dm = (unsigned)dp_word_a4(b);
+        unsigned w[4];
+        dp_words4_a16(b, w);
+        dm = w[0];
 #pragma unroll
-        for (int i = 0; i < 3; ++i) k[i] = (unsigned)dp_word_a4(b + 4 + 4 * i);
+        for (int i = 0; i < 3; ++i) k[i] = w[1 + i];
     }
     // scale byte i (0..11), selected without indexing a register array at run time
     __device__ __forceinline__ int byte(int i) const {
