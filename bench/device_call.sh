@@ -40,6 +40,8 @@
 #      ~6% by estimate, and an mmq iteration issues 476 hot instructions, not 524 (the fma form of
 #      the terms, the rows' scales read once: matmul_mmq.cu's header): compare with the 2026-11-26
 #      row (429.9 us for qkv at 512).
+#      kernels-mmq-r128.log / qwen3-8b-shape-matmul-mmq-r128: the same mmq rows at 64 and 512 tokens with
+#      ptxas held to 128 registers (4 blocks an SM, not 3; ~6% more instructions): the occupancy trade.
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
@@ -133,6 +135,15 @@ if has kernels; then
     --batch-sizes 1,4,8,16,32,64 --prefill-sizes 128,512 --repeats 3 --out "$RUN/qwen3-8b-shape-matmul" \
    
   stamp "kernels matmul exit $?"
+  # occupancy probe: the same mmq rows with ptxas held to 128 registers (SHARPINF_NVRTC_OPTIONS reaches
+  # every kernel's compile): matmul_mmq_q4_k 143 -> 128 is 4 blocks of 4 warps an SM instead of 3, for
+  # ~6% more instructions an iteration (523 -> 556, 8 bytes spilled; bench/sass_mix.py) -- if it wins at
+  # 64 and 512 tokens, the mmq entries take __launch_bounds__ where ptxas fits them without spills
+  stamp "kernels: mmq at 128 registers"
+  SHARPINF_NVRTC_OPTIONS=--maxrregcount=128 run kernels-mmq-r128.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+    --backend cuda --suite kernels --op matmul --variant dp4a,mmq --batch-sizes 64 --prefill-sizes 512 --repeats 3 \
+    --out "$RUN/qwen3-8b-shape-matmul-mmq-r128"
+  stamp "kernels mmq r128 exit $?"
   # the decode step at 1 and 64 sequences on the 8B shape with mmq_narrow (16-row blocks, 4x mmq's
   # grid) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same suite,
   # context 192). Issue 19: the N = 64 step <= 2x the N = 1 step; if narrow beats fast's dp4a there,
