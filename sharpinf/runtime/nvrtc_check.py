@@ -157,7 +157,7 @@ def compile_file(nvrtc: Nvrtc, path: Path, options: Sequence[str], name_expressi
 
 def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | None = None,
                name_expressions: Sequence[str] = (), ptxas_verbose: bool = False,
-               debug_archs: Sequence[str] = ()) -> list[Result]:
+               debug_archs: Sequence[str] = (), extra_options: Sequence[str] = ()) -> list[Result]:
     """Compile one file per arch; with ptxas_verbose the log carries ptxas -v's per-entry facts
     (registers, spills: ptxas_report.parse_ptxas_log) at no extra compile. An arch in debug_archs
     compiles with -G: NVVM and ptxas unoptimized, ~4x faster over kernels_cu/ -- every source still
@@ -166,7 +166,7 @@ def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | 
     nvrtc = nvrtc or Nvrtc()
     path = Path(path)
     results = []
-    extra = ["--ptxas-options=-v"] if ptxas_verbose else []
+    extra = (["--ptxas-options=-v"] if ptxas_verbose else []) + list(extra_options)
     for arch in archs:
         debug = ["-G"] if arch in debug_archs else []
         ok, log = compile_file(nvrtc, path, compile_options(arch, [path.parent], nvrtc.major) + extra + debug,

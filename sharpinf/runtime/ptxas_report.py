@@ -6,6 +6,7 @@ variants; tests/test_nvrtc_compile.py holds them to no spills.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,9 +60,13 @@ def ptxas_report(files: list[str], arch: str = "sm_90", entries: set[str] | None
     from sharpinf.runtime.nvrtc_check import Nvrtc, check_file
 
     nvrtc = nvrtc or Nvrtc()
+    # the options the GPU backend adds to every compile (cuda_backend: SHARPINF_NVRTC_OPTIONS, e.g. a
+    # register cap), so the report describes the kernels that ran
+    extra = tuple(os.environ.get("SHARPINF_NVRTC_OPTIONS", "").split())
     out = []
     for name in files:
-        (r,) = check_file(Path(kernels_dir()) / name, (arch,), nvrtc, ptxas_verbose=True)  # the NVRTC check's compile
+        (r,) = check_file(Path(kernels_dir()) / name, (arch,), nvrtc, ptxas_verbose=True,  # the NVRTC check's compile
+                          extra_options=extra)
         ok, log = r.ok, r.log
         if not ok:
             raise RuntimeError(f"{name} does not compile for {arch}:\n{log}")
