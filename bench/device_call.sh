@@ -53,6 +53,12 @@
 #   6. the next kernel work (ncu-qwen3-8b-shape.txt): whether mmq at 512 tokens and the N = 1 matvecs
 #      are issue-bound or waiting -- with bench/sass_mix.py's count of what an mmq iteration issues
 #      (no GPU needed), which change pays: fewer instructions a term, or more warps / loads in flight.
+#      For the matvecs also MemoryWorkloadAnalysis' L1 sectors per request: dp4a's lanes each load
+#      their own chunk, a block apart (Q4_1: five 4-byte loads at a 20-byte stride, so an instruction's
+#      32 words touch 20 sectors -- 5x the bytes used; Q8_0 ~8x; Q4_K's 128-bit loads ~2x). If L1
+#      wavefronts, not DRAM, bind the N = 1 matvecs (33-56% of the copy bandwidth on the H200), the
+#      next variant loads each row's bytes coalesced (16 bytes a lane, consecutive) and hands the
+#      chunks out by shuffles, in dp4a's order.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${1:-peers,kernels,ncu,tests}
