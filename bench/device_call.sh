@@ -209,6 +209,16 @@ if has ncu; then
       --variant dp4a,mmq,mmq_narrow,split --decode 1,64 --prefill 512 --context 512
     stamp "ncu exit $?"; grep -cE "^  [a-z_0-9]+ \(" "$OUT/ncu.log" | sed 's/^/kernels profiled: /'
     cp "$OUT/ncu.log" "$RUN/ncu-qwen3-8b-shape.txt" 2>/dev/null
+    # the legacy types' matvecs (SmolLM2's shape, Q4_1 and its q8_0 LM head), whose lanes load a block
+    # apart: L1 sectors per request against the Q4_K rows above (see 6. in the header)
+    stamp "ncu: SmolLM2 shape's matvecs"
+    run ncu-smollm2.log 60 "$NCU" --clock-control none --profile-from-start off \
+      -k regex:'^(matmul|gate_up)_dp4a_q(4_1|8_0)$' --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section SchedulerStats --section WarpStateStats \
+      python3 bench/ncu_targets.py smollm2-135m-shape:Q4_1 --backend cuda --op matmul,ffn_in --variant dp4a \
+      --decode 1 --prefill ''
+    stamp "ncu smollm2 exit $?"
+    cp "$OUT/ncu-smollm2.log" "$RUN/ncu-smollm2-135m-shape.txt" 2>/dev/null
     pack
   else
     stamp "ncu: not on this machine"
