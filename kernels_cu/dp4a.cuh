@@ -75,6 +75,17 @@ template <int NB> struct DpSpanA2 {
     }
 };
 
+// 2 words (8 bytes) at an 8-byte aligned address: one 64-bit load.
+__device__ __forceinline__ void dp_words2_a8(const void* p, unsigned* w) {
+#ifdef SHARPINF_EMU
+    SHARPINF_ASSERT_ALIGNED(p, 8);
+    __builtin_memcpy(w, p, 8);
+#else
+    const uint2 a = *reinterpret_cast<const uint2*>(p);
+    w[0] = a.x; w[1] = a.y;
+#endif
+}
+
 // 4 words (16 bytes) at a 16-byte aligned address: one 128-bit load.
 __device__ __forceinline__ void dp_words4_a16(const void* p, unsigned (&w)[4]) {
 #ifdef SHARPINF_EMU
@@ -299,10 +310,10 @@ template <> struct DpChunk<GB_Q5_1> {
         unsigned u[6];  // d | m << 16, qh, the quants
     };
     __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
-        const unsigned char* b = row + 24LL * c;
+        const unsigned char* b = row + 24LL * c;  // 8-byte aligned: 24-byte blocks keep a row's alignment
         Raw r;
 #pragma unroll
-        for (int i = 0; i < 6; ++i) r.u[i] = (unsigned)dp_word_a4(b + 4 * i);
+        for (int i = 0; i < 3; ++i) dp_words2_a8(b + 8 * i, r.u + 2 * i);
         return r;
     }
     __device__ __forceinline__ void unpack(const Raw& r, int) {

@@ -19,7 +19,8 @@
 //   * weights read in 32-bit words (where GGUF blocks are only 2-byte aligned -- q8_0, q4_0, q5_0,
 //     q6_k -- the aligned words covering the span, funnel-shifted apart: dp4a.cuh's DpSpanA2; a
 //     q8_0 chunk is 10 loads, not 17, a q6_k chunk 20, not 34), 128-bit loads for the K-quants'
-//     16-aligned header and quants (a q4_k chunk: 3 loads) and for X;
+//     16-aligned header and quants (a q4_k chunk: 3 loads), 64-bit ones for q5_1 (24-byte blocks)
+//     and 128-bit ones for X;
 //   * all lanes busy at every n_in: a row is split over G = min(32, 2^floor(log2(n_in/32)))
 //     lanes, so a warp takes 32/G rows (n_in = 576: 16 lanes a row, 2 rows a warp);
 //   * fused epilogue: bias and the residual add.
