@@ -75,38 +75,27 @@ template <int NB> struct DpSpanA2 {
     }
 };
 
-// 2 words (8 bytes) at an 8-byte aligned address: one 64-bit load.
-__device__ __forceinline__ void dp_words2_a8(const void* p, unsigned* w) {
+// N words (N = 2 or 4) at a 4N-byte aligned address: one 64- or 128-bit load.
+template <int N> __device__ __forceinline__ void dp_words_vec(const void* p, unsigned* w) {
+    static_assert(N == 2 || N == 4, "one 64- or 128-bit load");
 #ifdef SHARPINF_EMU
-    SHARPINF_ASSERT_ALIGNED(p, 8);
-    __builtin_memcpy(w, p, 8);
+    SHARPINF_ASSERT_ALIGNED(p, 4 * N);
+    __builtin_memcpy(w, p, 4 * N);
 #else
-    const uint2 a = *reinterpret_cast<const uint2*>(p);
-    w[0] = a.x; w[1] = a.y;
-#endif
-}
-
-// 4 words (16 bytes) at a 16-byte aligned address: one 128-bit load.
-__device__ __forceinline__ void dp_words4_a16(const void* p, unsigned (&w)[4]) {
-#ifdef SHARPINF_EMU
-    SHARPINF_ASSERT_ALIGNED(p, 16);
-    __builtin_memcpy(w, p, 16);
-#else
-    const uint4 a = *reinterpret_cast<const uint4*>(p);
-    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    if constexpr (N == 2) {
+        const uint2 a = *reinterpret_cast<const uint2*>(p);
+        w[0] = a.x; w[1] = a.y;
+    } else {
+        const uint4 a = *reinterpret_cast<const uint4*>(p);
+        w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    }
 #endif
 }
 
 // 8 words (32 bytes) at a 16-byte aligned address: two 128-bit loads.
 __device__ __forceinline__ void dp_words8_a16(const void* p, int (&w)[8]) {
-#ifdef SHARPINF_EMU
-    SHARPINF_ASSERT_ALIGNED(p, 16);
-    __builtin_memcpy(w, p, 32);
-#else
-    const int4 a = reinterpret_cast<const int4*>(p)[0], b = reinterpret_cast<const int4*>(p)[1];
-    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
-    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
-#endif
+    dp_words_vec<4>(p, reinterpret_cast<unsigned*>(w));
+    dp_words_vec<4>(static_cast<const unsigned char*>(p) + 16, reinterpret_cast<unsigned*>(w) + 4);
 }
 
 // (float)v, exactly, for |v| < 2^22, without the int -> float conversion unit (16 results a clock an
@@ -313,7 +302,7 @@ template <> struct DpChunk<GB_Q5_1> {
         const unsigned char* b = row + 24LL * c;  // 8-byte aligned: 24-byte blocks keep a row's alignment
         Raw r;
 #pragma unroll
-        for (int i = 0; i < 3; ++i) dp_words2_a8(b + 8 * i, r.u + 2 * i);
+        for (int i = 0; i < 3; ++i) dp_words_vec<2>(b + 8 * i, r.u + 2 * i);
         return r;
     }
     __device__ __forceinline__ void unpack(const Raw& r, int) {
@@ -342,7 +331,7 @@ struct DpKHead {
     unsigned dm, k[3];
     __device__ __forceinline__ void fetch(const unsigned char* b) {
         unsigned w[4];
-        dp_words4_a16(b, w);
+        dp_words_vec<4>(b, w);
         dm = w[0];
 #pragma unroll
         for (int i = 0; i < 3; ++i) k[i] = w[1 + i];

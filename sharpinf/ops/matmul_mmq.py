@@ -37,7 +37,12 @@ BEST_MIN_TOKENS = 64
 
 
 def _grid(n_out: int, n_tokens: int, rows: int = ROWS_PER_BLOCK) -> tuple[int, int]:
-    return -(-n_out // rows), -(-n_tokens // TOKENS_PER_BLOCK)
+    return row_tiles(n_out, rows), token_tiles(n_tokens)
+
+
+def row_tiles(n_out: int, rows: int) -> int:
+    """A product's tiles of `rows` weight rows (grid.x, before windows)."""
+    return -(-n_out // rows)
 
 
 # -- split-K (mmq_rows.cuh's MqSplit): a block for each group of a row's members -------------------
@@ -66,7 +71,7 @@ def split_plan(n_out: int, n_in: int, gy: int, nmat: int, rows: int) -> tuple[in
     in one launch where the group sums fit SCRATCH_FLOATS (or there is one group: no scratch), else
     windows."""
     groups = member_groups(n_in)
-    gx = -(-n_out // rows)
+    gx = row_tiles(n_out, rows)
     if groups == 1:
         return gx, 0, 0
     per_tile_column = nmat * groups * TOKENS_PER_BLOCK * rows * gy
@@ -110,7 +115,7 @@ def split_launches(be, rows: int, gy: int, n_out: int, n_in: int, nmat: int, lau
     tiles (grid.y): grid.z = the groups, the extra args the scratch and the window's first row tile."""
     window, floats, tickets = split_plan(n_out, n_in, gy, nmat, rows)
     sc = mmq_scratch(be, floats, tickets)
-    gx = -(-n_out // rows)
+    gx = row_tiles(n_out, rows)
     for x0 in range(0, gx, window):
         nx = min(window, gx - x0)
         launch_one((nx, gy, member_groups(n_in)), (sc.partial, sc.tickets, np.int32(x0)), nx / gx)
