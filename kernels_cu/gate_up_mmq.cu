@@ -17,4 +17,4 @@
 // One entry per quantized type, gate_up_mmq_<type>, each compiled only when wanted (GB_QUANT_ENTRIES,
 // ggml_blocks.cuh).
 template <int QT> __device__ __forceinline__ void mmq_gate_up(GQ_ARGS) { mmq_rows<QT, 2>(GQ_PASS); }
-GB_QUANT_ENTRIES(gate_up_mmq, , (GQ_ARGS), mmq_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act, partial, tickets, x0)
+GB_QUANT_ENTRIES_ATTRS(gate_up_mmq, , MQ_BOUNDS_2, (GQ_ARGS), mmq_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act, partial, tickets, x0)

@@ -35,16 +35,21 @@
 
 // One entry point per weight type from one line (SHARPINF_ENTRY, common.cuh): name_<type><sfx>,
 // its body FN<GB_TYPE>(call...). GB_QUANT_ENTRIES: the eight quantized types; GB_ENTRIES: all eleven.
-#define GB_ENTRY(name, t, sfx, QT, params, FN, ...) SHARPINF_ENTRY(name##_##t##sfx, params, FN<QT>(__VA_ARGS__))
-#define GB_QUANT_ENTRIES(name, sfx, params, FN, ...)                   \
-    GB_ENTRY(name, q8_0, sfx, GB_Q8_0, params, FN, __VA_ARGS__)       \
-    GB_ENTRY(name, q4_0, sfx, GB_Q4_0, params, FN, __VA_ARGS__)       \
-    GB_ENTRY(name, q4_1, sfx, GB_Q4_1, params, FN, __VA_ARGS__)       \
-    GB_ENTRY(name, q5_0, sfx, GB_Q5_0, params, FN, __VA_ARGS__)       \
-    GB_ENTRY(name, q5_1, sfx, GB_Q5_1, params, FN, __VA_ARGS__)       \
-    GB_ENTRY(name, q4_k, sfx, GB_Q4_K, params, FN, __VA_ARGS__)       \
-    GB_ENTRY(name, q5_k, sfx, GB_Q5_K, params, FN, __VA_ARGS__)       \
-    GB_ENTRY(name, q6_k, sfx, GB_Q6_K, params, FN, __VA_ARGS__)
+#define GB_ENTRY(name, t, sfx, QT, params, FN, ...) GB_ENTRY_ATTRS(name, t, sfx, , QT, params, FN, __VA_ARGS__)
+#define GB_ENTRY_ATTRS(name, t, sfx, attrs, QT, params, FN, ...) \
+    SHARPINF_ENTRY_ATTRS(name##_##t##sfx, attrs, params, FN<QT>(__VA_ARGS__))
+#define GB_QUANT_ENTRIES(name, sfx, params, FN, ...) GB_QUANT_ENTRIES_ATTRS(name, sfx, GB_NO_ATTRS, params, FN, __VA_ARGS__)
+// ... with attributes before each name: ATTRS(QT), e.g. a macro giving __launch_bounds__(128, 3)
+#define GB_NO_ATTRS(QT)
+#define GB_QUANT_ENTRIES_ATTRS(name, sfx, ATTRS, params, FN, ...)               \
+    GB_ENTRY_ATTRS(name, q8_0, sfx, ATTRS(GB_Q8_0), GB_Q8_0, params, FN, __VA_ARGS__)   \
+    GB_ENTRY_ATTRS(name, q4_0, sfx, ATTRS(GB_Q4_0), GB_Q4_0, params, FN, __VA_ARGS__)   \
+    GB_ENTRY_ATTRS(name, q4_1, sfx, ATTRS(GB_Q4_1), GB_Q4_1, params, FN, __VA_ARGS__)   \
+    GB_ENTRY_ATTRS(name, q5_0, sfx, ATTRS(GB_Q5_0), GB_Q5_0, params, FN, __VA_ARGS__)   \
+    GB_ENTRY_ATTRS(name, q5_1, sfx, ATTRS(GB_Q5_1), GB_Q5_1, params, FN, __VA_ARGS__)   \
+    GB_ENTRY_ATTRS(name, q4_k, sfx, ATTRS(GB_Q4_K), GB_Q4_K, params, FN, __VA_ARGS__)   \
+    GB_ENTRY_ATTRS(name, q5_k, sfx, ATTRS(GB_Q5_K), GB_Q5_K, params, FN, __VA_ARGS__)   \
+    GB_ENTRY_ATTRS(name, q6_k, sfx, ATTRS(GB_Q6_K), GB_Q6_K, params, FN, __VA_ARGS__)
 #define GB_ENTRIES(name, sfx, params, FN, ...)                         \
     GB_ENTRY(name, f32, sfx, GB_F32, params, FN, __VA_ARGS__)         \
     GB_ENTRY(name, f16, sfx, GB_F16, params, FN, __VA_ARGS__)         \

@@ -86,6 +86,12 @@
 // aligned words (dp4a.cuh's DpSpanA2; NVRTC 12 sm_90): matmul_mmq_q6_k 185 -> 165 registers (2 -> 3
 // blocks an SM), mmq_narrow q6_k 120 -> 91; q8_0 131 -> 141 (3 blocks either way), 439 -> 410
 // instructions an iteration (17 -> 10 loads a chunk).
+// The terms in two copies (mmq_rows.cuh: full warp tiles without the per-n8-tile padding test, 3
+// instructions an mma) and ptxas held to the occupancy it had (MQ_BOUNDS_1/_2: __launch_bounds__),
+// 2026-11-28, NVRTC 12.9 sm_90, a full iteration with the member fold: matmul_mmq q4_k 519 -> 479,
+// q6_k 764 -> 689, q8_0 410 -> 382, q4_1 472 -> 431; gate_up_mmq q4_k 546 -> 504; mmq_narrow q4_k
+// 324 -> 306. Registers: matmul_mmq 138-165 -> 146-168 (3 blocks an SM, as before); gate_up_mmq
+// 122-142 -> 128 (Q5_K 1 -> 2 blocks of 8 warps, the rest 2), Q6_K 159 -> 215 (1 block either way).
 #include "mmq_rows.cuh"
 
 #define MQ_ARGS                                                                                                  \
@@ -98,5 +104,5 @@
 // One entry per quantized type, matmul_mmq_<type>, each compiled only when wanted (GB_QUANT_ENTRIES,
 // ggml_blocks.cuh).
 template <int QT> __device__ __forceinline__ void mmq_matmul(MQ_ARGS) { mmq_rows<QT, 1>(MQ_PASS); }
-GB_QUANT_ENTRIES(matmul_mmq, , (MQ_ARGS), mmq_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride,
+GB_QUANT_ENTRIES_ATTRS(matmul_mmq, , MQ_BOUNDS_1, (MQ_ARGS), mmq_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride,
                  partial, tickets, x0)

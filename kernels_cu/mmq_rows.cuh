@@ -27,6 +27,19 @@ struct MqShape {
     static_assert(FN % 2 == 0, "B fragments load two n8 tiles at a time");
 };
 
+// ptxas's register budgets for the wide blocks (the entries' __launch_bounds__: GB_QUANT_ENTRIES_ATTRS):
+// 4 warps (NMAT = 1) at most 168 registers, 3 blocks an SM; 8 warps (NMAT = 2) at most 128, 2 blocks
+// an SM -- but Q6_K, which spills at 128 (160 bytes): 1. Unbounded, ptxas spends registers past those
+// lines to hoist a tile's mmas (with the full-tile copy: gate_up_mmq_q4_k 132, 1 block an SM;
+// matmul_mmq_q6_k 177, 2).
+// MQ_MIN_BLOCKS_1: a probe may ask for more (-DMQ_MIN_BLOCKS_1=4 through SHARPINF_NVRTC_OPTIONS:
+// <= 128 registers; --maxrregcount does not reach an entry with launch bounds).
+#ifndef MQ_MIN_BLOCKS_1
+#define MQ_MIN_BLOCKS_1 3
+#endif
+#define MQ_BOUNDS_1(QT) __launch_bounds__(128, MQ_MIN_BLOCKS_1)
+#define MQ_BOUNDS_2(QT) __launch_bounds__(256, (QT) == GB_Q6_K ? 1 : 2)
+
 // A if C else B (NVRTC has no <type_traits>)
 template <bool C, class A, class B> struct MqPick { typedef A type; };
 template <class A, class B> struct MqPick<false, A, B> { typedef B type; };
@@ -58,6 +71,7 @@ struct MqXTile {
 // n0 .. n0 + 63 (both X's and Y's rows). MqPairs (moe_mmq.cu): one expert's tile of up to 64 (token,
 // expert) pairs from moe_sort, pair p reading X row p / x_div and writing Y row p.
 struct MqTokens {
+    static constexpr bool FULL_COPY = true;  // mmq_rows's branch-free copy of the terms for full warp tiles
     int n0, count;  // first token; live slots (count <= MQ_TOKENS)
     __device__ __forceinline__ MqTokens(int n_tokens) : n0(blockIdx.y * MQ_TOKENS) {
         count = n_tokens - n0 < MQ_TOKENS ? n_tokens - n0 : MQ_TOKENS;
@@ -233,37 +247,47 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                     s0[j][h] = dp_dot8(ones, xw);
                 }
             }
+        // the mmas and float terms of chunk k. Two copies: where every n8 tile of the warp holds live
+        // tokens (every block of a big step but the last), all unconditionally; elsewhere the n8 tiles
+        // wholly past the last token skip theirs (a 16-token step computes a quarter of the tile). The
+        // per-tile test cost 3 instructions an mma (sass_mix: 476 -> 443 an iteration, Q4_K).
+        auto terms = [&](const bool full) {
 #pragma unroll
-        for (int m = 0; m < NMAT; ++m)
+            for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-            for (int i = 0; i < FM; ++i) {
-                const MqRow<QT>* rows = &wtile[k & 1][m][wr + 16 * i];
-                unsigned a[4];  // rows g, g + 8 x words t (a[0], a[1]) and 4 + t (a[2], a[3])
-                ldmatrix_x4(a, &rows[(lane & 7) + ((lane >> 3) & 1) * 8].ch.w[((lane >> 4) & 1) * 4]);
-                const unsigned alo[4] = {a[0], a[1], 0u, 0u};  // values 16..31 zeroed: the first half's dot
-                // rows g and g + 8's scales: with one matrix, copied once for the n8 tiles (through a
-                // reference their loads sank into each tile's skip test: 4x the LDS, 553 -> 523 SASS
-                // instructions an iteration); with two, by reference (the copies' registers took
-                // gate_up_mmq_q4_k from 125 to 147: 2 blocks of 8 warps an SM -> 1). Their words are
-                // never read (A came by ldmatrix).
-                typename MqPick<NMAT == 1, const DpChunk<QT>, const DpChunk<QT>&>::type p0 = rows[g].ch, p1 = rows[g + 8].ch;
-                const int zero[4] = {0, 0, 0, 0};
+                for (int i = 0; i < FM; ++i) {
+                    const MqRow<QT>* rows = &wtile[k & 1][m][wr + 16 * i];
+                    unsigned a[4];  // rows g, g + 8 x words t (a[0], a[1]) and 4 + t (a[2], a[3])
+                    ldmatrix_x4(a, &rows[(lane & 7) + ((lane >> 3) & 1) * 8].ch.w[((lane >> 4) & 1) * 4]);
+                    const unsigned alo[4] = {a[0], a[1], 0u, 0u};  // values 16..31 zeroed: the first half's dot
+                    // rows g and g + 8's scales: with one matrix, copied once for the n8 tiles (through a
+                    // reference their loads sank into each tile's skip test: 4x the LDS, 553 -> 523 SASS
+                    // instructions an iteration); with two, by reference (the copies' registers took
+                    // gate_up_mmq_q4_k from 125 to 147: 2 blocks of 8 warps an SM -> 1). Their words are
+                    // never read (A came by ldmatrix).
+                    typename MqPick<NMAT == 1, const DpChunk<QT>, const DpChunk<QT>&>::type p0 = rows[g].ch,
+                                                                                            p1 = rows[g + 8].ch;
+                    const int zero[4] = {0, 0, 0, 0};
 #pragma unroll
-                for (int j = 0; j < FN; ++j) {
-                    if (wt + 8 * j >= slots.count) continue;  // an n8 tile of padding: nothing to compute
-                    int full[4], lo[4] = {0, 0, 0, 0};
-                    mma_m16n8k32_s8_s32(full, a, b[j], zero);
-                    if (HALVES) mma_m16n8k32_s8_s32(lo, alo, b[j], zero);
+                    for (int j = 0; j < FN; ++j) {
+                        if (!full && wt + 8 * j >= slots.count) continue;  // padding: nothing to compute
+                        int fl[4], lo[4] = {0, 0, 0, 0};
+                        mma_m16n8k32_s8_s32(fl, a, b[j], zero);
+                        if (HALVES) mma_m16n8k32_s8_s32(lo, alo, b[j], zero);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {  // C element e: row g + 8 (e >> 1), token 2t + (e & 1)
-                        const DpChunk<QT>& p = e >> 1 ? p1 : p0;
-                        const int h = e & 1;
-                        float& acc = part[m][i][j][e];
-                        acc = HALVES ? p.acc_idot(acc, lo[e], full[e] - lo[e], xf[j][h], s0[j][h])
-                                     : p.acc_idot(acc, full[e], 0, xf[j][h], 0);
+                        for (int e = 0; e < 4; ++e) {  // C element e: row g + 8 (e >> 1), token 2t + (e & 1)
+                            const DpChunk<QT>& p = e >> 1 ? p1 : p0;
+                            const int h = e & 1;
+                            float& acc = part[m][i][j][e];
+                            acc = HALVES ? p.acc_idot(acc, lo[e], fl[e] - lo[e], xf[j][h], s0[j][h])
+                                         : p.acc_idot(acc, fl[e], 0, xf[j][h], 0);
+                        }
                     }
                 }
-            }
+        };
+        // inlined twice: the constant argument drops the tests from the first copy
+        if (Slots::FULL_COPY && wt + 8 * FN <= slots.count) terms(true);
+        else terms(false);
         if (c + G >= n_chunks) {  // member c mod G is complete: into its group's sum, in member order
             mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
                 grp[m][i][j][e] = grp[m][i][j][e] + part[m][i][j][e];

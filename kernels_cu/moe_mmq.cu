@@ -36,6 +36,10 @@
 
 // One expert's tile of pairs (moe_sort's tile blockIdx.y), its pair indices in shared memory.
 struct MqPairs {
+    // no branch-free copy of mmq_rows's terms for full warp tiles: an expert's tiles are mostly partly
+    // filled (32 pairs an expert on average at 512 tokens of Qwen3-30B-A3B), and the copy's registers
+    // took moe_gate_up_mmq_q4_k from 125 to 129 (2 blocks of 8 warps an SM -> 1)
+    static constexpr bool FULL_COPY = false;
     int count;         // pairs in the tile (<= MQ_TOKENS)
     const int* pairs;  // shared [count]: the tile's pairs, in the sort's order
     int x_div;         // X rows per pair: k (gate/up read token p / k) or 1 (down reads pair p's row)
