@@ -92,6 +92,14 @@
 // q6_k 764 -> 689, q8_0 410 -> 382, q4_1 472 -> 431; gate_up_mmq q4_k 546 -> 504; mmq_narrow q4_k
 // 324 -> 306. Registers: matmul_mmq 138-165 -> 146-168 (3 blocks an SM, as before); gate_up_mmq
 // 122-142 -> 128 (Q5_K 1 -> 2 blocks of 8 warps, the rest 2), Q6_K 159 -> 215 (1 block either way).
+// Then the duties split (mmq_rows.cuh): the block's lower half unpacks the weight chunk, the upper
+// half stages the activations (before, threads 0..127 staged and the unpackers among them unpacked
+// too, while warps 2-3 of matmul_mmq, 4-7 of gate_up_mmq, waited at each barrier). Per warp a chunk, Q4_K, full tiles: 284
+// instructions everyone issues (223 of them the terms), + 107 unpacking (warps 0-1) or + 53 staging
+// (warps 2-3): the slowest warp 391, was 443 (483 before the two copies). And Q6_K's first-half sum
+// of x by one mma an n8 tile with a row of ones (was 8 tokens x 4 LDS and a dp4a chain): matmul_mmq
+// q6_k 689 -> 666 an iteration. matmul_mmq's Q6_K keeps both duties on threads 0..127: split, it
+// spilled 4 bytes at 168 registers.
 #include "mmq_rows.cuh"
 
 #define MQ_ARGS                                                                                                  \

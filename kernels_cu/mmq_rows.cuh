@@ -116,22 +116,29 @@ __device__ __forceinline__ void mq_each_output(F f) {
                 for (int e = 0; e < 4; ++e) f(m, i, j, e);
 }
 
-// Stage chunk c of the block's token slots into tile, all by cp.async (threads 0..127: 16 value
-// bytes each, the even ones also the slot's d and s; NMAT = 2's threads 128.. none). Commits one
-// group, empty when c < 0 (so every iteration commits one and cp_async_wait_group<1> always means
-// "chunk k is in").
-template <class Slots>
+// Stage chunk c of the block's token slots into tile, all by cp.async, on threads X0 .. X0 + NX - 1
+// (mmq_rows: the block's upper half, while the lower half unpacks the weight chunks, so neither
+// waits at the barrier for the other's work): with NX = 64 a thread stages a slot's 32 value bytes,
+// d and s; with NX = 128 two threads a slot, 16 bytes each, the even one d and s. Commits one group
+// (empty when c < 0, and on the other threads), so every iteration commits one and
+// cp_async_wait_group<1> always means "chunk k is in".
+template <int X0, int NX, class Slots>
 __device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq, const float* xd, const int* xs,
                                            const Slots& slots, int n_in, int c) {
-    const int tid = threadIdx.x, n_chunks = n_in / 32;
-    if (c >= 0 && tid < 2 * MQ_TOKENS) {
-        const int tk = tid >> 1, half = tid & 1;
+    static_assert(NX == MQ_TOKENS || NX == 2 * MQ_TOKENS, "one or two stagers a slot");
+    constexpr int PARTS = 2 * MQ_TOKENS / NX;  // 16-byte halves a stager: 2 (the slot's) or 1
+    const int u = (int)threadIdx.x - X0, n_chunks = n_in / 32;
+    if (c >= 0 && u >= 0 && u < NX) {
+        const int tk = PARTS == 2 ? u : u >> 1, h0 = PARTS == 2 ? 0 : u & 1;
         const bool live = tk < slots.count;
         const long long xr = live ? slots.x_row(tk) : 0;
-        int* dst = &tile.q[tk][4 * half];
-        if (live) cp_async_16(dst, xq + xr * n_in + 32LL * c + 16 * half);
-        else *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
-        if (half == 0) {
+#pragma unroll
+        for (int h = h0; h < h0 + PARTS; ++h) {
+            int* dst = &tile.q[tk][4 * h];
+            if (live) cp_async_16(dst, xq + xr * n_in + 32LL * c + 16 * h);
+            else *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+        }
+        if (h0 == 0) {
             if (live) {
                 cp_async_4(&tile.d[tk], xd + xr * n_chunks + c);
                 cp_async_4(&tile.s[tk], xs + xr * n_chunks + c);
@@ -170,7 +177,14 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     __shared__ __align__(16) MqXTile xring[MQ_XSTAGES];
     __shared__ __align__(16) MqRow<QT> wtile[2][NMAT][ROWS];  // double buffer: chunk k in use, k + 1 stored
 
-    // the weight row this thread unpacks: row tid % ROWS of matrix tid / ROWS (threads 0 .. ROWS NMAT - 1)
+    // the weight row this thread unpacks: row tid % ROWS of matrix tid / ROWS (threads 0 .. ROWS NMAT - 1,
+    // in the block's lower half); the activations' stagers (mq_stage_x): threads X0 .. X0 + NX - 1, the
+    // upper half -- but in matmul_mmq's Q6_K, where two stages a thread cost the one register too many
+    // (4 bytes spilled at 168), every thread as before (3 blocks an SM kept, the duties not split)
+    constexpr int THREADS = 32 * Shape::WARPS;
+    constexpr int X0 = HALVES && NMAT == 1 && ROWS == MQ_ROWS ? 0 : THREADS / 2;
+    constexpr int NX = THREADS - X0 < 2 * MQ_TOKENS ? THREADS - X0 : 2 * MQ_TOKENS;
+    static_assert(ROWS * NMAT <= THREADS / 2, "the weight stagers fit in the lower half");
     const bool stager = tid < ROWS * NMAT;
     const int sm = stager ? tid / ROWS : 0, sr = tid % ROWS;
     const unsigned char* srow = (sm == 0 ? W : W2) + (long long)(r0 + sr) * row_bytes;
@@ -201,9 +215,9 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     // prologue: activations of the first two visits in flight, the first weight chunk stored, the
     // second's loads issued
     int cx = gp_first;  // the chunk whose activations load next
-    mq_stage_x(xring[0], xq, xd, xs, slots, n_in, cx);
+    mq_stage_x<X0, NX>(xring[0], xq, xd, xs, slots, n_in, cx);
     cx = mq_next(cx, G, gp_end, n_chunks);
-    mq_stage_x(xring[1], xq, xd, xs, slots, n_in, cx);
+    mq_stage_x<X0, NX>(xring[1], xq, xd, xs, slots, n_in, cx);
     cx = cx < 0 ? -1 : mq_next(cx, G, gp_end, n_chunks);
     Raw raw = fetch(gp_first);
     if (stager) wtile[0][sm][sr].store(unpack(raw, gp_first));
@@ -214,7 +228,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         const int cn = mq_next(c, G, gp_end, n_chunks);
         cp_async_wait_group<1>();  // chunk c's activations are in (k + 1's may still load)
         __syncthreads();           // ... for every thread; every warp is done with chunk k - 1's buffers
-        mq_stage_x(xring[(k + 2) % MQ_XSTAGES], xq, xd, xs, slots, n_in, cx);
+        mq_stage_x<X0, NX>(xring[(k + 2) % MQ_XSTAGES], xq, xd, xs, slots, n_in, cx);
         cx = cx < 0 ? -1 : mq_next(cx, G, gp_end, n_chunks);
 
         const MqXTile& xt = xring[k % MQ_XSTAGES];
@@ -233,20 +247,23 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         DpXF xf[FN][2];
         int s0[FN][2];
 #pragma unroll
-        for (int j = 0; j < FN; ++j)
+        for (int j = 0; j < FN; ++j) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int tk = wt + 8 * j + 2 * t + h;
                 xf[j][h] = dp_xf(xt.d[tk], xt.s[tk]);
                 s0[j][h] = 0;
-                if (HALVES) {
-                    const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
-                    int xw[8];
-#pragma unroll
-                    for (int w = 0; w < 8; ++w) xw[w] = w < 4 ? xt.q[tk][w] : 0;
-                    s0[j][h] = dp_dot8(ones, xw);
-                }
             }
+            if (HALVES) {  // the sum of x's values 0..15: a tensor-core dot with a row of 16 ones (the
+                           // same integer as dp4a's dp_dot8 with ones; 1 mma an n8 tile, not 8 LDS and dp4a)
+                const unsigned ones[4] = {0x01010101u, 0x01010101u, 0u, 0u};
+                const int zero[4] = {0, 0, 0, 0};
+                int sum[4];
+                mma_m16n8k32_s8_s32(sum, ones, b[j], zero);
+                s0[j][0] = sum[0];  // C elements 0, 1: tokens 2t, 2t + 1
+                s0[j][1] = sum[1];
+            }
+        }
         // the mmas and float terms of chunk k. Two copies: where every n8 tile of the warp holds live
         // tokens (every block of a big step but the last), all unconditionally; elsewhere the n8 tiles
         // wholly past the last token skip theirs (a 16-token step computes a quarter of the tile). The
