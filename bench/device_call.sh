@@ -43,7 +43,7 @@
 #      Since 2026-11-28 the terms run branch-free on full warp tiles (479 instructions an iteration,
 #      not 519) under __launch_bounds__ that keep 3 blocks an SM (matmul_mmq 146-168 registers).
 #      kernels-mmq-r128.log / qwen3-8b-shape-matmul-mmq-r128: the same mmq rows at 64 and 512 tokens with
-#      ptxas held to 128 registers (4 blocks an SM, not 3; q4_k spills 80 bytes): the occupancy trade.
+#      ptxas held to 128 registers (4 blocks an SM, not 3; q4_k spills 64 bytes): the occupancy trade.
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
@@ -146,7 +146,10 @@ if has kernels; then
   # occupancy probe: the same mmq rows with ptxas held to 128 registers (mmq_rows.cuh's MQ_MIN_BLOCKS_1
   # through SHARPINF_NVRTC_OPTIONS, which reaches every kernel's compile; --maxrregcount no longer
   # reaches entries with launch bounds): matmul_mmq_q4_k 162 -> 128 is 4 blocks of 4 warps an SM
-  # instead of 3, for 80 bytes of spills -- if it wins at 64 and 512 tokens, MQ_MIN_BLOCKS_1 becomes 4
+  # instead of 3, for 64 bytes of spills -- if it wins at 64 and 512 tokens, MQ_MIN_BLOCKS_1 becomes 4
+  # for the types that fit 128 registers without spills (q8_0, q4_0, q4_1, q5_0, q5_1: +6-7%
+  # instructions an iteration, sass_mix 2026-11-28), and for the K-quants too if it wins by more than
+  # their spills could cost
   stamp "kernels: mmq at 128 registers"
   SHARPINF_NVRTC_OPTIONS=-DMQ_MIN_BLOCKS_1=4 run kernels-mmq-r128.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
     --backend cuda --suite kernels --op matmul --variant dp4a,mmq --batch-sizes 64 --prefill-sizes 512 --repeats 3 \
