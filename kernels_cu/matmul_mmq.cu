@@ -100,6 +100,12 @@
 // of x by one mma an n8 tile with a row of ones (was 8 tokens x 4 LDS and a dp4a chain): matmul_mmq
 // q6_k 689 -> 666 an iteration. matmul_mmq's Q6_K keeps both duties on threads 0..127: split, it
 // spilled 4 bytes at 168 registers.
+// Tried, not kept (same tool, same day): two chunks a barrier (each half of the block staging one
+// chunk of a pair, its activations and its weights; 34 KB of shared memory, gate_up 46 KB): 399
+// instructions a chunk on every warp (the pair loop's runtime chunk index and the walk's -1 guards
+// ate what the halved barriers saved), and spills at the budgets (gate_up q4_k 16 bytes, q5_k 32,
+// matmul q6_k 40); mmq_narrow q4_k 66 -> 93 registers. 64 x 128-token blocks (a warp 32 x 64): 243
+// registers and spills for 0.35 instructions a term (now 0.38).
 #include "mmq_rows.cuh"
 
 #define MQ_ARGS                                                                                                  \
