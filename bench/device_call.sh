@@ -44,6 +44,7 @@
 #      not 519) under __launch_bounds__ that keep 3 blocks an SM (matmul_mmq 146-168 registers).
 #      kernels-mmq-r128.log / qwen3-8b-shape-matmul-mmq-r128: the same mmq rows at 64 and 512 tokens with
 #      ptxas held to 128 registers (4 blocks an SM, not 3; q4_k spills 64 bytes): the occupancy trade.
+#      kernels-mmq-i2f.log / ...-mmq-i2f: the same rows with the terms' conversions on the I2F unit.
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
@@ -155,6 +156,16 @@ if has kernels; then
     --backend cuda --suite kernels --op matmul --variant dp4a,mmq --batch-sizes 64 --prefill-sizes 512 --repeats 3 \
     --out "$RUN/qwen3-8b-shape-matmul-mmq-r128"
   stamp "kernels mmq r128 exit $?"
+  # conversion probe: the chunk terms' int -> float by the conversion unit (DP_I2F_CVT=1: one I2F a term,
+  # as llama.cpp's mmq) instead of dp4a.cuh's integer-and-float-add trick: matmul_mmq_q4_k 480 -> 440
+  # instructions an iteration (sass_mix, 2026-11-28), but 40 I2F a warp a chunk on a pipe of 16 a clock
+  # an SM, by estimate as busy as the issue then -- if mmq wins at 512 tokens, DP_I2F_CVT becomes 1
+  # (or half the terms take it); the same bits either way
+  stamp "kernels: mmq with I2F"
+  SHARPINF_NVRTC_OPTIONS=-DDP_I2F_CVT=1 run kernels-mmq-i2f.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+    --backend cuda --suite kernels --op matmul --variant dp4a,mmq --batch-sizes 64 --prefill-sizes 512 --repeats 3 \
+    --out "$RUN/qwen3-8b-shape-matmul-mmq-i2f"
+  stamp "kernels mmq i2f exit $?"
   # the decode step at 1 and 64 sequences on the 8B shape with mmq_narrow (16-row blocks, 4x mmq's
   # grid) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same suite,
   # context 192). Issue 19: the N = 64 step <= 2x the N = 1 step; if narrow beats fast's dp4a there,

@@ -104,7 +104,15 @@ __device__ __forceinline__ void dp_words8_a16(const void* p, int (&w)[8]) {
 // The chunk terms' integers are far inside that range (|idot| <= 32 * 128 * 127 = 520,192, with
 // an offset of at most 16 * 32 * 127; |s_x| <= 32 * 127) -- Q6_K's scaled sum is not, and keeps the
 // conversion. The same bits as (float)v, so dp4a and the tensor-core kernels agree either way.
-__device__ __forceinline__ float dp_i2f(int v) { return __int_as_float(0x4B400000 + v) - 12582912.0f; }
+// DP_I2F_CVT=1 (a probe, through SHARPINF_NVRTC_OPTIONS): the conversion unit instead -- one I2F, not an
+// integer and a float add, for the price of its 16-a-clock pipe (llama.cpp's mmq converts so). Exact
+// either way, so the same bits.
+#ifndef DP_I2F_CVT
+#define DP_I2F_CVT 0
+#endif
+__device__ __forceinline__ float dp_i2f(int v) {
+    return DP_I2F_CVT ? (float)v : __int_as_float(0x4B400000 + v) - 12582912.0f;
+}
 
 // --- the activation block of one token ---------------------------------------------------------
 struct DpX {
