@@ -42,8 +42,9 @@ struct MqPairs {
     static constexpr bool FULL_COPY = false;
     int count;         // pairs in the tile (<= MQ_TOKENS)
     const int* pairs;  // shared [count]: the tile's pairs, in the sort's order
-    int x_div;         // X rows per pair: k (gate/up read token p / k) or 1 (down reads pair p's row)
-    __device__ __forceinline__ long long x_row(int slot) const { return pairs[slot] / x_div; }
+    const int* xrows;  // shared [count]: their X rows, pair p / x_div (k for gate/up: token p / k; 1 for down:
+                       // the pair's own row), divided once a block, not once a chunk by every stager
+    __device__ __forceinline__ long long x_row(int slot) const { return xrows[slot]; }
     __device__ __forceinline__ long long y_row(int slot) const { return pairs[slot]; }
 };
 
@@ -52,14 +53,17 @@ __device__ __forceinline__ void moe_mmq_rows(const unsigned char* W, const unsig
                                              const float* xd, const int* xs, const int* order, const int* tiles,
                                              float* Y, int x_div, int n_out, int n_in, int max_tiles, int act,
                                              MqSplit split) {
-    __shared__ int pairs[MQ_TOKENS];
+    __shared__ int pairs[MQ_TOKENS], xrows[MQ_TOKENS];
     const int tile = blockIdx.y, count = tiles[2 * max_tiles + tile];
     if (count == 0) return;  // block-uniform: past the last tile
     const int first = tiles[max_tiles + tile];
-    for (int i = threadIdx.x; i < count; i += blockDim.x) pairs[i] = order[first + i];
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+        pairs[i] = order[first + i];
+        xrows[i] = pairs[i] / x_div;
+    }
     __syncthreads();
     const long long w_at = (long long)tiles[tile] * n_out * gb_row_bytes<QT>(n_in);  // the expert's rows
-    mmq_rows<QT, NMAT, MqPairs>(W + w_at, W2 + w_at, xq, xd, xs, Y, Y, MqPairs{count, pairs, x_div}, n_out, n_in, 0, 0,
+    mmq_rows<QT, NMAT, MqPairs>(W + w_at, W2 + w_at, xq, xd, xs, Y, Y, MqPairs{count, pairs, xrows}, n_out, n_in, 0, 0,
                                 (long long)n_out, act, split);
 }
 
