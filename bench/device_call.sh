@@ -45,6 +45,8 @@
 #      kernels-mmq-r128.log / qwen3-8b-shape-matmul-mmq-r128: the same mmq rows at 64 and 512 tokens with
 #      ptxas held to 128 registers (4 blocks an SM, not 3; q4_k spills 64 bytes): the occupancy trade.
 #      kernels-mmq-i2f.log / ...-mmq-i2f: the same rows with the terms' conversions on the I2F unit.
+#      kernels-dp4a-g0.log / ...-dp4a-g0: dp4a and gemv at N = 1, 8 with G from n_in at run time (the
+#      matvecs before 2026-11-28), beside the kernels-matmul rows: the instructions-vs-occupancy trade.
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
@@ -166,6 +168,14 @@ if has kernels; then
     --backend cuda --suite kernels --op matmul --variant dp4a,mmq --batch-sizes 64 --prefill-sizes 512 --repeats 3 \
     --out "$RUN/qwen3-8b-shape-matmul-mmq-i2f"
   stamp "kernels mmq i2f exit $?"
+  # G probe: the matvecs with G from n_in at run time (DP_G32=0), as before 2026-11-28, against the
+  # kernels-matmul run above (G a compile-time 32 from n_in = 2048: 10-30% fewer instructions a chunk,
+  # 1-2 blocks an SM fewer) -- if DP_G32=0 is faster at N = 1 and 8, DP_G32 becomes 0
+  stamp "kernels: matvecs with G at run time"
+  SHARPINF_NVRTC_OPTIONS=-DDP_G32=0 run kernels-dp4a-g0.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+    --backend cuda --suite kernels --op matmul --variant dp4a,gemv --batch-sizes 1,8 --prefill-sizes 16 --repeats 3 \
+    --out "$RUN/qwen3-8b-shape-matmul-dp4a-g0"
+  stamp "kernels dp4a g0 exit $?"
   # the decode step at 1 and 64 sequences on the 8B shape with mmq_narrow (16-row blocks, 4x mmq's
   # grid) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same suite,
   # context 192). Issue 19: the N = 64 step <= 2x the N = 1 step; if narrow beats fast's dp4a there,

@@ -527,7 +527,8 @@ struct DpCombine {  // a warp's member sums, [matrix][token][lane] (+1 pad: the 
 
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2 (W2 the second matrix, the same
 // type and shape): Y = act(X W^T) * (X W2^T), the SwiGLU (or GeGLU) of a gate and an up projection.
-template <int QT, int NMAT>
+// GC: G when known at compile time (32; 0: from n_in at run time -- dp4a_rows_g32 below)
+template <int QT, int NMAT, int GC = 0>
 __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                           const signed char* __restrict__ xq, const float* __restrict__ xd,
                                           const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
@@ -535,7 +536,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
                                           long long y_stride, int act = ACT_SILU) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int n_chunks = n_in / 32;
-    const int G = dp_group_lanes(n_chunks), g = lane % G, rows_per_warp = 32 / G;
+    const int G = GC ? GC : dp_group_lanes(n_chunks), g = lane % G, rows_per_warp = 32 / G;
     const int t0 = blockIdx.y * DP_TILE;
     const int nt = n_tokens - t0 < DP_TILE ? n_tokens - t0 : DP_TILE;
     const long long row_bytes = gb_row_bytes<QT>(n_in);
@@ -598,4 +599,27 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
         }
         __syncwarp();  // the next pass overwrites cw
     }
+}
+
+// G as a compile-time 32 where n_in >= 2048 (64 chunks or more: G is 32 then): a lane's chunks are
+// g + 32 k, so a K-quant chunk's place in its super-block (c % 8) is the lane's own and a chunk's
+// offsets step by constants -- folded by the compiler, not recomputed every chunk; the same order.
+// At N = 1 (sass_mix, NVRTC 12.9 sm_90, 2026-11-28) a chunk's instructions: q4_k 112 -> 96, q5_k
+// 141 -> 126, q6_k 172 -> 156, q4_1 68 -> 46, q4_0 72 -> 59, q5_1 121 -> 112; registers 48 -> 56-61
+// (10 -> 8-9 blocks of 4 warps an SM). Not for Q8_0 (47 -> 80 registers, for 5% fewer instructions),
+// nor in the fused layer and FFN kernels (one kernel holds the registers of both copies).
+// DP_G32=0 (a probe, through SHARPINF_NVRTC_OPTIONS): G from n_in everywhere, as before.
+#ifndef DP_G32
+#define DP_G32 1
+#endif
+template <int QT, int NMAT>
+__device__ __forceinline__ void dp4a_rows_g32(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
+                                              const signed char* __restrict__ xq, const float* __restrict__ xd,
+                                              const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
+                                              int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
+                                              long long y_stride, int act = ACT_SILU) {
+    if (DP_G32 && QT != GB_Q8_0 && n_in >= 64 * 32)  // (spelled out here: through a helper ptxas lost n_in's range)
+        dp4a_rows<QT, NMAT, 32>(W, W2, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, act);
+    else
+        dp4a_rows<QT, NMAT>(W, W2, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, act);
 }

@@ -21,5 +21,5 @@
 #define GU_PASS Wg, Wu, xq, xd, xs, xd, out, n_tokens, n_ff, n_in, 0, 0, (long long)n_ff, act
 
 // One entry per weight type, gate_up_dp4a_<type>, each compiled only when wanted (GB_ENTRIES, ggml_blocks.cuh).
-template <int QT> __device__ __forceinline__ void dp4a_gate_up(GU_ARGS) { dp4a_rows<QT, 2>(GU_PASS); }
+template <int QT> __device__ __forceinline__ void dp4a_gate_up(GU_ARGS) { dp4a_rows_g32<QT, 2>(GU_PASS); }
 GB_ENTRIES(gate_up_dp4a, , (GU_ARGS), dp4a_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)

@@ -22,15 +22,15 @@ struct GvCombine {  // a warp's member sums, [matrix][token][lane] (+1 pad, as D
 
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate); NMAT = 2: Y = act(X W^T) * (X W2^T).
 // n_tokens <= NT tokens, all in one tile (grid.y = 1).
-template <int QT, int NMAT, int NT>
-__device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
+template <int QT, int NMAT, int NT, int GC>
+__device__ __forceinline__ void gemv_rows_g(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                           const signed char* __restrict__ xq, const float* __restrict__ xd,
                                           const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
                                           int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
                                           long long y_stride, int act = ACT_SILU) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int n_chunks = n_in / 32;
-    const int G = dp_group_lanes(n_chunks), g = lane % G, rows_per_warp = 32 / G;
+    const int G = GC ? GC : dp_group_lanes(n_chunks), g = lane % G, rows_per_warp = 32 / G;
     const int nt = n_tokens < NT ? n_tokens : NT;
     const long long row_bytes = gb_row_bytes<QT>(n_in);
     const int rows_per_pass = gridDim.x * GV_WARPS * rows_per_warp;
@@ -89,4 +89,17 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
         }
         __syncwarp();  // the next pass overwrites cw
     }
+}
+
+// G a compile-time 32 where n_in >= 2048 (not Q8_0), as dp4a.cuh's dp4a_rows_g32
+template <int QT, int NMAT, int NT>
+__device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
+                                          const signed char* __restrict__ xq, const float* __restrict__ xd,
+                                          const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
+                                          int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
+                                          long long y_stride, int act = ACT_SILU) {
+    if (DP_G32 && QT != GB_Q8_0 && n_in >= 64 * 32)  // (spelled out here: through a helper ptxas lost n_in's range)
+        gemv_rows_g<QT, NMAT, NT, 32>(W, W2, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, act);
+    else
+        gemv_rows_g<QT, NMAT, NT, 0>(W, W2, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, act);
 }

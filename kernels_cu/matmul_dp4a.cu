@@ -36,7 +36,13 @@
 // Launch: block 128 threads (4 warps), 4.2 KB static shared memory (8.4 KB for the gate/up pair:
 // the member sums of a pass); grid = (ceil(n_out / (4 * 32 / G)) capped, ceil(n_tokens / 8)).
 // Bound: memory -- weights are read once per 8-token tile; at N = 1 the step streams every weight
-// byte once, so the target is the device's read bandwidth.
+// byte once, so the target is the device's read bandwidth. But the instructions are close behind: at
+// N = 1 a Q4_K chunk (18 bytes of weights) takes a lane ~112 instructions (fetch, unpack, x load,
+// 8 dp4a, the float terms: bench/sass_mix.py), and streaming 4 TB/s over 132 SMs at 1.98 GHz is 0.85
+// chunks a clock an SM -- ~3 of the 4 warp instructions an SM issues a clock. So from n_in = 2048 on
+// (G is 32 there) the row loop takes G as a compile-time constant (dp4a.cuh's dp4a_rows_g32): a
+// chunk's place in its super-block and its offsets fold into constants, 112 -> 96 instructions a
+// chunk (q4_1 68 -> 46; all types: dp4a.cuh), for 48 -> 56-61 registers (10 -> 8-9 blocks an SM).
 #include "dp4a.cuh"
 
 #define DP_ARGS                                                                                                  \
@@ -46,5 +52,5 @@
 
 // One entry per weight type, matmul_dp4a_<type>, each compiled only when wanted (GB_ENTRIES,
 // ggml_blocks.cuh).
-template <int QT> __device__ __forceinline__ void dp4a_matmul(DP_ARGS) { dp4a_rows<QT, 1>(DP_PASS); }
+template <int QT> __device__ __forceinline__ void dp4a_matmul(DP_ARGS) { dp4a_rows_g32<QT, 1>(DP_PASS); }
 GB_ENTRIES(matmul_dp4a, , (DP_ARGS), dp4a_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)
