@@ -601,7 +601,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
     }
 }
 
-// G as a compile-time 32 where n_in >= 2048 (64 chunks or more: G is 32 then): a lane's chunks are
+// G as a compile-time 32 where n_in >= 1024 (32 chunks or more: G is 32 then): a lane's chunks are
 // g + 32 k, so a K-quant chunk's place in its super-block (c % 8) is the lane's own and a chunk's
 // offsets step by constants -- folded by the compiler, not recomputed every chunk; the same order.
 // At N = 1 (sass_mix, NVRTC 12.9 sm_90, 2026-11-28) a chunk's instructions: q4_k 112 -> 96, q5_k
@@ -618,7 +618,7 @@ __device__ __forceinline__ void dp4a_rows_g32(const unsigned char* __restrict__ 
                                               const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
                                               int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
                                               long long y_stride, int act = ACT_SILU) {
-    if (DP_G32 && QT != GB_Q8_0 && n_in >= 64 * 32)  // (spelled out here: through a helper ptxas lost n_in's range)
+    if (DP_G32 && QT != GB_Q8_0 && n_in >= 32 * 32)  // (spelled out here: through a helper ptxas lost n_in's range)
         dp4a_rows<QT, NMAT, 32>(W, W2, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, act);
     else
         dp4a_rows<QT, NMAT>(W, W2, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, act);

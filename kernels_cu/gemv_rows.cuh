@@ -91,14 +91,14 @@ __device__ __forceinline__ void gemv_rows_g(const unsigned char* __restrict__ W,
     }
 }
 
-// G a compile-time 32 where n_in >= 2048 (not Q8_0), as dp4a.cuh's dp4a_rows_g32
+// G a compile-time 32 where n_in >= 1024 (not Q8_0), as dp4a.cuh's dp4a_rows_g32
 template <int QT, int NMAT, int NT>
 __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                           const signed char* __restrict__ xq, const float* __restrict__ xd,
                                           const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
                                           int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
                                           long long y_stride, int act = ACT_SILU) {
-    if (DP_G32 && QT != GB_Q8_0 && n_in >= 64 * 32)  // (spelled out here: through a helper ptxas lost n_in's range)
+    if (DP_G32 && QT != GB_Q8_0 && n_in >= 32 * 32)  // (spelled out here: through a helper ptxas lost n_in's range)
         gemv_rows_g<QT, NMAT, NT, 32>(W, W2, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, act);
     else
         gemv_rows_g<QT, NMAT, NT, 0>(W, W2, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, act);
