@@ -527,6 +527,15 @@ struct DpCombine {  // a warp's member sums, [matrix][token][lane] (+1 pad: the 
 
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2 (W2 the second matrix, the same
 // type and shape): Y = act(X W^T) * (X W2^T), the SwiGLU (or GeGLU) of a gate and an up projection.
+// Chunk c of a weight row into ch, its unpack told s for c: every unpack reads only c & 7 (a K-quant
+// chunk's place in its super-block), so with G a multiple of 8 a lane passes its own g & 7 -- the
+// same every chunk, and the shifts and selects that follow from it leave the loop.
+template <int QT>
+__device__ __forceinline__ void dp_load_at(DpChunk<QT>& ch, const unsigned char* row, int c, int s) {
+    if constexpr (QT == GB_F32 || QT == GB_F16 || QT == GB_BF16) ch.load(row, c);
+    else ch.unpack(DpChunk<QT>::fetch(row, c), s);
+}
+
 // GC: G when known at compile time (32; 0: from n_in at run time -- dp4a_rows_g32 below)
 template <int QT, int NMAT, int GC = 0>
 __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
@@ -564,7 +573,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
                 for (int k = 0; k < U; ++k)
                     if (c0 + k * G < n_chunks)
 #pragma unroll
-                        for (int m = 0; m < NMAT; ++m) ch[k][m].load(wrow[m], c0 + k * G);
+                        for (int m = 0; m < NMAT; ++m) dp_load_at(ch[k][m], wrow[m], c0 + k * G, GC ? g & 7 : c0 + k * G);
 #pragma unroll
                 for (int k = 0; k < U; ++k) {
                     const int c = c0 + k * G;
@@ -605,8 +614,9 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
 // g + 32 k, so a K-quant chunk's place in its super-block (c % 8) is the lane's own and a chunk's
 // offsets step by constants -- folded by the compiler, not recomputed every chunk; the same order.
 // At N = 1 (sass_mix, NVRTC 12.9 sm_90, 2026-11-28) a chunk's instructions: q4_k 112 -> 96, q5_k
-// 141 -> 126, q6_k 172 -> 156, q4_1 68 -> 46, q4_0 72 -> 59, q5_1 121 -> 112; registers 48 -> 56-61
-// (10 -> 8-9 blocks of 4 warps an SM). Not for Q8_0 (47 -> 80 registers, for 5% fewer instructions),
+// 141 -> 126, q6_k 172 -> 156, q4_1 68 -> 46, q4_0 72 -> 59, q5_1 121 -> 112; with the unpack told
+// g & 7 (dp_load_at): q4_k 76, q5_k 99, q6_k 146. Registers 48 -> 56-64 (10 -> 8-9 blocks of 4
+// warps an SM). Not for Q8_0 (47 -> 80 registers, for 5% fewer instructions),
 // nor in the fused layer and FFN kernels (one kernel holds the registers of both copies).
 // DP_G32=0 (a probe, through SHARPINF_NVRTC_OPTIONS): G from n_in everywhere, as before.
 #ifndef DP_G32

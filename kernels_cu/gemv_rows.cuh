@@ -54,7 +54,7 @@ __device__ __forceinline__ void gemv_rows_g(const unsigned char* __restrict__ W,
                 for (int k = 0; k < U; ++k)
                     if (c0 + k * G < n_chunks)
 #pragma unroll
-                        for (int m = 0; m < NMAT; ++m) ch[k][m].load(wrow[m], c0 + k * G);
+                        for (int m = 0; m < NMAT; ++m) dp_load_at(ch[k][m], wrow[m], c0 + k * G, GC ? g & 7 : c0 + k * G);
 #pragma unroll
                 for (int k = 0; k < U; ++k) {
                     const int c = c0 + k * G;

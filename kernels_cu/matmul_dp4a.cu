@@ -41,8 +41,8 @@
 // 8 dp4a, the float terms: bench/sass_mix.py), and streaming 4 TB/s over 132 SMs at 1.98 GHz is 0.85
 // chunks a clock an SM -- ~3 of the 4 warp instructions an SM issues a clock. So from n_in = 1024 on
 // (G is 32 there) the row loop takes G as a compile-time constant (dp4a.cuh's dp4a_rows_g32): a
-// chunk's place in its super-block and its offsets fold into constants, 112 -> 96 instructions a
-// chunk (q4_1 68 -> 46; all types: dp4a.cuh), for 48 -> 56-61 registers (10 -> 8-9 blocks an SM).
+// chunk's place in its super-block and its offsets fold into constants, 112 -> 76 instructions a
+// chunk (q4_1 68 -> 46; all types: dp4a.cuh), for 48 -> 56-64 registers (10 -> 8-9 blocks an SM).
 #include "dp4a.cuh"
 
 #define DP_ARGS                                                                                                  \
