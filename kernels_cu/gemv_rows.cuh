@@ -22,8 +22,9 @@ struct GvCombine {  // a warp's member sums, [matrix][token][lane] (+1 pad, as D
 
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate); NMAT = 2: Y = act(X W^T) * (X W2^T).
 // n_tokens <= NT tokens, all in one tile (grid.y = 1).
-template <int QT, int NMAT, int NT, int GC>
-__device__ __forceinline__ void gemv_rows_g(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
+// GC: G when known at compile time (the _g32 entries: dp4a.cuh's DP_GC32), 0: from n_in
+template <int QT, int NMAT, int NT, int GC = 0>
+__device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                           const signed char* __restrict__ xq, const float* __restrict__ xd,
                                           const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
                                           int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
@@ -91,15 +92,3 @@ __device__ __forceinline__ void gemv_rows_g(const unsigned char* __restrict__ W,
     }
 }
 
-// G a compile-time 32 where n_in >= 1024 (not Q8_0), as dp4a.cuh's dp4a_rows_g32
-template <int QT, int NMAT, int NT>
-__device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
-                                          const signed char* __restrict__ xq, const float* __restrict__ xd,
-                                          const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
-                                          int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
-                                          long long y_stride, int act = ACT_SILU) {
-    if (DP_G32 && QT != GB_Q8_0 && n_in >= 32 * 32)  // (spelled out here: through a helper ptxas lost n_in's range)
-        gemv_rows_g<QT, NMAT, NT, 32>(W, W2, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, act);
-    else
-        gemv_rows_g<QT, NMAT, NT, 0>(W, W2, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, act);
-}

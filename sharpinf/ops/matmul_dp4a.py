@@ -16,6 +16,17 @@ TILE_TOKENS = 8  # DP_TILE
 WARPS = 4  # DP_WARPS
 MAX_ROW_BLOCKS = 4096
 EMU_ROW_BLOCKS = 64
+# The entries with G a compile-time 32 (dp4a.cuh's DP_ASSUME_G32: from n_in = 1024, 32 chunks, G is
+# 32), for the types it pays for: Q8_0's took 80 registers for 5% fewer instructions, float weights
+# have no chunk decode to fold.
+G32_MIN_IN = 1024
+G32_TYPES = frozenset({quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K, quants.Q6_K})
+
+
+def entry_name(prefix: str, qtype: int, n_in: int, tile: str = "") -> str:
+    """The matvec entry for these rows: prefix_<type><tile>, with _g32 where G is a compile-time 32."""
+    g32 = "_g32" if n_in >= G32_MIN_IN and qtype in G32_TYPES else ""
+    return f"{prefix}_{kernel_suffix(qtype)}{tile}{g32}"
 
 
 def group_lanes(n_in: int) -> int:
@@ -70,7 +81,7 @@ def matmul_dp4a(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: in
         raise ValueError(f"matmul_dp4a: n_tokens and n_out must be >= 1, got {n_tokens}, {n_out}")
     check_n_in(qtype, n_in)
     grid, block = launch_shape(n_tokens, n_out, n_in, MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
-    launch_q8_rows(be, "matmul_dp4a", file, f"matmul_dp4a_{kernel_suffix(qtype)}", grid, block, W_dev, qtype, X,
+    launch_q8_rows(be, "matmul_dp4a", file, entry_name("matmul_dp4a", qtype, n_in), grid, block, W_dev, qtype, X,
                    Y_dev, n_tokens, n_out, n_in, bias_dev, accumulate, y_stride, y_col)
 
 
@@ -96,7 +107,7 @@ def gate_up_dp4a(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: in
         raise ValueError(f"gate_up_dp4a: n_tokens and n_ff must be >= 1, got {n_tokens}, {n_ff}")
     check_n_in(qtype, n_in)
     grid, block = launch_shape(n_tokens, n_ff, n_in, MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
-    launch_q8_gate_up(be, "gate_up_dp4a.cu", f"gate_up_dp4a_{kernel_suffix(qtype)}", grid, block, Wg_dev, Wu_dev,
+    launch_q8_gate_up(be, "gate_up_dp4a.cu", entry_name("gate_up_dp4a", qtype, n_in), grid, block, Wg_dev, Wu_dev,
                       qtype, X, out_dev, n_tokens, n_ff, n_in, act)
 
 

@@ -6,8 +6,8 @@ ops/matmul_dp4a.py's NumPy reference."""
 
 from __future__ import annotations
 
-from sharpinf.ops.matmul import check_n_in, kernel_suffix
-from sharpinf.ops.matmul_dp4a import (EMU_ROW_BLOCKS, MAX_ROW_BLOCKS, gate_up_dp4a, group_lanes,
+from sharpinf.ops.matmul import check_n_in
+from sharpinf.ops.matmul_dp4a import (EMU_ROW_BLOCKS, MAX_ROW_BLOCKS, entry_name, gate_up_dp4a, group_lanes,
                                       launch_q8_gate_up, launch_q8_rows, matmul_dp4a)
 from sharpinf.ops.quant_act import Q8Act
 
@@ -39,7 +39,7 @@ def matmul_gemv(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: in
                 file: str = "matmul_gemv.cu") -> None:
     """As matmul_dp4a (same arguments, same bits) for a step of 1..8 tokens."""
     _check("matmul_gemv", qtype, X, n_tokens, n_out, n_in)
-    launch_q8_rows(be, "matmul_gemv", file, f"matmul_gemv_{kernel_suffix(qtype)}_t{tile_for(n_tokens)}",
+    launch_q8_rows(be, "matmul_gemv", file, entry_name("matmul_gemv", qtype, n_in, f"_t{tile_for(n_tokens)}"),
                    (_grid(be, n_out, n_in), 1), 32 * WARPS, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, bias_dev,
                    accumulate, y_stride, y_col)
 
@@ -48,7 +48,7 @@ def gate_up_gemv(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: in
                  act: str = "silu", file: str = "gate_up_gemv.cu") -> None:
     """As gate_up_dp4a (same arguments, same bits) for a step of 1..8 tokens."""
     _check("gate_up_gemv", qtype, X, n_tokens, n_ff, n_in)
-    launch_q8_gate_up(be, file, f"gate_up_gemv_{kernel_suffix(qtype)}_t{tile_for(n_tokens)}", (_grid(be, n_ff, n_in), 1),
+    launch_q8_gate_up(be, file, entry_name("gate_up_gemv", qtype, n_in, f"_t{tile_for(n_tokens)}"), (_grid(be, n_ff, n_in), 1),
                       32 * WARPS, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act)
 
 
