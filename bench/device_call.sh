@@ -168,12 +168,12 @@ if has kernels; then
     --backend cuda --suite kernels --op matmul --variant dp4a,mmq --batch-sizes 64 --prefill-sizes 512 --repeats 3 \
     --out "$RUN/qwen3-8b-shape-matmul-mmq-i2f"
   stamp "kernels mmq i2f exit $?"
-  # G probe: the matvecs with G from n_in at run time (DP_G32=0), as before 2026-11-28, against the
-  # kernels-matmul run above (the _g32 entries from n_in = 1024: G a compile-time 32, 10-32% fewer
+  # G probe: the matvecs with G from n_in at run time (DP_FIXED_G=0), as before 2026-11-28, against the
+  # kernels-matmul run above (the _g16 and _g32 entries: G a compile-time constant, 10-32% fewer
   # instructions a chunk at the same registers) -- it says what the instructions were costing; if
-  # DP_G32=0 is faster anywhere, DP_G32 becomes 0
+  # DP_FIXED_G=0 is faster anywhere, DP_FIXED_G becomes 0
   stamp "kernels: matvecs with G at run time"
-  SHARPINF_NVRTC_OPTIONS=-DDP_G32=0 run kernels-dp4a-g0.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+  SHARPINF_NVRTC_OPTIONS=-DDP_FIXED_G=0 run kernels-dp4a-g0.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
     --backend cuda --suite kernels --op matmul --variant dp4a,gemv --batch-sizes 1,8 --prefill-sizes 16 --repeats 3 \
     --out "$RUN/qwen3-8b-shape-matmul-dp4a-g0"
   stamp "kernels dp4a g0 exit $?"

@@ -536,7 +536,7 @@ __device__ __forceinline__ void dp_load_at(DpChunk<QT>& ch, const unsigned char*
     else ch.unpack(DpChunk<QT>::fetch(row, c), s);
 }
 
-// GC: G when known at compile time (32: the _g32 entries, DP_GC32 below; 0: from n_in at run time)
+// GC: G when known at compile time (the _g16 and _g32 entries, DP_GC below; 0: from n_in at run time)
 template <int QT, int NMAT, int GC = 0>
 __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                           const signed char* __restrict__ xq, const float* __restrict__ xd,
@@ -610,22 +610,24 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
     }
 }
 
-// G as a compile-time 32 (the entries named ..._g32, which launchers pick where n_in >= 1024: 32
-// chunks or more, so G is 32): a lane's chunks are g + 32 k, so a K-quant chunk's place in its
-// super-block (c % 8) is the lane's own (dp_load_at) and a chunk's offsets step by constants --
-// folded by the compiler, not recomputed every chunk; the same order, the same bits. Entries of
-// their own, so the kernels of smaller rows keep their registers.
-// At N = 1 (sass_mix, NVRTC 12.9 sm_90, 2026-11-28) a chunk's instructions: q4_k 112 -> 76, q5_k
-// 141 -> 99, q6_k 172 -> 146, q4_1 68 -> 46, q4_0 72 -> 59, q5_1 121 -> 112; registers as before
-// (matmul_dp4a_q4_k_g32 48; in one entry with the run-time copy they took 56-64). Not for Q8_0 (80
-// registers, for 5% fewer instructions) nor float weights (ops/matmul_dp4a.py's G32_TYPES), nor the
+// G as a compile-time constant (the entries named ..._g16 and ..._g32, which launchers pick where G is
+// 16 or 32: n_in in 512..1023, and from 1024): a lane's chunks are g + G k, so a K-quant chunk's
+// place in its super-block (c % 8) is the lane's own (dp_load_at) and a chunk's offsets step by
+// constants -- folded by the compiler, not recomputed every chunk; the same order, the same bits.
+// Entries of their own, so the kernels of other rows keep their registers.
+// At N = 1 (sass_mix, NVRTC 12.9 sm_90, 2026-11-28) a chunk's instructions with G = 32: q4_k 112 -> 76,
+// q5_k 141 -> 99, q6_k 172 -> 146, q4_1 68 -> 46, q4_0 72 -> 59, q5_1 121 -> 112; registers as before
+// (matmul_dp4a_q4_k_g32 48; in one entry with the run-time copy they took 56-64); with G = 16 (SmolLM2's
+// n_in = 576) matmul_dp4a_q4_1's 8-token loop 325 -> 260, 48 -> 40 registers. Not for Q8_0 (64-80
+// registers, for 5% fewer instructions) nor float weights (ops/matmul_dp4a.py's FIXED_G_TYPES), nor the
 // fused layer and FFN kernels (one kernel for every n_in).
-// DP_G32=0 (a probe, through SHARPINF_NVRTC_OPTIONS): the _g32 entries take G from n_in, as before.
-#ifndef DP_G32
-#define DP_G32 1
+// DP_FIXED_G=0 (a probe, through SHARPINF_NVRTC_OPTIONS): those entries take G from n_in, as before.
+#ifndef DP_FIXED_G
+#define DP_FIXED_G 1
 #endif
-#define DP_GC32 (DP_G32 ? 32 : 0)
-// n_in's range where G is 32, told the compiler (its offsets and trip counts fold with it: a
-// condition it cannot see, as through a helper's return value, left the loop as it was)
-#define DP_ASSUME_G32(n_in) \
-    if ((n_in) < 32 * 32) return
+#define DP_GC(G) (DP_FIXED_G ? (G) : 0)
+// n_in's range where G is G (32: from 1024; 16: 512..1023), told the compiler (its offsets and trip
+// counts fold with it: a condition it cannot see, as through a helper's return value, left the loop
+// as it was)
+#define DP_ASSUME_G(n_in, G) \
+    if ((n_in) < 32 * (G) || ((G) < 32 && (n_in) >= 64 * (G))) return

@@ -20,12 +20,15 @@
         float *out, int n_tokens, int n_ff, int n_in, int act
 #define GU_PASS Wg, Wu, xq, xd, xs, xd, out, n_tokens, n_ff, n_in, 0, 0, (long long)n_ff, act
 
-// One entry per weight type, gate_up_dp4a_<type>, and gate_up_dp4a_<type>_g32 for n_in >= 1024 (as
-// matmul_dp4a.cu's), each compiled only when wanted (GB_ENTRIES, ggml_blocks.cuh).
+// One entry per weight type, gate_up_dp4a_<type>, and gate_up_dp4a_<type>_g16 / _g32 (as matmul_dp4a.cu's),
+// each compiled only when wanted (GB_ENTRIES, ggml_blocks.cuh).
 template <int QT> __device__ __forceinline__ void dp4a_gate_up(GU_ARGS) { dp4a_rows<QT, 2>(GU_PASS); }
-template <int QT> __device__ __forceinline__ void dp4a_gate_up_g32(GU_ARGS) {
-    DP_ASSUME_G32(n_in);
-    dp4a_rows<QT, 2, DP_GC32>(GU_PASS);
-}
+#define DP_GATE_UP_G(G)                                                                                   \
+    template <int QT> __device__ __forceinline__ void dp4a_gate_up_g##G(GU_ARGS) {                        \
+        DP_ASSUME_G(n_in, G);                                                                             \
+        dp4a_rows<QT, 2, DP_GC(G)>(GU_PASS);                                                              \
+    }                                                                                                     \
+    GB_ENTRIES(gate_up_dp4a, _g##G, (GU_ARGS), dp4a_gate_up_g##G, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)
 GB_ENTRIES(gate_up_dp4a, , (GU_ARGS), dp4a_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)
-GB_ENTRIES(gate_up_dp4a, _g32, (GU_ARGS), dp4a_gate_up_g32, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)
+DP_GATE_UP_G(16)
+DP_GATE_UP_G(32)

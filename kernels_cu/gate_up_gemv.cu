@@ -15,16 +15,19 @@
         float *out, int n_tokens, int n_ff, int n_in, int act
 #define GVU_PASS Wg, Wu, xq, xd, xs, xd, out, n_tokens, n_ff, n_in, 0, 0, (long long)n_ff, act
 
-// gate_up_gemv_<type>_t<NT>, and ..._t<NT>_g32 for n_in >= 1024 (G a compile-time 32: dp4a.cuh)
+// gate_up_gemv_<type>_t<NT>, and ..._t<NT>_g16 / _g32 where G is 16 or 32 (a compile-time G: dp4a.cuh)
+#define GV_GATE_UP_G(NT, G)                                                                                 \
+    template <int QT> __device__ __forceinline__ void gemv_gate_up_t##NT##_g##G(GVU_ARGS) {                 \
+        DP_ASSUME_G(n_in, G);                                                                               \
+        gemv_rows<QT, 2, NT, DP_GC(G)>(GVU_PASS);                                                            \
+    }                                                                                                       \
+    GB_ENTRIES(gate_up_gemv, _t##NT##_g##G, (GVU_ARGS), gemv_gate_up_t##NT##_g##G, Wg, Wu, xq, xd, xs, out,   \
+               n_tokens, n_ff, n_in, act)
 #define GV_GATE_UP(NT)                                                                                      \
     template <int QT> __device__ __forceinline__ void gemv_gate_up_t##NT(GVU_ARGS) { gemv_rows<QT, 2, NT>(GVU_PASS); } \
-    template <int QT> __device__ __forceinline__ void gemv_gate_up_t##NT##_g32(GVU_ARGS) {                  \
-        DP_ASSUME_G32(n_in);                                                                                \
-        gemv_rows<QT, 2, NT, DP_GC32>(GVU_PASS);                                                             \
-    }                                                                                                       \
     GB_ENTRIES(gate_up_gemv, _t##NT, (GVU_ARGS), gemv_gate_up_t##NT, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act) \
-    GB_ENTRIES(gate_up_gemv, _t##NT##_g32, (GVU_ARGS), gemv_gate_up_t##NT##_g32, Wg, Wu, xq, xd, xs, out, n_tokens,   \
-               n_ff, n_in, act)
+    GV_GATE_UP_G(NT, 16)                                                                                    \
+    GV_GATE_UP_G(NT, 32)
 GV_GATE_UP(1)
 GV_GATE_UP(2)
 GV_GATE_UP(4)

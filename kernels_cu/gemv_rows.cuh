@@ -22,7 +22,7 @@ struct GvCombine {  // a warp's member sums, [matrix][token][lane] (+1 pad, as D
 
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate); NMAT = 2: Y = act(X W^T) * (X W2^T).
 // n_tokens <= NT tokens, all in one tile (grid.y = 1).
-// GC: G when known at compile time (the _g32 entries: dp4a.cuh's DP_GC32), 0: from n_in
+// GC: G when known at compile time (the _g16 and _g32 entries: dp4a.cuh's DP_GC), 0: from n_in
 template <int QT, int NMAT, int NT, int GC = 0>
 __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                           const signed char* __restrict__ xq, const float* __restrict__ xd,

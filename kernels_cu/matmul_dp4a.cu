@@ -40,7 +40,8 @@
 // N = 1 a Q4_K chunk (18 bytes of weights) takes a lane ~112 instructions (fetch, unpack, x load,
 // 8 dp4a, the float terms: bench/sass_mix.py), and streaming 4 TB/s over 132 SMs at 1.98 GHz is 0.85
 // chunks a clock an SM -- ~3 of the 4 warp instructions an SM issues a clock. So from n_in = 1024 on
-// (G is 32 there) the row loop takes G as a compile-time constant (the _g32 entries, dp4a.cuh): a
+// (G is 32 there) the row loop takes G as a compile-time constant (the _g32 entries, dp4a.cuh; _g16 for
+// 512..1023): a
 // chunk's place in its super-block and its offsets fold into constants, 112 -> 76 instructions a
 // chunk (q4_1 68 -> 46; all types: dp4a.cuh), at the same 48 registers.
 #include "dp4a.cuh"
@@ -50,13 +51,16 @@
         int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride
 #define DP_PASS W, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, (long long)y_stride
 
-// One entry per weight type, matmul_dp4a_<type>, and matmul_dp4a_<type>_g32 for n_in >= 1024 (G a
-// compile-time 32: dp4a.cuh), each compiled only when wanted (GB_ENTRIES, ggml_blocks.cuh).
+// One entry per weight type, matmul_dp4a_<type>, and matmul_dp4a_<type>_g16 / _g32 where G is 16 or 32
+// (a compile-time G: dp4a.cuh), each compiled only when wanted (GB_ENTRIES, ggml_blocks.cuh).
 template <int QT> __device__ __forceinline__ void dp4a_matmul(DP_ARGS) { dp4a_rows<QT, 1>(DP_PASS); }
-template <int QT> __device__ __forceinline__ void dp4a_matmul_g32(DP_ARGS) {
-    DP_ASSUME_G32(n_in);
-    dp4a_rows<QT, 1, DP_GC32>(DP_PASS);
-}
+#define DP_MATMUL_G(G)                                                                                     \
+    template <int QT> __device__ __forceinline__ void dp4a_matmul_g##G(DP_ARGS) {                          \
+        DP_ASSUME_G(n_in, G);                                                                              \
+        dp4a_rows<QT, 1, DP_GC(G)>(DP_PASS);                                                               \
+    }                                                                                                      \
+    GB_ENTRIES(matmul_dp4a, _g##G, (DP_ARGS), dp4a_matmul_g##G, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, \
+               has_bias, accumulate, y_stride)
 GB_ENTRIES(matmul_dp4a, , (DP_ARGS), dp4a_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)
-GB_ENTRIES(matmul_dp4a, _g32, (DP_ARGS), dp4a_matmul_g32, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias,
-           accumulate, y_stride)
+DP_MATMUL_G(16)
+DP_MATMUL_G(32)

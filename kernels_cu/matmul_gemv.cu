@@ -31,18 +31,21 @@
         int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride
 #define GV_PASS W, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, (long long)y_stride
 
-// One entry per weight type and token count, matmul_gemv_<type>_t<NT>, and matmul_gemv_<type>_t<NT>_g32
-// for n_in >= 1024 (G a compile-time 32: dp4a.cuh) (GB_ENTRIES, ggml_blocks.cuh).
+// One entry per weight type and token count, matmul_gemv_<type>_t<NT>, and ..._t<NT>_g16 / _g32 where G is
+// 16 or 32 (a compile-time G: dp4a.cuh) (GB_ENTRIES, ggml_blocks.cuh).
+#define GV_MATMUL_G(NT, G)                                                                                      \
+    template <int QT> __device__ __forceinline__ void gemv_matmul_t##NT##_g##G(GV_ARGS) {                       \
+        DP_ASSUME_G(n_in, G);                                                                                   \
+        gemv_rows<QT, 1, NT, DP_GC(G)>(GV_PASS);                                                                 \
+    }                                                                                                           \
+    GB_ENTRIES(matmul_gemv, _t##NT##_g##G, (GV_ARGS), gemv_matmul_t##NT##_g##G, W, xq, xd, xs, bias, Y, n_tokens, \
+               n_out, n_in, has_bias, accumulate, y_stride)
 #define GV_MATMUL(NT)                                                                                           \
     template <int QT> __device__ __forceinline__ void gemv_matmul_t##NT(GV_ARGS) { gemv_rows<QT, 1, NT>(GV_PASS); } \
-    template <int QT> __device__ __forceinline__ void gemv_matmul_t##NT##_g32(GV_ARGS) {                        \
-        DP_ASSUME_G32(n_in);                                                                                    \
-        gemv_rows<QT, 1, NT, DP_GC32>(GV_PASS);                                                                  \
-    }                                                                                                           \
     GB_ENTRIES(matmul_gemv, _t##NT, (GV_ARGS), gemv_matmul_t##NT, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in,     \
                has_bias, accumulate, y_stride)                                                                  \
-    GB_ENTRIES(matmul_gemv, _t##NT##_g32, (GV_ARGS), gemv_matmul_t##NT##_g32, W, xq, xd, xs, bias, Y, n_tokens, n_out, \
-               n_in, has_bias, accumulate, y_stride)
+    GV_MATMUL_G(NT, 16)                                                                                         \
+    GV_MATMUL_G(NT, 32)
 GV_MATMUL(1)
 GV_MATMUL(2)
 GV_MATMUL(4)

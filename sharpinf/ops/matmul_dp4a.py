@@ -16,17 +16,18 @@ TILE_TOKENS = 8  # DP_TILE
 WARPS = 4  # DP_WARPS
 MAX_ROW_BLOCKS = 4096
 EMU_ROW_BLOCKS = 64
-# The entries with G a compile-time 32 (dp4a.cuh's DP_ASSUME_G32: from n_in = 1024, 32 chunks, G is
-# 32), for the types it pays for: Q8_0's took 80 registers for 5% fewer instructions, float weights
-# have no chunk decode to fold.
-G32_MIN_IN = 1024
-G32_TYPES = frozenset({quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K, quants.Q6_K})
+# The entries with G a compile-time constant (dp4a.cuh's DP_ASSUME_G: _g16 for n_in 512..1023, _g32
+# from 1024), for the types it pays for: Q8_0's took 64-80 registers for 5% fewer instructions, float
+# weights have no chunk decode to fold.
+FIXED_G = (16, 32)
+FIXED_G_TYPES = frozenset({quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K, quants.Q6_K})
 
 
 def entry_name(prefix: str, qtype: int, n_in: int, tile: str = "") -> str:
-    """The matvec entry for these rows: prefix_<type><tile>, with _g32 where G is a compile-time 32."""
-    g32 = "_g32" if n_in >= G32_MIN_IN and qtype in G32_TYPES else ""
-    return f"{prefix}_{kernel_suffix(qtype)}{tile}{g32}"
+    """The matvec entry for these rows: prefix_<type><tile>, then _g<G> where G is a compile-time constant."""
+    g = group_lanes(n_in)
+    fixed = f"_g{g}" if g in FIXED_G and qtype in FIXED_G_TYPES else ""
+    return f"{prefix}_{kernel_suffix(qtype)}{tile}{fixed}"
 
 
 def group_lanes(n_in: int) -> int:
