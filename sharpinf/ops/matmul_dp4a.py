@@ -17,8 +17,8 @@ WARPS = 4  # DP_WARPS
 MAX_ROW_BLOCKS = 4096
 EMU_ROW_BLOCKS = 64
 # The entries with G a compile-time constant (dp4a.cuh's DP_ASSUME_G: _g16 for n_in 512..1023, _g32
-# from 1024), for the types it pays for: Q8_0's took 64-80 registers for 5% fewer instructions, float
-# weights have no chunk decode to fold.
+# from 1024), for the types it pays for (ggml_blocks.cuh's GB_PACKED_ENTRIES): Q8_0's took 64-80 registers
+# for 5% fewer instructions, float weights have no chunk decode to fold.
 FIXED_G = (16, 32)
 FIXED_G_TYPES = frozenset({quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K, quants.Q6_K})
 
