@@ -229,7 +229,7 @@ if has ncu; then
   if [ -n "$NCU" ]; then
     stamp "ncu: matvecs, the 64-token step, pp512's GEMM, decode attention (8B shape)"
     run ncu.log 180 "$NCU" --clock-control none --profile-from-start off \
-      -k regex:'^((matmul|gate_up)_(dp4a|mmq|mmq_narrow)_q4_k|attention_split_.*)$' \
+      -k regex:'^((matmul|gate_up)_(dp4a|mmq|mmq_narrow)_q4_k(_g16|_g32)?|attention_split_.*)$' \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats \
       --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       python3 bench/ncu_targets.py qwen3-8b-shape:Q4_K --backend cuda --op matmul,ffn_in,attention \
@@ -240,7 +240,7 @@ if has ncu; then
     # apart: L1 sectors per request against the Q4_K rows above (see 6. in the header)
     stamp "ncu: SmolLM2 shape's matvecs"
     run ncu-smollm2.log 60 "$NCU" --clock-control none --profile-from-start off \
-      -k regex:'^(matmul|gate_up)_dp4a_q(4_1|8_0)$' --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      -k regex:'^(matmul|gate_up)_dp4a_q(4_1|8_0)(_g16|_g32)?$' --section SpeedOfLight --section MemoryWorkloadAnalysis \
       --section SchedulerStats --section WarpStateStats \
       python3 bench/ncu_targets.py smollm2-135m-shape:Q4_1 --backend cuda --op matmul,ffn_in --variant dp4a \
       --decode 1 --prefill ''
