@@ -525,8 +525,6 @@ struct DpCombine {  // a warp's member sums, [matrix][token][lane] (+1 pad: the 
     float s[NMAT][DP_TILE][33];
 };
 
-// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2 (W2 the second matrix, the same
-// type and shape): Y = act(X W^T) * (X W2^T), the SwiGLU (or GeGLU) of a gate and an up projection.
 // Chunk c of a weight row into ch, its unpack told s for c: every unpack reads only c & 7 (a K-quant
 // chunk's place in its super-block), so with G a multiple of 8 a lane passes its own g & 7 -- the
 // same every chunk, and the shifts and selects that follow from it leave the loop.
@@ -536,6 +534,8 @@ __device__ __forceinline__ void dp_load_at(DpChunk<QT>& ch, const unsigned char*
     else ch.unpack(DpChunk<QT>::fetch(row, c), s);
 }
 
+// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2 (W2 the second matrix, the same
+// type and shape): Y = act(X W^T) * (X W2^T), the SwiGLU (or GeGLU) of a gate and an up projection.
 // GC: G when known at compile time (the _g16 and _g32 entries, DP_GC below; 0: from n_in at run time)
 template <int QT, int NMAT, int GC = 0>
 __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
