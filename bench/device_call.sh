@@ -216,6 +216,12 @@ if has kernels; then
       --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k"
     stamp "decode $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode-$k.log"
   done
+  # the compile-time-G matvecs end to end: fast with G from n_in at run time (DP_FIXED_G=0) beside
+  # decode-fast.log (SmolLM2's QKV, o and gate+up take the _g16 entries, its down the _g32)
+  stamp "decode: SmolLM2 shape, fast, G at run time"
+  SHARPINF_NVRTC_OPTIONS=-DDP_FIXED_G=0 run decode-fast-g0.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 \
+    --backend cuda --suite decode --kernels fast --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-fast-g0"
+  stamp "decode fast g0 exit $?"; grep -E "decode step at|host gap" "$OUT/decode-fast-g0.log"
   pack
 fi
 if has ncu; then
