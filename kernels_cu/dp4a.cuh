@@ -619,7 +619,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
 // q5_k 141 -> 99, q6_k 172 -> 146, q4_1 68 -> 46, q4_0 72 -> 59, q5_1 121 -> 112; registers as before
 // (matmul_dp4a_q4_k_g32 48; in one entry with the run-time copy they took 56-64); with G = 16 (SmolLM2's
 // n_in = 576) matmul_dp4a_q4_1's 8-token loop 325 -> 260, 48 -> 40 registers. Not for Q8_0 (64-80
-// registers, for 5% fewer instructions) nor float weights (ops/matmul_dp4a.py's FIXED_G_TYPES), nor the
+// registers, for 5% fewer instructions) nor float weights (ops/matmul_dp4a.py's PACKED_TYPES), nor the
 // fused layer and FFN kernels (one kernel for every n_in).
 // DP_FIXED_G=0 (a probe, through SHARPINF_NVRTC_OPTIONS): those entries take G from n_in, as before.
 #ifndef DP_FIXED_G

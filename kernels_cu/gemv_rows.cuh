@@ -91,4 +91,3 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
         __syncwarp();  // the next pass overwrites cw
     }
 }
-

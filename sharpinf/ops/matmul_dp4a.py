@@ -16,18 +16,6 @@ TILE_TOKENS = 8  # DP_TILE
 WARPS = 4  # DP_WARPS
 MAX_ROW_BLOCKS = 4096
 EMU_ROW_BLOCKS = 64
-# The entries with G a compile-time constant (dp4a.cuh's DP_ASSUME_G: _g16 for n_in 512..1023, _g32
-# from 1024), for the types it pays for (ggml_blocks.cuh's GB_PACKED_ENTRIES): Q8_0's took 64-80 registers
-# for 5% fewer instructions, float weights have no chunk decode to fold.
-FIXED_G = (16, 32)
-FIXED_G_TYPES = frozenset({quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K, quants.Q6_K})
-
-
-def entry_name(prefix: str, qtype: int, n_in: int, tile: str = "") -> str:
-    """The matvec entry for these rows: prefix_<type><tile>, then _g<G> where G is a compile-time constant."""
-    g = group_lanes(n_in)
-    fixed = f"_g{g}" if g in FIXED_G and qtype in FIXED_G_TYPES else ""
-    return f"{prefix}_{kernel_suffix(qtype)}{tile}{fixed}"
 
 
 def group_lanes(n_in: int) -> int:
@@ -36,6 +24,21 @@ def group_lanes(n_in: int) -> int:
     while g < 32 and 2 * g <= chunks:
         g *= 2
     return g
+
+
+# The packed types (ggml_blocks.cuh's GB_PACKED_ENTRIES): every quantized type but Q8_0, whose values
+# are whole bytes. The matvec entries with G a compile-time constant exist for these (dp4a.cuh's
+# DP_ASSUME_G: _g16 for n_in 512..1023, _g32 from 1024): Q8_0's took 64-80 registers for 5% fewer
+# instructions, float weights have no chunk decode to fold.
+PACKED_TYPES = frozenset({quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K, quants.Q6_K})
+FIXED_G = (16, 32)
+
+
+def entry_name(prefix: str, qtype: int, n_in: int, tile: str = "") -> str:
+    """The matvec entry for these rows: prefix_<type><tile>, then _g<G> where G is a compile-time constant."""
+    g = group_lanes(n_in)
+    fixed = f"_g{g}" if g in FIXED_G and qtype in PACKED_TYPES else ""
+    return f"{prefix}_{kernel_suffix(qtype)}{tile}{fixed}"
 
 
 GROUP = 8  # DP_GROUP: members a group of the canonical order's two levels (dp4a.cuh)

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from sharpinf.model import quants
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
-from sharpinf.ops.matmul_dp4a import gate_up_dp4a, launch_q8_gate_up, launch_q8_rows, matmul_dp4a
+from sharpinf.ops.matmul_dp4a import PACKED_TYPES, gate_up_dp4a, launch_q8_gate_up, launch_q8_rows, matmul_dp4a
 from sharpinf.ops.quant_act import Q8Act
 
-MMA_TYPES = frozenset({quants.Q8_0, quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K,
-                       quants.Q6_K})
+MMA_TYPES = PACKED_TYPES | {quants.Q8_0}  # the eight quantized types
 ROWS_PER_BLOCK = 64  # MM_WARPS x 16
 TOKENS_PER_BLOCK = 16  # MM_TOKENS
 MIN_TOKENS = 16  # a step smaller than one token tile stays on dp4a (same bits, less waste)
