@@ -19,8 +19,18 @@ warp instructions per unit; x32 is lane instructions per unit. An SM issues 4 wa
 a clock (one per scheduler), so units / s <= 4 x clock x SMs / (warp instructions per unit): the
 issue bound, which a kernel meets only with enough warps to hide every latency.
 
-What it cannot say: how often a branch inside the loop is taken (the reader knows: --cold), stalls,
-or anything about memory traffic beyond the instructions that cause it. ncu on a GPU says those.
+It also prices the iteration on one scheduler's pipes (pipe_cycles: the FMA pipes, the ALU at half
+rate, the conversion unit at an eighth, the tensor core at its peak): the largest of those and the
+issue slots is what a scheduler spends on a warp's iteration when every latency is hidden -- an
+I2F where the magic-number add was (dp4a.cuh's DP_I2F_CVT probe) shows up as the XU passing issue.
+And from the instructions' control bits (nvdisasm -hex) it sums the stalls ptxas scheduled for one
+warp -- the fixed latencies (an FFMA's 4 cycles, an IMMA's result), not the waits on memory -- and
+divides them by that bound: the warps a scheduler needs to stay busy, to set beside the occupancy
+ptxas's registers allow.
+
+What it cannot say: how often a branch inside the loop is taken (the reader knows: --cold), the waits
+on shared and global memory and barriers, or anything about memory traffic beyond the instructions that
+cause it. ncu on a GPU says those.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ CLASSES = {
 }
 _CLASS_OF = {op: c for c, ops in CLASSES.items() for op in ops}
 LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?);")
+HEX = re.compile(r"/\*\s*(0x[0-9a-f]{16})\s*\*/")
 LABEL = re.compile(r"^(\.L_x_\d+):")
 BRANCH = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
 
@@ -63,6 +74,7 @@ BRANCH = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
 class Block:
     label: str  # the label it starts at; "@ADDR" (its first instruction's) after a branch; "entry" the first
     ops: list[str] = field(default_factory=list)  # full opcodes (IMMA.16832.S8.S8, ...)
+    stalls: list[int] = field(default_factory=list)  # each one's stall count (-hex listings), else empty
 
 
 @dataclass
@@ -72,6 +84,9 @@ class Loop:
 
     def ops(self, cold: set[str] = frozenset()) -> list[str]:
         return [op for b in self.blocks if b.label not in cold for op in b.ops]
+
+    def stalls(self, cold: set[str] = frozenset()) -> list[int]:
+        return [st for b in self.blocks if b.label not in cold for st in b.stalls]
 
 
 def opclass(op: str) -> str:
@@ -101,6 +116,9 @@ def parse(sass: str, entry: str | None = None) -> tuple[list[Block], list[Loop]]
             continue
         m = LINE.match(raw)
         if not m:
+            hi = HEX.fullmatch(raw.strip())
+            if hi and blocks and len(blocks[-1].stalls) < len(blocks[-1].ops):  # the instruction's second word
+                blocks[-1].stalls.append(stall_cycles(int(hi.group(1), 16)))
             continue
         text = m.group(2).strip()
         if text.startswith("@"):
@@ -116,6 +134,46 @@ def parse(sass: str, entry: str | None = None) -> tuple[list[Block], list[Loop]]
     index = {b.label: i for i, b in enumerate(blocks)}
     loops = [Loop(target, blocks[index[target] : at + 1]) for at, target in back if target in index and index[target] <= at]
     return blocks, loops
+
+
+def stall_cycles(high_word: int) -> int:
+    """The stall count of an instruction's control bits (Volta to Hopper: bits 105-108 of the 128-bit
+    word, i.e. 41-44 of its upper 64): the cycles ptxas makes this warp wait before its next instruction
+    may issue -- how it covers a fixed latency (an FFMA's result, an IMMA's) without a scoreboard."""
+    return (high_word >> 41) & 0xF
+
+
+# Which pipe of an SM sub-partition (one scheduler) executes an opcode, and for how many cycles a warp
+# instruction holds it. Sources: the CUDA C++ Programming Guide's throughput table for compute capability
+# 9.0 (per SM and clock: 128 FP32 add/mul/fma, 64 integer add/logic/shift/compare and integer multiply-add,
+# 16 conversions), NVIDIA's account of GH100's pipes (FMA-heavy: FP32, IMAD, IDP; FMA-lite: FP32 only; ALU:
+# the other integer, logic and compare work), and H100's dense int8 tensor rate (~1,000 MACs a clock a
+# sub-partition: an m16n8k32's 4,096 in 4 cycles, a floor -- mma.sync runs below wgmma's peak). Opcodes not
+# listed only take their issue slot. VIADD (new in sm_90) is counted on the ALU: an assumption.
+FMA_ANY = ("FADD", "FMUL", "FFMA", "FSWZADD", "HADD2", "HMUL2", "HFMA2")  # either FMA pipe, 2 cycles there
+FMA_HEAVY = ("IMAD", "IMUL", "IDP")  # the heavy FMA pipe only, 2 cycles
+ALU = ("IADD3", "LOP3", "SHF", "LEA", "ISETP", "SEL", "PRMT", "IMNMX", "VIMNMX", "IABS", "VIADD", "FMNMX", "FSEL",
+       "FSETP", "FSET", "MOV", "PLOP3", "P2R", "R2P", "BMSK", "SGXT", "IADD", "LOP", "SHL", "SHR", "CS2R", "F2FP")
+XU = ("I2F", "F2I", "I2FP", "F2F", "FRND", "MUFU", "POPC", "FLO", "BREV")  # conversions, transcendentals: 8
+TENSOR = {"IMMA": 4, "HMMA": 4}  # cycles a warp instruction (m16n8k32 int8 / m16n8k16 f16) at the peak rate
+
+
+def pipe_cycles(ops: list[str]) -> dict:
+    """Cycles an iteration holds each pipe of its scheduler, and the largest of them and the issue
+    slots (1 an instruction): what one scheduler needs for one warp's iteration when latencies are
+    hidden. FP32 work is split between the two FMA pipes as evenly as the heavy pipe's IMAD/IDP allow."""
+    n = Counter(op.split(".")[0] for op in ops)
+    heavy = sum(n[o] for o in FMA_HEAVY)
+    fp32 = sum(n[o] for o in FMA_ANY)
+    out = {
+        "issue": len(ops),
+        "fma": max(2 * heavy, heavy + fp32),  # 2 cycles a warp on a 16-lane pipe; two pipes share FP32
+        "alu": 2 * sum(n[o] for o in ALU),
+        "xu": 8 * sum(n[o] for o in XU),
+        "tensor": sum(c * n[o] for o, c in TENSOR.items()),
+    }
+    out["bound"] = max(out, key=out.get)
+    return out
 
 
 def mix(ops: list[str]) -> Counter:
@@ -173,7 +231,7 @@ def disassemble(cubin: bytes) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        p = subprocess.run([tool, "-c", f.name], capture_output=True, text=True)
+        p = subprocess.run([tool, "-c", "-hex", f.name], capture_output=True, text=True)
     if p.returncode:
         sys.exit(f"nvdisasm failed: {p.stderr}")
     return p.stdout
@@ -197,6 +255,11 @@ def report(blocks: list[Block], loops: list[Loop], loop: str | None, cold: set[s
         "blocks": [{"label": b.label, "instructions": len(b.ops), "cold": b.label in cold,
                     "by_class": dict(mix(b.ops).most_common())} for b in chosen.blocks],
     }
+    out["pipes"] = pipe_cycles(ops)
+    stalls = chosen.stalls(cold)
+    if len(stalls) == len(ops):  # a -hex listing: the fixed latencies ptxas scheduled for one warp
+        out["stall_cycles"] = sum(max(st, 1) for st in stalls)
+        out["warps_to_hide"] = out["stall_cycles"] / out["pipes"][out["pipes"]["bound"]]
     if per:
         out["per_unit"] = {"units": per, "warp_instructions": len(ops) / per,
                            "by_class": {k: v / per for k, v in out["by_class"].items()}}
@@ -245,6 +308,13 @@ def main(argv: list[str] | None = None) -> int:
           + (f" without the cold blocks {', '.join(r['cold'])}" if r["cold"] else ""))
     print("  " + ", ".join(f"{k} {v}" for k, v in r["by_class"].items()))
     print("  " + ", ".join(f"{k} {v}" for k, v in list(r["by_opcode"].items())[:16]))
+    pc = r["pipes"]
+    print(f"cycles a scheduler, one warp's iteration: " + ", ".join(f"{k} {pc[k]}" for k in pc if k != "bound")
+          + f" -> bound by {pc['bound']}")
+    if "stall_cycles" in r:
+        print(f"one warp alone: {r['stall_cycles']} cycles of stalls ptxas scheduled (fixed latencies; scoreboard "
+              f"waits on memory not counted) -> {r['warps_to_hide']:.1f} warps a scheduler to keep "
+              f"{pc['bound']} busy")
     if "per_unit" in r:
         p = r["per_unit"]
         print(f"per unit (/{p['units']}): {p['warp_instructions']:.3f} warp instructions = "

@@ -53,9 +53,31 @@ def test_sass_mix_finds_the_loop_and_its_blocks():
     assert cold["by_class"]["float"] == 2  # MUFU went with it
 
 
+def test_sass_mix_prices_the_pipes_and_reads_the_stalls():
+    """nvdisasm -hex prints each instruction's second word on the next line; bits 41-44 of it are the
+    stall count. The pipes: FP32 shares the two FMA pipes, IMAD/IDP only the heavy one, the ALU at half
+    rate, conversions at an eighth."""
+    word = lambda stall: f"/* 0x{stall << 41:016x} */"  # noqa: E731
+    sass = "\n".join([
+        "k:", ".L_x_1:",
+        f"        /*0000*/                   IDP.4A.S8.S8 R1, R2, R3, R1 ;  /* 0x0000000000000000 */", "    " + word(2),
+        f"        /*0010*/                   FFMA R4, R5, R6, R4 ;  /* 0x0000000000000000 */", "    " + word(4),
+        f"        /*0020*/                   I2F.RP R7, R8 ;  /* 0x0000000000000000 */", "    " + word(1),
+        f"        /*0030*/                   LOP3.LUT R9, R9, 0xf, RZ, 0xc0, !PT ;  /* 0x0000000000000000 */", "    " + word(0),
+        f"        /*0040*/              @!P1 BRA `(.L_x_1) ;  /* 0x0000000000000000 */", "    " + word(5),
+    ])
+    blocks, loops = sass_mix.parse(sass, None)
+    assert blocks[0].stalls == [2, 4, 1, 0, 5]
+    r = sass_mix.report(blocks, loops, None, set(), per=None)
+    assert r["pipes"] == {"issue": 5, "fma": 2, "alu": 2, "xu": 8, "tensor": 0, "bound": "xu"}
+    assert r["stall_cycles"] == 2 + 4 + 1 + 1 + 5 and r["warps_to_hide"] == 13 / 8
+    assert "stall_cycles" not in sass_mix.report(*sass_mix.parse(SASS, "k"), None, set(), None)  # no -hex words
+
+
 def test_sass_mix_on_a_real_kernel(tmp_path):
     """matmul_mmq_q4_k's chunk loop, compiled as the runtime selects it and disassembled: a warp's
-    32 rows x 32 tokens are 2 x 4 mma tiles, so the loop holds 8 IMMA."""
+    32 rows x 32 tokens are 2 x 4 mma tiles, so the loop holds 8 IMMA -- twice: the terms of full warp tiles
+    and those of a tile the tokens end in are two copies (mmq_rows.cuh, 2026-11-28)."""
     if sass_mix.find_nvdisasm() is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
     try:
@@ -68,8 +90,9 @@ def test_sass_mix_on_a_real_kernel(tmp_path):
                                             [], use_nvcc=False)
     blocks, loops = sass_mix.parse(sass_mix.disassemble(cubin), "matmul_mmq_q4_k")
     r = sass_mix.report(blocks, loops, None, set(), per=1024)
-    assert compiler.startswith("NVRTC") and r["by_opcode"]["IMMA"] == 8, r["by_opcode"]
+    assert compiler.startswith("NVRTC") and r["by_opcode"]["IMMA"] == 16, r["by_opcode"]
     assert r["by_class"]["float"] > 8 * 12  # the dp4a-exact float terms: 16 a tile of 4 outputs a lane (2026-11-27)
+    assert r["stall_cycles"] >= r["iteration_instructions"] and r["pipes"]["tensor"] == 16 * 4  # -hex words read
 
 
 def test_ncu_targets_launches_each_chosen_case_once(capsys):
