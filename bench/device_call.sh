@@ -44,7 +44,9 @@
 #      not 519) under __launch_bounds__ that keep 3 blocks an SM (matmul_mmq 146-168 registers).
 #      kernels-mmq-r128.log / qwen3-8b-shape-matmul-mmq-r128: the same mmq rows at 64 and 512 tokens with
 #      ptxas held to 128 registers (4 blocks an SM, not 3; q4_k spills 64 bytes): the occupancy trade.
-#      kernels-mmq-i2f.log / ...-mmq-i2f: the same rows with the terms' conversions on the I2F unit.
+#      kernels-mmq-i2f.log / ...-mmq-i2f: the same rows with the terms' conversions on the I2F unit
+#      (sass_mix's pipe model, slowest warp a chunk: issue 391 -> 351, but the conversion unit's 16 a
+#      clock an SM need 336 cycles -- a near tie; if it wins, the unit keeps up, if not, it is XU-bound).
 #      kernels-dp4a-g0.log / ...-dp4a-g0: dp4a and gemv at N = 1, 8 with G from n_in at run time (the
 #      matvecs before 2026-11-28), beside the kernels-matmul rows: the instructions-vs-occupancy trade.
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
