@@ -363,6 +363,22 @@ static void fiber_entry(void* arg) { run_on_this_fiber(tls.blk, (EThread*)arg); 
     fail(b, s);
 }
 
+// Thread t arrives at the block's barrier phase of kind op (a __syncthreads, or the grid barrier's block
+// part): the first arrival names the phase, a thread at the other kind fails it (mixed_barriers).
+static void arrive(Block* b, EThread* t, int op, const char* file, int line) {
+    if (b->at_bar > 0 && b->bar_op != op) mixed_barriers(b, t, file, line);
+    if (b->at_bar == 0) {
+        b->bar_file = file;
+        b->bar_line = line;
+        b->bar_count = 0;
+        b->bar_op = op;
+    }
+    t->st = S_BAR;
+    t->op = op;
+    t->file = file;
+    t->line = line;
+}
+
 int sync_block(const char* file, int line, int pred) {
     Block* b = tls.blk;
     EThread* t = tls.cur;
@@ -385,17 +401,7 @@ int sync_block(const char* file, int line, int pred) {
             fail(b, s);
         }
     }
-    if (b->at_bar > 0 && b->bar_op != OP_BARRIER) mixed_barriers(b, t, file, line);
-    if (b->at_bar == 0) {
-        b->bar_file = file;
-        b->bar_line = line;
-        b->bar_count = 0;
-        b->bar_op = OP_BARRIER;
-    }
-    t->st = S_BAR;
-    t->op = OP_BARRIER;
-    t->file = file;
-    t->line = line;
+    arrive(b, t, OP_BARRIER, file, line);
     b->bar_count += pred != 0;
     if (++b->at_bar == b->alive) release_barrier(b);
     suspend(b, t);
@@ -412,17 +418,7 @@ void grid_sync(const char* file, int line) {
                  "launch it with cooperative=True", file, line, tid_str(b, t->lin).c_str());
         fail(b, s);
     }
-    if (b->at_bar > 0 && b->bar_op != OP_GRID) mixed_barriers(b, t, file, line);
-    if (b->at_bar == 0) {
-        b->bar_file = file;
-        b->bar_line = line;
-        b->bar_count = 0;
-        b->bar_op = OP_GRID;
-    }
-    t->st = S_BAR;
-    t->op = OP_GRID;
-    t->file = file;
-    t->line = line;
+    arrive(b, t, OP_GRID, file, line);
     if (++b->at_bar == b->alive) release_barrier(b);
     suspend(b, t);
 }
