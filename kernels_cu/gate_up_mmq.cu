@@ -8,13 +8,8 @@
 // matrices' group sums in the scratch; 23 KB static shared memory.
 #include "mmq_rows.cuh"
 
-#define GQ_ARGS                                                                                                 \
-    const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, const int *xs,    \
-        float *out, int n_tokens, int n_ff, int n_in, int act, float *partial, int *tickets, int x0
-#define GQ_PASS Wg, Wu, xq, xd, xs, xd, out, MqTokens(n_tokens), n_ff, n_in, 0, 0, (long long)n_ff, act, \
-                MqSplit{partial, tickets, x0}
 
 // One entry per quantized type, gate_up_mmq_<type>, each compiled only when wanted (GB_QUANT_ENTRIES,
 // ggml_blocks.cuh).
 template <int QT> __device__ __forceinline__ void mmq_gate_up(GQ_ARGS) { mmq_rows<QT, 2>(GQ_PASS); }
-GB_QUANT_ENTRIES_ATTRS(gate_up_mmq, , MQ_BOUNDS_2, (GQ_ARGS), mmq_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act, partial, tickets, x0)
+GB_QUANT_ENTRIES_ATTRS(gate_up_mmq, , MQ_BOUNDS_2, (GQ_ARGS), mmq_gate_up, GQ_NAMES)

@@ -11,14 +11,8 @@
 // (gate_up_mmq: 192).
 #include "mmq_rows.cuh"
 
-#define GQ_ARGS                                                                                                 \
-    const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, const int *xs,    \
-        float *out, int n_tokens, int n_ff, int n_in, int act, float *partial, int *tickets, int x0
-#define GQ_PASS Wg, Wu, xq, xd, xs, xd, out, MqTokens(n_tokens), n_ff, n_in, 0, 0, (long long)n_ff, act, \
-                MqSplit{partial, tickets, x0}
 
 template <int QT> __device__ __forceinline__ void mmq_narrow_gate_up(GQ_ARGS) {
     mmq_rows<QT, 2, MqTokens, 16>(GQ_PASS);
 }
-GB_QUANT_ENTRIES(gate_up_mmq_narrow, , (GQ_ARGS), mmq_narrow_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in,
-                 act, partial, tickets, x0)
+GB_QUANT_ENTRIES(gate_up_mmq_narrow, , (GQ_ARGS), mmq_narrow_gate_up, GQ_NAMES)

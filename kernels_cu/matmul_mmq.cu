@@ -108,15 +108,8 @@
 // registers and spills for 0.35 instructions a term (now 0.38).
 #include "mmq_rows.cuh"
 
-#define MQ_ARGS                                                                                                  \
-    const unsigned char *W, const signed char *xq, const float *xd, const int *xs, const float *bias, float *Y, \
-        int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride, float *partial, int *tickets, \
-        int x0
-#define MQ_PASS W, W, xq, xd, xs, bias, Y, MqTokens(n_tokens), n_out, n_in, has_bias, accumulate, (long long)y_stride, \
-                ACT_SILU, MqSplit{partial, tickets, x0}
 
 // One entry per quantized type, matmul_mmq_<type>, each compiled only when wanted (GB_QUANT_ENTRIES,
 // ggml_blocks.cuh).
 template <int QT> __device__ __forceinline__ void mmq_matmul(MQ_ARGS) { mmq_rows<QT, 1>(MQ_PASS); }
-GB_QUANT_ENTRIES_ATTRS(matmul_mmq, , MQ_BOUNDS_1, (MQ_ARGS), mmq_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride,
-                 partial, tickets, x0)
+GB_QUANT_ENTRIES_ATTRS(matmul_mmq, , MQ_BOUNDS_1, (MQ_ARGS), mmq_matmul, MQ_NAMES)

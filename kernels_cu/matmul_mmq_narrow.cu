@@ -26,14 +26,7 @@
 // ~256 tokens on, the wide blocks' 4x fewer activation reads should win again (matmul_mmq.cu).
 #include "mmq_rows.cuh"
 
-#define MQ_ARGS                                                                                                  \
-    const unsigned char *W, const signed char *xq, const float *xd, const int *xs, const float *bias, float *Y, \
-        int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride, float *partial, int *tickets, \
-        int x0
-#define MQ_PASS W, W, xq, xd, xs, bias, Y, MqTokens(n_tokens), n_out, n_in, has_bias, accumulate, (long long)y_stride, \
-                ACT_SILU, MqSplit{partial, tickets, x0}
 
 // One entry per quantized type, matmul_mmq_narrow_<type>, each compiled only when wanted.
 template <int QT> __device__ __forceinline__ void mmq_narrow_matmul(MQ_ARGS) { mmq_rows<QT, 1, MqTokens, 16>(MQ_PASS); }
-GB_QUANT_ENTRIES(matmul_mmq_narrow, , (MQ_ARGS), mmq_narrow_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in,
-                 has_bias, accumulate, y_stride, partial, tickets, x0)
+GB_QUANT_ENTRIES(matmul_mmq_narrow, , (MQ_ARGS), mmq_narrow_matmul, MQ_NAMES)

@@ -151,6 +151,22 @@ __device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq,
     cp_async_commit();
 }
 
+// The dense entries' parameters (matmul_mmq.cu and matmul_mmq_narrow.cu: MQ_; gate_up_mmq.cu and
+// gate_up_mmq_narrow.cu: GQ_), what they pass to mmq_rows, and their names for GB_QUANT_ENTRIES.
+#define MQ_ARGS                                                                                                  \
+    const unsigned char *W, const signed char *xq, const float *xd, const int *xs, const float *bias, float *Y, \
+        int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride, float *partial, int *tickets, \
+        int x0
+#define MQ_PASS W, W, xq, xd, xs, bias, Y, MqTokens(n_tokens), n_out, n_in, has_bias, accumulate, (long long)y_stride, \
+                ACT_SILU, MqSplit{partial, tickets, x0}
+#define MQ_NAMES W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride, partial, tickets, x0
+#define GQ_ARGS                                                                                                 \
+    const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, const int *xs,    \
+        float *out, int n_tokens, int n_ff, int n_in, int act, float *partial, int *tickets, int x0
+#define GQ_PASS Wg, Wu, xq, xd, xs, xd, out, MqTokens(n_tokens), n_ff, n_in, 0, 0, (long long)n_ff, act, \
+                MqSplit{partial, tickets, x0}
+#define GQ_NAMES Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act, partial, tickets, x0
+
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).  NMAT = 2: Y = act(X W^T) * (X W2^T).
 // The block's warps and tiles: MqShape<NMAT, ROWS>. Slots: the X and Y rows of the block's 64 token
 // slots (MqTokens for a dense layer, MqPairs for an expert's tile of pairs); blockIdx.x is the
