@@ -520,10 +520,36 @@ __device__ __forceinline__ float dp_fold(int G, MemberSum s) {
     }
     return y;
 }
-template <int NMAT>
+template <int NMAT, int NT = DP_TILE>
 struct DpCombine {  // a warp's member sums, [matrix][token][lane] (+1 pad: the folding lanes hit distinct banks)
-    float s[NMAT][DP_TILE][33];
+    float s[NMAT][NT][33];
 };
+
+// The end of a row loop's pass (dp4a_rows, gemv_rows, moe_dp4a.cu): the G member sums of each (row,
+// token) of the warp meet in cw and are folded in the canonical order by one lane, which stores them:
+// store(t, row, v), v a sum for each matrix, for the rows base .. base + rows_per_warp - 1 below n_out
+// and the nt live tokens. (The member loops stay in each kernel: moved into a shared helper, ptxas laid
+// out gemv's Q8_0 loop with 250 instructions instead of 224, sass_mix, 2026-11-28.)
+template <int NMAT, int NT, class Store>
+__device__ __forceinline__ void dp_combine(DpCombine<NMAT, NT>& cw, const float (&acc)[NMAT][NT], int G,
+                                           int rows_per_warp, int nt, int base, int n_out, Store store) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+            if (t < nt) cw.s[m][t][lane] = acc[m][t];
+    __syncwarp();
+    for (int f = lane; f < rows_per_warp * NT; f += 32) {  // f: (the warp's row f / NT, token f % NT)
+        const int r = f / NT, t = f % NT, out_row = base + r;
+        if (out_row >= n_out || t >= nt) continue;
+        float v[NMAT];
+#pragma unroll
+        for (int m = 0; m < NMAT; ++m) v[m] = dp_fold(G, [&](int j) { return cw.s[m][t][r * G + j]; });
+        store(t, out_row, v);
+    }
+    __syncwarp();  // the next pass overwrites cw
+}
 
 // Chunk c of a weight row into ch, its unpack told s for c: every unpack reads only c & 7 (a K-quant
 // chunk's place in its super-block), so with G a multiple of 8 a lane passes its own g & 7 -- the
@@ -591,22 +617,9 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
             }
         }
         // the G member sums of each (row, token) meet in one lane, folded in the canonical order
-#pragma unroll
-        for (int m = 0; m < NMAT; ++m)
-#pragma unroll
-            for (int t = 0; t < DP_TILE; ++t)
-                if (t < nt) cw.s[m][t][lane] = acc[m][t];
-        __syncwarp();
-        for (int f = lane; f < rows_per_warp * DP_TILE; f += 32) {  // f: (the warp's row f / 8, token f % 8)
-            const int r = f / DP_TILE, t = f % DP_TILE, out_row = base + r;
-            if (out_row >= n_out || t >= nt) continue;
-            float v[NMAT];
-#pragma unroll
-            for (int m = 0; m < NMAT; ++m) v[m] = dp_fold(G, [&](int j) { return cw.s[m][t][r * G + j]; });
-            dp_store<NMAT>(Y + (long long)(t0 + t) * y_stride + out_row, v[0], v[NMAT - 1], bias, out_row, has_bias,
-                           accumulate, act);
-        }
-        __syncwarp();  // the next pass overwrites cw
+        dp_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, [&](int t, int r, const float(&v)[NMAT]) {
+            dp_store<NMAT>(Y + (long long)(t0 + t) * y_stride + r, v[0], v[NMAT - 1], bias, r, has_bias, accumulate, act);
+        });
     }
 }
 

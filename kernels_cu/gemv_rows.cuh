@@ -15,11 +15,6 @@ template <int QT, int NT, int NMAT> struct GvUnroll {
     static constexpr int value = NMAT == 1 || per_matrix == 1 ? per_matrix : per_matrix / 2;
 };
 
-template <int NMAT, int NT>
-struct GvCombine {  // a warp's member sums, [matrix][token][lane] (+1 pad, as DpCombine)
-    float s[NMAT][NT][33];
-};
-
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate); NMAT = 2: Y = act(X W^T) * (X W2^T).
 // n_tokens <= NT tokens, all in one tile (grid.y = 1).
 // GC: G when known at compile time (the _g16 and _g32 entries: dp4a.cuh's DP_GC), 0: from n_in
@@ -36,8 +31,8 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
     const long long row_bytes = gb_row_bytes<QT>(n_in);
     const int rows_per_pass = gridDim.x * GV_WARPS * rows_per_warp;
     constexpr int U = GvUnroll<QT, NT, NMAT>::value;
-    __shared__ GvCombine<NMAT, NT> comb[GV_WARPS];
-    GvCombine<NMAT, NT>& cw = comb[warp];
+    __shared__ DpCombine<NMAT, NT> comb[GV_WARPS];
+    DpCombine<NMAT, NT>& cw = comb[warp];
     for (int base = (blockIdx.x * GV_WARPS + warp) * rows_per_warp; base < n_out; base += rows_per_pass) {
         const int row = base + lane / G;
         float acc[NMAT][NT];
@@ -73,21 +68,8 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
             }
         }
         // the G member sums of each (row, token) meet in one lane, folded in the canonical order (as dp4a)
-#pragma unroll
-        for (int m = 0; m < NMAT; ++m)
-#pragma unroll
-            for (int t = 0; t < NT; ++t)
-                if (t < nt) cw.s[m][t][lane] = acc[m][t];
-        __syncwarp();
-        for (int f = lane; f < rows_per_warp * NT; f += 32) {  // f: (the warp's row f / NT, token f % NT)
-            const int r = f / NT, t = f % NT, out_row = base + r;
-            if (out_row >= n_out || t >= nt) continue;
-            float v[NMAT];
-#pragma unroll
-            for (int m = 0; m < NMAT; ++m) v[m] = dp_fold(G, [&](int j) { return cw.s[m][t][r * G + j]; });
-            dp_store<NMAT>(Y + (long long)t * y_stride + out_row, v[0], v[NMAT - 1], bias, out_row, has_bias,
-                           accumulate, act);
-        }
-        __syncwarp();  // the next pass overwrites cw
+        dp_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, [&](int t, int r, const float(&v)[NMAT]) {
+            dp_store<NMAT>(Y + (long long)t * y_stride + r, v[0], v[NMAT - 1], bias, r, has_bias, accumulate, act);
+        });
     }
 }

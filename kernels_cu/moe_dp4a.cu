@@ -107,21 +107,9 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
                 }
             }
         }
-#pragma unroll
-        for (int m = 0; m < NMAT; ++m)
-#pragma unroll
-            for (int t = 0; t < DP_TILE; ++t)
-                if (t < nt) cw.s[m][t][lane] = acc[m][t];
-        __syncwarp();
-        for (int f = lane; f < rows_per_warp * DP_TILE; f += 32) {  // f: (the warp's row f / 8, pair f % 8)
-            const int r = f / DP_TILE, t = f % DP_TILE, out_row = base + r;
-            if (out_row >= n_out || t >= nt) continue;
-            float v[NMAT];
-#pragma unroll
-            for (int m = 0; m < NMAT; ++m) v[m] = dp_fold(G, [&](int j) { return cw.s[m][t][r * G + j]; });
-            dp_store<NMAT>(Y + (long long)pair[t] * n_out + out_row, v[0], v[NMAT - 1], Y, out_row, 0, 0, act);
-        }
-        __syncwarp();  // the next pass overwrites cw
+        dp_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, [&](int t, int r, const float(&v)[NMAT]) {
+            dp_store<NMAT>(Y + (long long)pair[t] * n_out + r, v[0], v[NMAT - 1], Y, r, 0, 0, act);
+        });
     }
 }
 
