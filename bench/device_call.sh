@@ -43,7 +43,9 @@
 #      Since 2026-11-28 the terms run branch-free on full warp tiles (479 instructions an iteration,
 #      not 519) under __launch_bounds__ that keep 3 blocks an SM (matmul_mmq 146-168 registers).
 #      kernels-mmq-r128.log / qwen3-8b-shape-matmul-mmq-r128: the same mmq rows at 64 and 512 tokens with
-#      ptxas held to 128 registers (4 blocks an SM, not 3; q4_k spills 64 bytes): the occupancy trade.
+#      the group sums in shared memory and ptxas held to 128 registers (MQ_GROUP_SHARED=1: 4 blocks an
+#      SM, not 3, no spills; the slowest warp's chunk 391 -> 377 instructions, the member fold 49 -> 114
+#      every n_chunks / G-th): the occupancy trade.
 #      kernels-mmq-i2f.log / ...-mmq-i2f: the same rows with the terms' conversions on the I2F unit
 #      (sass_mix's pipe model, slowest warp a chunk: issue 391 -> 351, but the conversion unit's 16 a
 #      clock an SM need 336 cycles -- a near tie; if it wins, the unit keeps up, if not, it is XU-bound).
@@ -148,15 +150,16 @@ if has kernels; then
     --batch-sizes 1,4,8,16,32,64 --prefill-sizes 128,512 --repeats 3 --out "$RUN/qwen3-8b-shape-matmul" \
    
   stamp "kernels matmul exit $?"
-  # occupancy probe: the same mmq rows with ptxas held to 128 registers (mmq_rows.cuh's MQ_MIN_BLOCKS_1
-  # through SHARPINF_NVRTC_OPTIONS, which reaches every kernel's compile; --maxrregcount no longer
-  # reaches entries with launch bounds): matmul_mmq_q4_k 162 -> 128 is 4 blocks of 4 warps an SM
-  # instead of 3, for 64 bytes of spills -- if it wins at 64 and 512 tokens, MQ_MIN_BLOCKS_1 becomes 4
-  # for the types that fit 128 registers without spills (q8_0, q4_0, q4_1, q5_0, q5_1: +6-7%
-  # instructions an iteration, sass_mix 2026-11-28), and for the K-quants too if it wins by more than
-  # their spills could cost
-  stamp "kernels: mmq at 128 registers"
-  SHARPINF_NVRTC_OPTIONS=-DMQ_MIN_BLOCKS_1=4 run kernels-mmq-r128.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+  # occupancy probe: the same mmq rows with each output's group sum in shared memory, not registers,
+  # and ptxas held to 128 registers (mmq_rows.cuh's MQ_GROUP_SHARED and MQ_MIN_BLOCKS_1, through
+  # SHARPINF_NVRTC_OPTIONS, which reaches every kernel's compile; --maxrregcount does not reach entries
+  # with launch bounds): matmul_mmq_q4_k 166 -> 128 registers without spills (NVRTC 12.9; held to 128
+  # with the sums in registers it spilled 64 bytes), 4 blocks of 4 warps an SM instead of 3, for a load
+  # and a store an output at each member's end (the same bits: test_kernels_matmul_variants's tier-all
+  # test) -- if it wins at 64 and 512 tokens, both become the default for every type but Q6_K (16
+  # bytes of spills at 128)
+  stamp "kernels: mmq with 4 blocks an SM"
+  SHARPINF_NVRTC_OPTIONS="-DMQ_GROUP_SHARED=1 -DMQ_MIN_BLOCKS_1=4" run kernels-mmq-r128.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
     --backend cuda --suite kernels --op matmul --variant dp4a,mmq --batch-sizes 64 --prefill-sizes 512 --repeats 3 \
     --out "$RUN/qwen3-8b-shape-matmul-mmq-r128"
   stamp "kernels mmq r128 exit $?"

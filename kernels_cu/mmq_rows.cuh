@@ -38,6 +38,17 @@ struct MqShape {
 #define MQ_MIN_BLOCKS_1 3
 #endif
 #define MQ_BOUNDS_1(QT) __launch_bounds__(128, MQ_MIN_BLOCKS_1)
+// MQ_GROUP_SHARED=1 (a probe, with MQ_MIN_BLOCKS_1=4; bench/device_call.sh times it): the one-matrix
+// wide blocks (matmul_mmq, moe_down_mmq) keep each output's group sum in shared memory (a column of 32
+// floats a thread, its own: 16 KB a block), not in registers -- a load and a store more an output at
+// each member's end. NVRTC 12.9 sm_90, 2026-11-28: at 4 blocks an SM (128 registers) matmul_mmq q4_k,
+// q5_k, q4_1, q5_1, q4_0, q8_0 fit without spills (the sums in registers: q4_k 64 bytes spilled, q5_k
+// 148), q6_k spills 16; moe_down_mmq_q4_k 147 -> 124 unbounded. Q4_K's slowest warp a chunk 391 ->
+// 377 instructions, its member fold 49 -> 114 (every n_chunks / G-th chunk: every 4th at n_in 4096,
+// nearly every one at 576) -- about even at the 8B shape, ~+20% for Q8_0 at SmolLM2's.
+#ifndef MQ_GROUP_SHARED
+#define MQ_GROUP_SHARED 0
+#endif
 #define MQ_BOUNDS_2(QT) __launch_bounds__(256, (QT) == GB_Q6_K ? 1 : 2)
 
 // A if C else B (NVRTC has no <type_traits>)
@@ -224,9 +235,17 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     auto out_row = [&](int i, int e) { return wr + 16 * i + g + 8 * (e >> 1); };
     auto out_slot = [&](int j, int e) { return wt + 8 * j + 2 * t + (e & 1); };
 
-    // the canonical order: part (member gp's chunks), grp (the group's members)
-    float part[NMAT][FM][FN][4], grp[NMAT][FM][FN][4];
-    mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) { part[m][i][j][e] = grp[m][i][j][e] = 0.0f; });
+    // the canonical order: part (member gp's chunks), grp (the group's members) -- in registers, or with
+    // MQ_GROUP_SHARED in a column of shared memory of the thread's own (one-matrix wide blocks)
+    constexpr bool GRP_SHARED = MQ_GROUP_SHARED && NMAT == 1 && ROWS == MQ_ROWS;
+    constexpr int NOUT = NMAT * FM * FN * 4;
+    __shared__ float grp_s[GRP_SHARED ? NOUT : 1][GRP_SHARED ? THREADS : 1];
+    float part[NMAT][FM][FN][4], grp_r[NMAT][FM][FN][4];
+    auto grp = [&](int m, int i, int j, int e) -> float& {
+        if constexpr (GRP_SHARED) return grp_s[((m * FM + i) * FN + j) * 4 + e][tid];
+        else return grp_r[m][i][j][e];
+    };
+    mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) { part[m][i][j][e] = grp(m, i, j, e) = 0.0f; });
 
     // prologue: activations of the first two visits in flight, the first weight chunk stored, the
     // second's loads issued
@@ -323,7 +342,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         else terms(false);
         if (c + G >= n_chunks) {  // member c mod G is complete: into its group's sum, in member order
             mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
-                grp[m][i][j][e] = grp[m][i][j][e] + part[m][i][j][e];
+                grp(m, i, j, e) = grp(m, i, j, e) + part[m][i][j][e];
                 part[m][i][j][e] = 0.0f;
             });
         }
@@ -340,7 +359,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
             const int rl = out_row(i, e), slot = out_slot(j, e);
             if (r0 + rl < n_out && slot < slots.count)
-                pt[((m * NG + (int)blockIdx.z) * MQ_TOKENS + slot) * ROWS + rl] = grp[m][i][j][e];
+                pt[((m * NG + (int)blockIdx.z) * MQ_TOKENS + slot) * ROWS + rl] = grp(m, i, j, e);
         });
         if (!sharpinf_last_arrival(split.tickets + tile, NG)) return;
         for (int f = tid; f < ROWS * MQ_TOKENS; f += blockDim.x) {  // f: (slot f / ROWS, row f % ROWS)
@@ -359,11 +378,10 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     }
 
     // epilogue, one group: dp4a's own (dp_store, both matrices' sums at once) of its sum (0 + S_0 = S_0)
-    const float(&y)[NMAT][FM][FN][4] = grp;
     mq_each_output<NMAT, FM, FN>([&](int m, int i, int j, int e) {
         const int r = r0 + out_row(i, e), slot = out_slot(j, e);
         if (m == 0 && r < n_out && slot < slots.count)
-            dp_store<NMAT>(Y + slots.y_row(slot) * y_stride + r, y[0][i][j][e], y[NMAT - 1][i][j][e], bias, r, has_bias,
-                           accumulate, act);
+            dp_store<NMAT>(Y + slots.y_row(slot) * y_stride + r, grp(0, i, j, e), grp(NMAT - 1, i, j, e), bias, r,
+                           has_bias, accumulate, act);
     });
 }
