@@ -106,6 +106,9 @@
 // ate what the halved barriers saved), and spills at the budgets (gate_up q4_k 16 bytes, q5_k 32,
 // matmul q6_k 40); mmq_narrow q4_k 66 -> 93 registers. 64 x 128-token blocks (a warp 32 x 64): 243
 // registers and spills for 0.35 instructions a term (now 0.38).
+// Probe (not the default until a GPU says so): the group sums in shared memory (mmq_rows.cuh's
+// MQ_GROUP_SHARED), which lets 4 blocks an SM fit 128 registers without spills -- 16 warps, not 12,
+// for about the same instructions a chunk at n_in 4096; bench/device_call.sh times it.
 #include "mmq_rows.cuh"
 
 
