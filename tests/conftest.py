@@ -117,6 +117,29 @@ def backend(request):
     return _make_backend(request.param, _checked(request))
 
 
+@pytest.fixture
+def mmq_group_sums_shared(tmp_path, monkeypatch):
+    """A kernels_cu/ of links to the real files but mmq_rows.cuh, which defines MQ_GROUP_SHARED 1 first
+    (the probe bench/device_call.sh times: the one-matrix wide blocks' group sums in shared memory), and
+    the mmq sources, copied (a linked source builds from the folder its link resolves to). Gives a
+    function kind -> a backend of its own (the shared ones hold modules of the real kernels_cu/)."""
+    import shutil
+
+    from sharpinf.runtime.emu_backend import EmuBackend
+    from sharpinf.runtime.paths import kernels_dir
+    from sharpinf.runtime.select import get_backend
+
+    real, copy = kernels_dir(), tmp_path / "kernels_cu"
+    shutil.copytree(real, copy, copy_function=os.symlink)
+    (copy / "mmq_rows.cuh").unlink()
+    (copy / "mmq_rows.cuh").write_text("#define MQ_GROUP_SHARED 1\n" + (real / "mmq_rows.cuh").read_text())
+    for name in ("matmul_mmq.cu", "moe_mmq.cu"):
+        (copy / name).unlink()
+        shutil.copy(real / name, copy / name)
+    monkeypatch.setenv("SHARPINF_KERNELS_DIR", str(copy))
+    return lambda kind: EmuBackend(racecheck=True, initcheck=True) if kind == "emu" else get_backend(kind)
+
+
 @pytest.fixture(params=variants_of("sample"))
 def sampler(request):
     """Each sampling variant in turn (the registry's op "sample"): every sampling test runs on both."""

@@ -101,33 +101,10 @@ def test_a_tokens_bits_do_not_depend_on_the_step_size(backend, name):
     _assert_steps_equal_dp4a(backend, name)
 
 
-@pytest.fixture
-def mmq_group_sums_shared(tmp_path, monkeypatch):
-    """A kernels_cu/ of links to the real files but mmq_rows.cuh, which defines MQ_GROUP_SHARED 1 first
-    (the probe bench/device_call.sh times: the one-matrix wide blocks' group sums in shared memory), and
-    matmul_mmq.cu, copied: a linked source builds from the folder its link resolves to."""
-    import os
-    import shutil
-
-    from sharpinf.runtime.paths import kernels_dir
-
-    real, copy = kernels_dir(), tmp_path / "kernels_cu"
-    shutil.copytree(real, copy, copy_function=os.symlink)
-    (copy / "mmq_rows.cuh").unlink()
-    (copy / "mmq_rows.cuh").write_text("#define MQ_GROUP_SHARED 1\n" + (real / "mmq_rows.cuh").read_text())
-    (copy / "matmul_mmq.cu").unlink()
-    shutil.copy(real / "matmul_mmq.cu", copy / "matmul_mmq.cu")
-    monkeypatch.setenv("SHARPINF_KERNELS_DIR", str(copy))
-
-
 @pytest.mark.tier_all("mmq's MQ_GROUP_SHARED probe (not what the fast set runs); make test runs mmq as built")
 @pytest.mark.parametrize("kind", ["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_mmq_with_group_sums_in_shared_memory_keeps_dp4as_bits(kind, mmq_group_sums_shared):
-    from sharpinf.runtime.emu_backend import EmuBackend
-    from sharpinf.runtime.select import get_backend
-
-    # a backend of its own: the shared ones hold modules built from the real kernels_cu/
-    _assert_steps_equal_dp4a(EmuBackend(racecheck=True, initcheck=True) if kind == "emu" else get_backend(kind), "mmq")
+    _assert_steps_equal_dp4a(mmq_group_sums_shared(kind), "mmq")
 
 
 def _assert_steps_equal_dp4a(backend, name):

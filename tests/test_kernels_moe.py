@@ -211,6 +211,18 @@ def test_tensor_core_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype, mo
     folding them; two sums add alike in either order -- the dense window test's four groups see a fold
     out of order). Q4_K also splits down (n_ff 512) and runs with a scratch of one row tile: the
     grids in windows of row tiles; every ticket is back at zero after the step (graphs replay them)."""
+    _assert_mmq_experts_equal_fast(backend, qtype, monkeypatch)
+
+
+@pytest.mark.tier_all("moe_mmq's MQ_GROUP_SHARED probe (not what the fast set runs); make test runs it as built")
+@pytest.mark.parametrize("kind", ["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_tensor_core_experts_with_group_sums_in_shared_memory_keep_the_bits(kind, mmq_group_sums_shared, monkeypatch):
+    """moe_down_mmq with its group sums in shared memory (mmq_rows.cuh's probe): the same bits as the
+    dp4a tiles, split and in windows (Q4_K's case above)."""
+    _assert_mmq_experts_equal_fast(mmq_group_sums_shared(kind), quants.Q4_K, monkeypatch)
+
+
+def _assert_mmq_experts_equal_fast(backend, qtype, monkeypatch):
     from sharpinf.ops import matmul_mmq as mq
 
     rng = _rng("mmq", qtype)
