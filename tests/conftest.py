@@ -122,12 +122,11 @@ def mmq_group_sums_shared(tmp_path, monkeypatch):
     """A kernels_cu/ of links to the real files but mmq_rows.cuh, which defines MQ_GROUP_SHARED 1 first
     (the probe bench/device_call.sh times: the one-matrix wide blocks' group sums in shared memory), and
     the mmq sources, copied (a linked source builds from the folder its link resolves to). Gives a
-    function kind -> a backend of its own (the shared ones hold modules of the real kernels_cu/)."""
+    function kind -> a backend of its own, made as _make_backend makes the kernel tests' (the cached
+    ones hold modules of the real kernels_cu/)."""
     import shutil
 
-    from sharpinf.runtime.emu_backend import EmuBackend
     from sharpinf.runtime.paths import kernels_dir
-    from sharpinf.runtime.select import get_backend
 
     real, copy = kernels_dir(), tmp_path / "kernels_cu"
     shutil.copytree(real, copy, copy_function=os.symlink)
@@ -137,7 +136,7 @@ def mmq_group_sums_shared(tmp_path, monkeypatch):
         (copy / name).unlink()
         shutil.copy(real / name, copy / name)
     monkeypatch.setenv("SHARPINF_KERNELS_DIR", str(copy))
-    return lambda kind: EmuBackend(racecheck=True, initcheck=True) if kind == "emu" else get_backend(kind)
+    return lambda kind: _make_backend.__wrapped__(kind, checked=True)
 
 
 @pytest.fixture(params=variants_of("sample"))
