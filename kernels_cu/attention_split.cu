@@ -18,15 +18,27 @@
 //     SPLITS = 16 blocks per (token, KV head) each take partitions s, s + 16, ... so a decode at
 //     any context runs on 16 x n_kv_heads blocks, and merge in a fixed order (the block that
 //     finishes last, found by an atomic ticket, merges: which block that is changes nothing);
-//   * one block serves the g query heads of a KV head (GQA): each K/V row is loaded once for all g;
+//   * one block serves up to GROUP = 4 query heads of a KV head (GQA): each K/V row is loaded once
+//     for all of them (a group of 8 takes two blocks: 8 heads' accumulators held 168 registers);
 //   * latency first (a decode step is a handful of blocks, so what costs is the chain of
-//     dependent loads, not bandwidth): the partition's cache rows are looked up in the block
-//     table once, by 64 threads at once, into shared memory; K and V rows are read 8 elements
-//     (16 bytes for f16/bf16) per load, every load of a thread independent of the others;
+//     dependent loads, not bandwidth): the queries are loaded before the position is known; the
+//     partition's cache rows are looked up in the block table once, by 64 threads at once, into
+//     shared memory; K and V rows are read 8 elements (16 bytes for f16/bf16) per load, and a
+//     thread issues AS_FETCH = 4 such loads (kv_rows.cuh's fetch) before it unpacks the first,
+//     so its 8 K loads (head_dim 128) cost two round trips to memory, not eight;
 //     scores: two threads per key, each half of head_dim, summed with one shuffle;
 //     P V: a thread per (8-element column group, key slice) -- slices walk keys j = slice,
 //     slice + SLICES, ... in order, then the slices are summed in slice order at the end;
-//   * the output may be quantized to q8_1 in the merge (the dp4a path needs no extra launch).
+//   * the merge loads every head's split maxima and sums in one round (a thread each), then every
+//     output value's split values in another (all issued before the first is added) -- it had
+//     taken three round trips a head, one after another;
+//   * the output may be quantized to q8_1 in the merge, from the values the merge's warps hold
+//     (the dp4a path needs no extra launch).
+// Why the chain matters (H100 profile, 2026-11-23, before the fetch batches and the one-round
+// merge): 16.6 us a launch for SmolLM2's decode at 512 keys (a third of its decode step's kernel
+// time) and 24.9 us for the Qwen3-8B shape's, for ~0.5 us of K/V bytes: the P V loop waited on each
+// V row before loading the next (8 serial loads at head_dim 128), the scores kept 2 of 8 K loads
+// in flight, and the merge walked 4 heads x 3 dependent rounds.
 // A sliding window skips the partitions wholly before the query's first visible key and masks
 // the keys below it in the first one it reads (score -inf, weight 0) without reading them, so the
 // blocks of positions every window has left may be freed; a split left with no partition merges
@@ -35,15 +47,17 @@
 // threads of a key, the walk order, the slice sum and the merge order are all fixed by absolute
 // key positions and head_dim, so results are bit-identical alone, packed, chunked, in other
 // blocks, under graphs.
-// Launch: grid = (window tokens, n_kv_heads * ceil(g / 8), SPLITS), block = 128 threads.
-// Bound: at decode, latency (a few dependent global loads per partition); at long context,
-// memory -- each K/V byte of a query's context is read once per (token, KV head).
+// Launch: grid = (window tokens, n_kv_heads * ceil(g / 4), SPLITS), block = 128 threads; <= 128
+// registers in every entry on sm_90 (4 blocks an SM), ~8.5 KB static shared memory at head_dim 128.
+// Bound: at decode, latency -- the chain of a block: the position and the queries, the block
+// table, K (2 rounds), V (2 rounds), the arrival's fences and atomic, the merge (2 rounds); at long
+// context, memory -- each K/V byte of a query's context is read once per (token, block of heads).
 #include "common.cuh"
 #include "kv_rows.cuh"
 
 #define AS_PART 64      // keys per partition
 #define AS_SPLITS 16    // blocks per (token, KV head group)
-#define AS_GROUP 8      // query heads per block (larger GQA groups take several blocks)
+#define AS_GROUP 4      // query heads per block (larger GQA groups take several blocks)
 #define AS_THREADS 128  // 4 warps
 
 template <int HD, typename KV>
@@ -55,23 +69,31 @@ __device__ __forceinline__ void attention_split_impl(
     constexpr int COLS = HD / AS_VEC;            // 8-element column groups of a row
     constexpr int SLICES = AS_THREADS / COLS;    // key slices in P V
     constexpr int HALF_CHUNKS = HD / 2 / AS_VEC;  // loads per thread per key in the scores
+    constexpr int KEYS_PER_SLICE = AS_PART / SLICES;  // keys a P V thread walks in a partition
+    // row pieces fetched before the first is used (kv_rows.cuh's AS_FETCH): one round trip for them all
+    constexpr int K_FETCH = HALF_CHUNKS < AS_FETCH ? HALF_CHUNKS : AS_FETCH;
+    constexpr int V_FETCH = KEYS_PER_SLICE < AS_FETCH ? KEYS_PER_SLICE : AS_FETCH;
     static_assert(HD % 16 == 0 && SLICES >= 1, "head_dim must be a multiple of 16, at most 1024");
+    static_assert(AS_PART % SLICES == 0 && HALF_CHUNKS % K_FETCH == 0 && KEYS_PER_SLICE % V_FETCH == 0, "batches");
     __shared__ __align__(16) float q_s[AS_GROUP][HD];
     __shared__ float p_s[AS_GROUP][AS_PART];  // scores, then weights, of one partition
     __shared__ long long row_s[AS_PART];      // cache row (slot * n_kv_heads + kv head) of each key
     __shared__ float red_s[SLICES * HD];      // the slices' P V sums of one head
-    __shared__ float m_s[AS_GROUP], l_s[AS_GROUP], f_s[AS_GROUP], sc_s[AS_SPLITS];
+    __shared__ float m_s[AS_GROUP], l_s[AS_GROUP], f_s[AS_GROUP];
+    __shared__ float mm_s[AS_GROUP][AS_SPLITS], ml_s[AS_GROUP][AS_SPLITS], sc_s[AS_GROUP][AS_SPLITS], inv_s[AS_GROUP];  // the merge
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = AS_THREADS / 32;
     const int tl = blockIdx.x, t = t0 + tl, split = blockIdx.z;  // tl: the token in the window
     const int group = n_heads / n_kv_heads, groups = (group + AS_GROUP - 1) / AS_GROUP;
     const int kvh = blockIdx.y / groups, h0 = kvh * group + (blockIdx.y % groups) * AS_GROUP;
     const int g = min(AS_GROUP, kvh * group + group - h0);  // query heads of this block
     if (t >= n_tokens) return;
+    // the queries first: their loads need not wait for the position (a split past the context
+    // drops them unused)
+    for (int i = tid; i < g * HD; i += AS_THREADS) q_s[i / HD][i % HD] = qkv[(long long)t * qkv_stride + (h0 + i / HD) * HD + i % HD];
     const AsQuery qi(t, cu_seqlens, n_seqs, positions, block_tables, max_blocks_per_seq);
     const int nsplits = min(AS_SPLITS, qi.pos / AS_PART + 1);  // splits holding a partition
     if (split >= nsplits) return;  // uniform per block
 
-    for (int i = tid; i < g * HD; i += AS_THREADS) q_s[i / HD][i % HD] = qkv[(long long)t * qkv_stride + (h0 + i / HD) * HD + i % HD];
     if (tid < AS_GROUP) {
         m_s[tid] = -CUDART_INF_F;
         l_s[tid] = 0.0f;
@@ -93,7 +115,8 @@ __device__ __forceinline__ void attention_split_impl(
         // (keys below the window are never looked up or read: their blocks may have been freed)
         if (tid < nk && j0 + tid >= lo) row_s[tid] = qi.slot(j0 + tid, block_size) * n_kv_heads + kvh;
         __syncthreads();
-        // 1. scores: threads 2k and 2k + 1 take key k, each half of head_dim, one shuffle adds them
+        // 1. scores: threads 2k and 2k + 1 take key k, each half of head_dim, one shuffle adds them;
+        //    a thread's loads of its half row all issued (K_FETCH at a time) before it uses the first
         {
             const int kk = tid >> 1, e_half = (tid & 1) * (HD / 2);
             float s[AS_GROUP];
@@ -102,15 +125,21 @@ __device__ __forceinline__ void attention_split_impl(
             if (kk < nk && j0 + kk >= lo) {
                 const long long r = row_s[kk];
 #pragma unroll
-                for (int c = 0; c < HALF_CHUNKS; ++c) {
-                    const int e0 = e_half + c * AS_VEC;
-                    float kv[AS_VEC];
-                    kc.load8(r, e0, kv);
+                for (int c0 = 0; c0 < HALF_CHUNKS; c0 += K_FETCH) {
+                    typename KV::Raw raw[K_FETCH];
 #pragma unroll
-                    for (int h = 0; h < AS_GROUP; ++h)
-                        if (h < g)
+                    for (int c = 0; c < K_FETCH; ++c) raw[c] = kc.fetch(r, e_half + (c0 + c) * AS_VEC);
 #pragma unroll
-                            for (int i = 0; i < AS_VEC; ++i) s[h] = fmaf(q_s[h][e0 + i], kv[i], s[h]);
+                    for (int c = 0; c < K_FETCH; ++c) {
+                        const int e0 = e_half + (c0 + c) * AS_VEC;
+                        float kv[AS_VEC];
+                        kc.unpack(raw[c], kv);
+#pragma unroll
+                        for (int h = 0; h < AS_GROUP; ++h)
+                            if (h < g)
+#pragma unroll
+                                for (int i = 0; i < AS_VEC; ++i) s[h] = fmaf(q_s[h][e0 + i], kv[i], s[h]);
+                    }
                 }
             }
 #pragma unroll
@@ -142,21 +171,33 @@ __device__ __forceinline__ void attention_split_impl(
             }
         }
         __syncthreads();
-        // 3. acc = acc * f + sum over this slice's keys of p_j v_j, keys in order
+        // 3. acc = acc * f + sum over this slice's keys of p_j v_j, keys slice, slice + SLICES, ... in
+        //    order; their V rows fetched (V_FETCH at a time) before the first is used
 #pragma unroll
         for (int h = 0; h < AS_GROUP; ++h)  // unrolled: acc stays in registers
             if (h < g)
 #pragma unroll
                 for (int i = 0; i < AS_VEC; ++i) acc[h][i] *= f_s[h];
-        for (int jj = slice; jj < nk; jj += SLICES) {
-            if (j0 + jj < lo) continue;  // weight 0: skipping it leaves acc as it was
-            float v[AS_VEC];
-            vc.load8(row_s[jj], e_pv, v);
 #pragma unroll
-            for (int h = 0; h < AS_GROUP; ++h)
-                if (h < g)
+        for (int k0 = 0; k0 < KEYS_PER_SLICE; k0 += V_FETCH) {
+            typename KV::Raw raw[V_FETCH];
 #pragma unroll
-                    for (int i = 0; i < AS_VEC; ++i) acc[h][i] = fmaf(p_s[h][jj], v[i], acc[h][i]);
+            for (int k = 0; k < V_FETCH; ++k) {
+                const int jj = slice + (k0 + k) * SLICES;
+                if (jj < nk && j0 + jj >= lo) raw[k] = vc.fetch(row_s[jj], e_pv);
+            }
+#pragma unroll
+            for (int k = 0; k < V_FETCH; ++k) {
+                const int jj = slice + (k0 + k) * SLICES;
+                if (jj >= nk || j0 + jj < lo) continue;  // below the window: weight 0, skipping it leaves acc as it was
+                float v[AS_VEC];
+                vc.unpack(raw[k], v);
+#pragma unroll
+                for (int h = 0; h < AS_GROUP; ++h)
+                    if (h < g)
+#pragma unroll
+                        for (int i = 0; i < AS_VEC; ++i) acc[h][i] = fmaf(p_s[h][jj], v[i], acc[h][i]);
+            }
         }
         __syncthreads();  // row_s and p_s are rewritten by the next partition
     }
@@ -183,31 +224,51 @@ __device__ __forceinline__ void attention_split_impl(
     int* ticket = tickets + (long long)tl * gridDim.y + blockIdx.y;
     if (!sharpinf_last_arrival(ticket, nsplits)) return;
 
-    // the last block merges the splits 0..nsplits-1 in order, per head (L2 loads: other blocks wrote them)
+    // the last block merges the splits 0..nsplits-1 in order (L2 loads: other blocks wrote them), every
+    // head at once -- a round of loads for the (head, split) maxima and sums, one for the outputs --
+    // not a round trip per head and per sum
     float* o_row = out + (long long)t * n_heads * HD;
-    for (int h = 0; h < g; ++h) {
-        const float* ph = partial + ((long long)tl * n_heads + h0 + h) * AS_SPLITS * (HD + 2);
+    const float* pb = partial + ((long long)tl * n_heads + h0) * AS_SPLITS * (HD + 2);  // head h0 + h: h * AS_SPLITS rows on
+    for (int i = tid; i < g * AS_SPLITS; i += AS_THREADS) {
+        const int h = i / AS_SPLITS, s = i % AS_SPLITS;
+        if (s >= nsplits) continue;
+        mm_s[h][s] = __ldcg(pb + (h * AS_SPLITS + s) * (HD + 2) + HD);
+        ml_s[h][s] = __ldcg(pb + (h * AS_SPLITS + s) * (HD + 2) + HD + 1);
+    }
+    __syncthreads();
+    if (tid < g) {  // a thread a head: the maximum, the rescaled sum, each split's factor
+        const int h = tid;
         float mx = -CUDART_INF_F;
-        for (int s = 0; s < nsplits; ++s) mx = fmaxf(mx, __ldcg(ph + s * (HD + 2) + HD));
+        for (int s = 0; s < nsplits; ++s) mx = fmaxf(mx, mm_s[h][s]);
         float total = 0.0f;
-        for (int s = 0; s < nsplits; ++s) total += __ldcg(ph + s * (HD + 2) + HD + 1) * expf(__ldcg(ph + s * (HD + 2) + HD) - mx);
-        const float inv = 1.0f / total;
-        if (tid < nsplits) sc_s[tid] = expf(__ldcg(ph + tid * (HD + 2) + HD) - mx);
-        __syncthreads();
-        for (int e = tid; e < HD; e += AS_THREADS) {
-            float o = 0.0f;
-            for (int s = 0; s < nsplits; ++s) o += __ldcg(ph + s * (HD + 2) + e) * sc_s[s];
-            o_row[(h0 + h) * HD + e] = o * inv;
+        for (int s = 0; s < nsplits; ++s) total += ml_s[h][s] * expf(mm_s[h][s] - mx);
+        for (int s = 0; s < nsplits; ++s) sc_s[h][s] = expf(mm_s[h][s] - mx);
+        inv_s[h] = 1.0f / total;
+    }
+    __syncthreads();
+    // Thread i takes value i of the block's g heads (g * HD, a multiple of 32): a warp holds one whole
+    // 32-value block of the output row, which it quantizes to q8_1 as it stands (no reload)
+    const int n = n_heads * HD;
+    for (int i = tid; i < g * HD; i += AS_THREADS) {  // uniform per warp
+        const int h = i / HD, e = i % HD;
+        const float* ph = pb + h * AS_SPLITS * (HD + 2) + e;
+        float x[AS_SPLITS];  // every split's value loaded before the first is added
+#pragma unroll
+        for (int s = 0; s < AS_SPLITS; ++s)
+            if (s < nsplits) x[s] = __ldcg(ph + s * (HD + 2));
+        float o = 0.0f;
+#pragma unroll
+        for (int s = 0; s < AS_SPLITS; ++s)
+            if (s < nsplits) o += x[s] * sc_s[h][s];
+        o *= inv_s[h];
+        o_row[(h0 + h) * HD + e] = o;
+        if (quantize) {
+            const int b = (h0 * HD + i) / 32;  // the 32-value block of the row
+            q8_1_block(o, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
+                       out_s + (long long)t * (n / 32) + b);
         }
-        __syncthreads();  // sc_s is rewritten for the next head
     }
     if (tid == 0) *ticket = 0;  // ready for the next step (and the next graph replay)
-    if (!quantize) return;
-    __syncthreads();  // this block's output row is written: quantize its 32-value blocks
-    const int n = n_heads * HD, first = h0 * HD / 32, blocks = g * HD / 32;
-    for (int b = first + warp; b < first + blocks; b += warps)
-        q8_1_block(o_row[b * 32 + lane], out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
-                   out_s + (long long)t * (n / 32) + b);
 }
 
 #define AS_ARGS                                                                                                \

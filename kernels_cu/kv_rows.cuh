@@ -9,6 +9,9 @@
 #include "common.cuh"
 
 #define AS_VEC 8  // K/V elements per load
+// Row pieces of AS_VEC elements a thread fetches before it unpacks the first (attention_split.cu):
+// 4 keeps every attention_split entry within 128 registers on sm_90 (4 blocks an SM); 8 took 142-250.
+#define AS_FETCH 4
 
 struct AsQuery {
     int pos;
@@ -38,33 +41,55 @@ __device__ __forceinline__ void as_load16(const void* p, void* dst) {
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(p);
 #endif
 }
+// Each reader loads in two halves, as dp4a.cuh's weight chunks: fetch(r, e0) issues the loads into a
+// Raw (the bytes as the load instructions return them), unpack(raw, v) turns them into floats; load8
+// is the two back to back. A kernel that fetches several rows before unpacking any has all their
+// loads in flight at once (attention_split.cu), not one round trip after another.
 template <typename T, int HD> struct AsKv {  // f32, f16, bf16 rows of HD elements
-    const T* base;
-    __device__ __forceinline__ void load8(long long r, int e0, float (&v)[AS_VEC]) const {
-        constexpr int PER = 16 / sizeof(T);  // elements per 16-byte load
+    static constexpr int PER = 16 / sizeof(T);  // elements per 16-byte load
+    struct __align__(16) Raw {  // 16-byte loads land in it
         T h[AS_VEC];
+    };
+    const T* base;
+    __device__ __forceinline__ Raw fetch(long long r, int e0) const {
+        Raw raw;
 #pragma unroll
-        for (int c = 0; c < AS_VEC / PER; ++c) as_load16(base + r * HD + e0 + c * PER, h + c * PER);
-#pragma unroll
-        for (int i = 0; i < AS_VEC; ++i) v[i] = to_float(h[i]);
+        for (int c = 0; c < AS_VEC / PER; ++c) as_load16(base + r * HD + e0 + c * PER, raw.h + c * PER);
+        return raw;
     }
+    __device__ __forceinline__ void unpack(const Raw& raw, float (&v)[AS_VEC]) const {
+#pragma unroll
+        for (int i = 0; i < AS_VEC; ++i) v[i] = to_float(raw.h[i]);
+    }
+    __device__ __forceinline__ void load8(long long r, int e0, float (&v)[AS_VEC]) const { unpack(fetch(r, e0), v); }
 };
 template <int HD> struct AsKvQ8 {  // q8_0 rows: HD / 32 blocks of (half d, 32 int8), 34 bytes each
+    struct Raw {
+        __half d;
+        unsigned short w[AS_VEC / 2];  // values 2i and 2i + 1 (2-byte aligned: 34-byte blocks)
+    };
     const unsigned char* base;
-    __device__ __forceinline__ void load8(long long r, int e0, float (&v)[AS_VEC]) const {
+    __device__ __forceinline__ Raw fetch(long long r, int e0) const {
         const unsigned char* blk = base + r * (HD / 32 * 34) + (e0 / 32) * 34;
-        const unsigned short* q = reinterpret_cast<const unsigned short*>(blk + 2 + e0 % 32);  // 2-byte aligned
+        const unsigned short* q = reinterpret_cast<const unsigned short*>(blk + 2 + e0 % 32);
 #ifdef SHARPINF_EMU
         SHARPINF_ASSERT_ALIGNED(q, 2);
 #endif
-        const float d = to_float(*reinterpret_cast<const __half*>(blk));
+        Raw raw;
+        raw.d = *reinterpret_cast<const __half*>(blk);
+#pragma unroll
+        for (int i = 0; i < AS_VEC / 2; ++i) raw.w[i] = q[i];
+        return raw;
+    }
+    __device__ __forceinline__ void unpack(const Raw& raw, float (&v)[AS_VEC]) const {
+        const float d = to_float(raw.d);
 #pragma unroll
         for (int i = 0; i < AS_VEC / 2; ++i) {
-            const unsigned short w = q[i];
-            v[2 * i] = d * (float)(signed char)(w & 0xffu);
-            v[2 * i + 1] = d * (float)(signed char)(w >> 8);
+            v[2 * i] = d * (float)(signed char)(raw.w[i] & 0xffu);
+            v[2 * i + 1] = d * (float)(signed char)(raw.w[i] >> 8);
         }
     }
+    __device__ __forceinline__ void load8(long long r, int e0, float (&v)[AS_VEC]) const { unpack(fetch(r, e0), v); }
 };
 
 // ---- 8 elements [e0, e0 + 8) of row r as f16 into shared memory (dst 16-byte aligned) ---------

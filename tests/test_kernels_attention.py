@@ -250,7 +250,7 @@ def test_attention_decode_equals_prefill(backend, variant):
 @pytest.mark.parametrize("variant", SPLIT_FRAME)
 @pytest.mark.parametrize("kv_dtype", ["f16", "q8_0"])
 def test_split_attention_over_many_partitions(backend, kv_dtype, variant):
-    """Contexts of 1,100 keys: 18 partitions of 64 over the 16 splits, a GQA group of 9 (two blocks
+    """Contexts of 1,100 keys: 18 partitions of 64 over the 16 splits, a GQA group of 9 (three blocks
     of query heads for split; 7 tokens x 9 heads a tile for flash), a decode beside a prefill chunk."""
     b = dict(prefixes=[1099, 640, 0], chunks=[1, 3, 5], block_size=16, group=9, n_kv_heads=1, head_dim=64, seed=99)
     _check_case(backend, kv_dtype, b, variant)

@@ -46,7 +46,7 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
 
 # -- the split-KV variant (kernels_cu/attention_split.cu) -------------------------------------
 SPLITS = 16  # AS_SPLITS
-GROUP = 8  # AS_GROUP: query heads per block
+GROUP = 4  # AS_GROUP: query heads per block
 SPLIT_WINDOW = 128  # query tokens per split launch (bounds the scratch: 128 x heads x 16 x (hd + 2) floats)
 
 
