@@ -55,7 +55,7 @@
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
 #   4. attention: split vs flash per N (fast keeps split; flash was faster only for long prefills).
-#      split since 2026-11-28: its loads batched (AS_FETCH) and a two-round merge (attention_split.cu's
+#      split since 2026-11-28: its loads batched (kv_rows.cuh FETCH), a two-round merge, no merge for one split (attention_split.cu's
 #      header) -- against the H200's 2026-11-26 rows (513 keys: 22.6 us at 1 sequence, 142.5 at 64):
 #      the latency chain a decode step pays 30-36 times (a third of SmolLM2's decode kernels on the H100).
 #   5. the 2-byte aligned types (2026-11-27, never timed): q8_0/q4_0/q5_0/q6_k chunks now load as aligned

@@ -24,14 +24,16 @@
 //     dependent loads, not bandwidth): the queries are loaded before the position is known; the
 //     partition's cache rows are looked up in the block table once, by 64 threads at once, into
 //     shared memory; K and V rows are read 8 elements (16 bytes for f16/bf16) per load, and a
-//     thread issues AS_FETCH = 4 such loads (kv_rows.cuh's fetch) before it unpacks the first,
-//     so its 8 K loads (head_dim 128) cost two round trips to memory, not eight;
+//     thread issues FETCH = 4 such loads (2 of f32; kv_rows.cuh's fetch) before it unpacks the
+//     first, so its 8 K loads (head_dim 128, f16) cost two round trips to memory, not eight;
 //     scores: two threads per key, each half of head_dim, summed with one shuffle;
 //     P V: a thread per (8-element column group, key slice) -- slices walk keys j = slice,
 //     slice + SLICES, ... in order, then the slices are summed in slice order at the end;
 //   * the merge loads every head's split maxima and sums in one round (a thread each), then every
 //     output value's split values in another (all issued before the first is added) -- it had
 //     taken three round trips a head, one after another;
+//   * a query whose context fits one partition (<= 64 keys) has one split, which writes the output
+//     itself -- the merge's bits, without the partial, the fences and ticket, or the merge's loads;
 //   * the output may be quantized to q8_1 in the merge, from the values the merge's warps hold
 //     (the dp4a path needs no extra launch).
 // Why the chain matters (H100 profile, 2026-11-23, before the fetch batches and the one-round
@@ -70,9 +72,9 @@ __device__ __forceinline__ void attention_split_impl(
     constexpr int SLICES = AS_THREADS / COLS;    // key slices in P V
     constexpr int HALF_CHUNKS = HD / 2 / AS_VEC;  // loads per thread per key in the scores
     constexpr int KEYS_PER_SLICE = AS_PART / SLICES;  // keys a P V thread walks in a partition
-    // row pieces fetched before the first is used (kv_rows.cuh's AS_FETCH): one round trip for them all
-    constexpr int K_FETCH = HALF_CHUNKS < AS_FETCH ? HALF_CHUNKS : AS_FETCH;
-    constexpr int V_FETCH = KEYS_PER_SLICE < AS_FETCH ? KEYS_PER_SLICE : AS_FETCH;
+    // row pieces fetched before the first is used (kv_rows.cuh's FETCH): one round trip for them all
+    constexpr int K_FETCH = HALF_CHUNKS < KV::FETCH ? HALF_CHUNKS : KV::FETCH;
+    constexpr int V_FETCH = KEYS_PER_SLICE < KV::FETCH ? KEYS_PER_SLICE : KV::FETCH;
     static_assert(HD % 16 == 0 && SLICES >= 1, "head_dim must be a multiple of 16, at most 1024");
     static_assert(AS_PART % SLICES == 0 && HALF_CHUNKS % K_FETCH == 0 && KEYS_PER_SLICE % V_FETCH == 0, "batches");
     __shared__ __align__(16) float q_s[AS_GROUP][HD];
@@ -202,6 +204,21 @@ __device__ __forceinline__ void attention_split_impl(
         __syncthreads();  // row_s and p_s are rewritten by the next partition
     }
 
+    float* o_row = out + (long long)t * n_heads * HD;
+    const int n = n_heads * HD;
+    // value c of the output row, and of its q8_1 copy: the calling warp holds the 32-value block of c
+    auto emit = [&](int c, float o) {
+        o_row[c] = o;
+        if (quantize) {
+            const int b = c / 32;
+            q8_1_block(o, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
+                       out_s + (long long)t * (n / 32) + b);
+        }
+    };
+    // One split (a context of <= 64 keys): its state is the output, acc / l -- the bits the merge would
+    // give (its maximum this m, its sum 0 + l exp(0) = l, its factor 1, and 0 + acc = acc: the slice sum
+    // starts at +0, so acc is never -0) -- with no partial, ticket or merge.
+    const bool alone = nsplits == 1;
     // this split's state -> partial[t][h][split][0..HD+1]: acc (the slices summed in order), then m, l
 #pragma unroll
     for (int h = 0; h < AS_GROUP; ++h) {
@@ -213,21 +230,22 @@ __device__ __forceinline__ void attention_split_impl(
         for (int e = tid; e < HD; e += AS_THREADS) {
             float o = 0.0f;
             for (int sl = 0; sl < SLICES; ++sl) o += red_s[sl * HD + e];
-            ps[e] = o;
+            if (alone) emit((h0 + h) * HD + e, o * (1.0f / l_s[h]));  // e over whole warps (HD % 32 == 0 to quantize)
+            else ps[e] = o;
         }
-        if (tid == 0) {
+        if (tid == 0 && !alone) {
             ps[HD] = m_s[h];
             ps[HD + 1] = l_s[h];
         }
         __syncthreads();
     }
+    if (alone) return;
     int* ticket = tickets + (long long)tl * gridDim.y + blockIdx.y;
     if (!sharpinf_last_arrival(ticket, nsplits)) return;
 
     // the last block merges the splits 0..nsplits-1 in order (L2 loads: other blocks wrote them), every
     // head at once -- a round of loads for the (head, split) maxima and sums, one for the outputs --
     // not a round trip per head and per sum
-    float* o_row = out + (long long)t * n_heads * HD;
     const float* pb = partial + ((long long)tl * n_heads + h0) * AS_SPLITS * (HD + 2);  // head h0 + h: h * AS_SPLITS rows on
     for (int i = tid; i < g * AS_SPLITS; i += AS_THREADS) {
         const int h = i / AS_SPLITS, s = i % AS_SPLITS;
@@ -248,7 +266,6 @@ __device__ __forceinline__ void attention_split_impl(
     __syncthreads();
     // Thread i takes value i of the block's g heads (g * HD, a multiple of 32): a warp holds one whole
     // 32-value block of the output row, which it quantizes to q8_1 as it stands (no reload)
-    const int n = n_heads * HD;
     for (int i = tid; i < g * HD; i += AS_THREADS) {  // uniform per warp
         const int h = i / HD, e = i % HD;
         const float* ph = pb + h * AS_SPLITS * (HD + 2) + e;
@@ -260,13 +277,7 @@ __device__ __forceinline__ void attention_split_impl(
 #pragma unroll
         for (int s = 0; s < AS_SPLITS; ++s)
             if (s < nsplits) o += x[s] * sc_s[h][s];
-        o *= inv_s[h];
-        o_row[(h0 + h) * HD + e] = o;
-        if (quantize) {
-            const int b = (h0 * HD + i) / 32;  // the 32-value block of the row
-            q8_1_block(o, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
-                       out_s + (long long)t * (n / 32) + b);
-        }
+        emit((h0 + h) * HD + e, o * inv_s[h]);
     }
     if (tid == 0) *ticket = 0;  // ready for the next step (and the next graph replay)
 }

@@ -9,9 +9,10 @@
 #include "common.cuh"
 
 #define AS_VEC 8  // K/V elements per load
-// Row pieces of AS_VEC elements a thread fetches before it unpacks the first (attention_split.cu):
-// 4 keeps every attention_split entry within 128 registers on sm_90 (4 blocks an SM); 8 took 142-250.
-#define AS_FETCH 4
+// Row pieces of AS_VEC elements a thread fetches before it unpacks the first (attention_split.cu), per
+// cache type (each reader's FETCH): 64 bytes of loads in flight -- four 16-byte pieces, two of f32 --
+// keep every attention_split entry within 128 registers on sm_90 (4 blocks an SM); 8 pieces took
+// 142-250, 4 of f32 140-166.
 
 struct AsQuery {
     int pos;
@@ -47,6 +48,7 @@ __device__ __forceinline__ void as_load16(const void* p, void* dst) {
 // loads in flight at once (attention_split.cu), not one round trip after another.
 template <typename T, int HD> struct AsKv {  // f32, f16, bf16 rows of HD elements
     static constexpr int PER = 16 / sizeof(T);  // elements per 16-byte load
+    static constexpr int FETCH = sizeof(T) == 4 ? 2 : 4;
     struct __align__(16) Raw {  // 16-byte loads land in it
         T h[AS_VEC];
     };
@@ -64,6 +66,7 @@ template <typename T, int HD> struct AsKv {  // f32, f16, bf16 rows of HD elemen
     __device__ __forceinline__ void load8(long long r, int e0, float (&v)[AS_VEC]) const { unpack(fetch(r, e0), v); }
 };
 template <int HD> struct AsKvQ8 {  // q8_0 rows: HD / 32 blocks of (half d, 32 int8), 34 bytes each
+    static constexpr int FETCH = 4;  // 10 bytes a piece, in 5 loads
     struct Raw {
         __half d;
         unsigned short w[AS_VEC / 2];  // values 2i and 2i + 1 (2-byte aligned: 34-byte blocks)
