@@ -27,9 +27,12 @@
 // the histograms and returns from the three passes at once.
 //
 // Tiles and bound: a (segment, row) block holds 4096 ids, 16 a thread; every pass is a sweep of
-// the segment (z and w stay in L2: 1.2 MB a row at 152k). Bound: the 7 launches' latency (a few
-// us each in a graph) -- the work is ~40 MB/s of L2 traffic per row, nothing. Expected: ~15-25 us
-// a row at 152k ids (against ~260 us for sampling.cu's one block).
+// the segment (z and w stay in L2: 1.2 MB a row at 152k), a thread's 16 values loaded before it
+// uses the first (radix_fetch: one round trip to L2 a sweep; until 2026-11-28 the sweeps that
+// stored or counted with atomics waited on each load in turn, 16 round trips a launch). Bound:
+// the launches' latency (a few us each in a graph) -- the work is ~40 MB/s of L2 traffic per row,
+// nothing. Expected: ~15-25 us a row at 152k ids (against ~260 us for sampling.cu's one block);
+// registers 64-80 (256-thread blocks: 3 an SM, against a grid of 38 blocks a row at 152k).
 #include "sampling_rule.cuh"
 
 #define SAMPLE_SEG 4096
@@ -109,6 +112,22 @@ __device__ __forceinline__ bool radix_samples(const RadixRow& r) {
     if (r.mask && r.acc[ACC_ALLOWED] == 0u) return false;
     if (r.temperature == 0.0f) return false;
     return sample_weights_ok(r.z[radix_greedy(r)]);
+}
+
+// --- a thread's ids of the segment -------------------------------------------------------
+// Thread t takes the ids lo + t + 256 k (k < RADIX_PER) below hi. A sweep loads all of a thread's
+// values before it uses the first -- one round trip to L2, not 16: a loop that stored or counted
+// (an atomic) each value as it arrived waited on its load once an id (the SASS, 2026-11-28) --
+// and then visits them in k order. The results are the same: every per-id step is independent and
+// every reduction an exact integer one.
+#define RADIX_PER (SAMPLE_SEG / SAMPLE_RADIX_THREADS)  // 16
+__device__ __forceinline__ int radix_id(const RadixRow& r, int k) { return r.lo + (int)threadIdx.x + k * SAMPLE_RADIX_THREADS; }
+__device__ __forceinline__ void radix_fetch(const float* v, const RadixRow& r, float (&out)[RADIX_PER]) {
+#pragma unroll
+    for (int k = 0; k < RADIX_PER; ++k) {
+        const int i = radix_id(r, k);
+        out[k] = i < r.hi ? v[i] : 0.0f;
+    }
 }
 
 // --- block-wide helpers (256 threads) ----------------------------------------------------
@@ -226,7 +245,9 @@ __device__ __forceinline__ void radix_final_cut(const RadixRow& r, RadixSmem& sm
 }
 
 // Radix pass `pass` over the segment: histograms of the ids under the prefixes chosen so far.
-__device__ __forceinline__ void radix_histogram(const RadixRow& r, int pass, const RadixCut& c, RadixSmem& sm) {
+// zv, wv: the thread's z and (with top-p) w, radix_fetch's.
+__device__ __forceinline__ void radix_histogram(const RadixRow& r, int pass, const RadixCut& c, RadixSmem& sm,
+                                                const float (&zv)[RADIX_PER], const float (&wv)[RADIX_PER]) {
     unsigned *hk = sm.hist_k, *hp = sm.hist_p;
     sample_u64* hm = sm.hist_m;
     const int t = threadIdx.x;
@@ -234,13 +255,15 @@ __device__ __forceinline__ void radix_histogram(const RadixRow& r, int pass, con
     hm[t] = 0ull;
     __syncthreads();
     const int shift = 24 - 8 * pass;  // the bits this pass decides
-    for (int i = r.lo + t; i < r.hi; i += blockDim.x) {
-        const unsigned key = sample_key(r.z[i]);
+#pragma unroll
+    for (int k = 0; k < RADIX_PER; ++k) {
+        if (radix_id(r, k) >= r.hi) break;
+        const unsigned key = sample_key(zv[k]);
         const unsigned bin = (key >> shift) & 255u;
         if (r.topk_on && (pass == 0 || (key >> (shift + 8)) == c.key_k)) atomicAdd(&hk[bin], 1u);
         if (r.topp_on && (pass == 0 || (key >> (shift + 8)) == c.key_p)) {
             atomicAdd(&hp[bin], 1u);
-            atomicAdd(&hm[bin], sample_q(r.w[i]));
+            atomicAdd(&hm[bin], sample_q(wv[k]));
         }
     }
     __syncthreads();
@@ -267,9 +290,14 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
                     counts, cwords);
     // the greedy candidate: NaN first, then the larger value, then the lower id
     sample_u64 best = 0ull;
-    for (int i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
+    float zv[RADIX_PER];
+    radix_fetch(r.z, r, zv);  // sample_penalise's, after its barrier
+#pragma unroll
+    for (int k = 0; k < RADIX_PER; ++k) {
+        const int i = radix_id(r, k);
+        if (i >= r.hi) break;
         if (r.mask && !((r.mask[i >> 5] >> (i & 31)) & 1u)) continue;
-        const float v = r.z[i];
+        const float v = zv[k];
         const unsigned key = v != v ? 0xffffffffu : sample_key(v);
         const sample_u64 packed = ((sample_u64)key << 32) | (sample_u64)(0xffffffffu - (unsigned)i);
         best = packed > best ? packed : best;
@@ -298,18 +326,24 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
     if (!radix_samples(r)) return;  // uniform over the block
     const float zmax = r.z[radix_greedy(r)];
     sample_u64 s = 0ull;
-    for (int i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-        const float wi = sample_weight(r.z[i], zmax, r.temperature);
-        r.w[i] = wi;
-        s += sample_q(wi);
+    float zv[RADIX_PER], wv[RADIX_PER];
+    radix_fetch(r.z, r, zv);
+#pragma unroll
+    for (int k = 0; k < RADIX_PER; ++k) {
+        const int i = radix_id(r, k);
+        wv[k] = 0.0f;
+        if (i >= r.hi) continue;
+        wv[k] = sample_weight(zv[k], zmax, r.temperature);
+        r.w[i] = wv[k];
+        s += sample_q(wv[k]);
     }
     s = radix_block_sum<sample_u64>(s, sm.red_q);
     if (threadIdx.x == 0) atomicAdd(reinterpret_cast<sample_u64*>(r.acc + ACC_Q), s);
     if (r.topk_on || r.topp_on) {
-        __syncthreads();  // this block's w, read back by other threads
+        __syncthreads();  // radix_block_sum's shared memory, before the histogram's
         RadixCut none;
         none.key_k = none.key_p = 0u;
-        radix_histogram(r, 0, none, sm);
+        radix_histogram(r, 0, none, sm, zv, wv);  // the values this thread holds
     }
 }
 
@@ -317,8 +351,11 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
     __shared__ RadixSmem sm;
     const RadixRow r = radix_row(vocab, params, top_k, scratch, acc, acc_stride, mask_idx, masks, words);
     if (!(r.topk_on || r.topp_on) || !radix_samples(r)) return;
+    float zv[RADIX_PER], wv[RADIX_PER];
+    radix_fetch(r.z, r, zv);  // in flight while radix_cut scans the histograms
+    if (r.topp_on) radix_fetch(r.w, r, wv);
     const RadixCut c = radix_cut(r, pass, sm);
-    radix_histogram(r, pass, c, sm);
+    radix_histogram(r, pass, c, sm, zv, wv);
 }
 
 // The kept mass of the segment's ids above the cut (min-p applied) and its ties at the cut.
@@ -326,15 +363,20 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
     __shared__ RadixSmem sm;
     const RadixRow r = radix_row(vocab, params, top_k, scratch, acc, acc_stride, mask_idx, masks, words);
     if (!radix_samples(r)) return;
+    float zv[RADIX_PER], wv[RADIX_PER];
+    radix_fetch(r.z, r, zv);  // in flight while radix_final_cut scans the histograms
+    radix_fetch(r.w, r, wv);
     unsigned cut_key;
     int cut_n;
     radix_final_cut(r, sm, &cut_key, &cut_n);
     sample_u64 kept = 0ull;
     int ties = 0;
-    for (int i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-        const unsigned key = sample_key(r.z[i]);
+#pragma unroll
+    for (int k = 0; k < RADIX_PER; ++k) {
+        if (radix_id(r, k) >= r.hi) break;
+        const unsigned key = sample_key(zv[k]);
         if (key == cut_key && cut_n != 0x7fffffff) ++ties;
-        else if (key > cut_key && !(r.min_p > 0.0f && !(r.w[i] >= r.min_p))) kept += sample_q(r.w[i]);
+        else if (key > cut_key && !(r.min_p > 0.0f && !(wv[k] >= r.min_p))) kept += sample_q(wv[k]);
     }
     kept = radix_block_sum<sample_u64>(kept, sm.red_q);
     ties = radix_block_sum<int>(ties, sm.red_i);
@@ -420,33 +462,43 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
     __syncthreads();
     // pass 3: the crossing id inside that segment, in id order (16 contiguous ids a thread)
     const int lo = pick_seg * SAMPLE_SEG, hi = min(vocab, lo + SAMPLE_SEG);
-    const int per = SAMPLE_SEG / SAMPLE_RADIX_THREADS;
-    const int a = min(hi, lo + t * per), b = min(hi, a + per);
+    const int a = min(hi, lo + t * RADIX_PER), b = min(hi, a + RADIX_PER);
+    float zp[RADIX_PER], wp[RADIX_PER];  // the thread's ids a .. b - 1, loaded once for the three walks
+#pragma unroll
+    for (int k = 0; k < RADIX_PER; ++k) {
+        zp[k] = a + k < b ? r.z[a + k] : 0.0f;
+        wp[k] = a + k < b ? r.w[a + k] : 0.0f;
+    }
     int my_ties = 0;
-    for (int i = a; i < b; ++i) my_ties += sample_key(r.z[i]) == cut_key && cut_n != 0x7fffffff ? 1 : 0;
+#pragma unroll
+    for (int k = 0; k < RADIX_PER; ++k)
+        if (a + k < b) my_ties += sample_key(zp[k]) == cut_key && cut_n != 0x7fffffff ? 1 : 0;
     int ties_all;
     int rank = pick_ties_before + radix_block_exclusive<int>(my_ties, sm.red_i, &ties_all);
     const int rank0 = rank;
     sample_u64 mine = 0ull;
-    for (int i = a; i < b; ++i) {
-        const unsigned key = sample_key(r.z[i]);
+#pragma unroll
+    for (int k = 0; k < RADIX_PER; ++k) {
+        if (a + k >= b) break;
+        const unsigned key = sample_key(zp[k]);
         bool keep = key > cut_key || (key == cut_key && rank++ < cut_n);
-        if (r.min_p > 0.0f && !(r.w[i] >= r.min_p)) keep = false;
-        if (keep) mine += sample_q(r.w[i]);
+        if (r.min_p > 0.0f && !(wp[k] >= r.min_p)) keep = false;
+        if (keep) mine += sample_q(wp[k]);
     }
     sample_u64 seg_total;
     const sample_u64 before = pick_before + radix_block_exclusive<sample_u64>(mine, sm.red_q, &seg_total);
     if (before <= target && target < before + mine) {
         sample_u64 c = before;
         rank = rank0;
-        for (int i = a; i < b; ++i) {
-            const unsigned key = sample_key(r.z[i]);
+        for (int k = 0; k < RADIX_PER; ++k) {
+            if (a + k >= b) break;
+            const unsigned key = sample_key(zp[k]);
             bool keep = key > cut_key || (key == cut_key && rank++ < cut_n);
-            if (r.min_p > 0.0f && !(r.w[i] >= r.min_p)) keep = false;
+            if (r.min_p > 0.0f && !(wp[k] >= r.min_p)) keep = false;
             if (!keep) continue;
-            c += sample_q(r.w[i]);
+            c += sample_q(wp[k]);
             if (c > target) {
-                sample_emit(out, r.row, i, seen_bits, words, counts, cwords, slot, vocab);
+                sample_emit(out, r.row, a + k, seen_bits, words, counts, cwords, slot, vocab);
                 break;
             }
         }

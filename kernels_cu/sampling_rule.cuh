@@ -150,10 +150,19 @@ __device__ __forceinline__ void sample_penalise(const float* x, float* z, int lo
                                                 const unsigned* seen_bits, int words, const unsigned* counts,
                                                 int cwords) {
     const int tid = threadIdx.x, nt = blockDim.x;
-    if (mask) {
-        for (int i = lo + tid; i < hi; i += nt) z[i] = (mask[i >> 5] >> (i & 31)) & 1u ? x[i] : -CUDART_INF_F;
-    } else {
-        for (int i = lo + tid; i < hi; i += nt) z[i] = x[i];
+    // the copy loads SP_BATCH of a thread's ids before it stores the first (a loop that stored each
+    // value as it arrived could not load the next before the store: a round trip an id)
+    constexpr int SP_BATCH = 8;
+    for (int i0 = lo + tid; i0 < hi; i0 += SP_BATCH * nt) {
+        float v[SP_BATCH];
+#pragma unroll
+        for (int u = 0; u < SP_BATCH; ++u) {
+            const int i = i0 + u * nt;
+            v[u] = i < hi ? (!mask || (mask[i >> 5] >> (i & 31)) & 1u ? x[i] : -CUDART_INF_F) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < SP_BATCH; ++u)
+            if (i0 + u * nt < hi) z[i0 + u * nt] = v[u];
     }
     __syncthreads();
     if (slot < 0) return;  // uniform over the block
