@@ -5,10 +5,32 @@
 #include "common.cuh"
 
 #define RK_MAX_HALF 128  // head_dim <= 256
+// Latency, not work, is what a token costs (a few KB): every loop below loads all a thread's values
+// of a pass (RK_BATCH of them) before it stores the first. A loop that stored each value as it
+// arrived could not issue the next load before the store (the two may alias, for all the compiler
+// knows): a round trip an element (the SASS of 2026-11-28: the norm's scale loop 4 a head at
+// head_dim 128, the rotations 3 at 1024 threads, 20 at the layer kernel's 128, the K and V copies 2).
+#define RK_BATCH 4
+#define RK_PER_LANE (2 * RK_MAX_HALF / 32)  // a head's values a lane holds in the norm
 
 template <typename T> struct RkStore {
-    __device__ __forceinline__ static void row(const float* src, T* dst, int n, int tid, int nt) {
-        for (int i = tid; i < n; i += nt) dst[i] = from_float<T>(src[i]);
+    __device__ __forceinline__ static void row(const float* k, const float* v, T* kd, T* vd, int n, int tid, int nt) {
+        for (int i0 = tid; i0 < n; i0 += RK_BATCH * nt) {
+            float kv[RK_BATCH], vv[RK_BATCH];
+#pragma unroll
+            for (int u = 0; u < RK_BATCH; ++u) {
+                const int i = i0 + u * nt;
+                kv[u] = i < n ? k[i] : 0.0f;
+                vv[u] = i < n ? v[i] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < RK_BATCH; ++u) {
+                const int i = i0 + u * nt;
+                if (i >= n) break;
+                kd[i] = from_float<T>(kv[u]);
+                vd[i] = from_float<T>(vv[u]);
+            }
+        }
     }
 };
 
@@ -35,15 +57,28 @@ __device__ __forceinline__ void rope_kv_token(int t, float* qkv, int qkv_stride,
     const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
     float* row = qkv + (long long)t * qkv_stride;
     const int heads = n_heads + n_kv_heads;  // Q heads then K heads, contiguous in the row
+    const int pos = positions[t];            // loaded now: in flight during the norm
+    const long long slot = slot_mapping[t];
     if (has_norm) {
         for (int h = warp; h < heads; h += nt >> 5) {
             float* v = row + h * head_dim;
             const float* w = h < n_heads ? q_norm : k_norm;
+            float x[RK_PER_LANE], g[RK_PER_LANE];  // the lane's values i = lane, lane + 32, ... and their weights
+#pragma unroll
+            for (int k = 0; k < RK_PER_LANE; ++k) {
+                const int i = lane + 32 * k;
+                x[k] = i < head_dim ? v[i] : 0.0f;
+                g[k] = i < head_dim ? w[i] : 0.0f;
+            }
             float ss = 0.0f;
-            for (int i = lane; i < head_dim; i += 32) ss += v[i] * v[i];
+#pragma unroll
+            for (int k = 0; k < RK_PER_LANE; ++k)
+                if (lane + 32 * k < head_dim) ss += x[k] * x[k];
             ss = warp_reduce_sum(ss);
             const float scale = rsqrtf(ss / (float)head_dim + eps);
-            for (int i = lane; i < head_dim; i += 32) v[i] = v[i] * scale * w[i];
+#pragma unroll
+            for (int k = 0; k < RK_PER_LANE; ++k)
+                if (lane + 32 * k < head_dim) v[lane + 32 * k] = x[k] * scale * g[k];
         }
         __syncthreads();
     }
@@ -54,23 +89,34 @@ __device__ __forceinline__ void rope_kv_token(int t, float* qkv, int qkv_stride,
     const double two_pi = 6.283185307179586476925286766559;
     for (int i = tid; i < half; i += nt) {
         const double inv_freq = exp(-(double)(2 * i) / (double)head_dim * log_theta);
-        const double ang = (double)positions[t] * (double)freq_scale * inv_freq;
+        const double ang = (double)pos * (double)freq_scale * inv_freq;
         const double red = ang - two_pi * rint(ang / two_pi);
         sincosf((float)red, &sin_s[i], &cos_s[i]);
     }
     __syncthreads();
-    // 2b. a thread per (head, pair): every rotation of the token at once
-    for (int p = tid; p < heads * half; p += nt) {
-        const int h = p / half, i = p % half;
-        const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-        const float s = sin_s[i], c = cos_s[i];
-        float* hp = row + h * head_dim;
-        const float a = hp[ia], b = hp[ib];
-        hp[ia] = a * c - b * s;
-        hp[ib] = a * s + b * c;
+    // 2b. a thread per (head, pair): every rotation of the token at once, RK_BATCH pairs a thread loaded
+    //     before the first is rotated
+    const int pairs = heads * half;
+    for (int p0 = tid; p0 < pairs; p0 += RK_BATCH * nt) {
+        float a[RK_BATCH], b[RK_BATCH];
+#pragma unroll
+        for (int u = 0; u < RK_BATCH; ++u) {
+            const int p = p0 + u * nt, h = p / half, i = p % half;
+            const float* hp = row + h * head_dim;
+            a[u] = p < pairs ? hp[neox ? i : 2 * i] : 0.0f;
+            b[u] = p < pairs ? hp[neox ? i + half : 2 * i + 1] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < RK_BATCH; ++u) {
+            const int p = p0 + u * nt, h = p / half, i = p % half;
+            if (p >= pairs) break;
+            const float s = sin_s[i], c = cos_s[i];
+            float* hp = row + h * head_dim;
+            hp[neox ? i : 2 * i] = a[u] * c - b[u] * s;
+            hp[neox ? i + half : 2 * i + 1] = a[u] * s + b[u] * c;
+        }
     }
     __syncthreads();
-    const long long slot = slot_mapping[t];
     if (slot < 0) return;  // uniform per block (the caller's next __syncthreads is past it)
     const int kv_dim = n_kv_heads * head_dim;
     const float* k = row + n_heads * head_dim;
@@ -80,7 +126,7 @@ __device__ __forceinline__ void rope_kv_token(int t, float* qkv, int qkv_stride,
         rk_q8_0_row(k, static_cast<unsigned char*>(k_cache) + slot * bytes, kv_dim, tid, nt);
         rk_q8_0_row(v, static_cast<unsigned char*>(v_cache) + slot * bytes, kv_dim, tid, nt);
     } else {
-        RkStore<T>::row(k, static_cast<T*>(k_cache) + slot * kv_dim, kv_dim, tid, nt);
-        RkStore<T>::row(v, static_cast<T*>(v_cache) + slot * kv_dim, kv_dim, tid, nt);
+        RkStore<T>::row(k, v, static_cast<T*>(k_cache) + slot * kv_dim, static_cast<T*>(v_cache) + slot * kv_dim, kv_dim,
+                        tid, nt);
     }
 }
