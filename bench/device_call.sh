@@ -54,10 +54,16 @@
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
+#      radix's sweeps load a thread's 16 ids before using the first since 2026-11-28 (they had waited on
+#      each load in turn: 16 round trips to L2 a launch) -- never timed either way.
 #   4. attention: split vs flash per N (fast keeps split; flash was faster only for long prefills).
 #      split since 2026-11-28: its loads batched (kv_rows.cuh FETCH), a two-round merge, no merge for one split (attention_split.cu's
 #      header) -- against the H200's 2026-11-26 rows (513 keys: 22.6 us at 1 sequence, 142.5 at 64):
 #      the latency chain a decode step pays 30-36 times (a third of SmolLM2's decode kernels on the H100).
+#      The same day, the same fix (loads batched before the stores that used to wait on them) in
+#      rms_scale (rmsnorm_q8_1: 16 serial loads a thread at n = 4096; 4.5 us a launch on the H100's 8B
+#      profile, 73 a step) and rope_kv_token (8.2 us a launch on the 8B shape): the profile rows of
+#      decode-fast.log against bench/results/gpu/nvidia-h100-80gb-hbm3-20261123/profile_*.json.
 #   5. the 2-byte aligned types (2026-11-27, never timed): q8_0/q4_0/q5_0/q6_k chunks now load as aligned
 #      words (dp4a.cuh's DpSpanA2: q8_0 10 loads a chunk, not 17; q6_k 20, not 34; matmul_mmq_q6_k 185 -> 165
 #      registers) -- the real SmolLM2's LM head (q8_0, a third of its bytes) is where decode shows it;
