@@ -141,3 +141,17 @@ def test_rmsnorm_zero_row_is_finite(backend):
     backend.launch(backend.kernel("rmsnorm.cu", "rmsnorm_f32"), 1, 64,
                    (backend.upload(x), backend.upload(w), y, np.int32(n), np.float32(1e-5)))
     assert_same(backend.download(y), 0.0)
+
+
+# -- gather -------------------------------------------------------------------------------
+@pytest.mark.parametrize("n_cols", [1, 33, 4097])  # 4097 at 256 threads: a second batch of 16, its tail
+def test_gather_rows(backend, n_cols):
+    """out[r] = x[rows[r]] exactly: rows repeated and out of order, NaN copied as it is."""
+    rng = _rng("gather", n_cols)
+    x = rng.standard_normal((5, n_cols)).astype(np.float32)
+    x[3, -1] = np.nan
+    rows = np.array([3, 0, 3, 4], np.int32)
+    out = backend.full((len(rows), n_cols), -1.0, np.float32)
+    basic.gather_rows(backend, backend.upload(x), backend.upload(rows), out, len(rows), n_cols)
+    got = backend.download(out)
+    assert got.tobytes() == x[rows].tobytes(), np.argwhere(got.view(np.int32) != x[rows].view(np.int32))[:5]

@@ -55,7 +55,7 @@ def qk_norm(be, qkv, w, n_tokens: int, n_heads: int, head_dim: int, row_stride: 
 
 
 def gather_rows(be, x, rows, out, n_rows: int, n_cols: int) -> None:
-    be.launch(kernel(be, "gather.cu", "gather_rows_f32"), n_rows, 128, (x, rows, out, I32(n_rows), I32(n_cols)),
+    be.launch(kernel(be, "gather.cu", "gather_rows_f32"), n_rows, 256, (x, rows, out, I32(n_rows), I32(n_cols)),
               io=(4 * n_rows * (n_cols + 1), 4 * n_rows * n_cols))
 
 
