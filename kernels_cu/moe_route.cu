@@ -15,12 +15,9 @@
 // largest p not yet taken, a strict > so the lower id wins a tie; the k weights summed in rank
 // order, floored at 2^-14 (llama.cpp's clamp), and divided by it. One thread's serial top-k is the
 // readable form: 128 experts x 8 picks is ~1k comparisons, next to 2 x 128 x 2048 products.
-// Bound: the router matrix read once per token (F32: 1 MiB a layer for Qwen3-30B-A3B).
-#include "ggml_blocks.cuh"  // gb_fma (and common.cuh)
-
-#define MOE_MAX_EXPERTS 512
-#define MOE_WARPS 4
-#define MOE_WEIGHT_SUM_FLOOR 6.103515625e-5f
+// Bound: the router matrix read once per token (F32: 1 MiB a layer for Qwen3-30B-A3B) -- by one block,
+// so at decode the latency of its warps' serial dots (moe_route_split.cu spreads them).
+#include "moe_router.cuh"  // the logit's arithmetic (moe_router_logit), RowF32, RowQ8
 
 // One token's routing from its row of X. LOAD(i) gives value i of the row as a float.
 template <typename Load>
@@ -29,10 +26,7 @@ __device__ __forceinline__ void moe_route_row(Load load, const float* __restrict
     __shared__ float p[MOE_MAX_EXPERTS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int e = warp; e < n_expert; e += MOE_WARPS) {
-        const float* w = Wr + (long long)e * n_in;
-        float acc = 0.0f;
-        for (int i = lane; i < n_in; i += 32) acc = gb_fma(w[i], load(i), acc);
-        acc = warp_reduce_sum(acc);
+        const float acc = moe_router_logit(load, Wr + (long long)e * n_in, n_in);
         if (lane == 0) p[e] = acc;
     }
     __syncthreads();
@@ -60,16 +54,6 @@ __device__ __forceinline__ void moe_route_row(Load load, const float* __restrict
     total = fmaxf(total, MOE_WEIGHT_SUM_FLOOR);
     for (int r = 0; r < k; ++r) wts[t * k + r] = wts[t * k + r] / total;
 }
-
-struct RowF32 {
-    const float* x;
-    __device__ __forceinline__ float operator()(int i) const { return x[i]; }
-};
-struct RowQ8 {
-    const signed char* q;
-    const float* d;
-    __device__ __forceinline__ float operator()(int i) const { return (float)q[i] * d[i >> 5]; }
-};
 
 extern "C" __global__ void moe_route_f32(const float* X, const float* Wr, int* ids, float* wts, int n_expert, int k,
                                          int n_in) {

@@ -80,19 +80,24 @@ def _run(be, name: str, E, X, x0):
 
 
 # -- the router -------------------------------------------------------------------------------------
+# split: moe_route_split.cu (the grouped variants'), else moe_route.cu (one block a token)
+SPLIT = pytest.mark.parametrize("split", [False, True], ids=["one-block", "split"])
+
+
+@SPLIT
 @pytest.mark.parametrize("q8", [False, True], ids=["f32", "q8_1"])
-def test_router_picks_the_references_experts(backend, q8):
+def test_router_picks_the_references_experts(backend, q8, split):
     rng = _rng("route", q8)
     T, k = 7, 3
     X = rng.standard_normal((T, N_EMBD)).astype(np.float32)
     r = (rng.standard_normal((N_EXPERT, N_EMBD)) * 2 / np.sqrt(N_EMBD)).astype(np.float32)
     r[5] = r[2]  # an exact tie: expert 2 must rank before 5 wherever they meet
     E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, N_EXPERT, k, 32, N_EMBD)
-    s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, False)
+    s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, split)
     if q8:
-        moe.route(backend, E, s, T, x_q=_q8(backend, X))
+        moe.route(backend, E, s, T, x_q=_q8(backend, X), split=split)
     else:
-        moe.route(backend, E, s, T, x_f=backend.upload(X))
+        moe.route(backend, E, s, T, x_f=backend.upload(X), split=split)
     ids, wts = backend.download(s.ids).reshape(T, k), backend.download(s.wts).reshape(T, k)
     want_ids, want_w = moe.route_reference(moe.router_logits_reference(round_q8_1(X) if q8 else X, r), k)
     assert (ids == want_ids).all(), (ids, want_ids)
@@ -101,28 +106,56 @@ def test_router_picks_the_references_experts(backend, q8):
     assert with5 and all(2 in row and row.index(2) < row.index(5) for row in with5)
 
 
-def test_router_with_every_logit_tied_takes_the_lowest_ids(backend):
+@SPLIT
+def test_router_with_every_logit_tied_takes_the_lowest_ids(backend, split):
     T, k = 5, 3
     r = np.tile(_rng("tie").standard_normal((1, N_EMBD)).astype(np.float32), (N_EXPERT, 1))
     E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, N_EXPERT, k, 32, N_EMBD)
-    s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, False)
-    moe.route(backend, E, s, T, x_f=backend.upload(_rng("tie x").standard_normal((T, N_EMBD)).astype(np.float32)))
+    s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, split)
+    moe.route(backend, E, s, T, x_f=backend.upload(_rng("tie x").standard_normal((T, N_EMBD)).astype(np.float32)),
+              split=split)
     assert (backend.download(s.ids).reshape(T, k) == [0, 1, 2]).all()
     assert (backend.download(s.wts) == np.float32(1 / 3)).all()
 
 
-def test_a_nan_in_the_router_makes_nan_weights_never_a_silent_choice(backend):
+@SPLIT
+def test_a_nan_in_the_router_makes_nan_weights_never_a_silent_choice(backend, split):
     """One router row NaN: every probability is NaN after the softmax's sum, so the weights come out
     NaN (the forward pass's logits then fail every oracle) rather than a finite pick of the others."""
     T, k = 3, 2
     r = (_rng("nan").standard_normal((N_EXPERT, N_EMBD)) / np.sqrt(N_EMBD)).astype(np.float32)
     r[3, 5] = np.nan
     E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, N_EXPERT, k, 32, N_EMBD)
-    s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, False)
-    moe.route(backend, E, s, T, x_f=backend.upload(_rng("nan x").standard_normal((T, N_EMBD)).astype(np.float32)))
+    s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, split)
+    moe.route(backend, E, s, T, x_f=backend.upload(_rng("nan x").standard_normal((T, N_EMBD)).astype(np.float32)),
+              split=split)
     assert np.isnan(backend.download(s.wts)).all()
     ids = backend.download(s.ids)
     assert ((0 <= ids) & (ids < N_EXPERT)).all()  # still in range: the experts' kernels read no stray rows
+
+
+@pytest.mark.parametrize("n_expert,k", [(8, 2), (128, 8), (200, 200)])
+def test_the_split_router_gives_the_one_block_routers_bits(backend, n_expert, k):
+    """moe_route_split.cu against moe_route.cu, ids and weights byte for byte: pairs of equal router rows
+    (exact ties, settled by id), k up to every expert (the whole ranking), float and q8_1 input; twice
+    (the tickets left at zero serve the next launch, as a graph replay)."""
+    rng = _rng("split route", n_expert, k)
+    T = 4
+    r = (rng.standard_normal((n_expert, N_EMBD)) / np.sqrt(N_EMBD)).astype(np.float32)
+    r[1::7] = r[0::7][:len(r[1::7])]  # ties
+    X = rng.standard_normal((T, N_EMBD)).astype(np.float32)
+    E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, n_expert, k, 32, N_EMBD)
+    got = {}
+    for split in (False, True):
+        s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, n_expert, True)
+        for q8 in (False, True):
+            for rep in range(2 if split else 1):
+                moe.route(backend, E, s, T, **({"x_q": _q8(backend, X)} if q8 else {"x_f": backend.upload(X)}), split=split)
+                got[split, q8, rep] = backend.download(s.ids).tobytes(), backend.download(s.wts).tobytes()
+        if split:
+            assert not backend.download(s.tickets).any(), "the last block must leave every ticket at zero"
+    for q8 in (False, True):
+        assert got[True, q8, 0] == got[False, q8, 0] == got[True, q8, 1], q8
 
 
 # -- the experts ------------------------------------------------------------------------------------

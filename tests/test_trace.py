@@ -165,8 +165,8 @@ def test_attention_skipping_key_0_on_the_global_layer_is_named(gemma, plant):
 
 
 def test_a_router_dot_one_value_short_is_named_at_the_route(moe, plant):
-    be = plant("moe_route.cu", "for (int i = lane; i < n_in; i += 32) acc",
-               "for (int i = lane; i < n_in - 1; i += 32) acc")
+    be = plant("moe_router.cuh", "for (int i = lane; i < n_in; i += 32) acc",
+               "for (int i = lane; i < n_in - 1; i += 32) acc", via="moe_route.cu")
     rep = trace(moe, be)
     fd = first(rep)
     assert (fd.layer, fd.kernels) == (0, ["moe_route.cu:moe_route_f32"]) and fd.op in ("moe_route", "moe_weights")

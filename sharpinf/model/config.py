@@ -13,7 +13,7 @@ MOE_ARCHS = ("qwen3moe", "llama")
 # the HF->GGUF converter permuted Q/K rows for llama. `neox`: pairs (i, i + d/2).
 ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox", "qwen3moe": "neox"}
 
-# What the MoE kernels hold per token (moe_route.cu: the router's probabilities in shared memory, the
+# What the MoE kernels hold per token (moe_route.cu, moe_route_split.cu: the router's probabilities in shared memory, the
 # chosen k in registers); llama.cpp's own cap is 512 experts.
 MOE_MAX_EXPERTS = 512
 MOE_MAX_USED = 32

@@ -12,7 +12,9 @@ The rank-order sum is what makes the result one number per token whatever the ba
 expert a token's slot r holds depends only on that token's router logits.
 
 Launchers (a pair p = t * k + r is token t's r-th expert):
-    route          moe_route.cu: router, softmax, top-k, weights (float or q8_1 input)
+    route          moe_route.cu: router, softmax, top-k, weights (float or q8_1 input); with split=True
+                   moe_route_split.cu's (the grouped variants'): the same ids and weights, the router's
+                   experts spread over blocks and the selection done by a whole block
     moe_simple     the `simple` variant: route, moe_ffn.cu's gate_up and down over the pairs, combine
     moe_grouped    the `fast` variant: route (q8_1), moe_dp4a.cu's counting sort by expert, gate_up and
                    down over each expert's tiles of pairs (dp4a), quantize_q8_1 between, combine
@@ -80,11 +82,13 @@ class MoeScratch:
     gq: Q8Act | None = None  # q8_1 of g (grouped)
     order: Any = None  # i32 [P]: the pairs sorted by expert (grouped)
     tiles: Any = None  # i32 [3, max_tiles] (grouped)
+    logits: Any = None  # f32 [tokens, n_expert]: the split router's logits (grouped)
+    tickets: Any = None  # i32 [tokens]: its last-block tickets, zero between launches (grouped)
 
     @property
     def nbytes(self) -> int:
         """Device bytes held (Workspace.nbytes counts them)."""
-        arrays = [self.ids, self.wts, self.g, self.y, self.order, self.tiles]
+        arrays = [self.ids, self.wts, self.g, self.y, self.order, self.tiles, self.logits, self.tickets]
         arrays += [self.gq.q, self.gq.d, self.gq.s] if self.gq is not None else []
         return sum(int(a.nbytes) for a in arrays if a is not None)
 
@@ -97,21 +101,27 @@ class MoeScratch:
         if grouped:
             s.gq, s.order = Q8Act.empty(be, P, n_ff), be.empty((P,), I32)
             s.tiles = be.empty((3, max_tiles(P, n_expert)), I32)
+            s.logits, s.tickets = be.empty((n_tokens, n_expert), F32), be.zeros((n_tokens,), I32)
         return s
 
 
 def route(be, E: DeviceExperts, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
-          layer: int = 0) -> None:
+          layer: int = 0, split: bool = False) -> None:
     """s.ids[layer], s.wts[layer] = the router's k experts and weights for each token, from float rows
-    or their q8_1."""
+    or their q8_1; split: by moe_route_split.cu (a grouped scratch holds its logits and tickets)."""
     if not 0 < E.n_used <= E.n_expert <= MOE_MAX_EXPERTS:  # moe_route.cu and moe_sort hold the experts in shared memory
         raise ValueError(f"moe route: k = {E.n_used} with {E.n_expert} experts (at most {MOE_MAX_EXPERTS})")
     tail = (s.ids[layer], s.wts[layer], I32(E.n_expert), I32(E.n_used), I32(E.n_embd))
     io = (4 * E.n_expert * E.n_embd + 4 * n_tokens * E.n_embd, 8 * n_tokens * E.n_used)
-    if x_q is not None:
-        be.launch(kernel(be, "moe_route.cu", "moe_route_q8"), n_tokens, 128, (x_q.q, x_q.d, E.router) + tail, io=io)
+    x = (x_q.q, x_q.d) if x_q is not None else (x_f,)
+    entry = "q8" if x_q is not None else "f32"
+    if split:
+        if s.logits is None:
+            raise ValueError("moe route split: the scratch holds no logits (MoeScratch.alloc(grouped=True) makes them)")
+        be.launch(kernel(be, "moe_route_split.cu", f"moe_route_split_{entry}"), (n_tokens, -(-E.n_expert // WARPS)),
+                  32 * WARPS, x + (E.router, s.logits, s.tickets) + tail, io=io)
     else:
-        be.launch(kernel(be, "moe_route.cu", "moe_route_f32"), n_tokens, 128, (x_f, E.router) + tail, io=io)
+        be.launch(kernel(be, "moe_route.cu", f"moe_route_{entry}"), n_tokens, 128, x + (E.router,) + tail, io=io)
 
 
 def combine(be, s: MoeScratch, x, n_tokens: int, k: int, n: int, layer: int = 0) -> None:
@@ -150,7 +160,7 @@ def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None,
     up to 8 of the pairs that chose it."""
     if x_q is None or s.tiles is None:
         raise ValueError("moe fast reads q8_1 activations and a grouped MoeScratch")
-    route(be, E, s, n_tokens, x_q=x_q, layer=layer)
+    route(be, E, s, n_tokens, x_q=x_q, layer=layer, split=True)
     P, gt, dt = n_tokens * E.n_used, E.gate_up_qtype, E.down_qtype
     check_n_in(gt, E.n_embd)
     check_n_in(dt, E.n_ff)
@@ -187,7 +197,7 @@ def moe_tensor(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, 
         return moe_grouped(be, E, x, s, n_tokens, x_f=x_f, x_q=x_q, act=act, layer=layer)
     if x_q is None or s.tiles is None:
         raise ValueError("moe mmq reads q8_1 activations and a grouped MoeScratch")
-    route(be, E, s, n_tokens, x_q=x_q, layer=layer)
+    route(be, E, s, n_tokens, x_q=x_q, layer=layer, split=True)
     P = n_tokens * E.n_used
     check_n_in(gt, E.n_embd)
     check_n_in(dt, E.n_ff)

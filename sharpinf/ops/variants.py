@@ -32,7 +32,7 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
     moe        simple             moe_route.cu, moe_ffn.cu: router, a warp per (token, expert) pair
                                   and row, rank-order combine (MoE models only)
                fast               moe_dp4a.cu: q8_1, pairs sorted by expert, dp4a over each expert's
-                                  tiles of 8 pairs
+                                  tiles of 8 pairs; the router spread over blocks (moe_route_split.cu)
                mmq                moe_mmq.cu: as fast, steps of >= 16 tokens in tiles of 64 pairs on
                                   int8 tensor cores (mmq_rows.cuh), bit-identical to fast
     sample     simple             sampling.cu: one block a row (the head's sampling)

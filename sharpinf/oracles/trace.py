@@ -476,7 +476,7 @@ class _Tracer:
         ids = be.download(s.ids[li])[:P].reshape(N, kx).astype(np.int64)
         wts = be.download(s.wts[li])[:P].reshape(N, kx)
         g, y, x2 = be.download(s.g[:P]), be.download(s.y[:P]), self.dl(ws.x)
-        route = [n for n in names if _file(n) == "moe_route.cu"]
+        route = [n for n in names if _file(n) in ("moe_route.cu", "moe_route_split.cu")]
         combine = [n for n in names if _entry(n) == "moe_combine"]
         q8_names = [n for n in names if _entry(n) == "quantize_q8_1"]
         downs = [n for n in names if "down" in _entry(n)]

@@ -13,7 +13,7 @@
                 layer's norm, QKV and rope_kv in one cooperative launch; layers() chains them)
     post-norm   (gemma3) the o- and down-projections write ws.proj; rmsnorm_add.cu adds its norm to x
     moe         (an MoE layer's ffn; the norm before it writes what the moe variant reads)
-                moe_route.cu, moe_ffn.cu gate_up      moe_route.cu (q8_1), moe_dp4a.cu's sort, gate_up,
+                moe_route.cu, moe_ffn.cu gate_up      moe_route_split.cu (q8_1), moe_dp4a.cu's sort, gate_up,
                 and down over the (token, expert)    quantize_q8_1, down over each expert's tiles of
                 pairs, moe_combine into x            pairs; moe_combine into x
 
