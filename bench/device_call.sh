@@ -68,6 +68,9 @@
 #      words (dp4a.cuh's DpSpanA2: q8_0 10 loads a chunk, not 17; q6_k 20, not 34; matmul_mmq_q6_k 185 -> 165
 #      registers) -- the real SmolLM2's LM head (q8_0, a third of its bytes) is where decode shows it;
 #      and moe_mmq now splits K (moe_gate_up_mmq_q4_k 166 -> 125 registers): the moe stage's pp512.
+#      The fast set's MoE router is moe_route_split.cu since 2026-11-28 (one block a token before: by
+#      estimate ~100 us a layer at decode for the 30B-A3B shape's 1 MiB router on one SM): the moe
+#      stage's decode_s1 row is where it shows.
 #   6. the next kernel work (ncu-qwen3-8b-shape.txt): whether mmq at 512 tokens and the N = 1 matvecs
 #      are issue-bound or waiting -- with bench/sass_mix.py's count of what an mmq iteration issues
 #      (no GPU needed), which change pays: fewer instructions a term, or more warps / loads in flight.
