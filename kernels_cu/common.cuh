@@ -265,6 +265,29 @@ __device__ __forceinline__ float block_reduce_max(float v, float* smem32) {
     return warp_reduce_max(lane < nwarps ? smem32[lane] : -CUDART_INF_F);
 }
 
+// Exclusive prefix sum over a 1-D block's threads in thread order, and the block's total (integers:
+// exact). Every thread must call; smem32 holds 32 values, and back-to-back calls may share it (the
+// leading __syncthreads). sampling_radix.cu's pick, moe_dp4a.cu's sort.
+template <typename T>
+__device__ __forceinline__ T block_exclusive_sum(T v, T* smem32, T* total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    T inc = v;
+    for (int d = 1; d < 32; d <<= 1) {
+        const T o = __shfl_up_sync(SHARPINF_FULL_MASK, inc, d);
+        if (lane >= d) inc += o;
+    }
+    __syncthreads();
+    if (lane == 31) smem32[warp] = inc;
+    __syncthreads();
+    T before = T(0), all = T(0);
+    for (int j = 0; j < nwarps; ++j) {
+        if (j < warp) before += smem32[j];
+        all += smem32[j];
+    }
+    *total = all;
+    return before + inc - v;
+}
+
 // --- the FFN's gated activations: out = act(gate) * up ----------------------------------
 // One definition for elementwise.cu and the fused gate+up epilogues (dp4a.cuh), so the simple
 // and the fused paths give the same bits.

@@ -21,7 +21,7 @@
 // the G member sums folded by groups of 8: dp_fold), which depends on n_in only. Which pairs share a tile
 // (the sort's order within a group comes from atomics) decides which block computes a pair, never
 // its bits: a token's output is the same alone or in any batch.
-// Launch: moe_sort: 1 block of 256; the matmuls: block 128, grid (ceil(n_out / (4 * 32 / G)) capped,
+// Launch: moe_sort: 1 block of 256 (2 experts a thread); the matmuls: block 128, grid (ceil(n_out / (4 * 32 / G)) capped,
 //   max_tiles), the tiles past the last exit at once.
 // Bound: memory -- each chosen expert's matrices streamed once per 8 pairs. For many pairs,
 // moe_mmq.cu: tiles of 64 pairs on int8 tensor cores, the same bits.
@@ -32,24 +32,32 @@
 
 extern "C" __global__ void moe_sort(const int* ids, int* order, int* tiles, int n_pairs, int n_expert, int max_tiles,
                                     int tile) {
-    __shared__ int count[MOE_MAX_EXPERTS], start[MOE_MAX_EXPERTS];
+    __shared__ int count[MOE_MAX_EXPERTS], start[MOE_MAX_EXPERTS], red[32];
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x) count[e] = 0;
     __syncthreads();
     for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
     __syncthreads();
-    if (threadIdx.x == 0) {  // groups in expert order, cut into tiles of `tile` pairs
-        int at = 0, n = 0;
-        for (int e = 0; e < n_expert; ++e) {
-            start[e] = at;
-            for (int c = 0; c < count[e]; c += tile, ++n) {
-                tiles[n] = e;
-                tiles[max_tiles + n] = at + c;
-                tiles[2 * max_tiles + n] = count[e] - c < tile ? count[e] - c : tile;
-            }
-            at += count[e];
+    // Groups in expert order, cut into tiles of `tile` pairs: thread j takes experts 2j and 2j + 1 (a
+    // block of 256 covers MOE_MAX_EXPERTS), whose first pair and first tile are block prefix sums of the
+    // counts and of the tiles (thread 0 walking every expert in turn had cost a few us at decode)
+    const int e0 = 2 * threadIdx.x;
+    const int c0 = e0 < n_expert ? count[e0] : 0, c1 = e0 + 1 < n_expert ? count[e0 + 1] : 0;
+    const int t0 = (c0 + tile - 1) / tile, t1 = (c1 + tile - 1) / tile;
+    int pairs_all, tiles_all;
+    const int at = block_exclusive_sum<int>(c0 + c1, red, &pairs_all);
+    int n = block_exclusive_sum<int>(t0 + t1, red, &tiles_all);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int e = e0 + h, ce = h ? c1 : c0, first = h ? at + c0 : at;
+        if (e >= n_expert) break;
+        start[e] = first;
+        for (int c = 0; c < ce; c += tile, ++n) {
+            tiles[n] = e;
+            tiles[max_tiles + n] = first + c;
+            tiles[2 * max_tiles + n] = ce - c < tile ? ce - c : tile;
         }
-        for (; n < max_tiles; ++n) tiles[2 * max_tiles + n] = 0;
     }
+    for (int i = tiles_all + threadIdx.x; i < max_tiles; i += blockDim.x) tiles[2 * max_tiles + i] = 0;
     __syncthreads();
     for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) order[atomicAdd(&start[ids[p]], 1)] = p;
 }

@@ -143,26 +143,6 @@ __device__ __forceinline__ T radix_block_sum(T v, T* smem32) {
     return v;
 }
 
-// Exclusive prefix sum over the block's threads in thread order (integers: exact).
-template <typename T>
-__device__ __forceinline__ T radix_block_exclusive(T v, T* smem32, T* total) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    T inc = v;
-    for (int d = 1; d < 32; d <<= 1) {
-        const T o = __shfl_up_sync(SHARPINF_FULL_MASK, inc, d);
-        if (lane >= d) inc += o;
-    }
-    __syncthreads();
-    if (lane == 31) smem32[warp] = inc;
-    __syncthreads();
-    T before = T(0), all = T(0);
-    for (int j = 0; j < nwarps; ++j) {
-        if (j < warp) before += smem32[j];
-        all += smem32[j];
-    }
-    *total = all;
-    return before + inc - v;
-}
 
 // One radix step: of the 256 bins h (ids under the prefix so far, bin = the next 8 key bits),
 // the largest b with sum(h[b..255]) >= need; need becomes need - sum(h[b+1..255]).
@@ -474,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
     for (int k = 0; k < RADIX_PER; ++k)
         if (a + k < b) my_ties += sample_key(zp[k]) == cut_key && cut_n != 0x7fffffff ? 1 : 0;
     int ties_all;
-    int rank = pick_ties_before + radix_block_exclusive<int>(my_ties, sm.red_i, &ties_all);
+    int rank = pick_ties_before + block_exclusive_sum<int>(my_ties, sm.red_i, &ties_all);
     const int rank0 = rank;
     sample_u64 mine = 0ull;
 #pragma unroll
@@ -486,7 +466,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
         if (keep) mine += sample_q(wp[k]);
     }
     sample_u64 seg_total;
-    const sample_u64 before = pick_before + radix_block_exclusive<sample_u64>(mine, sm.red_q, &seg_total);
+    const sample_u64 before = pick_before + block_exclusive_sum<sample_u64>(mine, sm.red_q, &seg_total);
     if (before <= target && target < before + mine) {
         sample_u64 c = before;
         rank = rank0;

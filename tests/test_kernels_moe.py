@@ -198,6 +198,32 @@ def test_a_tokens_experts_give_the_same_bits_in_any_batch(backend, name):
     assert_same(last[::-1], batch)
 
 
+@pytest.mark.parametrize("n_expert,P,tile", [(8, 1, 8), (128, 24, 8), (512, 700, 8), (512, 700, 64)])
+def test_the_sort_cuts_each_experts_pairs_into_tiles_in_expert_order(backend, n_expert, P, tile):
+    """moe_sort against the counting sort in NumPy: tiles (expert, first, count <= tile) expert by expert,
+    count 0 past the last; order holds each expert's pairs in its range (any order within it: atomics)."""
+    rng = _rng("sort", n_expert, P, tile)
+    ids = rng.integers(0, n_expert, P).astype(np.int32)
+    ids[: P // 3] = n_expert - 1  # a skewed expert: several tiles
+    mt = moe.max_tiles(P, n_expert, tile)
+    s = moe.MoeScratch(backend.upload(ids[None]), None, None, None, order=backend.empty((P,), np.int32),
+                       tiles=backend.full((3, mt), -7, np.int32))
+    moe.sort_pairs(backend, s, P, n_expert, mt, tile)
+    tiles, order = backend.download(s.tiles), backend.download(s.order)
+    counts = np.bincount(ids, minlength=n_expert)
+    want, at = [], 0
+    for e in range(n_expert):
+        want += [(e, at + c, min(tile, counts[e] - c)) for c in range(0, counts[e], tile)]
+        at += counts[e]
+    n = len(want)
+    assert [tuple(t) for t in tiles[:, :n].T] == want
+    assert (tiles[2, n:] == 0).all()
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    assert sorted(order) == list(range(P))
+    for e in range(n_expert):
+        assert (ids[order[starts[e]:starts[e + 1]]] == e).all(), e
+
+
 def test_max_tiles_bounds_every_routing():
     """The worst case: every expert with one pair over a full tile. The bound is what the grid launches."""
     for P, n_expert in [(1, 8), (16, 8), (17, 8), (64, 128), (3, 128)]:
