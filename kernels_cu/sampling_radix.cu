@@ -144,13 +144,13 @@ __device__ __forceinline__ T radix_block_sum(T v, T* smem32) {
 }
 
 
-// One radix step: of the 256 bins h (ids under the prefix so far, bin = the next 8 key bits),
-// the largest b with sum(h[b..255]) >= need; need becomes need - sum(h[b+1..255]).
+// One radix step: of the 256 bins h (ids under the prefix so far, bin = the next 8 key bits; thread t
+// holds h_t), the largest b with sum(h[b..255]) >= need; need becomes need - sum(h[b+1..255]).
 // Every thread calls; every thread gets (b, need). sfx: 257 values of shared memory.
 template <typename T>
-__device__ __forceinline__ unsigned radix_select(const T* h, T* need, T* sfx, int* smem32i) {
+__device__ __forceinline__ unsigned radix_select(T h_t, T* need, T* sfx, int* smem32i) {
     const int t = threadIdx.x;
-    sfx[t] = h[t];
+    sfx[t] = h_t;
     if (t == 0) sfx[SAMPLE_BINS] = T(0);
     __syncthreads();
     for (int d = 1; d < SAMPLE_BINS; d <<= 1) {  // inclusive suffix sums, Hillis-Steele
@@ -186,19 +186,31 @@ struct RadixSmem {
 };
 
 __device__ __forceinline__ RadixCut radix_cut(const RadixRow& r, int passes, RadixSmem& sm) {
+    // every pass's bin t of both histograms, loaded before the first select (one round trip to L2,
+    // not one a pass: a select's barriers would otherwise sit between them)
+    const int t = threadIdx.x;
+    int ck[4];
+    sample_u64 mp[4];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const RadixHist h = radix_hist(r.acc, p);
+        ck[p] = p < passes && r.topk_on ? (int)h.count_k[t] : 0;
+        mp[p] = p < passes && r.topp_on ? h.mass_p[t] : 0ull;
+    }
     RadixCut c;
     c.key_k = c.key_p = 0u;
     c.need_k = r.k;
     c.target_p = sample_top_p_target(r.top_p, radix_load_u64(r.acc, ACC_Q));
     c.need_p = c.target_p;
-    for (int p = 0; p < passes; ++p) {
-        const RadixHist h = radix_hist(r.acc, p);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        if (p >= passes) break;
         if (r.topk_on) {
-            const unsigned b = radix_select<int>(reinterpret_cast<const int*>(h.count_k), &c.need_k, sm.sfx_i, sm.red_i);
+            const unsigned b = radix_select<int>(ck[p], &c.need_k, sm.sfx_i, sm.red_i);
             c.key_k = (c.key_k << 8) | b;
         }
         if (r.topp_on) {
-            const unsigned b = radix_select<sample_u64>(h.mass_p, &c.need_p, sm.sfx_q, sm.red_i);
+            const unsigned b = radix_select<sample_u64>(mp[p], &c.need_p, sm.sfx_q, sm.red_i);
             c.key_p = (c.key_p << 8) | b;
         }
     }
