@@ -28,6 +28,14 @@ warp -- the fixed latencies (an FFMA's 4 cycles, an IMMA's result), not the wait
 divides them by that bound: the warps a scheduler needs to stay busy, to set beside the occupancy
 ptxas's registers allow.
 
+And it counts memory rounds (--rounds): walking an iteration -- or the whole function, which is what a
+decode kernel's short-lived block runs -- in address order, the global loads issued before an
+instruction reads (or overwrites) the register one of them fills; that read waits on memory and
+ends a round. A loop that loads a value and uses it before the next load (a copy loop whose store
+the next load may not pass, a sum that adds each value as it arrives) shows one load a round: a
+round trip to L2 or HBM an element, the latency chain that sets a small kernel's time. Kernels
+written to batch their loads (attention_split.cu's fetch, rms_scale's) show many loads a round.
+
 What it cannot say: how often a branch inside the loop is taken (the reader knows: --cold), the waits
 on shared and global memory and barriers, or anything about memory traffic beyond the instructions that
 cause it. ncu on a GPU says those.
@@ -67,6 +75,7 @@ _CLASS_OF = {op: c for c, ops in CLASSES.items() for op in ops}
 LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?);")
 HEX = re.compile(r"/\*\s*(0x[0-9a-f]{16})\s*\*/")
 LABEL = re.compile(r"^(\.L_x_\d+):")
+SOURCE = re.compile(r'//## File "(.*?)", line (\d+)')  # nvdisasm -g: the source line of what follows
 BRANCH = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
 
 
@@ -75,6 +84,8 @@ class Block:
     label: str  # the label it starts at; "@ADDR" (its first instruction's) after a branch; "entry" the first
     ops: list[str] = field(default_factory=list)  # full opcodes (IMMA.16832.S8.S8, ...)
     stalls: list[int] = field(default_factory=list)  # each one's stall count (-hex listings), else empty
+    texts: list[str] = field(default_factory=list)  # each instruction's text: opcode and operands, no predicate
+    lines: list[str] = field(default_factory=list)  # each one's source line (FILE:N) when compiled with line info
 
 
 @dataclass
@@ -88,6 +99,9 @@ class Loop:
     def stalls(self, cold: set[str] = frozenset()) -> list[int]:
         return [st for b in self.blocks if b.label not in cold for st in b.stalls]
 
+    def texts(self, cold: set[str] = frozenset()) -> list[tuple[str, str]]:
+        return [(t, ln) for b in self.blocks if b.label not in cold for t, ln in zip(b.texts, b.lines)]
+
 
 def opclass(op: str) -> str:
     return _CLASS_OF.get(op.split(".")[0], "other")
@@ -100,7 +114,12 @@ def parse(sass: str, entry: str | None = None) -> tuple[list[Block], list[Loop]]
     inside = entry is None
     back: list[tuple[int, str]] = []  # (block index of the branch, target label)
     after_branch = False
+    source = ""
     for raw in sass.splitlines():
+        src = SOURCE.search(raw)
+        if src:
+            source = f"{Path(src.group(1)).name}:{src.group(2)}"
+            continue
         if raw.startswith("//---") and ".text." in raw:
             name = raw.split(".text.", 1)[1].split()[0]
             if inside and blocks:
@@ -127,6 +146,8 @@ def parse(sass: str, entry: str | None = None) -> tuple[list[Block], list[Loop]]
         if not blocks or after_branch:  # a branch ends a block: what follows it is the code it skips
             blocks.append(Block("entry" if not blocks else f"@{m.group(1).lstrip('0') or '0'}"))
         blocks[-1].ops.append(op)
+        blocks[-1].texts.append(text)
+        blocks[-1].lines.append(source)
         after_branch = op == "BRA"
         b = BRANCH.search(text)
         if b:
@@ -176,6 +197,43 @@ def pipe_cycles(ops: list[str]) -> dict:
     return out
 
 
+# -- memory rounds -------------------------------------------------------------------------------
+GLOBAL_LOADS = ("LDG", "LD", "ATOMG", "ATOM", "LDL")  # fill a register from memory (atomics return the old value)
+REG = re.compile(r"\bR(\d+)\b")  # general registers (RZ, UR, P are not)
+
+
+def _regs(operands: str) -> list[int]:
+    return [int(r) for r in REG.findall(operands)]
+
+
+def memory_rounds(texts: list[tuple[str, str]]) -> dict:
+    """Global loads and the rounds they take in straight-line address order: a round ends where an
+    instruction reads or overwrites a register a pending load fills (its wait on memory). texts: (an
+    instruction's text, its source line). A 128-bit load fills 4 registers, a 64-bit one 2."""
+    pending: set[int] = set()
+    loads = rounds = 0
+    lines: Counter = Counter()
+    for text, line in texts:
+        op, _, operands = text.partition(" ")
+        base = op.split(".")[0]
+        regs = _regs(operands.split(", desc[", 1)[0] if base in GLOBAL_LOADS else operands)
+        if base in GLOBAL_LOADS:
+            addr = _regs(operands.split(", ", 1)[1]) if ", " in operands else []
+            if pending & (set(addr) | set(regs[:1])):
+                rounds, pending = rounds + 1, set()
+            if regs:
+                width = 4 if ".128" in op else 2 if ".64" in op else 1
+                pending |= set(range(regs[0], regs[0] + width))
+            loads += 1
+            lines[line] += 1
+            continue
+        if pending & set(regs):  # read, or overwritten (a destination waits for the load too)
+            rounds, pending = rounds + 1, set()
+    rounds += 1 if pending else 0  # loads still in flight at the end are waited on after it
+    return {"global_loads": loads, "rounds": rounds, "loads_a_round": loads / rounds if rounds else 0.0,
+            "load_lines": dict(lines.most_common()) if any(lines) else {}}
+
+
 def mix(ops: list[str]) -> Counter:
     return Counter(opclass(op) for op in ops)
 
@@ -197,12 +255,13 @@ def find_nvdisasm() -> str | None:
     return None
 
 
-def compile_cubin(file: Path, entry: str, arch: str, defines: list[str], use_nvcc: bool) -> tuple[bytes, str]:
-    """(CUBIN, what compiled it) of `entry` alone."""
+def compile_cubin(file: Path, entry: str, arch: str, defines: list[str], use_nvcc: bool,
+                  lineinfo: bool = False) -> tuple[bytes, str]:
+    """(CUBIN, what compiled it) of `entry` alone; lineinfo: with the source lines (the same code)."""
     from sharpinf.runtime.cuda_backend import selection_defines
     from sharpinf.runtime.paths import kernels_dir
 
-    opts = list(selection_defines([entry])) + [f"-D{d}" for d in defines]
+    opts = list(selection_defines([entry])) + [f"-D{d}" for d in defines] + (["-lineinfo"] if lineinfo else [])
     if use_nvcc:
         nvcc = shutil.which("nvcc")
         if nvcc is None:
@@ -224,17 +283,32 @@ def compile_cubin(file: Path, entry: str, arch: str, defines: list[str], use_nvc
     return cubin, "NVRTC %d.%d" % nv.version()
 
 
-def disassemble(cubin: bytes) -> str:
+def disassemble(cubin: bytes, lineinfo: bool = False) -> str:
     tool = find_nvdisasm()
     if tool is None:
         sys.exit("nvdisasm not found: put the CUDA toolkit's bin on PATH, or pip install nvidia-cuda-nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        p = subprocess.run([tool, "-c", "-hex", f.name], capture_output=True, text=True)
+        p = subprocess.run([tool, "-c", "-hex", *(["-g"] if lineinfo else []), f.name], capture_output=True, text=True)
     if p.returncode:
         sys.exit(f"nvdisasm failed: {p.stderr}")
     return p.stdout
+
+
+def function_rounds(blocks: list[Block]) -> dict:
+    """memory_rounds of the whole function in address order (every branch taken as falling through)."""
+    return memory_rounds([(t, ln) for b in blocks for t, ln in zip(b.texts, b.lines)])
+
+
+def loop_rounds(loops: list[Loop]) -> list[dict]:
+    """memory_rounds of an iteration of each loop that loads from global memory."""
+    out = []
+    for lp in loops:
+        r = memory_rounds(lp.texts())
+        if r["global_loads"]:
+            out.append({"head": lp.head, "instructions": len(lp.ops())} | r)
+    return out
 
 
 def report(blocks: list[Block], loops: list[Loop], loop: str | None, cold: set[str], per: int | None) -> dict:
@@ -278,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per", type=int, help="work units a warp does in one iteration: prints instructions per unit")
     ap.add_argument("--blocks", action="store_true", help="also list the loop's basic blocks")
     ap.add_argument("--sass", type=Path, help="also write the disassembly here")
+    ap.add_argument("--rounds", action="store_true",
+                    help="count memory rounds: the function's and each loop's global loads and the rounds they take "
+                         "(compiled with line info, to name each load's source line)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     a = ap.parse_args(argv)
     from sharpinf.runtime.paths import kernels_dir
@@ -287,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         file = kernels_dir() / a.file
     if not file.exists():
         sys.exit(f"{a.file}: no such file here or in {kernels_dir()}")
-    cubin, compiler = compile_cubin(file, a.entry, a.arch, a.define, a.nvcc)
-    sass = disassemble(cubin)
+    cubin, compiler = compile_cubin(file, a.entry, a.arch, a.define, a.nvcc, lineinfo=a.rounds)
+    sass = disassemble(cubin, lineinfo=a.rounds)
     if a.sass:
         a.sass.write_text(sass)
     blocks, loops = parse(sass, a.entry)
@@ -296,10 +373,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"{a.entry}: not in the disassembly (is it an extern \"C\" entry of {file.name}?)")
     r = {"file": file.name, "entry": a.entry, "arch": a.arch, "compiler": compiler}
     r |= report(blocks, loops, a.loop, {c for c in a.cold.split(",") if c}, a.per)
+    if a.rounds:
+        r["rounds"] = {"function": function_rounds(blocks), "loops": loop_rounds(loops)}
     if a.json:
         print(json.dumps(r, indent=1))
         return 0
     print(f"{r['entry']} ({r['file']}, {r['arch']}, {r['compiler']}): {r['function_instructions']} instructions")
+    if a.rounds:
+        print_rounds(r["rounds"])
     if not r["loops"]:
         print("no loop")
         return 0
@@ -325,6 +406,18 @@ def main(argv: list[str] | None = None) -> int:
             mark = " (cold)" if b["cold"] else ""
             print(f"  {b['label']:>9} {b['instructions']:4d}{mark}  " + ", ".join(f"{k} {v}" for k, v in b["by_class"].items()))
     return 0
+
+
+def print_rounds(rr: dict) -> None:
+    def line(name: str, m: dict) -> str:
+        where = ", ".join(f"{k} x{v}" for k, v in list(m["load_lines"].items())[:6])
+        return (f"  {name}: {m['global_loads']} global loads in {m['rounds']} rounds ({m['loads_a_round']:.1f} a round)"
+                + (f"  [{where}]" if where else ""))
+
+    print("memory rounds (loads issued before one is waited on; address order, branches fall through):")
+    print(line("function", rr["function"]))
+    for lp in rr["loops"]:
+        print(line(f"loop {lp['head']} ({lp['instructions']} instructions), an iteration", lp))
 
 
 if __name__ == "__main__":

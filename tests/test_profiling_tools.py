@@ -74,6 +74,30 @@ def test_sass_mix_prices_the_pipes_and_reads_the_stalls():
     assert "stall_cycles" not in sass_mix.report(*sass_mix.parse(SASS, "k"), None, set(), None)  # no -hex words
 
 
+def test_sass_mix_counts_memory_rounds():
+    """A round ends where an instruction reads or overwrites a register a pending global load fills: a
+    copy loop that stores each value before the next load takes a round a load; a batch of loads (a
+    128-bit one fills 4 registers) takes one round until the first use. Source lines from -g listings."""
+    serial = sass_mix.parse("\n".join([
+        "k:", ".L_x_1:",
+        '        //## File "/x/gather.cu", line 14',
+        "        /*0000*/                   LDG.E R2, desc[UR4][R4.64] ;",
+        "        /*0010*/                   STG.E desc[UR4][R6.64], R2 ;",
+        "        /*0020*/                   IADD3 R4, P0, R4, 0x4, RZ ;",
+        "        /*0030*/              @!P1 BRA `(.L_x_1) ;"]), None)
+    (lp,) = serial[1]
+    assert sass_mix.loop_rounds([lp]) == [{"head": ".L_x_1", "instructions": 4, "global_loads": 1, "rounds": 1,
+                                           "loads_a_round": 1.0, "load_lines": {"gather.cu:14": 1}}]
+    batched = [("LDG.E.128 R8, desc[UR4][R2.64]", ""), ("LDG.E.64 R12, desc[UR4][R2.64+0x10]", ""),
+               ("LDG.E R14, desc[UR4][R2.64+0x18]", ""), ("FADD R20, R16, R17", ""),  # R16: no load's
+               ("FADD R20, R11, R20", ""),  # the 128-bit load's last register: the first wait
+               ("LDG.E R30, desc[UR4][R2.64+0x20]", ""), ("MOV R30, RZ", ""),  # overwritten while pending: a wait
+               ("LDG.E R31, desc[UR4][R2.64+0x24]", "")]  # in flight at the end: a third round
+    r = sass_mix.memory_rounds(batched)
+    assert (r["global_loads"], r["rounds"]) == (5, 3) and r["load_lines"] == {}
+    assert sass_mix.memory_rounds(batched[:3])["rounds"] == 1  # still in flight at the end: waited on after it
+
+
 def test_sass_mix_on_a_real_kernel(tmp_path):
     """matmul_mmq_q4_k's chunk loop, compiled as the runtime selects it and disassembled: a warp's
     32 rows x 32 tokens are 2 x 4 mma tiles, so the loop holds 8 IMMA -- twice: the terms of full warp tiles
@@ -93,6 +117,24 @@ def test_sass_mix_on_a_real_kernel(tmp_path):
     assert compiler.startswith("NVRTC") and r["by_opcode"]["IMMA"] == 16, r["by_opcode"]
     assert r["by_class"]["float"] > 8 * 12  # the dp4a-exact float terms: 16 a tile of 4 outputs a lane (2026-11-27)
     assert r["stall_cycles"] >= r["iteration_instructions"] and r["pipes"]["tensor"] == 16 * 4  # -hex words read
+
+
+def test_sass_mix_counts_a_real_kernels_rounds():
+    """gather_rows_f32 compiled with line info: its copy loop issues its 16 loads in one round (the loop
+    that stored each value as it arrived took a round a load, 2026-11-28)."""
+    if sass_mix.find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+    try:
+        from sharpinf.runtime.nvrtc_check import Nvrtc
+
+        Nvrtc()
+    except Exception as exc:  # noqa: BLE001 -- no NVRTC on this machine
+        pytest.skip(f"no NVRTC: {exc}")
+    cubin, _ = sass_mix.compile_cubin(BENCH.parent / "kernels_cu" / "gather.cu", "gather_rows_f32", "sm_90", [],
+                                      use_nvcc=False, lineinfo=True)
+    blocks, loops = sass_mix.parse(sass_mix.disassemble(cubin, lineinfo=True), "gather_rows_f32")
+    (copy,) = [lp for lp in sass_mix.loop_rounds(loops) if lp["global_loads"] == 16]
+    assert copy["rounds"] == 1 and [ln.split(":")[0] for ln in copy["load_lines"]] == ["gather.cu"], copy
 
 
 def test_ncu_targets_launches_each_chosen_case_once(capsys):
