@@ -195,9 +195,18 @@ __device__ __forceinline__ void sample_penalise(const float* x, float* z, int lo
     const float presence = pr[4], frequency = pr[5];
     if (presence != 0.0f || frequency != 0.0f) {
         const unsigned* cnt = counts + (long long)slot * cwords;
-        for (int i = lo + tid; i < hi; i += nt) {
-            const unsigned c = count_of(cnt, i);
-            if (c) z[i] = __fsub_rn(__fsub_rn(z[i], __fmul_rn((float)c, frequency)), presence);
+        for (int i0 = lo + tid; i0 < hi; i0 += SP_BATCH * nt) {  // loads first, as the copy above
+            unsigned c[SP_BATCH];
+            float v[SP_BATCH];
+#pragma unroll
+            for (int u = 0; u < SP_BATCH; ++u) {
+                const int i = i0 + u * nt;
+                c[u] = i < hi ? count_of(cnt, i) : 0u;
+                v[u] = i < hi ? z[i] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < SP_BATCH; ++u)
+                if (c[u]) z[i0 + u * nt] = __fsub_rn(__fsub_rn(v[u], __fmul_rn((float)c[u], frequency)), presence);
         }
         __syncthreads();
     }
