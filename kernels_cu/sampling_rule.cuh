@@ -152,7 +152,7 @@ __device__ __forceinline__ void sample_penalise(const float* x, float* z, int lo
     const int tid = threadIdx.x, nt = blockDim.x;
     // the copy loads SP_BATCH of a thread's ids before it stores the first (a loop that stored each
     // value as it arrived could not load the next before the store: a round trip an id)
-    constexpr int SP_BATCH = 8;
+    constexpr int SP_BATCH = 4;
     for (int i0 = lo + tid; i0 < hi; i0 += SP_BATCH * nt) {
         float v[SP_BATCH];
 #pragma unroll
