@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine (the device tool), in the order a short lease should spend it:
 # the peers part first (llama.cpp beside sharpinf, timed alone on the GPU), then the matmul
-# variants on the 8B shape at the token counts that set the thresholds, then the GPU tests with
-# whatever time is left. Each stage has its own time limit and logs under $OUT; results land in
+# variants on the 8B shape at the token counts that set the thresholds, attention, SmolLM2's decode,
+# sampling and packed prefill, then the probes, then the GPU tests with whatever time is left. Each stage has its own time limit and logs under $OUT; results land in
 # bench/results/gpu/<gpu>-<date>/ and come back as $OUT/results.tgz.
 # Seen on an H200 (2026-11-26): setup 13 s, peers 104 s, the matmul suite below 67 s (the simple
 # baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s. (The sampling,
@@ -155,6 +155,10 @@ if has moe; then
   pack
 fi
 if has kernels; then
+  # In this order: what the issues' acceptance reads first (the matmul thresholds, attention, SmolLM2's
+  # decode with and without the launch-floor kernels, sampling, packed prefill, the 8B step at 64
+  # sequences), then the probes -- the first call's DEADLINE cuts whatever does not fit, and the
+  # results are packed halfway so that a cut call still brings the first half back.
   # the matmul family (norm, matmul, gate+up) at the token counts that set the variants' thresholds
   # (gemv's max_tokens, mmq's min_tokens), and attention for decode and prefill (split vs flash)
   stamp "kernels: matmul variants on the 8B shape"
@@ -162,6 +166,40 @@ if has kernels; then
     --batch-sizes 1,4,8,16,32,64 --prefill-sizes 128,512 --repeats 3 --out "$RUN/qwen3-8b-shape-matmul" \
    
   stamp "kernels matmul exit $?"
+  stamp "kernels: attention on the 8B shape"
+  run kernels-attention.log 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op attention \
+    --batch-sizes 1,64 --context 512 --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention" \
+   
+  stamp "kernels attention exit $?"
+  for k in fast ffn layer; do
+    spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
+    stamp "decode: SmolLM2 shape, kernels $spec"
+    run decode-$k.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite decode --kernels "$spec" \
+      --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k"
+    stamp "decode $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode-$k.log"
+  done
+  # the head's sampling over Qwen3's 152k vocabulary (temperature 1, top-k 50, top-p 0.9):
+  # sampling.cu's block a row vs sampling_radix.cu's row over many blocks (issue 20: <= 20 us a row)
+  stamp "kernels: sampling on the 8B shape"
+  run kernels-sample.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op sample \
+    --batch-sizes 1,8,64 --prefill-sizes 128 --repeats 5 --out "$RUN/qwen3-8b-shape-sample" \
+   
+  stamp "kernels sample exit $?"
+  # packed prefill (issue 19: SmolLM2's 8 x 128 packed >= 4x sequential), fast and the tensor set beside it
+  stamp "prefill: SmolLM2 shape, 8 x 128 packed vs sequential"
+  run prefill.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite prefill --kernels fast \
+    --prefill-prompts 8 --prefill-len 128 --repeats 5 --out "$RUN/smollm2-135m-shape-prefill"
+  stamp "prefill exit $?"; grep -iE "packed|x sequential" "$OUT/prefill.log" | tail -4
+  pack
+  # the decode step at 1 and 64 sequences on the 8B shape with mmq_narrow (16-row blocks, 4x mmq's
+  # grid) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same suite,
+  # context 192). Issue 19: the N = 64 step <= 2x the N = 1 step; if narrow beats fast's dp4a there,
+  # best's rule (matmul_mmq.mmq_takes) takes it where mmq's 64-row grid cannot fill the GPU
+  stamp "decode: 8B shape, matmul=mmq_narrow"
+  run decode8b-narrow.log 75 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
+    --kernels "matmul=mmq_narrow,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,64 --context 192 \
+    --out "$RUN/qwen3-8b-shape-decode-mmq_narrow"
+  stamp "decode 8B narrow exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-narrow.log"
   # occupancy probe: the same mmq rows with each output's group sum in shared memory, not registers,
   # and ptxas held to 128 registers (mmq_rows.cuh's MQ_GROUP_SHARED and MQ_MIN_BLOCKS_1, through
   # SHARPINF_NVRTC_OPTIONS, which reaches every kernel's compile; --maxrregcount does not reach entries
@@ -194,45 +232,12 @@ if has kernels; then
     --backend cuda --suite kernels --op matmul --variant dp4a,gemv --batch-sizes 1,8 --prefill-sizes 16 --repeats 3 \
     --out "$RUN/qwen3-8b-shape-matmul-dp4a-g0"
   stamp "kernels dp4a g0 exit $?"
-  # the decode step at 1 and 64 sequences on the 8B shape with mmq_narrow (16-row blocks, 4x mmq's
-  # grid) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same suite,
-  # context 192). Issue 19: the N = 64 step <= 2x the N = 1 step; if narrow beats fast's dp4a there,
-  # best's rule (matmul_mmq.mmq_takes) takes it where mmq's 64-row grid cannot fill the GPU
-  stamp "decode: 8B shape, matmul=mmq_narrow"
-  run decode8b-narrow.log 75 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
-    --kernels "matmul=mmq_narrow,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,64 --context 192 \
-    --out "$RUN/qwen3-8b-shape-decode-mmq_narrow"
-  stamp "decode 8B narrow exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-narrow.log"
-  stamp "kernels: attention on the 8B shape"
-  run kernels-attention.log 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op attention \
-    --batch-sizes 1,64 --context 512 --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention" \
-   
-  stamp "kernels attention exit $?"
-  # the head's sampling over Qwen3's 152k vocabulary (temperature 1, top-k 50, top-p 0.9):
-  # sampling.cu's block a row vs sampling_radix.cu's row over many blocks (issue 20: <= 20 us a row)
-  stamp "kernels: sampling on the 8B shape"
-  run kernels-sample.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op sample \
-    --batch-sizes 1,8,64 --prefill-sizes 128 --repeats 5 --out "$RUN/qwen3-8b-shape-sample" \
-   
-  stamp "kernels sample exit $?"
   # the launch floor (issue 20): SmolLM2's shape decoding at 1 and 8 sequences, graphs on, in the fast
   # set and with the decode layer in two launches (matmul=layer) or seven (matmul=ffn) -- the same bits
   stamp "kernels: the fused FFN and the link on SmolLM2's shape"
   run kernels-link.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite kernels --op ffn,link \
     --batch-sizes 1,8 --prefill-sizes 128 --repeats 5 --out "$RUN/smollm2-135m-shape-link"
   stamp "kernels link exit $?"
-  # packed prefill (issue 19: SmolLM2's 8 x 128 packed >= 4x sequential), fast and the tensor set beside it
-  stamp "prefill: SmolLM2 shape, 8 x 128 packed vs sequential"
-  run prefill.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite prefill --kernels fast \
-    --prefill-prompts 8 --prefill-len 128 --repeats 5 --out "$RUN/smollm2-135m-shape-prefill"
-  stamp "prefill exit $?"; grep -iE "packed|x sequential" "$OUT/prefill.log" | tail -4
-  for k in fast ffn layer; do
-    spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
-    stamp "decode: SmolLM2 shape, kernels $spec"
-    run decode-$k.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite decode --kernels "$spec" \
-      --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k"
-    stamp "decode $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode-$k.log"
-  done
   # the compile-time-G matvecs end to end: fast with G from n_in at run time (DP_FIXED_G=0) beside
   # decode-fast.log (SmolLM2's QKV, o and gate+up take the _g16 entries, its down the _g32)
   stamp "decode: SmolLM2 shape, fast, G at run time"
