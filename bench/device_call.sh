@@ -60,6 +60,8 @@
 #      split since 2026-11-28: its loads batched (kv_rows.cuh FETCH), a two-round merge, no merge for one split (attention_split.cu's
 #      header) -- against the H200's 2026-11-26 rows (513 keys: 22.6 us at 1 sequence, 142.5 at 64):
 #      the latency chain a decode step pays 30-36 times (a third of SmolLM2's decode kernels on the H100).
+#      flash's merge the same day: a row's splits in two rounds, the q8_1 copy from its registers (16
+#      rows a warp in a 64-row tile had each taken ~10 rounds, and the copy reloaded every block).
 #      The same day, the same fix (loads batched before the stores that used to wait on them) in
 #      rms_scale (rmsnorm_q8_1: 16 serial loads a thread at n = 4096; 4.5 us a launch on the H100's 8B
 #      profile, 73 a step) and rope_kv_token (8.2 us a launch on the 8B shape): the profile rows of

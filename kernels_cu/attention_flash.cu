@@ -110,7 +110,7 @@ __device__ __forceinline__ void attention_flash_impl(
     __shared__ long long row_s[KT];                      // cache row (slot * n_kv_heads + kv head) of each key
     __shared__ int pos_s[ROWS];                          // each row's position, -1 for no row
     __shared__ int scan_s[THREADS], tile_s[3];
-    __shared__ float sc_s[WARPS][AF_SPLITS];             // the merge's per-split factors, a row per warp
+    __shared__ float sc_s[WARPS][AF_SPLITS], ls_s[WARPS][AF_SPLITS];  // the merge's per-split factors and sums, a row per warp
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, split = blockIdx.z, kvh = blockIdx.y;
     const int g = n_heads / n_kv_heads, tpb = ROWS / g;  // the launcher guarantees g <= ROWS
 
@@ -300,33 +300,53 @@ __device__ __forceinline__ void attention_flash_impl(
     int* ticket = tickets + (long long)blockIdx.x * n_kv_heads + kvh;
     if (!sharpinf_last_arrival(ticket, nsplits)) return;
 
-    // the last block merges each row's splits 0..nsplits(row)-1 in order: a warp per row
+    // the last block merges each row's splits 0..nsplits(row)-1 in order: a warp per row. A row's split
+    // maxima and sums come in one round (a lane a split; the maximum by a butterfly of fmaxf, exact in
+    // any order: only a maximum of +-0 can differ in sign, and m - (+0) == m - (-0) but for m = 0,
+    // whose exp is 1 either way), each 32 output values' splits in one more; the warp then holds a
+    // whole q8_1 block of the token's row, quantized as it stands. (Rows had taken a round trip a split
+    // for each sum and each value, and the quantize reloaded every block: ~10 rounds a row, 16 rows a
+    // warp in a 64-row tile.)
+    const int n = n_heads * HD;
     for (int r = warp; r < rows; r += WARPS) {
         const int t = begin + r / g, h = kvh * g + r % g, ns = min(AF_SPLITS, pos_s[r] / KT + 1);
         const float* ph = partial + ((long long)(t - t0) * n_heads + h) * AF_SPLITS * (HD + 2);
-        float mx = -CUDART_INF_F;
-        for (int s = 0; s < ns; ++s) mx = fmaxf(mx, __ldcg(ph + s * (HD + 2) + HD));
-        if (lane < ns) sc_s[warp][lane] = expf(__ldcg(ph + lane * (HD + 2) + HD) - mx);  // split s's factor
+        const float m_l = lane < ns ? __ldcg(ph + lane * (HD + 2) + HD) : -CUDART_INF_F;
+        const float l_l = lane < ns ? __ldcg(ph + lane * (HD + 2) + HD + 1) : 0.0f;
+        float mx = m_l;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(SHARPINF_FULL_MASK, mx, off));
+        if (lane < ns) {
+            sc_s[warp][lane] = expf(m_l - mx);  // split s's factor
+            ls_s[warp][lane] = l_l;
+        }
         __syncwarp();
         float total = 0.0f;
-        for (int s = 0; s < ns; ++s) total += __ldcg(ph + s * (HD + 2) + HD + 1) * sc_s[warp][s];
+        for (int s = 0; s < ns; ++s) total += ls_s[warp][s] * sc_s[warp][s];
         const float inv = 1.0f / total;
-        for (int e = lane; e < HD; e += 32) {
+#pragma unroll
+        for (int e0 = 0; e0 < HD; e0 += 32) {  // value e0 + lane: a 32-value block of the row a pass
+            const int e = e0 + lane;
+            if (e >= HD) break;  // head_dim 16 (no q8_1 copy then)
+            float x[AF_SPLITS];  // every split's value loaded before the first is added
+#pragma unroll
+            for (int s = 0; s < AF_SPLITS; ++s)
+                if (s < ns) x[s] = __ldcg(ph + s * (HD + 2) + e);
             float o = 0.0f;
-            for (int s = 0; s < ns; ++s) o += __ldcg(ph + s * (HD + 2) + e) * sc_s[warp][s];
-            out[(long long)t * n_heads * HD + h * HD + e] = o * inv;
+#pragma unroll
+            for (int s = 0; s < AF_SPLITS; ++s)
+                if (s < ns) o += x[s] * sc_s[warp][s];
+            o = o * inv;
+            out[(long long)t * n + h * HD + e] = o;
+            if (quantize) {
+                const int b = (h * HD + e0) / 32;  // the 32-value block within the token's row
+                q8_1_block(o, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
+                           out_s + (long long)t * (n / 32) + b);
+            }
         }
-        __syncwarp();  // sc_s is rewritten for the warp's next row
+        __syncwarp();  // sc_s and ls_s are rewritten for the warp's next row
     }
     if (tid == 0) *ticket = 0;  // ready for the next launch (and the next graph replay)
-    if (!quantize) return;
-    __syncthreads();  // the tile's output rows are written: quantize their 32-value blocks
-    const int n = n_heads * HD, per_token = g * HD / 32, ntok = rows / g;
-    for (int i = warp; i < ntok * per_token; i += WARPS) {
-        const long long t = begin + i / per_token;
-        const int b = kvh * per_token + i % per_token;  // the 32-value block within the row
-        q8_1_block(out[t * n + b * 32 + lane], out_q + t * n + b * 32, out_d + t * (n / 32) + b, out_s + t * (n / 32) + b);
-    }
 }
 
 #define AF_ARGS                                                                                                \
