@@ -34,7 +34,9 @@ instruction reads (or overwrites) the register one of them fills; that read wait
 ends a round. A loop that loads a value and uses it before the next load (a copy loop whose store
 the next load may not pass, a sum that adds each value as it arrives) shows one load a round: a
 round trip to L2 or HBM an element, the latency chain that sets a small kernel's time. Kernels
-written to batch their loads (attention_split.cu's fetch, rms_scale's) show many loads a round.
+written to batch their loads (attention_split.cu's fetch, rms_scale's) show many loads a round. The
+counts are static: a loop's body counts once in the function's figure, so multiply a loop's rounds
+by its trip count (the reader knows it: a copy loop of n values over T threads runs n / T times).
 
 What it cannot say: how often a branch inside the loop is taken (the reader knows: --cold), the waits
 on shared and global memory and barriers, or anything about memory traffic beyond the instructions that

@@ -146,16 +146,29 @@ __device__ __forceinline__ void attention_flash_impl(
     if (split >= nsplits) return;  // uniform per block
     const int* table = block_tables + (long long)seq * max_blocks_per_seq;
 
-    // Q rows -> f16 in shared memory (rows past the tile: zeros)
-    for (int i = tid; i < ROWS * HD / 2; i += THREADS) {
-        const int r = i / (HD / 2), e = 2 * (i % (HD / 2));
-        float a = 0.0f, b = 0.0f;
-        if (r < rows) {
-            const float* q = qkv + (long long)(begin + r / g) * qkv_stride + (kvh * g + r % g) * HD + e;
-            a = q[0];
-            b = q[1];
+    // Q rows -> f16 in shared memory (rows past the tile: zeros); a thread's pairs loaded QB at a time
+    // before the first is stored (stored one by one, a full tile's 32 pairs a thread had taken ~32
+    // round trips in a row: sass_mix --rounds)
+    constexpr int QPAIRS = ROWS * HD / 2 / THREADS, QB = QPAIRS < 8 ? QPAIRS : 8;
+    static_assert(ROWS * HD / 2 % THREADS == 0 && QPAIRS % QB == 0, "Q pairs a thread");
+#pragma unroll
+    for (int k0 = 0; k0 < QPAIRS; k0 += QB) {
+        float a[QB], b[QB];
+#pragma unroll
+        for (int k = 0; k < QB; ++k) {
+            const int i = tid + (k0 + k) * THREADS, r = i / (HD / 2), e = 2 * (i % (HD / 2));
+            a[k] = b[k] = 0.0f;
+            if (r < rows) {
+                const float* q = qkv + (long long)(begin + r / g) * qkv_stride + (kvh * g + r % g) * HD + e;
+                a[k] = q[0];
+                b[k] = q[1];
+            }
         }
-        *reinterpret_cast<unsigned*>(q_s + r * QS + e) = kv_pack_half2(a, b);
+#pragma unroll
+        for (int k = 0; k < QB; ++k) {
+            const int i = tid + (k0 + k) * THREADS, r = i / (HD / 2), e = 2 * (i % (HD / 2));
+            *reinterpret_cast<unsigned*>(q_s + r * QS + e) = kv_pack_half2(a[k], b[k]);
+        }
     }
     // this thread's rows of the accumulator fragments: ra = 16 * warp + lane / 4 and ra + 8
     const int quad = lane >> 2, t4 = lane & 3, ra = 16 * warp + quad;
