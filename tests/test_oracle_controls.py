@@ -141,6 +141,27 @@ def test_an_argmax_flip_passes_only_where_the_rows_error_explains_it():
     assert compare.compare_logits("o", "c", want, want.copy(), tol).detail == ""  # no flip, nothing said
 
 
+def test_top5_swaps_pass_only_where_the_rows_error_explains_them():
+    """The same rule at the top-5 cut: reference ids the kernels leave out of their top 5 count as kept
+    when the reference puts them within 2 x the row's typical |dlogit| of its 6th logit (ranks 4-7
+    within a few tenths: a 2-layer synthetic model's, the tensor set, 2026-11-28). Two ids pushed out
+    by errors of their own, the rest of the row within 0.03, fail."""
+    tol = Tolerance(3.0, 4, True, "test")  # wide: only the top-5 rule decides here
+    want = np.concatenate([[9.0, 7.0, 5.0, 4.0, 3.02, 3.01, 3.0, 2.99], np.linspace(-1, -5, 92)]).astype(np.float32)[None]
+    noise = np.where(np.arange(100) % 2, 0.01, -0.01).astype(np.float32)[None]
+    noise[0, 4:8] = [-0.03, -0.03, 0.03, 0.03]  # ranks 5 and 6 leave, 7 and 8 come in
+    r = compare.compare_logits("o", "c", want + noise, want, tol)
+    assert r.passed and r.min_top5_overlap == 4 and r.detail == "", r  # one swap: within the overlap asked
+    bad = noise.copy()
+    bad[0, 2:4] = [-2.5, -1.5]  # ranks 3 and 4 drop below the cut by errors of their own
+    r = compare.compare_logits("o", "c", want + bad, want, tol)
+    assert not r.passed and r.min_top5_overlap == 3, r
+    want[0, 3] = 3.03  # rank 4 itself a near tie at the cut: the row's noise explains both swaps
+    noise[0, 3] = -0.04
+    r = compare.compare_logits("o", "c", want + noise, want, tol)
+    assert r.passed and r.min_top5_overlap == 3 and r.detail == "2 top-5 swap(s) at near-ties", r
+
+
 def test_the_test_asserts_never_match_nan():
     from asserts import assert_bits, assert_close, assert_same
 

@@ -30,6 +30,24 @@ def top5_overlap(a: np.ndarray, b: np.ndarray) -> int:
     return min(len(set(x) & set(y)) for x, y in zip(ta.reshape(-1, 5).tolist(), tb.reshape(-1, 5).tolist()))
 
 
+def top5_explained(got: np.ndarray, want: np.ndarray, diff: np.ndarray) -> tuple[int, int]:
+    """(worst over rows of |top5(got) & top5(want)| plus the reference's top-5 ids the kernels left out
+    at a near tie, swaps so explained). A left-out id is explained when the reference itself puts it
+    within 2 x the row's typical (90th-percentile) |dlogit| of its 6th logit, the first one outside:
+    the whole row moved by the numerics, the argmax rule's reason at the top-5 cut."""
+    ta = np.argsort(-got, axis=-1, kind="stable")[..., :5].reshape(-1, 5)
+    tb = np.argsort(-want, axis=-1, kind="stable")[..., :5].reshape(-1, 5)
+    w = want.reshape(len(ta), -1)
+    sixth = np.sort(w, axis=-1)[:, -6] if w.shape[-1] > 5 else np.full(len(w), np.inf)
+    typical = np.percentile(diff.reshape(len(ta), -1), 90, axis=-1)
+    worst, swaps = 5, 0
+    for r, (a, b) in enumerate(zip(ta.tolist(), tb.tolist())):
+        missing = set(b) - set(a)
+        near = sum(1 for m in missing if w[r, m] - sixth[r] <= 2 * typical[r])
+        worst, swaps = min(worst, 5 - len(missing) + near), swaps + near
+    return worst, swaps
+
+
 def nonfinite(got: np.ndarray, want: np.ndarray, got_name: str = "got", want_name: str = "reference") -> str:
     """'' when both are finite everywhere, else which side holds how many non-finite logits and where the
     first is (row = token, column = vocabulary id). A logit is never NaN or infinite on a correct path,
@@ -67,8 +85,13 @@ def compare_logits(oracle: str, case: str, got: np.ndarray, want: np.ndarray, to
     typical = np.percentile(diff[flips], 90, axis=-1) if len(flips) else np.zeros(0)
     unexplained = [int(f) for f, g, e in zip(flips, top2[:, 1] - top2[:, 0], typical) if g > 2 * e]
     am = not unexplained
-    ok = dmax <= tol.max_abs_dlogit and overlap >= tol.min_top5_overlap and (am or not tol.argmax_equal)
-    detail = f"{len(flips)} argmax flip(s) at near-ties" if ok and len(flips) else ""
+    # the top-5 overlap counts the swaps at the cut that the row's error explains, likewise (a 2-layer
+    # synthetic model's ranks 4-7 can sit within half a logit: the tensor set swapped two there, 2026-11-28)
+    explained, swaps = top5_explained(got, want, diff) if overlap < tol.min_top5_overlap else (overlap, 0)
+    ok = dmax <= tol.max_abs_dlogit and explained >= tol.min_top5_overlap and (am or not tol.argmax_equal)
+    said = [f"{len(flips)} argmax flip(s) at near-ties"] if len(flips) else []
+    said += [f"{swaps} top-5 swap(s) at near-ties"] if swaps else []
+    detail = "; ".join(said) if ok else ""
     if not ok:
         detail = f"tolerance: {tol.why}" + (f"; argmax differs at {unexplained[:3]}" if unexplained else "")
     return OracleResult(oracle, case, dmax, overlap, am, ok, detail)
