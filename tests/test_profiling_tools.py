@@ -98,10 +98,9 @@ def test_sass_mix_counts_memory_rounds():
     assert sass_mix.memory_rounds(batched[:3])["rounds"] == 1  # still in flight at the end: waited on after it
 
 
-def test_sass_mix_on_a_real_kernel(tmp_path):
-    """matmul_mmq_q4_k's chunk loop, compiled as the runtime selects it and disassembled: a warp's
-    32 rows x 32 tokens are 2 x 4 mma tiles, so the loop holds 8 IMMA -- twice: the terms of full warp tiles
-    and those of a tile the tokens end in are two copies (mmq_rows.cuh, 2026-11-28)."""
+@pytest.fixture
+def sass_tools():
+    """A real kernel's SASS needs NVRTC and nvdisasm (the `check` extra has both): skip without them."""
     if sass_mix.find_nvdisasm() is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
     try:
@@ -110,6 +109,12 @@ def test_sass_mix_on_a_real_kernel(tmp_path):
         Nvrtc()
     except Exception as exc:  # noqa: BLE001 -- no NVRTC on this machine
         pytest.skip(f"no NVRTC: {exc}")
+
+
+def test_sass_mix_on_a_real_kernel(sass_tools):
+    """matmul_mmq_q4_k's chunk loop, compiled as the runtime selects it and disassembled: a warp's
+    32 rows x 32 tokens are 2 x 4 mma tiles, so the loop holds 8 IMMA -- twice: the terms of full warp tiles
+    and those of a tile the tokens end in are two copies (mmq_rows.cuh, 2026-11-28)."""
     cubin, compiler = sass_mix.compile_cubin(BENCH.parent / "kernels_cu" / "matmul_mmq.cu", "matmul_mmq_q4_k", "sm_90",
                                             [], use_nvcc=False)
     blocks, loops = sass_mix.parse(sass_mix.disassemble(cubin), "matmul_mmq_q4_k")
@@ -119,17 +124,9 @@ def test_sass_mix_on_a_real_kernel(tmp_path):
     assert r["stall_cycles"] >= r["iteration_instructions"] and r["pipes"]["tensor"] == 16 * 4  # -hex words read
 
 
-def test_sass_mix_counts_a_real_kernels_rounds():
+def test_sass_mix_counts_a_real_kernels_rounds(sass_tools):
     """gather_rows_f32 compiled with line info: its copy loop issues its 16 loads in one round (the loop
     that stored each value as it arrived took a round a load, 2026-11-28)."""
-    if sass_mix.find_nvdisasm() is None:
-        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
-    try:
-        from sharpinf.runtime.nvrtc_check import Nvrtc
-
-        Nvrtc()
-    except Exception as exc:  # noqa: BLE001 -- no NVRTC on this machine
-        pytest.skip(f"no NVRTC: {exc}")
     cubin, _ = sass_mix.compile_cubin(BENCH.parent / "kernels_cu" / "gather.cu", "gather_rows_f32", "sm_90", [],
                                       use_nvcc=False, lineinfo=True)
     blocks, loops = sass_mix.parse(sass_mix.disassemble(cubin, lineinfo=True), "gather_rows_f32")
