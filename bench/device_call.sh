@@ -234,6 +234,21 @@ if has kernels; then
     --backend cuda --suite kernels --op matmul --variant dp4a,gemv --batch-sizes 1,8 --prefill-sizes 16 --repeats 3 \
     --out "$RUN/qwen3-8b-shape-matmul-dp4a-g0"
   stamp "kernels dp4a g0 exit $?"
+  # gemv streamed (2026-11-28, never timed): a lane's batch of chunks fetched a batch ahead, a warp's
+  # rows one stream, one wave of blocks (matmul_gemv.cu's history: its batches had been one round trip
+  # a chunk). Against kernels-matmul's gemv and dp4a rows at N = 1-8 (which already run it), the batch
+  # halved (GV_U=2: 72 registers, 28 warps an SM, not 128 and 16), then the 8B decode step on gemv --
+  # if gemv beats dp4a at N <= 8 on every shape, best's rule (matmul_mmq.matmul_best) takes gemv there
+  stamp "kernels: gemv with half the batch"
+  SHARPINF_NVRTC_OPTIONS=-DGV_U=2 run kernels-gemv-u2.log 45 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+    --backend cuda --suite kernels --op matmul --variant gemv --batch-sizes 1,4,8 --prefill-sizes 16 --repeats 3 \
+    --out "$RUN/qwen3-8b-shape-matmul-gemv-u2"
+  stamp "kernels gemv u2 exit $?"
+  stamp "decode: 8B shape, matmul=gemv"
+  run decode8b-gemv.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
+    --kernels "matmul=gemv,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,8 --context 192 \
+    --out "$RUN/qwen3-8b-shape-decode-gemv"
+  stamp "decode 8B gemv exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-gemv.log"
   # the launch floor (issue 20): SmolLM2's shape decoding at 1 and 8 sequences, graphs on, in the fast
   # set and with the decode layer in two launches (matmul=layer) or seven (matmul=ffn) -- the same bits
   stamp "kernels: the fused FFN and the link on SmolLM2's shape"

@@ -167,6 +167,18 @@ template <int QT> struct DpChunk;
 // Float weights: the activation values are d * q; a float dot in value order.
 template <int QT> struct DpFloatChunk {
     float w[32];
+    struct Raw {
+        float w[32];  // decoded as it loads (the float types' chunk is their values)
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
+        Raw r;
+        gb_decode_chunk<QT>(row, c, r.w);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) w[j] = r.w[j];
+    }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { gb_decode_chunk<QT>(row, c, w); }
     __device__ __forceinline__ float acc_dot(float sum, const DpX& x) const {
         float acc = 0.0f;

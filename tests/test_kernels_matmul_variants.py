@@ -130,3 +130,31 @@ def _assert_steps_equal_dp4a(backend, name):
             if v.gate_up is not None:
                 v.gate_up(backend, wg, wu, qtype, Xn, Y, N, n_out, n_in)
                 assert_bits(backend.download(Y), want_gu[:N], err_msg=f"{name} gate+up {quants.qtype_name(qtype)} N={N}")
+
+
+# gemv walks a warp's rows as one stream of batches (gemv_rows.cuh): rows past one pass of the grid
+# (the emulator holds 4 blocks, so 67 rows of G = 32 lanes take 16 warps up to 5 rows each, the next
+# row's first batch fetched while a row finishes), lanes of one row with different chunk counts (n_in
+# 576: 18 chunks over 16 lanes; 1536: 48 over 32 -- some lanes' last batch empty), a last warp whose
+# second row is past n_out (G = 16: 2 rows a warp), and each compiled token count with a partial one.
+GEMV_SHAPES = [(quants.Q4_1, 576), (quants.Q4_K, 1536), (quants.Q6_K, 1536), (quants.Q8_0, 4096)]
+
+
+def test_gemv_streams_rows_and_ragged_lanes_with_dp4as_bits(backend):
+    from sharpinf.ops.matmul_dp4a import gate_up_dp4a
+    from sharpinf.ops.matmul_gemv import gate_up_gemv, matmul_gemv
+    from sharpinf.ops.quant_act import Q8Act
+
+    be, n_out = backend, 67
+    for qtype, n_in in GEMV_SHAPES:
+        rng = _rng("gemv-stream", qtype, n_in)
+        wg, wu = be.upload(_raw(rng, qtype, n_out, n_in)), be.upload(_raw(rng, qtype, n_out, n_in))
+        X, q, d, s = _act(be, rng, 8, n_in)
+        for N in (1, 2, 3, 8):
+            Xn = Q8Act(*(be.upload(np.ascontiguousarray(a[:N])) for a in (q, d, s)), n_in)
+            for fn, ref, args in ((matmul_gemv, matmul_dp4a, (wg,)), (gate_up_gemv, gate_up_dp4a, (wg, wu))):
+                got, want = be.empty((N, n_out), np.float32), be.empty((N, n_out), np.float32)
+                fn(be, *args, qtype, Xn, got, N, n_out, n_in)
+                ref(be, *args, qtype, Xn, want, N, n_out, n_in)
+                assert_bits(be.download(got), be.download(want),
+                            err_msg=f"{fn.__name__} {quants.qtype_name(qtype)} n_in={n_in} N={N}")

@@ -57,11 +57,12 @@ def launch_shape(n_tokens: int, n_out: int, n_in: int, max_row_blocks: int) -> t
 
 def launch_q8_rows(be, name: str, file: str, entry: str, grid, block: int, W_dev, qtype: int, X: Q8Act, Y_dev,
                    n_tokens: int, n_out: int, n_in: int, bias_dev, accumulate: bool, y_stride: int | None,
-                   y_col: int, extra: tuple = (), io_share: float = 1.0) -> None:
+                   y_col: int, extra: tuple = (), io_share: float = 1.0, k=None) -> None:
     """One launch of a q8_1 matmul entry (dp4a, gemv, mma, mmq: one argument list, mmq's followed by
     `extra`, its split-K scratch): Y[n_tokens, n_out] (=, or += with accumulate) X W^T (+ bias);
     with y_stride, Y_dev is a wider [n_tokens, y_stride] buffer filled at columns y_col .. y_col +
-    n_out. io_share: the part of the whole product's traffic this launch moves (a window of rows)."""
+    n_out. io_share: the part of the whole product's traffic this launch moves (a window of rows).
+    k: the entry's kernel where the caller already holds it (to size its grid)."""
     if X.n != n_in:
         raise ValueError(f"{name}: activations of {X.n} values for rows of {n_in}")
     stride = n_out if y_stride is None else y_stride
@@ -71,7 +72,7 @@ def launch_q8_rows(be, name: str, file: str, entry: str, grid, block: int, W_dev
     y = Y_dev.reshape(-1)[y_col:] if y_col else Y_dev
     io = (n_out * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8 + 4 * n_out * has_bias
           + 4 * n_tokens * n_out * accumulate, 4 * n_tokens * n_out)
-    be.launch(kernel(be, file, entry), grid, block,
+    be.launch(k or kernel(be, file, entry), grid, block,
               (W_dev, X.q, X.d, X.s, bias_dev if has_bias else X.d, y, np.int32(n_tokens), np.int32(n_out),
                np.int32(n_in), np.int32(has_bias), np.int32(accumulate), np.int32(stride), *extra),
               io=tuple(round(b * io_share) for b in io))
@@ -93,11 +94,12 @@ ACTS = {"silu": 0, "gelu_tanh": 1}  # common.cuh's ACT_SILU, ACT_GELU_TANH
 
 
 def launch_q8_gate_up(be, file: str, entry: str, grid, block: int, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev,
-                      n_tokens: int, n_ff: int, n_in: int, act: str, extra: tuple = (), io_share: float = 1.0) -> None:
-    """One launch of a fused gate+up entry (dp4a, gemv, mma, mmq: one argument list; extra and
-    io_share as launch_q8_rows')."""
+                      n_tokens: int, n_ff: int, n_in: int, act: str, extra: tuple = (), io_share: float = 1.0,
+                      k=None) -> None:
+    """One launch of a fused gate+up entry (dp4a, gemv, mma, mmq: one argument list; extra, io_share
+    and k as launch_q8_rows')."""
     io = (2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff)
-    be.launch(kernel(be, file, entry), grid, block,
+    be.launch(k or kernel(be, file, entry), grid, block,
               (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
                np.int32(ACTS[act]), *extra),
               io=tuple(round(b * io_share) for b in io))
