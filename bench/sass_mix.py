@@ -37,6 +37,10 @@ round trip to L2 or HBM an element, the latency chain that sets a small kernel's
 written to batch their loads (attention_split.cu's fetch, rms_scale's) show many loads a round. The
 counts are static: a loop's body counts once in the function's figure, so multiply a loop's rounds
 by its trip count (the reader knows it: a copy loop of n values over T threads runs n / T times).
+A wait is what ptxas wrote in the control bits: each load sets one of 6 scoreboards and an
+instruction waits on a mask of them, so a load on a board no wait names stays in flight past other
+loads' waits. "In flight at its end" counts the loads an iteration leaves in flight: issued for the
+next iteration, a prefetch (gemv_rows.cuh's batches, 12 Q4_K loads at NT = 1).
 
 What it cannot say: how often a branch inside the loop is taken (the reader knows: --cold), the waits
 on shared and global memory and barriers, or anything about memory traffic beyond the instructions that
@@ -86,8 +90,15 @@ class Block:
     label: str  # the label it starts at; "@ADDR" (its first instruction's) after a branch; "entry" the first
     ops: list[str] = field(default_factory=list)  # full opcodes (IMMA.16832.S8.S8, ...)
     stalls: list[int] = field(default_factory=list)  # each one's stall count (-hex listings), else empty
+    ctrl: list[int] = field(default_factory=list)  # each one's control word (the upper 64 bits; -hex listings)
     texts: list[str] = field(default_factory=list)  # each instruction's text: opcode and operands, no predicate
     lines: list[str] = field(default_factory=list)  # each one's source line (FILE:N) when compiled with line info
+
+    def rows(self) -> list[tuple]:
+        """(text, source line[, control word]) of each instruction: the control word where -hex gave all."""
+        if len(self.ctrl) == len(self.texts):
+            return list(zip(self.texts, self.lines, self.ctrl))
+        return list(zip(self.texts, self.lines))
 
 
 @dataclass
@@ -101,8 +112,8 @@ class Loop:
     def stalls(self, cold: set[str] = frozenset()) -> list[int]:
         return [st for b in self.blocks if b.label not in cold for st in b.stalls]
 
-    def texts(self, cold: set[str] = frozenset()) -> list[tuple[str, str]]:
-        return [(t, ln) for b in self.blocks if b.label not in cold for t, ln in zip(b.texts, b.lines)]
+    def texts(self, cold: set[str] = frozenset()) -> list[tuple]:
+        return [row for b in self.blocks if b.label not in cold for row in b.rows()]
 
 
 def opclass(op: str) -> str:
@@ -140,6 +151,7 @@ def parse(sass: str, entry: str | None = None) -> tuple[list[Block], list[Loop]]
             hi = HEX.fullmatch(raw.strip())
             if hi and blocks and len(blocks[-1].stalls) < len(blocks[-1].ops):  # the instruction's second word
                 blocks[-1].stalls.append(stall_cycles(int(hi.group(1), 16)))
+                blocks[-1].ctrl.append(int(hi.group(1), 16))
             continue
         text = m.group(2).strip()
         if text.startswith("@"):
@@ -208,32 +220,61 @@ def _regs(operands: str) -> list[int]:
     return [int(r) for r in REG.findall(operands)]
 
 
-def memory_rounds(texts: list[tuple[str, str]]) -> dict:
+def scoreboards(ctrl: int) -> tuple[int | None, int]:
+    """(the scoreboard a variable-latency instruction sets when its result lands, or None; the mask of
+    scoreboards it waits on before it issues) from its control word (Volta to Hopper: bits 110-112 and
+    116-121 of the 128-bit word, 46-48 and 52-57 of its upper 64; 7: none)."""
+    wb = (ctrl >> 46) & 7
+    return (None if wb == 7 else wb), (ctrl >> 52) & 0x3F
+
+
+def memory_rounds(texts: list[tuple]) -> dict:
     """Global loads and the rounds they take in straight-line address order: a round ends where an
-    instruction reads or overwrites a register a pending load fills (its wait on memory). texts: (an
-    instruction's text, its source line). A 128-bit load fills 4 registers, a 64-bit one 2."""
+    instruction waits on a pending load. texts: (an instruction's text, its source line[, its control
+    word]). With control words (-hex), the wait is the scoreboard mask ptxas set: it waits on the loads
+    of those scoreboards only, the others stay in flight. Without them, an instruction that reads or
+    overwrites a register a pending load fills waits, and every pending load is taken as landed (a
+    128-bit load fills 4 registers, a 64-bit one 2)."""
+    boards = len(texts) > 0 and all(len(row) == 3 for row in texts)
     pending: set[int] = set()
-    loads = rounds = 0
+    on_board: list[int] = []  # scoreboard mode: the board of each load in flight
+    loads = rounds = in_flight = 0  # in_flight: (register mode) the loads of the round not yet waited on
+    fresh = False  # (scoreboard mode) a load issued since the last wait: the next wait is a new round
     lines: Counter = Counter()
-    for text, line in texts:
+    for text, line, *ctrl in texts:
         op, _, operands = text.partition(" ")
         base = op.split(".")[0]
+        if boards:
+            wb, wait = scoreboards(ctrl[0])
+            if any(wait >> b & 1 for b in on_board):  # waits on a load: a round, unless nothing issued since
+                rounds, fresh = rounds + fresh, False  # the last wait (its loads were in flight together)
+                on_board = [b for b in on_board if not wait >> b & 1]
+            if base in GLOBAL_LOADS:
+                loads += 1
+                lines[line] += 1
+                on_board.append(7 if wb is None else wb)  # 7: a load without a board is never waited on
+                fresh = True
+            continue
         regs = _regs(operands.split(", desc[", 1)[0] if base in GLOBAL_LOADS else operands)
         if base in GLOBAL_LOADS:
             addr = _regs(operands.split(", ", 1)[1]) if ", " in operands else []
             if pending & (set(addr) | set(regs[:1])):
-                rounds, pending = rounds + 1, set()
+                rounds, pending, in_flight = rounds + 1, set(), 0
             if regs:
                 width = 4 if ".128" in op else 2 if ".64" in op else 1
                 pending |= set(range(regs[0], regs[0] + width))
             loads += 1
+            in_flight += 1
             lines[line] += 1
             continue
         if pending & set(regs):  # read, or overwritten (a destination waits for the load too)
-            rounds, pending = rounds + 1, set()
-    rounds += 1 if pending else 0  # loads still in flight at the end are waited on after it
+            rounds, pending, in_flight = rounds + 1, set(), 0
+    carried = len(on_board) if boards else (in_flight if pending else 0)
+    rounds += 1 if (fresh if boards else carried) else 0  # loads still in flight at the end are waited on after it
+    # carried: of a loop's iteration, the loads still in flight at its end -- issued for the next
+    # iteration (a prefetch), which waits on them while this one's other loads are long done
     return {"global_loads": loads, "rounds": rounds, "loads_a_round": loads / rounds if rounds else 0.0,
-            "load_lines": dict(lines.most_common()) if any(lines) else {}}
+            "carried": carried, "load_lines": dict(lines.most_common()) if any(lines) else {}}
 
 
 def mix(ops: list[str]) -> Counter:
@@ -300,7 +341,7 @@ def disassemble(cubin: bytes, lineinfo: bool = False) -> str:
 
 def function_rounds(blocks: list[Block]) -> dict:
     """memory_rounds of the whole function in address order (every branch taken as falling through)."""
-    return memory_rounds([(t, ln) for b in blocks for t, ln in zip(b.texts, b.lines)])
+    return memory_rounds([row for b in blocks for row in b.rows()])
 
 
 def loop_rounds(loops: list[Loop]) -> list[dict]:
@@ -413,8 +454,9 @@ def main(argv: list[str] | None = None) -> int:
 def print_rounds(rr: dict) -> None:
     def line(name: str, m: dict) -> str:
         where = ", ".join(f"{k} x{v}" for k, v in list(m["load_lines"].items())[:6])
-        return (f"  {name}: {m['global_loads']} global loads in {m['rounds']} rounds ({m['loads_a_round']:.1f} a round)"
-                + (f"  [{where}]" if where else ""))
+        carried = f", {m['carried']} in flight at its end" if m["carried"] else ""
+        return (f"  {name}: {m['global_loads']} global loads in {m['rounds']} rounds ({m['loads_a_round']:.1f} a round"
+                f"{carried})" + (f"  [{where}]" if where else ""))
 
     print("memory rounds (loads issued before one is waited on; address order, branches fall through):")
     print(line("function", rr["function"]))

@@ -87,15 +87,16 @@ def test_sass_mix_counts_memory_rounds():
         "        /*0030*/              @!P1 BRA `(.L_x_1) ;"]), None)
     (lp,) = serial[1]
     assert sass_mix.loop_rounds([lp]) == [{"head": ".L_x_1", "instructions": 4, "global_loads": 1, "rounds": 1,
-                                           "loads_a_round": 1.0, "load_lines": {"gather.cu:14": 1}}]
+                                           "loads_a_round": 1.0, "carried": 0, "load_lines": {"gather.cu:14": 1}}]
     batched = [("LDG.E.128 R8, desc[UR4][R2.64]", ""), ("LDG.E.64 R12, desc[UR4][R2.64+0x10]", ""),
                ("LDG.E R14, desc[UR4][R2.64+0x18]", ""), ("FADD R20, R16, R17", ""),  # R16: no load's
                ("FADD R20, R11, R20", ""),  # the 128-bit load's last register: the first wait
                ("LDG.E R30, desc[UR4][R2.64+0x20]", ""), ("MOV R30, RZ", ""),  # overwritten while pending: a wait
                ("LDG.E R31, desc[UR4][R2.64+0x24]", "")]  # in flight at the end: a third round
     r = sass_mix.memory_rounds(batched)
-    assert (r["global_loads"], r["rounds"]) == (5, 3) and r["load_lines"] == {}
+    assert (r["global_loads"], r["rounds"], r["carried"]) == (5, 3, 1) and r["load_lines"] == {}
     assert sass_mix.memory_rounds(batched[:3])["rounds"] == 1  # still in flight at the end: waited on after it
+    assert sass_mix.memory_rounds(batched[:3])["carried"] == 3  # (in a loop: the next iteration's)
 
 
 @pytest.fixture
@@ -132,6 +133,18 @@ def test_sass_mix_counts_a_real_kernels_rounds(sass_tools):
     blocks, loops = sass_mix.parse(sass_mix.disassemble(cubin, lineinfo=True), "gather_rows_f32")
     (copy,) = [lp for lp in sass_mix.loop_rounds(loops) if lp["global_loads"] == 16]
     assert copy["rounds"] == 1 and [ln.split(":")[0] for ln in copy["load_lines"]] == ["gather.cu"], copy
+
+
+def test_gemv_keeps_a_batch_of_weight_loads_in_flight_across_its_loop(sass_tools):
+    """matmul_gemv_q4_k_t1_g32's row stream issues the next batch's weight loads -- 4 Q4_K chunks, 3
+    128-bit loads each -- before it dots the batch at hand, and they are still in flight when the
+    iteration ends. Fetched and dotted in one iteration, ptxas had sunk each chunk's loads after the
+    previous chunk's dots (none carried; 2026-11-28): a restructuring that lets it do so again fails."""
+    cubin, _ = sass_mix.compile_cubin(BENCH.parent / "kernels_cu" / "matmul_gemv.cu", "matmul_gemv_q4_k_t1_g32",
+                                      "sm_90", [], use_nvcc=False)
+    blocks, loops = sass_mix.parse(sass_mix.disassemble(cubin), "matmul_gemv_q4_k_t1_g32")
+    stream = max(sass_mix.loop_rounds(loops), key=lambda lp: lp["instructions"])
+    assert stream["carried"] >= 12, stream
 
 
 def test_ncu_targets_launches_each_chosen_case_once(capsys):
