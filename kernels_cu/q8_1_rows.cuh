@@ -36,30 +36,37 @@ __device__ __forceinline__ void q8_1_row(Value value, signed char* q, float* d, 
 // the same order): a loop that added each value as it arrived waited on memory once a value --
 // 16 round trips in a row at n = 4096 (the SASS of 2026-11-28), now one.
 #define RS_UNROLL 16
-__device__ __forceinline__ float rms_scale(const float* x, int n, float eps, float* smem32) {
-    const int sum_threads = n <= 256 ? 128 : 256, lane = threadIdx.x & 31;
-    for (int v0 = 0; v0 < sum_threads; v0 += blockDim.x) {  // uniform across the block
-        const int v = v0 + threadIdx.x;                       // rmsnorm's thread v
+// ST: rmsnorm's summing threads (128 for n <= 256, else 256), a compile-time constant so that a
+// thread's 16 loads are one address plus constant offsets: with the stride a run-time value, each
+// load took its own address arithmetic (and the pointer reloaded from the constant bank: 32
+// registers), and ptxas interleaved the first adds with the last loads -- 4 waits on memory, not 1
+// (sass_mix --rounds with ptxas's scoreboards, 2026-11-28).
+template <int ST>
+__device__ __forceinline__ float rms_scale_st(const float* x, int n, float eps, float* smem32) {
+    const int lane = threadIdx.x & 31;
+    for (int v0 = 0; v0 < ST; v0 += blockDim.x) {  // uniform across the block
+        const int v = v0 + threadIdx.x;            // rmsnorm's thread v
         float ss = 0.0f;
-        if (v < sum_threads)
-            for (int i0 = v; i0 < n; i0 += RS_UNROLL * sum_threads) {
+        if (v < ST)
+            for (int i0 = v; i0 < n; i0 += RS_UNROLL * ST) {
+                const float* p = x + i0;
                 float xv[RS_UNROLL];
 #pragma unroll
-                for (int u = 0; u < RS_UNROLL; ++u) {
-                    const int i = i0 + u * sum_threads;
-                    xv[u] = i < n ? x[i] : 0.0f;
-                }
+                for (int u = 0; u < RS_UNROLL; ++u) xv[u] = i0 + u * ST < n ? p[u * ST] : 0.0f;
 #pragma unroll
                 for (int u = 0; u < RS_UNROLL; ++u)
-                    if (i0 + u * sum_threads < n) ss += xv[u] * xv[u];
+                    if (i0 + u * ST < n) ss += xv[u] * xv[u];
             }
         ss = warp_reduce_sum(ss);
-        if (lane == 0 && v < sum_threads) smem32[v >> 5] = ss;
+        if (lane == 0 && v < ST) smem32[v >> 5] = ss;
     }
     __syncthreads();
-    const float total = warp_reduce_sum(lane < sum_threads / 32 ? smem32[lane] : 0.0f);
+    const float total = warp_reduce_sum(lane < ST / 32 ? smem32[lane] : 0.0f);
     __syncthreads();
     return rsqrtf(total / (float)n + eps);
+}
+__device__ __forceinline__ float rms_scale(const float* x, int n, float eps, float* smem32) {
+    return n <= 256 ? rms_scale_st<128>(x, n, eps, smem32) : rms_scale_st<256>(x, n, eps, smem32);
 }
 
 // q8_1(rmsnorm(x) * w) of one row of n (a multiple of 32), by the whole block.

@@ -31,7 +31,7 @@ def test_quantize_matches_the_reference_exactly(backend, rows, n):
     assert np.abs(dequantize_q8_1(q, d) - x).max() <= np.abs(x).max() / 127 / 2 * 1.0001 + 1e-12
 
 
-@pytest.mark.parametrize("n", [64, 576, 1536, 2080, 4096])  # > 2048: a 1024-thread block
+@pytest.mark.parametrize("n", [64, 192, 576, 1536, 2080, 4096])  # 192: 128 summing threads, some with 2 values; > 2048: a 1024-thread block
 def test_fused_norm_equals_norm_then_quantize(backend, n):
     """The fused kernel normalises exactly as rmsnorm_f32 does, then quantizes."""
     rng = np.random.default_rng(7)
