@@ -15,8 +15,9 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                best               dp4a or mmq for each launch: mmq from 64 tokens where its grid
                                   holds a block an SM (what an H200 measured faster), the same bits
                gemv               as dp4a, but steps of <= 8 tokens with the token count compiled
-                                  in and 4 weight chunks in flight a lane (matmul_gemv.cu /
-                                  gate_up_gemv.cu): decode at the bandwidth limit, bit-identical
+                                  in, a lane's weight chunks fetched in batches a batch ahead and a
+                                  warp's rows one stream (matmul_gemv.cu / gate_up_gemv.cu): decode
+                                  at the bandwidth limit, bit-identical
                ffn                as dp4a, and a dense FFN of <= 8 tokens (gate+up, q8_1, down +
                                   residual) as one cooperative launch with two grid barriers
                                   (ffn_dp4a.cu): the megakernel pattern, bit-identical
