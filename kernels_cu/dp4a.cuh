@@ -500,6 +500,29 @@ __device__ __forceinline__ void dp_store(float* y, float v, float up, const floa
     }
 }
 
+// The same epilogue in two halves, for a thread that stores many outputs: dp_old loads what an
+// output's store reads (the residual it adds to, its bias) -- all of them issued before the first
+// store, since a load the compiler cannot prove apart from an earlier store to Y waits for it --
+// and dp_store_old stores with them: dp_store's operations, its bits.
+struct DpOld {
+    float y, b;
+};
+template <int NMAT>
+__device__ __forceinline__ DpOld dp_old(const float* y, const float* bias, int row, int has_bias, int accumulate) {
+    if (NMAT == 2) return DpOld{0.0f, 0.0f};
+    return DpOld{accumulate ? *y : 0.0f, has_bias ? bias[row] : 0.0f};
+}
+template <int NMAT>
+__device__ __forceinline__ void dp_store_old(float* y, float v, float up, DpOld old, int has_bias, int accumulate,
+                                             int act) {
+    if (NMAT == 2) {
+        *y = gated_act(act, v, up);
+    } else {
+        const float r = has_bias ? v + old.b : v;
+        *y = accumulate ? old.y + r : r;
+    }
+}
+
 // --- the row loop -------------------------------------------------------------------------------------
 __device__ __forceinline__ int dp_group_lanes(int n_chunks) {
     int g = 1;

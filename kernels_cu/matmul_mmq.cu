@@ -106,6 +106,12 @@
 // ate what the halved barriers saved), and spills at the budgets (gate_up q4_k 16 bytes, q5_k 32,
 // matmul q6_k 40); mmq_narrow q4_k 66 -> 93 registers. 64 x 128-token blocks (a warp 32 x 64): 243
 // registers and spills for 0.35 instructions a term (now 0.38).
+// The split-K fold (a tile's last block, 2026-11-28): MQ_FOLD = 4 outputs a thread a round, their group
+// sums, residuals and biases all loaded before the first store -- it had stored each output before it
+// loaded the next one's (the compiler may not move a load above a store to Y it cannot prove apart):
+// matmul_mmq_q4_k's 32 outputs a thread waited on L2 ~20 times, now 8 (gate_up_mmq ~40, now 8;
+// sass_mix --rounds, ptxas's scoreboards). mmq_narrow and moe_gate_up_mmq got launch bounds that hold
+// the blocks an SM they had (unbounded, ptxas took 12-27 more registers for the batch).
 // Probe (not the default until a GPU says so): the group sums in shared memory (mmq_rows.cuh's
 // MQ_GROUP_SHARED), which lets 4 blocks an SM fit 128 registers without spills -- 16 warps, not 12,
 // for about the same instructions a chunk at n_in 4096; bench/device_call.sh times it.

@@ -29,4 +29,8 @@
 
 // One entry per quantized type, matmul_mmq_narrow_<type>, each compiled only when wanted.
 template <int QT> __device__ __forceinline__ void mmq_narrow_matmul(MQ_ARGS) { mmq_rows<QT, 1, MqTokens, 16>(MQ_PASS); }
-GB_QUANT_ENTRIES(matmul_mmq_narrow, , (MQ_ARGS), mmq_narrow_matmul, MQ_NAMES)
+// ptxas held to the blocks an SM the kernels had before the split-K epilogue batched its loads (its
+// group sums, residuals and biases, MQ_FOLD outputs at a time: without a bound ptxas took 72-111
+// registers for them, Q4_K 66 -> 93, 7 -> 5 blocks an SM)
+#define MQ_NARROW_BOUNDS(QT) __launch_bounds__(128, (QT) == GB_Q6_K ? 5 : (QT) == GB_Q5_K ? 6 : 7)
+GB_QUANT_ENTRIES_ATTRS(matmul_mmq_narrow, , MQ_NARROW_BOUNDS, (MQ_ARGS), mmq_narrow_matmul, MQ_NAMES)

@@ -9,6 +9,8 @@
 #define MQ_TOKENS 64  // tokens a block: each weight chunk is unpacked once per 64 tokens
 #define MQ_XSTAGES 3  // activation ring: chunk k in use while k + 1 and k + 2 load (cp.async)
 #define MQ_XROW 12    // ints a staged row (8 used): 48-byte rows
+#define MQ_FOLD 4     // outputs a thread folds a round in the split-K epilogue (their loads issued together)
+#define MQ_MAX_GROUPS (32 / DP_GROUP)  // member groups of a row at most (G <= 32)
 
 // A block of ROWS weight rows (of each of NMAT matrices) x 64 tokens: its warps as WR (rows) x WT
 // (tokens), each warp FM m16 tiles x FN n8 tiles of every matrix.
@@ -362,16 +364,38 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                 pt[((m * NG + (int)blockIdx.z) * MQ_TOKENS + slot) * ROWS + rl] = grp(m, i, j, e);
         });
         if (!sharpinf_last_arrival(split.tickets + tile, NG)) return;
-        for (int f = tid; f < ROWS * MQ_TOKENS; f += blockDim.x) {  // f: (slot f / ROWS, row f % ROWS)
-            const int slot = f / ROWS, rl = f % ROWS, r = r0 + rl;
-            if (r >= n_out || slot >= slots.count) continue;
-            float v[NMAT];
+        // MQ_FOLD outputs a thread a round: their group sums (L2 loads: other blocks wrote them), residuals
+        // and biases all loaded before the first store -- a loop that stored each output before it loaded
+        // the next one's waited on L2 once an output (32 outputs a thread at 128 threads)
+        for (int f0 = tid; f0 < ROWS * MQ_TOKENS; f0 += MQ_FOLD * blockDim.x) {  // f: (slot f / ROWS, row f % ROWS)
+            float g[MQ_FOLD][NMAT][MQ_MAX_GROUPS];
+            DpOld old[MQ_FOLD];
 #pragma unroll
-            for (int m = 0; m < NMAT; ++m) {  // L2 loads: other blocks wrote them
-                v[m] = 0.0f;
-                for (int q = 0; q < NG; ++q) v[m] = v[m] + __ldcg(pt + ((m * NG + q) * MQ_TOKENS + slot) * ROWS + rl);
+            for (int b = 0; b < MQ_FOLD; ++b) {
+                const int f = f0 + b * blockDim.x, slot = f / ROWS, rl = f % ROWS, r = r0 + rl;
+                const bool live = f < ROWS * MQ_TOKENS && r < n_out && slot < slots.count;
+#pragma unroll
+                for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+                    for (int q = 0; q < MQ_MAX_GROUPS; ++q)
+                        g[b][m][q] = live && q < NG ? __ldcg(pt + ((m * NG + q) * MQ_TOKENS + slot) * ROWS + rl) : 0.0f;
+                old[b] = live ? dp_old<NMAT>(Y + slots.y_row(slot) * y_stride + r, bias, r, has_bias, accumulate)
+                              : DpOld{0.0f, 0.0f};
             }
-            dp_store<NMAT>(Y + slots.y_row(slot) * y_stride + r, v[0], v[NMAT - 1], bias, r, has_bias, accumulate, act);
+#pragma unroll
+            for (int b = 0; b < MQ_FOLD; ++b) {
+                const int f = f0 + b * blockDim.x, slot = f / ROWS, rl = f % ROWS, r = r0 + rl;
+                if (f >= ROWS * MQ_TOKENS || r >= n_out || slot >= slots.count) continue;
+                float v[NMAT];
+#pragma unroll
+                for (int m = 0; m < NMAT; ++m) {  // the group sums in group order (dp_fold's second level)
+                    v[m] = 0.0f;
+#pragma unroll
+                    for (int q = 0; q < MQ_MAX_GROUPS; ++q)
+                        if (q < NG) v[m] = v[m] + g[b][m][q];
+                }
+                dp_store_old<NMAT>(Y + slots.y_row(slot) * y_stride + r, v[0], v[NMAT - 1], old[b], has_bias, accumulate, act);
+            }
         }
         if (tid == 0) split.tickets[tile] = 0;  // ready for the next launch (and the next graph replay)
         return;

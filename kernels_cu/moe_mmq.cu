@@ -76,7 +76,11 @@ template <int QT> __device__ __forceinline__ void moe_down_mmq_t(MOE_DOWN_PARAMS
     moe_mmq_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU,
                         MqSplit{partial, tickets, x0});
 }
-GB_QUANT_ENTRIES(moe_gate_up_mmq, , (MOE_GATE_UP_PARAMS, MOE_SPLIT_PARAMS), moe_gate_up_mmq_t, Wg, Wu, xq, xd, xs, order,
-                 tiles, G, k, n_ff, n_in, max_tiles, act, partial, tickets, x0)
+// The gate+up entries (256 threads) held to 2 blocks an SM (1 for Q5_K and Q6_K), what they had before
+// the split-K epilogue batched its loads (mmq_rows.cuh's MQ_FOLD): unbounded, ptxas took 133-143
+// registers for it, 1 block an SM.
+#define MOE_GATE_UP_BOUNDS(QT) __launch_bounds__(256, (QT) == GB_Q5_K || (QT) == GB_Q6_K ? 1 : 2)
+GB_QUANT_ENTRIES_ATTRS(moe_gate_up_mmq, , MOE_GATE_UP_BOUNDS, (MOE_GATE_UP_PARAMS, MOE_SPLIT_PARAMS), moe_gate_up_mmq_t,
+                       Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, partial, tickets, x0)
 GB_QUANT_ENTRIES(moe_down_mmq, , (MOE_DOWN_PARAMS, MOE_SPLIT_PARAMS), moe_down_mmq_t, Wd, xq, xd, xs, order, tiles, Y, n_out,
                  n_in, max_tiles, partial, tickets, x0)
