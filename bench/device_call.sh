@@ -42,6 +42,9 @@
 #      row (429.9 us for qkv at 512).
 #      Since 2026-11-28 the terms run branch-free on full warp tiles (479 instructions an iteration,
 #      not 519) under __launch_bounds__ that keep 3 blocks an SM (matmul_mmq 146-168 registers).
+#      Since 2026-11-28 (later) the split-K fold loads 4 outputs' group sums, residuals and biases before it
+#      stores the first (a tile's last block had waited on L2 ~20 times a thread, gate_up ~40; now 8): the
+#      mmq rows at 16-64 tokens, where a tile's blocks are short, are where it shows.
 #      kernels-mmq-r128.log / qwen3-8b-shape-matmul-mmq-r128: the same mmq rows at 64 and 512 tokens with
 #      the group sums in shared memory and ptxas held to 128 registers (MQ_GROUP_SHARED=1: 4 blocks an
 #      SM, not 3, no spills; the slowest warp's chunk 391 -> 377 instructions, the member fold 49 -> 114
@@ -64,7 +67,8 @@
 #      rows a warp in a 64-row tile had each taken ~10 rounds, and the copy reloaded every block).
 #      The same day, the same fix (loads batched before the stores that used to wait on them) in
 #      rms_scale (rmsnorm_q8_1: 16 serial loads a thread at n = 4096; 4.5 us a launch on the H100's 8B
-#      profile, 73 a step) and rope_kv_token (8.2 us a launch on the 8B shape): the profile rows of
+#      profile, 73 a step; and later that day its stride a constant: ptxas had still waited 4 times
+#      for the 16 loads, now once) and rope_kv_token (8.2 us a launch on the 8B shape): the profile rows of
 #      decode-fast.log against bench/results/gpu/nvidia-h100-80gb-hbm3-20261123/profile_*.json.
 #   5. the 2-byte aligned types (2026-11-27, never timed): q8_0/q4_0/q5_0/q6_k chunks now load as aligned
 #      words (dp4a.cuh's DpSpanA2: q8_0 10 loads a chunk, not 17; q6_k 20, not 34; matmul_mmq_q6_k 185 -> 165

@@ -30,8 +30,10 @@
 //     P V: a thread per (8-element column group, key slice) -- slices walk keys j = slice,
 //     slice + SLICES, ... in order, then the slices are summed in slice order at the end;
 //   * the merge loads every head's split maxima and sums in one round (a thread each), then every
-//     output value's split values in another (all issued before the first is added) -- it had
-//     taken three round trips a head, one after another;
+//     output value's split values in another (all issued before the first is added, and a thread's
+//     next output's issued before it stores this one: loaded after the store, each of a thread's
+//     g * HD / 128 outputs had waited a round trip of its own) -- it had taken three round trips a
+//     head, one after another;
 //   * a query whose context fits one partition (<= 64 keys) has one split, which writes the output
 //     itself -- the merge's bits, without the partial, the fences and ticket, or the merge's loads;
 //   * the output may be quantized to q8_1 in the merge, from the values the merge's warps hold
@@ -50,7 +52,8 @@
 // key positions and head_dim, so results are bit-identical alone, packed, chunked, in other
 // blocks, under graphs.
 // Launch: grid = (window tokens, n_kv_heads * ceil(g / 4), SPLITS), block = 128 threads; <= 128
-// registers in every entry on sm_90 (4 blocks an SM), ~8.5 KB static shared memory at head_dim 128.
+// registers in every entry (__launch_bounds__: 4 blocks an SM), ~8.5 KB static shared memory at
+// head_dim 128.
 // Bound: at decode, latency -- the chain of a block: the position and the queries, the block
 // table, K (2 rounds), V (2 rounds), the arrival's fences and atomic, the merge (2 rounds); at long
 // context, memory -- each K/V byte of a query's context is read once per (token, block of heads).
@@ -266,18 +269,27 @@ __device__ __forceinline__ void attention_split_impl(
     __syncthreads();
     // Thread i takes value i of the block's g heads (g * HD, a multiple of 32): a warp holds one whole
     // 32-value block of the output row, which it quantizes to q8_1 as it stands (no reload)
-    for (int i = tid; i < g * HD; i += AS_THREADS) {  // uniform per warp
-        const int h = i / HD, e = i % HD;
-        const float* ph = pb + h * AS_SPLITS * (HD + 2) + e;
-        float x[AS_SPLITS];  // every split's value loaded before the first is added
+    // Every split's value of a thread's next output is loaded before it adds this one's and stores it
+    // (emit): a load the compiler cannot prove apart from an earlier store waits for it, so loaded
+    // after the store each output had cost a round trip of its own (g * HD / 128 of them a thread).
+    auto load_splits = [&](int i, float (&x)[AS_SPLITS]) {
+        const float* ph = pb + (i / HD) * AS_SPLITS * (HD + 2) + i % HD;
 #pragma unroll
         for (int s = 0; s < AS_SPLITS; ++s)
             if (s < nsplits) x[s] = __ldcg(ph + s * (HD + 2));
+    };
+    float x[AS_SPLITS], next[AS_SPLITS];
+    if (tid < g * HD) load_splits(tid, x);
+    for (int i = tid; i < g * HD; i += AS_THREADS) {  // uniform per warp
+        const int h = i / HD, e = i % HD;
+        if (i + AS_THREADS < g * HD) load_splits(i + AS_THREADS, next);
         float o = 0.0f;
 #pragma unroll
         for (int s = 0; s < AS_SPLITS; ++s)
             if (s < nsplits) o += x[s] * sc_s[h][s];
         emit((h0 + h) * HD + e, o * inv_s[h]);
+#pragma unroll
+        for (int s = 0; s < AS_SPLITS; ++s) x[s] = next[s];
     }
     if (tid == 0) *ticket = 0;  // ready for the next step (and the next graph replay)
 }
@@ -306,5 +318,7 @@ __device__ __forceinline__ void as_q8(AS_ARGS) {
         quantize
 
 // One entry per (KV dtype, head_dim), attention_split_<kv>_d<HD>, each compiled only when wanted
-// (SHARPINF_KV_HD_ENTRIES, common.cuh).
-SHARPINF_KV_HD_ENTRIES(attention_split, SHARPINF_NO_ATTRS, (AS_ARGS), as_typed, as_q8, AS_CALL)
+// (SHARPINF_KV_HD_ENTRIES, common.cuh); ptxas held to 4 blocks an SM (128 registers: the merge's
+// prefetch of a thread's next output took bf16_d128 to 129 unbounded).
+#define AS_BOUNDS(hd) __launch_bounds__(AS_THREADS, 4)
+SHARPINF_KV_HD_ENTRIES(attention_split, AS_BOUNDS, (AS_ARGS), as_typed, as_q8, AS_CALL)
