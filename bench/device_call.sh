@@ -63,6 +63,8 @@
 #      split since 2026-11-28: its loads batched (kv_rows.cuh FETCH), a two-round merge, no merge for one split (attention_split.cu's
 #      header) -- against the H200's 2026-11-26 rows (513 keys: 22.6 us at 1 sequence, 142.5 at 64):
 #      the latency chain a decode step pays 30-36 times (a third of SmolLM2's decode kernels on the H100).
+#      Later that day the merge also loads a thread's next output's split values before it stores this one
+#      (g * HD / 128 outputs a thread had each waited a round trip to L2 after the previous store).
 #      flash's merge the same day: a row's splits in two rounds, the q8_1 copy from its registers (16
 #      rows a warp in a 64-row tile had each taken ~10 rounds, and the copy reloaded every block).
 #      The same day, the same fix (loads batched before the stores that used to wait on them) in
