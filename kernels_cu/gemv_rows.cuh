@@ -83,12 +83,12 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
     for (int m = 0; m < NMAT; ++m)
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[m][t] = 0.0f;
-    // Float weights are fetched where they are dotted: their Raw is the chunk's 32 floats, decoded as
-    // they load, and two of them a matrix took up to 255 registers.
+    // Float weights are loaded where they are dotted: a chunk is 32 floats, and one in flight beside
+    // the one being dotted took up to 255 registers.
     constexpr bool ahead = !GvUnroll<QT, NT, NMAT>::floats;
     typename DpChunk<QT>::Raw raw[U][NMAT];
     int base = (blockIdx.x * GV_WARPS + warp) * rows_per_warp, b = 0;  // the batch at hand: row base + sub, batch b
-    if (ahead) gv_fetch<QT, U, NMAT>(raw, W, W2, row_bytes, base + sub, n_out, g, G, n_chunks);
+    if constexpr (ahead) gv_fetch<QT, U, NMAT>(raw, W, W2, row_bytes, base + sub, n_out, g, G, n_chunks);
     while (base < n_out) {
         const int c0 = g + b * U * G;
         const bool live = base + sub < n_out;
@@ -98,13 +98,13 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
             if (live && c0 + k * G < n_chunks)
 #pragma unroll
                 for (int m = 0; m < NMAT; ++m) {
-                    if (ahead) ch[k][m].unpack(raw[k][m], GC ? g & 7 : c0 + k * G);
+                    if constexpr (ahead) ch[k][m].unpack(raw[k][m], GC ? g & 7 : c0 + k * G);
                     else ch[k][m].load((m ? W2 : W) + (base + sub) * row_bytes, c0 + k * G);
                 }
         // the next batch: this row's, or the next row's first
         const bool row_ends = b + 1 == batches;
         const int next_base = row_ends ? base + rows_per_pass : base, next_b = row_ends ? 0 : b + 1;
-        if (ahead) gv_fetch<QT, U, NMAT>(raw, W, W2, row_bytes, next_base + sub, n_out, g + next_b * U * G, G, n_chunks);
+        if constexpr (ahead) gv_fetch<QT, U, NMAT>(raw, W, W2, row_bytes, next_base + sub, n_out, g + next_b * U * G, G, n_chunks);
 #pragma unroll
         for (int k = 0; k < U; ++k)
             if (live && c0 + k * G < n_chunks) gv_dot_chunk<NMAT, NT>(ch[k], acc, xq, xd, xs, c0 + k * G, n_in, nt);

@@ -25,3 +25,11 @@ def kernel(be: Backend, filename: str, name: str) -> Kernel:
     if k is None:
         k = per_backend[key] = be.kernel(filename, name)
     return k
+
+
+def one_wave(be: Backend, k: Kernel, blocks: int, threads: int) -> int:
+    """A grid of `blocks`, at most as many as the device holds at once: what a cooperative kernel
+    (its grid barriers) or a streaming one (each warp walking many rows) launches. Inside
+    backend.collecting() nothing is compiled to ask: `blocks` as given."""
+    return blocks if isinstance(k, WantedKernel) else min(blocks, be.resident_blocks(k, threads))
+

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from sharpinf.model import quants
-from sharpinf.ops.launch import WantedKernel, kernel
+from sharpinf.ops.launch import kernel, one_wave
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
 from sharpinf.ops.matmul_dp4a import ACTS, EMU_ROW_BLOCKS, MAX_ROW_BLOCKS, TILE_TOKENS, launch_shape
 from sharpinf.ops.quant_act import Q8Act
@@ -115,7 +115,7 @@ def layer_dp4a(be, post: LinkPost | None, pre: LinkPre | None, s: LinkStep, file
     cap = MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS
     rows_grid = max(launch_shape(s.n_tokens, n_out, n_in, cap)[0][0] for n_out, n_in in products)
     _, block = launch_shape(s.n_tokens, s.n_embd, s.n_embd, cap)
-    grid = rows_grid if isinstance(k, WantedKernel) else min(rows_grid, be.resident_blocks(k, block))
+    grid = one_wave(be, k, rows_grid, block)
     o, p, any_ = post, pre, s.x  # a half not run: its pointers are never read
     args = (o.wo if o else any_, *(o.att.parts() if o else (any_, any_, any_)),
             o.ffn_norm if o else any_, o.w_gate if o else any_, o.w_up if o else any_, o.w_down if o else any_,

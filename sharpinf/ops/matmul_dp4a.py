@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from sharpinf.model import quants
-from sharpinf.ops.launch import WantedKernel, kernel
+from sharpinf.ops.launch import kernel, one_wave
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
 from sharpinf.ops.quant_act import Q8Act, dequantize_q8_1
 
@@ -134,7 +134,7 @@ def ffn_dp4a(be, Wg_dev, Wu_dev, Wd_dev, qtypes: tuple[int, int, int], X: Q8Act,
     check_n_in(qtype, n_ff)
     k = kernel(be, file, f"ffn_dp4a_{kernel_suffix(qtype)}")
     (rows_grid, _), block = launch_shape(n_tokens, n_ff, n_embd, MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
-    grid = rows_grid if isinstance(k, WantedKernel) else min(rows_grid, be.resident_blocks(k, block))
+    grid = one_wave(be, k, rows_grid, block)
     rb = quants.row_bytes(qtype, n_embd) * 2 * n_ff + quants.row_bytes(qtype, n_ff) * n_embd
     be.launch(k, grid, block,
               (Wg_dev, Wu_dev, Wd_dev, X.q, X.d, X.s, h_dev, hq.q, hq.d, hq.s, x_dev, bar_dev, np.int32(n_tokens),

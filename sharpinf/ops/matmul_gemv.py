@@ -7,7 +7,7 @@ ops/matmul_dp4a.py's NumPy reference."""
 from __future__ import annotations
 
 from sharpinf.ops.matmul import check_n_in
-from sharpinf.ops.launch import WantedKernel, kernel
+from sharpinf.ops.launch import kernel, one_wave
 from sharpinf.ops.matmul_dp4a import entry_name, gate_up_dp4a, group_lanes, launch_q8_gate_up, launch_q8_rows, matmul_dp4a
 from sharpinf.ops.quant_act import Q8Act
 
@@ -21,13 +21,13 @@ def tile_for(n_tokens: int) -> int:
     return next(t for t in TILES if t >= n_tokens)
 
 
-def _one_wave(be, file: str, entry: str, n_out: int, n_in: int):
+def _kernel_and_grid(be, file: str, entry: str, n_out: int, n_in: int):
     """(kernel, grid): the row blocks, at most as many as the device holds at once -- a warp then
     walks several rows as one stream, the next row's first loads in flight while it finishes a row
     (gemv_rows.cuh)."""
     blocks = -(-n_out // (WARPS * (32 // group_lanes(n_in))))
     k = kernel(be, file, entry)
-    return k, blocks if isinstance(k, WantedKernel) else min(blocks, be.resident_blocks(k, 32 * WARPS))
+    return k, one_wave(be, k, blocks, 32 * WARPS)
 
 
 def _check(name: str, qtype: int, X: Q8Act, n_tokens: int, n_out: int, n_in: int) -> None:
@@ -44,7 +44,7 @@ def matmul_gemv(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: in
     """As matmul_dp4a (same arguments, same bits) for a step of 1..8 tokens."""
     _check("matmul_gemv", qtype, X, n_tokens, n_out, n_in)
     entry = entry_name("matmul_gemv", qtype, n_in, f"_t{tile_for(n_tokens)}")
-    k, grid = _one_wave(be, file, entry, n_out, n_in)
+    k, grid = _kernel_and_grid(be, file, entry, n_out, n_in)
     launch_q8_rows(be, "matmul_gemv", file, entry, (grid, 1), 32 * WARPS, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in,
                    bias_dev, accumulate, y_stride, y_col, k=k)
 
@@ -54,7 +54,7 @@ def gate_up_gemv(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: in
     """As gate_up_dp4a (same arguments, same bits) for a step of 1..8 tokens."""
     _check("gate_up_gemv", qtype, X, n_tokens, n_ff, n_in)
     entry = entry_name("gate_up_gemv", qtype, n_in, f"_t{tile_for(n_tokens)}")
-    k, grid = _one_wave(be, file, entry, n_ff, n_in)
+    k, grid = _kernel_and_grid(be, file, entry, n_ff, n_in)
     launch_q8_gate_up(be, file, entry, (grid, 1), 32 * WARPS, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in,
                       act, k=k)
 
