@@ -426,6 +426,29 @@ def test_builds_key_on_the_headers_found_not_the_folders_searched(tmp_path, monk
     assert builds[0] != builds[1]
 
 
+@pytest.mark.parametrize("checked", [False, True], ids=["plain", "checked"])
+def test_modules_read_the_emulators_headers_precompiled(tmp_path, checked):
+    """g++ reads cuda_emu.h and emu_entry.h from the precompiled header made for the module's own
+    flags (-H marks a PCH it used with '!', one it found and refused with 'x'): a PCH made with
+    other options (the checked build's sanitizer and defines) would be refused, silently, and every
+    module would parse ~40k lines of headers again."""
+    import subprocess
+
+    if not build.precompiles():
+        pytest.skip(f"no precompiled headers with {build.gxx_version()}")
+    f = tmp_path / "pch_probe.cu"
+    f.write_text(f'extern "C" __global__ void k(float* x) {{ x[0] = {int(checked)}.0f; }}\n')
+    so = build.build_module(f, (), checked)
+    args = (so.with_suffix(".src") / "compile").read_text().splitlines()
+    pch = [a for a in args if a.endswith("sharpinf_emu_pre.h")]
+    assert len(pch) == 1 and Path(pch[0] + ".gch").is_file()
+    out = subprocess.run([build.cxx(), *args, "-H", "-Winvalid-pch", "-o", str(tmp_path / "k.o")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert f"! {pch[0]}.gch" in out.stderr.splitlines(), out.stderr[:2000]
+    assert "cuda_fp16.h" not in out.stderr  # read from the PCH, not parsed
+
+
 def test_compile_error_carries_gxx_log(be, tmp_path):
     f = tmp_path / "broken.cu"
     f.write_text('extern "C" __global__ void broken(float* x) { x[0] = undefined_name; }\n')

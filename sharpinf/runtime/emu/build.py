@@ -11,7 +11,11 @@ memory access, and the emulator's runtime answers them (emu_racecheck.cpp). It l
 shared runtime library (scheduler + fibers, one per cache key, found through
 rpath $ORIGIN), so all modules share one TLS block and one fiber-stack pool.
 The key covers the source, every local header it includes, the emulator's own
-files, the flags, the g++ version and the CPU (because of -march=native)."""
+files, the flags, the g++ version and the CPU (because of -march=native).
+The headers every module starts with (cuda_emu.h, which reads CUDA's cuda_fp16.h and
+cuda_bf16.h, and emu_entry.h's <string> and <tuple>: ~40k lines) are precompiled once
+per set of flags (precompiled_header): parsing them took 0.3-0.5 s of every module's build
+(CPU time, g++ 12: rmsnorm.cu 0.6 -> 0.35 s, attention.cu 2.8 -> 2.45 s)."""
 
 from __future__ import annotations
 
@@ -217,6 +221,51 @@ def runtime_library(cache: Path) -> Path:
                                                    "the emulator runtime"))
 
 
+# What every kernel module includes first; emu_entry.h is the trailer's (its <string> and <tuple>).
+PCH_HEADERS = ("cuda_emu.h", "emu_entry.h")
+
+
+def precompiles() -> bool:
+    """Whether the compiler is GCC (whose -include reads NAME.gch beside NAME when it fits)."""
+    return "GCC" in gxx_version() or "g++" in gxx_version()
+
+
+def precompiled_header(cache: Path, flags: list[str]) -> Path | None:
+    """A header including PCH_HEADERS, beside its g++ precompiled form (.gch), built once for
+    `flags` (a kernel module's compile flags without the local -I's: the PCH must be made with the
+    options that use it); a module's compile names it in -include, and g++ reads the .gch instead of
+    parsing the headers. None where the compiler is not GCC (clang names its PCH otherwise) or the
+    build fails: then modules include cuda_emu.h as text, as before."""
+    if not precompiles():
+        return None
+    folder = cache / f"pch-{_key('pch', *flags)}"
+    if folder not in _pch:
+        _pch[folder] = _build_pch(folder, flags)
+    return _pch[folder]
+
+
+_pch: dict[Path, Path | None] = {}  # this process's answers (a failed build is not tried again)
+
+
+def _build_pch(folder: Path, flags: list[str]) -> Path | None:
+    header = folder / "sharpinf_emu_pre.h"
+    if (folder / "ok").exists():
+        return header
+    with paths.one_builder(folder):
+        if (folder / "ok").exists():  # another process built it while this one waited
+            return header
+        folder.mkdir(exist_ok=True)
+        header.write_text("".join(f'#include "{h}"\n' for h in PCH_HEADERS))
+        try:
+            _build_aside(header.with_name(header.name + ".gch"),
+                         lambda tmp: _run_gxx([*flags, "-x", "c++-header", str(header), "-o", str(tmp)],
+                                              "the emulator's precompiled header"))
+        except BackendError:
+            return None
+        (folder / "ok").touch()  # last: a folder without it is rebuilt
+    return header
+
+
 def _trailer(names: list[str]) -> str:
     entries = ",\n  ".join(f'::sharpinf_emu::make_entry<&{n}>("{n}")' for n in names)
     return (
@@ -281,16 +330,21 @@ def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = F
         rt = runtime_library(cache)
         pp_flags = [f for f in flags if f.startswith(("-D", "-include", "-std", "cuda_emu"))] + incs  # no codegen
         tu = _write_sources(cache / f"{src.stem}-{key}.src", src, text, headers, name_expressions, pp_flags)
+        # the same build with the headers precompiled (the key is the text build's: the bits are the same)
+        pre = precompiled_header(cache, [f for f in flags if f not in ("-include", "cuda_emu.h")]
+                                 + include_flags(None, local=False))
+        if pre is not None:
+            flags = [str(pre) if f == "cuda_emu.h" else f for f in flags]
         link = ["-shared", f"-L{cache}", f"-l:{rt.name}", "-Wl,-rpath,$ORIGIN", "-Wl,-z,defs"]
+        compile_args = [*flags, f"-I{tu.parent}", *incs, "-c", str(tu)]
+        (tu.parent / "compile").write_text("\n".join(compile_args))  # how it was built (tests read it)
         # (this process holds out's lock: build aside and rename, no second lock)
         if checked:  # compile and link apart: g++ would link libtsan with -fsanitize=thread
             obj = tu.with_suffix(".o")
-            _build_aside(obj, lambda tmp: _run_gxx([*flags, f"-I{tu.parent}", *incs, "-c", str(tu), "-o", str(tmp)],
-                                                   src.name))
+            _build_aside(obj, lambda tmp: _run_gxx([*compile_args, "-o", str(tmp)], src.name))
             _build_aside(out, lambda tmp: _run_gxx([str(obj), *link, "-o", str(tmp)], src.name))
         else:
-            _build_aside(out, lambda tmp: _run_gxx([*flags, f"-I{tu.parent}", *incs, str(tu), *link, "-o", str(tmp)],
-                                                   src.name))
+            _build_aside(out, lambda tmp: _run_gxx([*compile_args[:-2], str(tu), *link, "-o", str(tmp)], src.name))
     _memo[memo_key] = (stamps, out)
     return out
 
