@@ -41,7 +41,9 @@ demo: install
 # `make test` (what CI runs): the suite on every core (pytest-xdist; a test file whose fixtures
 # are costly stays on one worker, tests/conftest.py), then the kernel tests again with the
 # emulator's threads in reverse order (the race check keeps two readers a byte, so which race it
-# sees can follow the order too). The forward-pass cross-path oracles run on a subset of
+# sees can follow the order too) and strict memcheck (each allocation flush against a PROT_NONE
+# page: a load past any buffer faults, naming the thread -- the default guard bytes see stores
+# only; no slower here: 88 s against 94). The forward-pass cross-path oracles run on a subset of
 # models that holds every weight type and arch (tests/test_forward_oracles.py says why).
 # `make test-all`: every model in every oracle, more hypothesis examples, and every test that
 # runs kernels again in reverse order -- for sessions that change kernels.
@@ -56,11 +58,11 @@ test: install
 	$(MAKE) --no-print-directory test-kernels
 
 test-kernels: install
-	SHARPINF_EMU_ORDER=reverse $(PY) -m pytest -q $(XDIST) -m "kernels and emu_checks"
+	SHARPINF_EMU_ORDER=reverse SHARPINF_EMU_MEMCHECK=strict $(PY) -m pytest -q $(XDIST) -m "kernels and emu_checks"
 
 test-all: install
 	SHARPINF_TEST_TIER=all $(PY) -m pytest -q $(XDIST)
-	SHARPINF_TEST_TIER=all SHARPINF_EMU_ORDER=reverse $(PY) -m pytest -q $(XDIST) -m kernels
+	SHARPINF_TEST_TIER=all SHARPINF_EMU_ORDER=reverse SHARPINF_EMU_MEMCHECK=strict $(PY) -m pytest -q $(XDIST) -m kernels
 
 nvrtc-check: install
 	$(PY) -m sharpinf.runtime.nvrtc_check
