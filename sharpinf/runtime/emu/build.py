@@ -223,6 +223,7 @@ def runtime_library(cache: Path) -> Path:
 
 # What every kernel module includes first; emu_entry.h is the trailer's (its <string> and <tuple>).
 PCH_HEADERS = ("cuda_emu.h", "emu_entry.h")
+_pch: dict[Path, Path | None] = {}  # precompiled_header's answers in this process (a failed build is not tried again)
 
 
 def precompiles() -> bool:
@@ -242,9 +243,6 @@ def precompiled_header(cache: Path, flags: list[str]) -> Path | None:
     if folder not in _pch:
         _pch[folder] = _build_pch(folder, flags)
     return _pch[folder]
-
-
-_pch: dict[Path, Path | None] = {}  # this process's answers (a failed build is not tried again)
 
 
 def _build_pch(folder: Path, flags: list[str]) -> Path | None:
@@ -336,15 +334,15 @@ def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = F
         if pre is not None:
             flags = [str(pre) if f == "cuda_emu.h" else f for f in flags]
         link = ["-shared", f"-L{cache}", f"-l:{rt.name}", "-Wl,-rpath,$ORIGIN", "-Wl,-z,defs"]
-        compile_args = [*flags, f"-I{tu.parent}", *incs, "-c", str(tu)]
-        (tu.parent / "compile").write_text("\n".join(compile_args))  # how it was built (tests read it)
+        unit = [*flags, f"-I{tu.parent}", *incs, str(tu)]
+        (tu.parent / "compile").write_text("\n".join([*unit, "-c"]))  # how it was compiled (tests read it)
         # (this process holds out's lock: build aside and rename, no second lock)
         if checked:  # compile and link apart: g++ would link libtsan with -fsanitize=thread
             obj = tu.with_suffix(".o")
-            _build_aside(obj, lambda tmp: _run_gxx([*compile_args, "-o", str(tmp)], src.name))
+            _build_aside(obj, lambda tmp: _run_gxx([*unit, "-c", "-o", str(tmp)], src.name))
             _build_aside(out, lambda tmp: _run_gxx([str(obj), *link, "-o", str(tmp)], src.name))
         else:
-            _build_aside(out, lambda tmp: _run_gxx([*compile_args[:-2], str(tu), *link, "-o", str(tmp)], src.name))
+            _build_aside(out, lambda tmp: _run_gxx([*unit, *link, "-o", str(tmp)], src.name))
     _memo[memo_key] = (stamps, out)
     return out
 
