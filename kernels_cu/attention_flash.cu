@@ -7,6 +7,8 @@
 //   Inputs and outputs as attention_split.cu (the same scratch: partial float [window, n_heads, SPLITS,
 //   HD + 2], tickets int, zero between launches). A launch serves the window of tokens
 //   t0 .. t0 + n_window - 1; the launcher walks a long step in windows of the scratch's size.
+//   attention_flash_walk_<kv>_d<HD>(the same arguments; partial and tickets unused), HD <= 128:
+//     the same outputs, bit for bit, from one block a (tile, KV head) -- the walk, below.
 //
 // Rows. One block serves one KV head and ROWS query rows, a row being a (token, query head) pair of
 // that KV head's GQA group, token-major: the block's tokens are a tile of ROWS / g consecutive tokens
@@ -39,6 +41,30 @@
 // (4 warps, ROWS = 64; 2 warps at head_dim 256), static shared memory <= 38 KB.
 // Bound: prefill -- tensor-core math plus one K/V tile read per (tile, partition) (ROWS rows share
 // it); decode -- like attention_split.cu, latency of a few dependent loads per partition.
+//
+// The walk (attention_flash_walk_*). The split launch spends a block on one partition or two of a
+// tile -- at 512 tokens of the 8B shape 4,096 blocks of ~1 partition, each with its own find-tile
+// scan, Q staging, 33 KB of partial states written, a ticket, and a merge reading them back: the H200
+// (2026-11-26) timed it at 459 us a layer (9 TFLOP/s), and at 299.5 us for a decode of 64 sequences
+// (8,192 blocks), against split's 142.5. The walk gives a (tile, KV head) one block for all of it:
+//   pass 1: every partition the block sees, K tile and S = Q K^T only, for each row's largest
+//           visible score mx (the merge's maximum over the splits' maxima: fmaxf is exact in any
+//           order, and the scores are the same instructions on the same operands);
+//   pass 2: split s = 0, 1, ..., nsplits - 1: af_split_state -- the split launch's own code for a
+//           split's partitions -- then, for the rows whose merge reads split s, f = exp(m_s - mx),
+//           total += l_s f and o += acc_s f: the merge's two sums, term by term in split order;
+//   out = o * (1 / total), and the q8_1 copy by the merge's q8_1_block over 32 values of a row.
+// So every bit equals the split launch's (tests/test_kernels_attention.py compares the two; the
+// launcher picks by the step's shape: ops/attention.py's flash_walks), for 1.4x the scores' mma work
+// and none of the scratch, tickets or merge. Launch: grid = (tiles, n_kv_heads, 1), the same blocks;
+// 245 registers at head_dim 128 (the split launch's 217: a row's output sums and its split's state
+// both live; no spills, NVRTC 12.9 sm_90), so HD <= 128 (256 would need 256 a thread for the two).
+// Bound, estimated: latency -- a block's chain is its partitions' round trips (pass 1: table
+// lookup, K tile; pass 2: those and the V tile), ~4-5 us a partition over both passes; the blocks
+// fit one wave in the cases below. The 8B shape's 512-token prefill: 256 blocks, the longest tile 8
+// partitions, ~40 us a layer (split launch: 459); a 64-sequence decode at 513 keys: 512 blocks of
+// 9, ~45 us (attention_split.cu: 142.5). Not yet timed on a GPU: bench/device_call.sh runs the
+// attention rows in both shapes (SHARPINF_FLASH_MODE).
 #include "common.cuh"
 #include "kv_rows.cuh"
 
@@ -95,38 +121,44 @@ __device__ __forceinline__ void af_find_tile(int b, const int* cu_seqlens, int n
 
 __device__ __forceinline__ unsigned af_load2(const __half* p) { return *reinterpret_cast<const unsigned*>(p); }
 
-template <int HD, typename KV>
-__device__ __forceinline__ void attention_flash_impl(
-    const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
-    const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
-    float* partial, int* tickets, int t0, int n_window, int n_seqs, int n_heads, int n_kv_heads, int block_size,
-    float scale, int sliding_window, int quantize) {
-    using S = AfShape<HD>;
-    constexpr int ROWS = S::ROWS, THREADS = S::THREADS, WARPS = S::WARPS, KT = S::KT, QS = S::QS, VS = S::VS;
-    constexpr int NT = KT / 8, KS = HD / 16, DT = HD / 8, PK = KT / 16;  // key tiles, k-steps, dim tiles, P k-steps
-    static_assert(HD % 16 == 0 && HD <= 256, "head_dim: a multiple of 16, at most 256");
-    __shared__ __align__(16) __half q_s[ROWS * QS];
-    __shared__ __align__(16) __half kv_s[S::KV_HALVES];  // the K tile, then the transposed V tile
-    __shared__ long long row_s[KT];                      // cache row (slot * n_kv_heads + kv head) of each key
-    __shared__ int pos_s[ROWS];                          // each row's position, -1 for no row
-    __shared__ int scan_s[THREADS], tile_s[3];
-    __shared__ float sc_s[WARPS][AF_SPLITS], ls_s[WARPS][AF_SPLITS];  // the merge's per-split factors and sums, a row per warp
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, split = blockIdx.z, kvh = blockIdx.y;
-    const int g = n_heads / n_kv_heads, tpb = ROWS / g;  // the launcher guarantees g <= ROWS
+// The shared memory of a block, either launch shape.
+#define AF_SHARED(S)                                                                                 \
+    __shared__ __align__(16) __half q_s[S::ROWS * S::QS];                                            \
+    __shared__ __align__(16) __half kv_s[S::KV_HALVES]; /* the K tile, then the transposed V tile */ \
+    __shared__ long long row_s[S::KT]; /* cache row (slot * n_kv_heads + kv head) of each key */     \
+    __shared__ int pos_s[S::ROWS];     /* each row's position, -1 for no row */                      \
+    __shared__ int scan_s[S::THREADS], tile_s[3]
 
-    af_find_tile<THREADS>(blockIdx.x, cu_seqlens, n_seqs, t0, n_window, tpb, scan_s, tile_s);
-    const int seq = tile_s[0];
-    if (seq < 0) return;  // uniform: past the window's last tile (whose tile_s[1..2] nobody wrote)
-    const int begin = tile_s[1], rows = (tile_s[2] - tile_s[1]) * g;
-    for (int r = tid; r < ROWS; r += THREADS) pos_s[r] = r < rows ? positions[begin + r / g] : -1;
+// What a block knows of its tile: tokens [begin, begin + rows / g) of sequence seq (seq < 0: no tile).
+struct AfTile {
+    int seq, begin, rows;
+    int maxpos, wmax;       // the block's and this warp's largest position
+    int block_lo, warp_lo;  // the lowest key the block and this warp may see
+    int nsplits;            // splits holding a partition some row sees
+};
+
+// The block's tile and its rows' positions (pos_s), the bounds above.
+template <int HD>
+__device__ __forceinline__ AfTile af_tile(const int* cu_seqlens, const int* positions, int t0, int n_window, int n_seqs,
+                                          int g, int W, int* pos_s, int* scan_s, int* tile_s) {
+    using S = AfShape<HD>;
+    constexpr int ROWS = S::ROWS, KT = S::KT;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    AfTile T;
+    af_find_tile<S::THREADS>(blockIdx.x, cu_seqlens, n_seqs, t0, n_window, ROWS / g, scan_s, tile_s);
+    T.seq = tile_s[0];
+    if (T.seq < 0) return T;  // past the window's last tile (whose tile_s[1..2] nobody wrote)
+    T.begin = tile_s[1];
+    T.rows = (tile_s[2] - tile_s[1]) * g;
+    for (int r = tid; r < ROWS; r += S::THREADS) pos_s[r] = r < T.rows ? positions[T.begin + r / g] : -1;
     __syncthreads();
-    int maxpos = -1, wmax = -1;            // the block's and this warp's largest position
+    int maxpos = -1, wmax = -1;
     constexpr int NO_ROW = 0x7fffffff;
-    int minpos = NO_ROW, wmin = NO_ROW;  // and smallest (rows of the tile only)
+    int minpos = NO_ROW, wmin = NO_ROW;  // the smallest positions (rows of the tile only)
     for (int r = lane; r < ROWS; r += 32) {
         maxpos = max(maxpos, pos_s[r]);
         if (r / 16 == warp) wmax = max(wmax, pos_s[r]);
-        if (r < rows) {
+        if (r < T.rows) {
             minpos = min(minpos, pos_s[r]);
             if (r / 16 == warp) wmin = min(wmin, pos_s[r]);
         }
@@ -139,18 +171,24 @@ __device__ __forceinline__ void attention_flash_impl(
         wmin = min(wmin, __shfl_xor_sync(SHARPINF_FULL_MASK, wmin, off));
     }
     // the lowest visible key of the block and of this warp (lo(p) = max(0, p - W + 1) grows with p)
-    const int W = sliding_window;
-    const int block_lo = W > 0 ? max(0, minpos - W + 1) : 0;
-    const int warp_lo = W > 0 && wmin != NO_ROW ? max(0, wmin - W + 1) : 0;
-    const int nsplits = min(AF_SPLITS, maxpos / KT + 1);  // splits holding a partition some row sees
-    if (split >= nsplits) return;  // uniform per block
-    const int* table = block_tables + (long long)seq * max_blocks_per_seq;
+    T.maxpos = maxpos;
+    T.wmax = wmax;
+    T.block_lo = W > 0 ? max(0, minpos - W + 1) : 0;
+    T.warp_lo = W > 0 && wmin != NO_ROW ? max(0, wmin - W + 1) : 0;
+    T.nsplits = min(AF_SPLITS, maxpos / KT + 1);
+    return T;
+}
 
-    // Q rows -> f16 in shared memory (rows past the tile: zeros); a thread's pairs loaded QB at a time
-    // before the first is stored (stored one by one, a full tile's 32 pairs a thread had taken ~32
-    // round trips in a row: sass_mix --rounds)
+// Q rows -> f16 in shared memory (rows past the tile: zeros); a thread's pairs loaded QB at a time
+// before the first is stored (stored one by one, a full tile's 32 pairs a thread had taken ~32
+// round trips in a row: sass_mix --rounds)
+template <int HD>
+__device__ __forceinline__ void af_stage_q(const float* qkv, int qkv_stride, const AfTile& T, int g, int kvh, __half* q_s) {
+    using S = AfShape<HD>;
+    constexpr int ROWS = S::ROWS, THREADS = S::THREADS, QS = S::QS;
     constexpr int QPAIRS = ROWS * HD / 2 / THREADS, QB = QPAIRS < 8 ? QPAIRS : 8;
     static_assert(ROWS * HD / 2 % THREADS == 0 && QPAIRS % QB == 0, "Q pairs a thread");
+    const int tid = threadIdx.x;
 #pragma unroll
     for (int k0 = 0; k0 < QPAIRS; k0 += QB) {
         float a[QB], b[QB];
@@ -158,8 +196,8 @@ __device__ __forceinline__ void attention_flash_impl(
         for (int k = 0; k < QB; ++k) {
             const int i = tid + (k0 + k) * THREADS, r = i / (HD / 2), e = 2 * (i % (HD / 2));
             a[k] = b[k] = 0.0f;
-            if (r < rows) {
-                const float* q = qkv + (long long)(begin + r / g) * qkv_stride + (kvh * g + r % g) * HD + e;
+            if (r < T.rows) {
+                const float* q = qkv + (long long)(T.begin + r / g) * qkv_stride + (kvh * g + r % g) * HD + e;
                 a[k] = q[0];
                 b[k] = q[1];
             }
@@ -170,71 +208,103 @@ __device__ __forceinline__ void attention_flash_impl(
             *reinterpret_cast<unsigned*>(q_s + r * QS + e) = kv_pack_half2(a[k], b[k]);
         }
     }
-    // this thread's rows of the accumulator fragments: ra = 16 * warp + lane / 4 and ra + 8
-    const int quad = lane >> 2, t4 = lane & 3, ra = 16 * warp + quad;
-    const int pos_r[2] = {pos_s[ra], pos_s[ra + 8]};
-    float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};
-    float acc[DT][4];
+}
+
+// Partition j0 / KT's cache rows (row_s) and K tile [KT][HD] (kv_s), ready to read: nk keys from j0,
+// the first jv of them below the block's lowest visible key -- neither looked up nor read (their
+// blocks may have been freed): zeros stand in, as for the keys past nk (masked, but garbage could be NaN)
+template <int HD, typename KV>
+__device__ __forceinline__ void af_stage_k(KV kc, const int* table, int j0, int nk, int jv, int block_size,
+                                           int n_kv_heads, int kvh, long long* row_s, __half* kv_s) {
+    using S = AfShape<HD>;
+    constexpr int KT = S::KT, QS = S::QS;
+    const int tid = threadIdx.x;
+    if (tid < KT) row_s[tid] = tid < nk && tid >= jv ? ((long long)table[(j0 + tid) / block_size] * block_size + (j0 + tid) % block_size) * n_kv_heads + kvh : 0;
+    __syncthreads();
+    for (int c = tid; c < KT * HD / 8; c += S::THREADS) {
+        const int j = c / (HD / 8), e0 = (c % (HD / 8)) * 8;
+        if (j < nk && j >= jv) kv_stage8(kc, row_s[j], e0, kv_s + j * QS + e0);
+        else *reinterpret_cast<uint4*>(kv_s + j * QS + e0) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+}
+
+// S = Q K^T of this warp's 16 rows and the staged tile's keys, scaled and masked by absolute
+// position (a key row h of the fragment cannot see: -inf): rows ra (i = 0, 1) and ra + 8 (i = 2, 3)
+template <int HD>
+__device__ __forceinline__ void af_scores(const __half* q_s, const __half* kv_s, int j0, const int (&pos_r)[2], int W,
+                                          float scale, float (&s)[AfShape<HD>::KT / 8][4]) {
+    using S = AfShape<HD>;
+    constexpr int NT = S::KT / 8, KS = HD / 16, QS = S::QS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quad = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+        unsigned a[4];
+        ldmatrix_x4(a, q_s + (16 * warp + (lane & 15)) * QS + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const __half* kr = kv_s + (n * 8 + quad) * QS + ks * 16 + 2 * t4;
+            const unsigned b[2] = {af_load2(kr), af_load2(kr + 8)};
+            mma_m16n8k16_f16_f32(s[n], a, b, s[n]);
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int j = j0 + n * 8 + 2 * t4 + c;
+                const bool seen = j <= pos_r[h] && (W <= 0 || j > pos_r[h] - W);
+                s[n][2 * h + c] = seen ? s[n][2 * h + c] * scale : -CUDART_INF_F;
+            }
+}
+
+// One split's state of this thread's two rows -- max m, sum l and the unnormalised output acc
+// (fragment layout) over partitions split, split + SPLITS, ... from the first holding a key the
+// block sees. Both launch shapes run this, so a row's split states have the same bits in either.
+template <int HD, typename KV>
+__device__ __forceinline__ void af_split_state(int split, const AfTile& T, KV kc, KV vc, const int* table, int block_size,
+                                               int n_kv_heads, int kvh, float scale, int W, const __half* q_s,
+                                               __half* kv_s, long long* row_s, const int (&pos_r)[2], float (&m)[2],
+                                               float (&l)[2], float (&acc)[HD / 8][4]) {
+    using S = AfShape<HD>;
+    constexpr int KT = S::KT, VS = S::VS, NT = KT / 8, DT = HD / 8, PK = KT / 16;
+    const int tid = threadIdx.x, lane = tid & 31, quad = lane >> 2, t4 = lane & 3;
+    m[0] = m[1] = -CUDART_INF_F;
+    l[0] = l[1] = 0.0f;
 #pragma unroll
     for (int d = 0; d < DT; ++d)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[d][i] = 0.0f;
-
-    // this split's partitions: split, split + SPLITS, ... from the first holding a key the block sees
-    const int part_lo = block_lo / KT;
+    const int part_lo = T.block_lo / KT;
     const int part0 = part_lo <= split ? split : split + (part_lo - split + AF_SPLITS - 1) / AF_SPLITS * AF_SPLITS;
-    for (int part = part0; part * KT <= maxpos; part += AF_SPLITS) {
-        const int j0 = part * KT, nk = min(KT, maxpos + 1 - j0);
+    for (int part = part0; part * KT <= T.maxpos; part += AF_SPLITS) {
+        const int j0 = part * KT, nk = min(KT, T.maxpos + 1 - j0);
         // uniform per warp: some row of the warp may see a key here (only saves work: a row that sees
         // none of the partition's keys is left bit-unchanged either way)
-        const bool active = wmax >= j0 && warp_lo < j0 + KT;
-        // keys below the block's lowest visible one are neither looked up nor read (their blocks may
-        // have been freed): zeros stand in, masked like any key a row cannot see
-        const int jv = max(0, block_lo - j0);  // the partition's first key the block may read
-        if (tid < KT) row_s[tid] = tid < nk && tid >= jv ? ((long long)table[(j0 + tid) / block_size] * block_size + (j0 + tid) % block_size) * n_kv_heads + kvh : 0;
-        __syncthreads();
-        // K tile [KT][HD]; keys past nk zero (they are masked, but garbage could be NaN)
-        for (int c = tid; c < KT * HD / 8; c += THREADS) {
-            const int j = c / (HD / 8), e0 = (c % (HD / 8)) * 8;
-            if (j < nk && j >= jv) kv_stage8(kc, row_s[j], e0, kv_s + j * QS + e0);
-            else *reinterpret_cast<uint4*>(kv_s + j * QS + e0) = make_uint4(0u, 0u, 0u, 0u);
-        }
-        cp_async_commit();
-        cp_async_wait_all();
-        __syncthreads();
+        const bool active = T.wmax >= j0 && T.warp_lo < j0 + KT;
+        const int jv = max(0, T.block_lo - j0);  // the partition's first key the block may read
+        af_stage_k<HD>(kc, table, j0, nk, jv, block_size, n_kv_heads, kvh, row_s, kv_s);
         unsigned pa[PK][4];  // P as the A operand of P V: k-step kk holds key tiles 2kk and 2kk + 1
         float f[2] = {1.0f, 1.0f};
         if (active) {
             float s[NT][4];
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
-#pragma unroll
-            for (int ks = 0; ks < KS; ++ks) {
-                unsigned a[4];
-                ldmatrix_x4(a, q_s + (16 * warp + (lane & 15)) * QS + ks * 16 + (lane >> 4) * 8);
-#pragma unroll
-                for (int n = 0; n < NT; ++n) {
-                    const __half* kr = kv_s + (n * 8 + quad) * QS + ks * 16 + 2 * t4;
-                    const unsigned b[2] = {af_load2(kr), af_load2(kr + 8)};
-                    mma_m16n8k16_f16_f32(s[n], a, b, s[n]);
-                }
-            }
-            // scale, mask by absolute position, online softmax per row (rows ra: i = 0, 1; ra + 8: i = 2, 3)
+            af_scores<HD>(q_s, kv_s, j0, pos_r, W, scale, s);
+            // online softmax per row (rows ra: i = 0, 1; ra + 8: i = 2, 3)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 float mx = -CUDART_INF_F;
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
 #pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const int j = j0 + n * 8 + 2 * t4 + c;
-                        const bool seen = j <= pos_r[h] && (W <= 0 || j > pos_r[h] - W);
-                        const float v = seen ? s[n][2 * h + c] * scale : -CUDART_INF_F;
-                        s[n][2 * h + c] = v;
-                        mx = fmaxf(mx, v);
-                    }
+                    for (int c = 0; c < 2; ++c) mx = fmaxf(mx, s[n][2 * h + c]);
                 mx = fmaxf(mx, __shfl_xor_sync(SHARPINF_FULL_MASK, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(SHARPINF_FULL_MASK, mx, 2));
                 const float m_new = fmaxf(m[h], mx);
@@ -265,7 +335,7 @@ __device__ __forceinline__ void attention_flash_impl(
         }
         __syncthreads();  // every warp is done with the K tile
         // V tile, transposed: kv_s[e * VS + j] = V[j][e]
-        for (int c = tid; c < KT * HD / 8; c += THREADS) {
+        for (int c = tid; c < KT * HD / 8; c += S::THREADS) {
             const int j = c / (HD / 8), e0 = (c % (HD / 8)) * 8;
             float v[AS_VEC];
             if (j < nk && j >= jv) vc.load8(row_s[j], e0, v);
@@ -293,6 +363,36 @@ __device__ __forceinline__ void attention_flash_impl(
         }
         __syncthreads();  // row_s and kv_s are rewritten by the next partition
     }
+}
+
+// The split launch: one block a (tile, KV head, split); each writes its split's states, and the
+// last block of (tile, KV head) to finish merges them.
+template <int HD, typename KV>
+__device__ __forceinline__ void attention_flash_impl(
+    const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
+    const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
+    float* partial, int* tickets, int t0, int n_window, int n_seqs, int n_heads, int n_kv_heads, int block_size,
+    float scale, int sliding_window, int quantize) {
+    using S = AfShape<HD>;
+    constexpr int WARPS = S::WARPS, KT = S::KT, DT = HD / 8;
+    static_assert(HD % 16 == 0 && HD <= 256, "head_dim: a multiple of 16, at most 256");
+    AF_SHARED(S);
+    __shared__ float sc_s[WARPS][AF_SPLITS], ls_s[WARPS][AF_SPLITS];  // the merge's per-split factors and sums, a row per warp
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, split = blockIdx.z, kvh = blockIdx.y;
+    const int g = n_heads / n_kv_heads;  // the launcher guarantees g <= ROWS
+
+    const AfTile T = af_tile<HD>(cu_seqlens, positions, t0, n_window, n_seqs, g, sliding_window, pos_s, scan_s, tile_s);
+    if (T.seq < 0) return;  // uniform
+    if (split >= T.nsplits) return;  // uniform per block
+    const int begin = T.begin, rows = T.rows;
+    const int* table = block_tables + (long long)T.seq * max_blocks_per_seq;
+    af_stage_q<HD>(qkv, qkv_stride, T, g, kvh, q_s);
+    // this thread's rows of the accumulator fragments: ra = 16 * warp + lane / 4 and ra + 8
+    const int quad = lane >> 2, t4 = lane & 3, ra = 16 * warp + quad;
+    const int pos_r[2] = {pos_s[ra], pos_s[ra + 8]};
+    float m[2], l[2], acc[DT][4];
+    af_split_state<HD>(split, T, kc, vc, table, block_size, n_kv_heads, kvh, scale, sliding_window, q_s, kv_s, row_s,
+                       pos_r, m, l, acc);
 
     // this split's state of each row that sees a key in it -> partial[token - t0][head][split]
 #pragma unroll
@@ -311,7 +411,7 @@ __device__ __forceinline__ void attention_flash_impl(
         }
     }
     int* ticket = tickets + (long long)blockIdx.x * n_kv_heads + kvh;
-    if (!sharpinf_last_arrival(ticket, nsplits)) return;
+    if (!sharpinf_last_arrival(ticket, T.nsplits)) return;
 
     // the last block merges each row's splits 0..nsplits(row)-1 in order: a warp per row. A row's split
     // maxima and sums come in one round (a lane a split; the maximum by a butterfly of fmaxf, exact in
@@ -319,7 +419,7 @@ __device__ __forceinline__ void attention_flash_impl(
     // whose exp is 1 either way), each 32 output values' splits in one more; the warp then holds a
     // whole q8_1 block of the token's row, quantized as it stands. (Rows had taken a round trip a split
     // for each sum and each value, and the quantize reloaded every block: ~10 rounds a row, 16 rows a
-    // warp in a 64-row tile.)
+    // warp in a 64-row tile.) attention_flash_walk_impl below computes the same sums in the same order.
     const int n = n_heads * HD;
     for (int r = warp; r < rows; r += WARPS) {
         const int t = begin + r / g, h = kvh * g + r % g, ns = min(AF_SPLITS, pos_s[r] / KT + 1);
@@ -362,6 +462,107 @@ __device__ __forceinline__ void attention_flash_impl(
     if (tid == 0) *ticket = 0;  // ready for the next launch (and the next graph replay)
 }
 
+// The walk launch: one block a (tile, KV head) computes every split of its rows in turn and merges
+// them as it goes -- no scratch, no tickets, no second block's merge. The merge needs each row's
+// largest score first (a split's factor is exp(m_s - max over splits)), so a first pass over the
+// partitions takes it: the same scores, so the same maximum (fmaxf is exact in any order). Then, for
+// split s = 0, 1, ...: af_split_state as above, then total += l_s f_s and o += acc_s f_s -- the
+// merge's sums, term by term in split order; the output o / total as the merge writes it.
+template <int HD, typename KV>
+__device__ __forceinline__ void attention_flash_walk_impl(
+    const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
+    const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
+    float* partial, int* tickets, int t0, int n_window, int n_seqs, int n_heads, int n_kv_heads, int block_size,
+    float scale, int sliding_window, int quantize) {
+    using S = AfShape<HD>;
+    constexpr int KT = S::KT, NT = KT / 8, DT = HD / 8;
+    static_assert(HD % 16 == 0 && HD <= 128, "the walk holds two outputs a row: head_dim at most 128");
+    AF_SHARED(S);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, kvh = blockIdx.y;
+    const int g = n_heads / n_kv_heads;
+
+    const AfTile T = af_tile<HD>(cu_seqlens, positions, t0, n_window, n_seqs, g, sliding_window, pos_s, scan_s, tile_s);
+    if (T.seq < 0) return;  // uniform
+    const int* table = block_tables + (long long)T.seq * max_blocks_per_seq;
+    af_stage_q<HD>(qkv, qkv_stride, T, g, kvh, q_s);
+    const int quad = lane >> 2, t4 = lane & 3, ra = 16 * warp + quad;
+    const int pos_r[2] = {pos_s[ra], pos_s[ra + 8]};
+
+    // pass 1: each row's largest visible score over every partition the block sees
+    float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
+    for (int part = T.block_lo / KT; part * KT <= T.maxpos; ++part) {
+        const int j0 = part * KT, nk = min(KT, T.maxpos + 1 - j0), jv = max(0, T.block_lo - j0);
+        af_stage_k<HD>(kc, table, j0, nk, jv, block_size, n_kv_heads, kvh, row_s, kv_s);
+        if (T.wmax >= j0 && T.warp_lo < j0 + KT) {
+            float s[NT][4];
+            af_scores<HD>(q_s, kv_s, j0, pos_r, sliding_window, scale, s);
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mx[h] = fmaxf(mx[h], fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+        }
+        __syncthreads();  // row_s and kv_s are rewritten by the next partition
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(SHARPINF_FULL_MASK, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(SHARPINF_FULL_MASK, mx[h], 2));
+    }
+
+    // pass 2: the splits in order, each folded into the merge's two sums as soon as it is done
+    float total[2] = {0.0f, 0.0f}, o[DT][4];
+#pragma unroll
+    for (int d = 0; d < DT; ++d)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[d][i] = 0.0f;
+    for (int split = 0; split < T.nsplits; ++split) {
+        float m[2], l[2], acc[DT][4];
+        af_split_state<HD>(split, T, kc, vc, table, block_size, n_kv_heads, kvh, scale, sliding_window, q_s, kv_s,
+                           row_s, pos_r, m, l, acc);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            // the splits the merge reads for this row: s < min(SPLITS, pos / KT + 1)
+            if (ra + 8 * h >= T.rows || pos_r[h] < split * KT) continue;
+            const float sc = expf(m[h] - mx[h]);
+            total[h] += l[h] * sc;
+#pragma unroll
+            for (int d = 0; d < DT; ++d) {
+                o[d][2 * h] += acc[d][2 * h] * sc;
+                o[d][2 * h + 1] += acc[d][2 * h + 1] * sc;
+            }
+        }
+    }
+    const int n = n_heads * HD;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = ra + 8 * h;
+        if (r >= T.rows) continue;
+        const float inv = 1.0f / total[h];
+        float* orow = out + (long long)(T.begin + r / g) * n + (kvh * g + r % g) * HD;
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+            orow[d * 8 + 2 * t4] = o[d][2 * h] * inv;
+            orow[d * 8 + 2 * t4 + 1] = o[d][2 * h + 1] * inv;
+        }
+    }
+    if constexpr (HD % 32 == 0) {
+        if (quantize) {  // the q8_1 copy of the warp's own rows, 32 values a pass, as the merge makes it
+            __syncwarp();
+            const int r1 = min(T.rows, 16 * warp + 16);
+            for (int r = 16 * warp; r < r1; ++r) {
+                const int t = T.begin + r / g, h = kvh * g + r % g;
+#pragma unroll
+                for (int e0 = 0; e0 < HD; e0 += 32) {
+                    const float v = __ldcg(out + (long long)t * n + h * HD + e0 + lane);
+                    const int b = (h * HD + e0) / 32;
+                    q8_1_block(v, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
+                               out_s + (long long)t * (n / 32) + b);
+                }
+            }
+        }
+    }
+}
+
 #define AF_ARGS                                                                                                \
     const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,      \
         int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, signed char *out_q,   \
@@ -388,3 +589,29 @@ __device__ __forceinline__ void af_q8(AF_ARGS) {
 // (SHARPINF_KV_HD_ENTRIES, common.cuh); one block of THREADS per SM is what the tiles are sized for.
 #define AF_BOUNDS(hd) __launch_bounds__(AfShape<hd>::THREADS, 1)
 SHARPINF_KV_HD_ENTRIES(attention_flash, AF_BOUNDS, (AF_ARGS), af_typed, af_q8, AF_CALL)
+
+template <int HD, typename T>
+__device__ __forceinline__ void afw_typed(AF_ARGS) {
+    const AsKv<T, HD> kc{static_cast<const T*>(k_cache)}, vc{static_cast<const T*>(v_cache)};
+    attention_flash_walk_impl<HD>(AF_PASS(kc, vc));
+}
+template <int HD>
+__device__ __forceinline__ void afw_q8(AF_ARGS) {
+    const AsKvQ8<HD> kc{static_cast<const unsigned char*>(k_cache)}, vc{static_cast<const unsigned char*>(v_cache)};
+    attention_flash_walk_impl<HD>(AF_PASS(kc, vc));
+}
+
+// The walk's entries, attention_flash_walk_<kv>_d<HD>, head_dim 16..128 (at 256 a thread's two rows'
+// outputs and split states would need 256 registers: the split launch serves it). partial and
+// tickets are not read.
+#define AFW_FAMILY(kv, T)                                                                            \
+    SHARPINF_KV_HD_ENTRY(attention_flash_walk, kv, 16, AF_BOUNDS, (AF_ARGS), afw_typed<16, T>(AF_CALL))   \
+    SHARPINF_KV_HD_ENTRY(attention_flash_walk, kv, 32, AF_BOUNDS, (AF_ARGS), afw_typed<32, T>(AF_CALL))   \
+    SHARPINF_KV_HD_ENTRY(attention_flash_walk, kv, 64, AF_BOUNDS, (AF_ARGS), afw_typed<64, T>(AF_CALL))   \
+    SHARPINF_KV_HD_ENTRY(attention_flash_walk, kv, 128, AF_BOUNDS, (AF_ARGS), afw_typed<128, T>(AF_CALL))
+AFW_FAMILY(f32, float)
+AFW_FAMILY(f16, __half)
+AFW_FAMILY(bf16, __nv_bfloat16)
+SHARPINF_KV_HD_ENTRY(attention_flash_walk, q8_0, 32, AF_BOUNDS, (AF_ARGS), afw_q8<32>(AF_CALL))
+SHARPINF_KV_HD_ENTRY(attention_flash_walk, q8_0, 64, AF_BOUNDS, (AF_ARGS), afw_q8<64>(AF_CALL))
+SHARPINF_KV_HD_ENTRY(attention_flash_walk, q8_0, 128, AF_BOUNDS, (AF_ARGS), afw_q8<128>(AF_CALL))

@@ -92,9 +92,10 @@ class Case:
         self.qkv[:, :q_dim] = rng.standard_normal((self.N, q_dim)).astype(np.float32)
         self.scale = 1.0 / np.sqrt(head_dim)
 
-    def run(self, be, tables=None, k=None, v=None, rows=None, variant="simple", window=None):
+    def run(self, be, tables=None, k=None, v=None, rows=None, variant="simple", window=None, mode=None, out_q8=None):
         """Attention over the whole batch, or over the sequences `rows` alone (packed in that order),
-        by the simple kernel or the split-KV variant (its scratch `window` tokens, default the step)."""
+        by the simple kernel or the split-KV variant (its scratch `window` tokens, default the step);
+        flash's launch shape `mode` (attention.flash_walks; None: by the step's shape)."""
         tables = self.tables if tables is None else tables
         k, v = (self.k, self.v) if k is None else (k, v)
         if rows is None:
@@ -112,7 +113,7 @@ class Case:
         v = variant_of(variant)
         scratch = attn_ops.SplitScratch.alloc(be, window or n, self.n_heads, self.n_kv_heads, self.head_dim) \
             if v.needs_scratch else None
-        v.launch(*args, scratch, sliding_window=self.sliding_window)
+        v.launch(*args, scratch, out_q8, sliding_window=self.sliding_window, **({"mode": mode} if mode else {}))
         if scratch is not None:
             assert not be.download(scratch.tickets).any(), "the merge must leave every ticket at zero"
         return be.download(out)
@@ -263,6 +264,47 @@ def test_flash_attention_head_dim_256_and_long_tiles(backend, kv_dtype, variant)
     tokens cut into several tiles, one ending mid-partition."""
     b = dict(prefixes=[33, 0, 100], chunks=[30, 45, 1], block_size=16, group=4, n_kv_heads=2, head_dim=256, seed=5)
     _check_case(backend, kv_dtype, b, variant)
+
+
+@pytest.mark.parametrize("variant", FLASH)
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_flash_walk_and_split_launches_give_the_same_bits(backend, kv_dtype, variant):
+    """Flash's two launch shapes -- one block a (tile, KV head) walking every split and merging as it
+    goes, or 16 blocks a (tile, KV head) merged by the last (attention.flash_walks) -- give the same
+    bits, the q8_1 copy included: contexts of up to 1,100 keys (splits of two partitions), GQA 3,
+    causal and with a window that leaves whole splits empty."""
+    from sharpinf.ops.quant_act import Q8Act
+
+    hd = 32 if kv_dtype == "q8_0" else 64
+    for window in (0, 100):
+        case = Case(41 + window, kv_dtype, [1099, 640, 0, 70], [1, 3, 20, 9], 16, 3, 2, hd, sliding_window=window)
+        got = {}
+        for mode in ("split", "walk"):
+            q8 = Q8Act.empty(backend, case.N, case.n_heads * hd)
+            got[mode] = [case.run(backend, variant=variant, mode=mode, out_q8=q8)] + [
+                backend.download(a) for a in (q8.q, q8.d, q8.s)]
+        case.check_reference(got["walk"][0], variant)
+        for walked, split in zip(got["walk"], got["split"]):
+            assert_same(walked, split)
+
+
+def test_flash_walks_where_its_blocks_fill_the_gpu():
+    """The rule: a step walks once its (tile, KV head) blocks reach the multiprocessors (the emulator:
+    EMU_WALK_BLOCKS); head_dim 256 always splits; a forced mode is obeyed or refused in one line."""
+    from types import SimpleNamespace
+
+    from sharpinf.errors import SharpinfError
+
+    gpu, emu = SimpleNamespace(multiprocessors=132), SimpleNamespace(multiprocessors=0)
+    walks = attn_ops.flash_walks
+    assert not walks(gpu, 16, 8, 128) and walks(gpu, 17, 8, 128)  # 128 blocks: split; 136: walk
+    assert not walks(emu, 1, 2, 64) and walks(emu, 2, 2, 64)
+    assert not walks(gpu, 1000, 8, 256)
+    assert walks(gpu, 1, 1, 64, "walk") and not walks(gpu, 1000, 8, 64, "split")
+    with pytest.raises(SharpinfError, match="head_dim <= 128"):
+        walks(gpu, 1, 1, 256, "walk")
+    with pytest.raises(SharpinfError, match="choose from auto, split, walk"):
+        walks(gpu, 1, 1, 64, "both")
 
 
 @pytest.mark.parametrize("variant", SPLIT_FRAME)

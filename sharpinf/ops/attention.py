@@ -8,6 +8,7 @@ The kernel is chosen from shapes only (kv dtype, head_dim, n_heads), never from 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,13 +117,41 @@ def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
     return None
 
 
+# A walk block holds a (tile, KV head) from its first partition to its last, twice (the maximum, then
+# the splits); a split launch runs 16 blocks a (tile, KV head), one partition deep each. The walk pays
+# where its blocks alone fill the GPU -- at least one a multiprocessor (decode of many sequences, any
+# prefill of a few hundred tokens) -- and the split launch for the latency of a small step. The
+# emulator has no multiprocessors: there a step of EMU_WALK_BLOCKS walks, so the forward oracles'
+# prefills walk and their decodes split, and each cross-path oracle compares the two.
+FLASH_MODES = ("split", "walk")
+WALK_MAX_HEAD_DIM = 128  # attention_flash_walk's entries (two rows' outputs and split states a thread)
+EMU_WALK_BLOCKS = 4
+
+
+def flash_walks(be, tiles: int, n_kv_heads: int, head_dim: int, mode: str | None = None) -> bool:
+    """Whether a flash step walks or splits: `mode` ("split", "walk"; None: $SHARPINF_FLASH_MODE, else
+    by the step's shape as above). The bits are the same either way."""
+    mode = mode or os.environ.get("SHARPINF_FLASH_MODE", "").strip() or "auto"
+    if mode not in (*FLASH_MODES, "auto"):
+        raise SharpinfError(f"flash attention mode {mode!r}: choose from auto, {', '.join(FLASH_MODES)}")
+    if head_dim > WALK_MAX_HEAD_DIM:
+        if mode == "walk":
+            raise SharpinfError(f"flash attention walks head_dim <= {WALK_MAX_HEAD_DIM}, not {head_dim}")
+        return False
+    if mode != "auto":
+        return mode == "walk"
+    return tiles * n_kv_heads >= (be.multiprocessors or EMU_WALK_BLOCKS)
+
+
 def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
-                    sliding_window: int = 0, file: str = "attention_flash.cu") -> None:
+                    sliding_window: int = 0, file: str = "attention_flash.cu", mode: str | None = None) -> None:
     """attention() on tensor cores (f16 mma) for every step, prefill and decode alike: blocks of
     (token, head) rows of one sequence and KV head share each K/V tile; the split kernel's frame
-    (partitions at fixed positions, 16 splits, fixed-order merge, the same scratch)."""
+    (partitions at fixed positions, 16 splits, fixed-order merge, the same scratch) -- launched split
+    (16 blocks a tile and KV head, merged by the last) or walked (one block through every split, no
+    scratch): flash_walks says which."""
     _check_shapes("flash", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
     why = flash_fits(n_heads, n_kv_heads, head_dim)
     if why:
@@ -132,16 +161,27 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
     rows = flash_rows(head_dim)
     per_tile = rows // (n_heads // n_kv_heads)  # tokens of a tile
     q8 = out_q8 if out_q8 is not None else _NoQ8(out)
+
+    def tiles(n: int) -> int:
+        return min(n, n_seqs + -(-n // per_tile))  # at most one partial tile per sequence
+
+    def args(t0: int, n: int) -> tuple:
+        return (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
+                out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n), I32(n_seqs),
+                I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(sliding_window),
+                I32(out_q8 is not None))
+
+    def io(n: int) -> tuple[int, int]:
+        return 4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim
+
+    if flash_walks(be, tiles(n_tokens), n_kv_heads, head_dim, mode):
+        fn = kernel(be, file, f"attention_flash_walk_{kv_dtype}_d{head_dim}")
+        be.launch(fn, (tiles(n_tokens), n_kv_heads, 1), 2 * rows, args(0, n_tokens), io=io(n_tokens))
+        return
     fn = kernel(be, file, f"attention_flash_{kv_dtype}_d{head_dim}")
     for t0 in range(0, n_tokens, scratch.tokens):  # a window of the scratch's size per launch
         n = min(scratch.tokens, n_tokens - t0)
-        tiles = min(n, n_seqs + -(-n // per_tile))  # at most one partial tile per sequence
-        be.launch(fn, (tiles, n_kv_heads, SPLITS), 2 * rows,
-                  (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
-                   out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n), I32(n_seqs),
-                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(sliding_window),
-                   I32(out_q8 is not None)),
-                  io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
+        be.launch(fn, (tiles(n), n_kv_heads, SPLITS), 2 * rows, args(t0, n), io=io(n))
 
 
 @dataclass

@@ -271,7 +271,9 @@ class ForwardPass:
         of as many rows, in order, with KV in kv_dtype: the launchers run with nothing compiled or
         launched (backend.collecting)."""
         be = self.backend
-        shape = StepDescriptor(be, StepCapacity(tokens, 1, tokens, 1), 1, 16, 0)
+        # the capacity's sequence count, as every real step's descriptor carries it (flash attention's
+        # launch shape depends on it: ops/attention.py's flash_walks)
+        shape = StepDescriptor(be, StepCapacity(tokens, self.capacity.seqs, tokens, 1), 1, 16, 0)
         pool = _PoolShape(kv_dtype, 16, [be.empty((1,), np.uint8)] * self.cfg.n_layer,
                           [be.empty((1,), np.uint8)] * self.cfg.n_layer)
         with be.collecting() as body:
