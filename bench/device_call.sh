@@ -60,12 +60,13 @@
 #      radix's sweeps load a thread's 16 ids before using the first since 2026-11-28 (they had waited on
 #      each load in turn: 16 round trips to L2 a launch) -- never timed either way.
 #   4. attention: split vs flash per N (fast keeps split; flash was faster only for long prefills).
-#      Since 2026-11-28 (later) flash walks -- one block a (tile, KV head) through every split, no
-#      scratch or merge -- where its blocks fill the GPU (ops/attention.py's flash_walks; the same
-#      bits): kernels-attention.log against kernels-attention-flash-split.log (the split launch
-#      forced). If the walk beats attention_split.cu at 64 sequences and the prefills, flash (one
-#      kernel family, exact across both shapes) can become fast's attention: issue 19's "flash the
-#      prefill default".
+#      Since 2026-11-28 (later) split and flash walk -- one block a (query block, KV head) through
+#      every split, no scratch or merge -- where their blocks fill the GPU (ops/attention.py's walks;
+#      the same bits as their split launches): kernels-attention.log against
+#      kernels-attention-split-launch.log (the split launches forced). The walk's threshold (blocks
+#      >= multiprocessors) is a guess those rows settle; and if flash's walk beats split's at 64
+#      sequences and the prefills, flash can become fast's attention (issue 19: flash the prefill
+#      default -- one kernel family, exact across both shapes).
 #      split since 2026-11-28: its loads batched (kv_rows.cuh FETCH), a two-round merge, no merge for one split (attention_split.cu's
 #      header) -- against the H200's 2026-11-26 rows (513 keys: 22.6 us at 1 sequence, 142.5 at 64):
 #      the latency chain a decode step pays 30-36 times (a third of SmolLM2's decode kernels on the H100).
@@ -185,13 +186,14 @@ if has kernels; then
     --batch-sizes 1,64 --context 512 --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention" \
    
   stamp "kernels attention exit $?"
-  # flash's split launch forced (the rows above walk wherever flash_walks says: 64 sequences, the
-  # prefills) -- the walk's first timing is the difference (attention_flash.cu's header)
-  stamp "kernels: attention, flash's split launch"
-  SHARPINF_FLASH_MODE=split run kernels-attention-flash-split.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
-    --backend cuda --suite kernels --op attention --variant flash --batch-sizes 1,64 --context 512 \
-    --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention-flash-split"
-  stamp "kernels attention flash split exit $?"
+  # split's and flash's split launch forced (the rows above walk wherever ops/attention.py's walks
+  # says: 64 sequences, the prefills) -- the walks' first timing is the difference (the headers of
+  # attention_split.cu and attention_flash.cu)
+  stamp "kernels: attention, the split launches forced"
+  SHARPINF_ATTENTION_MODE=split run kernels-attention-split-launch.log 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+    --backend cuda --suite kernels --op attention --variant split,flash --batch-sizes 1,64 --context 512 \
+    --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention-split-launch"
+  stamp "kernels attention split launch exit $?"
   for k in fast ffn layer; do
     spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
     stamp "decode: SmolLM2 shape, kernels $spec"

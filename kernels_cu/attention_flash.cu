@@ -55,7 +55,7 @@
 //           total += l_s f and o += acc_s f: the merge's two sums, term by term in split order;
 //   out = o * (1 / total), and the q8_1 copy by the merge's q8_1_block over 32 values of a row.
 // So every bit equals the split launch's (tests/test_kernels_attention.py compares the two; the
-// launcher picks by the step's shape: ops/attention.py's flash_walks), for 1.4x the scores' mma work
+// launcher picks by the step's shape: ops/attention.py's walks), for 1.4x the scores' mma work
 // and none of the scratch, tickets or merge. Launch: grid = (tiles, n_kv_heads, 1), the same blocks;
 // 245 registers at head_dim 128 (the split launch's 217: a row's output sums and its split's state
 // both live; no spills, NVRTC 12.9 sm_90), so HD <= 128 (256 would need 256 a thread for the two).
@@ -64,7 +64,7 @@
 // fit one wave in the cases below. The 8B shape's 512-token prefill: 256 blocks, the longest tile 8
 // partitions, ~40 us a layer (split launch: 459); a 64-sequence decode at 513 keys: 512 blocks of
 // 9, ~45 us (attention_split.cu: 142.5). Not yet timed on a GPU: bench/device_call.sh runs the
-// attention rows in both shapes (SHARPINF_FLASH_MODE).
+// attention rows in both shapes (SHARPINF_ATTENTION_MODE).
 #include "common.cuh"
 #include "kv_rows.cuh"
 

@@ -11,6 +11,8 @@
 //   them zero again, so graphs replay it). A launch runs the tokens t0 .. t0 + gridDim.x - 1 (< n_tokens)
 //   and indexes partial and tickets from t0: the launcher walks a long step in windows of the
 //   scratch's size (a query's arithmetic does not depend on its window).
+//   attention_split_walk_<kv>_d<HD>(the same arguments; partial and tickets unused): the same
+//   outputs, bit for bit, from one block a (token, head group) -- the walk, at the end of this header.
 //
 // What it changes against attention.cu (one warp per (token, head), each lane a strided set of
 // keys, no split):
@@ -57,6 +59,26 @@
 // Bound: at decode, latency -- the chain of a block: the position and the queries, the block
 // table, K (2 rounds), V (2 rounds), the arrival's fences and atomic, the merge (2 rounds); at long
 // context, memory -- each K/V byte of a query's context is read once per (token, block of heads).
+//
+// The walk (attention_split_walk_*). A decode of 64 sequences at 513 keys is 8,192 blocks of one
+// partition each, every one with its queries, position lookup, partial states, ticket and a merge to
+// feed: the H200 (2026-11-26) timed it at 142.5 us a layer of the 8B shape, ~8 waves of one short
+// chain each. The walk gives a (token, head group) one block for all its splits:
+//   pass 1 (two splits or more): the scores of every partition the query sees (as_scores, the split
+//           launch's own code) for each head's largest, mx (the merge's maximum over the splits'
+//           maxima: the same scores, and fmaxf is exact in any order);
+//   pass 2: split s = 0, 1, ..., nsplits - 1: as_split_state, the slices summed in order, then
+//           f = exp(m_s - mx), total += l_s f, o += o_s f -- the merge's sums, term by term in split
+//           order -- and the output o * (1 / total), with its q8_1 copy, as the merge writes them (one
+//           split: f = 1, the one-split path's bits).
+// tests/test_kernels_attention.py compares the two shapes bit for bit; ops/attention.py's walks picks
+// by the step's shape. Launch: grid = (n_tokens, n_kv_heads * groups, 1), block 128, <= 128 registers
+// (no spills, NVRTC 12.9 sm_90); ~0.5 KB more shared memory (the running maximum, sums and factors).
+// Bound, estimated: latency -- a block's chain is its partitions' round trips, ~2 in pass 1 (table,
+// K) and ~4 in pass 2 (table, K, V, the weights' barrier) for each: a 64-sequence decode at 513 keys,
+// 512 blocks of 9 partitions in one wave, ~30-45 us a layer (the split launch: 142.5). Prefill reads
+// each key once per query, as the split launch does, without its partial states and merges. Not yet
+// timed on a GPU: bench/device_call.sh times both shapes (SHARPINF_ATTENTION_MODE).
 #include "common.cuh"
 #include "kv_rows.cuh"
 
@@ -65,95 +87,97 @@
 #define AS_GROUP 4      // query heads per block (larger GQA groups take several blocks)
 #define AS_THREADS 128  // 4 warps
 
-template <int HD, typename KV>
-__device__ __forceinline__ void attention_split_impl(
-    const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
-    const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
-    float* partial, int* tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads, int block_size, float scale,
-    int sliding_window, int quantize) {
-    constexpr int COLS = HD / AS_VEC;            // 8-element column groups of a row
-    constexpr int SLICES = AS_THREADS / COLS;    // key slices in P V
-    constexpr int HALF_CHUNKS = HD / 2 / AS_VEC;  // loads per thread per key in the scores
-    constexpr int KEYS_PER_SLICE = AS_PART / SLICES;  // keys a P V thread walks in a partition
+// A block's shape at head_dim HD and KV reader KV.
+template <int HD, typename KV> struct AsShape {
+    static constexpr int COLS = HD / AS_VEC;                   // 8-element column groups of a row
+    static constexpr int SLICES = AS_THREADS / COLS;           // key slices in P V
+    static constexpr int HALF_CHUNKS = HD / 2 / AS_VEC;        // loads per thread per key in the scores
+    static constexpr int KEYS_PER_SLICE = AS_PART / SLICES;    // keys a P V thread walks in a partition
     // row pieces fetched before the first is used (kv_rows.cuh's FETCH): one round trip for them all
-    constexpr int K_FETCH = HALF_CHUNKS < KV::FETCH ? HALF_CHUNKS : KV::FETCH;
-    constexpr int V_FETCH = KEYS_PER_SLICE < KV::FETCH ? KEYS_PER_SLICE : KV::FETCH;
+    static constexpr int K_FETCH = HALF_CHUNKS < KV::FETCH ? HALF_CHUNKS : KV::FETCH;
+    static constexpr int V_FETCH = KEYS_PER_SLICE < KV::FETCH ? KEYS_PER_SLICE : KV::FETCH;
     static_assert(HD % 16 == 0 && SLICES >= 1, "head_dim must be a multiple of 16, at most 1024");
     static_assert(AS_PART % SLICES == 0 && HALF_CHUNKS % K_FETCH == 0 && KEYS_PER_SLICE % V_FETCH == 0, "batches");
-    __shared__ __align__(16) float q_s[AS_GROUP][HD];
-    __shared__ float p_s[AS_GROUP][AS_PART];  // scores, then weights, of one partition
-    __shared__ long long row_s[AS_PART];      // cache row (slot * n_kv_heads + kv head) of each key
-    __shared__ float red_s[SLICES * HD];      // the slices' P V sums of one head
-    __shared__ float m_s[AS_GROUP], l_s[AS_GROUP], f_s[AS_GROUP];
-    __shared__ float mm_s[AS_GROUP][AS_SPLITS], ml_s[AS_GROUP][AS_SPLITS], sc_s[AS_GROUP][AS_SPLITS], inv_s[AS_GROUP];  // the merge
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = AS_THREADS / 32;
-    const int tl = blockIdx.x, t = t0 + tl, split = blockIdx.z;  // tl: the token in the window
-    const int group = n_heads / n_kv_heads, groups = (group + AS_GROUP - 1) / AS_GROUP;
-    const int kvh = blockIdx.y / groups, h0 = kvh * group + (blockIdx.y % groups) * AS_GROUP;
-    const int g = min(AS_GROUP, kvh * group + group - h0);  // query heads of this block
-    if (t >= n_tokens) return;
-    // the queries first: their loads need not wait for the position (a split past the context
-    // drops them unused)
-    for (int i = tid; i < g * HD; i += AS_THREADS) q_s[i / HD][i % HD] = qkv[(long long)t * qkv_stride + (h0 + i / HD) * HD + i % HD];
-    const AsQuery qi(t, cu_seqlens, n_seqs, positions, block_tables, max_blocks_per_seq);
-    const int nsplits = min(AS_SPLITS, qi.pos / AS_PART + 1);  // splits holding a partition
-    if (split >= nsplits) return;  // uniform per block
+};
 
+// The shared memory of a block, either launch shape.
+#define AS_SHARED(HD, SH)                                                                                  \
+    __shared__ __align__(16) float q_s[AS_GROUP][HD];                                                      \
+    __shared__ float p_s[AS_GROUP][AS_PART];  /* scores, then weights, of one partition */                \
+    __shared__ long long row_s[AS_PART];      /* cache row (slot * n_kv_heads + kv head) of each key */  \
+    __shared__ float red_s[SH::SLICES * HD];  /* the slices' P V sums of one head */                      \
+    __shared__ float m_s[AS_GROUP], l_s[AS_GROUP], f_s[AS_GROUP]
+
+// 0. + 1. of a partition: its cache rows, one key per thread (keys below the window are never looked
+// up or read: their blocks may have been freed), then its scores into p_s (scaled; -inf below the
+// window): threads 2k and 2k + 1 take key k, each half of head_dim, one shuffle adds them; a thread's
+// loads of its half row all issued (K_FETCH at a time) before it uses the first. p_s is ready after
+// the caller's __syncthreads.
+template <int HD, typename KV>
+__device__ __forceinline__ void as_scores(KV kc, const AsQuery& qi, int j0, int nk, int lo, int g, int block_size,
+                                          int n_kv_heads, int kvh, float scale, const float (*q_s)[HD],
+                                          long long* row_s, float (*p_s)[AS_PART]) {
+    using SH = AsShape<HD, KV>;
+    const int tid = threadIdx.x;
+    if (tid < nk && j0 + tid >= lo) row_s[tid] = qi.slot(j0 + tid, block_size) * n_kv_heads + kvh;
+    __syncthreads();
+    const int kk = tid >> 1, e_half = (tid & 1) * (HD / 2);
+    float s[AS_GROUP];
+#pragma unroll
+    for (int h = 0; h < AS_GROUP; ++h) s[h] = 0.0f;
+    if (kk < nk && j0 + kk >= lo) {
+        const long long r = row_s[kk];
+#pragma unroll
+        for (int c0 = 0; c0 < SH::HALF_CHUNKS; c0 += SH::K_FETCH) {
+            typename KV::Raw raw[SH::K_FETCH];
+#pragma unroll
+            for (int c = 0; c < SH::K_FETCH; ++c) raw[c] = kc.fetch(r, e_half + (c0 + c) * AS_VEC);
+#pragma unroll
+            for (int c = 0; c < SH::K_FETCH; ++c) {
+                const int e0 = e_half + (c0 + c) * AS_VEC;
+                float kv[AS_VEC];
+                kc.unpack(raw[c], kv);
+#pragma unroll
+                for (int h = 0; h < AS_GROUP; ++h)
+                    if (h < g)
+#pragma unroll
+                        for (int i = 0; i < AS_VEC; ++i) s[h] = fmaf(q_s[h][e0 + i], kv[i], s[h]);
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < AS_GROUP; ++h) s[h] += __shfl_xor_sync(SHARPINF_FULL_MASK, s[h], 1);
+    if ((tid & 1) == 0 && kk < nk)
+#pragma unroll
+        for (int h = 0; h < AS_GROUP; ++h)
+            if (h < g) p_s[h][kk] = j0 + kk >= lo ? s[h] * scale : -CUDART_INF_F;
+}
+
+// One split's state of the block's g heads: m_s, l_s (shared) and this thread's P V share acc, over
+// partitions split, split + SPLITS, ... from the first at or after the window's. Both launch shapes
+// run this, so a query's split states have the same bits in either.
+template <int HD, typename KV>
+__device__ __forceinline__ void as_split_state(int split, KV kc, KV vc, const AsQuery& qi, int lo, int g, int block_size,
+                                               int n_kv_heads, int kvh, float scale, const float (*q_s)[HD],
+                                               long long* row_s, float (*p_s)[AS_PART], float* m_s, float* l_s,
+                                               float* f_s, float (&acc)[AS_GROUP][AS_VEC]) {
+    using SH = AsShape<HD, KV>;
+    constexpr int SLICES = SH::SLICES, V_FETCH = SH::V_FETCH;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = AS_THREADS / 32;
     if (tid < AS_GROUP) {
         m_s[tid] = -CUDART_INF_F;
         l_s[tid] = 0.0f;
     }
-    const int col = tid % COLS, slice = tid / COLS, e_pv = col * AS_VEC;  // this thread's P V share
-    float acc[AS_GROUP][AS_VEC];
+    const int slice = tid / SH::COLS, e_pv = (tid % SH::COLS) * AS_VEC;  // this thread's P V share
 #pragma unroll
     for (int h = 0; h < AS_GROUP; ++h)
 #pragma unroll
         for (int i = 0; i < AS_VEC; ++i) acc[h][i] = 0.0f;
-
-    const int lo = sliding_window > 0 ? max(0, qi.pos - sliding_window + 1) : 0;  // the first visible key
-    const int part_lo = lo / AS_PART;                               // its partition
-    // this split's partitions: split, split + SPLITS, ... from the first at or after part_lo
+    const int part_lo = lo / AS_PART;  // the first visible key's partition
     const int part0 = part_lo <= split ? split : split + (part_lo - split + AS_SPLITS - 1) / AS_SPLITS * AS_SPLITS;
     for (int part = part0; part * AS_PART <= qi.pos; part += AS_SPLITS) {
         const int j0 = part * AS_PART, nk = min(AS_PART, qi.pos + 1 - j0);
-        // 0. the partition's cache rows, one key per thread
-        // (keys below the window are never looked up or read: their blocks may have been freed)
-        if (tid < nk && j0 + tid >= lo) row_s[tid] = qi.slot(j0 + tid, block_size) * n_kv_heads + kvh;
-        __syncthreads();
-        // 1. scores: threads 2k and 2k + 1 take key k, each half of head_dim, one shuffle adds them;
-        //    a thread's loads of its half row all issued (K_FETCH at a time) before it uses the first
-        {
-            const int kk = tid >> 1, e_half = (tid & 1) * (HD / 2);
-            float s[AS_GROUP];
-#pragma unroll
-            for (int h = 0; h < AS_GROUP; ++h) s[h] = 0.0f;
-            if (kk < nk && j0 + kk >= lo) {
-                const long long r = row_s[kk];
-#pragma unroll
-                for (int c0 = 0; c0 < HALF_CHUNKS; c0 += K_FETCH) {
-                    typename KV::Raw raw[K_FETCH];
-#pragma unroll
-                    for (int c = 0; c < K_FETCH; ++c) raw[c] = kc.fetch(r, e_half + (c0 + c) * AS_VEC);
-#pragma unroll
-                    for (int c = 0; c < K_FETCH; ++c) {
-                        const int e0 = e_half + (c0 + c) * AS_VEC;
-                        float kv[AS_VEC];
-                        kc.unpack(raw[c], kv);
-#pragma unroll
-                        for (int h = 0; h < AS_GROUP; ++h)
-                            if (h < g)
-#pragma unroll
-                                for (int i = 0; i < AS_VEC; ++i) s[h] = fmaf(q_s[h][e0 + i], kv[i], s[h]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int h = 0; h < AS_GROUP; ++h) s[h] += __shfl_xor_sync(SHARPINF_FULL_MASK, s[h], 1);
-            if ((tid & 1) == 0 && kk < nk)
-#pragma unroll
-                for (int h = 0; h < AS_GROUP; ++h)
-                    if (h < g) p_s[h][kk] = j0 + kk >= lo ? s[h] * scale : -CUDART_INF_F;
-        }
+        as_scores<HD>(kc, qi, j0, nk, lo, g, block_size, n_kv_heads, kvh, scale, q_s, row_s, p_s);
         __syncthreads();
         // 2. per head: the new running max, the rescale factor, the weights and their sum
         for (int h = warp; h < g; h += warps) {
@@ -184,7 +208,7 @@ __device__ __forceinline__ void attention_split_impl(
 #pragma unroll
                 for (int i = 0; i < AS_VEC; ++i) acc[h][i] *= f_s[h];
 #pragma unroll
-        for (int k0 = 0; k0 < KEYS_PER_SLICE; k0 += V_FETCH) {
+        for (int k0 = 0; k0 < SH::KEYS_PER_SLICE; k0 += V_FETCH) {
             typename KV::Raw raw[V_FETCH];
 #pragma unroll
             for (int k = 0; k < V_FETCH; ++k) {
@@ -206,18 +230,50 @@ __device__ __forceinline__ void attention_split_impl(
         }
         __syncthreads();  // row_s and p_s are rewritten by the next partition
     }
+}
 
-    float* o_row = out + (long long)t * n_heads * HD;
+// Value c of token t's output row and of its q8_1 copy: the calling warp holds the 32-value block of c.
+__device__ __forceinline__ void as_emit(float* out, signed char* out_q, float* out_d, int* out_s, int t, int n, int c,
+                                        float o, int quantize) {
+    out[(long long)t * n + c] = o;
+    if (quantize) {
+        const int b = c / 32;
+        q8_1_block(o, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
+                   out_s + (long long)t * (n / 32) + b);
+    }
+}
+
+// The split launch: one block a (token, KV head group, split); each writes its split's states, and
+// the last block of (token, group) to finish merges them.
+template <int HD, typename KV>
+__device__ __forceinline__ void attention_split_impl(
+    const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
+    const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
+    float* partial, int* tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads, int block_size, float scale,
+    int sliding_window, int quantize) {
+    using SH = AsShape<HD, KV>;
+    constexpr int SLICES = SH::SLICES;
+    AS_SHARED(HD, SH);
+    __shared__ float mm_s[AS_GROUP][AS_SPLITS], ml_s[AS_GROUP][AS_SPLITS], sc_s[AS_GROUP][AS_SPLITS], inv_s[AS_GROUP];  // the merge
+    const int tid = threadIdx.x;
+    const int tl = blockIdx.x, t = t0 + tl, split = blockIdx.z;  // tl: the token in the window
+    const int group = n_heads / n_kv_heads, groups = (group + AS_GROUP - 1) / AS_GROUP;
+    const int kvh = blockIdx.y / groups, h0 = kvh * group + (blockIdx.y % groups) * AS_GROUP;
+    const int g = min(AS_GROUP, kvh * group + group - h0);  // query heads of this block
+    if (t >= n_tokens) return;
+    // the queries first: their loads need not wait for the position (a split past the context
+    // drops them unused)
+    for (int i = tid; i < g * HD; i += AS_THREADS) q_s[i / HD][i % HD] = qkv[(long long)t * qkv_stride + (h0 + i / HD) * HD + i % HD];
+    const AsQuery qi(t, cu_seqlens, n_seqs, positions, block_tables, max_blocks_per_seq);
+    const int nsplits = min(AS_SPLITS, qi.pos / AS_PART + 1);  // splits holding a partition
+    if (split >= nsplits) return;  // uniform per block
+
+    const int lo = sliding_window > 0 ? max(0, qi.pos - sliding_window + 1) : 0;  // the first visible key
+    float acc[AS_GROUP][AS_VEC];
+    as_split_state<HD>(split, kc, vc, qi, lo, g, block_size, n_kv_heads, kvh, scale, q_s, row_s, p_s, m_s, l_s, f_s, acc);
+    const int slice = tid / SH::COLS, e_pv = (tid % SH::COLS) * AS_VEC;
+
     const int n = n_heads * HD;
-    // value c of the output row, and of its q8_1 copy: the calling warp holds the 32-value block of c
-    auto emit = [&](int c, float o) {
-        o_row[c] = o;
-        if (quantize) {
-            const int b = c / 32;
-            q8_1_block(o, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
-                       out_s + (long long)t * (n / 32) + b);
-        }
-    };
     // One split (a context of <= 64 keys): its state is the output, acc / l -- the bits the merge would
     // give (its maximum this m, its sum 0 + l exp(0) = l, its factor 1, and 0 + acc = acc: the slice sum
     // starts at +0, so acc is never -0) -- with no partial, ticket or merge.
@@ -233,7 +289,7 @@ __device__ __forceinline__ void attention_split_impl(
         for (int e = tid; e < HD; e += AS_THREADS) {
             float o = 0.0f;
             for (int sl = 0; sl < SLICES; ++sl) o += red_s[sl * HD + e];
-            if (alone) emit((h0 + h) * HD + e, o * (1.0f / l_s[h]));  // e over whole warps (HD % 32 == 0 to quantize)
+            if (alone) as_emit(out, out_q, out_d, out_s, t, n, (h0 + h) * HD + e, o * (1.0f / l_s[h]), quantize);  // e over whole warps (HD % 32 == 0 to quantize)
             else ps[e] = o;
         }
         if (tid == 0 && !alone) {
@@ -248,7 +304,8 @@ __device__ __forceinline__ void attention_split_impl(
 
     // the last block merges the splits 0..nsplits-1 in order (L2 loads: other blocks wrote them), every
     // head at once -- a round of loads for the (head, split) maxima and sums, one for the outputs --
-    // not a round trip per head and per sum
+    // not a round trip per head and per sum. attention_split_walk_impl below makes the same sums in
+    // the same order.
     const float* pb = partial + ((long long)tl * n_heads + h0) * AS_SPLITS * (HD + 2);  // head h0 + h: h * AS_SPLITS rows on
     for (int i = tid; i < g * AS_SPLITS; i += AS_THREADS) {
         const int h = i / AS_SPLITS, s = i % AS_SPLITS;
@@ -270,7 +327,7 @@ __device__ __forceinline__ void attention_split_impl(
     // Thread i takes value i of the block's g heads (g * HD, a multiple of 32): a warp holds one whole
     // 32-value block of the output row, which it quantizes to q8_1 as it stands (no reload)
     // Every split's value of a thread's next output is loaded before it adds this one's and stores it
-    // (emit): a load the compiler cannot prove apart from an earlier store waits for it, so loaded
+    // (as_emit): a load the compiler cannot prove apart from an earlier store waits for it, so loaded
     // after the store each output had cost a round trip of its own (g * HD / 128 of them a thread).
     auto load_splits = [&](int i, float (&x)[AS_SPLITS]) {
         const float* ph = pb + (i / HD) * AS_SPLITS * (HD + 2) + i % HD;
@@ -287,11 +344,105 @@ __device__ __forceinline__ void attention_split_impl(
 #pragma unroll
         for (int s = 0; s < AS_SPLITS; ++s)
             if (s < nsplits) o += x[s] * sc_s[h][s];
-        emit((h0 + h) * HD + e, o * inv_s[h]);
+        as_emit(out, out_q, out_d, out_s, t, n, (h0 + h) * HD + e, o * inv_s[h], quantize);
 #pragma unroll
         for (int s = 0; s < AS_SPLITS; ++s) x[s] = next[s];
     }
     if (tid == 0) *ticket = 0;  // ready for the next step (and the next graph replay)
+}
+
+// The walk launch: one block a (token, KV head group) computes its splits in turn and merges them as
+// it goes -- no partial states, tickets or second block's merge. A split's factor is exp(m_s - max over
+// the splits), so with two splits or more a first pass over the partitions takes each head's largest
+// score (the same scores, so the same maximum: fmaxf is exact in any order); then for s = 0, 1, ...:
+// as_split_state, its slices summed in order, total += l_s f_s and o += o_s f_s -- the merge's sums,
+// term by term in split order -- and the output o * (1 / total), as the merge and the one-split path
+// write it.
+template <int HD, typename KV>
+__device__ __forceinline__ void attention_split_walk_impl(
+    const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
+    const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
+    float* partial, int* tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads, int block_size, float scale,
+    int sliding_window, int quantize) {
+    using SH = AsShape<HD, KV>;
+    constexpr int SLICES = SH::SLICES, PER = (HD + AS_THREADS - 1) / AS_THREADS;  // output values a thread
+    AS_SHARED(HD, SH);
+    __shared__ float mx_s[AS_GROUP], tot_s[AS_GROUP], fac_s[AS_GROUP];  // the merge's maximum, sum and this split's factor
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = AS_THREADS / 32;
+    const int t = t0 + blockIdx.x;
+    const int group = n_heads / n_kv_heads, groups = (group + AS_GROUP - 1) / AS_GROUP;
+    const int kvh = blockIdx.y / groups, h0 = kvh * group + (blockIdx.y % groups) * AS_GROUP;
+    const int g = min(AS_GROUP, kvh * group + group - h0);
+    if (t >= n_tokens) return;
+    for (int i = tid; i < g * HD; i += AS_THREADS) q_s[i / HD][i % HD] = qkv[(long long)t * qkv_stride + (h0 + i / HD) * HD + i % HD];
+    const AsQuery qi(t, cu_seqlens, n_seqs, positions, block_tables, max_blocks_per_seq);
+    const int nsplits = min(AS_SPLITS, qi.pos / AS_PART + 1);
+    const int lo = sliding_window > 0 ? max(0, qi.pos - sliding_window + 1) : 0;
+    if (tid < AS_GROUP) {
+        mx_s[tid] = -CUDART_INF_F;
+        tot_s[tid] = 0.0f;
+    }
+    // pass 1 (two splits or more): each head's largest visible score
+    if (nsplits > 1)
+        for (int part = lo / AS_PART; part * AS_PART <= qi.pos; ++part) {
+            const int j0 = part * AS_PART, nk = min(AS_PART, qi.pos + 1 - j0);
+            as_scores<HD>(kc, qi, j0, nk, lo, g, block_size, n_kv_heads, kvh, scale, q_s, row_s, p_s);
+            __syncthreads();
+            for (int h = warp; h < g; h += warps) {
+                float mp = -CUDART_INF_F;
+                for (int jj = lane; jj < nk; jj += 32) mp = fmaxf(mp, p_s[h][jj]);
+                mp = warp_reduce_max(mp);
+                if (lane == 0) mx_s[h] = fmaxf(mx_s[h], mp);
+            }
+            __syncthreads();  // row_s and p_s are rewritten by the next partition
+        }
+    // pass 2: the splits in order, each folded into the merge's sums as soon as it is done
+    const int slice = tid / SH::COLS, e_pv = (tid % SH::COLS) * AS_VEC;
+    float o[AS_GROUP][PER];
+#pragma unroll
+    for (int h = 0; h < AS_GROUP; ++h)
+#pragma unroll
+        for (int k = 0; k < PER; ++k) o[h][k] = 0.0f;
+    for (int split = 0; split < nsplits; ++split) {
+        float acc[AS_GROUP][AS_VEC];
+        as_split_state<HD>(split, kc, vc, qi, lo, g, block_size, n_kv_heads, kvh, scale, q_s, row_s, p_s, m_s, l_s, f_s,
+                           acc);
+        __syncthreads();  // m_s and l_s are final (a split with no partition to read has no barrier of its own)
+        if (tid < g) {  // one split: its own maximum (exp(0) = 1: the one-split path's output)
+            const float mx = nsplits > 1 ? mx_s[tid] : m_s[tid];
+            const float sc = expf(m_s[tid] - mx);
+            tot_s[tid] += l_s[tid] * sc;
+            fac_s[tid] = sc;
+        }
+#pragma unroll
+        for (int h = 0; h < AS_GROUP; ++h) {
+            if (h >= g) continue;  // uniform per block
+#pragma unroll
+            for (int i = 0; i < AS_VEC; ++i) red_s[slice * HD + e_pv + i] = acc[h][i];
+            __syncthreads();
+#pragma unroll
+            for (int k = 0; k < PER; ++k) {
+                const int e = tid + k * AS_THREADS;
+                if (e >= HD) break;
+                float os = 0.0f;
+                for (int sl = 0; sl < SLICES; ++sl) os += red_s[sl * HD + e];
+                o[h][k] += os * fac_s[h];
+            }
+            __syncthreads();  // red_s is rewritten by the next head, m_s and l_s by the next split
+        }
+    }
+    const int n = n_heads * HD;
+#pragma unroll
+    for (int h = 0; h < AS_GROUP; ++h) {
+        if (h >= g) continue;
+        const float inv = 1.0f / tot_s[h];
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+            const int e = tid + k * AS_THREADS;
+            if (e >= HD) break;  // e over whole warps (HD % 32 == 0 to quantize)
+            as_emit(out, out_q, out_d, out_s, t, n, (h0 + h) * HD + e, o[h][k] * inv, quantize);
+        }
+    }
 }
 
 #define AS_ARGS                                                                                                \
@@ -322,3 +473,16 @@ __device__ __forceinline__ void as_q8(AS_ARGS) {
 // prefetch of a thread's next output took bf16_d128 to 129 unbounded).
 #define AS_BOUNDS(hd) __launch_bounds__(AS_THREADS, 4)
 SHARPINF_KV_HD_ENTRIES(attention_split, AS_BOUNDS, (AS_ARGS), as_typed, as_q8, AS_CALL)
+
+template <int HD, typename T>
+__device__ __forceinline__ void asw_typed(AS_ARGS) {
+    const AsKv<T, HD> kc{static_cast<const T*>(k_cache)}, vc{static_cast<const T*>(v_cache)};
+    attention_split_walk_impl<HD>(AS_PASS(kc, vc));
+}
+template <int HD>
+__device__ __forceinline__ void asw_q8(AS_ARGS) {
+    const AsKvQ8<HD> kc{static_cast<const unsigned char*>(k_cache)}, vc{static_cast<const unsigned char*>(v_cache)};
+    attention_split_walk_impl<HD>(AS_PASS(kc, vc));
+}
+// The walk's entries, attention_split_walk_<kv>_d<HD> (the same arguments; partial and tickets unused).
+SHARPINF_KV_HD_ENTRIES(attention_split_walk, AS_BOUNDS, (AS_ARGS), asw_typed, asw_q8, AS_CALL)

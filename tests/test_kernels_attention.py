@@ -95,7 +95,7 @@ class Case:
     def run(self, be, tables=None, k=None, v=None, rows=None, variant="simple", window=None, mode=None, out_q8=None):
         """Attention over the whole batch, or over the sequences `rows` alone (packed in that order),
         by the simple kernel or the split-KV variant (its scratch `window` tokens, default the step);
-        flash's launch shape `mode` (attention.flash_walks; None: by the step's shape)."""
+        the split frame's launch shape `mode` (attention.walks; None: by the step's shape)."""
         tables = self.tables if tables is None else tables
         k, v = (self.k, self.v) if k is None else (k, v)
         if rows is None:
@@ -266,13 +266,13 @@ def test_flash_attention_head_dim_256_and_long_tiles(backend, kv_dtype, variant)
     _check_case(backend, kv_dtype, b, variant)
 
 
-@pytest.mark.parametrize("variant", FLASH)
+@pytest.mark.parametrize("variant", SPLIT_FRAME)
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
-def test_flash_walk_and_split_launches_give_the_same_bits(backend, kv_dtype, variant):
-    """Flash's two launch shapes -- one block a (tile, KV head) walking every split and merging as it
-    goes, or 16 blocks a (tile, KV head) merged by the last (attention.flash_walks) -- give the same
-    bits, the q8_1 copy included: contexts of up to 1,100 keys (splits of two partitions), GQA 3,
-    causal and with a window that leaves whole splits empty."""
+def test_walk_and_split_launches_give_the_same_bits(backend, kv_dtype, variant):
+    """The split frame's two launch shapes -- one block a (query block, KV head) walking every split
+    and merging as it goes, or 16 blocks merged by the last (attention.walks) -- give the same bits,
+    the q8_1 copy included: contexts of up to 1,100 keys (splits of two partitions), GQA 3, causal
+    and with a window that leaves whole splits empty."""
     from sharpinf.ops.quant_act import Q8Act
 
     hd = 32 if kv_dtype == "q8_0" else 64
@@ -288,23 +288,24 @@ def test_flash_walk_and_split_launches_give_the_same_bits(backend, kv_dtype, var
             assert_same(walked, split)
 
 
-def test_flash_walks_where_its_blocks_fill_the_gpu():
-    """The rule: a step walks once its (tile, KV head) blocks reach the multiprocessors (the emulator:
-    EMU_WALK_BLOCKS); head_dim 256 always splits; a forced mode is obeyed or refused in one line."""
+def test_attention_walks_where_its_blocks_fill_the_gpu():
+    """The rule: a step walks once its walk blocks reach the multiprocessors (the emulator:
+    EMU_WALK_BLOCKS); above a kernel's walk head_dim it splits; a forced mode is obeyed or refused in
+    one line."""
     from types import SimpleNamespace
 
     from sharpinf.errors import SharpinfError
 
     gpu, emu = SimpleNamespace(multiprocessors=132), SimpleNamespace(multiprocessors=0)
-    walks = attn_ops.flash_walks
-    assert not walks(gpu, 16, 8, 128) and walks(gpu, 17, 8, 128)  # 128 blocks: split; 136: walk
-    assert not walks(emu, 1, 2, 64) and walks(emu, 2, 2, 64)
-    assert not walks(gpu, 1000, 8, 256)
-    assert walks(gpu, 1, 1, 64, "walk") and not walks(gpu, 1000, 8, 64, "split")
+    walks, flash_max = attn_ops.walks, attn_ops.FLASH_WALK_MAX_HEAD_DIM
+    assert not walks(gpu, 131, 128) and walks(gpu, 132, 128) and walks(gpu, 132, 256)
+    assert not walks(emu, 3, 64) and walks(emu, 4, 64)
+    assert not walks(gpu, 1000, 256, None, flash_max)
+    assert walks(gpu, 1, 64, "walk") and not walks(gpu, 1000, 64, "split")
     with pytest.raises(SharpinfError, match="head_dim <= 128"):
-        walks(gpu, 1, 1, 256, "walk")
+        walks(gpu, 1, 256, "walk", flash_max)
     with pytest.raises(SharpinfError, match="choose from auto, split, walk"):
-        walks(gpu, 1, 1, 64, "both")
+        walks(gpu, 1, 64, "both")
 
 
 @pytest.mark.parametrize("variant", SPLIT_FRAME)

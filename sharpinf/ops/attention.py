@@ -71,23 +71,30 @@ class SplitScratch:
 def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
-                    sliding_window: int = 0, file: str = "attention_split.cu") -> None:
+                    sliding_window: int = 0, file: str = "attention_split.cu", mode: str | None = None) -> None:
     """attention() computed split-KV (flash-decoding); with out_q8 (a Q8Act) the output is also
-    written in q8_1 for the dp4a o-projection (head_dim a multiple of 32)."""
+    written in q8_1 for the dp4a o-projection (head_dim a multiple of 32). Launched split (16 blocks a
+    token and head group, merged by the last) or walked (one block through every split): walks()."""
     _check_shapes("split", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
     if n_tokens <= 0:
         return
     groups = -(-(n_heads // n_kv_heads) // GROUP)
     q8 = out_q8 if out_q8 is not None else _NoQ8(out)
-    fn = kernel(be, file, f"attention_split_{kv_dtype}_d{head_dim}")
-    for t0 in range(0, n_tokens, scratch.tokens):  # a window of the scratch's size per launch
-        n = min(scratch.tokens, n_tokens - t0)
-        be.launch(fn, (n, n_kv_heads * groups, SPLITS), 128,
+
+    def launch(fn, t0: int, n: int, splits: int) -> None:
+        be.launch(fn, (n, n_kv_heads * groups, splits), 128,
                   (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                    out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n_tokens), I32(n_seqs),
                    I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(sliding_window),
                    I32(out_q8 is not None)),
                   io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
+
+    if walks(be, n_tokens * n_kv_heads * groups, head_dim, mode):
+        launch(kernel(be, file, f"attention_split_walk_{kv_dtype}_d{head_dim}"), 0, n_tokens, 1)
+        return
+    fn = kernel(be, file, f"attention_split_{kv_dtype}_d{head_dim}")
+    for t0 in range(0, n_tokens, scratch.tokens):  # a window of the scratch's size per launch
+        launch(fn, t0, min(scratch.tokens, n_tokens - t0), SPLITS)
 
 
 def _check_shapes(variant: str, kv_dtype: str, n_heads: int, n_kv_heads: int, head_dim: int, out_q8) -> None:
@@ -117,30 +124,32 @@ def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
     return None
 
 
-# A walk block holds a (tile, KV head) from its first partition to its last, twice (the maximum, then
-# the splits); a split launch runs 16 blocks a (tile, KV head), one partition deep each. The walk pays
-# where its blocks alone fill the GPU -- at least one a multiprocessor (decode of many sequences, any
-# prefill of a few hundred tokens) -- and the split launch for the latency of a small step. The
-# emulator has no multiprocessors: there a step of EMU_WALK_BLOCKS walks, so the forward oracles'
-# prefills walk and their decodes split, and each cross-path oracle compares the two.
-FLASH_MODES = ("split", "walk")
-WALK_MAX_HEAD_DIM = 128  # attention_flash_walk's entries (two rows' outputs and split states a thread)
+# The split frame's two launch shapes, the same bits (attention_split.cu's and attention_flash.cu's
+# walk): the split launch runs 16 blocks a (query block, KV head) -- a token and a group of heads for
+# split, a tile of (token, head) rows for flash -- one partition or two deep each, merged by the last;
+# the walk one block a (query block, KV head) through every split (a pass for the maximum, then the
+# splits). The walk pays where its blocks alone fill the GPU -- at least one a multiprocessor (decode
+# of many sequences, prefills) -- and the split launch for the latency of a small step. The emulator
+# has no multiprocessors: there a step of EMU_WALK_BLOCKS walks, so the forward oracles' prefills walk
+# and their single decodes split, and each cross-path oracle compares the two.
+LAUNCH_MODES = ("split", "walk")
+FLASH_WALK_MAX_HEAD_DIM = 128  # attention_flash_walk's entries (two rows' outputs and split states a thread)
 EMU_WALK_BLOCKS = 4
 
 
-def flash_walks(be, tiles: int, n_kv_heads: int, head_dim: int, mode: str | None = None) -> bool:
-    """Whether a flash step walks or splits: `mode` ("split", "walk"; None: $SHARPINF_FLASH_MODE, else
-    by the step's shape as above). The bits are the same either way."""
-    mode = mode or os.environ.get("SHARPINF_FLASH_MODE", "").strip() or "auto"
-    if mode not in (*FLASH_MODES, "auto"):
-        raise SharpinfError(f"flash attention mode {mode!r}: choose from auto, {', '.join(FLASH_MODES)}")
-    if head_dim > WALK_MAX_HEAD_DIM:
+def walks(be, blocks: int, head_dim: int, mode: str | None = None, max_head_dim: int = max(HEAD_DIMS)) -> bool:
+    """Whether a split-frame step of `blocks` walk blocks walks or splits: `mode` ("split", "walk";
+    None: $SHARPINF_ATTENTION_MODE, else by the step's shape as above). The bits are the same either way."""
+    mode = mode or os.environ.get("SHARPINF_ATTENTION_MODE", "").strip() or "auto"
+    if mode not in (*LAUNCH_MODES, "auto"):
+        raise SharpinfError(f"attention launch mode {mode!r}: choose from auto, {', '.join(LAUNCH_MODES)}")
+    if head_dim > max_head_dim:
         if mode == "walk":
-            raise SharpinfError(f"flash attention walks head_dim <= {WALK_MAX_HEAD_DIM}, not {head_dim}")
+            raise SharpinfError(f"this attention walks head_dim <= {max_head_dim}, not {head_dim}")
         return False
     if mode != "auto":
         return mode == "walk"
-    return tiles * n_kv_heads >= (be.multiprocessors or EMU_WALK_BLOCKS)
+    return blocks >= (be.multiprocessors or EMU_WALK_BLOCKS)
 
 
 def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
@@ -151,7 +160,7 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
     (token, head) rows of one sequence and KV head share each K/V tile; the split kernel's frame
     (partitions at fixed positions, 16 splits, fixed-order merge, the same scratch) -- launched split
     (16 blocks a tile and KV head, merged by the last) or walked (one block through every split, no
-    scratch): flash_walks says which."""
+    scratch): walks() says which."""
     _check_shapes("flash", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
     why = flash_fits(n_heads, n_kv_heads, head_dim)
     if why:
@@ -174,7 +183,7 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
     def io(n: int) -> tuple[int, int]:
         return 4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim
 
-    if flash_walks(be, tiles(n_tokens), n_kv_heads, head_dim, mode):
+    if walks(be, tiles(n_tokens) * n_kv_heads, head_dim, mode, FLASH_WALK_MAX_HEAD_DIM):
         fn = kernel(be, file, f"attention_flash_walk_{kv_dtype}_d{head_dim}")
         be.launch(fn, (tiles(n_tokens), n_kv_heads, 1), 2 * rows, args(0, n_tokens), io=io(n_tokens))
         return

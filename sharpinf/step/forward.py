@@ -272,7 +272,7 @@ class ForwardPass:
         launched (backend.collecting)."""
         be = self.backend
         # the capacity's sequence count, as every real step's descriptor carries it (flash attention's
-        # launch shape depends on it: ops/attention.py's flash_walks)
+        # launch shape depends on it: ops/attention.py's walks)
         shape = StepDescriptor(be, StepCapacity(tokens, self.capacity.seqs, tokens, 1), 1, 16, 0)
         pool = _PoolShape(kv_dtype, 16, [be.empty((1,), np.uint8)] * self.cfg.n_layer,
                           [be.empty((1,), np.uint8)] * self.cfg.n_layer)
