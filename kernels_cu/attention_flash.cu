@@ -7,8 +7,8 @@
 //   Inputs and outputs as attention_split.cu (the same scratch: partial float [window, n_heads, SPLITS,
 //   HD + 2], tickets int, zero between launches). A launch serves the window of tokens
 //   t0 .. t0 + n_window - 1; the launcher walks a long step in windows of the scratch's size.
-//   attention_flash_walk_<kv>_d<HD>(the same arguments; partial and tickets unused), HD <= 128:
-//     the same outputs, bit for bit, from one block a (tile, KV head) -- the walk, below.
+//   Launched with gridDim.z = 1 (HD <= 128), the same kernel walks: the same outputs, bit for bit,
+//   from one block a (tile, KV head), partial and tickets unused -- see below.
 //
 // Rows. One block serves one KV head and ROWS query rows, a row being a (token, query head) pair of
 // that KV head's GQA group, token-major: the block's tokens are a tile of ROWS / g consecutive tokens
@@ -42,14 +42,14 @@
 // Bound: prefill -- tensor-core math plus one K/V tile read per (tile, partition) (ROWS rows share
 // it); decode -- like attention_split.cu, latency of a few dependent loads per partition.
 //
-// The walk (attention_flash_walk_*). The split launch spends a block on one partition or two of a
+// The walk (gridDim.z = 1). The split launch spends a block on one partition or two of a
 // tile -- at 512 tokens of the 8B shape 4,096 blocks of ~1 partition, each with its own find-tile
 // scan, Q staging, 33 KB of partial states written, a ticket, and a merge reading them back: the H200
 // (2026-11-26) timed it at 459 us a layer (9 TFLOP/s), and at 299.5 us for a decode of 64 sequences
 // (8,192 blocks), against split's 142.5. The walk gives a (tile, KV head) one block for all of it:
-//   pass 1: every partition the block sees, K tile and S = Q K^T only, for each row's largest
-//           visible score mx (the merge's maximum over the splits' maxima: fmaxf is exact in any
-//           order, and the scores are the same instructions on the same operands);
+//   pass 1 (two splits or more): every partition the block sees, K tile and S = Q K^T only, for
+//           each row's largest visible score mx (the merge's maximum over the splits' maxima: fmaxf
+//           is exact in any order, and the scores are the same instructions on the same operands);
 //   pass 2: split s = 0, 1, ..., nsplits - 1: af_split_state -- the split launch's own code for a
 //           split's partitions -- then, for the rows whose merge reads split s, f = exp(m_s - mx),
 //           total += l_s f and o += acc_s f: the merge's two sums, term by term in split order;
@@ -365,8 +365,16 @@ __device__ __forceinline__ void af_split_state(int split, const AfTile& T, KV kc
     }
 }
 
-// The split launch: one block a (tile, KV head, split); each writes its split's states, and the
-// last block of (tile, KV head) to finish merges them.
+// One block a (tile, KV head, split) -- the split launch, gridDim.z = SPLITS: each block writes its
+// split's states and the last of (tile, KV head) to finish merges them -- or one block a (tile, KV
+// head) -- the walk, gridDim.z = 1: the block computes every split of its rows in turn and merges them
+// as it goes, with no scratch, tickets or second block's merge. The merge needs each row's largest
+// score first (a split's factor is exp(m_s - max over splits)), so with two splits or more the walk
+// begins with a pass over the partitions for it: the same scores, so the same maximum (fmaxf is
+// exact in any order). Then for s = 0, 1, ...: af_split_state, total += l_s f_s and o += acc_s f_s --
+// the merge's sums, term by term in split order -- and the output o * (1 / total), as the merge
+// writes it. One kernel for both shapes: af_split_state is compiled once, and the registers are the
+// walk's either way (2 blocks an SM at 245, as at the split path's 217).
 template <int HD, typename KV>
 __device__ __forceinline__ void attention_flash_impl(
     const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
@@ -374,123 +382,31 @@ __device__ __forceinline__ void attention_flash_impl(
     float* partial, int* tickets, int t0, int n_window, int n_seqs, int n_heads, int n_kv_heads, int block_size,
     float scale, int sliding_window, int quantize) {
     using S = AfShape<HD>;
-    constexpr int WARPS = S::WARPS, KT = S::KT, DT = HD / 8;
+    constexpr int WARPS = S::WARPS, KT = S::KT, NT = KT / 8, DT = HD / 8;
     static_assert(HD % 16 == 0 && HD <= 256, "head_dim: a multiple of 16, at most 256");
     AF_SHARED(S);
     __shared__ float sc_s[WARPS][AF_SPLITS], ls_s[WARPS][AF_SPLITS];  // the merge's per-split factors and sums, a row per warp
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, split = blockIdx.z, kvh = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, kvh = blockIdx.y;
     const int g = n_heads / n_kv_heads;  // the launcher guarantees g <= ROWS
+    // uniform; at head_dim 256 the walk is compiled out (its two rows' output sums beside a split's
+    // state would take 256 registers a thread): the launcher never walks it
+    const bool walk = HD <= 128 && gridDim.z == 1;
 
     const AfTile T = af_tile<HD>(cu_seqlens, positions, t0, n_window, n_seqs, g, sliding_window, pos_s, scan_s, tile_s);
     if (T.seq < 0) return;  // uniform
-    if (split >= T.nsplits) return;  // uniform per block
+    const int split0 = walk ? 0 : blockIdx.z, split1 = walk ? T.nsplits : split0 + 1;
+    if (split0 >= T.nsplits) return;  // uniform per block
     const int begin = T.begin, rows = T.rows;
     const int* table = block_tables + (long long)T.seq * max_blocks_per_seq;
     af_stage_q<HD>(qkv, qkv_stride, T, g, kvh, q_s);
     // this thread's rows of the accumulator fragments: ra = 16 * warp + lane / 4 and ra + 8
     const int quad = lane >> 2, t4 = lane & 3, ra = 16 * warp + quad;
     const int pos_r[2] = {pos_s[ra], pos_s[ra + 8]};
-    float m[2], l[2], acc[DT][4];
-    af_split_state<HD>(split, T, kc, vc, table, block_size, n_kv_heads, kvh, scale, sliding_window, q_s, kv_s, row_s,
-                       pos_r, m, l, acc);
 
-    // this split's state of each row that sees a key in it -> partial[token - t0][head][split]
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = ra + 8 * h;
-        if (r >= rows || pos_r[h] < split * KT) continue;
-        float* ps = partial + (((long long)(begin + r / g - t0) * n_heads + kvh * g + r % g) * AF_SPLITS + split) * (HD + 2);
-#pragma unroll
-        for (int d = 0; d < DT; ++d) {
-            ps[d * 8 + 2 * t4] = acc[d][2 * h];
-            ps[d * 8 + 2 * t4 + 1] = acc[d][2 * h + 1];
-        }
-        if (t4 == 0) {
-            ps[HD] = m[h];
-            ps[HD + 1] = l[h];
-        }
-    }
-    int* ticket = tickets + (long long)blockIdx.x * n_kv_heads + kvh;
-    if (!sharpinf_last_arrival(ticket, T.nsplits)) return;
-
-    // the last block merges each row's splits 0..nsplits(row)-1 in order: a warp per row. A row's split
-    // maxima and sums come in one round (a lane a split; the maximum by a butterfly of fmaxf, exact in
-    // any order: only a maximum of +-0 can differ in sign, and m - (+0) == m - (-0) but for m = 0,
-    // whose exp is 1 either way), each 32 output values' splits in one more; the warp then holds a
-    // whole q8_1 block of the token's row, quantized as it stands. (Rows had taken a round trip a split
-    // for each sum and each value, and the quantize reloaded every block: ~10 rounds a row, 16 rows a
-    // warp in a 64-row tile.) attention_flash_walk_impl below computes the same sums in the same order.
-    const int n = n_heads * HD;
-    for (int r = warp; r < rows; r += WARPS) {
-        const int t = begin + r / g, h = kvh * g + r % g, ns = min(AF_SPLITS, pos_s[r] / KT + 1);
-        const float* ph = partial + ((long long)(t - t0) * n_heads + h) * AF_SPLITS * (HD + 2);
-        const float m_l = lane < ns ? __ldcg(ph + lane * (HD + 2) + HD) : -CUDART_INF_F;
-        const float l_l = lane < ns ? __ldcg(ph + lane * (HD + 2) + HD + 1) : 0.0f;
-        float mx = m_l;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(SHARPINF_FULL_MASK, mx, off));
-        if (lane < ns) {
-            sc_s[warp][lane] = expf(m_l - mx);  // split s's factor
-            ls_s[warp][lane] = l_l;
-        }
-        __syncwarp();
-        float total = 0.0f;
-        for (int s = 0; s < ns; ++s) total += ls_s[warp][s] * sc_s[warp][s];
-        const float inv = 1.0f / total;
-#pragma unroll
-        for (int e0 = 0; e0 < HD; e0 += 32) {  // value e0 + lane: a 32-value block of the row a pass
-            const int e = e0 + lane;
-            if (e >= HD) break;  // head_dim 16 (no q8_1 copy then)
-            float x[AF_SPLITS];  // every split's value loaded before the first is added
-#pragma unroll
-            for (int s = 0; s < AF_SPLITS; ++s)
-                if (s < ns) x[s] = __ldcg(ph + s * (HD + 2) + e);
-            float o = 0.0f;
-#pragma unroll
-            for (int s = 0; s < AF_SPLITS; ++s)
-                if (s < ns) o += x[s] * sc_s[warp][s];
-            o = o * inv;
-            out[(long long)t * n + h * HD + e] = o;
-            if (quantize) {
-                const int b = (h * HD + e0) / 32;  // the 32-value block within the token's row
-                q8_1_block(o, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
-                           out_s + (long long)t * (n / 32) + b);
-            }
-        }
-        __syncwarp();  // sc_s and ls_s are rewritten for the warp's next row
-    }
-    if (tid == 0) *ticket = 0;  // ready for the next launch (and the next graph replay)
-}
-
-// The walk launch: one block a (tile, KV head) computes every split of its rows in turn and merges
-// them as it goes -- no scratch, no tickets, no second block's merge. The merge needs each row's
-// largest score first (a split's factor is exp(m_s - max over splits)), so a first pass over the
-// partitions takes it: the same scores, so the same maximum (fmaxf is exact in any order). Then, for
-// split s = 0, 1, ...: af_split_state as above, then total += l_s f_s and o += acc_s f_s -- the
-// merge's sums, term by term in split order; the output o / total as the merge writes it.
-template <int HD, typename KV>
-__device__ __forceinline__ void attention_flash_walk_impl(
-    const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
-    const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
-    float* partial, int* tickets, int t0, int n_window, int n_seqs, int n_heads, int n_kv_heads, int block_size,
-    float scale, int sliding_window, int quantize) {
-    using S = AfShape<HD>;
-    constexpr int KT = S::KT, NT = KT / 8, DT = HD / 8;
-    static_assert(HD % 16 == 0 && HD <= 128, "the walk holds two outputs a row: head_dim at most 128");
-    AF_SHARED(S);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, kvh = blockIdx.y;
-    const int g = n_heads / n_kv_heads;
-
-    const AfTile T = af_tile<HD>(cu_seqlens, positions, t0, n_window, n_seqs, g, sliding_window, pos_s, scan_s, tile_s);
-    if (T.seq < 0) return;  // uniform
-    const int* table = block_tables + (long long)T.seq * max_blocks_per_seq;
-    af_stage_q<HD>(qkv, qkv_stride, T, g, kvh, q_s);
-    const int quad = lane >> 2, t4 = lane & 3, ra = 16 * warp + quad;
-    const int pos_r[2] = {pos_s[ra], pos_s[ra + 8]};
-
-    // pass 1: each row's largest visible score over every partition the block sees
+    // the walk's pass 1 (two splits or more): each row's largest visible score over every partition
+    // the block sees
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
-    for (int part = T.block_lo / KT; part * KT <= T.maxpos; ++part) {
+    for (int part = T.block_lo / KT; walk && T.nsplits > 1 && part * KT <= T.maxpos; ++part) {
         const int j0 = part * KT, nk = min(KT, T.maxpos + 1 - j0), jv = max(0, T.block_lo - j0);
         af_stage_k<HD>(kc, table, j0, nk, jv, block_size, n_kv_heads, kvh, row_s, kv_s);
         if (T.wmax >= j0 && T.warp_lo < j0 + KT) {
@@ -509,58 +425,125 @@ __device__ __forceinline__ void attention_flash_walk_impl(
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(SHARPINF_FULL_MASK, mx[h], 2));
     }
 
-    // pass 2: the splits in order, each folded into the merge's two sums as soon as it is done
+    // the split launch's one split, or the walk's every split folded into the merge's sums as it ends
     float total[2] = {0.0f, 0.0f}, o[DT][4];
 #pragma unroll
     for (int d = 0; d < DT; ++d)
 #pragma unroll
         for (int i = 0; i < 4; ++i) o[d][i] = 0.0f;
-    for (int split = 0; split < T.nsplits; ++split) {
+    for (int split = split0; split < split1; ++split) {
         float m[2], l[2], acc[DT][4];
         af_split_state<HD>(split, T, kc, vc, table, block_size, n_kv_heads, kvh, scale, sliding_window, q_s, kv_s,
                            row_s, pos_r, m, l, acc);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            // the splits the merge reads for this row: s < min(SPLITS, pos / KT + 1)
-            if (ra + 8 * h >= T.rows || pos_r[h] < split * KT) continue;
-            const float sc = expf(m[h] - mx[h]);
-            total[h] += l[h] * sc;
+            const int r = ra + 8 * h;
+            // the rows that see a key in this split: the merge reads s < min(SPLITS, pos / KT + 1)
+            if (r >= rows || pos_r[h] < split * KT) continue;
+            if (walk) {  // one split: its own maximum (the merge's over one split; exp(0) = 1)
+                const float sc = expf(m[h] - (T.nsplits > 1 ? mx[h] : m[h]));
+                total[h] += l[h] * sc;
+#pragma unroll
+                for (int d = 0; d < DT; ++d) {
+                    o[d][2 * h] += acc[d][2 * h] * sc;
+                    o[d][2 * h + 1] += acc[d][2 * h + 1] * sc;
+                }
+                continue;
+            }
+            // this split's state -> partial[token - t0][head][split]
+            float* ps = partial + (((long long)(begin + r / g - t0) * n_heads + kvh * g + r % g) * AF_SPLITS + split) * (HD + 2);
 #pragma unroll
             for (int d = 0; d < DT; ++d) {
-                o[d][2 * h] += acc[d][2 * h] * sc;
-                o[d][2 * h + 1] += acc[d][2 * h + 1] * sc;
+                ps[d * 8 + 2 * t4] = acc[d][2 * h];
+                ps[d * 8 + 2 * t4 + 1] = acc[d][2 * h + 1];
+            }
+            if (t4 == 0) {
+                ps[HD] = m[h];
+                ps[HD + 1] = l[h];
             }
         }
     }
     const int n = n_heads * HD;
+    if (walk) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = ra + 8 * h;
-        if (r >= T.rows) continue;
-        const float inv = 1.0f / total[h];
-        float* orow = out + (long long)(T.begin + r / g) * n + (kvh * g + r % g) * HD;
+        for (int h = 0; h < 2; ++h) {
+            const int r = ra + 8 * h;
+            if (r >= rows) continue;
+            const float inv = 1.0f / total[h];
+            float* orow = out + (long long)(begin + r / g) * n + (kvh * g + r % g) * HD;
 #pragma unroll
-        for (int d = 0; d < DT; ++d) {
-            orow[d * 8 + 2 * t4] = o[d][2 * h] * inv;
-            orow[d * 8 + 2 * t4 + 1] = o[d][2 * h + 1] * inv;
+            for (int d = 0; d < DT; ++d) {
+                orow[d * 8 + 2 * t4] = o[d][2 * h] * inv;
+                orow[d * 8 + 2 * t4 + 1] = o[d][2 * h + 1] * inv;
+            }
         }
-    }
-    if constexpr (HD % 32 == 0) {
-        if (quantize) {  // the q8_1 copy of the warp's own rows, 32 values a pass, as the merge makes it
-            __syncwarp();
-            const int r1 = min(T.rows, 16 * warp + 16);
-            for (int r = 16 * warp; r < r1; ++r) {
-                const int t = T.begin + r / g, h = kvh * g + r % g;
+        if constexpr (HD % 32 == 0) {
+            if (quantize) {  // the q8_1 copy of the warp's own rows, 32 values a pass, as the merge makes it
+                __syncwarp();
+                const int r1 = min(rows, 16 * warp + 16);
+                for (int r = 16 * warp; r < r1; ++r) {
+                    const int t = begin + r / g, h = kvh * g + r % g;
 #pragma unroll
-                for (int e0 = 0; e0 < HD; e0 += 32) {
-                    const float v = __ldcg(out + (long long)t * n + h * HD + e0 + lane);
-                    const int b = (h * HD + e0) / 32;
-                    q8_1_block(v, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
-                               out_s + (long long)t * (n / 32) + b);
+                    for (int e0 = 0; e0 < HD; e0 += 32) {
+                        const float v = __ldcg(out + (long long)t * n + h * HD + e0 + lane);
+                        const int b = (h * HD + e0) / 32;
+                        q8_1_block(v, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
+                                   out_s + (long long)t * (n / 32) + b);
+                    }
                 }
             }
         }
+        return;
     }
+    int* ticket = tickets + (long long)blockIdx.x * n_kv_heads + kvh;
+    if (!sharpinf_last_arrival(ticket, T.nsplits)) return;
+
+    // the last block merges each row's splits 0..nsplits(row)-1 in order: a warp per row. A row's split
+    // maxima and sums come in one round (a lane a split; the maximum by a butterfly of fmaxf, exact in
+    // any order: only a maximum of +-0 can differ in sign, and m - (+0) == m - (-0) but for m = 0,
+    // whose exp is 1 either way), each 32 output values' splits in one more; the warp then holds a
+    // whole q8_1 block of the token's row, quantized as it stands. (Rows had taken a round trip a split
+    // for each sum and each value, and the quantize reloaded every block: ~10 rounds a row, 16 rows a
+    // warp in a 64-row tile.) The walk above makes the same sums in the same order.
+    for (int r = warp; r < rows; r += WARPS) {
+        const int t = begin + r / g, h = kvh * g + r % g, ns = min(AF_SPLITS, pos_s[r] / KT + 1);
+        const float* ph = partial + ((long long)(t - t0) * n_heads + h) * AF_SPLITS * (HD + 2);
+        const float m_l = lane < ns ? __ldcg(ph + lane * (HD + 2) + HD) : -CUDART_INF_F;
+        const float l_l = lane < ns ? __ldcg(ph + lane * (HD + 2) + HD + 1) : 0.0f;
+        float mxl = m_l;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) mxl = fmaxf(mxl, __shfl_xor_sync(SHARPINF_FULL_MASK, mxl, off));
+        if (lane < ns) {
+            sc_s[warp][lane] = expf(m_l - mxl);  // split s's factor
+            ls_s[warp][lane] = l_l;
+        }
+        __syncwarp();
+        float tot = 0.0f;
+        for (int s = 0; s < ns; ++s) tot += ls_s[warp][s] * sc_s[warp][s];
+        const float inv = 1.0f / tot;
+#pragma unroll
+        for (int e0 = 0; e0 < HD; e0 += 32) {  // value e0 + lane: a 32-value block of the row a pass
+            const int e = e0 + lane;
+            if (e >= HD) break;  // head_dim 16 (no q8_1 copy then)
+            float x[AF_SPLITS];  // every split's value loaded before the first is added
+#pragma unroll
+            for (int s = 0; s < AF_SPLITS; ++s)
+                if (s < ns) x[s] = __ldcg(ph + s * (HD + 2) + e);
+            float v = 0.0f;
+#pragma unroll
+            for (int s = 0; s < AF_SPLITS; ++s)
+                if (s < ns) v += x[s] * sc_s[warp][s];
+            v = v * inv;
+            out[(long long)t * n + h * HD + e] = v;
+            if (quantize) {
+                const int b = (h * HD + e0) / 32;  // the 32-value block within the token's row
+                q8_1_block(v, out_q + (long long)t * n + b * 32, out_d + (long long)t * (n / 32) + b,
+                           out_s + (long long)t * (n / 32) + b);
+            }
+        }
+        __syncwarp();  // sc_s and ls_s are rewritten for the warp's next row
+    }
+    if (tid == 0) *ticket = 0;  // ready for the next launch (and the next graph replay)
 }
 
 #define AF_ARGS                                                                                                \
@@ -590,28 +573,3 @@ __device__ __forceinline__ void af_q8(AF_ARGS) {
 #define AF_BOUNDS(hd) __launch_bounds__(AfShape<hd>::THREADS, 1)
 SHARPINF_KV_HD_ENTRIES(attention_flash, AF_BOUNDS, (AF_ARGS), af_typed, af_q8, AF_CALL)
 
-template <int HD, typename T>
-__device__ __forceinline__ void afw_typed(AF_ARGS) {
-    const AsKv<T, HD> kc{static_cast<const T*>(k_cache)}, vc{static_cast<const T*>(v_cache)};
-    attention_flash_walk_impl<HD>(AF_PASS(kc, vc));
-}
-template <int HD>
-__device__ __forceinline__ void afw_q8(AF_ARGS) {
-    const AsKvQ8<HD> kc{static_cast<const unsigned char*>(k_cache)}, vc{static_cast<const unsigned char*>(v_cache)};
-    attention_flash_walk_impl<HD>(AF_PASS(kc, vc));
-}
-
-// The walk's entries, attention_flash_walk_<kv>_d<HD>, head_dim 16..128 (at 256 a thread's two rows'
-// outputs and split states would need 256 registers: the split launch serves it). partial and
-// tickets are not read.
-#define AFW_FAMILY(kv, T)                                                                            \
-    SHARPINF_KV_HD_ENTRY(attention_flash_walk, kv, 16, AF_BOUNDS, (AF_ARGS), afw_typed<16, T>(AF_CALL))   \
-    SHARPINF_KV_HD_ENTRY(attention_flash_walk, kv, 32, AF_BOUNDS, (AF_ARGS), afw_typed<32, T>(AF_CALL))   \
-    SHARPINF_KV_HD_ENTRY(attention_flash_walk, kv, 64, AF_BOUNDS, (AF_ARGS), afw_typed<64, T>(AF_CALL))   \
-    SHARPINF_KV_HD_ENTRY(attention_flash_walk, kv, 128, AF_BOUNDS, (AF_ARGS), afw_typed<128, T>(AF_CALL))
-AFW_FAMILY(f32, float)
-AFW_FAMILY(f16, __half)
-AFW_FAMILY(bf16, __nv_bfloat16)
-SHARPINF_KV_HD_ENTRY(attention_flash_walk, q8_0, 32, AF_BOUNDS, (AF_ARGS), afw_q8<32>(AF_CALL))
-SHARPINF_KV_HD_ENTRY(attention_flash_walk, q8_0, 64, AF_BOUNDS, (AF_ARGS), afw_q8<64>(AF_CALL))
-SHARPINF_KV_HD_ENTRY(attention_flash_walk, q8_0, 128, AF_BOUNDS, (AF_ARGS), afw_q8<128>(AF_CALL))

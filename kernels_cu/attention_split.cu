@@ -114,7 +114,7 @@ template <int HD, typename KV> struct AsShape {
 // loads of its half row all issued (K_FETCH at a time) before it uses the first. p_s is ready after
 // the caller's __syncthreads.
 template <int HD, typename KV>
-__device__ __forceinline__ void as_scores(KV kc, const AsQuery& qi, int j0, int nk, int lo, int g, int block_size,
+SHARPINF_SHARED_FN void as_scores(KV kc, const AsQuery& qi, int j0, int nk, int lo, int g, int block_size,
                                           int n_kv_heads, int kvh, float scale, const float (*q_s)[HD],
                                           long long* row_s, float (*p_s)[AS_PART]) {
     using SH = AsShape<HD, KV>;
@@ -157,7 +157,7 @@ __device__ __forceinline__ void as_scores(KV kc, const AsQuery& qi, int j0, int 
 // partitions split, split + SPLITS, ... from the first at or after the window's. Both launch shapes
 // run this, so a query's split states have the same bits in either.
 template <int HD, typename KV>
-__device__ __forceinline__ void as_split_state(int split, KV kc, KV vc, const AsQuery& qi, int lo, int g, int block_size,
+SHARPINF_SHARED_FN void as_split_state(int split, KV kc, KV vc, const AsQuery& qi, int lo, int g, int block_size,
                                                int n_kv_heads, int kvh, float scale, const float (*q_s)[HD],
                                                long long* row_s, float (*p_s)[AS_PART], float* m_s, float* l_s,
                                                float* f_s, float (&acc)[AS_GROUP][AS_VEC]) {
@@ -233,7 +233,7 @@ __device__ __forceinline__ void as_split_state(int split, KV kc, KV vc, const As
 }
 
 // Value c of token t's output row and of its q8_1 copy: the calling warp holds the 32-value block of c.
-__device__ __forceinline__ void as_emit(float* out, signed char* out_q, float* out_d, int* out_s, int t, int n, int c,
+SHARPINF_SHARED_FN void as_emit(float* out, signed char* out_q, float* out_d, int* out_s, int t, int n, int c,
                                         float o, int quantize) {
     out[(long long)t * n + c] = o;
     if (quantize) {

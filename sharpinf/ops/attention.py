@@ -133,7 +133,7 @@ def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
 # has no multiprocessors: there a step of EMU_WALK_BLOCKS walks, so the forward oracles' prefills walk
 # and their single decodes split, and each cross-path oracle compares the two.
 LAUNCH_MODES = ("split", "walk")
-FLASH_WALK_MAX_HEAD_DIM = 128  # attention_flash_walk's entries (two rows' outputs and split states a thread)
+FLASH_WALK_MAX_HEAD_DIM = 128  # attention_flash.cu walks up to this (two rows' outputs and split states a thread)
 EMU_WALK_BLOCKS = 4
 
 
@@ -183,11 +183,10 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
     def io(n: int) -> tuple[int, int]:
         return 4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim
 
-    if walks(be, tiles(n_tokens) * n_kv_heads, head_dim, mode, FLASH_WALK_MAX_HEAD_DIM):
-        fn = kernel(be, file, f"attention_flash_walk_{kv_dtype}_d{head_dim}")
+    fn = kernel(be, file, f"attention_flash_{kv_dtype}_d{head_dim}")
+    if walks(be, tiles(n_tokens) * n_kv_heads, head_dim, mode, FLASH_WALK_MAX_HEAD_DIM):  # grid.z = 1: the walk
         be.launch(fn, (tiles(n_tokens), n_kv_heads, 1), 2 * rows, args(0, n_tokens), io=io(n_tokens))
         return
-    fn = kernel(be, file, f"attention_flash_{kv_dtype}_d{head_dim}")
     for t0 in range(0, n_tokens, scratch.tokens):  # a window of the scratch's size per launch
         n = min(scratch.tokens, n_tokens - t0)
         be.launch(fn, (tiles(n), n_kv_heads, SPLITS), 2 * rows, args(t0, n), io=io(n))
