@@ -56,9 +56,10 @@
 //   out = o * (1 / total), and the q8_1 copy by the merge's q8_1_block over 32 values of a row.
 // So every bit equals the split launch's (tests/test_kernels_attention.py compares the two; the
 // launcher picks by the step's shape: ops/attention.py's walks), for 1.4x the scores' mma work
-// and none of the scratch, tickets or merge. Launch: grid = (tiles, n_kv_heads, 1), the same blocks;
-// 245 registers at head_dim 128 (the split launch's 217: a row's output sums and its split's state
-// both live; no spills, NVRTC 12.9 sm_90), so HD <= 128 (256 would need 256 a thread for the two).
+// and none of the scratch, tickets or merge. Launch: grid = (tiles, n_kv_heads, 1), the same blocks
+// and kernel; 250 registers at head_dim 128 (a row's output sums and its split's state both live;
+// the split-only kernel had 217 -- 2 blocks an SM either way; no spills, NVRTC 12.9 sm_90), so
+// HD <= 128: at 256 the two would need 256 a thread, and the walk is compiled out.
 // Bound, estimated: latency -- a block's chain is its partitions' round trips (pass 1: table
 // lookup, K tile; pass 2: those and the V tile), ~4-5 us a partition over both passes; the blocks
 // fit one wave in the cases below. The 8B shape's 512-token prefill: 256 blocks, the longest tile 8
