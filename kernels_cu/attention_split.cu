@@ -243,23 +243,37 @@ SHARPINF_SHARED_FN void as_emit(float* out, signed char* out_q, float* out_d, in
     }
 }
 
+// Both launch shapes' parameters (the entries' AS_ARGS with the caches as KV readers).
+#define AS_IMPL_PARAMS                                                                                       \
+    const float *qkv, int qkv_stride, KV kc, KV vc, const int *block_tables, int max_blocks_per_seq,        \
+        const int *cu_seqlens, const int *positions, float *out, signed char *out_q, float *out_d, int *out_s, \
+        float *partial, int *tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads,         \
+        int block_size, float scale, int sliding_window, int quantize
+
+// The block's query heads: g <= GROUP heads of KV head kvh from h0 (blockIdx.y: a KV head's groups of
+// GROUP heads in turn -- larger GQA groups take several blocks).
+struct AsHeads {
+    int kvh, h0, g;
+    __device__ __forceinline__ AsHeads(int n_heads, int n_kv_heads) {
+        const int group = n_heads / n_kv_heads, groups = (group + AS_GROUP - 1) / AS_GROUP;
+        kvh = blockIdx.y / groups;
+        h0 = kvh * group + (blockIdx.y % groups) * AS_GROUP;
+        g = min(AS_GROUP, kvh * group + group - h0);
+    }
+};
+
 // The split launch: one block a (token, KV head group, split); each writes its split's states, and
 // the last block of (token, group) to finish merges them.
 template <int HD, typename KV>
-__device__ __forceinline__ void attention_split_impl(
-    const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
-    const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
-    float* partial, int* tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads, int block_size, float scale,
-    int sliding_window, int quantize) {
+__device__ __forceinline__ void attention_split_impl(AS_IMPL_PARAMS) {
     using SH = AsShape<HD, KV>;
     constexpr int SLICES = SH::SLICES;
     AS_SHARED(HD, SH);
     __shared__ float mm_s[AS_GROUP][AS_SPLITS], ml_s[AS_GROUP][AS_SPLITS], sc_s[AS_GROUP][AS_SPLITS], inv_s[AS_GROUP];  // the merge
     const int tid = threadIdx.x;
     const int tl = blockIdx.x, t = t0 + tl, split = blockIdx.z;  // tl: the token in the window
-    const int group = n_heads / n_kv_heads, groups = (group + AS_GROUP - 1) / AS_GROUP;
-    const int kvh = blockIdx.y / groups, h0 = kvh * group + (blockIdx.y % groups) * AS_GROUP;
-    const int g = min(AS_GROUP, kvh * group + group - h0);  // query heads of this block
+    const AsHeads H(n_heads, n_kv_heads);
+    const int kvh = H.kvh, h0 = H.h0, g = H.g;
     if (t >= n_tokens) return;
     // the queries first: their loads need not wait for the position (a split past the context
     // drops them unused)
@@ -359,20 +373,15 @@ __device__ __forceinline__ void attention_split_impl(
 // term by term in split order -- and the output o * (1 / total), as the merge and the one-split path
 // write it.
 template <int HD, typename KV>
-__device__ __forceinline__ void attention_split_walk_impl(
-    const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
-    const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
-    float* partial, int* tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads, int block_size, float scale,
-    int sliding_window, int quantize) {
+__device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
     using SH = AsShape<HD, KV>;
     constexpr int SLICES = SH::SLICES, PER = (HD + AS_THREADS - 1) / AS_THREADS;  // output values a thread
     AS_SHARED(HD, SH);
     __shared__ float mx_s[AS_GROUP], tot_s[AS_GROUP], fac_s[AS_GROUP];  // the merge's maximum, sum and this split's factor
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = AS_THREADS / 32;
     const int t = t0 + blockIdx.x;
-    const int group = n_heads / n_kv_heads, groups = (group + AS_GROUP - 1) / AS_GROUP;
-    const int kvh = blockIdx.y / groups, h0 = kvh * group + (blockIdx.y % groups) * AS_GROUP;
-    const int g = min(AS_GROUP, kvh * group + group - h0);
+    const AsHeads H(n_heads, n_kv_heads);
+    const int kvh = H.kvh, h0 = H.h0, g = H.g;
     if (t >= n_tokens) return;
     for (int i = tid; i < g * HD; i += AS_THREADS) q_s[i / HD][i % HD] = qkv[(long long)t * qkv_stride + (h0 + i / HD) * HD + i % HD];
     const AsQuery qi(t, cu_seqlens, n_seqs, positions, block_tables, max_blocks_per_seq);
@@ -454,35 +463,32 @@ __device__ __forceinline__ void attention_split_walk_impl(
     qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, out_q, out_d, out_s, \
         partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, quantize
 
-template <int HD, typename T>
-__device__ __forceinline__ void as_typed(AS_ARGS) {
-    const AsKv<T, HD> kc{static_cast<const T*>(k_cache)}, vc{static_cast<const T*>(v_cache)};
-    attention_split_impl<HD>(AS_PASS(kc, vc));
-}
-template <int HD>
-__device__ __forceinline__ void as_q8(AS_ARGS) {
-    const AsKvQ8<HD> kc{static_cast<const unsigned char*>(k_cache)}, vc{static_cast<const unsigned char*>(v_cache)};
-    attention_split_impl<HD>(AS_PASS(kc, vc));
-}
 #define AS_CALL qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, \
         out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, \
         quantize
-
+// The caches read as their dtype says, then the split launch's kernel or (WALK) the walk's.
+template <int HD, bool WALK, typename KV>
+__device__ __forceinline__ void as_shape(const KV kc, const KV vc, AS_ARGS) {
+    if constexpr (WALK) attention_split_walk_impl<HD>(AS_PASS(kc, vc));
+    else attention_split_impl<HD>(AS_PASS(kc, vc));
+}
+template <int HD, typename T, bool WALK = false>
+__device__ __forceinline__ void as_typed(AS_ARGS) {
+    const AsKv<T, HD> kc{static_cast<const T*>(k_cache)}, vc{static_cast<const T*>(v_cache)};
+    as_shape<HD, WALK>(kc, vc, AS_CALL);
+}
+template <int HD, bool WALK = false>
+__device__ __forceinline__ void as_q8(AS_ARGS) {
+    const AsKvQ8<HD> kc{static_cast<const unsigned char*>(k_cache)}, vc{static_cast<const unsigned char*>(v_cache)};
+    as_shape<HD, WALK>(kc, vc, AS_CALL);
+}
 // One entry per (KV dtype, head_dim), attention_split_<kv>_d<HD>, each compiled only when wanted
 // (SHARPINF_KV_HD_ENTRIES, common.cuh); ptxas held to 4 blocks an SM (128 registers: the merge's
 // prefetch of a thread's next output took bf16_d128 to 129 unbounded).
 #define AS_BOUNDS(hd) __launch_bounds__(AS_THREADS, 4)
 SHARPINF_KV_HD_ENTRIES(attention_split, AS_BOUNDS, (AS_ARGS), as_typed, as_q8, AS_CALL)
 
-template <int HD, typename T>
-__device__ __forceinline__ void asw_typed(AS_ARGS) {
-    const AsKv<T, HD> kc{static_cast<const T*>(k_cache)}, vc{static_cast<const T*>(v_cache)};
-    attention_split_walk_impl<HD>(AS_PASS(kc, vc));
-}
-template <int HD>
-__device__ __forceinline__ void asw_q8(AS_ARGS) {
-    const AsKvQ8<HD> kc{static_cast<const unsigned char*>(k_cache)}, vc{static_cast<const unsigned char*>(v_cache)};
-    attention_split_walk_impl<HD>(AS_PASS(kc, vc));
-}
+template <int HD, typename T> __device__ __forceinline__ void asw_typed(AS_ARGS) { as_typed<HD, T, true>(AS_CALL); }
+template <int HD> __device__ __forceinline__ void asw_q8(AS_ARGS) { as_q8<HD, true>(AS_CALL); }
 // The walk's entries, attention_split_walk_<kv>_d<HD> (the same arguments; partial and tickets unused).
 SHARPINF_KV_HD_ENTRIES(attention_split_walk, AS_BOUNDS, (AS_ARGS), asw_typed, asw_q8, AS_CALL)
