@@ -60,13 +60,14 @@
 #      radix's sweeps load a thread's 16 ids before using the first since 2026-11-28 (they had waited on
 #      each load in turn: 16 round trips to L2 a launch) -- never timed either way.
 #   4. attention: split vs flash per N (fast keeps split; flash was faster only for long prefills).
-#      Since 2026-11-28 (later) split and flash walk -- one block a (query block, KV head) through
-#      every split, no scratch or merge -- where their blocks fill the GPU (ops/attention.py's walks;
-#      the same bits as their split launches): kernels-attention.log against
-#      kernels-attention-split-launch.log (the split launches forced). The walk's threshold (blocks
-#      >= multiprocessors) is a guess those rows settle; and if flash's walk beats split's at 64
-#      sequences and the prefills, flash can become fast's attention (issue 19: flash the prefill
-#      default -- one kernel family, exact across both shapes).
+#      Since 2026-11-28 (later) split and flash can walk -- one block a (query block, KV head) through
+#      every split, no scratch or merge, the same bits as their split launches -- opt-in on a GPU
+#      (SHARPINF_ATTENTION_MODE=walk; ops/attention.py's walks): kernels-attention.log (split launches)
+#      against kernels-attention-walk.log, and kernels-attention-4k-{split,walk}.log at 4,096 keys
+#      (where the walk's depth should cost). If the walk wins where its blocks fill the GPU and the
+#      contexts are short, walks()'s auto takes it there (a rule on the step's blocks; the launch cannot
+#      see the contexts); if flash's walk beats split's at 64 sequences and the prefills, flash can
+#      become fast's attention (issue 19: flash the prefill default -- exact across both shapes).
 #      split since 2026-11-28: its loads batched (kv_rows.cuh FETCH), a two-round merge, no merge for one split (attention_split.cu's
 #      header) -- against the H200's 2026-11-26 rows (513 keys: 22.6 us at 1 sequence, 142.5 at 64):
 #      the latency chain a decode step pays 30-36 times (a third of SmolLM2's decode kernels on the H100).
@@ -186,14 +187,20 @@ if has kernels; then
     --batch-sizes 1,64 --context 512 --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention" \
    
   stamp "kernels attention exit $?"
-  # split's and flash's split launch forced (the rows above walk wherever ops/attention.py's walks
-  # says: 64 sequences, the prefills) -- the walks' first timing is the difference (the headers of
-  # attention_split.cu and attention_flash.cu)
-  stamp "kernels: attention, the split launches forced"
-  SHARPINF_ATTENTION_MODE=split run kernels-attention-split-launch.log 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+  # the walk forced (the rows above are the split launches: auto keeps them on a GPU until this
+  # times the walk; the headers of attention_split.cu and attention_flash.cu), then both shapes at a
+  # 4,096-key decode, where the walk's one block a query has 64 partitions to go through twice
+  stamp "kernels: attention, the walk"
+  SHARPINF_ATTENTION_MODE=walk run kernels-attention-walk.log 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
     --backend cuda --suite kernels --op attention --variant split,flash --batch-sizes 1,64 --context 512 \
-    --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention-split-launch"
-  stamp "kernels attention split launch exit $?"
+    --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention-walk"
+  stamp "kernels attention walk exit $?"
+  for m in split walk; do
+    SHARPINF_ATTENTION_MODE=$m run kernels-attention-4k-$m.log 45 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+      --backend cuda --suite kernels --op attention --variant split,flash --batch-sizes 8,64 --context 4096 \
+      --prefill-sizes '' --repeats 3 --out "$RUN/qwen3-8b-shape-attention-4k-$m"
+    stamp "kernels attention 4k $m exit $?"
+  done
   for k in fast ffn layer; do
     spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
     stamp "decode: SmolLM2 shape, kernels $spec"

@@ -6,7 +6,7 @@
 //       n_kv_heads, block_size, scale, sliding_window, quantize)
 //   Inputs and outputs as attention_split.cu (the same scratch: partial float [window, n_heads, SPLITS,
 //   HD + 2], tickets int, zero between launches). A launch serves the window of tokens
-//   t0 .. t0 + n_window - 1; the launcher walks a long step in windows of the scratch's size.
+//   t0 .. t0 + n_window - 1; the split launch takes a long step in windows of the scratch's size.
 //   Launched with gridDim.z = 1 (HD <= 128), the same kernel walks: the same outputs, bit for bit,
 //   from one block a (tile, KV head), partial and tickets unused -- see below.
 //
@@ -54,8 +54,10 @@
 //           split's partitions -- then, for the rows whose merge reads split s, f = exp(m_s - mx),
 //           total += l_s f and o += acc_s f: the merge's two sums, term by term in split order;
 //   out = o * (1 / total), and the q8_1 copy by the merge's q8_1_block over 32 values of a row.
+//   (The merge's and the walk's sums are explicit fmas, __fmaf_rn: NVRTC contracts a * b + c by
+//   default, g++ -O1 does not; spelled out, both round alike on every backend.)
 // So every bit equals the split launch's (tests/test_kernels_attention.py compares the two; the
-// launcher picks by the step's shape: ops/attention.py's walks), for 1.4x the scores' mma work
+// launcher picks: ops/attention.py's walks), for twice the scores' mma work (1.5x all the mma)
 // and none of the scratch, tickets or merge. Launch: grid = (tiles, n_kv_heads, 1), the same blocks
 // and kernel; 250 registers at head_dim 128 (a row's output sums and its split's state both live;
 // the split-only kernel had 217 -- 2 blocks an SM either way; no spills, NVRTC 12.9 sm_90), so
@@ -375,7 +377,7 @@ __device__ __forceinline__ void af_split_state(int split, const AfTile& T, KV kc
 // exact in any order). Then for s = 0, 1, ...: af_split_state, total += l_s f_s and o += acc_s f_s --
 // the merge's sums, term by term in split order -- and the output o * (1 / total), as the merge
 // writes it. One kernel for both shapes: af_split_state is compiled once, and the registers are the
-// walk's either way (2 blocks an SM at 245, as at the split path's 217).
+// walk's either way (2 blocks an SM at 250, as at the split-only kernel's 217).
 template <int HD, typename KV>
 __device__ __forceinline__ void attention_flash_impl(
     const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
@@ -443,11 +445,11 @@ __device__ __forceinline__ void attention_flash_impl(
             if (r >= rows || pos_r[h] < split * KT) continue;
             if (walk) {  // one split: its own maximum (the merge's over one split; exp(0) = 1)
                 const float sc = expf(m[h] - (T.nsplits > 1 ? mx[h] : m[h]));
-                total[h] += l[h] * sc;
+                total[h] = __fmaf_rn(l[h], sc, total[h]);
 #pragma unroll
                 for (int d = 0; d < DT; ++d) {
-                    o[d][2 * h] += acc[d][2 * h] * sc;
-                    o[d][2 * h + 1] += acc[d][2 * h + 1] * sc;
+                    o[d][2 * h] = __fmaf_rn(acc[d][2 * h], sc, o[d][2 * h]);
+                    o[d][2 * h + 1] = __fmaf_rn(acc[d][2 * h + 1], sc, o[d][2 * h + 1]);
                 }
                 continue;
             }
@@ -520,7 +522,7 @@ __device__ __forceinline__ void attention_flash_impl(
         }
         __syncwarp();
         float tot = 0.0f;
-        for (int s = 0; s < ns; ++s) tot += ls_s[warp][s] * sc_s[warp][s];
+        for (int s = 0; s < ns; ++s) tot = __fmaf_rn(ls_s[warp][s], sc_s[warp][s], tot);
         const float inv = 1.0f / tot;
 #pragma unroll
         for (int e0 = 0; e0 < HD; e0 += 32) {  // value e0 + lane: a 32-value block of the row a pass
@@ -533,7 +535,7 @@ __device__ __forceinline__ void attention_flash_impl(
             float v = 0.0f;
 #pragma unroll
             for (int s = 0; s < AF_SPLITS; ++s)
-                if (s < ns) v += x[s] * sc_s[warp][s];
+                if (s < ns) v = __fmaf_rn(x[s], sc_s[warp][s], v);
             v = v * inv;
             out[(long long)t * n + h * HD + e] = v;
             if (quantize) {

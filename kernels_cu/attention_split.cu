@@ -9,7 +9,7 @@
 //   the input of the dp4a o-projection. partial: float scratch [n_tokens, n_heads, SPLITS, HD + 2];
 //   tickets: int [n_tokens, n_kv_heads * groups], zero before the first launch (the kernel leaves
 //   them zero again, so graphs replay it). A launch runs the tokens t0 .. t0 + gridDim.x - 1 (< n_tokens)
-//   and indexes partial and tickets from t0: the launcher walks a long step in windows of the
+//   and indexes partial and tickets from t0: the split launch takes a long step in windows of the
 //   scratch's size (a query's arithmetic does not depend on its window).
 //   attention_split_walk_<kv>_d<HD>(the same arguments; partial and tickets unused): the same
 //   outputs, bit for bit, from one block a (token, head group) -- the walk, at the end of this header.
@@ -72,8 +72,11 @@
 //           order -- and the output o * (1 / total), with its q8_1 copy, as the merge writes them (one
 //           split: f = 1, the one-split path's bits).
 // tests/test_kernels_attention.py compares the two shapes bit for bit; ops/attention.py's walks picks
-// by the step's shape. Launch: grid = (n_tokens, n_kv_heads * groups, 1), block 128, <= 128 registers
-// (no spills, NVRTC 12.9 sm_90); ~0.5 KB more shared memory (the running maximum, sums and factors).
+// (on a GPU the split launch until the walk is timed). Launch: grid = (n_tokens, n_kv_heads * groups,
+// 1), block 128, <= 128 registers (no spills, NVRTC 12.9 sm_90); ~0.5 KB more shared memory (the
+// running maximum, sums and factors). The merge's and the walk's sums are explicit fmas (__fmaf_rn):
+// NVRTC contracts a * b + c by default and g++ -O1 does not, so spelled out both sides round alike on
+// every backend.
 // Bound, estimated: latency -- a block's chain is its partitions' round trips, ~2 in pass 1 (table,
 // K) and ~4 in pass 2 (table, K, V, the weights' barrier) for each: a 64-sequence decode at 513 keys,
 // 512 blocks of 9 partitions in one wave, ~30-45 us a layer (the split launch: 142.5). Prefill reads
@@ -333,7 +336,7 @@ __device__ __forceinline__ void attention_split_impl(AS_IMPL_PARAMS) {
         float mx = -CUDART_INF_F;
         for (int s = 0; s < nsplits; ++s) mx = fmaxf(mx, mm_s[h][s]);
         float total = 0.0f;
-        for (int s = 0; s < nsplits; ++s) total += ml_s[h][s] * expf(mm_s[h][s] - mx);
+        for (int s = 0; s < nsplits; ++s) total = __fmaf_rn(ml_s[h][s], expf(mm_s[h][s] - mx), total);
         for (int s = 0; s < nsplits; ++s) sc_s[h][s] = expf(mm_s[h][s] - mx);
         inv_s[h] = 1.0f / total;
     }
@@ -357,7 +360,7 @@ __device__ __forceinline__ void attention_split_impl(AS_IMPL_PARAMS) {
         float o = 0.0f;
 #pragma unroll
         for (int s = 0; s < AS_SPLITS; ++s)
-            if (s < nsplits) o += x[s] * sc_s[h][s];
+            if (s < nsplits) o = __fmaf_rn(x[s], sc_s[h][s], o);
         as_emit(out, out_q, out_d, out_s, t, n, (h0 + h) * HD + e, o * inv_s[h], quantize);
 #pragma unroll
         for (int s = 0; s < AS_SPLITS; ++s) x[s] = next[s];
@@ -420,7 +423,7 @@ __device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
         if (tid < g) {  // one split: its own maximum (exp(0) = 1: the one-split path's output)
             const float mx = nsplits > 1 ? mx_s[tid] : m_s[tid];
             const float sc = expf(m_s[tid] - mx);
-            tot_s[tid] += l_s[tid] * sc;
+            tot_s[tid] = __fmaf_rn(l_s[tid], sc, tot_s[tid]);
             fac_s[tid] = sc;
         }
 #pragma unroll
@@ -435,7 +438,7 @@ __device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
                 if (e >= HD) break;
                 float os = 0.0f;
                 for (int sl = 0; sl < SLICES; ++sl) os += red_s[sl * HD + e];
-                o[h][k] += os * fac_s[h];
+                o[h][k] = __fmaf_rn(os, fac_s[h], o[h][k]);
             }
             __syncthreads();  // red_s is rewritten by the next head, m_s and l_s by the next split
         }

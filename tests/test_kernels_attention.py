@@ -286,26 +286,32 @@ def test_walk_and_split_launches_give_the_same_bits(backend, kv_dtype, variant):
         case.check_reference(got["walk"][0], variant)
         for walked, split in zip(got["walk"], got["split"]):
             assert_same(walked, split)
+    # head_dim 128, GQA 5, the split launch in windows of 7 tokens (other tile cuts than the walk's)
+    case = Case(47, kv_dtype, [300, 0, 1029], [12, 17, 2], 16, 5, 1, 128, sliding_window=90)
+    assert_same(case.run(backend, variant=variant, mode="walk"), case.run(backend, variant=variant, mode="split", window=7))
 
 
-def test_attention_walks_where_its_blocks_fill_the_gpu():
-    """The rule: a step walks once its walk blocks reach the multiprocessors (the emulator:
-    EMU_WALK_BLOCKS); above a kernel's walk head_dim it splits; a forced mode is obeyed or refused in
-    one line."""
+def test_attention_launch_shape_rule(monkeypatch):
+    """auto: the split launch on a GPU (until one times the walk), the walk from EMU_WALK_BLOCKS blocks
+    on the emulator; above a kernel's walk head_dim it splits; a forced mode is obeyed (the environment's
+    falls back where the kernel cannot walk; an explicit one is refused in one line), a bad one refused."""
     from types import SimpleNamespace
 
     from sharpinf.errors import SharpinfError
 
+    monkeypatch.delenv("SHARPINF_ATTENTION_MODE", raising=False)
     gpu, emu = SimpleNamespace(multiprocessors=132), SimpleNamespace(multiprocessors=0)
     walks, flash_max = attn_ops.walks, attn_ops.FLASH_WALK_MAX_HEAD_DIM
-    assert not walks(gpu, 131, 128) and walks(gpu, 132, 128) and walks(gpu, 132, 256)
-    assert not walks(emu, 3, 64) and walks(emu, 4, 64)
-    assert not walks(gpu, 1000, 256, None, flash_max)
-    assert walks(gpu, 1, 64, "walk") and not walks(gpu, 1000, 64, "split")
+    assert not walks(gpu, 10_000, 128)
+    assert not walks(emu, 3, 64) and walks(emu, 4, 64) and not walks(emu, 4, 256, None, flash_max)
+    assert walks(gpu, 1, 64, "walk") and not walks(emu, 1000, 64, "split")
     with pytest.raises(SharpinfError, match="head_dim <= 128"):
         walks(gpu, 1, 256, "walk", flash_max)
+    monkeypatch.setenv("SHARPINF_ATTENTION_MODE", "walk")
+    assert walks(gpu, 1, 128) and not walks(gpu, 1, 256, None, flash_max)
+    monkeypatch.setenv("SHARPINF_ATTENTION_MODE", "both")
     with pytest.raises(SharpinfError, match="choose from auto, split, walk"):
-        walks(gpu, 1, 64, "both")
+        walks(gpu, 1, 64)
 
 
 @pytest.mark.parametrize("variant", SPLIT_FRAME)

@@ -128,28 +128,34 @@ def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
 # walk): the split launch runs 16 blocks a (query block, KV head) -- a token and a group of heads for
 # split, a tile of (token, head) rows for flash -- one partition or two deep each, merged by the last;
 # the walk one block a (query block, KV head) through every split (a pass for the maximum, then the
-# splits). The walk pays where its blocks alone fill the GPU -- at least one a multiprocessor (decode
-# of many sequences, prefills) -- and the split launch for the latency of a small step. The emulator
-# has no multiprocessors: there a step of EMU_WALK_BLOCKS walks, so the forward oracles' prefills walk
-# and their single decodes split, and each cross-path oracle compares the two.
+# splits), its latency growing with the context. By estimate the walk wins where many blocks each
+# see few partitions (a 64-sequence decode at 512 keys, short prefills) and loses at long contexts
+# with few blocks (a chunk of one long prompt: 8 tiles walking 128 partitions twice), and the launch
+# cannot see the contexts (a graph replays it for any). Until a GPU times both (bench/device_call.sh),
+# `auto` keeps the split launch on a GPU; on the emulator a step of EMU_WALK_BLOCKS blocks or more
+# walks, so the forward oracles' prefills and batched decodes walk and single decodes of models with
+# few KV heads split, and the cross-path oracles compare the two.
 LAUNCH_MODES = ("split", "walk")
 FLASH_WALK_MAX_HEAD_DIM = 128  # attention_flash.cu walks up to this (two rows' outputs and split states a thread)
 EMU_WALK_BLOCKS = 4
 
 
 def walks(be, blocks: int, head_dim: int, mode: str | None = None, max_head_dim: int = max(HEAD_DIMS)) -> bool:
-    """Whether a split-frame step of `blocks` walk blocks walks or splits: `mode` ("split", "walk";
-    None: $SHARPINF_ATTENTION_MODE, else by the step's shape as above). The bits are the same either way."""
-    mode = mode or os.environ.get("SHARPINF_ATTENTION_MODE", "").strip() or "auto"
-    if mode not in (*LAUNCH_MODES, "auto"):
-        raise SharpinfError(f"attention launch mode {mode!r}: choose from auto, {', '.join(LAUNCH_MODES)}")
+    """Whether a split-frame step of `blocks` walk blocks walks or splits: `mode` ("split", "walk"; an
+    explicit "walk" the kernel cannot do is an error), else $SHARPINF_ATTENTION_MODE (where the kernel
+    cannot walk, it splits), else as above. The bits are the same either way."""
+    env = os.environ.get("SHARPINF_ATTENTION_MODE", "").strip()
+    chosen = mode or env or "auto"
+    if chosen not in (*LAUNCH_MODES, "auto"):
+        raise SharpinfError(f"attention launch mode {chosen!r} ({'mode' if mode else 'SHARPINF_ATTENTION_MODE'}): "
+                            f"choose from auto, {', '.join(LAUNCH_MODES)}")
     if head_dim > max_head_dim:
         if mode == "walk":
             raise SharpinfError(f"this attention walks head_dim <= {max_head_dim}, not {head_dim}")
         return False
-    if mode != "auto":
-        return mode == "walk"
-    return blocks >= (be.multiprocessors or EMU_WALK_BLOCKS)
+    if chosen != "auto":
+        return chosen == "walk"
+    return not be.multiprocessors and blocks >= EMU_WALK_BLOCKS
 
 
 def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
