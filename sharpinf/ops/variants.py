@@ -26,10 +26,10 @@ declared once in the registry, variants.toml (`sharpinf kernels list` prints it)
                                   launch (layer_dp4a.cu): two launches a layer, bit-identical
     attention  simple             attention.cu: a warp per (token, head)
                split              attention_split.cu: split-KV (flash-decoding), GQA-shared loads;
-                                  large steps walk every split in one block (the same bits)
+                                  can walk every split in one block (the same bits)
                flash              attention_flash.cu: the split frame on f16 tensor cores, 64 (token,
                                   head) rows of one sequence sharing each K/V tile; every step
-                                  (large ones walk, as split)
+                                  (and can walk, as split)
     rope_kv    simple             rope.cu, qk_norm.cu, kv_cache.cu
                fused              rope_kv.cu: all three in one launch per step
     moe        simple             moe_route.cu, moe_ffn.cu: router, a warp per (token, expert) pair
