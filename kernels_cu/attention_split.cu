@@ -265,6 +265,29 @@ struct AsHeads {
     }
 };
 
+// The block's query: its heads' rows of Q into q_s (loaded before the position is known: a split past
+// the context drops them unused), the token's sequence and position, its splits and first visible key.
+struct AsTokenQuery {
+    AsQuery qi;
+    int nsplits, lo;  // splits holding a partition; the first key a sliding window leaves visible
+};
+template <int HD>
+__device__ __forceinline__ AsTokenQuery as_query(const float* qkv, int qkv_stride, int t, int h0, int g, const int* cu_seqlens,
+                                                 int n_seqs, const int* positions, const int* block_tables,
+                                                 int max_blocks_per_seq, int sliding_window, float (*q_s)[HD]) {
+    for (int i = threadIdx.x; i < g * HD; i += AS_THREADS) q_s[i / HD][i % HD] = qkv[(long long)t * qkv_stride + (h0 + i / HD) * HD + i % HD];
+    const AsQuery qi(t, cu_seqlens, n_seqs, positions, block_tables, max_blocks_per_seq);
+    return {qi, min(AS_SPLITS, qi.pos / AS_PART + 1), sliding_window > 0 ? max(0, qi.pos - sliding_window + 1) : 0};
+}
+
+// Value e of one head's P V output: the slices' sums in red_s added in slice order (from +0).
+template <int HD, int SLICES>
+__device__ __forceinline__ float as_slice_sum(const float* red_s, int e) {
+    float o = 0.0f;
+    for (int sl = 0; sl < SLICES; ++sl) o += red_s[sl * HD + e];
+    return o;
+}
+
 // The split launch: one block a (token, KV head group, split); each writes its split's states, and
 // the last block of (token, group) to finish merges them.
 template <int HD, typename KV>
@@ -278,14 +301,11 @@ __device__ __forceinline__ void attention_split_impl(AS_IMPL_PARAMS) {
     const AsHeads H(n_heads, n_kv_heads);
     const int kvh = H.kvh, h0 = H.h0, g = H.g;
     if (t >= n_tokens) return;
-    // the queries first: their loads need not wait for the position (a split past the context
-    // drops them unused)
-    for (int i = tid; i < g * HD; i += AS_THREADS) q_s[i / HD][i % HD] = qkv[(long long)t * qkv_stride + (h0 + i / HD) * HD + i % HD];
-    const AsQuery qi(t, cu_seqlens, n_seqs, positions, block_tables, max_blocks_per_seq);
-    const int nsplits = min(AS_SPLITS, qi.pos / AS_PART + 1);  // splits holding a partition
+    const AsTokenQuery Q = as_query<HD>(qkv, qkv_stride, t, h0, g, cu_seqlens, n_seqs, positions, block_tables,
+                                        max_blocks_per_seq, sliding_window, q_s);
+    const AsQuery& qi = Q.qi;
+    const int nsplits = Q.nsplits, lo = Q.lo;
     if (split >= nsplits) return;  // uniform per block
-
-    const int lo = sliding_window > 0 ? max(0, qi.pos - sliding_window + 1) : 0;  // the first visible key
     float acc[AS_GROUP][AS_VEC];
     as_split_state<HD>(split, kc, vc, qi, lo, g, block_size, n_kv_heads, kvh, scale, q_s, row_s, p_s, m_s, l_s, f_s, acc);
     const int slice = tid / SH::COLS, e_pv = (tid % SH::COLS) * AS_VEC;
@@ -304,8 +324,7 @@ __device__ __forceinline__ void attention_split_impl(AS_IMPL_PARAMS) {
         __syncthreads();
         float* ps = partial + (((long long)tl * n_heads + h0 + h) * AS_SPLITS + split) * (HD + 2);
         for (int e = tid; e < HD; e += AS_THREADS) {
-            float o = 0.0f;
-            for (int sl = 0; sl < SLICES; ++sl) o += red_s[sl * HD + e];
+            const float o = as_slice_sum<HD, SLICES>(red_s, e);
             if (alone) as_emit(out, out_q, out_d, out_s, t, n, (h0 + h) * HD + e, o * (1.0f / l_s[h]), quantize);  // e over whole warps (HD % 32 == 0 to quantize)
             else ps[e] = o;
         }
@@ -386,10 +405,10 @@ __device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
     const AsHeads H(n_heads, n_kv_heads);
     const int kvh = H.kvh, h0 = H.h0, g = H.g;
     if (t >= n_tokens) return;
-    for (int i = tid; i < g * HD; i += AS_THREADS) q_s[i / HD][i % HD] = qkv[(long long)t * qkv_stride + (h0 + i / HD) * HD + i % HD];
-    const AsQuery qi(t, cu_seqlens, n_seqs, positions, block_tables, max_blocks_per_seq);
-    const int nsplits = min(AS_SPLITS, qi.pos / AS_PART + 1);
-    const int lo = sliding_window > 0 ? max(0, qi.pos - sliding_window + 1) : 0;
+    const AsTokenQuery Q = as_query<HD>(qkv, qkv_stride, t, h0, g, cu_seqlens, n_seqs, positions, block_tables,
+                                        max_blocks_per_seq, sliding_window, q_s);
+    const AsQuery& qi = Q.qi;
+    const int nsplits = Q.nsplits, lo = Q.lo;
     if (tid < AS_GROUP) {
         mx_s[tid] = -CUDART_INF_F;
         tot_s[tid] = 0.0f;
@@ -436,8 +455,7 @@ __device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
             for (int k = 0; k < PER; ++k) {
                 const int e = tid + k * AS_THREADS;
                 if (e >= HD) break;
-                float os = 0.0f;
-                for (int sl = 0; sl < SLICES; ++sl) os += red_s[sl * HD + e];
+                const float os = as_slice_sum<HD, SLICES>(red_s, e);
                 o[h][k] = __fmaf_rn(os, fac_s[h], o[h][k]);
             }
             __syncthreads();  // red_s is rewritten by the next head, m_s and l_s by the next split
