@@ -61,13 +61,16 @@
 #      each load in turn: 16 round trips to L2 a launch) -- never timed either way.
 #   4. attention: split vs flash per N (fast keeps split; flash was faster only for long prefills).
 #      Since 2026-11-28 (later) split and flash can walk -- one block a (query block, KV head) through
-#      every split, no scratch or merge, the same bits as their split launches -- opt-in on a GPU
-#      (SHARPINF_ATTENTION_MODE=walk; ops/attention.py's walks): kernels-attention.log (split launches)
-#      against kernels-attention-walk.log, and kernels-attention-4k-{split,walk}.log at 4,096 keys
-#      (where the walk's depth should cost). If the walk wins where its blocks fill the GPU and the
-#      contexts are short, walks()'s auto takes it there (a rule on the step's blocks; the launch cannot
-#      see the contexts); if flash's walk beats split's at 64 sequences and the prefills, flash can
-#      become fast's attention (issue 19: flash the prefill default -- exact across both shapes).
+#      every split, no scratch or merge, the same bits as their split launches. Since the session after,
+#      a GPU step takes the shape ops/attention.py's walk_pays estimates cheaper from its blocks and its
+#      longest context (never timed: its two constants, WALK_PASSES and MERGE_COST, are guesses; the
+#      engine rows of this call -- peers, decode -- run it). kernels-attention.log (split forced) against
+#      kernels-attention-walk.log (walk forced), and kernels-attention-4k-{split,walk}.log at 4,096 keys
+#      (where the walk's depth should cost); every attention row carries rule_shape, what the rule takes
+#      for it, so auto's time is the row of that shape: where the rule picks the slower one, set the
+#      constants so it picks the faster (the rows' partitions and blocks are in their shapes and grids).
+#      If flash's walk beats split's at 64 sequences and the prefills, flash can become fast's
+#      attention (issue 19: flash the prefill default -- exact across both shapes).
 #      split since 2026-11-28: its loads batched (kv_rows.cuh FETCH), a two-round merge, no merge for one split (attention_split.cu's
 #      header) -- against the H200's 2026-11-26 rows (513 keys: 22.6 us at 1 sequence, 142.5 at 64):
 #      the latency chain a decode step pays 30-36 times (a third of SmolLM2's decode kernels on the H100).
@@ -183,13 +186,13 @@ if has kernels; then
    
   stamp "kernels matmul exit $?"
   stamp "kernels: attention on the 8B shape"
-  run kernels-attention.log 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op attention \
+  SHARPINF_ATTENTION_MODE=split run kernels-attention.log 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels --op attention \
     --batch-sizes 1,64 --context 512 --prefill-sizes 512,2048 --repeats 3 --out "$RUN/qwen3-8b-shape-attention" \
    
   stamp "kernels attention exit $?"
-  # the walk forced (the rows above are the split launches: auto keeps them on a GPU until this
-  # times the walk; the headers of attention_split.cu and attention_flash.cu), then both shapes at a
-  # 4,096-key decode, where the walk's one block a query has 64 partitions to go through twice
+  # the walk forced (the rows above are the split launches, forced: comparable with 2026-11-26's; each
+  # row's rule_shape says which of the two auto takes), then both shapes at a 4,096-key decode, where
+  # the walk's one block a query has 64 partitions to go through twice
   stamp "kernels: attention, the walk"
   SHARPINF_ATTENTION_MODE=walk run kernels-attention-walk.log 80 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
     --backend cuda --suite kernels --op attention --variant split,flash --batch-sizes 1,64 --context 512 \

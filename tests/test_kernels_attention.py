@@ -292,23 +292,38 @@ def test_walk_and_split_launches_give_the_same_bits(backend, kv_dtype, variant):
 
 
 def test_attention_launch_shape_rule(monkeypatch):
-    """auto: the split launch on a GPU (until one times the walk), the walk from EMU_WALK_BLOCKS blocks
-    on the emulator; above a kernel's walk head_dim it splits; a forced mode is obeyed (the environment's
-    falls back where the kernel cannot walk; an explicit one is refused in one line), a bad one refused."""
+    """auto: on a GPU the walk where walk_pays' estimate says the step gains, given the step's deepest
+    partitions (the split launch when they are not known); the walk from EMU_WALK_BLOCKS blocks on the
+    emulator, whatever the contexts; above a kernel's walk head_dim it splits; a forced mode is obeyed
+    (the environment's falls back where the kernel cannot walk; an explicit one is refused in one
+    line), a bad one refused."""
     from types import SimpleNamespace
 
     from sharpinf.errors import SharpinfError
 
     monkeypatch.delenv("SHARPINF_ATTENTION_MODE", raising=False)
     gpu, emu = SimpleNamespace(multiprocessors=132), SimpleNamespace(multiprocessors=0)
-    walks, flash_max = attn_ops.walks, attn_ops.FLASH_WALK_MAX_HEAD_DIM
-    assert not walks(gpu, 10_000, 128)
+    walks, flash_max, parts = attn_ops.walks, attn_ops.FLASH_WALK_MAX_HEAD_DIM, attn_ops.partitions
+    h200 = lambda: (528, 528)  # noqa: E731  -- 4 blocks an SM of either split kernel, 132 SMs
+    assert not walks(gpu, 10_000, 128) and not walks(gpu, 10_000, 128, slots=h200)  # no context known: split
+    # the header's cases: the 8B shape's 64-sequence decode walks at 513 keys and splits at 4,097; one
+    # sequence splits; flash's 512-token prefill (33 tiles x 8 KV heads, 2 blocks an SM) walks
+    assert parts(513, 64) == 9 and parts(4097, 64) == 65
+    assert walks(gpu, 512, 128, parts=9, slots=h200) and not walks(gpu, 512, 128, parts=65, slots=h200)
+    assert not walks(gpu, 8, 128, parts=9, slots=h200)
+    assert walks(gpu, 264, 128, None, flash_max, parts=8, slots=lambda: (264, 264))
+    assert walks(gpu, 8, 128, parts=1, slots=h200)  # one partition: the same work, 15 empty blocks fewer
+    # a window bounds the depth whatever the context: W keys touch at most ceil((W - 1) / part) + 1
+    assert parts(4097, 64, 100) == 3 and parts(4097, 64, 64) == 2 and parts(4097, 64, 1) == 1 and parts(10, 64, 100) == 1
     assert not walks(emu, 3, 64) and walks(emu, 4, 64) and not walks(emu, 4, 256, None, flash_max)
+    assert walks(emu, 4, 64, parts=10_000, slots=h200)  # the emulator's rule reads no context
     assert walks(gpu, 1, 64, "walk") and not walks(emu, 1000, 64, "split")
     with pytest.raises(SharpinfError, match="head_dim <= 128"):
         walks(gpu, 1, 256, "walk", flash_max)
     monkeypatch.setenv("SHARPINF_ATTENTION_MODE", "walk")
     assert walks(gpu, 1, 128) and not walks(gpu, 1, 256, None, flash_max)
+    monkeypatch.setenv("SHARPINF_ATTENTION_MODE", "split")
+    assert not walks(gpu, 512, 128, parts=9, slots=h200)
     monkeypatch.setenv("SHARPINF_ATTENTION_MODE", "both")
     with pytest.raises(SharpinfError, match="choose from auto, split, walk"):
         walks(gpu, 1, 64)

@@ -227,3 +227,35 @@ def test_history_survives_the_buffers_growing(emu):
     bits = emu.download(fp.seen_bits)[0]
     seen = {w * 32 + i for w in range(len(bits)) for i in range(32) if bits[w] >> i & 1}
     assert seen == {7, 9, 11, first, second}  # the ids fed, and the ones the kernel sampled into the slot
+
+
+def test_a_steps_longest_context_chooses_its_attention_launch_shape(emu, monkeypatch):
+    """On a GPU the split frame walks or splits by the step's longest context (ops/attention.py's
+    walk_pays), so the body's plan and graph are keyed by the shapes chosen. The emulator stands in for
+    a GPU of 2 SMs here (4 resident blocks): a 1-token step of this model's 2 KV heads walks up to 64
+    keys and splits beyond; both graphs of that bucket are captured. The logits are the bits of the
+    same run with the walk forced."""
+    monkeypatch.delenv("SHARPINF_ATTENTION_MODE", raising=False)
+    monkeypatch.setattr(emu, "multiprocessors", 2)
+    rng = np.random.default_rng(3)
+    short, long = rng.integers(3, 60, 30).tolist(), rng.integers(3, 60, 70).tolist()
+
+    def run():
+        fp = ForwardPass(_model(), emu, kernels="fast", capacity=StepCapacity(72, 2, 2, 8))
+        runner = PagedRunner(fp, KVPool(emu, fp.cfg, num_blocks=40, block_size=4))
+        a, b = runner.new_seq(), runner.new_seq()
+        out = [runner.step([(a, short)]), runner.step([(b, long)]), runner.step([(a, [5])]), runner.step([(b, [7])])]
+        return fp, out
+
+    fp, auto = run()
+    assert {k for k in fp.plans if k[0] == "body" and k[1] == 1} == {("body", 1, ("walk",)), ("body", 1, ("split",))}
+    monkeypatch.setenv("SHARPINF_ATTENTION_MODE", "walk")
+    walked, forced = run()
+    assert {k[2] for k in walked.plans if k[0] == "body"} == {("walk",)}
+    for x, y in zip(auto, forced):
+        np.testing.assert_array_equal(x[0].view(np.uint32), y[0].view(np.uint32))
+    monkeypatch.delenv("SHARPINF_ATTENTION_MODE")
+    fp.release_plans()
+    fp.freeze()
+    fp.capture_graphs(KVPool(emu, fp.cfg, num_blocks=40, block_size=4))
+    assert {k for k in fp.graphs if k[0] == "body" and k[1] == 1} == {("body", 1, ("walk",)), ("body", 1, ("split",))}

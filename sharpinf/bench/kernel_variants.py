@@ -131,6 +131,8 @@ class _Case:
     # moe: the routing decides which experts a call reads, so they are counted after the runs
     expert_load: Callable[[], list[int]] | None = None  # pairs each expert got in the last run
     expert_bytes: int = 0  # one expert's gate + up + down, added to nbytes once per expert used
+    launch_shape: str | None = None  # attention: "split" or "walk", the shape it ran in ($SHARPINF_ATTENTION_MODE's)
+    rule_shape: str | None = None  # attention: the shape the rule (auto) takes for the case
 
 
 ROTATE_BYTES = 256 << 20  # copies of a case's inputs add up to this, past any L2 cache (50-60 MB on Hopper)
@@ -343,9 +345,10 @@ def _moe_cases(ctx: BenchContext, N: int, rng, sel: Selection) -> list[_Case]:
 
 
 def _attention_variants(ctx: BenchContext, op: str, shape: str, N: int, nbytes: int, args: list, sel: Selection,
-                        flops: int = 0, window: int | None = None) -> list[_Case]:
+                        keys: int, flops: int = 0, window: int | None = None) -> list[_Case]:
     """The selected attention variants that fit the model, over the same argument tuples (one per K/V
-    copy), as layer 0 runs them (its sliding window, if any: gemma3)."""
+    copy), as layer 0 runs them (its sliding window, if any: gemma3), each in the launch shape its
+    rule takes for a step whose longest context is `keys` keys (or $SHARPINF_ATTENTION_MODE's)."""
     be, cfg = ctx.backend, ctx.forward_pass().cfg
     sw = cfg.window(0)
     if sw:
@@ -356,9 +359,14 @@ def _attention_variants(ctx: BenchContext, op: str, shape: str, N: int, nbytes: 
             continue
         scratch = attn_ops.SplitScratch.alloc(be, window or N, cfg.n_head, cfg.n_head_kv, cfg.head_dim) \
             if v.needs_scratch else None
+        a0 = args[0]  # (be, kv_dtype, ..., n_tokens, n_seqs, n_heads, n_kv_heads, head_dim, ...)
+        shape_of = lambda how, v=v, a0=a0: v.shape(be, a0[1], a0[11], a0[12], cfg.n_head, cfg.n_head_kv,  # noqa: E731
+                                                   cfg.head_dim, keys, sw, how, file=v.files[0])
+        mode, rule = (shape_of(None), shape_of("auto")) if v.shape else (None, None)
+        kw = dict(sliding_window=sw) | (dict(mode=mode) if mode else {})
         cases.append(_Case(op, shape, v.name, N, nbytes,
-                           [lambda v=v, a=a, scratch=scratch: v.launch(*a, scratch, sliding_window=sw) for a in args],
-                           flops))
+                           [lambda v=v, a=a, scratch=scratch, kw=kw: v.launch(*a, scratch, **kw) for a in args],
+                           flops, launch_shape=mode, rule_shape=rule))
     return cases
 
 
@@ -384,7 +392,7 @@ def _prefill_attention_cases(ctx: BenchContext, P: int, kv_dtype: str, rng, sel:
              cfg.head_dim, bs, cfg.kq_scale) for kc, vc in kvs]
     flops = 4 * (P * (P + 1) // 2) * cfg.n_head * cfg.head_dim
     return _attention_variants(ctx, "attention", f"prefill 1 x {P} tokens, KV {kv_dtype}", P, nbytes, args, sel,
-                               flops, window=attn_ops.SPLIT_WINDOW)
+                               P, flops, window=attn_ops.SPLIT_WINDOW)
 
 
 def _rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str, rng, sel: Selection) -> list[_Case]:
@@ -424,7 +432,7 @@ def _rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str
     args = [(be, kv_dtype, qkv, qkv_w, kc, vc, tables, per_seq, cu, positions, out, N, N, cfg.n_head,
              cfg.n_head_kv, cfg.head_dim, bs, cfg.kq_scale) for kc, vc in kvs]
     shape = f"{N} seqs x {context + 1} keys, KV {kv_dtype}"
-    return cases + _attention_variants(ctx, "attention", shape, N, att_bytes, args, sel)
+    return cases + _attention_variants(ctx, "attention", shape, N, att_bytes, args, sel, context + 1)
 
 
 def _link_cases(ctx: BenchContext, N: int, kv_dtype: str, rng, sel: Selection, qkv, positions, slots, k_cache,
@@ -550,7 +558,8 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
                              "bytes": nbytes, "gb_s": nbytes / t / 1e9,
                              "tflops": c.flops / t / 1e12 if c.flops else None,
                              "pct_of_bandwidth": 100 * nbytes / t / 1e9 / bw if bw else None}
-                            | ({"expert_load": load} if load is not None else {}))
+                            | ({"expert_load": load} if load is not None else {})
+                            | ({"launch_shape": c.launch_shape, "rule_shape": c.rule_shape} if c.launch_shape else {}))
             bar.advance(task)
     base = {(r["op"], r["shape"], r["tokens"]): r["us"] for r in rows
             if r["variant"] == BASE_OF.get(r["op"], baseline(BENCH_OPS[r["op"]]).name)}
@@ -579,6 +588,14 @@ def _grid_of(be, call: Callable[[], None]) -> tuple[int, int]:
     return len(plan), sum(math.prod(l.grid) for l in plan)
 
 
+def _variant_label(row: dict) -> str:
+    """The variant, and for the split frame the launch shape it ran in (* where the rule takes the other)."""
+    shape = row.get("launch_shape")
+    if not shape:
+        return row["variant"]
+    return f"{row['variant']} {shape}" + ("" if row.get("rule_shape") in (None, shape) else "*")
+
+
 def table(doc: dict):
     r = doc["results"]
     bw = r["device_bandwidth_gb_s"]
@@ -587,11 +604,13 @@ def table(doc: dict):
               "TFLOP/s", "x baseline",
               title=f"kernel variants (device bandwidth {f'{bw:,.0f} GB/s' if bw else 'not measured on this backend'})")
     t.columns[2].overflow = "fold"
-    if not gpu:
-        t.caption = f"on {doc['backend']}: {EMU_NOTE}"
+    notes = [f"on {doc['backend']}: {EMU_NOTE}"] if not gpu else []
+    if any(row.get("launch_shape") for row in r["rows"]):
+        notes.append("split / walk: the split frame's launch shape (ops/attention.py); *: its rule takes the other")
+    t.caption = "\n".join(notes) or None
     for row in r["rows"]:
         us = f"{row['us']:,.1f}" if gpu else f"{row['us_min']:,.0f} / {row['us']:,.0f} / {row.get('us_max', row['us']):,.0f}"
-        t.add_row(row.get("phase", "decode"), row["op"], row["shape"], str(row["tokens"]), row["variant"], _blocks(row), us,
+        t.add_row(row.get("phase", "decode"), row["op"], row["shape"], str(row["tokens"]), _variant_label(row), _blocks(row), us,
                   f"{row['gb_s']:,.2f}", "-" if row["pct_of_bandwidth"] is None else f"{row['pct_of_bandwidth']:.0f}%",
                   "-" if not row.get("tflops") else f"{row['tflops']:.2f}",
                   "-" if row.get("speedup") is None else f"{row['speedup']:.2f}")

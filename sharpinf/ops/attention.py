@@ -16,7 +16,7 @@ import numpy as np
 
 from sharpinf.errors import SharpinfError
 from sharpinf.ops.kv_cache import check_kv, decode_kv
-from sharpinf.ops.launch import kernel
+from sharpinf.ops.launch import WantedKernel, kernel
 
 I32, F32 = np.int32, np.float32
 HEAD_DIMS = (16, 32, 64, 128, 256)  # every attention kernel's (common.cuh's SHARPINF_KV_HD_ENTRIES; q8_0: 32 up)
@@ -47,6 +47,7 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
 
 # -- the split-KV variant (kernels_cu/attention_split.cu) -------------------------------------
 SPLITS = 16  # AS_SPLITS
+SPLIT_PART = 64  # AS_PART: keys a partition
 GROUP = 4  # AS_GROUP: query heads per block
 SPLIT_WINDOW = 128  # query tokens per split launch (bounds the scratch: 128 x heads x 16 x (hd + 2) floats)
 
@@ -71,10 +72,12 @@ class SplitScratch:
 def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
-                    sliding_window: int = 0, file: str = "attention_split.cu", mode: str | None = None) -> None:
+                    sliding_window: int = 0, file: str = "attention_split.cu", mode: str | None = None,
+                    keys: int | None = None) -> None:
     """attention() computed split-KV (flash-decoding); with out_q8 (a Q8Act) the output is also
     written in q8_1 for the dp4a o-projection (head_dim a multiple of 32). Launched split (16 blocks a
-    token and head group, merged by the last) or walked (one block through every split): walks()."""
+    token and head group, merged by the last) or walked (one block through every split): `mode`, or
+    split_shape's choice for a step whose longest context is `keys` keys."""
     _check_shapes("split", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
     if n_tokens <= 0:
         return
@@ -89,7 +92,8 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
                    I32(out_q8 is not None)),
                   io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
 
-    if walks(be, n_tokens * n_kv_heads * groups, head_dim, mode):
+    if split_shape(be, kv_dtype, n_tokens, n_seqs, n_heads, n_kv_heads, head_dim, keys, sliding_window, mode,
+                   file) == "walk":
         launch(kernel(be, file, f"attention_split_walk_{kv_dtype}_d{head_dim}"), 0, n_tokens, 1)
         return
     fn = kernel(be, file, f"attention_split_{kv_dtype}_d{head_dim}")
@@ -114,6 +118,18 @@ def flash_rows(head_dim: int) -> int:
     return 64 if head_dim <= 128 else 32
 
 
+def flash_part(head_dim: int) -> int:
+    """Keys a flash partition (AfShape::KT): a K or V tile."""
+    return 64 if head_dim <= 128 else 32
+
+
+def flash_tiles(n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int, head_dim: int) -> int:
+    """Flash's tiles for a window of n_tokens tokens of at most n_seqs sequences: rows / g tokens of one
+    sequence a tile, at most one partial tile a sequence (the grid's x; tiles past the last exit)."""
+    per_tile = flash_rows(head_dim) // (n_heads // n_kv_heads)
+    return min(n_tokens, n_seqs + -(-n_tokens // per_tile))
+
+
 def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
     """Why the flash kernel cannot serve these shapes, or None."""
     if head_dim not in HEAD_DIMS:
@@ -126,24 +142,52 @@ def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
 
 # The split frame's two launch shapes, the same bits (attention_split.cu's and attention_flash.cu's
 # walk): the split launch runs 16 blocks a (query block, KV head) -- a token and a group of heads for
-# split, a tile of (token, head) rows for flash -- one partition or two deep each, merged by the last;
-# the walk one block a (query block, KV head) through every split (a pass for the maximum, then the
-# splits), its latency growing with the context. By estimate the walk wins where many blocks each
-# see few partitions (a 64-sequence decode at 512 keys, short prefills) and loses at long contexts
-# with few blocks (a chunk of one long prompt: 8 tiles walking 128 partitions twice), and the launch
-# cannot see the contexts (a graph replays it for any). Until a GPU times both (bench/device_call.sh),
-# `auto` keeps the split launch on a GPU; on the emulator a step of EMU_WALK_BLOCKS blocks or more
-# walks, so the forward oracles' prefills and batched decodes walk and single decodes of models with
-# few KV heads split, and the cross-path oracles compare the two.
+# split, a tile of (token, head) rows for flash -- each through one partition in 16 of the query's,
+# merged by the last; the walk one block a (query block, KV head) through every split (a pass for the
+# maximum, then the splits), its chain twice its partitions long. Which is faster depends on the
+# step's blocks (how many waves each shape fills) and on its longest context (how deep a walk goes),
+# so the rule reads both: the launcher's `keys`, the step's most keys a query sees -- the forward
+# pass knows it on the host and keys its plans and graphs by the shapes it chose (step/forward.py).
+# Estimated in partition round trips of one block (both shapes run a partition with the same code):
+#   walk   ceil(blocks / walk slots)  x  WALK_PASSES x P           (P = the deepest query's partitions)
+#   split  ceil(blocks x min(16, P) / split slots)  x  (ceil(P / 16) + MERGE_COST)
+# with slots = the blocks the GPU holds at once (the occupancy calculator); the walk where it is not
+# dearer. So a 64-sequence decode of the 8B shape walks at 512 keys (18 against 27) and splits at 4,096
+# (130 against 112), a single sequence splits, and flash's 512-token prefill walks. Without `keys`
+# (a launch that does not know its step's contexts) a GPU keeps the split launch, which no context
+# makes slow. The two constants are estimates until a GPU times both shapes (bench/device_call.sh:
+# kernels-attention{,-walk,-4k-*}.log). On the emulator a step of EMU_WALK_BLOCKS blocks or more walks
+# whatever its contexts, so the forward oracles' prefills and batched decodes walk and single decodes
+# of models with few KV heads split, and the cross-path oracles compare the two.
 LAUNCH_MODES = ("split", "walk")
 FLASH_WALK_MAX_HEAD_DIM = 128  # attention_flash.cu walks up to this (two rows' outputs and split states a thread)
 EMU_WALK_BLOCKS = 4
+WALK_PASSES = 2.0  # the walk goes through a partition twice: pass 1 (K and the scores, for the maximum), pass 2
+MERGE_COST = 2.0  # a split block's work past its partitions: partial states out, fence, ticket, the merge's reads
 
 
-def walks(be, blocks: int, head_dim: int, mode: str | None = None, max_head_dim: int = max(HEAD_DIMS)) -> bool:
+def partitions(keys: int, part: int, sliding_window: int = 0) -> int:
+    """The most partitions (of `part` keys at fixed positions) a query of a step whose longest context
+    is `keys` sees: all of them, or those a window of W keys can touch (it may start mid-partition)."""
+    whole = max(1, -(-keys // part))
+    return whole if sliding_window <= 0 else min(whole, (sliding_window + part - 2) // part + 1)
+
+
+def walk_pays(blocks: int, parts: int, walk_slots: int, split_slots: int) -> bool:
+    """The estimate above: whether walking `blocks` blocks `parts` partitions deep costs no more than
+    the split launch."""
+    walk = -(-blocks // walk_slots) * (WALK_PASSES * parts if parts > 1 else 1.0)
+    split = -(-blocks * min(SPLITS, parts) // split_slots) * (-(-parts // SPLITS) + (MERGE_COST if parts > 1 else 0.0))
+    return walk <= split
+
+
+def walks(be, blocks: int, head_dim: int, mode: str | None = None, max_head_dim: int = max(HEAD_DIMS),
+          parts: int | None = None, slots=None) -> bool:
     """Whether a split-frame step of `blocks` walk blocks walks or splits: `mode` ("split", "walk"; an
-    explicit "walk" the kernel cannot do is an error), else $SHARPINF_ATTENTION_MODE (where the kernel
-    cannot walk, it splits), else as above. The bits are the same either way."""
+    explicit "walk" the kernel cannot do is an error; "auto": the rule, whatever the environment says),
+    else $SHARPINF_ATTENTION_MODE (where the kernel cannot walk, it splits), else the rule (above): on a
+    GPU walk_pays, given the deepest query's `parts` and slots() -> (walk slots, split slots), without
+    parts the split launch. The bits are the same either way."""
     env = os.environ.get("SHARPINF_ATTENTION_MODE", "").strip()
     chosen = mode or env or "auto"
     if chosen not in (*LAUNCH_MODES, "auto"):
@@ -155,18 +199,57 @@ def walks(be, blocks: int, head_dim: int, mode: str | None = None, max_head_dim:
         return False
     if chosen != "auto":
         return chosen == "walk"
-    return not be.multiprocessors and blocks >= EMU_WALK_BLOCKS
+    if not be.multiprocessors:
+        return blocks >= EMU_WALK_BLOCKS
+    resident = slots() if parts is not None and slots is not None else None
+    return resident is not None and walk_pays(blocks, parts, *resident)
+
+
+def _slots(be, file: str, walk_name: str, split_name: str, threads: int):
+    """() -> (walk slots, split slots): the blocks of each kernel the device holds at once (asked only
+    when the rule needs it; None while collecting names: nothing is compiled to ask)."""
+    def ask():
+        walk_fn, split_fn = kernel(be, file, walk_name), kernel(be, file, split_name)
+        if isinstance(walk_fn, WantedKernel) or isinstance(split_fn, WantedKernel):
+            return None
+        return be.resident_blocks(walk_fn, threads), be.resident_blocks(split_fn, threads)
+    return ask
+
+
+def split_shape(be, kv_dtype: str, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int, head_dim: int,
+                keys: int | None = None, sliding_window: int = 0, mode: str | None = None,
+                file: str = "attention_split.cu") -> str:
+    """attention_split's launch shape for a step ("split" or "walk"; walks() decides): its walk blocks
+    are (token, group of GROUP heads) pairs, its partitions SPLIT_PART keys."""
+    blocks = n_tokens * n_kv_heads * -(-(n_heads // n_kv_heads) // GROUP)
+    slots = _slots(be, file, f"attention_split_walk_{kv_dtype}_d{head_dim}", f"attention_split_{kv_dtype}_d{head_dim}",
+                   128)
+    parts = None if keys is None else partitions(keys, SPLIT_PART, sliding_window)
+    return LAUNCH_MODES[walks(be, blocks, head_dim, mode, parts=parts, slots=slots)]
+
+
+def flash_shape(be, kv_dtype: str, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int, head_dim: int,
+                keys: int | None = None, sliding_window: int = 0, mode: str | None = None,
+                file: str = "attention_flash.cu") -> str:
+    """attention_flash's launch shape for a step: its walk blocks are (tile, KV head) pairs, its
+    partitions flash_part(head_dim) keys; it walks head_dim <= FLASH_WALK_MAX_HEAD_DIM."""
+    name = f"attention_flash_{kv_dtype}_d{head_dim}"  # one kernel, both shapes
+    parts = None if keys is None else partitions(keys, flash_part(head_dim), sliding_window)
+    blocks = flash_tiles(n_tokens, n_seqs, n_heads, n_kv_heads, head_dim) * n_kv_heads
+    return LAUNCH_MODES[walks(be, blocks, head_dim, mode, FLASH_WALK_MAX_HEAD_DIM, parts,
+                              _slots(be, file, name, name, 2 * flash_rows(head_dim)))]
 
 
 def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
-                    sliding_window: int = 0, file: str = "attention_flash.cu", mode: str | None = None) -> None:
+                    sliding_window: int = 0, file: str = "attention_flash.cu", mode: str | None = None,
+                    keys: int | None = None) -> None:
     """attention() on tensor cores (f16 mma) for every step, prefill and decode alike: blocks of
     (token, head) rows of one sequence and KV head share each K/V tile; the split kernel's frame
     (partitions at fixed positions, 16 splits, fixed-order merge, the same scratch) -- launched split
     (16 blocks a tile and KV head, merged by the last) or walked (one block through every split, no
-    scratch): walks() says which."""
+    scratch): `mode`, or flash_shape's choice for a step whose longest context is `keys` keys."""
     _check_shapes("flash", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
     why = flash_fits(n_heads, n_kv_heads, head_dim)
     if why:
@@ -174,11 +257,10 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
     if n_tokens <= 0:
         return
     rows = flash_rows(head_dim)
-    per_tile = rows // (n_heads // n_kv_heads)  # tokens of a tile
     q8 = out_q8 if out_q8 is not None else _NoQ8(out)
 
     def tiles(n: int) -> int:
-        return min(n, n_seqs + -(-n // per_tile))  # at most one partial tile per sequence
+        return flash_tiles(n, n_seqs, n_heads, n_kv_heads, head_dim)
 
     def args(t0: int, n: int) -> tuple:
         return (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
@@ -190,7 +272,8 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
         return 4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim
 
     fn = kernel(be, file, f"attention_flash_{kv_dtype}_d{head_dim}")
-    if walks(be, tiles(n_tokens) * n_kv_heads, head_dim, mode, FLASH_WALK_MAX_HEAD_DIM):  # grid.z = 1: the walk
+    if flash_shape(be, kv_dtype, n_tokens, n_seqs, n_heads, n_kv_heads, head_dim, keys, sliding_window, mode,
+                   file) == "walk":  # grid.z = 1: the walk
         be.launch(fn, (tiles(n_tokens), n_kv_heads, 1), 2 * rows, args(0, n_tokens), io=io(n_tokens))
         return
     for t0 in range(0, n_tokens, scratch.tokens):  # a window of the scratch's size per launch

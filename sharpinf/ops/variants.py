@@ -122,6 +122,7 @@ class Variant:
     min_tokens: int = 1  # serves steps of at least this many tokens (the launcher falls back below)
     max_tokens: int | None = None  # serves steps of at most this many (the launcher falls back above)
     qtypes: Callable[[int], bool] | None = None  # matmul: the weight types it serves (None: all)
+    shape: Callable[..., str] | None = None  # attention: the launch shape ("split", "walk") it takes for a step
     writes_q8: bool = False  # attention: writes the q8_1 copy of its output for the o-projection
     needs_scratch: bool = False  # attention: the split frame's partial states; sample: per-row accumulators; matmul, moe: mmq split-K
     like: str | None = None  # the variant whose launcher it shares (a copy made by `kernels new`)
@@ -228,7 +229,7 @@ def mma_fits(cfg, model=None) -> str | None:
 
 # -- the registry file ---------------------------------------------------------------------------------
 _FLAGS = ("activations", "min_tokens", "max_tokens", "writes_q8", "needs_scratch")
-_REFS = ("fits", "norm", "gate_up", "ffn", "link", "qtypes")  # "module:function" keys besides launch
+_REFS = ("fits", "norm", "gate_up", "ffn", "link", "qtypes", "shape")  # "module:function" keys besides launch
 
 
 def _resolve(where: str, key: str, ref: str) -> Callable:

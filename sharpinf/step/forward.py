@@ -62,6 +62,8 @@ def _next_pow2(n: int) -> int:
 
 
 DEFAULT_CAPACITY = StepCapacity(tokens=64, seqs=8, rows=8, history=64)
+KV_SHAPE_KEYS = 32  # a step's longest context, rounded up to this, picks the attention's launch shape (its
+                    # smallest partition: the rule counts partitions, so the rounding changes no choice)
 
 
 @dataclass
@@ -164,6 +166,7 @@ class ForwardPass:
         self.capacity = cap
         self.ws = Workspace(self.backend, self.cfg, cap, self.choice)
         self.kernels = StepKernels(self.backend, self.cfg, self.choice, self.ws)
+        self._shape_memo: dict = {}  # (N, kv dtype, seqs) -> {keys: the attention's shapes}
         V = self.cfg.n_vocab
         self.seen_bits = self.backend.zeros((cap.rows, history_words(V)), np.uint32)
         self.counts = self.backend.zeros((cap.rows, count_words(V)), np.uint32)
@@ -217,7 +220,7 @@ class ForwardPass:
 
     @property
     def plans(self) -> dict:
-        """The recorded plans: ("body", Nb) or ("head", Rb, samples) -> list of Launch."""
+        """The recorded plans: ("body", Nb, attention shapes) or ("head", Rb, samples) -> list of Launch."""
         return self._plans.plans
 
     @property
@@ -266,10 +269,12 @@ class ForwardPass:
         self.frozen = True
 
     # -- compile ahead, capture -----------------------------------------------------------------
-    def _launch_names(self, kv_dtype: str, tokens: int = 1) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    def _launch_names(self, kv_dtype: str, tokens: int = 1,
+                      mode: str | None = None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         """(file, entry point) of every launch of a body of `tokens` tokens and of a sampling head
         of as many rows, in order, with KV in kv_dtype: the launchers run with nothing compiled or
-        launched (backend.collecting)."""
+        launched (backend.collecting). The attention in the launch shape `mode` ("split", "walk": each
+        window the variant can walk), or as its rule takes it for a step of unknown contexts."""
         be = self.backend
         # the capacity's sequence count, as every real step's descriptor carries it (flash attention's
         # launch shape depends on it: ops/attention.py's walks)
@@ -277,7 +282,8 @@ class ForwardPass:
         pool = _PoolShape(kv_dtype, 16, [be.empty((1,), np.uint8)] * self.cfg.n_layer,
                           [be.empty((1,), np.uint8)] * self.cfg.n_layer)
         with be.collecting() as body:
-            self._emit_body(tokens, pool, shape)
+            self._emit_body(tokens, pool, shape, self.kernels.attention_shapes(kv_dtype, tokens, shape.cap.seqs + 1,
+                                                                                None, mode))
         with be.collecting() as head:
             self._emit_head(tokens, True, shape)
         return body, head
@@ -287,9 +293,11 @@ class ForwardPass:
         flush a long penalised prompt needs, so it never compiles mid-serving). Kernels that
         depend on the step's size are collected at the sizes that switch them: a whole tile of
         tokens (mma, mmq: 16), best's threshold (64), and the capacity (best takes mmq for a matrix
-        once the step's grid fills the GPU, and no step is larger)."""
+        once the step's grid fills the GPU, and no step is larger); the attention in each launch shape
+        (a step's contexts choose it: attention_shapes)."""
         sizes = sorted({1, 16, 64, self.capacity.tokens})
-        names = [n for size in sizes for part in self._launch_names(kv_dtype, size) for n in part]
+        modes = (None, "split", "walk") if self.kernels.attn.shape else (None,)
+        names = [n for size in sizes for mode in modes for part in self._launch_names(kv_dtype, size, mode) for n in part]
         return list(dict.fromkeys(names + [("sampling.cu", "seen_update")]))
 
     def launches_per_layer(self) -> int:
@@ -299,9 +307,11 @@ class ForwardPass:
         return (len(body) - 1) // self.cfg.n_layer  # the embedding is the one launch outside the layers
 
     def graph_launches(self) -> int:
-        """Kernel launches the graphs of capture_graphs() hold (for the memory estimate)."""
+        """Kernel launches the graphs of capture_graphs() hold (for the memory estimate): a body a token
+        bucket, two where the attention may take either launch shape on a GPU (an upper bound)."""
         body, head = self._launch_names(self.kv_dtype)
-        return len(body) * len(self.token_ladder) + len(head) * len(self.row_ladder)
+        shapes = 2 if self.kernels.attn.shape and self.backend.multiprocessors else 1
+        return len(body) * len(self.token_ladder) * shapes + len(head) * len(self.row_ladder)
 
     def compile_kernels(self, kv_dtype: str, wanted: list[tuple[str, str]] | None = None) -> dict:
         """Compile ahead every kernel a step needs (only those entry points; disk-cached)."""
@@ -321,11 +331,13 @@ class ForwardPass:
         self.freeze()
         d = self._bind(kv, 1)
         self._idle_step(d)
-        keys = [(("body", n), (lambda n=n: self._emit_body(n, kv, d))) for n in self.token_ladder]
+        keys = [(("body", n, sh), (lambda n=n, sh=sh: self._emit_body(n, kv, d, sh)))
+                for n in self.token_ladder for sh in self._shapes_of_bucket(n, kv.kv_dtype, d)]
         keys += [(("head", r, True), (lambda r=r: self._emit_head(r, True, d))) for r in self.row_ladder]
         bytes_before = self.backend.graph_memory() or 0
         t0 = time.perf_counter()
-        for key, emit in keys[:1] + keys[len(self.token_ladder):][:1]:  # load every kernel once, outside capture
+        bodies = sum(k[0] == "body" for k, _ in keys)
+        for key, emit in keys[:1] + keys[bodies:][:1]:  # load every kernel once, outside capture
             self.backend.run(self._plans.plan(key, emit))
         with progress_bar("capturing graphs", len(keys)) as advance:
             for key, emit in keys:
@@ -392,7 +404,8 @@ class ForwardPass:
         Nb = N if self.exact_shapes else bucket_for(N, self.token_ladder)
         Rb = R if self.exact_shapes else bucket_for(R, self.row_ladder)
         d.upload(d.pack(batch, Nb, Rb, sampling, feed_rows))
-        self._plans.run(("body", Nb), lambda: self._emit_body(Nb, kv, d), self.use_graphs)
+        shapes = self._attention_shapes(Nb, kv.kv_dtype, d, int(batch.context_lens.max(initial=1)))
+        self._plans.run(("body", Nb, shapes), lambda: self._emit_body(Nb, kv, d, shapes), self.use_graphs)
         samples = sampling is not None and R > 0
         later = samples and masks_later
         if R:  # (a step whose masks come later: its logits now, its sampling in sample())
@@ -445,10 +458,35 @@ class ForwardPass:
                             np.zeros(R + 1, np.int32), np.zeros(0, np.int32), None, s.mask_idx, s.masks)
 
     # -- the launches of a step (recorded into plans) ---------------------------------------------
-    def _emit_body(self, N: int, kv, d: StepDescriptor) -> None:
-        """embed -> layers for N tokens (padding included) over the descriptor's device fields."""
+    def _emit_body(self, N: int, kv, d: StepDescriptor, shapes: tuple[str, ...] = ()) -> None:
+        """embed -> layers for N tokens (padding included) over the descriptor's device fields, the
+        attention in `shapes` (StepKernels.attention_shapes)."""
         self._emit_embed(N, d)
+        self.kernels.shapes = shapes
         self.kernels.layers(self.layers, kv, d, N)
+
+    # -- the attention's launch shape: part of a body plan's key ---------------------------------
+    def _attention_shapes(self, N: int, kv_dtype: str, d: StepDescriptor, keys: int) -> tuple[str, ...]:
+        """The attention's launch shapes for a step of N tokens (its bucket) whose longest context is
+        `keys` keys: the variant's rule (ops/attention.py), asked once per bucket and KV_SHAPE_KEYS
+        keys (the rule counts whole partitions of at least that many)."""
+        keys = -(-max(1, keys) // KV_SHAPE_KEYS) * KV_SHAPE_KEYS
+        memo = self._shape_memo.setdefault((N, kv_dtype, d.cap.seqs), {})
+        if keys not in memo:
+            memo[keys] = self.kernels.attention_shapes(kv_dtype, N, d.cap.seqs + 1, keys)
+        return memo[keys]
+
+    def _shapes_of_bucket(self, N: int, kv_dtype: str, d: StepDescriptor) -> list[tuple[str, ...]]:
+        """The shapes a step of bucket N takes at contexts of KV_SHAPE_KEYS, twice that, ... up to the
+        longest the descriptor's block tables hold: the bodies capture_graphs captures (a step whose
+        contexts choose shapes none of these has -- the rule is not monotone in the context -- runs
+        its plan without a graph)."""
+        longest = min(self.cfg.context_length, d.width * d.block_size)
+        keys, ladder = KV_SHAPE_KEYS, []
+        while keys < longest:
+            ladder.append(keys)
+            keys *= 2
+        return list(dict.fromkeys(self._attention_shapes(N, kv_dtype, d, k) for k in ladder + [longest]))
 
     def _emit_embed(self, N: int, d: StepDescriptor) -> None:
         """ws.x = the embedding rows of the step's tokens (sharpinf/oracles/trace.py runs it alone)."""

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
+from sharpinf.errors import SharpinfError
 from sharpinf.step.weights import DeviceLayer, DeviceMatrix
 from sharpinf.model.config import ModelConfig
 from sharpinf.ops import basic
@@ -65,6 +66,28 @@ class StepKernels:
         self.rope: Variant = self.choice.of("rope_kv")
         self.moe: Variant = self.choice.of("moe")
         self.sampler: Variant = self.choice.of("sample")
+        self.windows = tuple(sorted({self.cfg.window(li) for li in range(self.cfg.n_layer)}))  # 0: whole context
+        self.shapes: tuple[str, ...] = ()  # the attention's launch shape per window for the step being emitted
+
+    def attention_shapes(self, kv_dtype: str, N: int, n_seqs: int, keys: int | None,
+                         mode: str | None = None) -> tuple[str, ...]:
+        """The attention variant's launch shape ("split" or "walk", its `shape` function's choice) for
+        each of the model's windows, in a step of N tokens of at most n_seqs sequences whose longest
+        context is `keys` keys (None: not known); () for a variant with one shape. The forward pass keys
+        a step's plan by it. mode forces one (where the kernel cannot walk, "walk" gives "split")."""
+        if self.attn.shape is None:
+            return ()
+        cfg = self.cfg
+
+        def shape(w: int) -> str:
+            try:
+                return self.attn.shape(self.be, kv_dtype, N, n_seqs, cfg.n_head, cfg.n_head_kv, cfg.head_dim, keys, w,
+                                       mode, file=self.attn.files[0])
+            except SharpinfError:
+                if mode != "walk":
+                    raise
+                return "split"  # this head_dim does not walk (flash at 256)
+        return tuple(shape(w) for w in self.windows)
 
     # -- norms and linear layers --------------------------------------------------------------
     def norm(self, x, w, rows: int, out_f=None, out_q: Q8Act | None = None) -> Act:
@@ -122,7 +145,9 @@ class StepKernels:
                 dv["cu_seqlens"], dv["positions"], ws.att, N, d.cap.seqs + 1, cfg.n_head, cfg.n_head_kv,
                 cfg.head_dim, kv.block_size, cfg.kq_scale)
         fused_q8 = self.attn.writes_q8 and self.choice.q8_activations and cfg.head_dim % 32 == 0  # its merge writes q8_1
-        self.attn.launch(*args, getattr(ws, "split", None), ws.attq if fused_q8 else None, sliding_window=cfg.window(li))
+        shape = dict(mode=self.shapes[self.windows.index(cfg.window(li))]) if self.shapes else {}
+        self.attn.launch(*args, getattr(ws, "split", None), ws.attq if fused_q8 else None, sliding_window=cfg.window(li),
+                         **shape)
         if fused_q8:
             return Act(f=ws.att, q=ws.attq)
         return self.quantized(ws.att, getattr(ws, "attq", None), N)

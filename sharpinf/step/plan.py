@@ -4,9 +4,11 @@ A step of N tokens (R rows wanting logits) runs as the plan of the bucket that h
 Nb >= N tokens, Rb >= R rows. A plan is the list of prepared launches (sharpinf.runtime.
 backend.Launch) over the fixed step buffers: eager mode runs it, a CUDA graph captures it
 once and replays it, the trace backend counts it. Two plans make a step: the body (embed
--> layers, keyed by Nb) and the head (gather -> norm -> LM head -> sampling, keyed by Rb),
-so a ladder of token buckets and a ladder of row buckets need their sum of graphs, not
-their product.
+-> layers, keyed by Nb and the attention's launch shapes, which the step's longest context
+chooses on a GPU: ops/attention.py's walk_pays) and the head (gather -> norm -> LM head ->
+sampling, keyed by Rb), so a ladder of token buckets and a ladder of row buckets need their
+sum of graphs (a bucket's body twice where its attention may take either shape), not their
+product.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def bucket_for(n: int, ladder: list[int]) -> int:
     return ladder[i] if i < len(ladder) else n
 
 
-PlanKey = tuple  # ("body", Nb) or ("head", Rb, samples)
+PlanKey = tuple  # ("body", Nb, attention shapes) or ("head", Rb, samples)
 
 
 @dataclass
