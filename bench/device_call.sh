@@ -67,8 +67,8 @@
 #      engine rows of this call -- peers, decode -- run it). kernels-attention.log (split forced) against
 #      kernels-attention-walk.log (walk forced), and kernels-attention-4k-{split,walk}.log at 4,096 keys
 #      (where the walk's depth should cost); every attention row carries rule_shape, what the rule takes
-#      for it, so auto's time is the row of that shape: where the rule picks the slower one, set the
-#      constants so it picks the faster (the rows' partitions and blocks are in their shapes and grids).
+#      for it, so auto's time is the row of that shape, and walk-rule-fit.log (bench/walk_rule_fit.py on
+#      the four runs' JSON) prints each case's two times and picks and the constants that lose least.
 #      If flash's walk beats split's at 64 sequences and the prefills, flash can become fast's
 #      attention (issue 19: flash the prefill default -- exact across both shapes).
 #      split since 2026-11-28: its loads batched (kv_rows.cuh FETCH), a two-round merge, no merge for one split (attention_split.cu's
@@ -204,6 +204,11 @@ if has kernels; then
       --prefill-sizes '' --repeats 3 --out "$RUN/qwen3-8b-shape-attention-4k-$m"
     stamp "kernels attention 4k $m exit $?"
   done
+  # the launch-shape rule's two constants fitted to the split and walk times above (reads the JSON, no
+  # GPU): each case's both times and both picks, and the pair to set in ops/attention.py
+  python3 bench/walk_rule_fit.py "$RUN"/qwen3-8b-shape-attention{,-walk,-4k-split,-4k-walk}/kernels.json \
+    > "$OUT/walk-rule-fit.log" 2>&1
+  tail -2 "$OUT/walk-rule-fit.log"
   for k in fast ffn layer; do
     spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
     stamp "decode: SmolLM2 shape, kernels $spec"

@@ -33,7 +33,7 @@ memory) of the fast kernels the model uses come along where NVRTC is installed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -133,6 +133,7 @@ class _Case:
     expert_bytes: int = 0  # one expert's gate + up + down, added to nbytes once per expert used
     launch_shape: str | None = None  # attention: "split" or "walk", the shape it ran in ($SHARPINF_ATTENTION_MODE's)
     rule_shape: str | None = None  # attention: the shape the rule (auto) takes for the case
+    rule: dict | None = None  # attention: what the rule read (ops/attention.py ShapeInputs)
 
 
 ROTATE_BYTES = 256 << 20  # copies of a case's inputs add up to this, past any L2 cache (50-60 MB on Hopper)
@@ -360,13 +361,15 @@ def _attention_variants(ctx: BenchContext, op: str, shape: str, N: int, nbytes: 
         scratch = attn_ops.SplitScratch.alloc(be, window or N, cfg.n_head, cfg.n_head_kv, cfg.head_dim) \
             if v.needs_scratch else None
         a0 = args[0]  # (be, kv_dtype, ..., n_tokens, n_seqs, n_heads, n_kv_heads, head_dim, ...)
-        shape_of = lambda how, v=v, a0=a0: v.shape(be, a0[1], a0[11], a0[12], cfg.n_head, cfg.n_head_kv,  # noqa: E731
-                                                   cfg.head_dim, keys, sw, how, file=v.files[0])
-        mode, rule = (shape_of(None), shape_of("auto")) if v.shape else (None, None)
+        shape_of = lambda how, v=v, a0=a0, **kw: v.shape(be, a0[1], a0[11], a0[12], cfg.n_head,  # noqa: E731
+                                                         cfg.n_head_kv, cfg.head_dim, keys, sw, how,
+                                                         file=v.files[0], **kw)
+        mode, (rule, inputs) = (shape_of(None), shape_of("auto", explain=True)) if v.shape else (None, (None, None))
         kw = dict(sliding_window=sw) | (dict(mode=mode) if mode else {})
         cases.append(_Case(op, shape, v.name, N, nbytes,
                            [lambda v=v, a=a, scratch=scratch, kw=kw: v.launch(*a, scratch, **kw) for a in args],
-                           flops, launch_shape=mode, rule_shape=rule))
+                           flops, launch_shape=mode, rule_shape=rule,
+                           rule=asdict(inputs) if inputs else None))
     return cases
 
 
@@ -559,7 +562,8 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
                              "tflops": c.flops / t / 1e12 if c.flops else None,
                              "pct_of_bandwidth": 100 * nbytes / t / 1e9 / bw if bw else None}
                             | ({"expert_load": load} if load is not None else {})
-                            | ({"launch_shape": c.launch_shape, "rule_shape": c.rule_shape} if c.launch_shape else {}))
+                            | ({"launch_shape": c.launch_shape, "rule_shape": c.rule_shape, "rule": c.rule}
+                               if c.launch_shape else {}))
             bar.advance(task)
     base = {(r["op"], r["shape"], r["tokens"]): r["us"] for r in rows
             if r["variant"] == BASE_OF.get(r["op"], baseline(BENCH_OPS[r["op"]]).name)}

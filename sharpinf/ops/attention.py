@@ -173,21 +173,35 @@ def partitions(keys: int, part: int, sliding_window: int = 0) -> int:
     return whole if sliding_window <= 0 else min(whole, (sliding_window + part - 2) // part + 1)
 
 
-def walk_pays(blocks: int, parts: int, walk_slots: int, split_slots: int) -> bool:
+def walk_pays(blocks: int, parts: int, walk_slots: int, split_slots: int, walk_passes: float = WALK_PASSES,
+              merge_cost: float = MERGE_COST) -> bool:
     """The estimate above: whether walking `blocks` blocks `parts` partitions deep costs no more than
-    the split launch."""
-    walk = -(-blocks // walk_slots) * (WALK_PASSES * parts if parts > 1 else 1.0)
-    split = -(-blocks * min(SPLITS, parts) // split_slots) * (-(-parts // SPLITS) + (MERGE_COST if parts > 1 else 0.0))
+    the split launch (bench/walk_rule_fit.py fits the two constants to a GPU's timings)."""
+    walk = -(-blocks // walk_slots) * (walk_passes * parts if parts > 1 else 1.0)
+    split = -(-blocks * min(SPLITS, parts) // split_slots) * (-(-parts // SPLITS) + (merge_cost if parts > 1 else 0.0))
     return walk <= split
 
 
+@dataclass(frozen=True)
+class ShapeInputs:
+    """What the rule reads for a step (the kernels bench records it beside each attention row's time,
+    for bench/walk_rule_fit.py): walk blocks, the deepest query's partitions and the resident blocks
+    of each shape's kernel (None where not known or not asked: no context, the emulator, a forced mode)."""
+
+    blocks: int
+    parts: int | None
+    walk_slots: int | None = None
+    split_slots: int | None = None
+
+
 def walks(be, blocks: int, head_dim: int, mode: str | None = None, max_head_dim: int = max(HEAD_DIMS),
-          parts: int | None = None, slots=None) -> bool:
+          parts: int | None = None, slots=None, asked: list | None = None) -> bool:
     """Whether a split-frame step of `blocks` walk blocks walks or splits: `mode` ("split", "walk"; an
     explicit "walk" the kernel cannot do is an error; "auto": the rule, whatever the environment says),
     else $SHARPINF_ATTENTION_MODE (where the kernel cannot walk, it splits), else the rule (above): on a
     GPU walk_pays, given the deepest query's `parts` and slots() -> (walk slots, split slots), without
-    parts the split launch. The bits are the same either way."""
+    parts the split launch (`asked` gets the slots where the rule asked for them). The bits are the same
+    either way."""
     env = os.environ.get("SHARPINF_ATTENTION_MODE", "").strip()
     chosen = mode or env or "auto"
     if chosen not in (*LAUNCH_MODES, "auto"):
@@ -202,6 +216,8 @@ def walks(be, blocks: int, head_dim: int, mode: str | None = None, max_head_dim:
     if not be.multiprocessors:
         return blocks >= EMU_WALK_BLOCKS
     resident = slots() if parts is not None and slots is not None else None
+    if asked is not None and resident is not None:
+        asked.extend(resident)
     return resident is not None and walk_pays(blocks, parts, *resident)
 
 
@@ -216,28 +232,37 @@ def _slots(be, file: str, walk_name: str, split_name: str, threads: int):
     return ask
 
 
+def _shape(be, blocks: int, parts: int | None, head_dim: int, mode: str | None, max_head_dim: int, slots,
+           explain: bool):
+    """walks() as a launch shape; with explain, (shape, ShapeInputs)."""
+    asked: list[int] = []
+    shape = LAUNCH_MODES[walks(be, blocks, head_dim, mode, max_head_dim, parts, slots, asked)]
+    return (shape, ShapeInputs(blocks, parts, *asked)) if explain else shape
+
+
 def split_shape(be, kv_dtype: str, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int, head_dim: int,
                 keys: int | None = None, sliding_window: int = 0, mode: str | None = None,
-                file: str = "attention_split.cu") -> str:
-    """attention_split's launch shape for a step ("split" or "walk"; walks() decides): its walk blocks
-    are (token, group of GROUP heads) pairs, its partitions SPLIT_PART keys."""
+                file: str = "attention_split.cu", explain: bool = False):
+    """attention_split's launch shape for a step ("split" or "walk"; walks() decides; with explain,
+    (shape, ShapeInputs)): its walk blocks are (token, group of GROUP heads) pairs, its partitions
+    SPLIT_PART keys."""
     blocks = n_tokens * n_kv_heads * -(-(n_heads // n_kv_heads) // GROUP)
     slots = _slots(be, file, f"attention_split_walk_{kv_dtype}_d{head_dim}", f"attention_split_{kv_dtype}_d{head_dim}",
                    128)
     parts = None if keys is None else partitions(keys, SPLIT_PART, sliding_window)
-    return LAUNCH_MODES[walks(be, blocks, head_dim, mode, parts=parts, slots=slots)]
+    return _shape(be, blocks, parts, head_dim, mode, max(HEAD_DIMS), slots, explain)
 
 
 def flash_shape(be, kv_dtype: str, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int, head_dim: int,
                 keys: int | None = None, sliding_window: int = 0, mode: str | None = None,
-                file: str = "attention_flash.cu") -> str:
-    """attention_flash's launch shape for a step: its walk blocks are (tile, KV head) pairs, its
-    partitions flash_part(head_dim) keys; it walks head_dim <= FLASH_WALK_MAX_HEAD_DIM."""
+                file: str = "attention_flash.cu", explain: bool = False):
+    """attention_flash's launch shape for a step (as split_shape): its walk blocks are (tile, KV head)
+    pairs, its partitions flash_part(head_dim) keys; it walks head_dim <= FLASH_WALK_MAX_HEAD_DIM."""
     name = f"attention_flash_{kv_dtype}_d{head_dim}"  # one kernel, both shapes
     parts = None if keys is None else partitions(keys, flash_part(head_dim), sliding_window)
     blocks = flash_tiles(n_tokens, n_seqs, n_heads, n_kv_heads, head_dim) * n_kv_heads
-    return LAUNCH_MODES[walks(be, blocks, head_dim, mode, FLASH_WALK_MAX_HEAD_DIM, parts,
-                              _slots(be, file, name, name, 2 * flash_rows(head_dim)))]
+    return _shape(be, blocks, parts, head_dim, mode, FLASH_WALK_MAX_HEAD_DIM,
+                  _slots(be, file, name, name, 2 * flash_rows(head_dim)), explain)
 
 
 def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
