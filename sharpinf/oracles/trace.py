@@ -404,6 +404,7 @@ class _Tracer:
         positions = np.asarray(self.batch.positions, np.int64)
         slots = np.asarray(self.batch.slot_mapping, np.int64)
 
+        k.shapes = fp.step_shapes(self.batch, N, self.pool.kv_dtype, d)  # as submit() keys the step
         _, names = self.call(lambda: fp._emit_embed(N, d))
         x = self.dl(ws.x)
         want = ref.token_embd[ids].astype(F64) * float(np.float32(cfg.embd_scale))

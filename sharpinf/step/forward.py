@@ -404,7 +404,7 @@ class ForwardPass:
         Nb = N if self.exact_shapes else bucket_for(N, self.token_ladder)
         Rb = R if self.exact_shapes else bucket_for(R, self.row_ladder)
         d.upload(d.pack(batch, Nb, Rb, sampling, feed_rows))
-        shapes = self._attention_shapes(Nb, kv.kv_dtype, d, int(batch.context_lens.max(initial=1)))
+        shapes = self.step_shapes(batch, Nb, kv.kv_dtype, d)
         self._plans.run(("body", Nb, shapes), lambda: self._emit_body(Nb, kv, d, shapes), self.use_graphs)
         samples = sampling is not None and R > 0
         later = samples and masks_later
@@ -466,6 +466,11 @@ class ForwardPass:
         self.kernels.layers(self.layers, kv, d, N)
 
     # -- the attention's launch shape: part of a body plan's key ---------------------------------
+    def step_shapes(self, batch: Batch, N: int, kv_dtype: str, d: StepDescriptor) -> tuple[str, ...]:
+        """The attention's launch shapes for `batch` run as a step of N tokens (its bucket): by its
+        longest context (what submit keys the body by; StepKernels.shapes for launches made by hand)."""
+        return self._attention_shapes(N, kv_dtype, d, int(batch.context_lens.max(initial=1)))
+
     def _attention_shapes(self, N: int, kv_dtype: str, d: StepDescriptor, keys: int) -> tuple[str, ...]:
         """The attention's launch shapes for a step of N tokens (its bucket) whose longest context is
         `keys` keys: the variant's rule (ops/attention.py), asked once per bucket and KV_SHAPE_KEYS
