@@ -62,7 +62,7 @@
 #   4. attention: split vs flash per N (fast keeps split; flash was faster only for long prefills).
 #      Since 2026-11-28 (later) split and flash can walk -- one block a (query block, KV head) through
 #      every split, no scratch or merge, the same bits as their split launches. Since the session after,
-#      a GPU step takes the shape ops/attention.py's walk_pays estimates cheaper from its blocks and its
+#      a GPU step takes the shape ops/attention.py's walks_pays estimates cheaper from its blocks and its
 #      longest context (never timed: its two constants, WALK_PASSES and MERGE_COST, are guesses; the
 #      engine rows of this call -- peers, decode -- run it). kernels-attention.log (split forced) against
 #      kernels-attention-walk.log (walk forced), and kernels-attention-4k-{split,walk}.log at 4,096 keys

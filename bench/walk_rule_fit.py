@@ -2,7 +2,7 @@
 
     python bench/walk_rule_fit.py KERNELS_JSON [KERNELS_JSON ...] [--json]
 
-ops/attention.py's walk_pays estimates, from a step's walk blocks, its deepest query's partitions and
+ops/attention.py's walks_pays estimates, from a step's walk blocks, its deepest query's partitions and
 the resident blocks of each shape's kernel, whether the walk costs no more than the split launch; its
 two constants (WALK_PASSES, MERGE_COST) are guesses until a GPU times both shapes. The kernels bench
 (`sharpinf bench --suite kernels --op attention`) records, beside each attention row's time, the shape
@@ -23,7 +23,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sharpinf.ops.attention import MERGE_COST, WALK_PASSES, walk_pays
+from sharpinf.ops.attention import MERGE_COST, WALK_PASSES, walks_pays
 
 PASSES_GRID = [1.0 + 0.25 * i for i in range(9)]  # 1.0 .. 3.0
 MERGE_GRID = [0.5 * i for i in range(17)]  # 0 .. 8
@@ -38,13 +38,15 @@ class Case:
     tokens: int
     blocks: int
     parts: int
+    splits: int
     walk_slots: int
     split_slots: int
     split_us: float
     walk_us: float
 
     def pick(self, walk_passes: float, merge_cost: float) -> str:
-        walks = walk_pays(self.blocks, self.parts, self.walk_slots, self.split_slots, walk_passes, merge_cost)
+        walks = walks_pays(self.blocks, self.parts, self.splits, self.walk_slots, self.split_slots, walk_passes,
+                           merge_cost)
         return "walk" if walks else "split"
 
     def us(self, shape: str) -> float:
@@ -69,12 +71,12 @@ def cases(docs: list[dict]) -> tuple[list[Case], list[str]]:
     out, skipped = [], []
     for key, t in times.items():
         rule = inputs[key]
-        missing = [k for k in ("blocks", "parts", "walk_slots", "split_slots") if rule.get(k) is None]
+        missing = [k for k in ("blocks", "parts", "splits", "walk_slots", "split_slots") if rule.get(k) is None]
         if len(t) < 2 or missing:
             why = f"timed only {'/'.join(t)}" if len(t) < 2 else f"the rule read no {', '.join(missing)}"
             skipped.append(f"{key[0]} {key[1]} N={key[2]}: {why}")
             continue
-        out.append(Case(*key, rule["blocks"], rule["parts"], rule["walk_slots"], rule["split_slots"],
+        out.append(Case(*key, rule["blocks"], rule["parts"], rule["splits"], rule["walk_slots"], rule["split_slots"],
                         t["split"], t["walk"]))
     return out, skipped
 
@@ -119,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
                                                  "best_pick": c.pick(best["walk_passes"], best["merge_cost"])}
                                     for c in found], "skipped": skipped, **result}, indent=1))
         return 0
-    print(f"{'variant':8} {'case':40} {'N':>5} {'blocks':>7} {'parts':>5} {'split us':>10} {'walk us':>10} "
-          f"{'now':>6} {'best':>6}")
+    print(f"{'variant':8} {'case':40} {'N':>5} {'blocks':>7} {'parts':>5} {'splits':>6} {'split us':>10} "
+          f"{'walk us':>10} {'now':>6} {'best':>6}")
     for c in found:
-        print(f"{c.variant:8} {c.shape[:40]:40} {c.tokens:>5} {c.blocks:>7} {c.parts:>5} {c.split_us:>10,.1f} "
+        print(f"{c.variant:8} {c.shape[:40]:40} {c.tokens:>5} {c.blocks:>7} {c.parts:>5} {c.splits:>6} {c.split_us:>10,.1f} "
               f"{c.walk_us:>10,.1f} {c.pick(WALK_PASSES, MERGE_COST):>6} {c.pick(best['walk_passes'], best['merge_cost']):>6}")
     for line in skipped:
         print(f"left out: {line}")

@@ -57,7 +57,7 @@
 //   (The merge's and the walk's sums are explicit fmas, __fmaf_rn: NVRTC contracts a * b + c by
 //   default, g++ -O1 does not; spelled out, both round alike on every backend.)
 // So every bit equals the split launch's (tests/test_kernels_attention.py compares the two; the
-// launcher picks: ops/attention.py's flash_shape, by walk_pays), for twice the scores' mma work (1.5x all the mma)
+// launcher picks: ops/attention.py's flash_shape, by walks_pays), for twice the scores' mma work (1.5x all the mma)
 // and none of the scratch, tickets or merge. Launch: grid = (tiles, n_kv_heads, 1), the same blocks
 // and kernel; 250 registers at head_dim 128 (a row's output sums and its split's state both live;
 // the split-only kernel had 217 -- 2 blocks an SM either way; no spills, NVRTC 12.9 sm_90), so

@@ -81,7 +81,7 @@
 // K) and ~4 in pass 2 (table, K, V, the weights' barrier) for each: a 64-sequence decode at 513 keys,
 // 512 blocks of 9 partitions in one wave, ~30-45 us a layer (the split launch: 142.5). Prefill reads
 // each key once per query, as the split launch does, without its partial states and merges. Which
-// shape a step takes: ops/attention.py's split_shape (walk_pays, from the step's blocks and longest
+// shape a step takes: ops/attention.py's split_shape (walks_pays, from the step's blocks and longest
 // context). Not yet timed on a GPU: bench/device_call.sh times both shapes (SHARPINF_ATTENTION_MODE).
 #include "common.cuh"
 #include "kv_rows.cuh"

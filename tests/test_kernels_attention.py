@@ -309,21 +309,31 @@ def test_attention_launch_shape_rule(monkeypatch):
     # the header's cases: the 8B shape's 64-sequence decode walks at 513 keys and splits at 4,097; one
     # sequence splits; flash's 512-token prefill (33 tiles x 8 KV heads, 2 blocks an SM) walks
     assert parts(513, 64) == 9 and parts(4097, 64) == 65
-    assert walks(gpu, 512, 128, parts=9, slots=h200) and not walks(gpu, 512, 128, parts=65, slots=h200)
-    assert not walks(gpu, 8, 128, parts=9, slots=h200)
-    assert walks(gpu, 264, 128, None, flash_max, parts=8, slots=lambda: (264, 264))
-    assert walks(gpu, 8, 128, parts=1, slots=h200)  # one partition: the same work, 15 empty blocks fewer
-    # a window bounds the depth whatever the context: W keys touch at most ceil((W - 1) / part) + 1
+    assert walks(gpu, 512, 128, parts=9, splits=9, slots=h200) and not walks(gpu, 512, 128, parts=65, splits=16,
+                                                                             slots=h200)
+    assert not walks(gpu, 8, 128, parts=9, splits=9, slots=h200)
+    assert walks(gpu, 264, 128, None, flash_max, parts=8, splits=8, slots=lambda: (264, 264))
+    assert walks(gpu, 8, 128, parts=1, splits=1, slots=h200)  # one partition: the same work, 15 empty blocks fewer
+    # a window bounds the depth, not the splits: a query deep in a long context keeps its 16, each
+    # writing its state for the merge -- at 4,097 keys and a 100-key window the 64-sequence decode walks
     assert parts(4097, 64, 100) == 3 and parts(4097, 64, 64) == 2 and parts(4097, 64, 1) == 1 and parts(10, 64, 100) == 1
+    assert walks(gpu, 512, 128, parts=3, splits=16, slots=h200)
+    # the rule is walk_pays at every depth up to the step's: where walk_pays alone flips back to the
+    # walk at a deeper context (the split's ceil(P / 16) steps up at 33 partitions), the rule stays split
+    pays, every = attn_ops.walk_pays, attn_ops.walks_pays
+    flips = [p for p in range(2, 300) if pays(256, p, min(16, p), 528, 528) != pays(256, p - 1, min(16, p - 1), 528, 528)]
+    assert len(flips) > 1, "walk_pays alone should not be monotone here (else this check shows nothing)"
+    first_split = next(p for p in range(1, 300) if not pays(256, p, min(16, p), 528, 528))
+    assert all(every(256, p, min(16, p), 528, 528) == (p < first_split) for p in range(1, 300))
     assert not walks(emu, 3, 64) and walks(emu, 4, 64) and not walks(emu, 4, 256, None, flash_max)
-    assert walks(emu, 4, 64, parts=10_000, slots=h200)  # the emulator's rule reads no context
+    assert walks(emu, 4, 64, parts=10_000, splits=16, slots=h200)  # the emulator's rule reads no context
     assert walks(gpu, 1, 64, "walk") and not walks(emu, 1000, 64, "split")
     with pytest.raises(SharpinfError, match="head_dim <= 128"):
         walks(gpu, 1, 256, "walk", flash_max)
     monkeypatch.setenv("SHARPINF_ATTENTION_MODE", "walk")
     assert walks(gpu, 1, 128) and not walks(gpu, 1, 256, None, flash_max)
     monkeypatch.setenv("SHARPINF_ATTENTION_MODE", "split")
-    assert not walks(gpu, 512, 128, parts=9, slots=h200)
+    assert not walks(gpu, 512, 128, parts=9, splits=9, slots=h200)
     monkeypatch.setenv("SHARPINF_ATTENTION_MODE", "both")
     with pytest.raises(SharpinfError, match="choose from auto, split, walk"):
         walks(gpu, 1, 64)

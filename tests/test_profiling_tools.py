@@ -168,38 +168,39 @@ def test_walk_rule_fit_pairs_both_shapes_and_finds_the_constants_that_pick_the_f
     """bench/walk_rule_fit.py: each case's split and walk times paired from two runs, cases without both
     or without the rule's inputs left out with a reason; on timings whose faster shape is what the rule
     picks at WALK_PASSES 1.5, MERGE_COST 1.0, the fit loses nothing there and the current constants lose
-    the cases where they pick the other."""
+    the case where they pick the other."""
     fit = load("walk_rule_fit")
-    combos = [(512, 9), (512, 49), (512, 65), (8, 9), (264, 8), (1024, 32), (64, 65), (4096, 3)]
+    combos = [(512, 9), (512, 41), (512, 65), (8, 9), (264, 8), (1024, 32), (64, 65), (4096, 3)]
 
     def run(shape_forced: str) -> dict:
         rows = []
         for blocks, parts in combos:
-            walks = "walk" if fit.walk_pays(blocks, parts, 528, 528, 1.5, 1.0) else "split"
+            walks = "walk" if fit.walks_pays(blocks, parts, min(16, parts), 528, 528, 1.5, 1.0) else "split"
             us = 100.0 if shape_forced == "split" else (50.0 if walks == "walk" else 150.0)
             rows.append({"op": "attention", "variant": "split", "shape": f"{blocks} x {parts}", "tokens": blocks,
                          "us": us, "launch_shape": shape_forced,
-                         "rule": {"blocks": blocks, "parts": parts, "walk_slots": 528, "split_slots": 528}})
+                         "rule": {"blocks": blocks, "parts": parts, "splits": min(16, parts), "walk_slots": 528,
+                                  "split_slots": 528}})
         rows.append({"op": "attention", "variant": "flash", "shape": "lonely", "tokens": 1, "us": 1.0,
-                     "launch_shape": shape_forced, "rule": {"blocks": 1, "parts": 2, "walk_slots": None,
+                     "launch_shape": shape_forced, "rule": {"blocks": 1, "parts": 2, "splits": 2, "walk_slots": None,
                                                             "split_slots": None}})
         return {"results": {"rows": rows + [{"op": "matmul", "variant": "dp4a", "shape": "x", "tokens": 1, "us": 9.0}]}}
 
     split, walk = run("split"), run("walk")
     walk["results"]["rows"].append({"op": "attention", "variant": "split", "shape": "walk only", "tokens": 3, "us": 1.0,
-                                    "launch_shape": "walk", "rule": {"blocks": 3, "parts": 1, "walk_slots": 4,
-                                                                      "split_slots": 4}})
+                                    "launch_shape": "walk", "rule": {"blocks": 3, "parts": 1, "splits": 1,
+                                                                      "walk_slots": 4, "split_slots": 4}})
     found, skipped = fit.cases([split, walk])
     assert len(found) == len(combos) and {c.shape for c in found} == {f"{b} x {p}" for b, p in combos}
     assert sorted(skipped) == ["flash lonely N=1: the rule read no walk_slots, split_slots",
                                "split walk only N=3: timed only walk"]
     result = fit.fit(found)
-    assert result["best"]["lost_us"] == 0 and result["current"]["lost_us"] == 50.0  # (512, 49): walk there
+    assert result["best"]["lost_us"] == 0 and result["current"]["lost_us"] == 50.0  # (512, 41): walk there
     paths = []
     for name, doc in (("split", split), ("walk", walk)):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(doc))
     assert fit.main([str(p) for p in paths]) == 0
     out = capsys.readouterr().out
-    assert "loses 50.0 us" in out and "512 x 49" in out and "left out: split walk only N=3" in out
+    assert "loses 50.0 us" in out and "512 x 41" in out and "left out: split walk only N=3" in out
     assert fit.main([str(paths[0])]) == 1  # the split run alone: nothing paired

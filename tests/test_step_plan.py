@@ -259,3 +259,39 @@ def test_a_steps_longest_context_chooses_its_attention_launch_shape(emu, monkeyp
     fp.freeze()
     fp.capture_graphs(KVPool(emu, fp.cfg, num_blocks=40, block_size=4))
     assert {k for k in fp.graphs if k[0] == "body" and k[1] == 1} == {("body", 1, ("walk",)), ("body", 1, ("split",))}
+
+
+@pytest.mark.parametrize("kernels", ["fast", "tensor"])
+def test_capture_finds_every_shape_tuple_a_bucket_takes(emu, monkeypatch, kernels):
+    """capture_graphs' bodies: the shape tuples of each bucket found by bisection over the contexts
+    (each window's shape flips once, walks_pays) are those of every context, one by one -- gemma3's
+    local and global layers, several occupancies of a pretended GPU."""
+    from sharpinf.step.forward import KV_SHAPE_KEYS
+
+    monkeypatch.delenv("SHARPINF_ATTENTION_MODE", raising=False)
+    monkeypatch.setattr(emu, "multiprocessors", 2)
+    model = load_model(synthetic_model("gemma3", "Q8_0", n_embd=128, n_layer=6, sliding_window=100))
+    several = 0
+    for slots in (1, 3, 6, 40):
+        monkeypatch.setattr(emu, "resident_blocks", lambda k, threads, shared=0, slots=slots: slots)
+        fp = ForwardPass(model, emu, kernels=kernels, capacity=StepCapacity(64, 8, 8, 8), compile_ahead=False)
+        d = fp._bind(KVPool(emu, fp.cfg, num_blocks=300, block_size=4), 1)
+        longest = min(fp.cfg.context_length, d.width * d.block_size)
+        for n in fp.token_ladder:
+            every = {fp._attention_shapes(n, "f16", d, k) for k in range(KV_SHAPE_KEYS, longest + 1, KV_SHAPE_KEYS)}
+            assert fp._shapes_of_bucket(n, "f16", d) == sorted(every), (slots, n)
+            several += len(every) > 1
+    assert several  # some bucket takes both shapes (else this shows nothing)
+
+
+def test_capture_bisection_finds_flips_a_context_apart(emu, monkeypatch):
+    """Two windows whose shapes flip one context step apart (96 and 128 keys) and a third far off: the
+    bisection finds all four tuples (contexts doubling from 32 would miss the one at 96)."""
+    fp = ForwardPass(_model(), emu, kernels="fast", capacity=StepCapacity(8, 2, 2, 8), compile_ahead=False)
+    d = fp._bind(KVPool(emu, fp.cfg, num_blocks=256, block_size=4), 1)
+    flips = (96, 128, 800)
+    monkeypatch.setattr(fp, "_attention_shapes", lambda n, kv_dtype, d, keys: tuple(
+        "walk" if keys < at else "split" for at in flips))
+    assert d.width * d.block_size >= 1000 and fp.cfg.context_length >= 1000
+    assert fp._shapes_of_bucket(1, "f16", d) == sorted({("walk",) * 3, ("split", "walk", "walk"),
+                                                        ("split", "split", "walk"), ("split",) * 3})

@@ -149,11 +149,16 @@ def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
 # so the rule reads both: the launcher's `keys`, the step's most keys a query sees -- the forward
 # pass knows it on the host and keys its plans and graphs by the shapes it chose (step/forward.py).
 # Estimated in partition round trips of one block (both shapes run a partition with the same code):
-#   walk   ceil(blocks / walk slots)  x  WALK_PASSES x P           (P = the deepest query's partitions)
-#   split  ceil(blocks x min(16, P) / split slots)  x  (ceil(P / 16) + MERGE_COST)
-# with slots = the blocks the GPU holds at once (the occupancy calculator); the walk where it is not
-# dearer. So a 64-sequence decode of the 8B shape walks at 512 keys (18 against 27) and splits at 4,096
-# (130 against 112), a single sequence splits, and flash's 512-token prefill walks. Without `keys`
+#   walk   ceil(blocks / walk slots)  x  WALK_PASSES x P                (one pass where S = 1)
+#   split  ceil(blocks x S / split slots)  x  (ceil(P / 16) + MERGE_COST)  (no merge where S = 1)
+# with P the deepest block's visible partitions (a sliding window bounds them), S = min(16, a query's
+# partitions from position 0) the splits the kernels give it (from its position, window or not: a
+# split the window empties still writes its state and is merged), slots the blocks the GPU holds at
+# once (the occupancy calculator). The walk where it is not dearer at the step's depth and at every
+# shallower one (walks_pays: so the choice flips once as a context grows, from walk to split, and a
+# bucket's shapes over all contexts are found by bisection). So a 64-sequence decode of the 8B shape
+# walks at 512 keys (18 against 27) and splits at 4,096 (130 against 112), a single sequence splits,
+# and flash's 512-token prefill walks. Without `keys`
 # (a launch that does not know its step's contexts) a GPU keeps the split launch, which no context
 # makes slow. The two constants are estimates until a GPU times both shapes (bench/device_call.sh:
 # kernels-attention{,-walk,-4k-*}.log). On the emulator a step of EMU_WALK_BLOCKS blocks or more walks
@@ -166,20 +171,30 @@ WALK_PASSES = 2.0  # the walk goes through a partition twice: pass 1 (K and the 
 MERGE_COST = 2.0  # a split block's work past its partitions: partial states out, fence, ticket, the merge's reads
 
 
-def partitions(keys: int, part: int, sliding_window: int = 0) -> int:
-    """The most partitions (of `part` keys at fixed positions) a query of a step whose longest context
-    is `keys` sees: all of them, or those a window of W keys can touch (it may start mid-partition)."""
+def partitions(keys: int, part: int, span: int = 0) -> int:
+    """The most partitions (of `part` keys at fixed positions) a block of a step whose longest context
+    is `keys` sees: all of them, or those a span of W keys can touch (it may start mid-partition; W a
+    query's sliding window, or for a tile of T tokens its window + T - 1; 0: no window)."""
     whole = max(1, -(-keys // part))
-    return whole if sliding_window <= 0 else min(whole, (sliding_window + part - 2) // part + 1)
+    return whole if span <= 0 else min(whole, (span + part - 2) // part + 1)
 
 
-def walk_pays(blocks: int, parts: int, walk_slots: int, split_slots: int, walk_passes: float = WALK_PASSES,
-              merge_cost: float = MERGE_COST) -> bool:
-    """The estimate above: whether walking `blocks` blocks `parts` partitions deep costs no more than
-    the split launch (bench/walk_rule_fit.py fits the two constants to a GPU's timings)."""
-    walk = -(-blocks // walk_slots) * (walk_passes * parts if parts > 1 else 1.0)
-    split = -(-blocks * min(SPLITS, parts) // split_slots) * (-(-parts // SPLITS) + (merge_cost if parts > 1 else 0.0))
+def walk_pays(blocks: int, parts: int, splits: int, walk_slots: int, split_slots: int,
+              walk_passes: float = WALK_PASSES, merge_cost: float = MERGE_COST) -> bool:
+    """The estimate above at one depth: whether walking `blocks` blocks through `parts` partitions in
+    `splits` splits costs no more than the split launch (bench/walk_rule_fit.py fits the constants)."""
+    walk = -(-blocks // walk_slots) * (walk_passes * parts if splits > 1 else float(parts))
+    split = -(-blocks * splits // split_slots) * (-(-parts // SPLITS) + (merge_cost if splits > 1 else 0.0))
     return walk <= split
+
+
+def walks_pays(blocks: int, parts: int, splits: int, walk_slots: int, split_slots: int,
+               walk_passes: float = WALK_PASSES, merge_cost: float = MERGE_COST) -> bool:
+    """walk_pays at the step's depth and at every depth a growing context passes through before it
+    (whole partitions j = 1, 2, ...: min(j, parts) visible in min(j, splits) splits): the rule, monotone
+    in the context by construction (walk_pays alone is not: ceil(parts / 16) and the waves step)."""
+    return all(walk_pays(blocks, min(j, parts), min(j, splits), walk_slots, split_slots, walk_passes, merge_cost)
+               for j in range(1, max(parts, splits) + 1))
 
 
 @dataclass(frozen=True)
@@ -190,18 +205,19 @@ class ShapeInputs:
 
     blocks: int
     parts: int | None
+    splits: int | None
     walk_slots: int | None = None
     split_slots: int | None = None
 
 
 def walks(be, blocks: int, head_dim: int, mode: str | None = None, max_head_dim: int = max(HEAD_DIMS),
-          parts: int | None = None, slots=None, asked: list | None = None) -> bool:
+          parts: int | None = None, splits: int | None = None, slots=None, asked: list | None = None) -> bool:
     """Whether a split-frame step of `blocks` walk blocks walks or splits: `mode` ("split", "walk"; an
     explicit "walk" the kernel cannot do is an error; "auto": the rule, whatever the environment says),
     else $SHARPINF_ATTENTION_MODE (where the kernel cannot walk, it splits), else the rule (above): on a
-    GPU walk_pays, given the deepest query's `parts` and slots() -> (walk slots, split slots), without
-    parts the split launch (`asked` gets the slots where the rule asked for them). The bits are the same
-    either way."""
+    GPU walks_pays, given the step's depth (`parts`, `splits`) and slots() -> (walk slots, split slots),
+    without them the split launch (`asked` gets the slots where the rule asked for them). The bits are
+    the same either way."""
     env = os.environ.get("SHARPINF_ATTENTION_MODE", "").strip()
     chosen = mode or env or "auto"
     if chosen not in (*LAUNCH_MODES, "auto"):
@@ -215,10 +231,10 @@ def walks(be, blocks: int, head_dim: int, mode: str | None = None, max_head_dim:
         return chosen == "walk"
     if not be.multiprocessors:
         return blocks >= EMU_WALK_BLOCKS
-    resident = slots() if parts is not None and slots is not None else None
+    resident = slots() if parts is not None and splits is not None and slots is not None else None
     if asked is not None and resident is not None:
         asked.extend(resident)
-    return resident is not None and walk_pays(blocks, parts, *resident)
+    return resident is not None and walks_pays(blocks, parts, splits, *resident)
 
 
 def _slots(be, file: str, walk_name: str, split_name: str, threads: int):
@@ -232,12 +248,15 @@ def _slots(be, file: str, walk_name: str, split_name: str, threads: int):
     return ask
 
 
-def _shape(be, blocks: int, parts: int | None, head_dim: int, mode: str | None, max_head_dim: int, slots,
-           explain: bool):
-    """walks() as a launch shape; with explain, (shape, ShapeInputs)."""
+def _shape(be, blocks: int, keys: int | None, part: int, span: int, head_dim: int, mode: str | None,
+           max_head_dim: int, slots, explain: bool):
+    """walks() as a launch shape for a step whose longest context is `keys` (partitions of `part`
+    keys; a block's window span `span`, 0: none); with explain, (shape, ShapeInputs)."""
+    parts = None if keys is None else partitions(keys, part, span)
+    splits = None if keys is None else min(SPLITS, partitions(keys, part))
     asked: list[int] = []
-    shape = LAUNCH_MODES[walks(be, blocks, head_dim, mode, max_head_dim, parts, slots, asked)]
-    return (shape, ShapeInputs(blocks, parts, *asked)) if explain else shape
+    shape = LAUNCH_MODES[walks(be, blocks, head_dim, mode, max_head_dim, parts, splits, slots, asked)]
+    return (shape, ShapeInputs(blocks, parts, splits, *asked)) if explain else shape
 
 
 def split_shape(be, kv_dtype: str, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int, head_dim: int,
@@ -249,19 +268,20 @@ def split_shape(be, kv_dtype: str, n_tokens: int, n_seqs: int, n_heads: int, n_k
     blocks = n_tokens * n_kv_heads * -(-(n_heads // n_kv_heads) // GROUP)
     slots = _slots(be, file, f"attention_split_walk_{kv_dtype}_d{head_dim}", f"attention_split_{kv_dtype}_d{head_dim}",
                    128)
-    parts = None if keys is None else partitions(keys, SPLIT_PART, sliding_window)
-    return _shape(be, blocks, parts, head_dim, mode, max(HEAD_DIMS), slots, explain)
+    return _shape(be, blocks, keys, SPLIT_PART, sliding_window, head_dim, mode, max(HEAD_DIMS), slots, explain)
 
 
 def flash_shape(be, kv_dtype: str, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int, head_dim: int,
                 keys: int | None = None, sliding_window: int = 0, mode: str | None = None,
                 file: str = "attention_flash.cu", explain: bool = False):
     """attention_flash's launch shape for a step (as split_shape): its walk blocks are (tile, KV head)
-    pairs, its partitions flash_part(head_dim) keys; it walks head_dim <= FLASH_WALK_MAX_HEAD_DIM."""
+    pairs, its partitions flash_part(head_dim) keys (a tile of T tokens spans its window + T - 1 keys);
+    it walks head_dim <= FLASH_WALK_MAX_HEAD_DIM."""
     name = f"attention_flash_{kv_dtype}_d{head_dim}"  # one kernel, both shapes
-    parts = None if keys is None else partitions(keys, flash_part(head_dim), sliding_window)
+    per_tile = flash_rows(head_dim) // (n_heads // n_kv_heads)
+    span = sliding_window + per_tile - 1 if sliding_window > 0 else 0
     blocks = flash_tiles(n_tokens, n_seqs, n_heads, n_kv_heads, head_dim) * n_kv_heads
-    return _shape(be, blocks, parts, head_dim, mode, FLASH_WALK_MAX_HEAD_DIM,
+    return _shape(be, blocks, keys, flash_part(head_dim), span, head_dim, mode, FLASH_WALK_MAX_HEAD_DIM,
                   _slots(be, file, name, name, 2 * flash_rows(head_dim)), explain)
 
 

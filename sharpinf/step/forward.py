@@ -166,7 +166,6 @@ class ForwardPass:
         self.capacity = cap
         self.ws = Workspace(self.backend, self.cfg, cap, self.choice)
         self.kernels = StepKernels(self.backend, self.cfg, self.choice, self.ws)
-        self._shape_memo: dict = {}  # (N, kv dtype, seqs) -> {keys: the attention's shapes}
         V = self.cfg.n_vocab
         self.seen_bits = self.backend.zeros((cap.rows, history_words(V)), np.uint32)
         self.counts = self.backend.zeros((cap.rows, count_words(V)), np.uint32)
@@ -183,6 +182,7 @@ class ForwardPass:
         if self._desc is not None:
             self._desc.retire()
         self._plans.clear()
+        self._shape_memo = {}  # ($SHARPINF_ATTENTION_MODE may have changed)
         self._desc = None
         self._pool_ref = None
 
@@ -308,9 +308,14 @@ class ForwardPass:
 
     def graph_launches(self) -> int:
         """Kernel launches the graphs of capture_graphs() hold (for the memory estimate): a body a token
-        bucket, two where the attention may take either launch shape on a GPU (an upper bound)."""
+        bucket, on a GPU up to one more for each window whose attention can walk (a window's shape
+        flips once as the contexts grow: ops/attention.py's walks_pays)."""
         body, head = self._launch_names(self.kv_dtype)
-        shapes = 2 if self.kernels.attn.shape and self.backend.multiprocessors else 1
+        shapes = 1
+        if self.kernels.attn.shape and self.backend.multiprocessors:
+            with self.backend.collecting():
+                walked = self.kernels.attention_shapes(self.kv_dtype, 1, self.capacity.seqs + 1, None, "walk")
+            shapes += walked.count("walk")
         return len(body) * len(self.token_ladder) * shapes + len(head) * len(self.row_ladder)
 
     def compile_kernels(self, kv_dtype: str, wanted: list[tuple[str, str]] | None = None) -> dict:
@@ -463,7 +468,10 @@ class ForwardPass:
         attention in `shapes` (StepKernels.attention_shapes)."""
         self._emit_embed(N, d)
         self.kernels.shapes = shapes
-        self.kernels.layers(self.layers, kv, d, N)
+        try:
+            self.kernels.layers(self.layers, kv, d, N)
+        finally:
+            self.kernels.shapes = ()  # launches made by hand choose their own (oracles/trace.py sets them)
 
     # -- the attention's launch shape: part of a body plan's key ---------------------------------
     def step_shapes(self, batch: Batch, N: int, kv_dtype: str, d: StepDescriptor) -> tuple[str, ...]:
@@ -482,16 +490,25 @@ class ForwardPass:
         return memo[keys]
 
     def _shapes_of_bucket(self, N: int, kv_dtype: str, d: StepDescriptor) -> list[tuple[str, ...]]:
-        """The shapes a step of bucket N takes at contexts of KV_SHAPE_KEYS, twice that, ... up to the
-        longest the descriptor's block tables hold: the bodies capture_graphs captures (a step whose
-        contexts choose shapes none of these has -- the rule is not monotone in the context -- runs
-        its plan without a graph)."""
-        longest = min(self.cfg.context_length, d.width * d.block_size)
-        keys, ladder = KV_SHAPE_KEYS, []
-        while keys < longest:
-            ladder.append(keys)
-            keys *= 2
-        return list(dict.fromkeys(self._attention_shapes(N, kv_dtype, d, k) for k in ladder + [longest]))
+        """Every shape tuple a step of bucket N takes at some context up to the longest the descriptor's
+        block tables hold: the bodies capture_graphs captures. Each window's shape flips at most once
+        as the context grows (walk, then split: walks_pays), so where two contexts give the same tuple
+        every context between them does, and bisection finds each flip."""
+        longest = -(-min(self.cfg.context_length, d.width * d.block_size) // KV_SHAPE_KEYS) * KV_SHAPE_KEYS
+        at = lambda keys: self._attention_shapes(N, kv_dtype, d, keys)  # noqa: E731
+        found = {at(KV_SHAPE_KEYS), at(longest)}
+
+        def between(lo: int, hi: int) -> None:  # contexts lo < hi (multiples of KV_SHAPE_KEYS), tuples differ
+            if hi - lo <= KV_SHAPE_KEYS:
+                return
+            mid = (lo + hi) // 2 // KV_SHAPE_KEYS * KV_SHAPE_KEYS
+            found.add(at(mid))
+            for a, b in ((lo, mid), (mid, hi)):
+                if at(a) != at(b):
+                    between(a, b)
+        if at(KV_SHAPE_KEYS) != at(longest):
+            between(KV_SHAPE_KEYS, longest)
+        return sorted(found)
 
     def _emit_embed(self, N: int, d: StepDescriptor) -> None:
         """ws.x = the embedding rows of the step's tokens (sharpinf/oracles/trace.py runs it alone)."""

@@ -5,7 +5,7 @@ Nb >= N tokens, Rb >= R rows. A plan is the list of prepared launches (sharpinf.
 backend.Launch) over the fixed step buffers: eager mode runs it, a CUDA graph captures it
 once and replays it, the trace backend counts it. Two plans make a step: the body (embed
 -> layers, keyed by Nb and the attention's launch shapes, which the step's longest context
-chooses on a GPU: ops/attention.py's walk_pays) and the head (gather -> norm -> LM head ->
+chooses on a GPU: ops/attention.py's walks_pays) and the head (gather -> norm -> LM head ->
 sampling, keyed by Rb), so a ladder of token buckets and a ladder of row buckets need their
 sum of graphs (a bucket's body twice where its attention may take either shape), not their
 product.
