@@ -7,7 +7,8 @@
 # Seen on an H200 (2026-11-26): setup 13 s, peers 104 s, the matmul suite below 67 s (the simple
 # baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s. (The sampling,
 # the decode launch-floor runs and the 8B decode at 64 sequences on mmq_narrow were added after: not
-# yet timed; the GPU tests get what is left of DEVICE_BUDGET_S -- a second call, `bash
+# yet timed; nor the attention walks' check before the peers part -- NVRTC of two files' f16 entries,
+# ~20-40 s by estimate; the GPU tests get what is left of DEVICE_BUDGET_S -- a second call, `bash
 # bench/device_call.sh tests`, runs them if the first left too little.)
 #
 #   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,ncu,tests (the default), moe
@@ -157,6 +158,18 @@ f = get_backend('cuda').describe(); print(re.sub(r'[^A-Za-z0-9]+', '-', f.get('g
 RUN=bench/results/gpu/$GPU-$(date +%Y%m%d)
 mkdir -p "$RUN"
 stamp "results in $RUN"
+
+# The attention walks had never run on a GPU when auto began to take them there (ops/attention.py's
+# walks_pays, 2026-11-28): their same-bits test against the split launches first (f16, both kernels,
+# the models' cache type); if it fails, every later run of this call keeps the split launch, so the
+# peers figures stand -- walk-check.log says what broke.
+stamp "attention walks against the split launches"
+if run walk-check.log 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels_attention.py \
+    -k "same_bits and cuda-f16"; then stamp "walk check passed"
+else
+  stamp "walk check FAILED (walk-check.log): SHARPINF_ATTENTION_MODE=split from here"; tail -5 "$OUT/walk-check.log"
+  export SHARPINF_ATTENTION_MODE=split
+fi
 
 if has peers; then
   stamp "peers"
