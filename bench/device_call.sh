@@ -122,7 +122,11 @@ run() {  # run LOG SECONDS CMD...: CMD's output to $OUT/LOG under a timeout of m
   if [ "$l" -lt 20 ]; then stamp "skipped $log: ${l} s left"; return 124; fi
   timeout -s INT $(( want < l ? want : l )) "$@" > "$OUT/$log" 2>&1
 }
-pack() { tar czf "$OUT/results.tgz" bench/results/gpu 2>/dev/null; }
+pack() {  # the results so far, with the kernels runs' tables in markdown (bench/kernel_tables.py) for the README
+  local runs; runs=$(find "${RUN:-/nonexistent}" -name kernels.json 2>/dev/null | sort)
+  [ -n "$runs" ] && python3 bench/kernel_tables.py $runs > "$RUN/kernel-tables.md" 2>/dev/null
+  tar czf "$OUT/results.tgz" bench/results/gpu 2>/dev/null
+}
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "gguf wheel did not install"; exit 1; }

@@ -1,6 +1,7 @@
 """The kernel-profiling helpers in bench/: sass_mix.py (what a kernel's loop issues, from its SASS,
-no GPU), ncu_targets.py (each chosen kernel-bench case launched once, for Nsight Compute) and
-walk_rule_fit.py (the attention launch-shape rule's constants from a GPU's timings of both shapes)."""
+no GPU), ncu_targets.py (each chosen kernel-bench case launched once, for Nsight Compute),
+walk_rule_fit.py (the attention launch-shape rule's constants from a GPU's timings of both shapes) and
+kernel_tables.py (the kernels bench's JSON as markdown tables)."""
 
 from __future__ import annotations
 
@@ -204,3 +205,30 @@ def test_walk_rule_fit_pairs_both_shapes_and_finds_the_constants_that_pick_the_f
     out = capsys.readouterr().out
     assert "loses 50.0 us" in out and "512 x 41" in out and "left out: split walk only N=3" in out
     assert fit.main([str(paths[0])]) == 1  # the split run alone: nothing paired
+
+
+def test_kernel_tables_merge_runs_into_one_table_an_op(tmp_path, capsys):
+    """bench/kernel_tables.py: a split-forced and a walk-forced run merge into one attention table with a
+    column a launch shape, `*` where the rule takes the other shape, the bandwidth share at N <= 8 only;
+    --ops keeps the ops asked for; files without rows exit 1."""
+    tables = load("kernel_tables")
+
+    def row(op, variant, tokens, us, shape=None, rule=None, pct=None):
+        return {"op": op, "phase": "decode", "shape": f"{op} case", "variant": variant, "tokens": tokens, "us": us,
+                "pct_of_bandwidth": pct, **({"launch_shape": shape, "rule_shape": rule} if shape else {})}
+
+    split = {"results": {"rows": [row("matmul", "dp4a", 1, 10.0, pct=33.4), row("matmul", "dp4a", 64, 150.0, pct=5.0),
+                                  row("attention", "split", 64, 142.5, "split", "walk")]}}
+    walk = {"results": {"rows": [row("attention", "split", 64, 40.0, "walk", "walk")]}}
+    text = tables.tables([split, walk])
+    assert "| decode | matmul case | 1 | 10.0 (33%) |" in text and "| decode | matmul case | 64 | 150.0 |" in text
+    assert "| phase | shape | N | split split | split walk |" in text
+    assert "| decode | attention case | 64 | 142.5* | 40.0 |" in text
+    only = tables.tables([split, walk], ["attention"])
+    assert "matmul" not in only and "### attention" in only
+    files = [tmp_path / "s.json", tmp_path / "w.json", tmp_path / "empty.json"]
+    for f, doc in zip(files, (split, walk, {"results": {"rows": []}})):
+        f.write_text(json.dumps(doc))
+    assert tables.main([str(files[0]), str(files[1]), "--ops", "attention"]) == 0
+    assert "142.5*" in capsys.readouterr().out
+    assert tables.main([str(files[2])]) == 1
