@@ -13,9 +13,10 @@ takes the other shape. Rows and columns keep the order they first appear in, fil
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from sharpinf.bench.common import read_result_files
 
 BANDWIDTH_ROWS = 8  # up to this many tokens a call is a matvec: its share of the bandwidth is the figure
 
@@ -66,13 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("files", nargs="+", type=Path, help="kernels bench JSON files (kernels.json)")
     ap.add_argument("--ops", default="", help="comma list of ops to show (default: every op in the files)")
     args = ap.parse_args(argv)
-    docs = []
-    for f in args.files:
-        try:
-            docs.append(json.loads(f.read_text()))
-        except (OSError, ValueError) as exc:
-            print(f"kernel_tables: {f}: {exc}", file=sys.stderr)
-            return 2
+    docs = read_result_files(args.files, "kernel_tables")
+    if docs is None:
+        return 2
     text = tables(docs, [o.strip() for o in args.ops.split(",") if o.strip()] or None)
     if not text:
         print("kernel_tables: no rows in these files", file=sys.stderr)

@@ -23,6 +23,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from sharpinf.bench.common import read_result_files
 from sharpinf.ops.attention import MERGE_COST, WALK_PASSES, walks_pays
 
 PASSES_GRID = [1.0 + 0.25 * i for i in range(9)]  # 1.0 .. 3.0
@@ -100,13 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("files", nargs="+", type=Path, help="kernels bench JSON files (kernels.json), split and walk runs")
     ap.add_argument("--json", action="store_true", help="print the cases and the fit as JSON")
     args = ap.parse_args(argv)
-    docs = []
-    for f in args.files:
-        try:
-            docs.append(json.loads(f.read_text()))
-        except (OSError, ValueError) as exc:
-            print(f"walk_rule_fit: {f}: {exc}", file=sys.stderr)
-            return 2
+    docs = read_result_files(args.files, "walk_rule_fit")
+    if docs is None:
+        return 2
     found, skipped = cases(docs)
     if not found:
         print("walk_rule_fit: no attention case timed in both shapes with the rule's inputs (run the kernels "

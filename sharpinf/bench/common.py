@@ -99,6 +99,21 @@ class BenchContext:
 
 
 # -- timing ----------------------------------------------------------------------------------
+def read_result_files(paths: Sequence[Path], tool: str) -> list[dict] | None:
+    """The bench JSON documents at `paths` (the scripts in bench/ that read a run's results), or None
+    after one line on stderr naming the file that does not read."""
+    import sys
+
+    docs = []
+    for f in paths:
+        try:
+            docs.append(json.loads(Path(f).read_text()))
+        except (OSError, ValueError) as exc:
+            print(f"{tool}: {f}: {exc}", file=sys.stderr)
+            return None
+    return docs
+
+
 def timed(backend: Backend, fn: Callable[[], Any]) -> float:
     """Seconds fn takes, device work included."""
     backend.synchronize()
