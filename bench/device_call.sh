@@ -297,6 +297,20 @@ if has kernels; then
     --backend cuda --suite kernels --op matmul --variant gemv --batch-sizes 1,4,8 --prefill-sizes 16 --repeats 3 \
     --out "$RUN/qwen3-8b-shape-matmul-gemv-u2"
   stamp "kernels gemv u2 exit $?"
+  # gemv's coalesced runs (gemv_rows.cuh's GV_COALESCE, 2026-11-28, never timed): the legacy block types'
+  # matvecs -- the real SmolLM2's Q4_1 layers and its Q8_0 LM head (the shape model where the real file
+  # did not join) -- with no type coalesced (0), the 2-byte aligned ones (1, the default: Q4_0, Q5_0,
+  # Q8_0) and all five (2): dp4a's rows beside each. If 1 or 2 beats 0 on a type, keep that level; if
+  # neither does, GV_COALESCE becomes 0 (the instructions cost more than the L1 passes they save)
+  smol=smollm2-135m; python3 -c "from sharpinf.model.registry import is_pulled; assert is_pulled('$smol')" >/dev/null 2>&1 \
+    || smol=smollm2-135m-shape:Q4_1
+  for lv in 0 1 2; do
+    stamp "kernels: gemv, GV_COALESCE=$lv on $smol"
+    SHARPINF_NVRTC_OPTIONS=-DGV_COALESCE=$lv run kernels-gemv-co$lv.log 30 python3 -m sharpinf bench "$smol" \
+      --backend cuda --suite kernels --op matmul --variant dp4a,gemv --batch-sizes 1,8 --prefill-sizes 16 --repeats 5 \
+      --out "$RUN/smollm2-135m-matmul-gemv-co$lv"
+    stamp "kernels gemv co$lv exit $?"
+  done
   stamp "decode: 8B shape, matmul=gemv"
   run decode8b-gemv.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
     --kernels "matmul=gemv,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,8 --context 192 \

@@ -17,7 +17,10 @@
 //   * a warp walks its rows as one stream of batches, the next row's first batch fetched before the
 //     current row's member sums meet, and the grid is one wave (the blocks the device holds at once,
 //     ops/matmul_gemv.py): a warp's loads are in flight from its first row to its last;
-//   * one token tile only (grid.y = 1): the launcher sends steps of more than 8 tokens to dp4a.
+//   * one token tile only (grid.y = 1): the launcher sends steps of more than 8 tokens to dp4a;
+//   * the 2-byte aligned block types (Q4_0, Q5_0, Q8_0) load a row's G blocks of a batch step as one
+//     run of consecutive words, handed to their lanes through shared memory (gemv_rows.cuh's
+//     GV_COALESCE: why, what it costs, the probes).
 // What stays the same (so every output bit equals dp4a's, at every N): the row grouping G (from
 // n_in), each member's chunks g, g + G, g + 2G, ... added in that order, the member-order combine
 // in shared memory, the per-chunk float terms (dp4a.cuh's DpChunk), the epilogue. Fetching ahead
@@ -30,7 +33,8 @@
 // edge, they cannot be sunk: 12 loads in flight together; 128 registers (was 72: the loads in flight
 // hold them), 4 blocks of 4 warps an SM.
 // Launch: block 128 threads (4 warps), grid = (min(ceil(n_out / (4 * 32 / G)), the blocks resident at
-// once), 1); static shared memory 4 warps x NT x 33 floats (NT = 1: 528 bytes).
+// once), 1); static shared memory 4 warps x NT x 33 floats (NT = 1: 528 bytes), and for the coalesced
+// types each warp's runs, U x 32 lanes x (B / 4 + 1) words (Q8_0 at NT = 1: 18 KB a block).
 // Bound: memory -- every weight byte once per step; the target is the device's read bandwidth
 // (>= 70% of the measured copy bandwidth on the 8B shapes). In flight an SM at NT = 1, Q4_K: 16 warps
 // x 32 lanes x 4 chunks x 18 bytes = 37 KB (dp4a: ~40 warps x 32 x 18 = 23 KB, one round trip a

@@ -117,26 +117,39 @@ def backend(request):
     return _make_backend(request.param, _checked(request))
 
 
-@pytest.fixture
-def mmq_group_sums_shared(tmp_path, monkeypatch):
-    """A kernels_cu/ of links to the real files but mmq_rows.cuh, which defines MQ_GROUP_SHARED 1 first
-    (the probe bench/device_call.sh times: the one-matrix wide blocks' group sums in shared memory), and
-    the mmq sources, copied (a linked source builds from the folder its link resolves to). Gives a
-    function kind -> a backend of its own, made as _make_backend makes the kernel tests' (the cached
-    ones hold modules of the real kernels_cu/)."""
+def _probe_kernels(tmp_path, monkeypatch, header: str, define: str, sources: tuple[str, ...]):
+    """A kernels_cu/ of links to the real files but `header`, which defines `define` first (a probe
+    bench/device_call.sh times), and the sources that include it, copied (a linked source builds from
+    the folder its link resolves to). Gives a function kind -> a backend of its own, made as
+    _make_backend makes the kernel tests' (the cached ones hold modules of the real kernels_cu/)."""
     import shutil
 
     from sharpinf.runtime.paths import kernels_dir
 
     real, copy = kernels_dir(), tmp_path / "kernels_cu"
     shutil.copytree(real, copy, copy_function=os.symlink)
-    (copy / "mmq_rows.cuh").unlink()
-    (copy / "mmq_rows.cuh").write_text("#define MQ_GROUP_SHARED 1\n" + (real / "mmq_rows.cuh").read_text())
-    for name in ("matmul_mmq.cu", "moe_mmq.cu"):
+    (copy / header).unlink()
+    (copy / header).write_text(f"#define {define}\n" + (real / header).read_text())
+    for name in sources:
         (copy / name).unlink()
         shutil.copy(real / name, copy / name)
     monkeypatch.setenv("SHARPINF_KERNELS_DIR", str(copy))
     return lambda kind: _make_backend.__wrapped__(kind, checked=True)
+
+
+@pytest.fixture
+def mmq_group_sums_shared(tmp_path, monkeypatch):
+    """Kernels with mmq_rows.cuh's MQ_GROUP_SHARED probe on (the one-matrix wide blocks' group sums in
+    shared memory): kind -> backend (_probe_kernels)."""
+    return _probe_kernels(tmp_path, monkeypatch, "mmq_rows.cuh", "MQ_GROUP_SHARED 1", ("matmul_mmq.cu", "moe_mmq.cu"))
+
+
+@pytest.fixture
+def gemv_coalesce(request, tmp_path, monkeypatch):
+    """Kernels with gemv_rows.cuh's GV_COALESCE probe at the level the test is parametrized with
+    (indirect): kind -> backend (_probe_kernels)."""
+    return _probe_kernels(tmp_path, monkeypatch, "gemv_rows.cuh", f"GV_COALESCE {request.param}",
+                          ("matmul_gemv.cu", "gate_up_gemv.cu"))
 
 
 @pytest.fixture(params=variants_of("sample"))
