@@ -297,11 +297,13 @@ if has kernels; then
     --backend cuda --suite kernels --op matmul --variant gemv --batch-sizes 1,4,8 --prefill-sizes 16 --repeats 3 \
     --out "$RUN/qwen3-8b-shape-matmul-gemv-u2"
   stamp "kernels gemv u2 exit $?"
-  # gemv's coalesced runs (gemv_rows.cuh's GV_COALESCE, 2026-11-28, never timed): the legacy block types'
-  # matvecs -- the real SmolLM2's Q4_1 layers and its Q8_0 LM head (the shape model where the real file
-  # did not join) -- with no type coalesced (0), the 2-byte aligned ones (1, the default: Q4_0, Q5_0,
-  # Q8_0) and all five (2): dp4a's rows beside each. If 1 or 2 beats 0 on a type, keep that level; if
-  # neither does, GV_COALESCE becomes 0 (the instructions cost more than the L1 passes they save)
+  # gemv's coalesced runs (gemv_rows.cuh's GV_COALESCE, 2026-11-28, never timed): a row's G lanes load
+  # the chunks they take together as consecutive words, each lane's chunk through shared memory. The
+  # real SmolLM2's Q4_1 layers and Q8_0 LM head (the shape model where the real file did not join) with
+  # no type coalesced (0), the 2-byte aligned ones (1, the default: Q4_0, Q5_0, Q8_0, Q6_K) and all (2),
+  # dp4a's rows beside each; then the 8B shape's Q4_K at 2 against kernels-matmul's gemv rows. Keep
+  # the level that wins per type; if 0 wins everywhere, GV_COALESCE becomes 0 (the instructions cost
+  # more than the L1 passes they save). Q6_K has no model here (a real Q4_K_M file's LM head is one).
   smol=smollm2-135m; python3 -c "from sharpinf.model.registry import is_pulled; assert is_pulled('$smol')" >/dev/null 2>&1 \
     || smol=smollm2-135m-shape:Q4_1
   for lv in 0 1 2; do
@@ -311,6 +313,10 @@ if has kernels; then
       --out "$RUN/smollm2-135m-matmul-gemv-co$lv"
     stamp "kernels gemv co$lv exit $?"
   done
+  SHARPINF_NVRTC_OPTIONS=-DGV_COALESCE=2 run kernels-gemv-co2-8b.log 30 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+    --backend cuda --suite kernels --op matmul --variant gemv --batch-sizes 1,8 --prefill-sizes 16 --repeats 3 \
+    --out "$RUN/qwen3-8b-shape-matmul-gemv-co2"
+  stamp "kernels gemv co2 8b exit $?"
   stamp "decode: 8B shape, matmul=gemv"
   run decode8b-gemv.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
     --kernels "matmul=gemv,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,8 --context 192 \

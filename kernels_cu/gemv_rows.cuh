@@ -7,6 +7,94 @@
 
 #define GV_WARPS 4  // warps per block, as dp4a
 
+// Coalesced runs (GV_COALESCE). In the canonical order a row's G lanes take chunks cf .. cf + G - 1
+// together (cf a multiple of G): G B contiguous bytes for the types whose chunk is one block of B
+// bytes (Q4_0 18, Q4_1 20, Q5_0 22, Q5_1 24, Q8_0 34), G / 8 whole super-blocks for the K-quants (G
+// >= 8 there) -- a run. Loaded lane by lane, each lane its own chunk, a warp's load instruction spans
+// 32 blocks -- 18 to 34 32-byte sectors for 128 bytes used -- and the L1 serves a block's 5-10 loads in
+// as many passes over the same lines: by estimate ~100 L1 wavefronts for the 1,088 bytes of a Q8_0
+// run, which DRAM delivers in ~71 SM cycles (an H200: ~15 bytes a cycle an SM), so the L1, not DRAM,
+// would bind Q8_0's matvec. A Q6_K lane loads ~76 bytes (20 loads: its low and high bits' 32-byte
+// spans, which 2 and 4 chunks share, a scale, d) for its chunk's 26. Coalesced, the G lanes load the
+// run as consecutive words (lane g: words g, g + G, ...: a 128-byte line an instruction), store them
+// to the warp's part of shared memory, and each lane takes its own chunk from there through the same
+// DpChunk::fetch -- the same bytes, so the same bits.
+// What it costs and fixes (bench/sass_mix.py --rounds, NVRTC 12.9 sm_90, NT = 1, 2026-11-28):
+//   Q8_0, Q4_0, Q5_0: an iteration of 4 chunks 520 -> 976 instructions (q8_0_t1), 457 -> 736
+//     (q4_0_t1_g32) -- a shared store and load a word, the words' predicates. Their per-lane fetch
+//     (DpSpanA2) ended in a 16-bit load behind a branch, and ptxas had kept only part of the next
+//     batch's loads in flight across the loop's back edge (q8_0_t1: 10 of ~40, q4_0: 6 of 24); a run's
+//     words are unconditional loads (a lane past the run's end loads its last word again), so all are.
+//   Q6_K: 7 words a lane a chunk in flight, not ~20, so it takes the full batch of 4 chunks (per-lane
+//     loads: 2): q6_k_t1_g32 498 instructions for 2 chunks -> 1,161 for 4 (+17% a chunk), 20 -> 32 loads
+//     in flight at the loop's end (105 bytes of its own chunks a lane, was 52).
+//   Q4_1: 401 -> 660 for nothing in flight that was not (only the L1 passes to gain).
+//   Registers at NT = 1: ~94 -> ~125 (5 -> 4 blocks of 4 warps an SM); q8_0_t1 120 -> 128-148; Q6_K
+//     96 -> 128 (t2 96-120 -> 128-182).
+//   GV_COALESCE=1 (the default): the 2-byte aligned types, Q4_0, Q5_0, Q8_0 and Q6_K
+//   GV_COALESCE=2: all the quantized types (Q4_1, Q5_1, Q4_K, Q5_K too; Q4_K's lanes read 16-byte pieces
+//     already); 0: none. Probes through SHARPINF_NVRTC_OPTIONS (bench/device_call.sh times them).
+// The float types keep per-lane loads (loaded where they are dotted).
+#ifndef GV_COALESCE
+#define GV_COALESCE 1
+#endif
+template <int QT> struct GvRun {
+    static constexpr int B = GbInfo<QT>::bytes;  // a block's bytes
+    static constexpr int CPB = GbInfo<QT>::elems >= 32 ? GbInfo<QT>::elems / 32 : 1;  // chunks a block: 1, or 8 (the K-quants' super-blocks)
+    static constexpr bool QUANT = GbInfo<QT>::elems >= 32;
+    static constexpr bool WHOLE = B % 4 == 0;  // Q4_1, Q5_1, Q4_K, Q5_K: every run starts on a word
+    static constexpr bool on = QUANT && (GV_COALESCE >= 2 || (GV_COALESCE == 1 && !WHOLE));
+    // a lane's words of a run: G B / (4 CPB) over G lanes where every run starts on a word; else
+    // ceil((2 + G B / CPB) / 4) -- 2: a run may start 2 bytes past a word (a row of an odd number of
+    // 18, 22 or 34-byte blocks; every other run of Q6_K at G = 8) -- at most ceil((2 + B) / (4 CPB))
+    // a lane (G >= CPB: a run is whole blocks)
+    static constexpr int WORDS = ((WHOLE ? 0 : 2) + B + 4 * CPB - 1) / (4 * CPB);
+    unsigned w[WORDS];
+    unsigned tail;  // the 2 bytes a run may end with past its last whole word (not the whole-word types)
+};
+
+// The run of row rowp from chunk cf (a multiple of G, so of CPB: a run is whole blocks): its first
+// word's address (the word holding the run's first byte), mis (0 or 2: the run's first byte past
+// that word's start), nfull (the words wholly inside the run) and tail (the run ends 2 bytes into
+// word nfull).
+struct GvSpan {
+    const unsigned char* base;
+    int mis, nfull;
+    bool tail;
+};
+template <int QT> __device__ __forceinline__ GvSpan gv_span(const unsigned char* rowp, int cf, int G, int n_chunks) {
+    using R = GvRun<QT>;
+    const int count = n_chunks - cf < G ? n_chunks - cf : G;
+    const unsigned char* s = rowp + (long long)R::B * (cf / R::CPB);
+    const int mis = R::WHOLE ? 0 : (int)(reinterpret_cast<unsigned long long>(s) & 2u);  // s: 2-byte aligned
+    const int nbytes = mis + count / R::CPB * R::B;
+    return GvSpan{s - mis, mis, nbytes >> 2, !R::WHOLE && (nbytes & 2)};
+}
+
+// Issues lane g's loads of the run of chunks cf .. (row rowp): words g, g + G, ... of the run, each
+// lane's words past the run's last whole word loading that one again (so no load waits behind a
+// branch), and the tail, if any, as 16 bits by the lane it falls to (a run may end the tensor).
+template <int QT>
+__device__ __forceinline__ void gv_fetch_run(GvRun<QT>& run, const unsigned char* rowp, int cf, int g, int G,
+                                             int n_chunks) {
+    const GvSpan sp = gv_span<QT>(rowp, cf, G, n_chunks);
+#pragma unroll
+    for (int j = 0; j < GvRun<QT>::WORDS; ++j) {
+        const int i = g + j * G;
+        run.w[j] = (unsigned)dp_word_a4(sp.base + 4 * min(i, sp.nfull - 1));
+    }
+    if (!GvRun<QT>::WHOLE) run.tail = sp.tail && g == (sp.nfull & (G - 1)) ? dp_u16_a2(sp.base + 4 * sp.nfull) : 0u;
+}
+
+// The run's words into the warp's stage (dst: the run's first word there), each word once.
+template <int QT>
+__device__ __forceinline__ void gv_stage_run(unsigned* dst, const GvRun<QT>& run, const GvSpan& sp, int g, int G) {
+#pragma unroll
+    for (int j = 0; j < GvRun<QT>::WORDS; ++j)
+        if (g + j * G < sp.nfull) dst[g + j * G] = run.w[j];
+    if (!GvRun<QT>::WHOLE && sp.tail && g == (sp.nfull & (G - 1))) dst[sp.nfull] = run.tail;
+}
+
 // Weight chunks a lane fetches together (a batch), per (type, NT, NMAT): the registers they take are
 // what the few accumulators of a small NT leave free -- 4 Q4_K chunks a lane (12 words each while in
 // flight) at NT = 1 take 128 registers; the K-quants with high bits (Q5_K, Q6_K: 20-22 words a chunk)
@@ -17,7 +105,9 @@
 #endif
 template <int QT, int NT, int NMAT> struct GvUnroll {
     static constexpr bool floats = QT == GB_F32 || QT == GB_F16 || QT == GB_BF16;
-    static constexpr int small = QT == GB_Q5_K || QT == GB_Q6_K ? (GV_U + 1) / 2 : GV_U;  // at NT <= 2
+    // at NT <= 2; a coalesced Q6_K or Q5_K run is 7 or 6 words a lane in flight, not ~20: the full batch
+    // at NT = 1 (at NT = 2 it took matmul_gemv_q6_k_t2 to 182 registers, 2 blocks an SM)
+    static constexpr int small = (QT == GB_Q5_K || QT == GB_Q6_K) && !(GvRun<QT>::on && NT == 1) ? (GV_U + 1) / 2 : GV_U;
     static constexpr int per_matrix = floats ? 1 : (NT <= 2 ? small : (NT == 4 ? (small + 1) / 2 : 1));
     static constexpr int value = NMAT == 1 || per_matrix == 1 ? per_matrix : per_matrix / 2;
 };
@@ -34,90 +124,6 @@ __device__ __forceinline__ void gv_fetch(typename DpChunk<QT>::Raw (&raw)[U][NMA
         if (c0 + k * G < n_chunks)
 #pragma unroll
             for (int m = 0; m < NMAT; ++m) raw[k][m] = DpChunk<QT>::fetch((m ? W2 : W) + row * row_bytes, c0 + k * G);
-}
-
-// Coalesced runs (GV_COALESCE). In the canonical order a row's G lanes take chunks cf .. cf + G - 1
-// together (cf a multiple of G); for the types whose chunk is one whole block of B bytes (Q4_0 18,
-// Q4_1 20, Q5_0 22, Q5_1 24, Q8_0 34) those chunks are G B contiguous bytes, a run. Loaded lane by
-// lane, each lane its own block, a warp's load instruction spans 32 blocks -- 18 to 34 32-byte sectors
-// for 128 bytes used -- and the L1 serves a block's 5-10 loads in as many passes over the same lines:
-// by estimate ~100 L1 wavefronts for the 1,088 bytes of a Q8_0 run, which DRAM delivers in ~71 SM
-// cycles (an H200: ~15 bytes a cycle an SM), so the L1, not DRAM, would bind Q8_0's matvec. Coalesced,
-// the G lanes load the run as consecutive words (lane g: words g, g + G, ...: a 128-byte line an
-// instruction), store them to the warp's part of shared memory, and each lane takes its own block from
-// there through the same DpChunk::fetch -- the same bytes, so the same bits.
-// What it costs (bench/sass_mix.py --rounds, NVRTC 12.9 sm_90, an iteration of 4 chunks a lane at NT = 1,
-// 2026-11-28): matmul_gemv_q8_0_t1 520 -> 976 instructions, q4_0_t1_g32 457 -> 736, q4_1_t1_g32 401 ->
-// 660 (a shared store and load a word, the words' predicates). What it also fixes: the 2-byte aligned
-// types' per-lane fetch (DpSpanA2) ends in a 16-bit load behind a branch, and ptxas let only part of
-// the next batch's loads stay in flight across the loop's back edge (q8_0_t1: 10 of 40 words, q4_0: 6 of
-// 24); a run's words are unconditional loads (a lane past the run's end loads its last word again),
-// so all of them do. Registers at NT = 1: ~94 -> ~125 (5 -> 4 blocks of 4 warps an SM); q8_0_t1 120 -> 148.
-//   GV_COALESCE=1 (the default): the 2-byte aligned block types, Q4_0, Q5_0, Q8_0 -- by the estimates,
-//     the ones the L1 binds, and the ones whose batch was not in flight
-//   GV_COALESCE=2: Q4_1 and Q5_1 too (their batch was in flight: only the L1 to gain, ~65% more
-//     instructions to pay); 0: none. Probes through SHARPINF_NVRTC_OPTIONS (bench/device_call.sh times them)
-// K-quants keep per-lane loads (a chunk's bytes are spread over its 144-210-byte super-block; Q4_K's
-// lanes already read 16-byte pieces); so do the float types.
-#ifndef GV_COALESCE
-#define GV_COALESCE 1
-#endif
-template <int QT> struct GvRun {
-    static constexpr int B = GbInfo<QT>::bytes;
-    static constexpr bool WHOLE = B % 4 == 0;  // Q4_1, Q5_1: every run starts and ends on a word
-    static constexpr bool on = GbInfo<QT>::elems == 32 && (GV_COALESCE >= 2 || (GV_COALESCE == 1 && !WHOLE));
-    // a lane's words of a run: G B / 4 over G lanes for the whole-word types; else ceil((2 + G B) / 4),
-    // at most B / 4 + 1 a lane (2: a run may start 2 bytes past a word -- a row of an odd number of
-    // 18, 22 or 34-byte blocks)
-    static constexpr int WORDS = WHOLE ? B / 4 : B / 4 + 1;
-    unsigned w[WORDS];
-    unsigned tail;  // the 2 bytes a run may end with past its last whole word (not the whole-word types)
-};
-
-// mis of a row (0 or 2): how far past a word boundary each of its runs starts -- the row's own start's
-// (rows are 2-byte aligned; a run starts G B bytes after the previous one, whole words for G >= 2, and
-// a row of one chunk is one run)
-template <int QT> __device__ __forceinline__ int gv_mis(const unsigned char* rowp) {
-    return GvRun<QT>::WHOLE ? 0 : (int)(reinterpret_cast<unsigned long long>(rowp) & 2u);
-}
-
-// The run of row rowp from chunk cf: its first word's address (the word holding the run's first byte),
-// nfull (the words wholly inside the run) and tail (the run ends 2 bytes into word nfull).
-struct GvSpan {
-    const unsigned char* base;
-    int nfull;
-    bool tail;
-};
-template <int QT>
-__device__ __forceinline__ GvSpan gv_span(const unsigned char* rowp, int mis, int cf, int G, int n_chunks) {
-    constexpr int B = GvRun<QT>::B;
-    const int count = n_chunks - cf < G ? n_chunks - cf : G;
-    const int nbytes = mis + count * B;
-    return GvSpan{rowp + B * cf - mis, nbytes >> 2, !GvRun<QT>::WHOLE && (nbytes & 2)};
-}
-
-// Issues lane g's loads of the run of chunks cf .. (row rowp): words g, g + G, ... of the run, each
-// lane's words past the run's last whole word loading that one again (so no load waits behind a
-// branch), and the tail, if any, as 16 bits by the lane it falls to (a run may end the tensor).
-template <int QT>
-__device__ __forceinline__ void gv_fetch_run(GvRun<QT>& run, const unsigned char* rowp, int mis, int cf, int g, int G,
-                                             int n_chunks) {
-    const GvSpan sp = gv_span<QT>(rowp, mis, cf, G, n_chunks);
-#pragma unroll
-    for (int j = 0; j < GvRun<QT>::WORDS; ++j) {
-        const int i = g + j * G;
-        run.w[j] = (unsigned)dp_word_a4(sp.base + 4 * min(i, sp.nfull - 1));
-    }
-    if (!GvRun<QT>::WHOLE) run.tail = sp.tail && g == (sp.nfull & (G - 1)) ? dp_u16_a2(sp.base + 4 * sp.nfull) : 0u;
-}
-
-// The run's words into the warp's stage (dst: the run's first word there), each word once.
-template <int QT>
-__device__ __forceinline__ void gv_stage_run(unsigned* dst, const GvRun<QT>& run, const GvSpan& sp, int g, int G) {
-#pragma unroll
-    for (int j = 0; j < GvRun<QT>::WORDS; ++j)
-        if (g + j * G < sp.nfull) dst[g + j * G] = run.w[j];
-    if (!GvRun<QT>::WHOLE && sp.tail && g == (sp.nfull & (G - 1))) dst[sp.nfull] = run.tail;
 }
 
 // Chunk c's terms for each of the nt tokens (and matrix) added to its member sums.
@@ -176,21 +182,18 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
     constexpr bool co = GvRun<QT>::on;
     constexpr int SW = 32 * GvRun<QT>::WORDS;  // a warp's words a (run, matrix)
     GvRun<QT> runs[co ? U : 1][NMAT];
-    __shared__ unsigned stage[co ? GV_WARPS : 1][co ? U : 1][NMAT][co ? SW : 1];
+    __shared__ __align__(16) unsigned stage[co ? GV_WARPS : 1][co ? U : 1][NMAT][co ? SW : 1];  // 16: Q4_K's vector loads
     auto fetch = [&](int row, int bb) {  // batch bb of row `row`: its loads issued
         if constexpr (co) {  // a row past n_out loads the last row again, a run past the row's end its
                              // first (nothing reads them): no load waits behind a branch
             const long long rc = row < n_out ? row : n_out - 1;
 #pragma unroll
-            for (int m = 0; m < NMAT; ++m) {
-                const unsigned char* rp = (m ? W2 : W) + rc * row_bytes;
-                const int mis = gv_mis<QT>(rp);
+            for (int m = 0; m < NMAT; ++m)
 #pragma unroll
                 for (int k = 0; k < U; ++k) {
                     const int cf = (bb * U + k) * G < n_chunks ? (bb * U + k) * G : 0;
-                    gv_fetch_run<QT>(runs[k][m], rp, mis, cf, g, G, n_chunks);
+                    gv_fetch_run<QT>(runs[k][m], (m ? W2 : W) + rc * row_bytes, cf, g, G, n_chunks);
                 }
-            }
         } else if constexpr (ahead) {
             gv_fetch<QT, U, NMAT>(raw, W, W2, row_bytes, row, n_out, g + bb * U * G, G, n_chunks);
         }
@@ -200,13 +203,9 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
     while (base < n_out) {
         const int c0 = g + b * U * G;
         const bool live = base + sub < n_out;
-        const unsigned char* rp[NMAT];  // the row (coalesced runs: their words from stage at mis)
-        int mis[NMAT];
+        const unsigned char* rp[NMAT];  // the row
 #pragma unroll
-        for (int m = 0; m < NMAT; ++m) {
-            rp[m] = (m ? W2 : W) + (long long)(base + sub) * row_bytes;
-            mis[m] = gv_mis<QT>(rp[m]);
-        }
+        for (int m = 0; m < NMAT; ++m) rp[m] = (m ? W2 : W) + (long long)(base + sub) * row_bytes;
         if constexpr (co) {  // the runs' words into stage, then each lane's own block out of it
             __syncwarp();    // every lane is done reading the previous batch's
 #pragma unroll
@@ -215,7 +214,7 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
 #pragma unroll
                     for (int m = 0; m < NMAT; ++m)
                         gv_stage_run<QT>(&stage[warp][k][m][sub * G * GvRun<QT>::WORDS], runs[k][m],
-                                         gv_span<QT>(rp[m], mis[m], (b * U + k) * G, G, n_chunks), g, G);
+                                         gv_span<QT>(rp[m], (b * U + k) * G, G, n_chunks), g, G);
             __syncwarp();
         }
         DpChunk<QT> ch[U][NMAT];
@@ -225,8 +224,10 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
 #pragma unroll
                 for (int m = 0; m < NMAT; ++m) {
                     if constexpr (co) {
+                        // the run's chunk g: a block's chunk (c mod CPB) is g's, the run being whole blocks
                         const unsigned char* run = reinterpret_cast<const unsigned char*>(&stage[warp][k][m][sub * G * GvRun<QT>::WORDS]);
-                        ch[k][m].unpack(DpChunk<QT>::fetch(run + mis[m], g), c0 + k * G);
+                        ch[k][m].unpack(DpChunk<QT>::fetch(run + gv_span<QT>(rp[m], (b * U + k) * G, G, n_chunks).mis, g),
+                                        GC ? g & 7 : c0 + k * G);
                     } else if constexpr (ahead) {
                         ch[k][m].unpack(raw[k][m], GC ? g & 7 : c0 + k * G);
                     } else {

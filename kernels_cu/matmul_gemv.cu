@@ -18,8 +18,8 @@
 //     current row's member sums meet, and the grid is one wave (the blocks the device holds at once,
 //     ops/matmul_gemv.py): a warp's loads are in flight from its first row to its last;
 //   * one token tile only (grid.y = 1): the launcher sends steps of more than 8 tokens to dp4a;
-//   * the 2-byte aligned block types (Q4_0, Q5_0, Q8_0) load a row's G blocks of a batch step as one
-//     run of consecutive words, handed to their lanes through shared memory (gemv_rows.cuh's
+//   * the 2-byte aligned types (Q4_0, Q5_0, Q8_0, Q6_K) load the G chunks a row's lanes take together
+//     as one run of consecutive words, handed to their lanes through shared memory (gemv_rows.cuh's
 //     GV_COALESCE: why, what it costs, the probes).
 // What stays the same (so every output bit equals dp4a's, at every N): the row grouping G (from
 // n_in), each member's chunks g, g + G, g + 2G, ... added in that order, the member-order combine
@@ -34,7 +34,7 @@
 // hold them), 4 blocks of 4 warps an SM.
 // Launch: block 128 threads (4 warps), grid = (min(ceil(n_out / (4 * 32 / G)), the blocks resident at
 // once), 1); static shared memory 4 warps x NT x 33 floats (NT = 1: 528 bytes), and for the coalesced
-// types each warp's runs, U x 32 lanes x (B / 4 + 1) words (Q8_0 at NT = 1: 18 KB a block).
+// types each warp's runs, U x 32 lanes x GvRun::WORDS words (Q8_0 at NT = 1: 18 KB a block).
 // Bound: memory -- every weight byte once per step; the target is the device's read bandwidth
 // (>= 70% of the measured copy bandwidth on the 8B shapes). In flight an SM at NT = 1, Q4_K: 16 warps
 // x 32 lanes x 4 chunks x 18 bytes = 37 KB (dp4a: ~40 warps x 32 x 18 = 23 KB, one round trip a

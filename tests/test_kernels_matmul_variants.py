@@ -137,10 +137,12 @@ def _assert_steps_equal_dp4a(backend, name):
 # row's first batch fetched while a row finishes), lanes of one row with different chunk counts (n_in
 # 576: 18 chunks over 16 lanes; 1536: 48 over 32 -- some lanes' last batch empty), a last warp whose
 # second row is past n_out (G = 16: 2 rows a warp), and each compiled token count with a partial one.
-# The block types load a row's run of G chunks as one span of words (GV_COALESCE): Q5_0 at n_in 800
-# (25 chunks of 22 bytes: odd rows start 2 bytes past a word, a run of 16 chunks then one of 9 that
-# ends 2 bytes into its last word -- the tensor's last run too).
-GEMV_SHAPES = [(quants.Q4_1, 576), (quants.Q4_K, 1536), (quants.Q6_K, 1536), (quants.Q8_0, 4096), (quants.Q5_0, 800)]
+# The 2-byte aligned types load a row's run of G chunks as one span of words (GV_COALESCE): Q5_0 at
+# n_in 800 (25 chunks of 22 bytes: odd rows start 2 bytes past a word, a run of 16 chunks then one of
+# 9 that ends 2 bytes into its last word), Q6_K at 768 (runs of two 210-byte super-blocks, then one;
+# odd rows 2 bytes past a word) and at 1536 (runs of four, then two).
+GEMV_SHAPES = [(quants.Q4_1, 576), (quants.Q4_K, 1536), (quants.Q6_K, 1536), (quants.Q8_0, 4096), (quants.Q5_0, 800),
+               (quants.Q6_K, 768)]
 
 
 def test_gemv_streams_rows_and_ragged_lanes_with_dp4as_bits(backend):
@@ -151,9 +153,9 @@ def test_gemv_streams_rows_and_ragged_lanes_with_dp4as_bits(backend):
 @pytest.mark.parametrize("gemv_coalesce", [0, 2], indirect=True)
 @pytest.mark.parametrize("kind", ["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_gemv_coalesce_probes_keep_dp4as_bits(kind, gemv_coalesce):
-    """GV_COALESCE=0 (every type's blocks loaded lane by lane) and 2 (Q4_1 and Q5_1 as coalesced runs
-    too): the shapes above and a Q5_1 row of runs of 16 chunks."""
-    _assert_gemv_equals_dp4a(gemv_coalesce(kind), GEMV_SHAPES + [(quants.Q5_1, 576)])
+    """GV_COALESCE=0 (every type's blocks loaded lane by lane) and 2 (Q4_1, Q5_1, Q4_K and Q5_K as
+    coalesced runs too): the shapes above, a Q5_1 row of runs of 16 chunks and Q5_K's super-blocks."""
+    _assert_gemv_equals_dp4a(gemv_coalesce(kind), GEMV_SHAPES + [(quants.Q5_1, 576), (quants.Q5_K, 768)])
 
 
 def _assert_gemv_equals_dp4a(be, shapes):
