@@ -4,7 +4,9 @@
 
 One table an op: a row a (phase, shape, N), a column a variant -- for the split frame's attention
 variants a column a launch shape ("split walk"), so a run with the split forced and one with the walk
-forced (bench/device_call.sh) merge into one table. A cell is the median microseconds a call; at
+forced (bench/device_call.sh) merge into one table; a run of a probe build (its kernels compiled with
+SHARPINF_NVRTC_OPTIONS, recorded in the backend's description) gets columns of its own, labelled with
+its defines ("gemv [GV_COALESCE=2]"), so a probe never stands in a default build's cell. A cell is the median microseconds a call; at
 N <= 8 with the share of the device bandwidth beside it; a `*` where the launch-shape rule (auto)
 takes the other shape. Rows and columns keep the order they first appear in, file after file; a
 (row, column) timed twice keeps the last file's. No GPU needed: it reads the files.
@@ -21,10 +23,18 @@ from sharpinf.bench.common import read_result_files
 BANDWIDTH_ROWS = 8  # up to this many tokens a call is a matvec: its share of the bandwidth is the figure
 
 
-def column(row: dict) -> str:
-    """The variant, with the launch shape it ran in where it has two."""
+def build(doc: dict) -> str:
+    """A run's probe defines ("GV_COALESCE=2 DP_FIXED_G=0"; "" for the kernels as committed): the
+    SHARPINF_NVRTC_OPTIONS the GPU backend compiled every kernel with."""
+    options = ((doc.get("device") or {}).get("describe") or {}).get("nvrtc_options", "")
+    return " ".join(o[2:] if o.startswith("-D") else o for o in options.split())
+
+
+def column(row: dict, build: str = "") -> str:
+    """The variant, with the launch shape it ran in where it has two, and the probe build's defines."""
     shape = row.get("launch_shape")
-    return f"{row['variant']} {shape}" if shape else row["variant"]
+    label = f"{row['variant']} {shape}" if shape else row["variant"]
+    return f"{label} [{build}]" if build else label
 
 
 def cell(row: dict) -> str:
@@ -41,11 +51,12 @@ def tables(docs: list[dict], ops: list[str] | None = None) -> str:
     """The markdown: one table an op, in the order the ops first appear."""
     by_op: dict[str, dict] = {}
     for doc in docs:
+        defines = build(doc)
         for row in doc.get("results", {}).get("rows", []):
             if ops and row["op"] not in ops:
                 continue
             t = by_op.setdefault(row["op"], {"cols": [], "rows": {}})
-            col = column(row)
+            col = column(row, defines)
             if col not in t["cols"]:
                 t["cols"].append(col)
             t["rows"].setdefault((row.get("phase", "decode"), row["shape"], row["tokens"]), {})[col] = cell(row)

@@ -213,7 +213,7 @@ def test_walk_rule_fit_pairs_both_shapes_and_finds_the_constants_that_pick_the_f
 def test_kernel_tables_merge_runs_into_one_table_an_op(tmp_path, capsys):
     """bench/kernel_tables.py: a split-forced and a walk-forced run merge into one attention table with a
     column a launch shape, `*` where the rule takes the other shape, the bandwidth share at N <= 8 only;
-    --ops keeps the ops asked for; files without rows exit 1."""
+    a probe build's run gets columns of its own; --ops keeps the ops asked for; files without rows exit 1."""
     tables = load("kernel_tables")
 
     def row(op, variant, tokens, us, shape=None, rule=None, pct=None):
@@ -227,6 +227,12 @@ def test_kernel_tables_merge_runs_into_one_table_an_op(tmp_path, capsys):
     assert "| decode | matmul case | 1 | 10.0 (33%) |" in text and "| decode | matmul case | 64 | 150.0 |" in text
     assert "| phase | shape | N | split split | split walk |" in text
     assert "| decode | attention case | 64 | 142.5* | 40.0 |" in text
+    # a probe build's run: columns of its own, labelled with its defines, the default build's cells kept
+    probe = {"device": {"describe": {"nvrtc_options": "-DGV_COALESCE=2 -DGV_U=2"}},
+             "results": {"rows": [row("matmul", "dp4a", 1, 12.0, pct=30.0)]}}
+    text = tables.tables([split, walk, probe])
+    assert "| phase | shape | N | dp4a | dp4a [GV_COALESCE=2 GV_U=2] |" in text
+    assert "| decode | matmul case | 1 | 10.0 (33%) | 12.0 (30%) |" in text
     only = tables.tables([split, walk], ["attention"])
     assert "matmul" not in only and "### attention" in only
     files = [tmp_path / "s.json", tmp_path / "w.json", tmp_path / "empty.json"]

@@ -452,4 +452,7 @@ class CudaBackend(Backend):
             "kernels_dir": str(kernels_dir()),
             "cache_dir": os.environ.get("CUPY_CACHE_DIR", str(cache_dir("cupy", create=False))),
             "sync_each_launch": self._sync_each,
+            # a probe's defines (SHARPINF_NVRTC_OPTIONS: every kernel compiled with them), so a run's
+            # JSON says which build of the kernels it timed
+            "nvrtc_options": os.environ.get("SHARPINF_NVRTC_OPTIONS", ""),
         }
