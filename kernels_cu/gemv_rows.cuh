@@ -20,15 +20,15 @@
 // to the warp's part of shared memory, and each lane takes its own chunk from there through the same
 // DpChunk::fetch -- the same bytes, so the same bits.
 // What it costs and fixes (bench/sass_mix.py --rounds, NVRTC 12.9 sm_90, NT = 1, 2026-11-28):
-//   Q8_0, Q4_0, Q5_0: an iteration of 4 chunks 520 -> 976 instructions (q8_0_t1), 457 -> 736
+//   Q8_0, Q4_0, Q5_0: an iteration of 4 chunks 520 -> 1,007 instructions (q8_0_t1), 457 -> 767
 //     (q4_0_t1_g32) -- a shared store and load a word, the words' predicates. Their per-lane fetch
 //     (DpSpanA2) ended in a 16-bit load behind a branch, and ptxas had kept only part of the next
 //     batch's loads in flight across the loop's back edge (q8_0_t1: 10 of ~40, q4_0: 6 of 24); a run's
 //     words are unconditional loads (a lane past the run's end loads its last word again), so all are.
 //   Q6_K: 7 words a lane a chunk in flight, not ~20, so it takes the full batch of 4 chunks (per-lane
-//     loads: 2): q6_k_t1_g32 498 instructions for 2 chunks -> 1,161 for 4 (+17% a chunk), 20 -> 32 loads
+//     loads: 2): q6_k_t1_g32 498 instructions for 2 chunks -> 1,178 for 4 (+18% a chunk), 20 -> 32 loads
 //     in flight at the loop's end (105 bytes of its own chunks a lane, was 52).
-//   Q4_1: 401 -> 660 for nothing in flight that was not (only the L1 passes to gain).
+//   Q4_1 (GV_COALESCE=2): 401 -> 624 for nothing in flight that was not (only the L1 passes to gain).
 //   Registers at NT = 1: ~94 -> ~125 (5 -> 4 blocks of 4 warps an SM); q8_0_t1 120 -> 128-148; Q6_K
 //     96 -> 128 (t2 96-120 -> 128-182).
 //   GV_COALESCE=1 (the default): the 2-byte aligned types, Q4_0, Q5_0, Q8_0 and Q6_K
@@ -40,8 +40,8 @@
 #endif
 template <int QT> struct GvRun {
     static constexpr int B = GbInfo<QT>::bytes;  // a block's bytes
-    static constexpr int CPB = GbInfo<QT>::elems >= 32 ? GbInfo<QT>::elems / 32 : 1;  // chunks a block: 1, or 8 (the K-quants' super-blocks)
     static constexpr bool QUANT = GbInfo<QT>::elems >= 32;
+    static constexpr int CPB = QUANT ? GbInfo<QT>::elems / 32 : 1;  // chunks a block: 1, or 8 (K-quant super-blocks)
     static constexpr bool WHOLE = B % 4 == 0;  // Q4_1, Q5_1, Q4_K, Q5_K: every run starts on a word
     static constexpr bool on = QUANT && (GV_COALESCE >= 2 || (GV_COALESCE == 1 && !WHOLE));
     // a lane's words of a run: G B / (4 CPB) over G lanes where every run starts on a word; else
@@ -107,7 +107,8 @@ template <int QT, int NT, int NMAT> struct GvUnroll {
     static constexpr bool floats = QT == GB_F32 || QT == GB_F16 || QT == GB_BF16;
     // at NT <= 2; a coalesced Q6_K or Q5_K run is 7 or 6 words a lane in flight, not ~20: the full batch
     // at NT = 1 (at NT = 2 it took matmul_gemv_q6_k_t2 to 182 registers, 2 blocks an SM)
-    static constexpr int small = (QT == GB_Q5_K || QT == GB_Q6_K) && !(GvRun<QT>::on && NT == 1) ? (GV_U + 1) / 2 : GV_U;
+    static constexpr bool wide = (QT == GB_Q5_K || QT == GB_Q6_K) && !(GvRun<QT>::on && NT == 1);
+    static constexpr int small = wide ? (GV_U + 1) / 2 : GV_U;
     static constexpr int per_matrix = floats ? 1 : (NT <= 2 ? small : (NT == 4 ? (small + 1) / 2 : 1));
     static constexpr int value = NMAT == 1 || per_matrix == 1 ? per_matrix : per_matrix / 2;
 };
@@ -182,7 +183,8 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
     constexpr bool co = GvRun<QT>::on;
     constexpr int SW = 32 * GvRun<QT>::WORDS;  // a warp's words a (run, matrix)
     GvRun<QT> runs[co ? U : 1][NMAT];
-    __shared__ __align__(16) unsigned stage[co ? GV_WARPS : 1][co ? U : 1][NMAT][co ? SW : 1];  // 16: Q4_K's vector loads
+    __shared__ __align__(16) unsigned stage[co ? GV_WARPS : 1][co ? U : 1][NMAT][co ? SW : 1];  // 16: Q4_K's loads
+    auto slot = [&](int k, int m) { return &stage[warp][k][m][sub * G * GvRun<QT>::WORDS]; };  // this row's run k
     auto fetch = [&](int row, int bb) {  // batch bb of row `row`: its loads issued
         if constexpr (co) {  // a row past n_out loads the last row again, a run past the row's end its
                              // first (nothing reads them): no load waits behind a branch
@@ -201,7 +203,7 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
     int base = (blockIdx.x * GV_WARPS + warp) * rows_per_warp, b = 0;  // the batch at hand: row base + sub, batch b
     fetch(base + sub, 0);
     while (base < n_out) {
-        const int c0 = g + b * U * G;
+        const int cf0 = b * U * G, c0 = cf0 + g;  // the batch's first chunk; this lane's (run k: + k G)
         const bool live = base + sub < n_out;
         const unsigned char* rp[NMAT];  // the row
 #pragma unroll
@@ -210,11 +212,10 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
             __syncwarp();    // every lane is done reading the previous batch's
 #pragma unroll
             for (int k = 0; k < U; ++k)
-                if (live && (b * U + k) * G < n_chunks)
+                if (live && cf0 + k * G < n_chunks)
 #pragma unroll
                     for (int m = 0; m < NMAT; ++m)
-                        gv_stage_run<QT>(&stage[warp][k][m][sub * G * GvRun<QT>::WORDS], runs[k][m],
-                                         gv_span<QT>(rp[m], (b * U + k) * G, G, n_chunks), g, G);
+                        gv_stage_run<QT>(slot(k, m), runs[k][m], gv_span<QT>(rp[m], cf0 + k * G, G, n_chunks), g, G);
             __syncwarp();
         }
         DpChunk<QT> ch[U][NMAT];
@@ -224,10 +225,11 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
 #pragma unroll
                 for (int m = 0; m < NMAT; ++m) {
                     if constexpr (co) {
-                        // the run's chunk g: a block's chunk (c mod CPB) is g's, the run being whole blocks
-                        const unsigned char* run = reinterpret_cast<const unsigned char*>(&stage[warp][k][m][sub * G * GvRun<QT>::WORDS]);
-                        ch[k][m].unpack(DpChunk<QT>::fetch(run + gv_span<QT>(rp[m], (b * U + k) * G, G, n_chunks).mis, g),
-                                        GC ? g & 7 : c0 + k * G);
+                        // the run's chunk g (a block's chunk c mod CPB is g's: the run is whole blocks),
+                        // its bytes mis past the staged words' start as past the loaded words'
+                        const int mis = gv_span<QT>(rp[m], cf0 + k * G, G, n_chunks).mis;
+                        const unsigned char* run = reinterpret_cast<const unsigned char*>(slot(k, m));
+                        ch[k][m].unpack(DpChunk<QT>::fetch(run + mis, g), GC ? g & 7 : c0 + k * G);
                     } else if constexpr (ahead) {
                         ch[k][m].unpack(raw[k][m], GC ? g & 7 : c0 + k * G);
                     } else {
