@@ -15,7 +15,7 @@
 #define GVU_ARGS                                                                                                \
     const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, const int *xs,    \
         float *out, int n_tokens, int n_ff, int n_in, int act
-#define GVU_PASS Wg, Wu, xq, xd, xs, xd, out, n_tokens, n_ff, n_in, 0, 0, (long long)n_ff, act
+#define GVU_PASS Wg, Wu, xq, xd, xs, xd, out, GvTokens{n_tokens}, n_ff, n_in, 0, 0, (long long)n_ff, act
 
 // gate_up_gemv_<type>_t<NT>, and ..._t<NT>_g16 / _g32 where G is 16 or 32 (a compile-time G: dp4a.cuh)
 #define GV_GATE_UP_G(NT, G)                                                                                 \

@@ -1,7 +1,7 @@
-// gemv_rows.cuh -- the row loop of the decode matvecs (matmul_gemv.cu, gate_up_gemv.cu): dp4a.cuh's
-// dp4a_rows with the token count a template parameter (NT = 1, 2, 4 or 8), several weight chunks in
-// flight per lane, and a warp's rows walked as one stream. See matmul_gemv.cu's header for why and
-// for what stays the same.
+// gemv_rows.cuh -- the row loop of the decode matvecs (matmul_gemv.cu, gate_up_gemv.cu; moe_gemv.cu over
+// one expert's rows, its tile of pairs the Slots): dp4a.cuh's dp4a_rows with the token count a template
+// parameter (NT = 1, 2, 4 or 8), several weight chunks in flight per lane, and a warp's rows walked as
+// one stream. See matmul_gemv.cu's header for why and for what stays the same.
 #pragma once
 #include "dp4a.cuh"
 
@@ -127,15 +127,25 @@ __device__ __forceinline__ void gv_fetch(typename DpChunk<QT>::Raw (&raw)[U][NMA
             for (int m = 0; m < NMAT; ++m) raw[k][m] = DpChunk<QT>::fetch((m ? W2 : W) + row * row_bytes, c0 + k * G);
 }
 
-// Chunk c's terms for each of the nt tokens (and matrix) added to its member sums.
-template <int NMAT, int NT, class Chunk>
+// Which rows of X and Y a step's token slots are (as mmq_rows.cuh's MqTokens / MqPairs). GvTokens: a
+// dense layer's step, slot t both rows t; moe_gemv.cu's GvPairs: one expert's tile of (token, expert)
+// pairs.
+struct GvTokens {
+    int count;  // live slots (the step's tokens)
+    __device__ __forceinline__ long long x_row(int t) const { return t; }
+    __device__ __forceinline__ long long y_row(int t) const { return t; }
+};
+
+// Chunk c's terms for each of the nt token slots (and matrix) added to its member sums.
+template <int NMAT, int NT, class Chunk, class Slots>
 __device__ __forceinline__ void gv_dot_chunk(const Chunk (&ch)[NMAT], float (&acc)[NMAT][NT], const signed char* xq,
-                                             const float* xd, const int* xs, int c, int n_in, int nt) {
+                                             const float* xd, const int* xs, const Slots& slots, int c, int n_in,
+                                             int nt) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         if (t < nt) {
             DpX x;
-            dp_load_x(xq, xd, xs, t, c, n_in, x);
+            dp_load_x(xq, xd, xs, slots.x_row(t), c, n_in, x);
 #pragma unroll
             for (int m = 0; m < NMAT; ++m) acc[m][t] = ch[m].acc_dot(acc[m][t], x);
         }
@@ -143,7 +153,7 @@ __device__ __forceinline__ void gv_dot_chunk(const Chunk (&ch)[NMAT], float (&ac
 }
 
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate); NMAT = 2: Y = act(X W^T) * (X W2^T).
-// n_tokens <= NT tokens, all in one tile (grid.y = 1).
+// slots.count <= NT token slots (X row slots.x_row(t), Y row slots.y_row(t)), all in one tile.
 // GC: G when known at compile time (the _g16 and _g32 entries: dp4a.cuh's DP_GC), 0: from n_in
 //
 // A warp walks its rows (base, base + rows_per_pass, ...) as one stream of batches: a row's chunks in
@@ -153,16 +163,16 @@ __device__ __forceinline__ void gv_dot_chunk(const Chunk (&ch)[NMAT], float (&ac
 // loads -- the next row's first, at a row's end -- are in flight. (Fetched and dotted in one
 // iteration, ptxas sank each chunk's loads to just before its own dots, after the previous chunk's:
 // one memory round a chunk, U = 4 no better than 1. It cannot move them across the loop's back edge.)
-template <int QT, int NMAT, int NT, int GC = 0>
+template <int QT, int NMAT, int NT, int GC = 0, class Slots = GvTokens>
 __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                           const signed char* __restrict__ xq, const float* __restrict__ xd,
                                           const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
-                                          int n_tokens, int n_out, int n_in, int has_bias, int accumulate,
+                                          const Slots& slots, int n_out, int n_in, int has_bias, int accumulate,
                                           long long y_stride, int act = ACT_SILU) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int n_chunks = n_in / 32;
     const int G = GC ? GC : dp_group_lanes(n_chunks), g = lane % G, sub = lane / G, rows_per_warp = 32 / G;
-    const int nt = n_tokens < NT ? n_tokens : NT;
+    const int nt = slots.count < NT ? slots.count : NT;
     const long long row_bytes = gb_row_bytes<QT>(n_in);
     const int rows_per_pass = gridDim.x * GV_WARPS * rows_per_warp;
     constexpr int U = GvUnroll<QT, NT, NMAT>::value;
@@ -242,10 +252,10 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
         fetch(next_base + sub, next_b);
 #pragma unroll
         for (int k = 0; k < U; ++k)
-            if (live && c0 + k * G < n_chunks) gv_dot_chunk<NMAT, NT>(ch[k], acc, xq, xd, xs, c0 + k * G, n_in, nt);
+            if (live && c0 + k * G < n_chunks) gv_dot_chunk<NMAT, NT>(ch[k], acc, xq, xd, xs, slots, c0 + k * G, n_in, nt);
         if (row_ends) {  // warp-uniform: the G member sums of each (row, token) meet in one lane (as dp4a)
             dp_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, [&](int t, int r, const float(&v)[NMAT]) {
-                dp_store<NMAT>(Y + (long long)t * y_stride + r, v[0], v[NMAT - 1], bias, r, has_bias, accumulate, act);
+                dp_store<NMAT>(Y + slots.y_row(t) * y_stride + r, v[0], v[NMAT - 1], bias, r, has_bias, accumulate, act);
             });
 #pragma unroll
             for (int m = 0; m < NMAT; ++m)

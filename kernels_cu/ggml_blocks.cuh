@@ -55,11 +55,12 @@
     GB_ENTRY_ATTRS(name, q4_k, sfx, ATTRS(GB_Q4_K), GB_Q4_K, params, FN, __VA_ARGS__)   \
     GB_ENTRY_ATTRS(name, q5_k, sfx, ATTRS(GB_Q5_K), GB_Q5_K, params, FN, __VA_ARGS__)   \
     GB_ENTRY_ATTRS(name, q6_k, sfx, ATTRS(GB_Q6_K), GB_Q6_K, params, FN, __VA_ARGS__)
-#define GB_ENTRIES(name, sfx, params, FN, ...)                         \
-    GB_ENTRY(name, f32, sfx, GB_F32, params, FN, __VA_ARGS__)         \
-    GB_ENTRY(name, f16, sfx, GB_F16, params, FN, __VA_ARGS__)         \
-    GB_ENTRY(name, bf16, sfx, GB_BF16, params, FN, __VA_ARGS__)       \
-    GB_QUANT_ENTRIES(name, sfx, params, FN, __VA_ARGS__)
+#define GB_ENTRIES(name, sfx, params, FN, ...) GB_ENTRIES_ATTRS(name, sfx, GB_NO_ATTRS, params, FN, __VA_ARGS__)
+#define GB_ENTRIES_ATTRS(name, sfx, ATTRS, params, FN, ...)                               \
+    GB_ENTRY_ATTRS(name, f32, sfx, ATTRS(GB_F32), GB_F32, params, FN, __VA_ARGS__)        \
+    GB_ENTRY_ATTRS(name, f16, sfx, ATTRS(GB_F16), GB_F16, params, FN, __VA_ARGS__)        \
+    GB_ENTRY_ATTRS(name, bf16, sfx, ATTRS(GB_BF16), GB_BF16, params, FN, __VA_ARGS__)     \
+    GB_QUANT_ENTRIES_ATTRS(name, sfx, ATTRS, params, FN, __VA_ARGS__)
 
 // --- scalar helpers ----------------------------------------------------------------------
 __device__ __forceinline__ unsigned gb_u16(const unsigned char* p) { return (unsigned)p[0] | ((unsigned)p[1] << 8); }

@@ -44,7 +44,7 @@
 #define GV_ARGS                                                                                                  \
     const unsigned char *W, const signed char *xq, const float *xd, const int *xs, const float *bias, float *Y, \
         int n_tokens, int n_out, int n_in, int has_bias, int accumulate, int y_stride
-#define GV_PASS W, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, (long long)y_stride
+#define GV_PASS W, W, xq, xd, xs, bias, Y, GvTokens{n_tokens}, n_out, n_in, has_bias, accumulate, (long long)y_stride
 
 // One entry per weight type and token count, matmul_gemv_<type>_t<NT>, and ..._t<NT>_g16 / _g32 where G is
 // 16 or 32 (a compile-time G: dp4a.cuh) (GB_ENTRIES, ggml_blocks.cuh).

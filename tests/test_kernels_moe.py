@@ -18,6 +18,7 @@ import pytest
 from sharpinf.model import quants
 from sharpinf.ops import moe
 from sharpinf.ops.basic import act_reference
+from sharpinf.ops.matmul_dp4a import PACKED_TYPES
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1_reference, round_q8_1
 from sharpinf.ops.variants import variant, variants_of
 from asserts import assert_close, assert_same
@@ -300,3 +301,39 @@ def _assert_mmq_experts_equal_fast(backend, qtype, monkeypatch):
         assert_same(got, want)
         if router is tied:
             assert (ids == [0, 1]).all()
+
+
+ONLY_ALL = pytest.mark.tier_all("Q8_0, Q4_K and Q6_K cover gemv_rows' paths (runs, fixed G, the K-quants)")
+
+
+@pytest.mark.parametrize("qtype", [quants.Q8_0, quants.Q4_K, quants.Q6_K, pytest.param(quants.Q4_1, marks=ONLY_ALL),
+                                   pytest.param(quants.BF16, marks=ONLY_ALL)], ids=lambda q: quants.qtype_name(q))
+def test_streamed_decode_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype, monkeypatch):
+    """moe=gemv (one tile an expert of up to NT pairs, gemv_rows.cuh's row stream) against moe=fast (tiles
+    of 8, dp4a): the same bits at the step sizes it serves -- its 1-, 4- and 8-pair tiles full, its 2-,
+    4- and 8-pair tiles partial (a tile holds 3 of 4 slots, 5 of 8) -- for a skewed routing (every token
+    to experts 0 and 1: one tile of T pairs each) and a spread one. gate+up reads 1,024 inputs (G = 32:
+    the _g32 entries), down 512 (G = 16); Q8_0 and Q6_K load coalesced runs. (Steps of more than 8
+    tokens go to fast itself: the invariance test above runs 19.)"""
+    used = []
+    real_kernel = moe.kernel
+    monkeypatch.setattr(moe, "kernel", lambda be, f, e: used.append(e) or real_kernel(be, f, e))
+    rng = _rng("gemv", qtype)
+    tied = np.tile(rng.standard_normal((1, 1024)).astype(np.float32), (N_EXPERT, 1))
+    for router, steps in ((tied, (1, 3, 8)), (None, (2, 4, 5))):
+        E, _ = _experts(backend, rng, qtype, 2, n_embd=1024, n_ff=512, router=router)
+        for T in steps:
+            X = rng.standard_normal((T, 1024)).astype(np.float32)
+            x0 = rng.standard_normal((T, 1024)).astype(np.float32)
+            used.clear()
+            got, ids, _ = _run(backend, "gemv", E, X, x0)
+            nt = next(n for n in (1, 2, 4, 8) if n >= T)
+            suffix = ("_g32", "_g16") if qtype in PACKED_TYPES else ("", "")  # Q8_0, BF16: G from n_in
+            gemv = [e for e in used if "_gemv_" in e]
+            name = quants.qtype_name(qtype).lower()
+            assert gemv == [f"moe_gate_up_gemv_{name}_t{nt}{suffix[0]}", f"moe_down_gemv_{name}_t{nt}{suffix[1]}"]
+            want, want_ids, _ = _run(backend, "fast", E, X, x0)
+            assert (ids == want_ids).all()
+            assert_same(got, want)
+            if router is tied:
+                assert (ids == [0, 1]).all()

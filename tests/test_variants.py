@@ -30,7 +30,8 @@ def test_parse_every_spelling():
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
     assert choices_for("all") == ["simple", "fast", "tensor", "matmul=dp4a", "matmul=mma", "matmul=mmq_narrow",
-                                  "matmul=gemv", "matmul=ffn", "matmul=layer"]  # in no set: on their own
+                                  "matmul=gemv", "matmul=ffn", "matmul=layer", "moe=gemv"]  # in no set: on their own
+    assert choices_for("all", is_moe=False) == choices_for("all")[:-1]  # a dense model runs no moe kernel
     assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="mmq",
                                                         sample="radix")
     assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=mmq,sample=radix").name == "tensor"
@@ -152,6 +153,24 @@ def test_matmul_variants_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype, na
     got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [100]) for fp in (other, dp4a))
     assert_bits(np.asarray(got), np.asarray(want))
     r = paths.oracle_chunked_vs_whole(other, toks, "f16", 4, chunks=CHUNKS[name])
+    assert r.passed and r.max_abs_dlogit == 0.0, r
+
+
+def test_moe_gemv_steps_equal_the_fast_sets_bit_for_bit(emu):
+    """moe=gemv (the experts of steps of <= 8 tokens on gemv's row stream, larger ones on fast's dp4a
+    tiles) in the fast set: a qwen3moe model's logits are fast's bit for bit, for a whole prompt (one
+    40-token step: fast's kernels) and cut into steps of 1, 2, 3, 5 and 8 tokens (gemv's 1-, 2-, 4-
+    and 8-pair tiles) -- so the workspace's tiles hold gemv's sort, and prefill and decode agree
+    whichever kernel ran a step."""
+    model = load_model(synthetic_model("qwen3moe", "Q4_K", n_embd=256))
+    fast = ForwardPass(model, emu, kernels=dict(FAST))
+    gemv = fast.with_own_buffers(kernels={**FAST, "moe": "gemv"})
+    assert any(f == "moe_gemv.cu" for f, _ in gemv.kernels_used("f16"))
+    toks = list(range(7, 47))
+    nb = paths.blocks_for([len(toks)], 16)
+    got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [40]) for fp in (gemv, fast))
+    assert_bits(np.asarray(got), np.asarray(want))
+    r = paths.oracle_chunked_vs_whole(gemv, toks, "f16", 4, chunks=[1, 2, 3, 5, 8, 21])
     assert r.passed and r.max_abs_dlogit == 0.0, r
 
 

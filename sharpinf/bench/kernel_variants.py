@@ -333,7 +333,7 @@ def _moe_cases(ctx: BenchContext, N: int, rng, sel: Selection) -> list[_Case]:
     flops = 2 * N * E.n_expert * d + 2 * N * k * 3 * E.n_ff * d
     cases = []
     for v in sel.variants_of("moe"):
-        if v.why_not(fp.cfg):
+        if v.why_not(fp.cfg) or not v.serves(n_tokens=N):  # past its tokens it runs another variant's kernels
             continue
         q8 = v.activations == "q8_1"
         s = MoeScratch.alloc(be, N, k, E.n_ff, d, E.n_expert, grouped=q8)

@@ -181,6 +181,7 @@ def verify(
         from sharpinf.step.forward import ForwardPass
 
         fp = ForwardPass(loaded, backend_named(backend), kernels=choices[0])
+        choices = choices_for(kernels, is_moe=fp.cfg.is_moe)  # a dense model: no moe variant's own run
         for spec in choices:  # the same uploaded weights for each kernel set
             fpk = fp if spec is choices[0] else fp.with_own_buffers(kernels=spec)
             fps.append(fpk)

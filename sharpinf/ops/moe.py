@@ -20,6 +20,9 @@ Launchers (a pair p = t * k + r is token t's r-th expert):
                    down over each expert's tiles of pairs (dp4a), quantize_q8_1 between, combine
     moe_tensor     the `mmq` variant (the tensor set's): as moe_grouped, with tiles of 64 pairs on int8
                    tensor cores (moe_mmq.cu) for steps of MMQ_MIN_TOKENS or more; the same bits
+    moe_gemv       the `gemv` variant: as moe_grouped, for steps of up to GEMV_MAX_TOKENS tokens one tile an
+                   expert on matmul_gemv's row stream (moe_gemv.cu: several weight chunks in flight a lane);
+                   larger steps moe_grouped itself; the same bits
 Every launch shape depends on the token count only (the tiles are bounded, not counted on the host),
 so a plan or a CUDA graph recorded once serves every routing.
 """
@@ -33,7 +36,7 @@ import numpy as np
 
 from sharpinf.model import quants
 from sharpinf.model.config import MOE_MAX_EXPERTS
-from sharpinf.ops.launch import kernel
+from sharpinf.ops.launch import kernel, one_wave
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
 from sharpinf.ops.matmul_dp4a import ACTS, group_lanes
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
@@ -42,6 +45,7 @@ I32, F32 = np.int32, np.float32
 TILE = 8  # DP_TILE: pairs per tile of one expert (moe_dp4a.cu)
 MMQ_TILE = 64  # MQ_TOKENS: pairs per tile of one expert on tensor cores (moe_mmq.cu)
 MMQ_MIN_TOKENS = 16  # the tensor set's matmul threshold (matmul_mmq.MIN_TOKENS): fewer stay on dp4a tiles
+GEMV_MAX_TOKENS = 8  # moe_gemv.cu's largest compiled token count (matmul_gemv.MAX_TOKENS): more go to moe_grouped
 WARPS = 4
 EMU_ROW_BLOCKS = 64  # the emulator pays per thread: fewer, longer-lived warps (as matmul_dp4a.py)
 MAX_ROW_BLOCKS = 4096
@@ -67,6 +71,12 @@ def max_tiles(n_pairs: int, n_expert: int, tile: int = TILE) -> int:
     """Tiles of <= tile pairs of one expert that any routing of n_pairs pairs can need (a buffer
     sized for TILE holds any larger tile's)."""
     return -(-n_pairs // tile) + min(n_expert, n_pairs)
+
+
+def tiles_capacity(n_pairs: int, n_expert: int, n_used: int) -> int:
+    """The tiles a grouped scratch for n_pairs pairs (k = n_used a token) holds: max_tiles for TILE, or
+    for moe_gemv's tiles of NT >= the step's tokens, whose pairs over NT are at most k (so k more)."""
+    return max_tiles(n_pairs, n_expert) + n_used
 
 
 @dataclass
@@ -100,7 +110,7 @@ class MoeScratch:
                 be.empty((P, n_embd), F32))
         if grouped:
             s.gq, s.order = Q8Act.empty(be, P, n_ff), be.empty((P,), I32)
-            s.tiles = be.empty((3, max_tiles(P, n_expert)), I32)
+            s.tiles = be.empty((3, tiles_capacity(P, n_expert, n_used)), I32)
             s.logits, s.tickets = be.empty((n_tokens, n_expert), F32), be.zeros((n_tokens,), I32)
         return s
 
@@ -174,6 +184,45 @@ def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None,
     be.launch(kernel(be, file, f"moe_down_dp4a_{kernel_suffix(dt)}"), (_row_blocks(be, E.n_embd, E.n_ff), mt),
               32 * WARPS, (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
               io=(min(E.n_expert, P) * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
+    combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
+
+
+def moe_gemv(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
+             act: str = "silu", layer: int = 0, file: str = "moe_gemv.cu") -> None:
+    """x += the MoE FFN of the normed rows in q8_1 (x_q): as moe_grouped, for a step of up to
+    GEMV_MAX_TOKENS tokens with one tile an expert (NT >= the step's tokens: a token's k experts are k
+    different ones) on matmul_gemv's row stream (`file`), larger steps moe_grouped itself. The same bits."""
+    from sharpinf.ops.matmul_dp4a import entry_name
+    from sharpinf.ops.matmul_gemv import tile_for
+
+    if n_tokens > GEMV_MAX_TOKENS:
+        return moe_grouped(be, E, x, s, n_tokens, x_f=x_f, x_q=x_q, act=act, layer=layer)
+    if x_q is None or s.tiles is None:
+        raise ValueError("moe gemv reads q8_1 activations and a grouped MoeScratch")
+    route(be, E, s, n_tokens, x_q=x_q, layer=layer, split=True)
+    P, gt, dt, nt = n_tokens * E.n_used, E.gate_up_qtype, E.down_qtype, tile_for(n_tokens)
+    check_n_in(gt, E.n_embd)
+    check_n_in(dt, E.n_ff)
+    mt = max_tiles(P, E.n_expert, nt)  # <= tiles_capacity: P / nt <= k
+    sort_pairs(be, s, P, E.n_expert, mt, nt, layer)
+    used = min(E.n_expert, P)  # the experts a step can choose, a tile each
+
+    def launch(prefix: str, n_out: int, n_in: int, qtype: int, args: tuple, io: tuple) -> None:
+        # the row blocks of one wave of the device, spread over the tiles a step can fill: each warp
+        # streams several rows (gemv_rows.cuh); the tiles past the last exit at once
+        k = kernel(be, file, entry_name(prefix, qtype, n_in, f"_t{nt}"))
+        rows = -(-n_out // (WARPS * (32 // group_lanes(n_in))))
+        blocks = min(rows, max(1, -(-one_wave(be, k, rows * used, 32 * WARPS) // used)))
+        be.launch(k, (blocks, mt), 32 * WARPS, args, io=io)
+
+    launch("moe_gate_up_gemv", E.n_ff, E.n_embd, gt,
+           (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff), I32(E.n_embd),
+            I32(mt), I32(ACTS[act])),
+           (2 * used * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff))
+    quantize_q8_1(be, s.g, s.gq, P, E.n_ff)
+    launch("moe_down_gemv", E.n_embd, E.n_ff, dt,
+           (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
+           (used * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
     combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
 
 

@@ -431,14 +431,17 @@ def check_dispatched(choice: KernelChoice, launched_files, ops: tuple[str, ...] 
                             f"({', '.join(sorted(launched)) or 'none'})")
 
 
-def choices_for(spec: str) -> list:
+def choices_for(spec: str, is_moe: bool | None = None) -> list:
     """`--kernels all`: the baseline, the named sets, and a choice for each registered variant no set
-    holds (over the baselines): between them every variant of every op. Any other spec stands for
-    itself (resolved per backend by resolve_kernels)."""
+    holds (over the baselines): between them every variant of every op -- but for a dense model
+    (is_moe False) no moe variant's own choice, which would run the baseline's kernels again. Any other
+    spec stands for itself (resolved per backend by resolve_kernels)."""
     if isinstance(spec, str) and spec.strip().lower() == "all":
         out: list = list(SETS)
         covered = {(op, name) for ops in SETS.values() for op, name in ops.items()}
         for op in OP_NAMES:
+            if op == "moe" and is_moe is False:
+                continue
             out += [f"{op}={name}" for name in REGISTRY[op] if (op, name) not in covered]
         return out
     check_kernels(spec)
