@@ -32,6 +32,14 @@
 // 11-26 rows, gemv +5% on qkv, -30% on o and down). Issued a batch ahead, across the loop's back
 // edge, they cannot be sunk: 12 loads in flight together; 128 registers (was 72: the loads in flight
 // hold them), 4 blocks of 4 warps an SM.
+// The row's end (2026-11-28, later; sass_mix, NVRTC 12.9 sm_90): at one token and G = 32 a warp ends a row
+// every batch on the 8B shapes (n_in 4096: 4 chunks a lane, one batch), and dp4a's combine folded the
+// row's 32 member sums on lane 0 alone -- ~100 of an iteration's ~580 instructions the whole warp
+// issued. DpCombine 16-byte aligned (the sums read 4 at a time) and, where G is compiled in, the fold
+// spread over lanes (gemv_rows.cuh's gv_combine: a lane a group of 8, then a lane a row; dp_fold's
+// additions in dp_fold's order): an iteration of q4_k_t1_g32 580 -> 488, gate_up q4_k_t1_g32 504 ->
+// 443, q4_k_t8_g32 662 -> 513, gate_up q5_k_t4_g32 749 -> 544, q6_k_t2_g16 800 -> 754; registers in
+// the band they were (matmul_gemv <= 142, gate_up_gemv <= 148 -> 128); G from n_in keeps dp_combine.
 // Launch: block 128 threads (4 warps), grid = (min(ceil(n_out / (4 * 32 / G)), the blocks resident at
 // once), 1); static shared memory 4 warps x NT x 33 floats (NT = 1: 528 bytes), and for the coalesced
 // types each warp's runs, U x 32 lanes x GvRun::WORDS words (Q8_0 at NT = 1: 18 KB a block).
