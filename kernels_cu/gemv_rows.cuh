@@ -152,53 +152,6 @@ __device__ __forceinline__ void gv_dot_chunk(const Chunk (&ch)[NMAT], float (&ac
     }
 }
 
-// The end of a row (gemv_rows): dp4a.cuh's dp_combine with its fold spread over lanes. dp_combine gives a
-// (row, token) one lane, which adds its G member sums in dp_fold's order -- the group sums S_q, then
-// y = ((0 + S_0) + S_1) + ... -- while the warp's other lanes wait: at one token and G = 32, 32 + 4 adds
-// by lane 0 alone at every row's end. Here a lane of its own sums each group (S_q, over its GS members in
-// member order, written over the group's first member), then one lane a (row, token) adds the S_q in
-// group order: the same additions in the same order, so dp_fold's bits.
-template <int NMAT, int NT, class Store>
-__device__ __forceinline__ void gv_combine(DpCombine<NMAT, NT>& cw, const float (&acc)[NMAT][NT], int G,
-                                           int rows_per_warp, int nt, int base, int n_out, Store store) {
-    const int lane = threadIdx.x & 31, GS = dp_group_size(G), NG = G / GS, items = rows_per_warp * NT;
-    const int lg_ng = __ffs(NG) - 1;  // NG: 1, 2 or 4 (G a power of two): no integer division below
-#pragma unroll
-    for (int m = 0; m < NMAT; ++m)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-            if (t < nt) cw.s[m][t][lane] = acc[m][t];
-    __syncwarp();
-    for (int u = lane; u < items * NG; u += 32) {  // u: group u % NG of (the warp's row f / NT, token f % NT)
-        const int f = u >> lg_ng, q = u & (NG - 1), r = f / NT, t = f % NT;
-        if (base + r >= n_out || t >= nt) continue;
-#pragma unroll
-        for (int m = 0; m < NMAT; ++m) {
-            float* s = &cw.s[m][t][r * G + q * GS];
-            float grp = 0.0f;
-#pragma unroll
-            for (int j = 0; j < DP_GROUP; ++j)  // GS <= DP_GROUP: a straight line with G from n_in too
-                if (j < GS) grp = grp + s[j];
-            s[0] = grp;
-        }
-    }
-    __syncwarp();
-    for (int f = lane; f < items; f += 32) {
-        const int r = f / NT, t = f % NT;
-        if (base + r >= n_out || t >= nt) continue;
-        float v[NMAT];
-#pragma unroll
-        for (int m = 0; m < NMAT; ++m) {
-            v[m] = 0.0f;
-#pragma unroll
-            for (int q = 0; q < 32 / DP_GROUP; ++q)  // NG <= 32 / DP_GROUP (G <= 32)
-                if (q < NG) v[m] = v[m] + cw.s[m][t][r * G + q * GS];
-        }
-        store(t, base + r, v);
-    }
-    __syncwarp();  // the next row overwrites cw
-}
-
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate); NMAT = 2: Y = act(X W^T) * (X W2^T).
 // slots.count <= NT token slots (X row slots.x_row(t), Y row slots.y_row(t)), all in one tile.
 // GC: G when known at compile time (the _g16 and _g32 entries: dp4a.cuh's DP_GC), 0: from n_in
@@ -304,9 +257,8 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
             auto store = [&](int t, int r, const float(&v)[NMAT]) {
                 dp_store<NMAT>(Y + slots.y_row(t) * y_stride + r, v[0], v[NMAT - 1], bias, r, has_bias, accumulate, act);
             };
-            // the lanes' fold where G is compiled in; with G from n_in (Q8_0, the float types, rows under
-            // 512) its runtime loops cost more than they save (q8_0_t1: 1,007 -> 1,717 an iteration)
-            if constexpr (GC != 0) gv_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
+            // the lanes' fold where G is compiled in (dp4a.cuh's dp_combine_lanes says why)
+            if constexpr (GC != 0) dp_combine_lanes<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
             else dp_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
 #pragma unroll
             for (int m = 0; m < NMAT; ++m)
