@@ -35,6 +35,16 @@ __device__ __forceinline__ int dp_word_a4(const unsigned char* p) {
 #endif
 }
 
+// Word i of the words from a 4-byte aligned address (an index, not a byte offset: one 64-bit multiply-add
+// an address, where base + 4 i took a shift, a sign extension and two adds -- gemv_rows.cuh's runs).
+__device__ __forceinline__ unsigned dp_word_at(const unsigned char* base, int i) {
+#ifdef SHARPINF_EMU
+    return (unsigned)dp_word_a4(base + 4LL * i);
+#else
+    return reinterpret_cast<const unsigned*>(base)[i];
+#endif
+}
+
 // A 16-bit unit at a 2-byte aligned address, as the load returns it (a chunk's Raw fetch: nothing
 // uses it until unpack, so the load stays in flight meanwhile).
 __device__ __forceinline__ unsigned dp_u16_a2(const unsigned char* p) {

@@ -31,6 +31,9 @@
 //   Q4_1 (GV_COALESCE=2): 401 -> 624 for nothing in flight that was not (only the L1 passes to gain).
 //   Registers at NT = 1: ~94 -> ~125 (5 -> 4 blocks of 4 warps an SM); q8_0_t1 120 -> 128-148; Q6_K
 //     96 -> 128 (t2 96-120 -> 128-182).
+//   A run's words addressed by index (dp4a.cuh's dp_word_at: one 64-bit multiply-add a load, where the byte
+//     offset 4 i took a shift, a sign extension and two adds), later that day: an iteration of q8_0_t1
+//     1,007 -> 886 instructions, q4_0_t1_g32 659 -> 597, q5_0_t1_g16 956 -> 878, q6_k_t1_g32 1,090 -> 990.
 //   GV_COALESCE=1 (the default): the 2-byte aligned types, Q4_0, Q5_0, Q8_0 and Q6_K
 //   GV_COALESCE=2: all the quantized types (Q4_1, Q5_1, Q4_K, Q5_K too; Q4_K's lanes read 16-byte pieces
 //     already); 0: none. Probes through SHARPINF_NVRTC_OPTIONS (bench/device_call.sh times them).
@@ -79,10 +82,7 @@ __device__ __forceinline__ void gv_fetch_run(GvRun<QT>& run, const unsigned char
                                              int n_chunks) {
     const GvSpan sp = gv_span<QT>(rowp, cf, G, n_chunks);
 #pragma unroll
-    for (int j = 0; j < GvRun<QT>::WORDS; ++j) {
-        const int i = g + j * G;
-        run.w[j] = (unsigned)dp_word_a4(sp.base + 4 * min(i, sp.nfull - 1));
-    }
+    for (int j = 0; j < GvRun<QT>::WORDS; ++j) run.w[j] = dp_word_at(sp.base, min(g + j * G, sp.nfull - 1));
     if (!GvRun<QT>::WHOLE) run.tail = sp.tail && g == (sp.nfull & (G - 1)) ? dp_u16_a2(sp.base + 4 * sp.nfull) : 0u;
 }
 
