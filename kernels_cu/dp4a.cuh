@@ -720,12 +720,13 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
 // At N = 1 (sass_mix, NVRTC 12.9 sm_90, 2026-11-28) a chunk's instructions with G = 32: q4_k 112 -> 76,
 // q5_k 141 -> 99, q6_k 172 -> 146, q4_1 68 -> 46, q4_0 72 -> 59, q5_1 121 -> 112; registers as before
 // (matmul_dp4a_q4_k_g32 48; in one entry with the run-time copy they took 56-64); with G = 16 (SmolLM2's
-// n_in = 576) matmul_dp4a_q4_1's 8-token loop 325 -> 260, 48 -> 40 registers. Not for Q8_0 (64-80
-// registers, for 5% fewer instructions) nor float weights (ops/matmul_dp4a.py's PACKED_TYPES), nor the
-// fused layer and FFN kernels (one kernel for every n_in). And a row's end folds on a lane a group, then
-// a lane a row (dp_combine_lanes, 2026-11-28): the row loop's iteration (its chunk loop counted once) of
-// matmul_dp4a_q4_k_g32 621 -> 472 instructions, gate_up_dp4a_q4_k_g32 913 -> 748, q6_k_g16 631 -> 572,
-// q4_1_g16 493 -> 435; registers as before.
+// n_in = 576) matmul_dp4a_q4_1's 8-token loop 325 -> 260, 48 -> 40 registers. Not for float weights
+// (nothing to fold: ops/matmul_dp4a.py's FIXED_G_TYPES), nor the fused layer and FFN kernels (one kernel
+// for every n_in). And a row's end folds on a lane a group, then a lane a row (dp_combine_lanes,
+// 2026-11-28): the row loop's iteration (its chunk loop counted once) of matmul_dp4a_q4_k_g32 621 -> 472
+// instructions, gate_up_dp4a_q4_k_g32 913 -> 748, q6_k_g16 631 -> 572, q4_1_g16 493 -> 435; registers
+// as before. With that, Q8_0 too (it had been 5% fewer instructions for 64-80 registers): matmul_dp4a
+// q8_0 718 -> 400 (_g32), 47 -> 64 registers (10 -> 8 blocks an SM); gate_up 789 -> 631, 64 -> 56.
 // DP_FIXED_G=0 (a probe, through SHARPINF_NVRTC_OPTIONS): those entries take G from n_in, as before.
 #ifndef DP_FIXED_G
 #define DP_FIXED_G 1

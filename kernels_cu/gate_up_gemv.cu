@@ -23,7 +23,7 @@
         DP_ASSUME_G(n_in, G);                                                                               \
         gemv_rows<QT, 2, NT, DP_GC(G)>(GVU_PASS);                                                            \
     }                                                                                                       \
-    GB_PACKED_ENTRIES(gate_up_gemv, _t##NT##_g##G, (GVU_ARGS), gemv_gate_up_t##NT##_g##G, Wg, Wu, xq, xd, xs, out,   \
+    GB_QUANT_ENTRIES(gate_up_gemv, _t##NT##_g##G, (GVU_ARGS), gemv_gate_up_t##NT##_g##G, Wg, Wu, xq, xd, xs, out,   \
                n_tokens, n_ff, n_in, act)
 #define GV_GATE_UP(NT)                                                                                      \
     template <int QT> __device__ __forceinline__ void gemv_gate_up_t##NT(GVU_ARGS) { gemv_rows<QT, 2, NT>(GVU_PASS); } \

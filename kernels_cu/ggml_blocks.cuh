@@ -45,7 +45,7 @@
     GB_ENTRY_ATTRS(name, q8_0, sfx, ATTRS(GB_Q8_0), GB_Q8_0, params, FN, __VA_ARGS__)   \
     GB_PACKED_ENTRIES_ATTRS(name, sfx, ATTRS, params, FN, __VA_ARGS__)
 // GB_PACKED_ENTRIES: the seven packed types, every quantized type but Q8_0 (whose values are whole
-// bytes: nothing to unpack) -- the compile-time-G matvec entries' (dp4a.cuh)
+// bytes: nothing to unpack)
 #define GB_PACKED_ENTRIES(name, sfx, params, FN, ...) GB_PACKED_ENTRIES_ATTRS(name, sfx, GB_NO_ATTRS, params, FN, __VA_ARGS__)
 #define GB_PACKED_ENTRIES_ATTRS(name, sfx, ATTRS, params, FN, ...)                      \
     GB_ENTRY_ATTRS(name, q4_0, sfx, ATTRS(GB_Q4_0), GB_Q4_0, params, FN, __VA_ARGS__)   \

@@ -61,7 +61,7 @@
         DP_ASSUME_G(n_in, G);                                                                                   \
         gemv_rows<QT, 1, NT, DP_GC(G)>(GV_PASS);                                                                 \
     }                                                                                                           \
-    GB_PACKED_ENTRIES(matmul_gemv, _t##NT##_g##G, (GV_ARGS), gemv_matmul_t##NT##_g##G, W, xq, xd, xs, bias, Y, n_tokens, \
+    GB_QUANT_ENTRIES(matmul_gemv, _t##NT##_g##G, (GV_ARGS), gemv_matmul_t##NT##_g##G, W, xq, xd, xs, bias, Y, n_tokens, \
                n_out, n_in, has_bias, accumulate, y_stride)
 #define GV_MATMUL(NT)                                                                                           \
     template <int QT> __device__ __forceinline__ void gemv_matmul_t##NT(GV_ARGS) { gemv_rows<QT, 1, NT>(GV_PASS); } \

@@ -87,10 +87,10 @@ __device__ __forceinline__ void moe_gemv_rows(const unsigned char* W, const unsi
     }
 #define MOE_GEMV_G(NT, GL)                                                                                        \
     MOE_GEMV_FNS(NT, _g##GL, DP_ASSUME_G(n_in, GL), DP_GC(GL))                                                    \
-    GB_PACKED_ENTRIES_ATTRS(moe_gate_up_gemv, _t##NT##_g##GL, MOE_GEMV_BOUNDS, (MOE_GATE_UP_PARAMS),              \
+    GB_QUANT_ENTRIES_ATTRS(moe_gate_up_gemv, _t##NT##_g##GL, MOE_GEMV_BOUNDS, (MOE_GATE_UP_PARAMS),              \
                             moe_gate_up_gemv_t##NT##_g##GL, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in,    \
                             max_tiles, act)                                                                       \
-    GB_PACKED_ENTRIES_ATTRS(moe_down_gemv, _t##NT##_g##GL, MOE_GEMV_BOUNDS, (MOE_DOWN_PARAMS),                    \
+    GB_QUANT_ENTRIES_ATTRS(moe_down_gemv, _t##NT##_g##GL, MOE_GEMV_BOUNDS, (MOE_DOWN_PARAMS),                    \
                             moe_down_gemv_t##NT##_g##GL, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
 #define MOE_GEMV(NT)                                                                                              \
     MOE_GEMV_FNS(NT, , (void)0, 0)                                                                                \

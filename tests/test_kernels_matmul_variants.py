@@ -140,9 +140,10 @@ def _assert_steps_equal_dp4a(backend, name):
 # The 2-byte aligned types load a row's run of G chunks as one span of words (GV_COALESCE): Q5_0 at
 # n_in 800 (25 chunks of 22 bytes: odd rows start 2 bytes past a word, a run of 16 chunks then one of
 # 9 that ends 2 bytes into its last word), Q6_K at 768 (runs of two 210-byte super-blocks, then one;
-# odd rows 2 bytes past a word) and at 1536 (runs of four, then two).
+# odd rows 2 bytes past a word) and at 1536 (runs of four, then two). Q8_0 at 288: G = 8 from n_in (the
+# entries without a compiled G, dp_combine's fold), runs of 8 chunks then 1, odd rows 2 bytes past a word.
 GEMV_SHAPES = [(quants.Q4_1, 576), (quants.Q4_K, 1536), (quants.Q6_K, 1536), (quants.Q8_0, 4096), (quants.Q5_0, 800),
-               (quants.Q6_K, 768)]
+               (quants.Q6_K, 768), (quants.Q8_0, 288)]
 
 
 def test_gemv_streams_rows_and_ragged_lanes_with_dp4as_bits(backend):

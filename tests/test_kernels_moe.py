@@ -18,7 +18,7 @@ import pytest
 from sharpinf.model import quants
 from sharpinf.ops import moe
 from sharpinf.ops.basic import act_reference
-from sharpinf.ops.matmul_dp4a import PACKED_TYPES
+from sharpinf.ops.matmul_dp4a import FIXED_G_TYPES
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1_reference, round_q8_1
 from sharpinf.ops.variants import variant, variants_of
 from asserts import assert_close, assert_same
@@ -328,7 +328,7 @@ def test_streamed_decode_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype
             used.clear()
             got, ids, _ = _run(backend, "gemv", E, X, x0)
             nt = next(n for n in (1, 2, 4, 8) if n >= T)
-            suffix = ("_g32", "_g16") if qtype in PACKED_TYPES else ("", "")  # Q8_0, BF16: G from n_in
+            suffix = ("_g32", "_g16") if qtype in FIXED_G_TYPES else ("", "")  # BF16: G from n_in
             gemv = [e for e in used if "_gemv_" in e]
             name = quants.qtype_name(qtype).lower()
             assert gemv == [f"moe_gate_up_gemv_{name}_t{nt}{suffix[0]}", f"moe_down_gemv_{name}_t{nt}{suffix[1]}"]

@@ -27,17 +27,20 @@ def group_lanes(n_in: int) -> int:
 
 
 # The packed types (ggml_blocks.cuh's GB_PACKED_ENTRIES): every quantized type but Q8_0, whose values
-# are whole bytes. The matvec entries with G a compile-time constant exist for these (dp4a.cuh's
-# DP_ASSUME_G: _g16 for n_in 512..1023, _g32 from 1024): Q8_0's took 64-80 registers for 5% fewer
-# instructions, float weights have no chunk decode to fold.
+# are whole bytes.
 PACKED_TYPES = frozenset({quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K, quants.Q6_K})
+# The matvec entries with G a compile-time constant (dp4a.cuh's DP_ASSUME_G: _g16 for n_in 512..1023,
+# _g32 from 1024) exist for every quantized type: Q8_0's too since its row's end folds on the lanes there
+# (dp_combine_lanes: matmul_dp4a_q8_0 718 -> 400 instructions an iteration, gemv's q8_0_t1 886 -> 653; it
+# had been 5% for 64-80 registers); float weights have no chunk decode to fold.
+FIXED_G_TYPES = PACKED_TYPES | {quants.Q8_0}
 FIXED_G = (16, 32)
 
 
 def entry_name(prefix: str, qtype: int, n_in: int, tile: str = "") -> str:
     """The matvec entry for these rows: prefix_<type><tile>, then _g<G> where G is a compile-time constant."""
     g = group_lanes(n_in)
-    fixed = f"_g{g}" if g in FIXED_G and qtype in PACKED_TYPES else ""
+    fixed = f"_g{g}" if g in FIXED_G and qtype in FIXED_G_TYPES else ""
     return f"{prefix}_{kernel_suffix(qtype)}{tile}{fixed}"
 
 
