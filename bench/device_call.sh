@@ -55,6 +55,11 @@
 #      clock an SM need 336 cycles -- a near tie; if it wins, the unit keeps up, if not, it is XU-bound).
 #      kernels-dp4a-g0.log / ...-dp4a-g0: dp4a and gemv at N = 1, 8 with G from n_in at run time (the
 #      matvecs before 2026-11-28), beside the kernels-matmul rows: the instructions-vs-occupancy trade.
+#      Since the session after, the compiled-G entries also fold a row's end on the lanes (dp4a.cuh's
+#      dp_combine_lanes) and exist for Q8_0 too: an iteration of matmul_dp4a_q4_k_g32 621 -> 472
+#      instructions, matmul_dp4a_q8_0 718 -> 400, matmul_gemv_q4_k_t1_g32 580 -> 488 -- so the g0 probe
+#      now also times the row's serial fold (and Q8_0 at 64 registers, not 47): the N = 1 rows of
+#      kernels-matmul against the 2026-11-26 ones say what the matvecs gained.
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
