@@ -193,9 +193,9 @@ if has moe; then
   run moe.log 420 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama \
     --peers-models "$MOE" --peers-sizes "r=2" --out bench/results/gpu/moe
   stamp "moe exit $?"; grep -vE "^\+ " "$OUT/moe.log" | tail -12
-  # the routed FFN alone in each moe variant: fast (dp4a tiles of 8 pairs), gemv (decode steps of <= 8
-  # tokens, one tile an expert on gemv_rows' row stream; never timed) and mmq (>= 16 tokens) -- if gemv
-  # beats fast at 1 and 8 tokens, the fast set can take it for decode (moe_gemv.cu's header)
+  # the routed FFN alone in each moe variant that serves the step (the registry's min/max_tokens): fast
+  # (dp4a tiles of 8 pairs), gemv (<= 8 tokens, one tile an expert on gemv_rows' row stream; never timed)
+  # and mmq (>= 16 tokens) -- if gemv beats fast at 1 and 8 tokens, the fast set can take it for decode
   run kernels-moe.log 120 python3 -m sharpinf bench "$MOE" --backend cuda --suite kernels --op moe \
     --variant fast,gemv,mmq --batch-sizes 1,8,64 --prefill-sizes 512 --repeats 3 --out "$RUN/qwen3-30b-a3b-shape-moe"
   stamp "moe kernels exit $?"; grep -vE "^\+ " "$OUT/kernels-moe.log" | tail -12

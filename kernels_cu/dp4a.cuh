@@ -556,7 +556,8 @@ __device__ __forceinline__ float dp_fold(int G, MemberSum s) {
     return y;
 }
 // a warp's member sums, [matrix][token][lane] (+1 pad: the folding lanes hit distinct banks); 16-byte aligned,
-// so a folding lane reads its G sums 4 at a time (gemv at one token, G = 32: 64 LDS a row -> 18, an iteration of
+// so a folding lane reads the G sums of a 16-byte aligned (matrix, token) row 4 at a time -- s[0][0]'s, and
+// every 4th row's (a 132-byte pitch) -- (gemv at one token, G = 32: 64 LDS a row -> 18, an iteration of
 // matmul_gemv_q4_k_t1_g32 580 -> 528 instructions, gate_up 504 -> 488; sass_mix, NVRTC 12.9 sm_90, 2026-11-28)
 template <int NMAT, int NT = DP_TILE>
 struct __align__(16) DpCombine {

@@ -41,8 +41,9 @@
 // 443, q4_k_t8_g32 662 -> 513, gate_up q5_k_t4_g32 749 -> 544, q6_k_t2_g16 800 -> 754; registers in
 // the band they were (matmul_gemv <= 142, gate_up_gemv <= 148 -> 128); G from n_in keeps dp_combine.
 // Launch: block 128 threads (4 warps), grid = (min(ceil(n_out / (4 * 32 / G)), the blocks resident at
-// once), 1); static shared memory 4 warps x NT x 33 floats (NT = 1: 528 bytes), and for the coalesced
-// types each warp's runs, U x 32 lanes x GvRun::WORDS words (Q8_0 at NT = 1: 18 KB a block).
+// once), 1); static shared memory 4 warps x NT x 33 floats, each warp's padded to 16 bytes (NT = 1: 576
+// bytes), and for the coalesced types each warp's runs, U x 32 lanes x GvRun::WORDS words (Q8_0 at NT =
+// 1: 18 KB a block).
 // Bound: memory -- every weight byte once per step; the target is the device's read bandwidth
 // (>= 70% of the measured copy bandwidth on the 8B shapes). In flight an SM at NT = 1, Q4_K: 16 warps
 // x 32 lanes x 4 chunks x 18 bytes = 37 KB (dp4a: ~40 warps x 32 x 18 = 23 KB, one round trip a

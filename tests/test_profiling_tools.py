@@ -139,14 +139,16 @@ def test_sass_mix_counts_a_real_kernels_rounds(sass_tools):
     assert copy["rounds"] == 1 and [ln.split(":")[0] for ln in copy["load_lines"]] == ["gather.cu"], copy
 
 
-@pytest.mark.parametrize("entry,carried", [("matmul_gemv_q4_k_t1_g32", 12), ("matmul_gemv_q8_0_t1_g32", 36)])
+@pytest.mark.parametrize("entry,carried", [("matmul_gemv_q4_k_t1_g32", 12), ("matmul_gemv_q8_0_t1_g32", 36),
+                                           ("matmul_gemv_q8_0_t1", 36)])
 def test_gemv_keeps_a_batch_of_weight_loads_in_flight_across_its_loop(sass_tools, entry, carried):
     """matmul_gemv's row stream issues the next batch's weight loads before it dots the batch at hand,
     and they are still in flight when the iteration ends: 4 Q4_K chunks, 3 128-bit loads each; 4 Q8_0
     runs, 9 words a lane each (gemv_rows.cuh's coalesced runs). Fetched and dotted in one iteration,
     ptxas had sunk each chunk's loads after the previous chunk's dots (none carried; 2026-11-28); Q8_0's
     per-lane fetch, its 16-bit tail behind a branch, carried 10 of ~40: a restructuring that lets either
-    happen again fails. (Q8_0 at n_in 4096 runs its _g32 entry: G compiled in, since 2026-11-28.)"""
+    happen again fails. (Q8_0 at n_in 4096 runs its _g32 entry, G compiled in since 2026-11-28; below 512
+    inputs the entry with G from n_in.)"""
     cubin, _ = sass_mix.compile_cubin(BENCH.parent / "kernels_cu" / "matmul_gemv.cu", entry, "sm_90", [],
                                       use_nvcc=False)
     blocks, loops = sass_mix.parse(sass_mix.disassemble(cubin), entry)

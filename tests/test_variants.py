@@ -158,19 +158,20 @@ def test_matmul_variants_steps_equal_dp4a_steps_bit_for_bit(emu, arch, qtype, na
 
 def test_moe_gemv_steps_equal_the_fast_sets_bit_for_bit(emu):
     """moe=gemv (the experts of steps of <= 8 tokens on gemv's row stream, larger ones on fast's dp4a
-    tiles) in the fast set: a qwen3moe model's logits are fast's bit for bit, for a whole prompt (one
-    40-token step: fast's kernels) and cut into steps of 1, 2, 3, 5 and 8 tokens (gemv's 1-, 2-, 4-
-    and 8-pair tiles) -- so the workspace's tiles hold gemv's sort, and prefill and decode agree
-    whichever kernel ran a step."""
-    model = load_model(synthetic_model("qwen3moe", "Q4_K", n_embd=256))
+    tiles) in the fast set: a qwen3moe model's logits are fast's bit for bit, step by step, for a prompt
+    cut into steps of 1, 2, 3, 5, 8 and 21 tokens (gemv's 1-, 2-, 4- and 8-pair tiles; the last step
+    fast's kernels on both sides) -- so the workspace's tiles hold gemv's sort -- and the chunked-vs-whole
+    oracle holds exactly on gemv. n_embd 512: the experts' gate+up run the compiled-G entries (_g16)."""
+    model = load_model(synthetic_model("qwen3moe", "Q4_K", n_embd=512))
     fast = ForwardPass(model, emu, kernels=dict(FAST))
     gemv = fast.with_own_buffers(kernels={**FAST, "moe": "gemv"})
-    assert any(f == "moe_gemv.cu" for f, _ in gemv.kernels_used("f16"))
-    toks = list(range(7, 47))
+    assert {e for f, e in gemv.kernels_used("f16") if f == "moe_gemv.cu"} >= {
+        f"moe_gate_up_gemv_q4_k_t{n}_g16" for n in (1, 2, 4, 8)}
+    toks, chunks = list(range(7, 47)), [1, 2, 3, 5, 8, 21]
     nb = paths.blocks_for([len(toks)], 16)
-    got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [40]) for fp in (gemv, fast))
+    got, want = (paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, chunks) for fp in (gemv, fast))
     assert_bits(np.asarray(got), np.asarray(want))
-    r = paths.oracle_chunked_vs_whole(gemv, toks, "f16", 4, chunks=[1, 2, 3, 5, 8, 21])
+    r = paths.oracle_chunked_vs_whole(gemv, toks, "f16", 4, chunks=chunks)
     assert r.passed and r.max_abs_dlogit == 0.0, r
 
 

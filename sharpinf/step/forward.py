@@ -291,11 +291,12 @@ class ForwardPass:
     def kernels_used(self, kv_dtype: str) -> list[tuple[str, str]]:
         """(file, entry point) of every kernel a step runs with KV in kv_dtype (and the history
         flush a long penalised prompt needs, so it never compiles mid-serving). Kernels that
-        depend on the step's size are collected at the sizes that switch them: a whole tile of
-        tokens (mma, mmq: 16), best's threshold (64), and the capacity (best takes mmq for a matrix
-        once the step's grid fills the GPU, and no step is larger); the attention in each launch shape
-        (a step's contexts choose it: attention_shapes)."""
-        sizes = sorted({1, 16, 64, self.capacity.tokens})
+        depend on the step's size are collected at the sizes that switch them: the token counts gemv's
+        decode kernels compile (1, 2, 4, 8: matmul=gemv, moe=gemv), a whole tile of tokens (mma, mmq:
+        16), best's threshold (64), and the capacity (best takes mmq for a matrix once the step's grid
+        fills the GPU, and no step is larger); the attention in each launch shape (a step's contexts
+        choose it: attention_shapes)."""
+        sizes = sorted({1, 2, 4, 8, 16, 64, self.capacity.tokens})
         modes = (None, "split", "walk") if self.kernels.attn.shape else (None,)
         names = [n for size in sizes for mode in modes for part in self._launch_names(kv_dtype, size, mode) for n in part]
         return list(dict.fromkeys(names + [("sampling.cu", "seen_update")]))
