@@ -61,10 +61,14 @@ __device__ __forceinline__ void moe_gemv_rows(const unsigned char* W, const unsi
 
 // moe_gate_up_gemv_<type>_t<NT>, moe_down_gemv_<type>_t<NT> (G from n_in), and their _g16 / _g32
 // entries (G compiled in: DP_ASSUME_G, DP_GC). (GL, not G: moe_args.cuh's G is the gate+up output.)
-// Q8_0 and Q6_K held to 4 blocks an SM (128 registers), what matmul_gemv's entries take unbounded: unbounded
-// here ptxas took 168 at one token (3 blocks). The others unbounded (a bound of (128, 1) let ptxas take up
-// to 253; one of 4 spilled Q4_K at one token).
-#define MOE_GEMV_BOUNDS(QT) MOE_GEMV_BOUNDS_##QT
+// Q8_0 and Q6_K at one token held to 4 blocks an SM (128 registers), what matmul_gemv's entries take
+// unbounded: unbounded here ptxas took 168 (3 blocks). The others, and every entry of 2 or more tokens,
+// unbounded: a bound of (128, 1) let ptxas take up to 253, one of 4 spilled Q4_K at one token and Q8_0's
+// _t2_g32 (which takes 160 unbounded, as matmul_gemv's).
+#define MOE_GEMV_BOUNDS_T1(QT) MOE_GEMV_BOUNDS_##QT
+#define MOE_GEMV_BOUNDS_T2(QT)
+#define MOE_GEMV_BOUNDS_T4(QT)
+#define MOE_GEMV_BOUNDS_T8(QT)
 #define MOE_GEMV_BOUNDS_GB_Q8_0 __launch_bounds__(128, 4)
 #define MOE_GEMV_BOUNDS_GB_Q6_K __launch_bounds__(128, 4)
 #define MOE_GEMV_BOUNDS_GB_F32
@@ -87,16 +91,16 @@ __device__ __forceinline__ void moe_gemv_rows(const unsigned char* W, const unsi
     }
 #define MOE_GEMV_G(NT, GL)                                                                                        \
     MOE_GEMV_FNS(NT, _g##GL, DP_ASSUME_G(n_in, GL), DP_GC(GL))                                                    \
-    GB_QUANT_ENTRIES_ATTRS(moe_gate_up_gemv, _t##NT##_g##GL, MOE_GEMV_BOUNDS, (MOE_GATE_UP_PARAMS),              \
+    GB_QUANT_ENTRIES_ATTRS(moe_gate_up_gemv, _t##NT##_g##GL, MOE_GEMV_BOUNDS_T##NT, (MOE_GATE_UP_PARAMS),              \
                             moe_gate_up_gemv_t##NT##_g##GL, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in,    \
                             max_tiles, act)                                                                       \
-    GB_QUANT_ENTRIES_ATTRS(moe_down_gemv, _t##NT##_g##GL, MOE_GEMV_BOUNDS, (MOE_DOWN_PARAMS),                    \
+    GB_QUANT_ENTRIES_ATTRS(moe_down_gemv, _t##NT##_g##GL, MOE_GEMV_BOUNDS_T##NT, (MOE_DOWN_PARAMS),                    \
                             moe_down_gemv_t##NT##_g##GL, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
 #define MOE_GEMV(NT)                                                                                              \
     MOE_GEMV_FNS(NT, , (void)0, 0)                                                                                \
-    GB_ENTRIES_ATTRS(moe_gate_up_gemv, _t##NT, MOE_GEMV_BOUNDS, (MOE_GATE_UP_PARAMS), moe_gate_up_gemv_t##NT, Wg,  \
+    GB_ENTRIES_ATTRS(moe_gate_up_gemv, _t##NT, MOE_GEMV_BOUNDS_T##NT, (MOE_GATE_UP_PARAMS), moe_gate_up_gemv_t##NT, Wg,  \
                      Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act)                              \
-    GB_ENTRIES_ATTRS(moe_down_gemv, _t##NT, MOE_GEMV_BOUNDS, (MOE_DOWN_PARAMS), moe_down_gemv_t##NT, Wd, xq, xd,   \
+    GB_ENTRIES_ATTRS(moe_down_gemv, _t##NT, MOE_GEMV_BOUNDS_T##NT, (MOE_DOWN_PARAMS), moe_down_gemv_t##NT, Wd, xq, xd,   \
                      xs, order, tiles, Y, n_out, n_in, max_tiles)                                                 \
     MOE_GEMV_G(NT, 16)                                                                                            \
     MOE_GEMV_G(NT, 32)
