@@ -23,6 +23,10 @@
 // its bits: a token's output is the same alone or in any batch.
 // Launch: moe_sort: 1 block of 256 (2 experts a thread); the matmuls: block 128, grid (ceil(n_out / (4 * 32 / G)) capped,
 //   max_tiles), the tiles past the last exit at once.
+// Entries with G compiled in (..._g16, _g32, as matmul_dp4a.cu's; 2026-11-28): a chunk's offsets
+// folded and a row's end folded on the lanes (dp4a.cuh's dp_combine_lanes) -- sass_mix, NVRTC 12.9
+// sm_90, the row loop's iteration: moe_down_dp4a_q4_k 1,008 -> 437 (_g16), moe_gate_up_dp4a_q4_k 908
+// -> 733 (_g32); the same bits.
 // Bound: memory -- each chosen expert's matrices streamed once per 8 pairs. For many pairs,
 // moe_mmq.cu: tiles of 64 pairs on int8 tensor cores, the same bits.
 #include "dp4a.cuh"
@@ -63,8 +67,9 @@ extern "C" __global__ void moe_sort(const int* ids, int* order, int* tiles, int 
 }
 
 // dp4a.cuh's dp4a_rows for one tile: rows of expert e's matrix, the tile's pairs as its tokens
-// (input row p / x_div, output row p).
-template <int QT, int NMAT>
+// (input row p / x_div, output row p). GC: G when known at compile time (the _g16 and _g32 entries, as
+// matmul_dp4a.cu's: offsets folded, a row's end folded on the lanes), 0: from n_in.
+template <int QT, int NMAT, int GC = 0>
 __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                               const signed char* __restrict__ xq, const float* __restrict__ xd,
                                               const int* __restrict__ xs, const int* __restrict__ order,
@@ -75,7 +80,7 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
     const int expert = tiles[tile], first = tiles[max_tiles + tile];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int n_chunks = n_in / 32;
-    const int G = dp_group_lanes(n_chunks), g = lane % G, rows_per_warp = 32 / G;
+    const int G = GC ? GC : dp_group_lanes(n_chunks), g = lane % G, rows_per_warp = 32 / G;
     const long long row_bytes = gb_row_bytes<QT>(n_in);
     const long long w_at = (long long)expert * n_out * row_bytes;
     const int rows_per_pass = gridDim.x * DP_WARPS * rows_per_warp;
@@ -103,7 +108,7 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
             for (int c = g; c < n_chunks; c += G) {
                 DpChunk<QT> ch[NMAT];
 #pragma unroll
-                for (int m = 0; m < NMAT; ++m) ch[m].load(wrow[m], c);
+                for (int m = 0; m < NMAT; ++m) dp_load_at(ch[m], wrow[m], c, GC ? g & 7 : c);
 #pragma unroll
                 for (int t = 0; t < DP_TILE; ++t) {
                     if (t < nt) {
@@ -115,9 +120,11 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
                 }
             }
         }
-        dp_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, [&](int t, int r, const float(&v)[NMAT]) {
+        auto store = [&](int t, int r, const float(&v)[NMAT]) {
             dp_store<NMAT>(Y + (long long)pair[t] * n_out + r, v[0], v[NMAT - 1], Y, r, 0, 0, act);
-        });
+        };
+        if constexpr (GC != 0) dp_combine_lanes<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
+        else dp_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
     }
 }
 
@@ -130,3 +137,20 @@ template <int QT> __device__ __forceinline__ void moe_down_dp4a_t(MOE_DOWN_PARAM
 GB_ENTRIES(moe_gate_up_dp4a, , (MOE_GATE_UP_PARAMS), moe_gate_up_dp4a_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in,
            max_tiles, act)
 GB_ENTRIES(moe_down_dp4a, , (MOE_DOWN_PARAMS), moe_down_dp4a_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
+// ..._g16 / _g32: G compiled in (ops/moe.py picks them by entry_name, as the dense launchers). (GL, not G:
+// moe_args.cuh's G is the gate+up output.)
+#define MOE_DP4A_G(GL)                                                                                          \
+    template <int QT> __device__ __forceinline__ void moe_gate_up_dp4a_g##GL(MOE_GATE_UP_PARAMS) {              \
+        DP_ASSUME_G(n_in, GL);                                                                                  \
+        moe_dp4a_rows<QT, 2, DP_GC(GL)>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act);    \
+    }                                                                                                           \
+    template <int QT> __device__ __forceinline__ void moe_down_dp4a_g##GL(MOE_DOWN_PARAMS) {                    \
+        DP_ASSUME_G(n_in, GL);                                                                                  \
+        moe_dp4a_rows<QT, 1, DP_GC(GL)>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU); \
+    }                                                                                                           \
+    GB_QUANT_ENTRIES(moe_gate_up_dp4a, _g##GL, (MOE_GATE_UP_PARAMS), moe_gate_up_dp4a_g##GL, Wg, Wu, xq, xd, xs,   \
+                     order, tiles, G, k, n_ff, n_in, max_tiles, act)                                              \
+    GB_QUANT_ENTRIES(moe_down_dp4a, _g##GL, (MOE_DOWN_PARAMS), moe_down_dp4a_g##GL, Wd, xq, xd, xs, order, tiles,  \
+                     Y, n_out, n_in, max_tiles)
+MOE_DP4A_G(16)
+MOE_DP4A_G(32)

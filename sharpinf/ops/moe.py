@@ -38,7 +38,7 @@ from sharpinf.model import quants
 from sharpinf.model.config import MOE_MAX_EXPERTS
 from sharpinf.ops.launch import kernel, one_wave
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
-from sharpinf.ops.matmul_dp4a import ACTS, group_lanes
+from sharpinf.ops.matmul_dp4a import ACTS, entry_name, group_lanes
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
 
 I32, F32 = np.int32, np.float32
@@ -176,12 +176,12 @@ def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None,
     check_n_in(dt, E.n_ff)
     mt = max_tiles(P, E.n_expert)
     sort_pairs(be, s, P, E.n_expert, mt, TILE, layer, file)
-    be.launch(kernel(be, file, f"moe_gate_up_dp4a_{kernel_suffix(gt)}"), (_row_blocks(be, E.n_ff, E.n_embd), mt),
+    be.launch(kernel(be, file, entry_name("moe_gate_up_dp4a", gt, E.n_embd)), (_row_blocks(be, E.n_ff, E.n_embd), mt),
               32 * WARPS, (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff),
                            I32(E.n_embd), I32(mt), I32(ACTS[act])),
               io=(2 * min(E.n_expert, P) * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff))
     quantize_q8_1(be, s.g, s.gq, P, E.n_ff)
-    be.launch(kernel(be, file, f"moe_down_dp4a_{kernel_suffix(dt)}"), (_row_blocks(be, E.n_embd, E.n_ff), mt),
+    be.launch(kernel(be, file, entry_name("moe_down_dp4a", dt, E.n_ff)), (_row_blocks(be, E.n_embd, E.n_ff), mt),
               32 * WARPS, (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
               io=(min(E.n_expert, P) * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
     combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
@@ -192,7 +192,6 @@ def moe_gemv(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_
     """x += the MoE FFN of the normed rows in q8_1 (x_q): as moe_grouped, for a step of up to
     GEMV_MAX_TOKENS tokens with one tile an expert (NT >= the step's tokens: a token's k experts are k
     different ones) on matmul_gemv's row stream (`file`), larger steps moe_grouped itself. The same bits."""
-    from sharpinf.ops.matmul_dp4a import entry_name
     from sharpinf.ops.matmul_gemv import tile_for
 
     if n_tokens > GEMV_MAX_TOKENS:
