@@ -56,7 +56,7 @@
 #      kernels-dp4a-g0.log / ...-dp4a-g0: dp4a and gemv at N = 1, 8 with G from n_in at run time (the
 #      matvecs before 2026-11-28), beside the kernels-matmul rows: the instructions-vs-occupancy trade.
 #      Since the session after, the compiled-G entries also fold a row's end on the lanes (dp4a.cuh's
-#      dp_combine_lanes) and exist for Q8_0 too: an iteration of matmul_dp4a_q4_k_g32 621 -> 472
+#      dp_combine, LANES) and exist for Q8_0 too: an iteration of matmul_dp4a_q4_k_g32 621 -> 472
 #      instructions, matmul_dp4a_q8_0 718 -> 400, matmul_gemv_q4_k_t1_g32 580 -> 488 -- so the g0 probe
 #      now also times the row's serial fold (and Q8_0 at 64 registers, not 47): the N = 1 rows of
 #      kernels-matmul against the 2026-11-26 ones say what the matvecs gained.

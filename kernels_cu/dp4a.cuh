@@ -565,78 +565,63 @@ struct __align__(16) DpCombine {
 };
 
 // The end of a row loop's pass (dp4a_rows, gemv_rows, moe_dp4a.cu): the G member sums of each (row,
-// token) of the warp meet in cw and are folded in the canonical order by one lane, which stores them:
-// store(t, row, v), v a sum for each matrix, for the rows base .. base + rows_per_warp - 1 below n_out
-// and the nt live tokens. (The member loops stay in each kernel: moved into a shared helper, ptxas laid
-// out gemv's Q8_0 loop with 250 instructions instead of 224, sass_mix, 2026-11-28.)
-template <int NMAT, int NT, class Store>
+// token) of the warp meet in cw and are folded in the canonical order (dp_fold), and one lane a (row,
+// token) stores them: store(t, row, v), v a sum for each matrix, for the rows base .. base +
+// rows_per_warp - 1 below n_out and the nt live tokens. (The member loops stay in each kernel: moved
+// into a shared helper, ptxas laid out gemv's Q8_0 loop with 250 instructions instead of 224, sass_mix,
+// 2026-11-28.)
+// LANES (the row loops whose G is compiled in: GC != 0): the fold spread over lanes. Folded by the
+// storing lane alone, a (row, token)'s G member sums are added while the warp's other lanes wait: at one
+// token and G = 32, 32 + 4 adds by lane 0 at every row's end. With LANES a lane of its own sums each
+// group (S_q, over its GS members in member order, written over the group's first member), then the
+// storing lane adds the S_q in group order -- dp_fold's additions in dp_fold's order, so its bits. With G
+// from n_in the lanes' runtime loops cost more than they save (matmul_gemv's q8_0_t1: 1,007 -> 1,717
+// instructions an iteration, sass_mix, NVRTC 12.9): those fold on the storing lane.
+template <int NMAT, bool LANES = false, int NT, class Store>
 __device__ __forceinline__ void dp_combine(DpCombine<NMAT, NT>& cw, const float (&acc)[NMAT][NT], int G,
                                            int rows_per_warp, int nt, int base, int n_out, Store store) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int m = 0; m < NMAT; ++m)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-            if (t < nt) cw.s[m][t][lane] = acc[m][t];
-    __syncwarp();
-    for (int f = lane; f < rows_per_warp * NT; f += 32) {  // f: (the warp's row f / NT, token f % NT)
-        const int r = f / NT, t = f % NT, out_row = base + r;
-        if (out_row >= n_out || t >= nt) continue;
-        float v[NMAT];
-#pragma unroll
-        for (int m = 0; m < NMAT; ++m) v[m] = dp_fold(G, [&](int j) { return cw.s[m][t][r * G + j]; });
-        store(t, out_row, v);
-    }
-    __syncwarp();  // the next pass overwrites cw
-}
-
-// dp_combine with its fold spread over lanes, for the row loops whose G is compiled in (dp4a_rows and
-// gemv_rows.cuh's _g16 / _g32 entries). dp_combine gives a (row, token) one lane, which adds its G member
-// sums in dp_fold's order -- the group sums S_q, then y = ((0 + S_0) + S_1) + ... -- while the warp's
-// other lanes wait: at one token and G = 32, 32 + 4 adds by lane 0 alone at every row's end. Here a lane
-// of its own sums each group (S_q, over its GS members in member order, written over the group's first
-// member), then one lane a (row, token) adds the S_q in group order: the same additions in the same
-// order, so dp_fold's bits. With G from n_in its runtime loops cost more than they save (matmul_gemv's
-// q8_0_t1: 1,007 -> 1,717 instructions an iteration, sass_mix, NVRTC 12.9): those keep dp_combine.
-template <int NMAT, int NT, class Store>
-__device__ __forceinline__ void dp_combine_lanes(DpCombine<NMAT, NT>& cw, const float (&acc)[NMAT][NT], int G,
-                                           int rows_per_warp, int nt, int base, int n_out, Store store) {
     const int lane = threadIdx.x & 31, GS = dp_group_size(G), NG = G / GS, items = rows_per_warp * NT;
-    const int lg_ng = __ffs(NG) - 1;  // NG: 1, 2 or 4 (G a power of two): no integer division below
 #pragma unroll
     for (int m = 0; m < NMAT; ++m)
 #pragma unroll
         for (int t = 0; t < NT; ++t)
             if (t < nt) cw.s[m][t][lane] = acc[m][t];
     __syncwarp();
-    for (int u = lane; u < items * NG; u += 32) {  // u: group u % NG of (the warp's row f / NT, token f % NT)
-        const int f = u >> lg_ng, q = u & (NG - 1), r = f / NT, t = f % NT;
-        if (base + r >= n_out || t >= nt) continue;
+    if constexpr (LANES) {
+        const int lg_ng = __ffs(NG) - 1;  // NG: 1, 2 or 4 (G a power of two): no integer division below
+        for (int u = lane; u < items * NG; u += 32) {  // u: group u % NG of (the warp's row f / NT, token f % NT)
+            const int f = u >> lg_ng, q = u & (NG - 1), r = f / NT, t = f % NT;
+            if (base + r >= n_out || t >= nt) continue;
 #pragma unroll
-        for (int m = 0; m < NMAT; ++m) {
-            float* s = &cw.s[m][t][r * G + q * GS];
-            float grp = 0.0f;
+            for (int m = 0; m < NMAT; ++m) {
+                float* sq = &cw.s[m][t][r * G + q * GS];
+                float grp = 0.0f;
 #pragma unroll
-            for (int j = 0; j < DP_GROUP; ++j)  // GS <= DP_GROUP: a straight line with G from n_in too
-                if (j < GS) grp = grp + s[j];
-            s[0] = grp;
+                for (int j = 0; j < DP_GROUP; ++j)  // GS <= DP_GROUP
+                    if (j < GS) grp = grp + sq[j];
+                sq[0] = grp;
+            }
         }
+        __syncwarp();
     }
-    __syncwarp();
-    for (int f = lane; f < items; f += 32) {
+    for (int f = lane; f < items; f += 32) {  // f: (the warp's row f / NT, token f % NT)
         const int r = f / NT, t = f % NT;
         if (base + r >= n_out || t >= nt) continue;
         float v[NMAT];
 #pragma unroll
         for (int m = 0; m < NMAT; ++m) {
-            v[m] = 0.0f;
+            if constexpr (LANES) {
+                v[m] = 0.0f;
 #pragma unroll
-            for (int q = 0; q < 32 / DP_GROUP; ++q)  // NG <= 32 / DP_GROUP (G <= 32)
-                if (q < NG) v[m] = v[m] + cw.s[m][t][r * G + q * GS];
+                for (int q = 0; q < 32 / DP_GROUP; ++q)  // NG <= 32 / DP_GROUP (G <= 32)
+                    if (q < NG) v[m] = v[m] + cw.s[m][t][r * G + q * GS];
+            } else {
+                v[m] = dp_fold(G, [&](int j) { return cw.s[m][t][r * G + j]; });
+            }
         }
         store(t, base + r, v);
     }
-    __syncwarp();  // the next row overwrites cw
+    __syncwarp();  // the next pass overwrites cw
 }
 
 // Chunk c of a weight row into ch, its unpack told s for c: every unpack reads only c & 7 (a K-quant
@@ -708,8 +693,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
         auto store = [&](int t, int r, const float(&v)[NMAT]) {
             dp_store<NMAT>(Y + (long long)(t0 + t) * y_stride + r, v[0], v[NMAT - 1], bias, r, has_bias, accumulate, act);
         };
-        if constexpr (GC != 0) dp_combine_lanes<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
-        else dp_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
+        dp_combine<NMAT, GC != 0>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
     }
 }
 
@@ -723,7 +707,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
 // (matmul_dp4a_q4_k_g32 48; in one entry with the run-time copy they took 56-64); with G = 16 (SmolLM2's
 // n_in = 576) matmul_dp4a_q4_1's 8-token loop 325 -> 260, 48 -> 40 registers. Not for float weights
 // (nothing to fold: ops/matmul_dp4a.py's FIXED_G_TYPES), nor the fused layer and FFN kernels (one kernel
-// for every n_in). And a row's end folds on a lane a group, then a lane a row (dp_combine_lanes,
+// for every n_in). And a row's end folds on a lane a group, then a lane a row (dp_combine with LANES,
 // 2026-11-28): the row loop's iteration (its chunk loop counted once) of matmul_dp4a_q4_k_g32 621 -> 472
 // instructions, gate_up_dp4a_q4_k_g32 913 -> 748, q6_k_g16 631 -> 572, q4_1_g16 493 -> 435; registers
 // as before. With that, Q8_0 too (it had been 5% fewer instructions for 64-80 registers): matmul_dp4a

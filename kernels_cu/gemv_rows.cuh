@@ -257,9 +257,7 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
             auto store = [&](int t, int r, const float(&v)[NMAT]) {
                 dp_store<NMAT>(Y + slots.y_row(t) * y_stride + r, v[0], v[NMAT - 1], bias, r, has_bias, accumulate, act);
             };
-            // the lanes' fold where G is compiled in (dp4a.cuh's dp_combine_lanes says why)
-            if constexpr (GC != 0) dp_combine_lanes<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
-            else dp_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
+            dp_combine<NMAT, GC != 0>(cw, acc, G, rows_per_warp, nt, base, n_out, store);  // LANES: dp4a.cuh
 #pragma unroll
             for (int m = 0; m < NMAT; ++m)
 #pragma unroll

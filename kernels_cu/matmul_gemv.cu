@@ -36,7 +36,7 @@
 // every batch on the 8B shapes (n_in 4096: 4 chunks a lane, one batch), and dp4a's combine folded the
 // row's 32 member sums on lane 0 alone -- ~100 of an iteration's ~580 instructions the whole warp
 // issued. DpCombine 16-byte aligned (the sums read 4 at a time) and, where G is compiled in, the fold
-// spread over lanes (dp4a.cuh's dp_combine_lanes: a lane a group of 8, then a lane a row; dp_fold's
+// spread over lanes (dp4a.cuh's dp_combine, LANES: a lane a group of 8, then a lane a row; dp_fold's
 // additions in dp_fold's order): an iteration of q4_k_t1_g32 580 -> 488, gate_up q4_k_t1_g32 504 ->
 // 443, q4_k_t8_g32 662 -> 513, gate_up q5_k_t4_g32 749 -> 544, q6_k_t2_g16 800 -> 754; registers in
 // the band they were (matmul_gemv <= 142, gate_up_gemv <= 148 -> 128); G from n_in keeps dp_combine.

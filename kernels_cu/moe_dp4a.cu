@@ -24,7 +24,7 @@
 // Launch: moe_sort: 1 block of 256 (2 experts a thread); the matmuls: block 128, grid (ceil(n_out / (4 * 32 / G)) capped,
 //   max_tiles), the tiles past the last exit at once.
 // Entries with G compiled in (..._g16, _g32, as matmul_dp4a.cu's; 2026-11-28): a chunk's offsets
-// folded and a row's end folded on the lanes (dp4a.cuh's dp_combine_lanes) -- sass_mix, NVRTC 12.9
+// folded and a row's end folded on the lanes (dp4a.cuh's dp_combine, LANES) -- sass_mix, NVRTC 12.9
 // sm_90, the row loop's iteration: moe_down_dp4a_q4_k 1,008 -> 437 (_g16), moe_gate_up_dp4a_q4_k 908
 // -> 733 (_g32); the same bits.
 // Bound: memory -- each chosen expert's matrices streamed once per 8 pairs. For many pairs,
@@ -123,8 +123,7 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
         auto store = [&](int t, int r, const float(&v)[NMAT]) {
             dp_store<NMAT>(Y + (long long)pair[t] * n_out + r, v[0], v[NMAT - 1], Y, r, 0, 0, act);
         };
-        if constexpr (GC != 0) dp_combine_lanes<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
-        else dp_combine<NMAT>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
+        dp_combine<NMAT, GC != 0>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
     }
 }
 

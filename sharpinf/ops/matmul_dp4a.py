@@ -31,7 +31,7 @@ def group_lanes(n_in: int) -> int:
 PACKED_TYPES = frozenset({quants.Q4_0, quants.Q4_1, quants.Q5_0, quants.Q5_1, quants.Q4_K, quants.Q5_K, quants.Q6_K})
 # The matvec entries with G a compile-time constant (dp4a.cuh's DP_ASSUME_G: _g16 for n_in 512..1023,
 # _g32 from 1024) exist for every quantized type: Q8_0's too since its row's end folds on the lanes there
-# (dp_combine_lanes: matmul_dp4a_q8_0 718 -> 400 instructions an iteration, gemv's q8_0_t1 886 -> 653; it
+# (dp_combine's LANES: matmul_dp4a_q8_0 718 -> 400 instructions an iteration, gemv's q8_0_t1 886 -> 653; it
 # had been 5% for 64-80 registers); float weights have no chunk decode to fold.
 FIXED_G_TYPES = PACKED_TYPES | {quants.Q8_0}
 FIXED_G = (16, 32)
