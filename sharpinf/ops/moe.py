@@ -164,65 +164,67 @@ def _row_blocks(be, n_out: int, n_in: int) -> int:
     return min(-(-n_out // (WARPS * (32 // group_lanes(n_in)))), MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
 
 
-def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
-                act: str = "silu", layer: int = 0, file: str = "moe_dp4a.cu") -> None:
-    """x += the MoE FFN of the normed rows in q8_1 (x_q), each expert's weights read once per tile of
-    up to 8 of the pairs that chose it."""
+def _grouped_ffn(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_q: Q8Act | None, act: str, layer: int,
+                 name: str, tile: int, gate_up, down, sort_file: str = "moe_dp4a.cu") -> None:
+    """What every grouped variant runs: route (q8_1), the pairs counting-sorted by expert into tiles of
+    up to `tile`, gate+up, quantize_q8_1, down, combine. gate_up(args, io, mt) and down(args, io, mt)
+    launch the variant's two kernels on moe_args.cuh's arguments (io: the bytes a launch reads and
+    writes, for the profile)."""
     if x_q is None or s.tiles is None:
-        raise ValueError("moe fast reads q8_1 activations and a grouped MoeScratch")
+        raise ValueError(f"moe {name} reads q8_1 activations and a grouped MoeScratch")
     route(be, E, s, n_tokens, x_q=x_q, layer=layer, split=True)
     P, gt, dt = n_tokens * E.n_used, E.gate_up_qtype, E.down_qtype
     check_n_in(gt, E.n_embd)
     check_n_in(dt, E.n_ff)
-    mt = max_tiles(P, E.n_expert)
-    sort_pairs(be, s, P, E.n_expert, mt, TILE, layer, file)
-    be.launch(kernel(be, file, entry_name("moe_gate_up_dp4a", gt, E.n_embd)), (_row_blocks(be, E.n_ff, E.n_embd), mt),
-              32 * WARPS, (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff),
-                           I32(E.n_embd), I32(mt), I32(ACTS[act])),
-              io=(2 * min(E.n_expert, P) * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff))
+    mt = max_tiles(P, E.n_expert, tile)
+    sort_pairs(be, s, P, E.n_expert, mt, tile, layer, sort_file)
+    used = min(E.n_expert, P)  # the experts a step can choose
+    gate_up((E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff), I32(E.n_embd),
+             I32(mt), I32(ACTS[act])), (2 * used * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff), mt)
     quantize_q8_1(be, s.g, s.gq, P, E.n_ff)
-    be.launch(kernel(be, file, entry_name("moe_down_dp4a", dt, E.n_ff)), (_row_blocks(be, E.n_embd, E.n_ff), mt),
-              32 * WARPS, (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
-              io=(min(E.n_expert, P) * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
+    down((E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
+         (used * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd), mt)
     combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
+
+
+def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
+                act: str = "silu", layer: int = 0, file: str = "moe_dp4a.cu") -> None:
+    """x += the MoE FFN of the normed rows in q8_1 (x_q), each expert's weights read once per tile of
+    up to 8 of the pairs that chose it."""
+    def launch(prefix: str, n_out: int, n_in: int, qtype: int):
+        return lambda args, io, mt: be.launch(kernel(be, file, entry_name(prefix, qtype, n_in)),
+                                              (_row_blocks(be, n_out, n_in), mt), 32 * WARPS, args, io=io)
+
+    _grouped_ffn(be, E, x, s, n_tokens, x_q, act, layer, "fast", TILE,
+                 launch("moe_gate_up_dp4a", E.n_ff, E.n_embd, E.gate_up_qtype),
+                 launch("moe_down_dp4a", E.n_embd, E.n_ff, E.down_qtype), sort_file=file)
 
 
 def moe_gemv(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,
              act: str = "silu", layer: int = 0, file: str = "moe_gemv.cu") -> None:
     """x += the MoE FFN of the normed rows in q8_1 (x_q): as moe_grouped, for a step of up to
     GEMV_MAX_TOKENS tokens with one tile an expert (NT >= the step's tokens: a token's k experts are k
-    different ones) on matmul_gemv's row stream (`file`), larger steps moe_grouped itself. The same bits."""
+    different ones, so max_tiles(P, n_expert, NT) <= tiles_capacity) on matmul_gemv's row stream
+    (`file`), larger steps moe_grouped itself. The same bits."""
     from sharpinf.ops.matmul_gemv import tile_for
 
     if n_tokens > GEMV_MAX_TOKENS:
         return moe_grouped(be, E, x, s, n_tokens, x_f=x_f, x_q=x_q, act=act, layer=layer)
-    if x_q is None or s.tiles is None:
-        raise ValueError("moe gemv reads q8_1 activations and a grouped MoeScratch")
-    route(be, E, s, n_tokens, x_q=x_q, layer=layer, split=True)
-    P, gt, dt, nt = n_tokens * E.n_used, E.gate_up_qtype, E.down_qtype, tile_for(n_tokens)
-    check_n_in(gt, E.n_embd)
-    check_n_in(dt, E.n_ff)
-    mt = max_tiles(P, E.n_expert, nt)  # <= tiles_capacity: P / nt <= k
-    sort_pairs(be, s, P, E.n_expert, mt, nt, layer)
-    used = min(E.n_expert, P)  # the experts a step can choose, a tile each
+    nt, used = tile_for(n_tokens), min(E.n_expert, n_tokens * E.n_used)
 
-    def launch(prefix: str, n_out: int, n_in: int, qtype: int, args: tuple, io: tuple) -> None:
-        # the row blocks of one wave of the device, spread over the tiles a step can fill: each warp
-        # streams several rows (gemv_rows.cuh); the tiles past the last exit at once
-        k = kernel(be, file, entry_name(prefix, qtype, n_in, f"_t{nt}"))
-        rows = -(-n_out // (WARPS * (32 // group_lanes(n_in))))
-        blocks = min(rows, max(1, -(-one_wave(be, k, rows * used, 32 * WARPS) // used)))
-        be.launch(k, (blocks, mt), 32 * WARPS, args, io=io)
+    def launch(prefix: str, n_out: int, n_in: int, qtype: int):
+        # the row blocks of one wave of the device, spread over the tiles a step can fill (an expert
+        # each): each warp streams several rows (gemv_rows.cuh); the tiles past the last exit at once
+        def run(args, io, mt):
+            k = kernel(be, file, entry_name(prefix, qtype, n_in, f"_t{nt}"))
+            rows = -(-n_out // (WARPS * (32 // group_lanes(n_in))))
+            blocks = min(rows, max(1, -(-one_wave(be, k, rows * used, 32 * WARPS) // used)))
+            be.launch(k, (blocks, mt), 32 * WARPS, args, io=io)
+        return run
 
-    launch("moe_gate_up_gemv", E.n_ff, E.n_embd, gt,
-           (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff), I32(E.n_embd),
-            I32(mt), I32(ACTS[act])),
-           (2 * used * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff))
-    quantize_q8_1(be, s.g, s.gq, P, E.n_ff)
-    launch("moe_down_gemv", E.n_embd, E.n_ff, dt,
-           (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
-           (used * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
-    combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
+    _grouped_ffn(be, E, x, s, n_tokens, x_q, act, layer, "gemv", nt,
+                 launch("moe_gate_up_gemv", E.n_ff, E.n_embd, E.gate_up_qtype),
+                 launch("moe_down_gemv", E.n_embd, E.n_ff, E.down_qtype))
 
 
 def sort_pairs(be, s: MoeScratch, P: int, n_expert: int, mt: int, tile: int, layer: int = 0,
@@ -243,29 +245,20 @@ def moe_tensor(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, 
     gt, dt = E.gate_up_qtype, E.down_qtype
     if n_tokens < MMQ_MIN_TOKENS or not (supports(gt) and supports(dt)):
         return moe_grouped(be, E, x, s, n_tokens, x_f=x_f, x_q=x_q, act=act, layer=layer)
-    if x_q is None or s.tiles is None:
-        raise ValueError("moe mmq reads q8_1 activations and a grouped MoeScratch")
-    route(be, E, s, n_tokens, x_q=x_q, layer=layer, split=True)
-    P = n_tokens * E.n_used
-    check_n_in(gt, E.n_embd)
-    check_n_in(dt, E.n_ff)
-    mt = max_tiles(P, E.n_expert, MMQ_TILE)
-    sort_pairs(be, s, P, E.n_expert, mt, MMQ_TILE, layer)
-    used = min(E.n_expert, P)
+
     # split-K as the dense mmq: grid (row tiles of a window, the pair tiles, the groups), the scratch
-    # and the window's first row tile after the entries' own arguments (matmul_mmq.split_launches)
-    gate_up = kernel(be, file, f"moe_gate_up_mmq_{kernel_suffix(gt)}")
-    split_launches(be, MMQ_TILE, mt, E.n_ff, E.n_embd, 2, lambda grid, extra, share: be.launch(
-        gate_up, grid, 256, (E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff),
-                             I32(E.n_embd), I32(mt), I32(ACTS[act]), *extra),
-        io=(round(share * 2 * used * E.n_ff * quants.row_bytes(gt, E.n_embd)), round(share * 4 * P * E.n_ff))))
-    quantize_q8_1(be, s.g, s.gq, P, E.n_ff)
-    down = kernel(be, file, f"moe_down_mmq_{kernel_suffix(dt)}")
-    split_launches(be, MMQ_TILE, mt, E.n_embd, E.n_ff, 1, lambda grid, extra, share: be.launch(
-        down, grid, 128, (E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt),
-                          *extra),
-        io=(round(share * used * E.n_embd * quants.row_bytes(dt, E.n_ff)), round(share * 4 * P * E.n_embd))))
-    combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
+    # and the window's first row tile after the entries' own arguments (matmul_mmq.split_launches), each
+    # window a share of the launch's bytes
+    def launch(entry: str, n_out: int, n_in: int, nmat: int, threads: int):
+        def run(args, io, mt):
+            k = kernel(be, file, entry)
+            split_launches(be, MMQ_TILE, mt, n_out, n_in, nmat, lambda grid, extra, share: be.launch(
+                k, grid, threads, args + tuple(extra), io=(round(share * io[0]), round(share * io[1]))))
+        return run
+
+    _grouped_ffn(be, E, x, s, n_tokens, x_q, act, layer, "mmq", MMQ_TILE,
+                 launch(f"moe_gate_up_mmq_{kernel_suffix(gt)}", E.n_ff, E.n_embd, 2, 256),
+                 launch(f"moe_down_mmq_{kernel_suffix(dt)}", E.n_embd, E.n_ff, 1, 128))
 
 
 # -- NumPy twins ---------------------------------------------------------------------------------
