@@ -62,6 +62,11 @@
 #      kernels-matmul against the 2026-11-26 ones say what the matvecs gained.
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
 #      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
+#      Since 2026-11-29 the fused kernels' row loops take G compiled in (ffn_dp4a's and layer_dp4a's
+#      _g16_32 / _g32_32 entries, as the separate launches' since 2026-11-28: their chunk loops had been the
+#      run-time-G ones, 360 -> 277 instructions down's 8-token chunk) and the link is held to 8 blocks an SM
+#      (64 registers, was ~165): kernels-link-8b.log (the 8B shape, never timed) and
+#      kernels-link-bounds-{smollm2,qwen3}.log (the bounds the other way round) say which bound to keep.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
 #      radix's sweeps load a thread's 16 ids before using the first since 2026-11-28 (they had waited on
 #      each load in turn: 16 round trips to L2 a launch) -- never timed either way.
@@ -339,6 +344,20 @@ if has kernels; then
   run kernels-link.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite kernels --op ffn,link \
     --batch-sizes 1,8 --prefill-sizes 128 --repeats 5 --out "$RUN/smollm2-135m-shape-link"
   stamp "kernels link exit $?"
+  # the fused kernels' registers (2026-11-29): matmul=layer held to 8 blocks an SM (LK_MIN_BLOCKS: 64
+  # registers, 13-15% more instructions a chunk; unbound ~165, 3 blocks), the FFN unbound (90-127; held
+  # to 6 blocks its gate+up loop issues 63% more) -- both then the other way round, on SmolLM2's shape
+  # (beside kernels-link.log) and on the 8B's (never timed: one wave of 3 blocks an SM walks its 12,288
+  # gate+up rows in 8 passes). Keep, per kernel, the bound that wins at 1 and 8 tokens.
+  run kernels-link-8b.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels \
+    --op ffn,link --batch-sizes 1,8 --prefill-sizes '' --repeats 3 --out "$RUN/qwen3-8b-shape-link"
+  stamp "kernels link 8b exit $?"
+  for m in smollm2-135m-shape:Q4_1 qwen3-8b-shape:Q4_K; do
+    SHARPINF_NVRTC_OPTIONS="-DLK_MIN_BLOCKS=0 -DFFN_MIN_BLOCKS=6" run "kernels-link-bounds-${m%%-*}.log" 60 \
+      python3 -m sharpinf bench "$m" --backend cuda --suite kernels --op ffn,link --batch-sizes 1,8 \
+      --prefill-sizes '' --repeats 3 --out "$RUN/${m%%:*}-link-bounds"
+    stamp "kernels link bounds $m exit $?"
+  done
   # the compile-time-G matvecs end to end: fast with G from n_in at run time (DP_FIXED_G=0) beside
   # decode-fast.log (SmolLM2's QKV, o and gate+up take the _g16 entries, its down the _g32)
   stamp "decode: SmolLM2 shape, fast, G at run time"

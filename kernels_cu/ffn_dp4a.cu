@@ -29,5 +29,35 @@
 // (an atomic and a spin each, ~1-2 us on a GPU) and phase 1's grid for the whole FFN.
 #include "ffn_fused.cuh"
 
-GB_QUANT_ENTRIES(ffn_dp4a, , (FFN_ARGS), ffn_fused, Wg, Wu, Wd, xq, xd, xs, h, hq, hd, hs, x, bar, n_tokens, n_ff,
-                 n_embd, act)
+// FFN_MIN_BLOCKS (0: no bound; a probe, through SHARPINF_NVRTC_OPTIONS): the blocks an SM ptxas is told to
+// fit (__launch_bounds__(128, N)); the grid is one wave of what fits. Unbound the entries take 90-127
+// registers (4-5 blocks an SM, where the separate launches' matvecs fit 8-10); held to 6 (<= 80, no
+// spills; 7 spills Q5_K) the gate+up loop issues 63% more instructions (the 8-token tile's chunk, q4_k
+// _g32_32: 481 -> 784; NVRTC 12.9 sm_90, bench/sass_mix.py) -- more than the 20-50% more warps are
+// likely to buy back, by estimate; bench/device_call.sh times both.
+#ifndef FFN_MIN_BLOCKS
+#define FFN_MIN_BLOCKS 0
+#endif
+#if FFN_MIN_BLOCKS
+#define FFN_BOUNDS(QT) __launch_bounds__(128, FFN_MIN_BLOCKS)
+#else
+#define FFN_BOUNDS(QT)
+#endif
+
+#define FFN_PASS Wg, Wu, Wd, xq, xd, xs, h, hq, hd, hs, x, bar, n_tokens, n_ff, n_embd, act
+// One entry per weight type, ffn_dp4a_<type>, and ffn_dp4a_<type>_g<GE>_<GF> with both phases' G compiled
+// in (GE of rows of n_embd: 16 in 512..1023, 32 from 1024; GF of n_ff's, 32), as the separate launches'
+// _g16 / _g32 entries (dp4a.cuh) -- the same bits; the pairs ops/matmul_dp4a.py's FUSED_G lists. The
+// early return of a shape outside the entry's ranges is uniform over the grid: no block is left at a
+// barrier. (NVRTC 12.9 sm_90, the chunk loop of the 8-token tile: gate+up q4_k 498 -> 481 instructions,
+// down 360 -> 277; the function 2,912 -> 2,392; 96 -> 108 registers)
+GB_QUANT_ENTRIES_ATTRS(ffn_dp4a, , FFN_BOUNDS, (FFN_ARGS), ffn_fused, FFN_PASS)
+#define FFN_G(GE, GF)                                                                       \
+    template <int QT> __device__ __forceinline__ void ffn_fused_g##GE##_##GF(FFN_ARGS) { \
+        DP_ASSUME_G(n_embd, GE);                                                            \
+        DP_ASSUME_G(n_ff, GF);                                                              \
+        ffn_fused<QT, DP_GC(GE), DP_GC(GF)>(FFN_PASS);                                      \
+    }                                                                                       \
+    GB_QUANT_ENTRIES_ATTRS(ffn_dp4a, _g##GE##_##GF, FFN_BOUNDS, (FFN_ARGS), ffn_fused_g##GE##_##GF, FFN_PASS)
+FFN_G(16, 32)
+FFN_G(32, 32)

@@ -85,7 +85,9 @@ __device__ __noinline__ void lk_rope(int t, float* qkv, int qkv_w, const int* po
 #undef LK_ROPE_AS
 }
 
-template <int QT>
+// GE, GF: G of rows of n_embd (gate+up, QKV; the o-projection's rows of q_dim too) and of n_ff (down)
+// where compiled in (the _g entries below; 0: from n_in at run time, dp4a_rows' GC)
+template <int QT, int GE = 0, int GF = 0>
 __device__ __forceinline__ void layer_link(LK_ARGS) {
     __shared__ float smem32[32];
     const int q_dim = n_heads * head_dim, qkv_w = q_dim + 2 * n_kv_heads * head_dim;
@@ -103,7 +105,7 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
                                  d + (long long)t * (n_embd / 32), s + (long long)t * (n_embd / 32), n_embd, eps,
                                  smem32);
         } else if (ph == LK_GATE_UP) {  // h = act(xq Wg^T) * (xq Wu^T)
-            dp4a_rows<QT, 2>(Wg, Wu, xq, xd, xs, xd, h, n_tokens, n_ff, n_embd, 0, 0, (long long)n_ff, act);
+            dp4a_rows<QT, 2, GE>(Wg, Wu, xq, xd, xs, xd, h, n_tokens, n_ff, n_embd, 0, 0, (long long)n_ff, act);
         } else if (ph == LK_QUANT_H) {
             ffn_quantize_h(h, hq, hd, hs, n_tokens, n_ff);
         } else if (ph == LK_ROPE) {  // a token a block
@@ -117,14 +119,48 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
             const float* d = o ? ad : down ? hd : pd;
             const int* s = o ? as_ : down ? hs : ps;
             const int n_out = o || down ? n_embd : qkv_w, n_in = o ? q_dim : down ? n_ff : n_embd;
-            dp4a_rows<QT, 1>(W, W, q, d, s, ph == LK_QKV ? bqkv : d, o || down ? x : qkv, n_tokens, n_out, n_in,
-                             ph == LK_QKV && has_bias, o || down, (long long)n_out);
+#define LK_ROWS(GC)                                                                                            \
+    dp4a_rows<QT, 1, GC>(W, W, q, d, s, ph == LK_QKV ? bqkv : d, o || down ? x : qkv, n_tokens, n_out, n_in, \
+                         ph == LK_QKV && has_bias, o || down, (long long)n_out)
+            if (GE == GF || !down) LK_ROWS(GE);  // one site where the two G agree (a constant condition)
+            else LK_ROWS(GF);
+#undef LK_ROWS
         }
     }
 }
 
-GB_QUANT_ENTRIES(layer_dp4a, , (LK_ARGS), layer_link, Wo, aq, ad, as_, ffn_norm, Wg, Wu, Wd, attn_norm, Wqkv, bqkv,
-                 qkv, positions, slots, q_norm, k_norm, k_cache, v_cache, x, xq, xd, xs, pq, pd, ps, h, hq, hd, hs, bar,
-                 n_tokens,
-                 n_embd, n_ff, n_heads, n_kv_heads, head_dim, theta, freq_scale, eps, neox, has_qk_norm, has_bias, act,
-                 kv_kind, has_post, has_pre)
+// LK_MIN_BLOCKS (a probe's constant, through SHARPINF_NVRTC_OPTIONS; 0: no bound): the blocks an SM ptxas
+// is told to fit, __launch_bounds__(128, 8): 64 registers, where unbound it took 128-168 (3 blocks, 12 warps
+// an SM) for no phase's need -- each phase alone is a 48-64 register kernel -- and the grid is one wave of
+// what fits. Held to 8, no entry spills and the chunk loops issue 13-15% more instructions (NVRTC 12.9
+// sm_90, the 8-token tile's chunk, q4_k _g32_32: 337 -> 390, gate+up 485 -> 549; the function 7,728 ->
+// 7,936), for 2.7x the warps: at decode a lane has one weight chunk in flight, so the bytes in flight an SM
+// -- what a matvec's bandwidth follows (Little's law) -- grow with the warps. By that estimate, not yet by a
+// GPU: bench/device_call.sh times 8 against 0.
+#ifndef LK_MIN_BLOCKS
+#define LK_MIN_BLOCKS 8
+#endif
+#if LK_MIN_BLOCKS
+#define LK_BOUNDS(QT) __launch_bounds__(128, LK_MIN_BLOCKS)
+#else
+#define LK_BOUNDS(QT)
+#endif
+
+#define LK_PASS                                                                                                     \
+    Wo, aq, ad, as_, ffn_norm, Wg, Wu, Wd, attn_norm, Wqkv, bqkv, qkv, positions, slots, q_norm, k_norm, k_cache,   \
+        v_cache, x, xq, xd, xs, pq, pd, ps, h, hq, hd, hs, bar, n_tokens, n_embd, n_ff, n_heads, n_kv_heads, head_dim, \
+        theta, freq_scale, eps, neox, has_qk_norm, has_bias, act, kv_kind, has_post, has_pre
+// One entry per weight type, layer_dp4a_<type>, and layer_dp4a_<type>_g<GE>_<GF> (as ffn_dp4a.cu's): the
+// row loops with their G compiled in, where rows of n_embd and n_ff have G 16 or 32 and the o-projection's
+// (q_dim) has n_embd's (ops/layer_dp4a.py picks them). A shape outside returns at once, on every block.
+GB_QUANT_ENTRIES_ATTRS(layer_dp4a, , LK_BOUNDS, (LK_ARGS), layer_link, LK_PASS)
+#define LK_G(GE, GF)                                                                         \
+    template <int QT> __device__ __forceinline__ void layer_link_g##GE##_##GF(LK_ARGS) {   \
+        DP_ASSUME_G(n_embd, GE);                                                             \
+        DP_ASSUME_G(n_ff, GF);                                                               \
+        if (has_post) DP_ASSUME_G(n_heads * head_dim, GE);                                   \
+        layer_link<QT, DP_GC(GE), DP_GC(GF)>(LK_PASS);                                       \
+    }                                                                                        \
+    GB_QUANT_ENTRIES_ATTRS(layer_dp4a, _g##GE##_##GF, LK_BOUNDS, (LK_ARGS), layer_link_g##GE##_##GF, LK_PASS)
+LK_G(16, 32)
+LK_G(32, 32)

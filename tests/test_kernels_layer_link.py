@@ -25,21 +25,24 @@ from asserts import assert_bits
 BASE = dict(attention="split", rope_kv="fused")
 
 
-@pytest.mark.parametrize("arch,qtype,kv_dtype,per_layer", [
-    ("qwen3", "Q4_K", "f16", 2),   # QK-norm; both halves linked: attention + the link
-    ("qwen2", "Q5_1", "q8_0", 2),  # the QKV bias; a q8_0 cache; rows of 512 (a norm's two rounds a thread)
-    ("gemma3", "Q8_0", "bf16", 9),  # post-norms: the post half declines, the pre half links (11 -> 9)
+@pytest.mark.parametrize("arch,qtype,kv_dtype,per_layer,entry", [
+    ("qwen3", "Q4_K", "f16", 2, "layer_dp4a_q4_k"),   # QK-norm; both halves linked: attention + the link
+    # the QKV bias; a q8_0 cache; rows of 512 (a norm's two rounds a thread) and an FFN of 1,024: the row
+    # loops' G compiled in (16 for rows of n_embd and q_dim, 32 for n_ff's: SmolLM2's pair), the lanes' fold
+    ("qwen2", "Q5_1", "q8_0", 2, "layer_dp4a_q5_1_g16_32"),
+    ("gemma3", "Q8_0", "bf16", 9, "layer_dp4a_q8_0"),  # post-norms: the post half declines, the pre half links (11 -> 9)
 ])
-def test_the_linked_layers_give_the_dp4a_paths_logits(backend, arch, qtype, kv_dtype, per_layer):
-    _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, {"qwen3": 256, "qwen2": 512}.get(arch, 128))
+def test_the_linked_layers_give_the_dp4a_paths_logits(backend, arch, qtype, kv_dtype, per_layer, entry):
+    _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, {"qwen3": 256, "qwen2": 512}.get(arch, 128),
+                        entry, **({"n_ff": 1024} if arch == "qwen2" else {}))
 
 
-def _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, n_embd, **shape):
+def _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, n_embd, entry=None, **shape):
     model = load_model(synthetic_model(arch, qtype, n_embd=n_embd, **shape))
     dp4a = ForwardPass(model, backend, kernels={"matmul": "dp4a", **BASE})
     linked = dp4a.with_own_buffers(kernels={"matmul": "layer", **BASE})
     assert linked.launches_per_layer() == per_layer
-    assert any(f == "layer_dp4a.cu" for f, _ in linked.kernels_used(kv_dtype))
+    assert any(f == "layer_dp4a.cu" and entry in (None, e) for f, e in linked.kernels_used(kv_dtype))
     toks = list(range(7, 37))
     nb = paths.blocks_for([len(toks)], 16)
     steps = [5, 1, 1, 3, 8, 1, 11]  # decode-sized steps (linked) between prefill chunks (not)

@@ -23,14 +23,14 @@ def _shape(qtype) -> tuple[int, int]:
     return n, max(256, n)
 
 
-def _weights(be, rng, qtype):
-    n_embd, n_ff = _shape(qtype)
-    return {k: be.upload(_raw(rng, qtype, *shape)) for k, shape in
+def _weights(be, rng, qtype, shape=None):
+    n_embd, n_ff = shape or _shape(qtype)
+    return {k: be.upload(_raw(rng, qtype, *dims)) for k, dims in
             (("g", (n_ff, n_embd)), ("u", (n_ff, n_embd)), ("d", (n_embd, n_ff)))}
 
 
-def _three_launches(be, W, qtype, X, x0, n, act):
-    N_EMBD, N_FF = _shape(qtype)
+def _three_launches(be, W, qtype, X, x0, n, act, shape=None):
+    N_EMBD, N_FF = shape or _shape(qtype)
     h, hq = be.empty((n, N_FF), np.float32), Q8Act.empty(be, n, N_FF)
     gate_up_dp4a(be, W["g"], W["u"], qtype, X, h, n, N_FF, N_EMBD, act)
     quantize_q8_1(be, h, hq, n, N_FF)
@@ -39,8 +39,8 @@ def _three_launches(be, W, qtype, X, x0, n, act):
     return be.download(x)
 
 
-def _fused(be, W, qtypes, X, x0, n, act):
-    N_EMBD, N_FF = _shape(qtypes[0])
+def _fused(be, W, qtypes, X, x0, n, act, shape=None):
+    N_EMBD, N_FF = shape or _shape(qtypes[0])
     h, hq, x = be.empty((n, N_FF), np.float32), Q8Act.empty(be, n, N_FF), be.upload(x0)
     ran = ffn_dp4a(be, W["g"], W["u"], W["d"], qtypes, X, h, hq, x, n, N_FF, N_EMBD, act, be.zeros((2,), np.uint32))
     return ran, be.download(x)
@@ -68,3 +68,25 @@ def test_the_fused_ffn_declines_what_it_does_not_serve(backend):
     X1, *_ = _act(backend, rng, 1, N_EMBD)
     ran, got = _fused(backend, W, (qtype, qtype, quants.Q6_K), X1, x0[:1], 1, "silu")  # down of another type
     assert not ran and np.array_equal(got, x0[:1])
+
+
+@pytest.mark.parametrize("qtype,shape,entry", [
+    (quants.Q4_K, (512, 1024), "ffn_dp4a_q4_k_g16_32"),   # SmolLM2's pair of G (n_embd 576, n_ff 1536)
+    (quants.Q8_0, (1024, 1024), "ffn_dp4a_q8_0_g32_32"),  # every model's from n_embd 1024 on
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_the_fused_ffn_with_g_compiled_in_equals_the_three_launches(backend, qtype, shape, entry):
+    """The entries whose phases take G as a compile-time constant (gate+up's from n_embd, down's from
+    n_ff; the lanes' fold at a row's end) give the three launches' bits -- which run their own _g16 /
+    _g32 entries."""
+    rng = _rng("ffn-g", qtype)
+    W = _weights(backend, rng, qtype, shape)
+    for n, act in ((1, "silu"), (8, "gelu_tanh")):
+        X, *_ = _act(backend, rng, n, shape[0])
+        x0 = rng.standard_normal((n, shape[0])).astype(np.float32)
+        with backend.collecting() as wanted:
+            _fused(backend, W, (qtype,) * 3, X, x0, n, act, shape)
+        assert ("ffn_dp4a.cu", entry) in wanted
+        want = _three_launches(backend, W, qtype, X, x0, n, act, shape)
+        ran, got = _fused(backend, W, (qtype,) * 3, X, x0, n, act, shape)
+        assert ran and np.isfinite(want).all() and not np.array_equal(want, x0)
+        assert_bits(got, want, f"{entry} n={n} {act}")

@@ -19,7 +19,8 @@ import numpy as np
 from sharpinf.model import quants
 from sharpinf.ops.launch import kernel, one_wave
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
-from sharpinf.ops.matmul_dp4a import ACTS, EMU_ROW_BLOCKS, MAX_ROW_BLOCKS, TILE_TOKENS, launch_shape
+from sharpinf.ops.matmul_dp4a import (ACTS, EMU_ROW_BLOCKS, MAX_ROW_BLOCKS, TILE_TOKENS, fused_entry_name, group_lanes,
+                                     launch_shape)
 from sharpinf.ops.quant_act import Q8Act
 from sharpinf.ops.rope import STYLES
 
@@ -93,6 +94,14 @@ def _declines(post: LinkPost | None, pre: LinkPre | None, s: LinkStep) -> bool:
             or (post is not None and (s.h is None or s.hq is None)))
 
 
+def _entry(qtype: int, has_post: bool, q_dim: int, s: LinkStep) -> str:
+    """The kernel's entry: with the row loops' G compiled in (_g<GE>_<GF>, matmul_dp4a.FUSED_G) where the
+    o-projection's rows of q_dim (when the post half runs) share n_embd's G."""
+    if has_post and group_lanes(q_dim) != group_lanes(s.n_embd):
+        return f"layer_dp4a_{kernel_suffix(qtype)}"
+    return fused_entry_name("layer_dp4a", qtype, s.n_embd, s.n_ff)
+
+
 def layer_dp4a(be, post: LinkPost | None, pre: LinkPre | None, s: LinkStep, file: str = LINK_FILE) -> bool:
     """One cooperative launch of layer_dp4a.cu for post, pre or both (see the module's docstring);
     False where it does not serve."""
@@ -111,7 +120,7 @@ def layer_dp4a(be, post: LinkPost | None, pre: LinkPre | None, s: LinkStep, file
         products += [(s.n_embd, q_dim), (s.n_ff, s.n_embd), (s.n_embd, s.n_ff)]
     if pre is not None:
         products.append((qkv_w, s.n_embd))
-    k = kernel(be, file, f"layer_dp4a_{kernel_suffix(qtype)}")
+    k = kernel(be, file, _entry(qtype, post is not None, q_dim, s))
     cap = MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS
     rows_grid = max(launch_shape(s.n_tokens, n_out, n_in, cap)[0][0] for n_out, n_in in products)
     _, block = launch_shape(s.n_tokens, s.n_embd, s.n_embd, cap)

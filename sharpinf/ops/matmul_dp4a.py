@@ -44,6 +44,20 @@ def entry_name(prefix: str, qtype: int, n_in: int, tile: str = "") -> str:
     return f"{prefix}_{kernel_suffix(qtype)}{tile}{fixed}"
 
 
+# The fused kernels' entries with both row loops' G compiled in (ffn_dp4a.cu's and layer_dp4a.cu's
+# _g<GE>_<GF>: G of rows of n_embd, of n_ff): SmolLM2's (576, 1536) and every model from n_embd 1024 on.
+# The other pairs would need n_ff < 1024 beside n_embd >= 512 -- no model has them, and each pair is
+# eight more entries to compile.
+FUSED_G = ((16, 32), (32, 32))
+
+
+def fused_entry_name(prefix: str, qtype: int, n_embd: int, n_ff: int) -> str:
+    """The fused kernel's entry: prefix_<type>, then _g<GE>_<GF> where the pair has entries."""
+    gs = (group_lanes(n_embd), group_lanes(n_ff))
+    fixed = f"_g{gs[0]}_{gs[1]}" if gs in FUSED_G and qtype in FIXED_G_TYPES else ""
+    return f"{prefix}_{kernel_suffix(qtype)}{fixed}"
+
+
 GROUP = 8  # DP_GROUP: members a group of the canonical order's two levels (dp4a.cuh)
 
 
@@ -135,7 +149,7 @@ def ffn_dp4a(be, Wg_dev, Wu_dev, Wd_dev, qtypes: tuple[int, int, int], X: Q8Act,
         return False
     check_n_in(qtype, n_embd)
     check_n_in(qtype, n_ff)
-    k = kernel(be, file, f"ffn_dp4a_{kernel_suffix(qtype)}")
+    k = kernel(be, file, fused_entry_name("ffn_dp4a", qtype, n_embd, n_ff))
     (rows_grid, _), block = launch_shape(n_tokens, n_ff, n_embd, MAX_ROW_BLOCKS if be.gpu_shapes else EMU_ROW_BLOCKS)
     grid = one_wave(be, k, rows_grid, block)
     rb = quants.row_bytes(qtype, n_embd) * 2 * n_ff + quants.row_bytes(qtype, n_ff) * n_embd
