@@ -120,6 +120,12 @@ export PYTHONUNBUFFERED=1
 t0=$(date +%s)
 stamp() { echo "[$(($(date +%s) - t0)) s] $*"; }
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
+# DEVICE_DRY=1 (no GPU needed; tests/test_device_call.py): every `sharpinf bench` run checked with --dry-run
+# (its sizes, --kernels, --op, --variant, the model's name), gpu_check.py's too (its parts and peers sizes),
+# the rest only named -- so a typo costs a test, not a device call's minutes. Nothing is installed, built,
+# packed or written outside $OUT.
+DRY=${DEVICE_DRY:-0}
+dry_checked=0 dry_failed=0
 # The device tool kills a command at 600 s and brings back what is under $OUT then: every run below
 # gets at most what is left of DEVICE_BUDGET_S (default 540: the tar and the transfer fit after it),
 # a run with under 20 s left is skipped, and the results are packed after each stage.
@@ -128,16 +134,29 @@ left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
 run() {  # run LOG SECONDS CMD...: CMD's output to $OUT/LOG under a timeout of min(SECONDS, what is left)
   local log=$1 want=$2 l
   shift 2
+  if [ "$DRY" = 1 ]; then
+    if [[ " $* " == *" -m sharpinf bench "* || " $* " == *" bench/gpu_check.py "* ]]; then
+      dry_checked=$((dry_checked + 1))
+      "$@" --dry-run > "$OUT/$log" 2>&1 || { dry_failed=$((dry_failed + 1)); stamp "dry: $log FAILED: $*"; cat "$OUT/$log"; }
+    else : > "$OUT/$log"; stamp "dry: $log would run $1 $2"; fi
+    return 0
+  fi
   l=$(left)
   if [ "$l" -lt 20 ]; then stamp "skipped $log: ${l} s left"; return 124; fi
   timeout -s INT $(( want < l ? want : l )) "$@" > "$OUT/$log" 2>&1
 }
 pack() {  # the results so far, with the kernels runs' tables in markdown (bench/kernel_tables.py) for the README
+  [ "$DRY" = 1 ] && return 0
   local runs; runs=$(find "${RUN:-/nonexistent}" -name kernels.json 2>/dev/null | sort)
   [ -n "$runs" ] && python3 bench/kernel_tables.py $runs > "$RUN/kernel-tables.md" 2>/dev/null
   tar czf "$OUT/results.tgz" bench/results/gpu 2>/dev/null
 }
 
+if [ "$DRY" = 1 ]; then
+  export PYTHONPATH=$PWD
+  GPU=dry
+  RUN=$OUT/dry-run
+else
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "gguf wheel did not install"; exit 1; }
 export PYTHONPATH=$PWD:/tmp/site
@@ -170,6 +189,7 @@ GPU=$(python3 -c "
 import re; from sharpinf.runtime.select import get_backend
 f = get_backend('cuda').describe(); print(re.sub(r'[^A-Za-z0-9]+', '-', f.get('gpu') or f['device']).strip('-').lower())")
 RUN=bench/results/gpu/$GPU-$(date +%Y%m%d)
+fi
 mkdir -p "$RUN"
 stamp "results in $RUN"
 
@@ -193,7 +213,8 @@ if has peers; then
 fi
 if has moe; then
   stamp "moe: peers on $MOE"
-  python3 -c "from sharpinf.model.synth import shape_model as s; print(s('qwen3-30b-a3b','Q4_K'))" >> "$OUT/setup.log" 2>&1
+  [ "$DRY" = 1 ] || python3 -c "from sharpinf.model.synth import shape_model as s; print(s('qwen3-30b-a3b','Q4_K'))" \
+    >> "$OUT/setup.log" 2>&1
   stamp "moe model ready"
   run moe.log 420 python3 bench/gpu_check.py --only peers --kernels fast --llamacpp .peers/llama \
     --peers-models "$MOE" --peers-sizes "r=2" --out bench/results/gpu/moe
@@ -239,7 +260,7 @@ if has kernels; then
   done
   # the launch-shape rule's two constants fitted to the split and walk times above (reads the JSON, no
   # GPU): each case's both times and both picks, and the pair to set in ops/attention.py
-  python3 bench/walk_rule_fit.py "$RUN"/qwen3-8b-shape-attention{,-walk,-4k-split,-4k-walk}/kernels.json \
+  [ "$DRY" = 1 ] || python3 bench/walk_rule_fit.py "$RUN"/qwen3-8b-shape-attention{,-walk,-4k-split,-4k-walk}/kernels.json \
     > "$OUT/walk-rule-fit.log" 2>&1
   tail -2 "$OUT/walk-rule-fit.log"
   for k in fast ffn layer; do
@@ -399,7 +420,7 @@ if has ncu; then
     stamp "ncu: not on this machine"
   fi
 fi
-if has tests; then
+if has tests && [ "$DRY" = 0 ]; then
   # the kernel tests first (each kernel against its NumPy reference, every variant), then the
   # forward-pass cross-path oracles with what is left
   for pass in kernels forward; do
@@ -414,4 +435,8 @@ if has tests; then
   done
 fi
 pack
+if [ "$DRY" = 1 ]; then
+  stamp "dry run: $dry_checked bench commands checked, $dry_failed failed"
+  [ "$dry_failed" = 0 ]; exit
+fi
 stamp "done"

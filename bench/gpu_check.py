@@ -146,6 +146,8 @@ def main() -> int:
                     "default MODEL, smollm2-135m-shape:Q4_1 and the big model")
     ap.add_argument("--peers-sizes", default="", help='peers: e.g. "pp=512 tg=128 npl=1,8,64 npp=128 ntg=128 r=5" '
                     "(the defaults; llama.cpp's flag names, r = repeats)")
+    ap.add_argument("--dry-run", action="store_true", help="check --only and --peers-sizes and stop (no GPU needed: "
+                    "bench/device_call.sh's dry mode)")
     args = ap.parse_args()
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]
@@ -159,6 +161,9 @@ def main() -> int:
     except peers.PeerError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if args.dry_run:
+        print(f"gpu_check --dry-run: parts {', '.join(parts)}; peers sizes {sizes}")
+        return 0
 
     from sharpinf.errors import SharpinfError
     from sharpinf.runtime.select import get_backend

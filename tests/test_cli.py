@@ -84,6 +84,9 @@ def test_verify_reference_passes_with_json(model):
     (["generate", "{model}", "--prompt-ids", "1,2", "--kernels", "matmul=fastest"], "unknown matmul variant"),
     (["verify", "{model}", "--kernels", "attention"], "is not op=variant"),
     (["bench", "{model}", "--kernels", "softmax=split"], "unknown op(s) softmax"),
+    (["bench", "qwen3-8b-shape:Q4_X", "--dry-run"], "unsupported quant type 'Q4_X'"),
+    (["bench", "qwen3-30b-a3b-shape:Q4_K", "--suite", "kernels", "--op", "link", "--dry-run"], "has no such layer"),
+    (["bench", "{model}", "--suite", "kernels", "--prefill-sizes", "0", "--dry-run"], "--prefill-sizes must be"),
     (["models", "pull", "no-such-model"], "unknown model"),
 ])
 def test_bad_input_gives_one_clear_line_and_nonzero_exit(model, args, needle):

@@ -526,16 +526,22 @@ def case_groups(ctx: BenchContext, sel: Selection, tokens: list[int], context: i
                for P in prefill_context if "attention" in sel.ops])
 
 
+def check_ops(ops: str | None, is_moe: bool, arch: str = "") -> None:
+    """--op naming a layer the model has not: the dense FFN's ops on an MoE model, moe on a dense one.
+    (matmul standing for ffn_in on an MoE model is no error.)"""
+    named = {o.strip() for o in (ops or "").split(",")}
+    absent = named & (DENSE_FFN_OPS if is_moe else {"moe"})
+    if absent:
+        raise SharpinfError(f"--op {', '.join(sorted(absent))}: {'an MoE' if is_moe else 'a dense'} model"
+                            f"{f' ({arch})' if arch else ''} has no such layer")
+
+
 def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dtype: str,
         prefill: list[int] = (), prefill_context: list[int] = (), ops: str | None = None,
         variants: str | None = None) -> dict:
     be, cfg = ctx.backend, ctx.model.config
     sel = Selection.parse(ops, variants)
-    named = {o.strip() for o in (ops or "").split(",")}  # (matmul standing for ffn_in on an MoE model is no error)
-    absent = named & (DENSE_FFN_OPS if cfg.is_moe else {"moe"})
-    if absent:
-        raise SharpinfError(f"--op {', '.join(sorted(absent))}: {'an MoE' if cfg.is_moe else 'a dense'} model "
-                            f"({cfg.arch}) has no such layer")
+    check_ops(ops, cfg.is_moe, cfg.arch)
     if context + 1 >= cfg.context_length:
         raise ValueError(f"context {context} does not fit the model's context length {cfg.context_length}")
     too_long = [P for P in prefill_context if P > cfg.context_length]

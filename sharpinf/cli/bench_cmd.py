@@ -79,13 +79,16 @@ def bench(
     prefill_prompts: int = typer.Option(None, "--prefill-prompts", help="prefill: number of prompts S."),
     prefill_sizes: str = typer.Option(None, "--prefill-sizes", help="kernels: comma list of prefill sizes, the "
                                       "GEMMs' and moe's N and the prompt lengths of prefill attention (on a GPU by "
-                                      "default 128,512,2048 and 512,2048,8192)."),
+                                      "default 128,512,2048 and 512,2048,8192); '' or none: no prefill rows."),
     prefill_len: int = typer.Option(None, "--prefill-len", help="prefill: tokens per prompt."),
     budget: int = typer.Option(None, "--budget", help="chunking: per-step token budget."),
     long_mult: int = typer.Option(None, "--long-mult", help="chunking: long prompt = this x the budget."),
     repeats: int = typer.Option(None, "--repeats", help="decode/prefill/kernels: timed repeats."),
     concurrency: int = typer.Option(None, "--concurrency", help="serve: requests in flight at once."),
     seed: int = typer.Option(0, "--seed", help="Seed of the prompts and arrivals."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the arguments (suites, sizes, --kernels, --op, "
+                                 "--variant, the model's name) and print each suite's settings, loading no model "
+                                 "and starting no backend: a long command line proved before a GPU runs it."),
 ):
     """Benchmarks of the engine and the forward pass, with tables, JSON and plots."""
     from sharpinf.bench import SUITES
@@ -106,7 +109,9 @@ def bench(
     if rate is not None and rate < 0:
         raise SharpinfError(f"--rate must be >= 0, got {rate}")
     psizes = None
-    if prefill_sizes is not None:
+    if prefill_sizes is not None and prefill_sizes.strip().lower() in ("", "none"):
+        psizes = []
+    elif prefill_sizes is not None:
         try:
             psizes = sorted({int(b) for b in prefill_sizes.split(",") if b.strip()})
         except ValueError:
@@ -124,19 +129,12 @@ def bench(
     plen, olen = _parse_range(prompt_len, "--prompt-len"), _parse_range(output_len, "--output-len")
 
     console = make_console(stderr=json_out)
-    be = backend_named(backend)
-    path, label = resolve_bench_model(model)
-    loaded = load_model(path)
     if (op or variant) and "kernels" not in names:
         raise SharpinfError("--op and --variant select cases of --suite kernels")
-    from sharpinf.runtime.paths import cache_dir
+    if "kernels" in names:
+        from sharpinf.bench.kernel_variants import Selection
 
-    out_dir = Path(out) if out is not None else cache_dir("bench") / be.name
-    ctx = BenchContext(be, loaded, label, out_dir, quick=quick, console=console, seed=seed, kernels=kernels)
-    on_gpu = ctx.on_gpu
-    console.print(Text.assemble(("sharpinf bench", "bold"), f" {label} on {be.name} -> {out_dir}/  suites: "
-                                f"{', '.join(names)}" + (" (quick)" if quick else "")))
-
+        Selection.parse(op, variant)  # a bad --op or --variant: one line, before anything loads
     overrides = {
         "throughput": dict(requests=requests, prompt_len=plen, output_len=olen, rate=rate, rate_unit=rate_unit,
                            max_num_batched_tokens=max_batched_tokens, num_blocks=num_blocks),
@@ -149,6 +147,19 @@ def bench(
         "serve": dict(requests=requests, concurrency=concurrency, prompt_len=plen, output_len=olen,
                       max_num_batched_tokens=max_batched_tokens, num_blocks=num_blocks),
     }
+    if dry_run:
+        _dry_run(console, json_out, model, backend, names, overrides, quick, op)
+        return
+    be = backend_named(backend)
+    path, label = resolve_bench_model(model)
+    loaded = load_model(path)
+    from sharpinf.runtime.paths import cache_dir
+
+    out_dir = Path(out) if out is not None else cache_dir("bench") / be.name
+    ctx = BenchContext(be, loaded, label, out_dir, quick=quick, console=console, seed=seed, kernels=kernels)
+    on_gpu = ctx.on_gpu
+    console.print(Text.assemble(("sharpinf bench", "bold"), f" {label} on {be.name} -> {out_dir}/  suites: "
+                                f"{', '.join(names)}" + (" (quick)" if quick else "")))
     docs = {}
     for name in names:
         mod = SUITES[name]
@@ -168,3 +179,47 @@ def bench(
         docs[name] = doc
     if json_out:
         print(dumps({"suites": docs}))
+
+
+def _dry_run(console, json_out: bool, model: str | None, backend: str, names: list[str], overrides: dict,
+             quick: bool, op: str | None) -> None:
+    """--dry-run: the model's name and the backend's checked without loading or starting either, then each
+    suite's settings (its defaults on that backend, the command line's over them)."""
+    from sharpinf.bench import SUITES
+    from sharpinf.bench.common import SHAPE_MARK, SYNTH_NAME, dumps
+    from sharpinf.bench.kernel_variants import check_ops
+    from sharpinf.runtime.select import NAMES
+
+    if backend.strip().lower() not in NAMES:
+        raise SharpinfError(f"unknown backend {backend!r}; choose one of {', '.join(NAMES)}")
+    if model is not None and SHAPE_MARK in model:
+        from sharpinf.model import quants
+        from sharpinf.model.synth import SHAPES
+
+        shape, qtype = model.split(SHAPE_MARK, 1)
+        if shape not in SHAPES:
+            raise SharpinfError(f"no shape {shape!r}: the shapes are {', '.join(SHAPES)}")
+        try:
+            quants.qtype_from_name(qtype)
+        except ValueError as exc:
+            raise SharpinfError(f"{model}: {exc}") from None
+        if "kernels" in names:
+            check_ops(op, SHAPES[shape]["arch"].endswith("moe"))
+    elif model is not None and model != SYNTH_NAME:
+        from sharpinf.model.registry import REGISTRY
+
+        if model not in REGISTRY and not Path(model).expanduser().is_file():
+            raise SharpinfError(f"'{model}' is neither a registered model ({', '.join(REGISTRY)}) nor a file")
+    on_gpu = backend.strip().lower() == "cuda"
+    plan = {}
+    for name in names:
+        kw = SUITES[name].defaults(on_gpu, quick)
+        kw.update({k: v for k, v in overrides[name].items() if v is not None})
+        plan[name] = kw
+    if json_out:
+        print(dumps({"dry_run": plan}))
+        return
+    console.print(Text.assemble(("sharpinf bench --dry-run", "bold"), f" {model or SYNTH_NAME} on {backend}: "
+                                "the arguments hold; nothing loaded, nothing run"))
+    for name, kw in plan.items():
+        console.print(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in kw.items()), markup=False)
