@@ -1,7 +1,7 @@
 """The instruction mix of a kernel's loops, read from its SASS: what an iteration issues, no GPU needed.
 
     python bench/sass_mix.py FILE.cu ENTRY [--arch sm_90] [--nvcc] [--define NAME=VALUE ...]
-                             [--cold LABEL,...] [--per N] [--blocks] [--json]
+                             [--cold LABEL,...] [--per N] [--blocks] [--inner OPCODE] [--json]
 
 Compiles one entry point of kernels_cu/FILE.cu as the runtime selects it (SHARPINF_SELECT and
 SHARPINF_WANT_<entry>: only that entry is built) to a CUBIN -- with the NVRTC sharpinf runs with
@@ -354,6 +354,21 @@ def loop_rounds(loops: list[Loop]) -> list[dict]:
     return out
 
 
+def innermost(blocks: list[Block], loops: list[Loop], opcode: str) -> list[dict]:
+    """The innermost loops that issue `opcode` (IDP, IMMA: a kernel's chunk loops): each holds it, and no
+    other loop that holds it lies inside. Where a kernel has several phases (ffn_dp4a, layer_dp4a) or
+    paths, "the largest loop" is a phase loop around them; these are what an iteration of each costs."""
+    at = {id(b): i for i, b in enumerate(blocks)}
+    spans = {}
+    for lp in loops:
+        n = sum(op.split(".")[0] == opcode for op in lp.ops())
+        if n:
+            spans.setdefault((at[id(lp.blocks[0])], at[id(lp.blocks[-1])]), (lp, n))
+    inner = [(a, z) for a, z in spans if not any((a <= a2 and z2 <= z) and (a2, z2) != (a, z) for a2, z2 in spans)]
+    return [{"head": spans[k][0].head, "instructions": len(spans[k][0].ops()), opcode: spans[k][1]}
+            for k in sorted(inner)]
+
+
 def report(blocks: list[Block], loops: list[Loop], loop: str | None, cold: set[str], per: int | None) -> dict:
     if not loops:
         return {"function_instructions": sum(len(b.ops) for b in blocks), "loops": []}
@@ -398,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", action="store_true",
                     help="count memory rounds: the function's and each loop's global loads and the rounds they take "
                          "(compiled with line info, to name each load's source line)")
+    ap.add_argument("--inner", metavar="OPCODE", help="also list the innermost loops that issue OPCODE (IDP for the "
+                    "dp4a kernels, IMMA for the tensor-core ones): each phase's or path's chunk loop")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     a = ap.parse_args(argv)
     from sharpinf.runtime.paths import kernels_dir
@@ -418,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     r |= report(blocks, loops, a.loop, {c for c in a.cold.split(",") if c}, a.per)
     if a.rounds:
         r["rounds"] = {"function": function_rounds(blocks), "loops": loop_rounds(loops)}
+    if a.inner:
+        r["inner"] = innermost(blocks, loops, a.inner)
     if a.json:
         print(json.dumps(r, indent=1))
         return 0
@@ -444,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"per unit (/{p['units']}): {p['warp_instructions']:.3f} warp instructions = "
               f"{32 * p['warp_instructions']:.2f} lane instructions; "
               + ", ".join(f"{k} {v:.3f}" for k, v in p["by_class"].items()))
+    if a.inner:
+        loops_text = ", ".join(f"{lp['head']} ({lp['instructions']} instructions, {lp[a.inner]} {a.inner})"
+                               for lp in r["inner"])
+        print(f"innermost loops issuing {a.inner}: {loops_text or 'none'}")
     if a.blocks:
         for b in r["blocks"]:
             mark = " (cold)" if b["cold"] else ""

@@ -33,7 +33,7 @@
 // fit (__launch_bounds__(128, N)); the grid is one wave of what fits. Unbound the entries take 90-127
 // registers (4-5 blocks an SM, where the separate launches' matvecs fit 8-10); held to 6 (<= 80, no
 // spills; 7 spills Q5_K) the gate+up loop issues 63% more instructions (the 8-token tile's chunk, q4_k
-// _g32_32: 481 -> 784; NVRTC 12.9 sm_90, bench/sass_mix.py) -- more than the 20-50% more warps are
+// _g32_32: 481 -> 784; NVRTC 12.9 sm_90, sass_mix.py --inner IDP) -- more than the 20-50% more warps are
 // likely to buy back, by estimate; bench/device_call.sh times both.
 #ifndef FFN_MIN_BLOCKS
 #define FFN_MIN_BLOCKS 0
@@ -49,7 +49,7 @@
 // in (GE of rows of n_embd: 16 in 512..1023, 32 from 1024; GF of n_ff's, 32), as the separate launches'
 // _g16 / _g32 entries (dp4a.cuh) -- the same bits; the pairs ops/matmul_dp4a.py's FUSED_G lists. The
 // early return of a shape outside the entry's ranges is uniform over the grid: no block is left at a
-// barrier. (NVRTC 12.9 sm_90, the chunk loop of the 8-token tile: gate+up q4_k 498 -> 481 instructions,
+// barrier. (sass_mix.py --inner IDP, NVRTC 12.9 sm_90, the 8-token tile's chunk: gate+up q4_k 498 -> 481,
 // down 360 -> 277; the function 2,912 -> 2,392; 96 -> 108 registers)
 GB_QUANT_ENTRIES_ATTRS(ffn_dp4a, , FFN_BOUNDS, (FFN_ARGS), ffn_fused, FFN_PASS)
 #define FFN_G(GE, GF)                                                                       \

@@ -132,11 +132,11 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
 // LK_MIN_BLOCKS (a probe's constant, through SHARPINF_NVRTC_OPTIONS; 0: no bound): the blocks an SM ptxas
 // is told to fit, __launch_bounds__(128, 8): 64 registers, where unbound it took 128-168 (3 blocks, 12 warps
 // an SM) for no phase's need -- each phase alone is a 48-64 register kernel -- and the grid is one wave of
-// what fits. Held to 8, no entry spills and the chunk loops issue 13-15% more instructions (NVRTC 12.9
-// sm_90, the 8-token tile's chunk, q4_k _g32_32: 337 -> 390, gate+up 485 -> 549; the function 7,728 ->
-// 7,936), for 2.7x the warps: at decode a lane has one weight chunk in flight, so the bytes in flight an SM
-// -- what a matvec's bandwidth follows (Little's law) -- grow with the warps. By that estimate, not yet by a
-// GPU: bench/device_call.sh times 8 against 0.
+// what fits. Held to 8, no entry spills and the chunk loops issue 13-15% more instructions (sass_mix.py
+// --inner IDP, NVRTC 12.9 sm_90, the 8-token tile's chunk, q4_k _g32_32: 337 -> 390, gate+up 485 -> 549;
+// the function 7,728 -> 7,936), for 2.7x the warps: at decode a lane has one weight chunk in flight, so
+// the bytes in flight an SM -- what a matvec's bandwidth follows (Little's law) -- grow with the warps. By
+// that estimate, not yet by a GPU: bench/device_call.sh times 8 against 0.
 #ifndef LK_MIN_BLOCKS
 #define LK_MIN_BLOCKS 8
 #endif

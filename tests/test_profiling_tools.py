@@ -57,6 +57,34 @@ def test_sass_mix_finds_the_loop_and_its_blocks():
     assert cold["by_class"]["float"] == 2  # MUFU went with it
 
 
+NESTED = """
+//--------------------- .text.k                     --------------------------
+k:
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_1:
+        /*0010*/                   IADD3 R1, R1, 0x1, RZ ;
+.L_x_2:
+        /*0020*/                   IDP.4A.S8.S8 R2, R3, R4, R2 ;
+        /*0030*/                   IDP.4A.S8.S8 R5, R3, R6, R5 ;
+        /*0040*/              @!P0 BRA `(.L_x_2) ;
+        /*0050*/                   FADD R7, R2, R5 ;
+        /*0060*/              @!P1 BRA `(.L_x_1) ;
+.L_x_3:
+        /*0070*/                   FADD R8, R8, R7 ;
+        /*0080*/              @!P2 BRA `(.L_x_3) ;
+        /*0090*/                   EXIT ;
+"""
+
+
+def test_sass_mix_names_the_innermost_loops_issuing_an_opcode():
+    """--inner IDP: the chunk loop inside a row loop, not the row loop (the largest, which holds it too),
+    nor a loop that issues none."""
+    blocks, loops = sass_mix.parse(NESTED, "k")
+    assert sorted(lp.head for lp in loops) == [".L_x_1", ".L_x_2", ".L_x_3"]
+    assert sass_mix.innermost(blocks, loops, "IDP") == [{"head": ".L_x_2", "instructions": 3, "IDP": 2}]
+    assert sass_mix.innermost(blocks, loops, "IMMA") == []
+
+
 def test_sass_mix_prices_the_pipes_and_reads_the_stalls():
     """nvdisasm -hex prints each instruction's second word on the next line; bits 41-44 of it are the
     stall count. The pipes: FP32 shares the two FMA pipes, IMAD/IDP only the heavy one, the ALU at half
