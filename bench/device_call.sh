@@ -65,7 +65,9 @@
 #      Since 2026-11-29 the fused kernels' row loops take G compiled in (ffn_dp4a's and layer_dp4a's
 #      _g16_32 / _g32_32 entries, as the separate launches' since 2026-11-28: their chunk loops had been the
 #      run-time-G ones, 360 -> 277 instructions down's 8-token chunk) and the link is held to 8 blocks an SM
-#      (64 registers, was ~165): kernels-link-8b.log (the 8B shape, never timed) and
+#      (64 registers, was ~165), and their chunk's token loop leaves at the step's last token (dp4a.cuh's
+#      DP_TILE_BREAK; kernels-dp4a-break.log times it in the separate matvecs): kernels-link-8b.log (the
+#      8B shape, never timed) and
 #      kernels-link-bounds-{smollm2,qwen3}.log (the bounds the other way round) say which bound to keep.
 #   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
 #      radix's sweeps load a thread's 16 ids before using the first since 2026-11-28 (they had waited on
@@ -324,6 +326,15 @@ if has kernels; then
     --backend cuda --suite kernels --op matmul --variant dp4a,gemv --batch-sizes 1,8 --prefill-sizes 16 --repeats 3 \
     --out "$RUN/qwen3-8b-shape-matmul-dp4a-g0"
   stamp "kernels dp4a g0 exit $?"
+  # token-loop probe: dp4a's chunk leaving its token loop at the step's last token (dp4a.cuh's
+  # DP_TILE_BREAK=1, which the fused kernels take since 2026-11-29): matmul_dp4a_q4_k_g32's chunk at N = 1
+  # 102 -> 85 instructions, but 48 -> 55 registers (10 -> 9 blocks an SM), gate+up 56 -> 66 (9 -> 7) --
+  # against kernels-matmul's dp4a rows at N = 1 and 8; if it wins there, DP_TILE_BREAK becomes 1
+  stamp "kernels: dp4a leaving the token loop"
+  SHARPINF_NVRTC_OPTIONS=-DDP_TILE_BREAK=1 run kernels-dp4a-break.log 45 python3 -m sharpinf bench qwen3-8b-shape:Q4_K \
+    --backend cuda --suite kernels --op matmul --variant dp4a --batch-sizes 1,8 --prefill-sizes '' --repeats 3 \
+    --out "$RUN/qwen3-8b-shape-matmul-dp4a-break"
+  stamp "kernels dp4a break exit $?"
   # gemv streamed (2026-11-28, never timed): a lane's batch of chunks fetched a batch ahead, a warp's
   # rows one stream, one wave of blocks (matmul_gemv.cu's history: its batches had been one round trip
   # a chunk). Against kernels-matmul's gemv and dp4a rows at N = 1-8 (which already run it), the batch
@@ -366,9 +377,9 @@ if has kernels; then
     --batch-sizes 1,8 --prefill-sizes 128 --repeats 5 --out "$RUN/smollm2-135m-shape-link"
   stamp "kernels link exit $?"
   # the fused kernels' registers (2026-11-29): matmul=layer held to 8 blocks an SM (LK_MIN_BLOCKS: 64
-  # registers, 13-15% more instructions a chunk; unbound ~165, 3 blocks), the FFN unbound (90-127; held
-  # to 6 blocks its gate+up loop issues 63% more) -- both then the other way round, on SmolLM2's shape
-  # (beside kernels-link.log) and on the 8B's (never timed: one wave of 3 blocks an SM walks its 12,288
+  # registers, 4-8% more instructions a chunk; unbound 108-149, 3-4 blocks), the FFN unbound (72-96; held
+  # to 6 blocks, <= 80, 4-12% more) -- both then the other way round, on SmolLM2's shape (beside
+  # kernels-link.log) and on the 8B's (never timed: one wave of 3 blocks an SM would walk its 12,288
   # gate+up rows in 8 passes). Keep, per kernel, the bound that wins at 1 and 8 tokens.
   run kernels-link-8b.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels \
     --op ffn,link --batch-sizes 1,8 --prefill-sizes '' --repeats 3 --out "$RUN/qwen3-8b-shape-link"

@@ -633,10 +633,25 @@ __device__ __forceinline__ void dp_load_at(DpChunk<QT>& ch, const unsigned char*
     else ch.unpack(DpChunk<QT>::fetch(row, c), s);
 }
 
+// DP_TILE_BREAK: how a chunk's token loop passes the tile's slots past the step's nt tokens (a decode
+// step has 1 of 8). With BRK, it leaves at the first (one test at N = 1); without, it tests each of the 8,
+// the tests' predicates hoisted by ptxas. The same bits either way; what differs is the code ptxas makes
+// (sass_mix.py --inner IDP, NVRTC 12.9 sm_90, 2026-11-29): matmul_dp4a_q4_k_g32's chunk at N = 1 102 -> 85
+// instructions, but 48 -> 55 registers (10 -> 9 blocks an SM), gate_up_dp4a_q4_k_g32 56 -> 66 (9 -> 7;
+// held to the old counts by __launch_bounds__, gate+up spills and the matvec's chunk takes 112) -- while in
+// the fused kernels it is fewer of both: ffn_dp4a_q4_k_g32_32 108 -> 80 registers, chunk loops 481 -> 434
+// and 277 -> 270; layer_dp4a (held to 64) 390 -> 307 and 549 -> 488. So the fused kernels (ffn_fused.cuh,
+// layer_dp4a.cu) take BRK; the separate launches take DP_TILE_BREAK, 0 -- a probe (through
+// SHARPINF_NVRTC_OPTIONS, bench/device_call.sh) says whether their fewer instructions beat their warps.
+#ifndef DP_TILE_BREAK
+#define DP_TILE_BREAK 0
+#endif
+
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).   NMAT = 2 (W2 the second matrix, the same
 // type and shape): Y = act(X W^T) * (X W2^T), the SwiGLU (or GeGLU) of a gate and an up projection.
-// GC: G when known at compile time (the _g16 and _g32 entries, DP_GC below; 0: from n_in at run time)
-template <int QT, int NMAT, int GC = 0>
+// GC: G when known at compile time (the _g16 and _g32 entries, DP_GC below; 0: from n_in at run time).
+// BRK: leave the token loop at the first slot past nt (DP_TILE_BREAK above).
+template <int QT, int NMAT, int GC = 0, bool BRK = DP_TILE_BREAK != 0>
 __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                           const signed char* __restrict__ xq, const float* __restrict__ xd,
                                           const int* __restrict__ xs, const float* __restrict__ bias, float* Y,
@@ -679,12 +694,14 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
                     if (c >= n_chunks) break;
 #pragma unroll
                     for (int t = 0; t < DP_TILE; ++t) {
-                        if (t < nt) {
-                            DpX x;
-                            dp_load_x(xq, xd, xs, t0 + t, c, n_in, x);
-#pragma unroll
-                            for (int m = 0; m < NMAT; ++m) acc[m][t] = ch[k][m].acc_dot(acc[m][t], x);
+                        if (t >= nt) {  // the tile's tokens past the step's (DP_TILE_BREAK above)
+                            if (BRK) break;
+                            continue;
                         }
+                        DpX x;
+                        dp_load_x(xq, xd, xs, t0 + t, c, n_in, x);
+#pragma unroll
+                        for (int m = 0; m < NMAT; ++m) acc[m][t] = ch[k][m].acc_dot(acc[m][t], x);
                     }
                 }
             }

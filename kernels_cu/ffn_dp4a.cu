@@ -30,11 +30,11 @@
 #include "ffn_fused.cuh"
 
 // FFN_MIN_BLOCKS (0: no bound; a probe, through SHARPINF_NVRTC_OPTIONS): the blocks an SM ptxas is told to
-// fit (__launch_bounds__(128, N)); the grid is one wave of what fits. Unbound the entries take 90-127
-// registers (4-5 blocks an SM, where the separate launches' matvecs fit 8-10); held to 6 (<= 80, no
-// spills; 7 spills Q5_K) the gate+up loop issues 63% more instructions (the 8-token tile's chunk, q4_k
-// _g32_32: 481 -> 784; NVRTC 12.9 sm_90, sass_mix.py --inner IDP) -- more than the 20-50% more warps are
-// likely to buy back, by estimate; bench/device_call.sh times both.
+// fit (__launch_bounds__(128, N)); the grid is one wave of what fits. Unbound the entries take 72-96
+// registers (5-7 blocks an SM; 90-127 before the token loop's exit, dp4a.cuh's DP_TILE_BREAK); held to 6
+// (<= 80, no spills) the chunk loops issue 4-12% more instructions (sass_mix.py --inner IDP, NVRTC 12.9
+// sm_90, the 8-token tile's chunk, q4_k _g32_32: 434 -> 451, 270 -> 302), for more warps only where an
+// entry took more than 80; bench/device_call.sh times both.
 #ifndef FFN_MIN_BLOCKS
 #define FFN_MIN_BLOCKS 0
 #endif
@@ -50,7 +50,8 @@
 // _g16 / _g32 entries (dp4a.cuh) -- the same bits; the pairs ops/matmul_dp4a.py's FUSED_G lists. The
 // early return of a shape outside the entry's ranges is uniform over the grid: no block is left at a
 // barrier. (sass_mix.py --inner IDP, NVRTC 12.9 sm_90, the 8-token tile's chunk: gate+up q4_k 498 -> 481,
-// down 360 -> 277; the function 2,912 -> 2,392; 96 -> 108 registers)
+// down 360 -> 277, the function 2,912 -> 2,392, 96 -> 108 registers; with the token loop's exit, dp4a.cuh's
+// DP_TILE_BREAK, 434, 270, 2,248 and 80 registers)
 GB_QUANT_ENTRIES_ATTRS(ffn_dp4a, , FFN_BOUNDS, (FFN_ARGS), ffn_fused, FFN_PASS)
 #define FFN_G(GE, GF)                                                                       \
     template <int QT> __device__ __forceinline__ void ffn_fused_g##GE##_##GF(FFN_ARGS) { \

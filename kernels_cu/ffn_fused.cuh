@@ -28,10 +28,10 @@ __device__ __forceinline__ void ffn_quantize_h(const float* h, signed char* hq, 
 template <int QT, int GE = 0, int GF = 0>
 __device__ __forceinline__ void ffn_fused(FFN_ARGS) {
     // phase 1: gate, up and the activation, rows of n_ff
-    dp4a_rows<QT, 2, GE>(Wg, Wu, xq, xd, xs, xd, h, n_tokens, n_ff, n_embd, 0, 0, (long long)n_ff, act);
+    dp4a_rows<QT, 2, GE, true>(Wg, Wu, xq, xd, xs, xd, h, n_tokens, n_ff, n_embd, 0, 0, (long long)n_ff, act);
     sharpinf_grid_sync(bar);
     ffn_quantize_h(h, hq, hd, hs, n_tokens, n_ff);  // phase 2
     sharpinf_grid_sync(bar);
     // phase 3: down, added into the residual stream
-    dp4a_rows<QT, 1, GF>(Wd, Wd, hq, hd, hs, hd, x, n_tokens, n_embd, n_ff, 0, 1, (long long)n_embd, act);
+    dp4a_rows<QT, 1, GF, true>(Wd, Wd, hq, hd, hs, hd, x, n_tokens, n_embd, n_ff, 0, 1, (long long)n_embd, act);
 }

@@ -105,7 +105,7 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
                                  d + (long long)t * (n_embd / 32), s + (long long)t * (n_embd / 32), n_embd, eps,
                                  smem32);
         } else if (ph == LK_GATE_UP) {  // h = act(xq Wg^T) * (xq Wu^T)
-            dp4a_rows<QT, 2, GE>(Wg, Wu, xq, xd, xs, xd, h, n_tokens, n_ff, n_embd, 0, 0, (long long)n_ff, act);
+            dp4a_rows<QT, 2, GE, true>(Wg, Wu, xq, xd, xs, xd, h, n_tokens, n_ff, n_embd, 0, 0, (long long)n_ff, act);
         } else if (ph == LK_QUANT_H) {
             ffn_quantize_h(h, hq, hd, hs, n_tokens, n_ff);
         } else if (ph == LK_ROPE) {  // a token a block
@@ -120,7 +120,7 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
             const int* s = o ? as_ : down ? hs : ps;
             const int n_out = o || down ? n_embd : qkv_w, n_in = o ? q_dim : down ? n_ff : n_embd;
 #define LK_ROWS(GC)                                                                                            \
-    dp4a_rows<QT, 1, GC>(W, W, q, d, s, ph == LK_QKV ? bqkv : d, o || down ? x : qkv, n_tokens, n_out, n_in, \
+    dp4a_rows<QT, 1, GC, true>(W, W, q, d, s, ph == LK_QKV ? bqkv : d, o || down ? x : qkv, n_tokens, n_out, n_in, \
                          ph == LK_QKV && has_bias, o || down, (long long)n_out)
             if (GE == GF || !down) LK_ROWS(GE);  // one site where the two G agree (a constant condition)
             else LK_ROWS(GF);
@@ -130,13 +130,13 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
 }
 
 // LK_MIN_BLOCKS (a probe's constant, through SHARPINF_NVRTC_OPTIONS; 0: no bound): the blocks an SM ptxas
-// is told to fit, __launch_bounds__(128, 8): 64 registers, where unbound it took 128-168 (3 blocks, 12 warps
-// an SM) for no phase's need -- each phase alone is a 48-64 register kernel -- and the grid is one wave of
-// what fits. Held to 8, no entry spills and the chunk loops issue 13-15% more instructions (sass_mix.py
-// --inner IDP, NVRTC 12.9 sm_90, the 8-token tile's chunk, q4_k _g32_32: 337 -> 390, gate+up 485 -> 549;
-// the function 7,728 -> 7,936), for 2.7x the warps: at decode a lane has one weight chunk in flight, so
-// the bytes in flight an SM -- what a matvec's bandwidth follows (Little's law) -- grow with the warps. By
-// that estimate, not yet by a GPU: bench/device_call.sh times 8 against 0.
+// is told to fit, __launch_bounds__(128, 8): 64 registers, where unbound it takes 108-149 (3-4 blocks an SM;
+// ~165 before the token loop's exit, dp4a.cuh's DP_TILE_BREAK) for no phase's need -- each phase alone is a
+// 48-64 register kernel -- and the grid is one wave of what fits. Held to 8, no entry spills and the chunk
+// loops issue 4-8% more instructions (sass_mix.py --inner IDP, NVRTC 12.9 sm_90, the 8-token tile's chunk,
+// q4_k _g32_32: 295 -> 307, gate+up 451 -> 488), for 2-2.7x the warps: at decode a lane has one weight
+// chunk in flight, so the bytes in flight an SM -- what a matvec's bandwidth follows (Little's law) --
+// grow with the warps. By that estimate, not yet by a GPU: bench/device_call.sh times 8 against 0.
 #ifndef LK_MIN_BLOCKS
 #define LK_MIN_BLOCKS 8
 #endif
