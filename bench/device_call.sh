@@ -11,7 +11,14 @@
 # ~20-40 s by estimate; the GPU tests get what is left of DEVICE_BUDGET_S -- a second call, `bash
 # bench/device_call.sh tests`, runs them if the first left too little.)
 #
-#   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,ncu,tests (the default), moe
+#   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,probes,ncu,tests (the
+#                                          default), moe
+#
+# probes (2026-11-29 a stage of its own, after kernels): the what-if runs -- the same kernels compiled
+# another way through SHARPINF_NVRTC_OPTIONS (mmq's registers and conversions, G at run time, dp4a's
+# token loop, gemv's batch and coalescing, the fused kernels' bounds), gemv's 8B decode and the link
+# kernels. One call rarely reaches them all (~12 minutes of limits): a second call, `bash
+# bench/device_call.sh probes`, takes them up where the first was cut, its own DEVICE_BUDGET_S.
 #
 # moe (not in the default: ~17 GB of weights to write and load four times, a few minutes): the
 # peers part on the Qwen3-30B-A3B shape (qwen3moe, Q4_K) into bench/results/gpu/moe/<gpu>-<date>/ --
@@ -114,7 +121,7 @@
 #      chunks out by shuffles, in dp4a's order.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STAGES=${1:-peers,kernels,ncu,tests}
+STAGES=${1:-peers,kernels,probes,ncu,tests}
 MOE=qwen3-30b-a3b-shape:Q4_K
 OUT=${OUT:-/tmp/sharpinf-device-out}
 mkdir -p "$OUT"
@@ -294,6 +301,9 @@ if has kernels; then
     --kernels "matmul=mmq_narrow,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,64 --context 192 \
     --out "$RUN/qwen3-8b-shape-decode-mmq_narrow"
   stamp "decode 8B narrow exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-narrow.log"
+  pack
+fi
+if has probes; then
   # occupancy probe: the same mmq rows with each output's group sum in shared memory, not registers,
   # and ptxas held to 128 registers (mmq_rows.cuh's MQ_GROUP_SHARED and MQ_MIN_BLOCKS_1, through
   # SHARPINF_NVRTC_OPTIONS, which reaches every kernel's compile; --maxrregcount does not reach entries

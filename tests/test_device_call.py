@@ -20,7 +20,8 @@ def test_every_bench_command_of_the_device_call_holds(tmp_path):
     env = {**os.environ, "DEVICE_DRY": "1", "OUT": str(tmp_path),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # python3: this venv's
     before = set((ROOT / "bench" / "results" / "gpu").iterdir())
-    p = subprocess.run(["bash", "bench/device_call.sh", "peers,moe,kernels,ncu,tests"], cwd=ROOT, env=env,
+    p = subprocess.run(["bash", "bench/device_call.sh", "peers,moe,kernels,probes,ncu,tests"],
+                       cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     m = re.search(r"dry run: (\d+) bench commands checked, 0 failed", p.stdout)
