@@ -387,15 +387,16 @@ if has probes; then
     --batch-sizes 1,8 --prefill-sizes 128 --repeats 5 --out "$RUN/smollm2-135m-shape-link"
   stamp "kernels link exit $?"
   # the fused kernels' registers (2026-11-29): matmul=layer held to 8 blocks an SM (LK_MIN_BLOCKS: 64
-  # registers, 4-8% more instructions a chunk; unbound 108-149, 3-4 blocks), the FFN unbound (72-96; held
-  # to 6 blocks, <= 80, 4-12% more) -- both then the other way round, on SmolLM2's shape (beside
-  # kernels-link.log) and on the 8B's (never timed: one wave of 3 blocks an SM would walk its 12,288
-  # gate+up rows in 8 passes). Keep, per kernel, the bound that wins at 1 and 8 tokens.
+  # registers, 4-8% more instructions a chunk; unbound 108-149, 3-4 blocks), the FFN unbound (72-80 in
+  # these two models' entries; held to 8 blocks, 64, up to 12% more) -- both then the other way round, on
+  # SmolLM2's shape (beside kernels-link.log) and on the 8B's (never timed: one wave of 3 blocks an SM
+  # would walk its 12,288 gate+up rows in 8 passes). Keep, per kernel, the bound that wins at 1 and 8
+  # tokens.
   run kernels-link-8b.log 60 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels \
     --op ffn,link --batch-sizes 1,8 --prefill-sizes '' --repeats 3 --out "$RUN/qwen3-8b-shape-link"
   stamp "kernels link 8b exit $?"
   for m in smollm2-135m-shape:Q4_1 qwen3-8b-shape:Q4_K; do
-    SHARPINF_NVRTC_OPTIONS="-DLK_MIN_BLOCKS=0 -DFFN_MIN_BLOCKS=6" run "kernels-link-bounds-${m%%-*}.log" 60 \
+    SHARPINF_NVRTC_OPTIONS="-DLK_MIN_BLOCKS=0 -DFFN_MIN_BLOCKS=8" run "kernels-link-bounds-${m%%-*}.log" 60 \
       python3 -m sharpinf bench "$m" --backend cuda --suite kernels --op ffn,link --batch-sizes 1,8 \
       --prefill-sizes '' --repeats 3 --out "$RUN/${m%%:*}-link-bounds"
     stamp "kernels link bounds $m exit $?"

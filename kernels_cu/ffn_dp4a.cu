@@ -31,10 +31,11 @@
 
 // FFN_MIN_BLOCKS (0: no bound; a probe, through SHARPINF_NVRTC_OPTIONS): the blocks an SM ptxas is told to
 // fit (__launch_bounds__(128, N)); the grid is one wave of what fits. Unbound the entries take 72-96
-// registers (5-7 blocks an SM; 90-127 before the token loop's exit, dp4a.cuh's DP_TILE_BREAK); held to 6
-// (<= 80, no spills) the chunk loops issue 4-12% more instructions (sass_mix.py --inner IDP, NVRTC 12.9
-// sm_90, the 8-token tile's chunk, q4_k _g32_32: 434 -> 451, 270 -> 302), for more warps only where an
-// entry took more than 80; bench/device_call.sh times both.
+// registers (5-7 blocks an SM; 90-127 before the token loop's exit, dp4a.cuh's DP_TILE_BREAK). Held to 8
+// (64 registers) the _g16_32 / _g32_32 entries do not spill (the run-time-G ones do, 4-28 bytes) and their
+// chunk loops issue up to 12% more instructions (sass_mix.py --inner IDP, NVRTC 12.9 sm_90, the 8-token
+// tile's chunk, q4_k _g32_32: 434 -> 459, 270 -> 302, for 6 -> 8 blocks; q4_1 _g16_32 about the same, for
+// 7 -> 8); bench/device_call.sh times 8 against 0 on those two.
 #ifndef FFN_MIN_BLOCKS
 #define FFN_MIN_BLOCKS 0
 #endif
