@@ -3,7 +3,7 @@ command line that its CLI refuses costs a measurement nobody can take again soon
 (DEVICE_DRY=1) every `sharpinf bench` run of every stage goes through the CLI's --dry-run -- the
 suites, sizes, --kernels, --op, --variant and the model's name checked, nothing loaded -- and
 gpu_check.py's through its own (parts, peers sizes); the script fails if any is refused. No GPU, no
-model, ~10 s."""
+model, ~10 s. And every probe define it compiles the kernels with is one a kernel reads."""
 
 from __future__ import annotations
 
@@ -27,3 +27,18 @@ def test_every_bench_command_of_the_device_call_holds(tmp_path):
     m = re.search(r"dry run: (\d+) bench commands checked, 0 failed", p.stdout)
     assert m and int(m.group(1)) >= 20, p.stdout[-2000:]
     assert set((ROOT / "bench" / "results" / "gpu").iterdir()) == before  # nothing written in the tree
+
+
+def test_every_probe_define_of_the_device_call_is_a_kernels_knob():
+    """A probe run compiles the kernels with -DNAME=VALUE (SHARPINF_NVRTC_OPTIONS); a NAME no kernel reads
+    is silently ignored -- the run would time the committed kernels under a probe's name. Each NAME the
+    script passes is one a kernels_cu/ source defaults with #ifndef NAME."""
+    from sharpinf.runtime.paths import kernels_dir
+
+    script = (ROOT / "bench" / "device_call.sh").read_text()
+    names = {n for opts in re.findall(r"SHARPINF_NVRTC_OPTIONS=(\"[^\"]*\"|\S+)", script)
+             for n in re.findall(r"-D(\w+)", opts)}
+    assert len(names) >= 8, names
+    sources = "".join(p.read_text() for p in kernels_dir().iterdir() if p.suffix in (".cu", ".cuh"))
+    knobs = set(re.findall(r"#ifndef (\w+)", sources))
+    assert not names - knobs, f"probe defines no kernel reads: {sorted(names - knobs)}"
