@@ -210,7 +210,12 @@ def _dry_run(console, json_out: bool, model: str | None, backend: str, names: li
 
         if model not in REGISTRY and not Path(model).expanduser().is_file():
             raise SharpinfError(f"'{model}' is neither a registered model ({', '.join(REGISTRY)}) nor a file")
-    on_gpu = backend.strip().lower() == "cuda"
+    chosen = backend.strip().lower()
+    if chosen == "auto":  # what auto would take here, probed as the backend would, nothing started
+        from sharpinf.runtime.cuda_probe import cuda_status
+
+        chosen = "cuda" if cuda_status()[0] else "emu"
+    on_gpu = chosen == "cuda"
     plan = {}
     for name in names:
         kw = SUITES[name].defaults(on_gpu, quick)
@@ -219,7 +224,7 @@ def _dry_run(console, json_out: bool, model: str | None, backend: str, names: li
     if json_out:
         print(dumps({"dry_run": plan}))
         return
-    console.print(Text.assemble(("sharpinf bench --dry-run", "bold"), f" {model or SYNTH_NAME} on {backend}: "
+    console.print(Text.assemble(("sharpinf bench --dry-run", "bold"), f" {model or SYNTH_NAME} on {chosen}: "
                                 "the arguments hold; nothing loaded, nothing run"))
     for name, kw in plan.items():
         console.print(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in kw.items()), markup=False)
