@@ -134,6 +134,7 @@ has() { [[ ",$STAGES," == *",$1,"* ]]; }
 # the rest only named -- so a typo costs a test, not a device call's minutes. Nothing is installed, built,
 # packed or written outside $OUT.
 DRY=${DEVICE_DRY:-0}
+[[ "$DRY" == [01] ]] || { echo "DEVICE_DRY must be 0 or 1, got '$DRY'"; exit 2; }
 dry_checked=0 dry_failed=0
 # The device tool kills a command at 600 s and brings back what is under $OUT then: every run below
 # gets at most what is left of DEVICE_BUDGET_S (default 540: the tar and the transfer fit after it),
@@ -271,7 +272,7 @@ if has kernels; then
   # GPU): each case's both times and both picks, and the pair to set in ops/attention.py
   [ "$DRY" = 1 ] || python3 bench/walk_rule_fit.py "$RUN"/qwen3-8b-shape-attention{,-walk,-4k-split,-4k-walk}/kernels.json \
     > "$OUT/walk-rule-fit.log" 2>&1
-  tail -2 "$OUT/walk-rule-fit.log"
+  [ "$DRY" = 1 ] || tail -2 "$OUT/walk-rule-fit.log"
   for k in fast ffn layer; do
     spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
     stamp "decode: SmolLM2 shape, kernels $spec"
@@ -442,7 +443,7 @@ if has ncu; then
     stamp "ncu: not on this machine"
   fi
 fi
-if has tests && [ "$DRY" = 0 ]; then
+if has tests && [ "$DRY" != 1 ]; then
   # the kernel tests first (each kernel against its NumPy reference, every variant), then the
   # forward-pass cross-path oracles with what is left
   for pass in kernels forward; do

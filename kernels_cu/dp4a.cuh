@@ -737,5 +737,7 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
 // n_in's range where G is G (32: from 1024; 16: 512..1023), told the compiler (its offsets and trip
 // counts fold with it: a condition it cannot see, as through a helper's return value, left the loop
 // as it was)
-#define DP_ASSUME_G(n_in, G) \
-    if ((n_in) < 32 * (G) || ((G) < 32 && (n_in) >= 64 * (G))) return
+#define DP_ASSUME_G(n_in, G)                                                \
+    do {                                                                    \
+        if ((n_in) < 32 * (G) || ((G) < 32 && (n_in) >= 64 * (G))) return; \
+    } while (0)

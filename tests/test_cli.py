@@ -87,6 +87,8 @@ def test_verify_reference_passes_with_json(model):
     (["bench", "qwen3-8b-shape:Q4_X", "--dry-run"], "unsupported quant type 'Q4_X'"),
     (["bench", "qwen3-30b-a3b-shape:Q4_K", "--suite", "kernels", "--op", "link", "--dry-run"], "has no such layer"),
     (["bench", "{model}", "--suite", "kernels", "--prefill-sizes", "0", "--dry-run"], "--prefill-sizes must be"),
+    (["bench", "smollm2-135m-shape:Q4_K", "--dry-run"], "rows need a multiple of 256 values, got 576"),
+    (["bench", "qwen3-8b-shape:Q4_K", "--suite", "kernels", "--context", "40960", "--dry-run"], "does not fit"),
     (["models", "pull", "no-such-model"], "unknown model"),
 ])
 def test_bad_input_gives_one_clear_line_and_nonzero_exit(model, args, needle):

@@ -78,6 +78,27 @@ def test_every_weight_type_links_bit_for_bit(backend, arch, qtype, kv_dtype):
     _linked_equals_dp4a(backend, arch, qtype, kv_dtype, 2, n_embd)
 
 
+@pytest.mark.tier_all("the _g32_32 entry (one row-loop site for o, down and QKV); make test runs _g16_32")
+def test_the_g32_entry_links_bit_for_bit(backend):
+    _linked_equals_dp4a(backend, "qwen2", "Q4_1", "f16", 2, 1024, "layer_dp4a_q4_1_g32_32", n_ff=1024)
+
+
+def test_the_link_takes_the_compiled_g_entry_where_every_row_loop_has_it():
+    """_g16_32 / _g32_32 where rows of n_embd -- and, with the post half, the o-projection's of q_dim -- have
+    G 16 or 32 and rows of n_ff 32 (the kernel's DP_ASSUME_G returns at once otherwise: a launcher that
+    asked for it would compute nothing); else the run-time entry."""
+    from sharpinf.ops.layer_dp4a import _entry
+
+    q4 = quants.Q4_K
+    assert _entry(q4, True, 576, _step(1, n_embd=576, n_ff=1536)) == "layer_dp4a_q4_k_g16_32"  # SmolLM2
+    assert _entry(q4, True, 4096, _step(1, n_embd=4096, n_ff=12288)) == "layer_dp4a_q4_k_g32_32"  # Qwen3-8B
+    wide_q = _step(1, n_embd=512, n_ff=1024)
+    assert _entry(q4, True, 1024, wide_q) == "layer_dp4a_q4_k"  # q_dim's G 32 beside n_embd's 16
+    assert _entry(q4, False, 1024, wide_q) == "layer_dp4a_q4_k_g16_32"  # the pre half alone: no o-projection
+    assert _entry(q4, True, 256, _step(1, n_embd=256, n_ff=1024)) == "layer_dp4a_q4_k"  # G 8
+    assert _entry(quants.Q8_0, True, 1024, _step(1, n_embd=1024, n_ff=768)) == "layer_dp4a_q8_0"  # no (32, 16)
+
+
 @pytest.mark.tier_all("gemma3 at head_dim 256 (windows, GeGLU); make test runs gemma3 at 32")
 def test_gemma3_head_dim_256_links_its_pre_halves(backend):
     _linked_equals_dp4a(backend, "gemma3", "Q8_0", "f16", 9, 256, n_head=4, n_head_kv=1, head_dim=256)

@@ -192,6 +192,7 @@ def _dry_run(console, json_out: bool, model: str | None, backend: str, names: li
 
     if backend.strip().lower() not in NAMES:
         raise SharpinfError(f"unknown backend {backend!r}; choose one of {', '.join(NAMES)}")
+    context_length = None  # known without loading for the shape models only
     if model is not None and SHAPE_MARK in model:
         from sharpinf.model import quants
         from sharpinf.model.synth import SHAPES
@@ -199,12 +200,17 @@ def _dry_run(console, json_out: bool, model: str | None, backend: str, names: li
         shape, qtype = model.split(SHAPE_MARK, 1)
         if shape not in SHAPES:
             raise SharpinfError(f"no shape {shape!r}: the shapes are {', '.join(SHAPES)}")
-        try:
-            quants.qtype_from_name(qtype)
+        spec = SHAPES[shape]
+        try:  # the type, and rows of the shape's lengths in it (shape_model refuses them before it writes)
+            t = quants.qtype_from_name(qtype)
+            for n in (spec["n_embd"], spec["n_ff"], spec.get("n_ff_exp", spec["n_ff"]),
+                      spec["n_head"] * spec.get("head_dim", spec["n_embd"] // spec["n_head"])):
+                quants.row_bytes(t, n)
         except ValueError as exc:
             raise SharpinfError(f"{model}: {exc}") from None
         if "kernels" in names:
-            check_ops(op, SHAPES[shape]["arch"].endswith("moe"))
+            check_ops(op, spec.get("n_expert", 0) > 0)
+        context_length = spec["context_length"]
     elif model is not None and model != SYNTH_NAME:
         from sharpinf.model.registry import REGISTRY
 
@@ -221,6 +227,14 @@ def _dry_run(console, json_out: bool, model: str | None, backend: str, names: li
         kw = SUITES[name].defaults(on_gpu, quick)
         kw.update({k: v for k, v in overrides[name].items() if v is not None})
         plan[name] = kw
+        if context_length and name in ("kernels", "decode"):  # the suites' own checks, made before loading
+            if kw["context"] + 1 >= context_length:
+                raise SharpinfError(f"{name}: context {kw['context']} does not fit the model's context length "
+                                    f"{context_length}")
+            too_long = [P for P in kw.get("prefill_context", ()) if P > context_length]
+            if too_long:
+                raise SharpinfError(f"{name}: prefill length {too_long[0]} does not fit the model's context "
+                                    f"length {context_length}")
     if json_out:
         print(dumps({"dry_run": plan}))
         return
