@@ -34,6 +34,27 @@ def default_model_path() -> Path:
 SHAPE_MARK = "-shape:"  # SHAPE-shape:TYPE, e.g. qwen3-8b-shape:Q4_K
 
 
+def parse_shape(model: str) -> tuple[str, str]:
+    """SHAPE-shape:TYPE -> (SHAPE, TYPE), SHAPE one of sharpinf.model.synth.SHAPES."""
+    from sharpinf.errors import SharpinfError
+    from sharpinf.model.synth import SHAPES
+
+    name, qtype = model.split(SHAPE_MARK, 1)
+    if name not in SHAPES:
+        raise SharpinfError(f"no shape {name!r}: the shapes are {', '.join(SHAPES)}")
+    return name, qtype
+
+
+def check_context(context_length: int, context: int, prefill_context: Sequence[int] = ()) -> None:
+    """ValueError where a suite's sequences (decoding at `context`, prompts of `prefill_context`) do not fit
+    the model's context length -- the suites' check, and the dry run's before anything loads."""
+    if context + 1 >= context_length:
+        raise ValueError(f"context {context} does not fit the model's context length {context_length}")
+    too_long = [P for P in prefill_context if P > context_length]
+    if too_long:
+        raise ValueError(f"prefill length {too_long[0]} does not fit the model's context length {context_length}")
+
+
 def resolve_bench_model(model: str | None) -> tuple[Path, str]:
     """(path, label): None or "synth" -> the synthetic default; SHAPE-shape:TYPE -> a benchmark
     model of a real model's shape in TYPE (sharpinf.model.synth.SHAPES, tiled random weights, made
@@ -41,13 +62,9 @@ def resolve_bench_model(model: str | None) -> tuple[Path, str]:
     if model is None or model == SYNTH_NAME:
         return default_model_path(), f"synthetic llama Q8_0 (n_embd={SYNTH_KW['n_embd']}, n_layer={SYNTH_KW['n_layer']})"
     if SHAPE_MARK in str(model):
-        from sharpinf.errors import SharpinfError
-        from sharpinf.model.synth import SHAPES, shape_model
+        from sharpinf.model.synth import shape_model
 
-        name, qtype = str(model).split(SHAPE_MARK, 1)
-        if name not in SHAPES:
-            raise SharpinfError(f"no shape {name!r}: the shapes are {', '.join(SHAPES)}")
-        return shape_model(name, qtype), str(model)
+        return shape_model(*parse_shape(str(model))), str(model)
     from sharpinf.model.registry import resolve_model
 
     return resolve_model(model), str(model)

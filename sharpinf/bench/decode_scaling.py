@@ -14,8 +14,8 @@ import numpy as np
 from rich.table import Table
 
 from sharpinf.step.batch import Batch, SeqChunk
-from sharpinf.bench.common import (BenchContext, envelope, fmt_ms, fmt_rate, pyplot, random_prompt, repeat_timed,
-                                   save_fig, title_of)
+from sharpinf.bench.common import (BenchContext, check_context, envelope, fmt_ms, fmt_rate, pyplot, random_prompt,
+                                   repeat_timed, save_fig, title_of)
 from sharpinf.bench import host_gap
 from sharpinf.step.kv_pool import KVPool
 
@@ -49,8 +49,7 @@ def step_weight_bytes(fp) -> int:
 def run(ctx: BenchContext, batch_sizes: list[int], context: int, repeats: int, block_size: int, kv_dtype: str,
         gap_sizes: tuple[int, ...] = (), gap_steps: int = 5) -> dict:
     cfg, be = ctx.model.config, ctx.backend
-    if context + 1 >= cfg.context_length:
-        raise ValueError(f"context {context} does not fit the model's context length {cfg.context_length}")
+    check_context(cfg.context_length, context)
     fp = ctx.forward_pass()
     per_seq = -(-(context + 1) // block_size)
     pool = KVPool(be, cfg, max(batch_sizes) * per_seq, block_size, kv_dtype)

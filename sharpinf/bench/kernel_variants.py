@@ -41,7 +41,7 @@ from rich.console import Group
 from rich.table import Table
 
 from sharpinf.errors import SharpinfError
-from sharpinf.bench.common import BenchContext, envelope, launch_timed, pyplot, save_fig, title_of
+from sharpinf.bench.common import BenchContext, check_context, envelope, launch_timed, pyplot, save_fig, title_of
 from sharpinf.model import quants
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic
@@ -542,11 +542,7 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
     be, cfg = ctx.backend, ctx.model.config
     sel = Selection.parse(ops, variants)
     check_ops(ops, cfg.is_moe, cfg.arch)
-    if context + 1 >= cfg.context_length:
-        raise ValueError(f"context {context} does not fit the model's context length {cfg.context_length}")
-    too_long = [P for P in prefill_context if P > cfg.context_length]
-    if too_long:
-        raise ValueError(f"prefill length {too_long[0]} does not fit the model's context length {cfg.context_length}")
+    check_context(cfg.context_length, context, prefill_context)
     bw = be.device_bandwidth()
     groups = case_groups(ctx, sel, tokens, context, kv_dtype, prefill, prefill_context)
     rows = []

@@ -163,8 +163,7 @@ def bench(
     docs = {}
     for name in names:
         mod = SUITES[name]
-        kw = mod.defaults(on_gpu, quick)
-        kw.update({k: v for k, v in overrides[name].items() if v is not None})
+        kw = _settings(name, on_gpu, quick, overrides)
         t0 = time.perf_counter()
         try:
             doc = mod.run(ctx, **kw)
@@ -181,12 +180,20 @@ def bench(
         print(dumps({"suites": docs}))
 
 
+def _settings(name: str, on_gpu: bool, quick: bool, overrides: dict) -> dict:
+    """A suite's settings: its defaults on that backend, the command line's over them."""
+    from sharpinf.bench import SUITES
+
+    kw = SUITES[name].defaults(on_gpu, quick)
+    kw.update({k: v for k, v in overrides[name].items() if v is not None})
+    return kw
+
+
 def _dry_run(console, json_out: bool, model: str | None, backend: str, names: list[str], overrides: dict,
              quick: bool, op: str | None) -> None:
     """--dry-run: the model's name and the backend's checked without loading or starting either, then each
-    suite's settings (its defaults on that backend, the command line's over them)."""
-    from sharpinf.bench import SUITES
-    from sharpinf.bench.common import SHAPE_MARK, SYNTH_NAME, dumps
+    suite's settings (_settings) and, for a shape model, the checks the suites make of them."""
+    from sharpinf.bench.common import SHAPE_MARK, SYNTH_NAME, check_context, dumps, parse_shape
     from sharpinf.bench.kernel_variants import check_ops
     from sharpinf.runtime.select import NAMES
 
@@ -194,47 +201,33 @@ def _dry_run(console, json_out: bool, model: str | None, backend: str, names: li
         raise SharpinfError(f"unknown backend {backend!r}; choose one of {', '.join(NAMES)}")
     context_length = None  # known without loading for the shape models only
     if model is not None and SHAPE_MARK in model:
-        from sharpinf.model import quants
-        from sharpinf.model.synth import SHAPES
+        from sharpinf.model.synth import SHAPES, check_shape_type
 
-        shape, qtype = model.split(SHAPE_MARK, 1)
-        if shape not in SHAPES:
-            raise SharpinfError(f"no shape {shape!r}: the shapes are {', '.join(SHAPES)}")
-        spec = SHAPES[shape]
-        try:  # the type, and rows of the shape's lengths in it (shape_model refuses them before it writes)
-            t = quants.qtype_from_name(qtype)
-            for n in (spec["n_embd"], spec["n_ff"], spec.get("n_ff_exp", spec["n_ff"]),
-                      spec["n_head"] * spec.get("head_dim", spec["n_embd"] // spec["n_head"])):
-                quants.row_bytes(t, n)
+        shape, qtype = parse_shape(model)
+        try:
+            check_shape_type(shape, qtype)
         except ValueError as exc:
             raise SharpinfError(f"{model}: {exc}") from None
         if "kernels" in names:
-            check_ops(op, spec.get("n_expert", 0) > 0)
-        context_length = spec["context_length"]
+            check_ops(op, SHAPES[shape].get("n_expert", 0) > 0)
+        context_length = SHAPES[shape]["context_length"]
     elif model is not None and model != SYNTH_NAME:
-        from sharpinf.model.registry import REGISTRY
+        from sharpinf.model.registry import REGISTRY, unknown_model
 
         if model not in REGISTRY and not Path(model).expanduser().is_file():
-            raise SharpinfError(f"'{model}' is neither a registered model ({', '.join(REGISTRY)}) nor a file")
+            raise unknown_model(model)
     chosen = backend.strip().lower()
     if chosen == "auto":  # what auto would take here, probed as the backend would, nothing started
         from sharpinf.runtime.cuda_probe import cuda_status
 
         chosen = "cuda" if cuda_status()[0] else "emu"
-    on_gpu = chosen == "cuda"
-    plan = {}
-    for name in names:
-        kw = SUITES[name].defaults(on_gpu, quick)
-        kw.update({k: v for k, v in overrides[name].items() if v is not None})
-        plan[name] = kw
-        if context_length and name in ("kernels", "decode"):  # the suites' own checks, made before loading
-            if kw["context"] + 1 >= context_length:
-                raise SharpinfError(f"{name}: context {kw['context']} does not fit the model's context length "
-                                    f"{context_length}")
-            too_long = [P for P in kw.get("prefill_context", ()) if P > context_length]
-            if too_long:
-                raise SharpinfError(f"{name}: prefill length {too_long[0]} does not fit the model's context "
-                                    f"length {context_length}")
+    plan = {name: _settings(name, chosen == "cuda", quick, overrides) for name in names}
+    for name in ("kernels", "decode"):
+        if context_length and name in plan:  # the suites' own check, made before loading
+            try:
+                check_context(context_length, plan[name]["context"], plan[name].get("prefill_context", ()))
+            except ValueError as exc:
+                raise SharpinfError(f"{name}: {exc}") from None
     if json_out:
         print(dumps({"dry_run": plan}))
         return

@@ -207,7 +207,12 @@ def resolve_model(model: str | os.PathLike, pull_missing: bool = True, quiet: bo
     p = Path(s).expanduser()
     if p.is_file():
         return p
-    raise SharpinfError(f"'{s}' is neither a registered model ({', '.join(REGISTRY)}) nor a file")
+    raise unknown_model(s)
+
+
+def unknown_model(name: str) -> SharpinfError:
+    """The error for a name that is neither registered nor a file."""
+    return SharpinfError(f"'{name}' is neither a registered model ({', '.join(REGISTRY)}) nor a file")
 
 
 def open_model(model):

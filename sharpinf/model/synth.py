@@ -302,6 +302,16 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
+def check_shape_type(name: str, qtype: str) -> None:
+    """ValueError where SHAPES[name]'s rows (n_embd, the FFN's, the attention's q_dim) do not fit qtype's
+    blocks, or qtype is no supported type -- what writing the model would refuse, said before it starts."""
+    spec = SHAPES[name]
+    t = quants.qtype_from_name(qtype)
+    for n in (spec["n_embd"], spec["n_ff"], spec.get("n_ff_exp", spec["n_ff"]),
+              spec["n_head"] * spec.get("head_dim", spec["n_embd"] // spec["n_head"])):
+        quants.row_bytes(t, n)
+
+
 def shape_model(name: str, qtype: str, directory: str | Path | None = None) -> Path:
     """A benchmark model of a real model's shape (SHAPES) in qtype, tiled weights, cached on disk."""
     spec = dict(SHAPES[name])
