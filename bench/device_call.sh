@@ -119,6 +119,15 @@
 #      wavefronts, not DRAM, bind the N = 1 matvecs (33-56% of the copy bandwidth on the H200), the
 #      next variant loads each row's bytes coalesced (16 bytes a lane, consecutive) and hands the
 #      chunks out by shuffles, in dp4a's order.
+#   7. programmatic dependent launch (2026-11-29, never on a GPU): SHARPINF_PDL=1 launches every kernel
+#      but a cooperative one with the programmatic-stream-serialization attribute, so its blocks start
+#      while the kernel before it finishes and wait in the kernel for their inputs (common.cuh); the
+#      decode matvecs ask L2 for their first rows before that wait. pdl-check.log first (the bits of
+#      ordinary launches, eager and graphs; a failure skips the timing), then tg-pdl{0,1}-*.log /
+#      single_stream_*_pdl{0,1}.json: single-stream decode through the engine with graphs, off and on in
+#      the same call, SmolLM2's shape and the 8B's; in the probes stage decode-fast-pdl.log (the decode
+#      suite, eager, beside decode-fast.log). If on wins, SHARPINF_PDL becomes the default on sm_90
+#      (cuda_backend.py's _pdl_launcher).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${1:-peers,kernels,probes,ncu,tests}
@@ -280,6 +289,20 @@ if has kernels; then
       --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k"
     stamp "decode $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode-$k.log"
   done
+  # programmatic dependent launch (header, item 7): its bits against ordinary launches, then single-stream
+  # decode off and on, both shapes (~25 s a run on the H200 by the 2026-11-26 single-stream rows)
+  stamp "pdl: bits against ordinary launches"
+  if SHARPINF_PDL=1 run pdl-check.log 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_pdl.py \
+      -k ordinary_ones; then
+    stamp "pdl check passed"
+    for m in smollm2-135m-shape:Q4_1 qwen3-8b-shape:Q4_K; do
+      for p in 0 1; do
+        SHARPINF_PDL=$p run "tg-pdl$p-${m%%-*}.log" 50 python3 bench/single_stream.py --model "$m" --backend cuda \
+          --kernels fast --prompt 1 --decode 128 --repeats 3 --out "$RUN/single_stream_${m%%:*}_pdl$p.json"
+        stamp "tg pdl=$p $m exit $?"; grep -iE "decode" "$OUT/tg-pdl$p-${m%%-*}.log" | tail -2
+      done
+    done
+  else stamp "pdl check FAILED (pdl-check.log): no PDL timing"; tail -5 "$OUT/pdl-check.log"; fi
   # the head's sampling over Qwen3's 152k vocabulary (temperature 1, top-k 50, top-p 0.9):
   # sampling.cu's block a row vs sampling_radix.cu's row over many blocks (issue 20: <= 20 us a row)
   stamp "kernels: sampling on the 8B shape"
@@ -402,6 +425,11 @@ if has probes; then
       --prefill-sizes '' --repeats 3 --out "$RUN/${m%%:*}-link-bounds"
     stamp "kernels link bounds $m exit $?"
   done
+  # programmatic dependent launch in the decode suite (eager forward passes), beside decode-fast.log
+  stamp "decode: SmolLM2 shape, fast, SHARPINF_PDL=1"
+  SHARPINF_PDL=1 run decode-fast-pdl.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda \
+    --suite decode --kernels fast --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-fast-pdl"
+  stamp "decode fast pdl exit $?"; grep -E "decode step at|host gap" "$OUT/decode-fast-pdl.log"
   # the compile-time-G matvecs end to end: fast with G from n_in at run time (DP_FIXED_G=0) beside
   # decode-fast.log (SmolLM2's QKV, o and gate+up take the _g16 entries, its down the _g32)
   stamp "decode: SmolLM2 shape, fast, G at run time"

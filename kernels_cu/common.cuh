@@ -70,6 +70,66 @@ __device__ __forceinline__ void sharpinf_grid_sync(unsigned* bar) {
 }
 #endif
 
+// --- programmatic dependent launch (sm_90 and later) --------------------------------------------
+// With SHARPINF_PDL=1 the GPU backend launches each kernel with the programmatic-stream-serialization
+// attribute (cuLaunchKernelEx): the driver may start its blocks while the kernel before it in the
+// stream is still running, once every block of that one has passed its trigger. What that buys is
+// the gap between two kernels -- the launch, the last wave's tail, the first loads' latency -- which
+// is most of a small kernel's time in decode (issue 20's launch floor).
+// The contract every entry keeps (sharpinf/runtime/pdl_check.py proves it on the PTX of every entry,
+// so a kernel that breaks it fails a test rather than racing on a GPU):
+//   * sharpinf_pdl_wait() comes before the entry's first global load or store, atomic or branch:
+//     it returns once every kernel before this one has completed and its writes are visible. Before
+//     it, only index arithmetic and L2 prefetches of memory no kernel writes (weights:
+//     sharpinf_prefetch_l2). Waiting holds transitively: the kernel before waited for its own.
+//   * sharpinf_pdl_trigger() lets the next kernel's blocks be placed. Every entry triggers at its
+//     start: a block of the next kernel then sits at its wait on an SM the running kernel has left
+//     free, and starts the moment the data is there.
+// SHARPINF_ENTRY_ATTRS puts both at the top of every entry (sharpinf_pdl_enter); an entry written
+// out by hand calls sharpinf_pdl_enter() first. A file that prefetches before its wait redefines
+// SHARPINF_PDL_AT_ENTRY (below) to trigger only, and calls sharpinf_pdl_wait() itself. Launched
+// without the attribute (the default, and every GPU before sm_90) both instructions do nothing; on
+// the emulator, which runs one kernel at a time, they compile to nothing.
+__device__ __forceinline__ void sharpinf_pdl_trigger() {
+#if !defined(SHARPINF_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void sharpinf_pdl_wait() {
+#if !defined(SHARPINF_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void sharpinf_pdl_enter() {
+    sharpinf_pdl_trigger();
+    sharpinf_pdl_wait();
+}
+// Ask L2 for bytes [p, p + n) of global memory, without waiting (a hint: nothing is read into
+// registers, nothing faults). Only the 16-byte-aligned part of the range is asked for (the bulk
+// prefetch's rule), so no byte outside it is touched; at most its first 1 GB (the size is 32 bits).
+// One instruction for the whole range, predicated off when it is empty: no branch, so it may stand
+// before an entry's wait. Compiled in only where the backend launches with PDL (it then compiles
+// every file with -DSHARPINF_PDL_PREFETCH=1): without the overlap, a prefetch just before the loads
+// would only add requests, and the default build stays what was measured.
+#ifndef SHARPINF_PDL_PREFETCH
+#define SHARPINF_PDL_PREFETCH 0
+#endif
+__device__ __forceinline__ void sharpinf_prefetch_l2(const void* p, long long n) {
+#if SHARPINF_PDL_PREFETCH && !defined(SHARPINF_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const long long a = (long long)p, lo = (a + 15) & ~15ll, hi = (a + (n > 0 ? n : 0)) & ~15ll;
+    const long long span = hi > lo ? hi - lo : 0;
+    const unsigned bytes = (unsigned)(span < (1ll << 30) ? span : (1ll << 30));
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %1, 0;\n\t"
+        "@p cp.async.bulk.prefetch.L2.global [%0], %1;\n\t}" ::"l"(lo),
+        "r"(bytes)
+        : "memory");
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 // --- the last of n blocks ----------------------------------------------------------
 // sharpinf_last_arrival(ticket, n): true in the block that arrives n-th at *ticket (the same answer
 // for every thread of a block), with every arriving block's global writes from before its call
@@ -131,8 +191,15 @@ __device__ __forceinline__ bool sharpinf_last_arrival(int* ticket, int n) {
 #endif
 #define SHARPINF_ENTRY(name, params, ...) SHARPINF_ENTRY_ATTRS(name, , params, __VA_ARGS__)
 // ... with attributes before the name (e.g. __launch_bounds__(128, 1))
-#define SHARPINF_ENTRY_ATTRS(name, attrs, params, ...) \
-    SHARPINF_CAT(SHARPINF_IF_, SHARPINF_WANTED(name))(extern "C" __global__ void attrs name params { __VA_ARGS__; })
+#define SHARPINF_ENTRY_ATTRS(name, attrs, params, ...)                                        \
+    SHARPINF_CAT(SHARPINF_IF_, SHARPINF_WANTED(name))(extern "C" __global__ void attrs name params { \
+        SHARPINF_PDL_AT_ENTRY();                                                                   \
+        __VA_ARGS__;                                                                               \
+    })
+// an entry's first statement (programmatic dependent launch, above): trigger and wait. A file whose
+// entries wait in their body, after their prefetches, redefines it as sharpinf_pdl_trigger before
+// them (the preprocessor expands it where an entry is written, with the definition in force there).
+#define SHARPINF_PDL_AT_ENTRY sharpinf_pdl_enter
 
 // name_<kv>_d<hd> for KV f32/f16/bf16 x head_dim 16..256 (TYPED<HD, T>(call...)) and q8_0 x 32..256
 // (Q8<HD>(call...)): the attention kernels' 20 entries; ATTRS(hd) gives each entry's attributes

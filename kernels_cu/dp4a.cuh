@@ -530,6 +530,24 @@ __device__ __forceinline__ int dp_group_lanes(int n_chunks) {
     return g;
 }
 
+// Programmatic dependent launch (common.cuh): the weight rows of this block's first pass, asked of
+// L2 before the entry's wait. A matvec's inputs are a few KB of activations; its weights are
+// megabytes no kernel writes. So a block that starts early -- while the kernel before it drains its
+// last wave, or while attention or a norm holds a few SMs -- has its HBM reads under way when the
+// wait returns. Thread 0 asks for W's rows, thread 32 for W2's, in the first token tile's blocks;
+// branch-free (G by __clz, not dp_group_lanes' loop: pdl_check.py refuses a branch before the wait).
+// Nothing without -DSHARPINF_PDL_PREFETCH=1.
+template <int QT, int NMAT, int GC>
+__device__ __forceinline__ void dp_prefetch_rows(const unsigned char* W, const unsigned char* W2, int n_out, int n_in) {
+    const int n_chunks = n_in / 32;
+    const int G = GC ? GC : (n_chunks >= 32 ? 32 : 1 << (31 - __clz(n_chunks > 0 ? n_chunks : 1)));
+    const int rows = (int)(blockDim.x >> 5) * (32 / G), r0 = blockIdx.x * rows;
+    const int nr = n_out - r0 < rows ? n_out - r0 : rows;  // <= 0 past the last row: nothing asked
+    const long long row_bytes = gb_row_bytes<QT>(n_in), bytes = blockIdx.y == 0 ? nr * row_bytes : 0;
+    sharpinf_prefetch_l2(W + r0 * row_bytes, threadIdx.x == 0 ? bytes : 0);
+    if (NMAT > 1) sharpinf_prefetch_l2(W2 + r0 * row_bytes, threadIdx.x == 32 ? bytes : 0);
+}
+
 // The canonical order (every q8_1 matmul kernel follows it, for every N): member g of a row's G
 // lanes (G from n_in only) adds the float terms of chunks g, g + G, g + 2G, ... to 0 in that order;
 // the members form groups of GS = min(G, DP_GROUP) in member order, each group adds its members'

@@ -24,15 +24,21 @@ __device__ __forceinline__ void map2(const T* a, const T* b, T* out, int n) {  /
         out[i] = from_float<T>(op(to_float(a[i]), to_float(b[i])));
 }
 
-extern "C" __global__ void add_f32(const float* a, const float* b, float* out, int n) { map2<float, AddOp>(a, b, out, n); }
+extern "C" __global__ void add_f32(const float* a, const float* b, float* out, int n) {
+    sharpinf_pdl_enter();
+    map2<float, AddOp>(a, b, out, n);
+}
 extern "C" __global__ void silu_gate_f32(const float* gate, const float* up, float* out, int n) {
+    sharpinf_pdl_enter();
     map2<float, SiluGateOp>(gate, up, out, n);
 }
 
 extern "C" __global__ void gelu_gate_f32(const float* gate, const float* up, float* out, int n) {
+    sharpinf_pdl_enter();
     map2<float, GeluGateOp>(gate, up, out, n);
 }
 extern "C" __global__ void softcap_f32(float* x, int n, float cap) {
+    sharpinf_pdl_enter();
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = cap * tanhf(x[i] / cap);
 }

@@ -46,45 +46,56 @@ __device__ __forceinline__ void embed_row(const unsigned char* __restrict__ W, i
 // The entry points, one per type.
 extern "C" __global__ void embed_f32(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_F32>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }
 extern "C" __global__ void embed_f16(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_F16>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }
 extern "C" __global__ void embed_bf16(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_BF16>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }
 extern "C" __global__ void embed_q8_0(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_Q8_0>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }
 extern "C" __global__ void embed_q4_0(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_Q4_0>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }
 extern "C" __global__ void embed_q4_1(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_Q4_1>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }
 extern "C" __global__ void embed_q5_0(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_Q5_0>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }
 extern "C" __global__ void embed_q5_1(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_Q5_1>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }
 extern "C" __global__ void embed_q4_k(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_Q4_K>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }
 extern "C" __global__ void embed_q5_k(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_Q5_K>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }
 extern "C" __global__ void embed_q6_k(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
                                     const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
     embed_row<GB_Q6_K>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }

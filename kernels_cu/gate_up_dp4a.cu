@@ -22,9 +22,18 @@
 
 // One entry per weight type, gate_up_dp4a_<type>, and gate_up_dp4a_<type>_g16 / _g32 (as matmul_dp4a.cu's),
 // each compiled only when wanted (GB_ENTRIES, ggml_blocks.cuh).
-template <int QT> __device__ __forceinline__ void dp4a_gate_up(GU_ARGS) { dp4a_rows<QT, 2>(GU_PASS); }
+// trigger at the top, wait after the prefetch of the first rows (as matmul_dp4a.cu)
+#undef SHARPINF_PDL_AT_ENTRY
+#define SHARPINF_PDL_AT_ENTRY sharpinf_pdl_trigger
+template <int QT> __device__ __forceinline__ void dp4a_gate_up(GU_ARGS) {
+    dp_prefetch_rows<QT, 2, 0>(Wg, Wu, n_ff, n_in);
+    sharpinf_pdl_wait();
+    dp4a_rows<QT, 2>(GU_PASS);
+}
 #define DP_GATE_UP_G(G)                                                                                   \
     template <int QT> __device__ __forceinline__ void dp4a_gate_up_g##G(GU_ARGS) {                        \
+        dp_prefetch_rows<QT, 2, G>(Wg, Wu, n_ff, n_in);                                                   \
+        sharpinf_pdl_wait();                                                                              \
         DP_ASSUME_G(n_in, G);                                                                             \
         dp4a_rows<QT, 2, DP_GC(G)>(GU_PASS);                                                              \
     }                                                                                                     \

@@ -14,6 +14,7 @@
 #define GR_BATCH 16
 
 extern "C" __global__ void gather_rows_f32(const float* x, const int* rows, float* out, int n_rows, int n_cols) {
+    sharpinf_pdl_enter();
     const int r = blockIdx.x;
     if (r >= n_rows) return;
     const float* src = x + (long long)rows[r] * n_cols;

@@ -45,6 +45,7 @@ __device__ __forceinline__ void q8_0_block(float v, unsigned char* dst, int lane
 extern "C" __global__ void kv_append_q8_0(const float* qkv, int qkv_stride, int k_col, int v_col,
                                           const int* slot_mapping, unsigned char* k_cache, unsigned char* v_cache,
                                           int n_tokens, int n_kv_heads, int head_dim) {
+    sharpinf_pdl_enter();
     const int lane = threadIdx.x & 31;
     const int nb = head_dim / 32;                       // blocks per (slot, head)
     const int row_blocks = n_kv_heads * nb;             // blocks per slot
@@ -65,18 +66,21 @@ extern "C" __global__ void kv_append_q8_0(const float* qkv, int qkv_stride, int 
 extern "C" __global__ void kv_append_f32(const float* qkv, int qkv_stride, int k_col, int v_col,
                                          const int* slot_mapping, float* k_cache, float* v_cache, int n_tokens,
                                          int n_kv_heads, int head_dim) {
+    sharpinf_pdl_enter();
     kv_append_typed<float>(qkv, qkv_stride, k_col, v_col, slot_mapping, k_cache, v_cache, n_tokens, n_kv_heads,
                            head_dim);
 }
 extern "C" __global__ void kv_append_f16(const float* qkv, int qkv_stride, int k_col, int v_col,
                                          const int* slot_mapping, __half* k_cache, __half* v_cache, int n_tokens,
                                          int n_kv_heads, int head_dim) {
+    sharpinf_pdl_enter();
     kv_append_typed<__half>(qkv, qkv_stride, k_col, v_col, slot_mapping, k_cache, v_cache, n_tokens, n_kv_heads,
                             head_dim);
 }
 extern "C" __global__ void kv_append_bf16(const float* qkv, int qkv_stride, int k_col, int v_col,
                                           const int* slot_mapping, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
                                           int n_tokens, int n_kv_heads, int head_dim) {
+    sharpinf_pdl_enter();
     kv_append_typed<__nv_bfloat16>(qkv, qkv_stride, k_col, v_col, slot_mapping, k_cache, v_cache, n_tokens,
                                    n_kv_heads, head_dim);
 }

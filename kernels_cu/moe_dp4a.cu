@@ -36,6 +36,7 @@
 
 extern "C" __global__ void moe_sort(const int* ids, int* order, int* tiles, int n_pairs, int n_expert, int max_tiles,
                                     int tile) {
+    sharpinf_pdl_enter();
     __shared__ int count[MOE_MAX_EXPERTS], start[MOE_MAX_EXPERTS], red[32];
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x) count[e] = 0;
     __syncthreads();

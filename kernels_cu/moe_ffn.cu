@@ -70,6 +70,7 @@ GB_ENTRIES(moe_down, , (MD_PARAMS), moe_down_t, Wd, G, ids, Y, n_pairs, n_out, n
 
 // x += the k pair outputs of each token, weighted, in rank order (shared by every MoE variant).
 extern "C" __global__ void moe_combine(const float* Y, const float* wts, float* x, int n_tokens, int k, int n) {
+    sharpinf_pdl_enter();
     const long long total = (long long)n_tokens * n, stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const long long t = i / n, j = i % n;

@@ -57,10 +57,12 @@ __device__ __forceinline__ void moe_route_row(Load load, const float* __restrict
 
 extern "C" __global__ void moe_route_f32(const float* X, const float* Wr, int* ids, float* wts, int n_expert, int k,
                                          int n_in) {
+    sharpinf_pdl_enter();
     moe_route_row(RowF32{X + (long long)blockIdx.x * n_in}, Wr, ids, wts, n_expert, k, n_in);
 }
 extern "C" __global__ void moe_route_q8(const signed char* xq, const float* xd, const float* Wr, int* ids, float* wts,
                                         int n_expert, int k, int n_in) {
+    sharpinf_pdl_enter();
     moe_route_row(RowQ8{xq + (long long)blockIdx.x * n_in, xd + (long long)blockIdx.x * (n_in / 32)}, Wr, ids, wts,
                   n_expert, k, n_in);
 }

@@ -112,10 +112,12 @@ __device__ __forceinline__ void moe_route_split_row(Load load, const float* __re
 
 extern "C" __global__ void moe_route_split_f32(const float* X, const float* Wr, float* logits, int* tickets, int* ids,
                                                float* wts, int n_expert, int k, int n_in) {
+    sharpinf_pdl_enter();
     moe_route_split_row(RowF32{X + (long long)blockIdx.x * n_in}, Wr, logits, tickets, ids, wts, n_expert, k, n_in);
 }
 extern "C" __global__ void moe_route_split_q8(const signed char* xq, const float* xd, const float* Wr, float* logits,
                                               int* tickets, int* ids, float* wts, int n_expert, int k, int n_in) {
+    sharpinf_pdl_enter();
     moe_route_split_row(RowQ8{xq + (long long)blockIdx.x * n_in, xd + (long long)blockIdx.x * (n_in / 32)}, Wr,
                         logits, tickets, ids, wts, n_expert, k, n_in);
 }

@@ -8,6 +8,7 @@
 
 extern "C" __global__ void qk_norm_f32(float* qkv, const float* w, int n_tokens, int n_heads, int head_dim,
                                        int row_stride, int col, float eps) {
+    sharpinf_pdl_enter();
     __shared__ float smem32[32];
     const int row = blockIdx.x;  // (token, head)
     if (row >= n_tokens * n_heads) return;  // uniform per block: never splits a barrier

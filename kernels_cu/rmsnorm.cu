@@ -28,8 +28,10 @@ __device__ __forceinline__ void rmsnorm_row(const T* x, const float* __restrict_
 }
 
 extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float* y, int n, float eps) {
+    sharpinf_pdl_enter();
     rmsnorm_row<float>(x, w, y, n, eps);
 }
 extern "C" __global__ void rmsnorm_add_f32(const float* y, const float* w, float* x, int n, float eps) {
+    sharpinf_pdl_enter();
     rmsnorm_row<float, true>(y, w, x, n, eps);
 }

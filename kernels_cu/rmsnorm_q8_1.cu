@@ -23,6 +23,7 @@
 // normalised values equal rmsnorm_f32's bits; a block larger than rmsnorm's only helps quantize.
 extern "C" __global__ void rmsnorm_q8_1(const float* x, const float* w, signed char* q, float* d, int* s, int n,
                                         float eps) {
+    sharpinf_pdl_enter();
     __shared__ float smem32[32];
     const long long row = blockIdx.x;
     rmsnorm_q8_1_row(x + row * n, w, q + row * n, d + row * (n / 32), s + row * (n / 32), n, eps, smem32);
@@ -32,6 +33,7 @@ extern "C" __global__ void rmsnorm_q8_1(const float* x, const float* w, signed c
 // over several blocks.
 #define RQ_CHUNK 64
 extern "C" __global__ void quantize_q8_1(const float* x, signed char* q, float* d, int* s, int n) {
+    sharpinf_pdl_enter();
     const long long row = blockIdx.x;
     x += row * n;
     const int b_begin = blockIdx.y * RQ_CHUNK, b_end = min(n / 32, b_begin + RQ_CHUNK);

@@ -44,10 +44,12 @@ __device__ __forceinline__ void rope_impl(float* x, int row_stride, const int* p
 
 extern "C" __global__ void rope_norm(float* x, int row_stride, const int* positions, int n_tokens, int n_heads,
                                      int head_dim, float theta, float freq_scale) {
+    sharpinf_pdl_enter();
     rope_impl<false>(x, row_stride, positions, n_tokens, n_heads, head_dim, theta, freq_scale);
 }
 
 extern "C" __global__ void rope_neox(float* x, int row_stride, const int* positions, int n_tokens, int n_heads,
                                      int head_dim, float theta, float freq_scale) {
+    sharpinf_pdl_enter();
     rope_impl<true>(x, row_stride, positions, n_tokens, n_heads, head_dim, theta, freq_scale);
 }

@@ -38,7 +38,7 @@ __device__ __forceinline__ void rope_kv_impl(float* qkv, int qkv_stride, const i
 #define RK_PASS qkv, qkv_stride, positions, slot_mapping, q_norm, k_norm, k_cache, v_cache, n_tokens, n_heads, \
         n_kv_heads, head_dim, theta, freq_scale, eps, neox, has_norm
 
-extern "C" __global__ void rope_kv_f32(RK_ARGS) { rope_kv_impl<float, false>(RK_PASS); }
-extern "C" __global__ void rope_kv_f16(RK_ARGS) { rope_kv_impl<__half, false>(RK_PASS); }
-extern "C" __global__ void rope_kv_bf16(RK_ARGS) { rope_kv_impl<__nv_bfloat16, false>(RK_PASS); }
-extern "C" __global__ void rope_kv_q8_0(RK_ARGS) { rope_kv_impl<float, true>(RK_PASS); }
+extern "C" __global__ void rope_kv_f32(RK_ARGS) { sharpinf_pdl_enter(); rope_kv_impl<float, false>(RK_PASS); }
+extern "C" __global__ void rope_kv_f16(RK_ARGS) { sharpinf_pdl_enter(); rope_kv_impl<__half, false>(RK_PASS); }
+extern "C" __global__ void rope_kv_bf16(RK_ARGS) { sharpinf_pdl_enter(); rope_kv_impl<__nv_bfloat16, false>(RK_PASS); }
+extern "C" __global__ void rope_kv_q8_0(RK_ARGS) { sharpinf_pdl_enter(); rope_kv_impl<float, true>(RK_PASS); }

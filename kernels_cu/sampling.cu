@@ -187,6 +187,7 @@ __device__ __forceinline__ int sample_block_argmax(float bv, int bi, float* sval
 }
 
 extern "C" __global__ void seen_update(SEEN_ARGS, int vocab) {
+    sharpinf_pdl_enter();
     seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, counts, cwords, count_n, blockIdx.x);
 }
 
@@ -194,6 +195,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_MAX_THREADS) sample_rows(con
                                        const unsigned long long* seeds, const int* steps, SEEN_ARGS,
                                        const int* slot_bias, int bias_stride, const int* mask_idx,
                                        const unsigned* masks, int* out, float* scratch) {
+    sharpinf_pdl_enter();
     __shared__ float redf[32];
     __shared__ int redi[32];
     __shared__ sample_u64 scan_q[SAMPLE_MAX_THREADS + 1];

@@ -267,6 +267,7 @@ __device__ __forceinline__ void radix_histogram(const RadixRow& r, int pass, con
 
 // --- the launches ------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_init(RADIX_ARGS) {
+    sharpinf_pdl_enter();
     const int row = blockIdx.y;
     seen_update_row(seen_bits, words, vocab, slots, clear, add_off, add_ids, counts, cwords, count_n, row);
     unsigned* a = acc + (long long)row * acc_stride;
@@ -274,6 +275,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
 }
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_z(RADIX_ARGS) {
+    sharpinf_pdl_enter();
     __shared__ sample_u64 red_q[32];
     __shared__ int red_i[32];
     const RadixRow r = radix_row(vocab, params, top_k, scratch, acc, acc_stride, mask_idx, masks, words);
@@ -313,6 +315,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
 }
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_w(RADIX_ARGS) {
+    sharpinf_pdl_enter();
     __shared__ RadixSmem sm;
     const RadixRow r = radix_row(vocab, params, top_k, scratch, acc, acc_stride, mask_idx, masks, words);
     if (!radix_samples(r)) return;  // uniform over the block
@@ -340,6 +343,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
 }
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_pass(RADIX_ARGS, int pass) {
+    sharpinf_pdl_enter();
     __shared__ RadixSmem sm;
     const RadixRow r = radix_row(vocab, params, top_k, scratch, acc, acc_stride, mask_idx, masks, words);
     if (!(r.topk_on || r.topp_on) || !radix_samples(r)) return;
@@ -352,6 +356,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_
 
 // The kept mass of the segment's ids above the cut (min-p applied) and its ties at the cut.
 extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_keep(RADIX_ARGS) {
+    sharpinf_pdl_enter();
     __shared__ RadixSmem sm;
     const RadixRow r = radix_row(vocab, params, top_k, scratch, acc, acc_stride, mask_idx, masks, words);
     if (!radix_samples(r)) return;
@@ -384,6 +389,7 @@ __device__ __forceinline__ float sample_unkey(unsigned k) {
 }
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_RADIX_THREADS) sample_radix_pick(RADIX_ARGS) {
+    sharpinf_pdl_enter();
     __shared__ RadixSmem sm;
     __shared__ sample_u64 seg_q[64];
     __shared__ sample_u64 pick_before;  // kept mass before the crossing segment

@@ -31,6 +31,8 @@ def fake_backend(on_launch):
     be._stream = SimpleNamespace(ptr=0x5EA, synchronize=lambda: None)
     be._cuda_errors = (FakeCudaError,)
     be._sync_each, be._capturing, be._last = False, False, "(none yet)"
+    be._pdl, be._pdl_state = None, "off"
+    be._launch_coop = lambda *a: on_launch(*a[:-1], "coop")
     return be
 
 
@@ -87,3 +89,47 @@ def test_errors_at_a_sync_point_name_the_last_kernel():
     with pytest.raises(BackendError, match="last kernel launched was matmul_q4_k.*SHARPINF_SYNC=1"):
         with be._errors("synchronize"):
             raise FakeCudaError("an illegal memory access was encountered")
+
+
+def test_pdl_launches_carry_the_attribute_and_the_same_parameters():
+    """SHARPINF_PDL's path: cuLaunchKernelEx gets cuda.h's CUlaunchConfig (geometry, the stream, one
+    attribute: programmatic stream serialization = 1) and the parameter array prepare packed; a
+    cooperative launch stays an ordinary one (its grid must start whole)."""
+    from sharpinf.runtime.pdl_launch import LaunchConfig, PdlLauncher
+
+    seen, plain = [], []
+
+    def launch_ex(cfg_ptr, f, params, extra):
+        c = LaunchConfig.from_address(cfg_ptr)
+        a = c.attrs[0]
+        value = ctypes.c_int32.from_address(ctypes.c_void_p.from_address(params).value).value
+        seen.append(((c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ, c.sharedMemBytes),
+                     c.hStream, c.numAttrs, a.id, a.value, f, value, extra))
+        return 0
+
+    be = fake_backend(lambda *a: plain.append(a))
+    be.resident_blocks = lambda kernel, threads, shared_mem=0: 132
+    be._pdl = object.__new__(PdlLauncher)
+    be._pdl._fn, be._pdl._error_string = launch_ex, None
+    k = fake_kernel("rmsnorm_q8_1", 0xABC)
+    be.run([be.prepare(k, (5, 1, 2), 96, (np.int32(41),), shared_mem=256)])
+    assert seen == [((5, 1, 2, 96, 1, 1, 256), 0x5EA, 1, 6, 1, 0xABC, 41, None)] and not plain
+    be.run([be.prepare(k, 4, 32, (np.int32(1),), cooperative=False), be.prepare(k, 2, 32, (np.int32(2),),
+                                                                            cooperative=True)])
+    assert len(seen) == 2 and len(plain) == 1 and plain[0][-1] == "coop"
+
+    be._pdl._fn = lambda *a: 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(BackendError, match=r"rmsnorm_q8_1 .*cuLaunchKernelEx failed: CUresult 700"):
+        be.run([be.prepare(k, 1, 32, (np.int32(3),))])
+
+
+def test_pdl_env_is_checked(monkeypatch):
+    from sharpinf.runtime.pdl_launch import check_pdl_env, pdl_requested
+
+    for v, on in (("1", True), ("on", True), ("0", False), ("", False)):
+        monkeypatch.setenv("SHARPINF_PDL", v)
+        check_pdl_env()
+        assert pdl_requested() is on
+    monkeypatch.setenv("SHARPINF_PDL", "maybe")
+    with pytest.raises(BackendError, match="SHARPINF_PDL must be 0 or 1, got 'maybe'"):
+        check_pdl_env()

@@ -75,6 +75,20 @@ def test_variant_kernels_do_not_spill(all_results):
     assert not [p.entry for p in report if p.spills]
 
 
+def test_every_entry_waits_before_it_reads_what_a_kernel_wrote(all_results):
+    """Programmatic dependent launch's contract (common.cuh; SHARPINF_PDL=1 on a GPU lets a kernel start
+    before the one ahead of it ends): every entry of every kernels_cu file reaches griddepcontrol.wait
+    before any global memory access or branch -- read off the sm_90 PTX of the compiles above
+    (sharpinf/runtime/pdl_check.py)."""
+    judged, broken = 0, []
+    for src in sorted(kernels_dir().glob("*.cu")):
+        r = all_results[(src.resolve(), "sm_90")]
+        assert r.pdl, f"{src.name}: no entry judged"
+        judged += len(r.pdl)
+        broken += [f"{src.name}: {entry}: {why}" for entry, why in r.pdl.items() if why is not None]
+    assert judged > 700 and not broken, "\n".join(broken[:20])
+
+
 def _includes_common(path: Path, seen: frozenset = frozenset()) -> bool:
     """common.cuh included directly or through another local header."""
     for name in re.findall(r'#include\s+"([^"]+)"', path.read_text()):

@@ -8,6 +8,12 @@ Launches: `prepare` packs a launch once into a kernel-parameter array (ctypes); 
 hands each to cuLaunchKernel with nothing else to do, so a step of hundreds of launches
 costs microseconds each, and the same list is what a graph captures.
 
+Programmatic dependent launch (SHARPINF_PDL=1, sm_90 and later): every launch but a cooperative
+one goes through cuLaunchKernelEx with the programmatic-stream-serialization attribute
+(pdl_launch.py), so a kernel's blocks may start while the one before it finishes; each entry
+waits for its inputs itself (common.cuh; pdl_check.py proves it on the PTX). Off by default
+until a GPU run shows what it buys (bench/device_call.sh times both).
+
 Faults: CUDA reports a kernel's illegal access at the next synchronizing call. Every such
 call here turns CuPy's error into a BackendError naming the last kernel launched;
 SHARPINF_SYNC=1 synchronizes after every launch to name the one that faulted.
@@ -29,6 +35,7 @@ from sharpinf.errors import BackendError
 from sharpinf.runtime.backend import Backend, Dim3, Graph, Kernel, Launch, as_dim3
 from sharpinf.runtime.args import check_args
 from sharpinf.runtime.paths import cache_dir, cuda_include_dirs, kernels_dir
+from sharpinf.runtime.pdl_launch import PdlLauncher, check_pdl_env, pdl_requested
 
 MAX_THREADS_PER_BLOCK = 1024
 
@@ -112,6 +119,7 @@ class CudaHandle:
     values: list  # the ctypes values params points at (kept alive with it)
     arrays: list  # the device arrays (kept alive: a prepared launch never points at freed memory)
     params_ptr: int
+    pdl: Any = None  # pdl_launch.PdlConfig: launched by cuLaunchKernelEx as a programmatic dependent
 
 
 class CudaGraph(Graph):
@@ -156,6 +164,17 @@ class CudaBackend(Backend):
         self._capturing = False
         self._last = "(none yet)"
         self._graph_bytes = 0
+        self._pdl, self._pdl_state = self._pdl_launcher()
+
+    def _pdl_launcher(self) -> tuple[PdlLauncher | None, str]:
+        """(the launcher, what describe() says): on with SHARPINF_PDL=1 on sm_90 and later."""
+        check_pdl_env()
+        if not pdl_requested():
+            return None, "off"
+        major = int(self.cp.cuda.runtime.getDeviceProperties(self.device_id)["major"])
+        if major < 9:
+            return None, f"off: SHARPINF_PDL=1 needs sm_90 or later (this GPU is sm_{major}x)"
+        return PdlLauncher(), "on"
 
     # -- errors ------------------------------------------------------------------
     @contextmanager
@@ -175,7 +194,9 @@ class CudaBackend(Backend):
         # SHARPINF_NVRTC_OPTIONS: extra options for every kernel, e.g. "-DDP_UNROLL=1" to measure a
         # kernel's tuning constant without editing it (CuPy's cache keys on the options)
         extra = tuple(os.environ.get("SHARPINF_NVRTC_OPTIONS", "").split())
-        return ("-std=c++17",) + tuple(f"-I{d}" for d in dirs) + extra
+        # with PDL the matvecs ask L2 for their first rows before their wait (common.cuh): a build of its own
+        pdl = ("-DSHARPINF_PDL_PREFETCH=1",) if self._pdl is not None else ()
+        return ("-std=c++17",) + tuple(f"-I{d}" for d in dirs) + extra + pdl
 
     def _module(self, path: Path, exprs: tuple[str, ...], entries: frozenset | None) -> Any:
         """The compiled module of `path` with every entry point, or with only `entries` (eagerly
@@ -246,6 +267,8 @@ class CudaBackend(Backend):
             values.append(ctype((a.view(np.uint16) if a.dtype == np.float16 else a).item()))
         params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
         handle = CudaHandle((kernel.ptr, *g, *b, int(shared_mem)), params, values, arrays, ctypes.addressof(params))
+        if self._pdl is not None and not cooperative:  # a cooperative grid starts whole, after its predecessor
+            handle.pdl = self._pdl.config(handle.head, self._stream.ptr)
         if cooperative:
             resident = self.resident_blocks(kernel, b[0] * b[1] * b[2], int(shared_mem))
             if g[0] * g[1] * g[2] > resident:
@@ -262,11 +285,13 @@ class CudaBackend(Backend):
                 h = l.handle
                 if l.cooperative:
                     self._launch_coop(*h.head, stream, h.params_ptr)
+                elif h.pdl is not None:
+                    self._pdl.launch(h.pdl, h.head[0], h.params_ptr)
                 else:
                     launch(*h.head, stream, h.params_ptr, 0)
                 if sync_each:
                     self._stream.synchronize()
-        except self._cuda_errors as exc:
+        except (*self._cuda_errors, BackendError) as exc:
             raise BackendError(f"CUDA error in kernel {l.name} (grid {l.grid}, block {l.block}): {exc}"
                                + ("" if sync_each else "; it may have come from an earlier kernel: set SHARPINF_SYNC=1")) from exc
         if l is not None:
@@ -452,6 +477,7 @@ class CudaBackend(Backend):
             "kernels_dir": str(kernels_dir()),
             "cache_dir": os.environ.get("CUPY_CACHE_DIR", str(cache_dir("cupy", create=False))),
             "sync_each_launch": self._sync_each,
+            "pdl": self._pdl_state,  # programmatic dependent launch (SHARPINF_PDL)
             # a probe's defines (SHARPINF_NVRTC_OPTIONS: every kernel compiled with them), so a run's
             # JSON says which build of the kernels it timed
             "nvrtc_options": os.environ.get("SHARPINF_NVRTC_OPTIONS", ""),

@@ -40,6 +40,9 @@ class Result:
     arch: str
     ok: bool
     log: str
+    # sm_90 and later: each entry's programmatic-dependent-launch verdict (pdl_check.entry_verdicts:
+    # None where it keeps the contract); None for an arch without it or a failed compile
+    pdl: dict | None = None
 
 
 class Nvrtc:
@@ -81,8 +84,9 @@ class Nvrtc:
             raise BackendError(f"{what}: {self.lib.nvrtcGetErrorString(rc).decode()}")
 
     def compile(self, source: str, name: str, options: Sequence[str],
-                name_expressions: Sequence[str] = ()) -> tuple[bool, str, bytes]:
-        """(ok, log, PTX or CUBIN bytes). Never raises for a compile error: the log says why."""
+                name_expressions: Sequence[str] = (), ptx: bool = False) -> tuple[bool, str, bytes]:
+        """(ok, log, PTX or CUBIN bytes); with ptx=True the PTX whatever the target (NVRTC keeps it
+        beside a CUBIN). Never raises for a compile error: the log says why."""
         prog = ctypes.c_void_p()
         self._check(self.lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
                     "nvrtcCreateProgram")
@@ -99,7 +103,8 @@ class Nvrtc:
             if rc != 0:
                 err = self.lib.nvrtcGetErrorString(rc).decode()
                 return False, f"{err}\n{log}".strip(), b""
-            stem = "CUBIN" if any(o.startswith("--gpu-architecture=sm_") for o in options) else "PTX"
+            real = any(o.startswith("--gpu-architecture=sm_") for o in options)
+            stem = "CUBIN" if real and not ptx else "PTX"
             self._check(getattr(self.lib, f"nvrtcGet{stem}Size")(prog, ctypes.byref(size)), f"nvrtcGet{stem}Size")
             out = ctypes.create_string_buffer(size.value)
             self._check(getattr(self.lib, f"nvrtcGet{stem}")(prog, out), f"nvrtcGet{stem}")
@@ -124,7 +129,9 @@ def _cache_key(nvrtc: Nvrtc, path: Path, source: str, options: Sequence[str], na
 
     h = hashlib.sha256()
     search = [Path(o[2:]) for o in options if o.startswith("-I")]
-    for part in (str(nvrtc.path), repr(nvrtc.version()), path.name, source, *options, "\0", *name_expressions):
+    checker = (Path(__file__).parent / "pdl_check.py").read_text()  # the cached PDL verdicts are its
+    for part in (str(nvrtc.path), repr(nvrtc.version()), path.name, source, *options, "\0", *name_expressions,
+                 checker):
         h.update(part.encode())
         h.update(b"\0")
     for header in local_headers(path.resolve(), search):
@@ -132,27 +139,47 @@ def _cache_key(nvrtc: Nvrtc, path: Path, source: str, options: Sequence[str], na
     return h.hexdigest()[:32]
 
 
-def compile_file(nvrtc: Nvrtc, path: Path, options: Sequence[str], name_expressions: Sequence[str] = ()) -> tuple[bool, str]:
-    """(ok, log) of compiling one kernels file, from the cache when nothing it reads has changed."""
+def pdl_arch(options: Sequence[str]) -> bool:
+    """Whether the compile's target has programmatic dependent launch (sm_90 and later)."""
+    archs = [o.split("=", 1)[1] for o in options if o.startswith("--gpu-architecture=")]
+    number = archs[-1].split("_")[-1].rstrip("af") if archs else ""  # sm_90a -> 90
+    return number.isdigit() and int(number) >= 90
+
+
+def _compile_checked(nvrtc: Nvrtc, path: Path, source: str, options: Sequence[str],
+                     name_expressions: Sequence[str]) -> tuple[bool, str, dict | None]:
+    """One compile: (ok, log, the entries' PDL verdicts where the target has PDL)."""
     global compiles
+    compiles += 1
+    want = pdl_arch(options)
+    ok, log, ptx = nvrtc.compile(source, path.name, options, name_expressions, ptx=want)
+    if not (ok and want):
+        return ok, log, None
+    from sharpinf.runtime.pdl_check import entry_verdicts
+
+    return ok, log, entry_verdicts(ptx.rstrip(b"\0").decode(errors="replace"))
+
+
+def compile_file(nvrtc: Nvrtc, path: Path, options: Sequence[str],
+                 name_expressions: Sequence[str] = ()) -> tuple[bool, str, dict | None]:
+    """(ok, log, PDL verdicts or None) of compiling one kernels file, from the cache when nothing it
+    reads has changed."""
     source = path.read_text()
     if os.environ.get("SHARPINF_NVRTC_CACHE", "1").strip() == "0":
-        compiles += 1
-        return nvrtc.compile(source, path.name, options, name_expressions)[:2]
+        return _compile_checked(nvrtc, path, source, options, name_expressions)
     out = paths.cache_dir("nvrtc") / f"{path.stem}-{_cache_key(nvrtc, path, source, options, name_expressions)}.json"
     with paths.one_builder(out):  # a second process waits for the first's result
         if out.exists():
             try:
                 hit = json.loads(out.read_text())
-                return bool(hit["ok"]), str(hit["log"])
+                return bool(hit["ok"]), str(hit["log"]), hit["pdl"]
             except (OSError, ValueError, KeyError):
-                pass  # a damaged entry: compile again
-        compiles += 1
-        ok, log, _ = nvrtc.compile(source, path.name, options, name_expressions)
+                pass  # a damaged entry, or one from before the PDL verdicts: compile again
+        ok, log, pdl = _compile_checked(nvrtc, path, source, options, name_expressions)
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"ok": ok, "log": log}))
+        tmp.write_text(json.dumps({"ok": ok, "log": log, "pdl": pdl}))
         os.replace(tmp, out)
-    return ok, log
+    return ok, log, pdl
 
 
 def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | None = None,
@@ -169,9 +196,9 @@ def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | 
     extra = (["--ptxas-options=-v"] if ptxas_verbose else []) + list(extra_options)
     for arch in archs:
         debug = ["-G"] if arch in debug_archs else []
-        ok, log = compile_file(nvrtc, path, compile_options(arch, [path.parent], nvrtc.major) + extra + debug,
-                               name_expressions)
-        results.append(Result(str(path), arch, ok, log))
+        ok, log, pdl = compile_file(nvrtc, path, compile_options(arch, [path.parent], nvrtc.major) + extra + debug,
+                                    name_expressions)
+        results.append(Result(str(path), arch, ok, log, pdl))
     return results
 
 
