@@ -20,16 +20,26 @@
 // gate_up_gemv_<type>_t<NT>, and ..._t<NT>_g16 / _g32 where G is 16 or 32 (a compile-time G: dp4a.cuh)
 #define GV_GATE_UP_G(NT, G)                                                                                 \
     template <int QT> __device__ __forceinline__ void gemv_gate_up_t##NT##_g##G(GVU_ARGS) {                 \
+        dp_prefetch_rows<QT, 2, G>(Wg, Wu, n_ff, n_in);                                                     \
+        sharpinf_pdl_wait();                                                                                \
         DP_ASSUME_G(n_in, G);                                                                               \
         gemv_rows<QT, 2, NT, DP_GC(G)>(GVU_PASS);                                                            \
     }                                                                                                       \
     GB_QUANT_ENTRIES(gate_up_gemv, _t##NT##_g##G, (GVU_ARGS), gemv_gate_up_t##NT##_g##G, Wg, Wu, xq, xd, xs, out,   \
                n_tokens, n_ff, n_in, act)
 #define GV_GATE_UP(NT)                                                                                      \
-    template <int QT> __device__ __forceinline__ void gemv_gate_up_t##NT(GVU_ARGS) { gemv_rows<QT, 2, NT>(GVU_PASS); } \
+    template <int QT> __device__ __forceinline__ void gemv_gate_up_t##NT(GVU_ARGS) {                        \
+        dp_prefetch_rows<QT, 2, 0>(Wg, Wu, n_ff, n_in);                                                     \
+        sharpinf_pdl_wait();                                                                                \
+        gemv_rows<QT, 2, NT>(GVU_PASS);                                                                     \
+    }                                                                                                       \
     GB_ENTRIES(gate_up_gemv, _t##NT, (GVU_ARGS), gemv_gate_up_t##NT, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act) \
     GV_GATE_UP_G(NT, 16)                                                                                    \
     GV_GATE_UP_G(NT, 32)
+// Programmatic dependent launch (common.cuh): trigger at the top, wait after the prefetch of the first
+// rows (as matmul_dp4a.cu)
+#undef SHARPINF_PDL_AT_ENTRY
+#define SHARPINF_PDL_AT_ENTRY sharpinf_pdl_trigger
 GV_GATE_UP(1)
 GV_GATE_UP(2)
 GV_GATE_UP(4)

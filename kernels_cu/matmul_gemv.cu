@@ -59,17 +59,27 @@
 // 16 or 32 (a compile-time G: dp4a.cuh) (GB_ENTRIES, ggml_blocks.cuh).
 #define GV_MATMUL_G(NT, G)                                                                                      \
     template <int QT> __device__ __forceinline__ void gemv_matmul_t##NT##_g##G(GV_ARGS) {                       \
+        dp_prefetch_rows<QT, 1, G>(W, W, n_out, n_in);                                                          \
+        sharpinf_pdl_wait();                                                                                    \
         DP_ASSUME_G(n_in, G);                                                                                   \
         gemv_rows<QT, 1, NT, DP_GC(G)>(GV_PASS);                                                                 \
     }                                                                                                           \
     GB_QUANT_ENTRIES(matmul_gemv, _t##NT##_g##G, (GV_ARGS), gemv_matmul_t##NT##_g##G, W, xq, xd, xs, bias, Y, n_tokens, \
                n_out, n_in, has_bias, accumulate, y_stride)
 #define GV_MATMUL(NT)                                                                                           \
-    template <int QT> __device__ __forceinline__ void gemv_matmul_t##NT(GV_ARGS) { gemv_rows<QT, 1, NT>(GV_PASS); } \
+    template <int QT> __device__ __forceinline__ void gemv_matmul_t##NT(GV_ARGS) {                              \
+        dp_prefetch_rows<QT, 1, 0>(W, W, n_out, n_in);                                                          \
+        sharpinf_pdl_wait();                                                                                    \
+        gemv_rows<QT, 1, NT>(GV_PASS);                                                                          \
+    }                                                                                                           \
     GB_ENTRIES(matmul_gemv, _t##NT, (GV_ARGS), gemv_matmul_t##NT, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in,     \
                has_bias, accumulate, y_stride)                                                                  \
     GV_MATMUL_G(NT, 16)                                                                                         \
     GV_MATMUL_G(NT, 32)
+// Programmatic dependent launch (common.cuh): trigger at the top, wait after the prefetch of the first
+// rows (as matmul_dp4a.cu)
+#undef SHARPINF_PDL_AT_ENTRY
+#define SHARPINF_PDL_AT_ENTRY sharpinf_pdl_trigger
 GV_MATMUL(1)
 GV_MATMUL(2)
 GV_MATMUL(4)

@@ -173,10 +173,11 @@ def test_kernels_dir_entries_written_by_hand_enter_first():
 
 
 @pytest.mark.skipif(pip_nvrtc_library() is None, reason="pip install nvidia-cuda-nvrtc-cu12")
-@pytest.mark.parametrize("name, matrices", [("matmul_dp4a", 1), ("gate_up_dp4a", 2)])
-def test_the_matvecs_ask_for_their_rows_before_they_wait(name, matrices):
+@pytest.mark.parametrize("name, matrices, sfx", [("matmul_dp4a", 1, ""), ("gate_up_dp4a", 2, ""),
+                                                 ("matmul_gemv", 1, "_t1"), ("gate_up_gemv", 2, "_t8")])
+def test_the_matvecs_ask_for_their_rows_before_they_wait(name, matrices, sfx):
     """The build the backend makes with SHARPINF_PDL=1 (-DSHARPINF_PDL_PREFETCH=1, optimized, sm_90): each
-    kind of decode-matvec entry (float weights; G at run time; G 16 and 32 compiled in) keeps the
+    kind of decode-matvec entry (dp4a's and gemv's) (float weights; G at run time; G 16 and 32 compiled in) keeps the
     contract and issues its bulk L2 prefetch -- one a matrix -- before its wait; the default build has
     none. (Every entry's contract in the default build: test_nvrtc_compile.py.)"""
     from sharpinf.runtime.cuda_backend import selection_defines
@@ -185,7 +186,8 @@ def test_the_matvecs_ask_for_their_rows_before_they_wait(name, matrices):
 
     nv = Nvrtc()
     src = kernels_dir() / f"{name}.cu"
-    entries = [f"{name}_{e}" for e in ("f16", "q4_0", "q4_1_g16", "q4_k_g32", "q6_k_g32")]
+    entries = [f"{name}_{t}{sfx}{g}" for t, g in (("f16", ""), ("q4_0", ""), ("q4_1", "_g16"), ("q4_k", "_g32"),
+                                                   ("q6_k", "_g32"))]
     opts = compile_options("sm_90", [src.parent], nv.major) + list(selection_defines(entries))
     for define, want in (("-DSHARPINF_PDL_PREFETCH=1", matrices), ("-DSHARPINF_PDL_PREFETCH=0", 0)):
         ok, log, ptx = nv.compile(src.read_text(), src.name, opts + [define], ptx=True)
