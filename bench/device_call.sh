@@ -125,8 +125,9 @@
 #      decode matvecs ask L2 for their first rows before that wait. pdl-check.log first (the bits of
 #      ordinary launches, eager and graphs; a failure skips the timing), then tg-pdl{0,1}-*.log /
 #      single_stream_*_pdl{0,1}.json: single-stream decode through the engine with graphs, off and on in
-#      the same call, SmolLM2's shape and the 8B's; in the probes stage decode-fast-pdl.log (the decode
-#      suite, eager, beside decode-fast.log). If on wins, SHARPINF_PDL becomes the default on sm_90
+#      the same call, SmolLM2's shape and the 8B's; in the probes stage kernels-pdl.log (the 8B matvecs at
+#      N = 1, 8, beside kernels-matmul's rows) and decode-fast-pdl.log (the decode suite, eager, beside
+#      decode-fast.log). If on wins, SHARPINF_PDL becomes the default on sm_90
 #      (cuda_backend.py's _pdl_launcher).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -425,6 +426,13 @@ if has probes; then
       --prefill-sizes '' --repeats 3 --out "$RUN/${m%%:*}-link-bounds"
     stamp "kernels link bounds $m exit $?"
   done
+  # programmatic dependent launch in the kernels suite: its graph-replayed launches of one matvec back to
+  # back, each block's first rows asked of L2 before its wait -- the N = 1 and 8 rows beside
+  # kernels-matmul's (issue 20: >= 70% of the copy bandwidth)
+  stamp "kernels: the matvecs, SHARPINF_PDL=1"
+  SHARPINF_PDL=1 run kernels-pdl.log 45 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite kernels \
+    --op matmul --variant dp4a,gemv --batch-sizes 1,8 --prefill-sizes '' --repeats 3 --out "$RUN/qwen3-8b-shape-matmul-pdl"
+  stamp "kernels pdl exit $?"
   # programmatic dependent launch in the decode suite (eager forward passes), beside decode-fast.log
   stamp "decode: SmolLM2 shape, fast, SHARPINF_PDL=1"
   SHARPINF_PDL=1 run decode-fast-pdl.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda \
