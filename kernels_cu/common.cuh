@@ -116,7 +116,8 @@ __device__ __forceinline__ void sharpinf_pdl_enter() {
 #endif
 __device__ __forceinline__ void sharpinf_prefetch_l2(const void* p, long long n) {
 #if SHARPINF_PDL_PREFETCH && !defined(SHARPINF_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const long long a = (long long)p, lo = (a + 15) & ~15ll, hi = (a + (n > 0 ? n : 0)) & ~15ll;
+    // the global-space address (a generic pointer into global memory may differ from it)
+    const long long a = (long long)__cvta_generic_to_global(p), lo = (a + 15) & ~15ll, hi = (a + (n > 0 ? n : 0)) & ~15ll;
     const long long span = hi > lo ? hi - lo : 0;
     const unsigned bytes = (unsigned)(span < (1ll << 30) ? span : (1ll << 30));
     asm volatile(

@@ -534,9 +534,10 @@ __device__ __forceinline__ int dp_group_lanes(int n_chunks) {
 // L2 before the entry's wait. A matvec's inputs are a few KB of activations; its weights are
 // megabytes no kernel writes. So a block that starts early -- while the kernel before it drains its
 // last wave, or while attention or a norm holds a few SMs -- has its HBM reads under way when the
-// wait returns. Thread 0 asks for W's rows, thread 32 for W2's, in the first token tile's blocks;
-// branch-free (G by __clz, not dp_group_lanes' loop: pdl_check.py refuses a branch before the wait).
-// Nothing without -DSHARPINF_PDL_PREFETCH=1.
+// wait returns. Thread 0 asks for W's rows, thread 32 for W2's, in the first token tile's blocks.
+// No loop (G by __clz, not dp_group_lanes' loop): before the wait pdl_check.py allows a branch only
+// forward, to a label before the wait (NVVM makes one if/else of G's ternary). Nothing without
+// -DSHARPINF_PDL_PREFETCH=1.
 template <int QT, int NMAT, int GC>
 __device__ __forceinline__ void dp_prefetch_rows(const unsigned char* W, const unsigned char* W2, int n_out, int n_in) {
     const int n_chunks = n_in / 32;

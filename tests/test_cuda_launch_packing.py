@@ -36,9 +36,9 @@ def fake_backend(on_launch):
     return be
 
 
-def fake_kernel(name: str = "k", ptr: int = 0xF00) -> CudaKernel:
+def fake_kernel(name: str = "k", ptr: int = 0xF00, path=None) -> CudaKernel:
     k = object.__new__(CudaKernel)
-    k.name, k.ptr, k.path = name, ptr, None
+    k.name, k.ptr, k.path = name, ptr, path
     return k
 
 
@@ -94,7 +94,9 @@ def test_errors_at_a_sync_point_name_the_last_kernel():
 def test_pdl_launches_carry_the_attribute_and_the_same_parameters():
     """SHARPINF_PDL's path: cuLaunchKernelEx gets cuda.h's CUlaunchConfig (geometry, the stream, one
     attribute: programmatic stream serialization = 1) and the parameter array prepare packed; a
-    cooperative launch stays an ordinary one (its grid must start whole)."""
+    cooperative launch stays an ordinary one (its grid must start whole), and so does a kernel from
+    outside kernels_dir() (whose entries no test has proven to wait)."""
+    from sharpinf.runtime.paths import kernels_dir
     from sharpinf.runtime.pdl_launch import LaunchConfig, PdlLauncher
 
     seen, plain = [], []
@@ -111,12 +113,15 @@ def test_pdl_launches_carry_the_attribute_and_the_same_parameters():
     be.resident_blocks = lambda kernel, threads, shared_mem=0: 132
     be._pdl = object.__new__(PdlLauncher)
     be._pdl._fn, be._pdl._error_string = launch_ex, None
-    k = fake_kernel("rmsnorm_q8_1", 0xABC)
+    k = fake_kernel("rmsnorm_q8_1", 0xABC, kernels_dir() / "rmsnorm_q8_1.cu")
     be.run([be.prepare(k, (5, 1, 2), 96, (np.int32(41),), shared_mem=256)])
     assert seen == [((5, 1, 2, 96, 1, 1, 256), 0x5EA, 1, 6, 1, 0xABC, 41, None)] and not plain
     be.run([be.prepare(k, 4, 32, (np.int32(1),), cooperative=False), be.prepare(k, 2, 32, (np.int32(2),),
                                                                             cooperative=True)])
     assert len(seen) == 2 and len(plain) == 1 and plain[0][-1] == "coop"
+    elsewhere = fake_kernel("probe", 0xDEF, kernels_dir().parent / "tests" / "kernels_prims" / "probe.cu")
+    be.run([be.prepare(elsewhere, 1, 32, (np.int32(4),))])
+    assert len(seen) == 2 and len(plain) == 2 and plain[1][0] == 0xDEF
 
     be._pdl._fn = lambda *a: 700  # CUDA_ERROR_ILLEGAL_ADDRESS
     with pytest.raises(BackendError, match=r"rmsnorm_q8_1 .*cuLaunchKernelEx failed: CUresult 700"):

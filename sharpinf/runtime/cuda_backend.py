@@ -167,13 +167,17 @@ class CudaBackend(Backend):
         self._pdl, self._pdl_state = self._pdl_launcher()
 
     def _pdl_launcher(self) -> tuple[PdlLauncher | None, str]:
-        """(the launcher, what describe() says): on with SHARPINF_PDL=1 on sm_90 and later."""
+        """(the launcher, what describe() says): on with SHARPINF_PDL=1 on sm_90 and later, with a
+        driver whose stream capture keeps the launches' programmatic edges in a graph (CUDA 12.3)."""
         check_pdl_env()
         if not pdl_requested():
             return None, "off"
-        major = int(self.cp.cuda.runtime.getDeviceProperties(self.device_id)["major"])
+        rt = self.cp.cuda.runtime
+        major = int(rt.getDeviceProperties(self.device_id)["major"])
         if major < 9:
             return None, f"off: SHARPINF_PDL=1 needs sm_90 or later (this GPU is sm_{major}x)"
+        if rt.driverGetVersion() < 12030:
+            return None, f"off: SHARPINF_PDL=1 needs a CUDA 12.3 driver or later (this one is {_version(rt.driverGetVersion())})"
         return PdlLauncher(), "on"
 
     # -- errors ------------------------------------------------------------------
@@ -267,7 +271,9 @@ class CudaBackend(Backend):
             values.append(ctype((a.view(np.uint16) if a.dtype == np.float16 else a).item()))
         params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
         handle = CudaHandle((kernel.ptr, *g, *b, int(shared_mem)), params, values, arrays, ctypes.addressof(params))
-        if self._pdl is not None and not cooperative:  # a cooperative grid starts whole, after its predecessor
+        # as a programmatic dependent: a kernel of kernels_dir() (the tree whose every entry the NVRTC test proves
+        # waits before it reads what a kernel wrote: pdl_check.py), not a cooperative one (its grid starts whole)
+        if self._pdl is not None and not cooperative and kernel.path is not None and kernel.path.parent == kernels_dir():
             handle.pdl = self._pdl.config(handle.head, self._stream.ptr)
         if cooperative:
             resident = self.resident_blocks(kernel, b[0] * b[1] * b[2], int(shared_mem))
