@@ -138,3 +138,27 @@ def test_pdl_env_is_checked(monkeypatch):
     monkeypatch.setenv("SHARPINF_PDL", "maybe")
     with pytest.raises(BackendError, match="SHARPINF_PDL must be 0 or 1, got 'maybe'"):
         check_pdl_env()
+
+
+def test_pdl_is_on_only_where_asked_on_sm_90_with_a_12_3_driver(monkeypatch):
+    """What describe() says of SHARPINF_PDL (the backend's _pdl_launcher, with CuPy's runtime faked)."""
+    import sharpinf.runtime.cuda_backend as cb
+
+    monkeypatch.setattr(cb, "PdlLauncher", lambda: "launcher")
+
+    def state(major, driver):
+        be = fake_backend(lambda *a: None)
+        rt = SimpleNamespace(getDeviceProperties=lambda dev: {"major": major}, driverGetVersion=lambda: driver)
+        be.cp = SimpleNamespace(ndarray=FakeDeviceArray, cuda=SimpleNamespace(runtime=rt))
+        be.device_id = 0
+        return be._pdl_launcher()
+
+    monkeypatch.delenv("SHARPINF_PDL", raising=False)
+    assert state(9, 13000) == (None, "off")
+    monkeypatch.setenv("SHARPINF_PDL", "1")
+    assert state(9, 13000) == ("launcher", "on")
+    assert state(8, 13000) == (None, "off: SHARPINF_PDL=1 needs sm_90 or later (this GPU is sm_8x)")
+    assert state(9, 12020) == (None, "off: SHARPINF_PDL=1 needs a CUDA 12.3 driver or later (this one is 12.2)")
+    monkeypatch.setenv("SHARPINF_PDL", "2")
+    with pytest.raises(BackendError, match="SHARPINF_PDL must be 0 or 1"):
+        state(9, 13000)
