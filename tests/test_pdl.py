@@ -167,7 +167,8 @@ def test_the_launch_structures_match_cuda_h(tmp_path):
     prog = tmp_path / "layout.cpp"
     prog.write_text('#include <cstdio>\n#include <cstddef>\n#include "cuda.h"\nint main() {\n'
                     '  std::printf("%zu %zu %zu %d\\n", sizeof(CUlaunchConfig), sizeof(CUlaunchAttribute),'
-                    ' offsetof(CUlaunchAttribute, value), (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);\n'
+                    ' offsetof(CUlaunchAttribute, value),'
+                    ' (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);\n'
                     + "".join(f'  std::printf("%zu\\n", offsetof(CUlaunchConfig, {f}));\n' for f in fields)
                     + "}\n")
     exe = tmp_path / "layout"

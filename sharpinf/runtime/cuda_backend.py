@@ -177,7 +177,8 @@ class CudaBackend(Backend):
         if major < 9:
             return None, f"off: SHARPINF_PDL=1 needs sm_90 or later (this GPU is sm_{major}x)"
         if rt.driverGetVersion() < 12030:
-            return None, f"off: SHARPINF_PDL=1 needs a CUDA 12.3 driver or later (this one is {_version(rt.driverGetVersion())})"
+            driver = _version(rt.driverGetVersion())
+            return None, f"off: SHARPINF_PDL=1 needs a CUDA 12.3 driver or later (this one is {driver})"
         return PdlLauncher(), "on"
 
     # -- errors ------------------------------------------------------------------
@@ -273,7 +274,8 @@ class CudaBackend(Backend):
         handle = CudaHandle((kernel.ptr, *g, *b, int(shared_mem)), params, values, arrays, ctypes.addressof(params))
         # as a programmatic dependent: a kernel of kernels_dir() (the tree whose every entry the NVRTC test proves
         # waits before it reads what a kernel wrote: pdl_check.py), not a cooperative one (its grid starts whole)
-        if self._pdl is not None and not cooperative and kernel.path is not None and kernel.path.parent == kernels_dir():
+        checked = kernel.path is not None and kernel.path.parent == kernels_dir()
+        if self._pdl is not None and not cooperative and checked:
             handle.pdl = self._pdl.config(handle.head, self._stream.ptr)
         if cooperative:
             resident = self.resident_blocks(kernel, b[0] * b[1] * b[2], int(shared_mem))

@@ -112,7 +112,8 @@ def _why_not(op: str, rest: str, at: int, labels: dict[str, int]) -> str | None:
             q.startswith("L2") for q in parts[1:]):
         return None
     if root == "bra":  # forward, to a label before the wait: an if/else of index arithmetic
-        return None if labels.get(rest.split()[-1] if rest else "", -1) > at else "a branch not forward to a label before"
+        target = rest.split()[-1] if rest else ""
+        return None if labels.get(target, -1) > at else "a branch not forward to a label before"
     return "not known safe before"
 
 
