@@ -548,6 +548,14 @@ __device__ __forceinline__ void dp_prefetch_rows(const unsigned char* W, const u
     sharpinf_prefetch_l2(W + r0 * row_bytes, threadIdx.x == 0 ? bytes : 0);
     if (NMAT > 1) sharpinf_prefetch_l2(W2 + r0 * row_bytes, threadIdx.x == 32 ? bytes : 0);
 }
+// a matvec entry's start (its file redefines SHARPINF_PDL_AT_ENTRY to trigger only): the rows asked
+// for, then the wait for the kernels before it
+template <int QT, int NMAT, int GC>
+__device__ __forceinline__ void dp_prefetch_then_wait(const unsigned char* W, const unsigned char* W2, int n_out,
+                                                      int n_in) {
+    dp_prefetch_rows<QT, NMAT, GC>(W, W2, n_out, n_in);
+    sharpinf_pdl_wait();
+}
 
 // The canonical order (every q8_1 matmul kernel follows it, for every N): member g of a row's G
 // lanes (G from n_in only) adds the float terms of chunks g, g + G, g + 2G, ... to 0 in that order;

@@ -26,14 +26,12 @@
 #undef SHARPINF_PDL_AT_ENTRY
 #define SHARPINF_PDL_AT_ENTRY sharpinf_pdl_trigger
 template <int QT> __device__ __forceinline__ void dp4a_gate_up(GU_ARGS) {
-    dp_prefetch_rows<QT, 2, 0>(Wg, Wu, n_ff, n_in);
-    sharpinf_pdl_wait();
+    dp_prefetch_then_wait<QT, 2, 0>(Wg, Wu, n_ff, n_in);
     dp4a_rows<QT, 2>(GU_PASS);
 }
 #define DP_GATE_UP_G(G)                                                                                   \
     template <int QT> __device__ __forceinline__ void dp4a_gate_up_g##G(GU_ARGS) {                        \
-        dp_prefetch_rows<QT, 2, G>(Wg, Wu, n_ff, n_in);                                                   \
-        sharpinf_pdl_wait();                                                                              \
+        dp_prefetch_then_wait<QT, 2, G>(Wg, Wu, n_ff, n_in);                                              \
         DP_ASSUME_G(n_in, G);                                                                             \
         dp4a_rows<QT, 2, DP_GC(G)>(GU_PASS);                                                              \
     }                                                                                                     \

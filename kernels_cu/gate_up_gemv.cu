@@ -20,8 +20,7 @@
 // gate_up_gemv_<type>_t<NT>, and ..._t<NT>_g16 / _g32 where G is 16 or 32 (a compile-time G: dp4a.cuh)
 #define GV_GATE_UP_G(NT, G)                                                                                 \
     template <int QT> __device__ __forceinline__ void gemv_gate_up_t##NT##_g##G(GVU_ARGS) {                 \
-        dp_prefetch_rows<QT, 2, G>(Wg, Wu, n_ff, n_in);                                                     \
-        sharpinf_pdl_wait();                                                                                \
+        dp_prefetch_then_wait<QT, 2, G>(Wg, Wu, n_ff, n_in);                                                \
         DP_ASSUME_G(n_in, G);                                                                               \
         gemv_rows<QT, 2, NT, DP_GC(G)>(GVU_PASS);                                                            \
     }                                                                                                       \
@@ -29,8 +28,7 @@
                n_tokens, n_ff, n_in, act)
 #define GV_GATE_UP(NT)                                                                                      \
     template <int QT> __device__ __forceinline__ void gemv_gate_up_t##NT(GVU_ARGS) {                        \
-        dp_prefetch_rows<QT, 2, 0>(Wg, Wu, n_ff, n_in);                                                     \
-        sharpinf_pdl_wait();                                                                                \
+        dp_prefetch_then_wait<QT, 2, 0>(Wg, Wu, n_ff, n_in);                                                \
         gemv_rows<QT, 2, NT>(GVU_PASS);                                                                     \
     }                                                                                                       \
     GB_ENTRIES(gate_up_gemv, _t##NT, (GVU_ARGS), gemv_gate_up_t##NT, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act) \

@@ -54,18 +54,16 @@
 // One entry per weight type, matmul_dp4a_<type>, and matmul_dp4a_<type>_g16 / _g32 where G is 16 or 32
 // (a compile-time G: dp4a.cuh), each compiled only when wanted (GB_ENTRIES, ggml_blocks.cuh).
 // Programmatic dependent launch (common.cuh): the entries trigger at their top and wait in their body,
-// after asking L2 for their first rows (dp_prefetch_rows)
+// after asking L2 for their first rows (dp4a.cuh's dp_prefetch_then_wait)
 #undef SHARPINF_PDL_AT_ENTRY
 #define SHARPINF_PDL_AT_ENTRY sharpinf_pdl_trigger
 template <int QT> __device__ __forceinline__ void dp4a_matmul(DP_ARGS) {
-    dp_prefetch_rows<QT, 1, 0>(W, W, n_out, n_in);
-    sharpinf_pdl_wait();
+    dp_prefetch_then_wait<QT, 1, 0>(W, W, n_out, n_in);
     dp4a_rows<QT, 1>(DP_PASS);
 }
 #define DP_MATMUL_G(G)                                                                                     \
     template <int QT> __device__ __forceinline__ void dp4a_matmul_g##G(DP_ARGS) {                          \
-        dp_prefetch_rows<QT, 1, G>(W, W, n_out, n_in);                                                     \
-        sharpinf_pdl_wait();                                                                               \
+        dp_prefetch_then_wait<QT, 1, G>(W, W, n_out, n_in);                                                \
         DP_ASSUME_G(n_in, G);                                                                              \
         dp4a_rows<QT, 1, DP_GC(G)>(DP_PASS);                                                               \
     }                                                                                                      \

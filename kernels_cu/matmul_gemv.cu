@@ -59,8 +59,7 @@
 // 16 or 32 (a compile-time G: dp4a.cuh) (GB_ENTRIES, ggml_blocks.cuh).
 #define GV_MATMUL_G(NT, G)                                                                                      \
     template <int QT> __device__ __forceinline__ void gemv_matmul_t##NT##_g##G(GV_ARGS) {                       \
-        dp_prefetch_rows<QT, 1, G>(W, W, n_out, n_in);                                                          \
-        sharpinf_pdl_wait();                                                                                    \
+        dp_prefetch_then_wait<QT, 1, G>(W, W, n_out, n_in);                                                     \
         DP_ASSUME_G(n_in, G);                                                                                   \
         gemv_rows<QT, 1, NT, DP_GC(G)>(GV_PASS);                                                                 \
     }                                                                                                           \
@@ -68,8 +67,7 @@
                n_out, n_in, has_bias, accumulate, y_stride)
 #define GV_MATMUL(NT)                                                                                           \
     template <int QT> __device__ __forceinline__ void gemv_matmul_t##NT(GV_ARGS) {                              \
-        dp_prefetch_rows<QT, 1, 0>(W, W, n_out, n_in);                                                          \
-        sharpinf_pdl_wait();                                                                                    \
+        dp_prefetch_then_wait<QT, 1, 0>(W, W, n_out, n_in);                                                     \
         gemv_rows<QT, 1, NT>(GV_PASS);                                                                          \
     }                                                                                                           \
     GB_ENTRIES(matmul_gemv, _t##NT, (GV_ARGS), gemv_matmul_t##NT, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in,     \
