@@ -78,10 +78,11 @@ __device__ __forceinline__ void sharpinf_grid_sync(unsigned* bar) {
 // is most of a small kernel's time in decode (issue 20's launch floor).
 // The contract every entry keeps (sharpinf/runtime/pdl_check.py proves it on the PTX of every entry,
 // so a kernel that breaks it fails a test rather than racing on a GPU):
-//   * sharpinf_pdl_wait() comes before the entry's first global load or store, atomic or branch:
-//     it returns once every kernel before this one has completed and its writes are visible. Before
-//     it, only index arithmetic and L2 prefetches of memory no kernel writes (weights:
-//     sharpinf_prefetch_l2). Waiting holds transitively: the kernel before waited for its own.
+//   * sharpinf_pdl_wait() comes before the entry's first global load, store or atomic, and is not
+//     under a condition: it returns once every kernel before this one has completed and its writes
+//     are visible. Before it only index arithmetic (an if/else of it is fine, a loop is not) and L2
+//     prefetches (sharpinf_prefetch_l2: the weights a matvec is about to stream). Waiting holds
+//     transitively: the kernel before waited for its own.
 //   * sharpinf_pdl_trigger() lets the next kernel's blocks be placed. Every entry triggers at its
 //     start: a block of the next kernel then sits at its wait on an SM the running kernel has left
 //     free, and starts the moment the data is there.
