@@ -158,7 +158,8 @@ def bench(
     out_dir = Path(out) if out is not None else cache_dir("bench") / be.name
     ctx = BenchContext(be, loaded, label, out_dir, quick=quick, console=console, seed=seed, kernels=kernels)
     on_gpu = ctx.on_gpu
-    console.print(Text.assemble(("sharpinf bench", "bold"), f" {label} on {be.name} -> {out_dir}/  suites: "
+    pdl = " with programmatic dependent launch" if be.describe().get("pdl") == "on" else ""  # SHARPINF_PDL=1
+    console.print(Text.assemble(("sharpinf bench", "bold"), f" {label} on {be.name}{pdl} -> {out_dir}/  suites: "
                                 f"{', '.join(names)}" + (" (quick)" if quick else "")))
     docs = {}
     for name in names:
