@@ -15,6 +15,7 @@ of Launches over fixed buffers) that eager mode runs and a CUDA graph captures.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -25,6 +26,11 @@ import numpy as np
 from sharpinf.errors import BackendError
 
 Dim3 = int | tuple[int] | tuple[int, int] | tuple[int, int, int]
+
+
+def env_flag(name: str) -> bool:
+    """An on/off environment switch (SHARPINF_SYNC, SHARPINF_PDL, the emulator's checks): 1, true, yes, on."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def as_dim3(d: Dim3) -> tuple[int, int, int]:

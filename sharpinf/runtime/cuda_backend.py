@@ -32,7 +32,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from sharpinf.errors import BackendError
-from sharpinf.runtime.backend import Backend, Dim3, Graph, Kernel, Launch, as_dim3
+from sharpinf.runtime.backend import Backend, Dim3, Graph, Kernel, Launch, as_dim3, env_flag
 from sharpinf.runtime.args import check_args
 from sharpinf.runtime.paths import cache_dir, cuda_include_dirs, kernels_dir
 from sharpinf.runtime.pdl_launch import PdlLauncher, check_pdl_env, pdl_requested
@@ -160,7 +160,7 @@ class CudaBackend(Backend):
         self._cuda_errors = (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError)
         self._modules: dict[tuple, Any] = {}
         self._selected: dict[Path, tuple[frozenset, Any]] = {}  # file -> (entries, module) from compile()
-        self._sync_each = os.environ.get("SHARPINF_SYNC", "").strip() in ("1", "true", "yes", "on")
+        self._sync_each = env_flag("SHARPINF_SYNC")
         self._capturing = False
         self._last = "(none yet)"
         self._graph_bytes = 0
@@ -176,9 +176,9 @@ class CudaBackend(Backend):
         major = int(rt.getDeviceProperties(self.device_id)["major"])
         if major < 9:
             return None, f"off: SHARPINF_PDL=1 needs sm_90 or later (this GPU is sm_{major}x)"
-        if rt.driverGetVersion() < 12030:
-            driver = _version(rt.driverGetVersion())
-            return None, f"off: SHARPINF_PDL=1 needs a CUDA 12.3 driver or later (this one is {driver})"
+        driver = rt.driverGetVersion()
+        if driver < 12030:
+            return None, f"off: SHARPINF_PDL=1 needs a CUDA 12.3 driver or later (this one is {_version(driver)})"
         return PdlLauncher(), "on"
 
     # -- errors ------------------------------------------------------------------

@@ -27,7 +27,7 @@ import numpy as np
 
 from sharpinf.errors import BackendError
 from sharpinf.runtime import paths
-from sharpinf.runtime.backend import Backend, Dim3, Kernel, Launch, as_dim3
+from sharpinf.runtime.backend import Backend, Dim3, Kernel, Launch, as_dim3, env_flag
 from sharpinf.runtime.emu import build
 from sharpinf.runtime.emu.graph import EmuGraph, capturing, check_alive, make_handle
 from sharpinf.runtime.emu.isolate import run_isolated  # noqa: F401 - re-exported for tests
@@ -36,10 +36,6 @@ from sharpinf.runtime.emu.module import EmuKernel, Module
 from sharpinf.runtime.emu.signature import param_names
 
 ORDERS = {"forward": 0, "reverse": 1, "random": 2}
-
-
-def _env_bool(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class EmuBackend(Backend):
@@ -52,15 +48,15 @@ class EmuBackend(Backend):
         if order not in ORDERS:
             raise BackendError(f"emu: unknown thread order {order!r}; choose forward, reverse or random")
         self.order = order
-        self.strict = _env_bool("SHARPINF_EMU_STRICT") if strict is None else bool(strict)
+        self.strict = env_flag("SHARPINF_EMU_STRICT") if strict is None else bool(strict)
         self.workers = int(workers if workers is not None else os.environ.get("SHARPINF_EMU_WORKERS", "1"))
         if self.workers < 1:
             raise BackendError("emu: workers must be >= 1")
         self.seed = int(seed if seed is not None else os.environ.get("SHARPINF_EMU_SEED", "0"))
         self._order_code = ORDERS[order]
         self.memcheck = mode_from(memcheck)  # OFF, GUARD or STRICT (memcheck.py)
-        self.racecheck = _env_bool("SHARPINF_EMU_RACECHECK") if racecheck is None else bool(racecheck)
-        self.initcheck = _env_bool("SHARPINF_EMU_INITCHECK") if initcheck is None else bool(initcheck)
+        self.racecheck = env_flag("SHARPINF_EMU_RACECHECK") if racecheck is None else bool(racecheck)
+        self.initcheck = env_flag("SHARPINF_EMU_INITCHECK") if initcheck is None else bool(initcheck)
         self._check = int(self.racecheck) | 2 * int(self.initcheck)  # LaunchCfg.check
         self._modules: dict[Path, Module] = {}
         self._kernels: dict[tuple, tuple[EmuKernel, list]] = {}  # (filename, name, exprs) -> (kernel, stamps)

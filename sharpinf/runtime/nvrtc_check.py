@@ -18,6 +18,7 @@ always compile).
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -124,14 +125,19 @@ def compile_options(arch: str, include_dirs: Iterable[Path] = (), major: int | N
 compiles = 0  # NVRTC compiles this process ran (the rest came from the cache; tests count them)
 
 
+@functools.cache
+def _checker_source() -> str:
+    """pdl_check.py's text: the cached PDL verdicts are its, so a change to it is a cache miss."""
+    return (Path(__file__).parent / "pdl_check.py").read_text()
+
+
 def _cache_key(nvrtc: Nvrtc, path: Path, source: str, options: Sequence[str], name_expressions: Sequence[str]) -> str:
     from sharpinf.runtime.emu.source import local_headers
 
     h = hashlib.sha256()
     search = [Path(o[2:]) for o in options if o.startswith("-I")]
-    checker = (Path(__file__).parent / "pdl_check.py").read_text()  # the cached PDL verdicts are its
     for part in (str(nvrtc.path), repr(nvrtc.version()), path.name, source, *options, "\0", *name_expressions,
-                 checker):
+                 _checker_source()):
         h.update(part.encode())
         h.update(b"\0")
     for header in local_headers(path.resolve(), search):

@@ -20,6 +20,7 @@ import os
 from typing import Sequence
 
 from sharpinf.errors import BackendError
+from sharpinf.runtime.backend import env_flag
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
@@ -42,7 +43,7 @@ class LaunchConfig(ctypes.Structure):
 
 def pdl_requested() -> bool:
     """SHARPINF_PDL=1 (or true/yes/on): launch with programmatic dependent launch where the GPU has it."""
-    return os.environ.get("SHARPINF_PDL", "").strip().lower() in ("1", "true", "yes", "on")
+    return env_flag("SHARPINF_PDL")
 
 
 def check_pdl_env() -> None:
