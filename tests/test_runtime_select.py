@@ -67,3 +67,39 @@ def test_doctor_collect():
     assert [c["name"] for c in report["cuda_checks"]][0] == "cupy"
     if not report["backends"]["cuda"]["ok"]:
         assert any('pip install -e ".[cuda1' in a for a in report["advice"])
+
+
+
+def test_doctor_cache_size_survives_a_build_beside_it(tmp_path):
+    """A build running beside `doctor` makes and removes temporary folders while the walk lists them
+    (CI once failed this way: two xdist workers, one building, one sizing the caches)."""
+    import threading
+    import time
+
+    from sharpinf.runtime import doctor
+
+    for i in range(100):
+        (tmp_path / f"kept{i}.so").write_bytes(b"x" * 7)
+    stop = threading.Event()
+
+    def build():
+        i = 0
+        while not stop.is_set():
+            t = tmp_path / f"build{i}.tmp"
+            t.mkdir()
+            (t / "src").write_bytes(b"z" * 3)
+            (t / "src").unlink()
+            t.rmdir()
+            i += 1
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.5:
+            assert doctor._dir_size(tmp_path) >= 700  # a file mid-build may count
+    finally:
+        stop.set()
+        builder.join()
+    assert doctor._dir_size(tmp_path) == 700
+    assert doctor._dir_size(tmp_path / "missing") == 0

@@ -3,6 +3,7 @@ the GPU, the NVRTC and headers in use, the caches, and what to install for whate
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,7 +15,16 @@ from sharpinf.runtime.select import available_backends
 
 
 def _dir_size(p: Path) -> int:
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else 0
+    """Bytes under p. A build running beside doctor makes and removes temporary files and folders
+    while we walk, so whatever vanishes between listing and stat counts as nothing."""
+    total = 0
+    for root, _dirs, files in os.walk(p):  # os.walk skips folders that vanish (onerror=None)
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name), follow_symlinks=False).st_size
+            except FileNotFoundError:
+                pass
+    return total
 
 
 def _gxx() -> str | None:
