@@ -81,8 +81,9 @@ __device__ __forceinline__ void sharpinf_grid_sync(unsigned* bar) {
 //   * sharpinf_pdl_wait() comes before the entry's first global load, store or atomic, and is not
 //     under a condition: it returns once every kernel before this one has completed and its writes
 //     are visible. Before it only index arithmetic (an if/else of it is fine, a loop is not) and L2
-//     prefetches (sharpinf_prefetch_l2: the weights a matvec is about to stream). Waiting holds
-//     transitively: the kernel before waited for its own.
+//     prefetches (sharpinf_prefetch_l2: the weights a matvec is about to stream), and no return:
+//     the wait covers only the kernel just before, so the chain holds because that one waited for
+//     its own -- a grid whose threads all left first could end while the kernel ahead still runs.
 //   * sharpinf_pdl_trigger() lets the next kernel's blocks be placed. Every entry triggers at its
 //     start: a block of the next kernel then sits at its wait on an SM the running kernel has left
 //     free, and starts the moment the data is there.

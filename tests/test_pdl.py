@@ -37,7 +37,6 @@ HEAD = """
 \t// end inline asm
 \tprefetch.global.L2 \t[%rd1];
 \tst.shared.u32 \t[tile], %r1;
-\t@%p1 ret;
 """
 TAIL = """\t// begin inline asm
 \tgriddepcontrol.launch_dependents;
@@ -52,8 +51,8 @@ $L__BB0_2:
 
 
 def test_an_entry_that_waits_before_touching_global_memory_keeps_the_contract():
-    """Before the wait: parameters, arithmetic, shared memory, prefetches, an early exit, labels (-G's
-    debug labels; a label is reached only by a branch). After it, anything -- loads, branches."""
+    """Before the wait: parameters, arithmetic, shared memory, prefetches, labels (-G's debug labels; a
+    label is reached only by a branch). After it, anything -- loads, branches, exits."""
     assert entry_verdicts(HEAD + TAIL) == {"k": None}
     assert entry_verdicts(HEAD.replace("\tmov.u32", "$L__func_begin0:\n\tmov.u32") + TAIL) == {"k": None}
     # -G's directives without a `;` are lines of their own, not part of the next statement
@@ -69,6 +68,7 @@ def test_an_entry_that_waits_before_touching_global_memory_keeps_the_contract():
 
 UNSAFE = "not known safe before griddepcontrol.wait"
 NOT_FORWARD = "a branch not forward to a label before griddepcontrol.wait"
+EXITS = "an exit before griddepcontrol.wait"
 
 
 @pytest.mark.parametrize("line, bad, why", [
@@ -89,6 +89,10 @@ NOT_FORWARD = "a branch not forward to a label before griddepcontrol.wait"
     ("$L__X: ld.global.u32 %r3, [%rd1];", "ld.global.u32 %r3, [%rd1]", UNSAFE),  # behind a label
     ("call.uni \tf, (%rd1);", "call.uni f, (%rd1)", UNSAFE),
     ("trap;", "trap", UNSAFE),
+    # an exit: a grid whose threads all left before their wait could end before the kernel ahead of it
+    ("@%p1 ret;", "@%p1 ret", EXITS),
+    ("ret;", "ret", EXITS),
+    ("exit;", "exit", EXITS),
     ("@%p1 bra \t$L__BB0_2;", "@%p1 bra $L__BB0_2", NOT_FORWARD),  # past the wait
     ("bra.uni \t$L__BB0_2;", "bra.uni $L__BB0_2", NOT_FORWARD),
     ("$L__BB0_0:\n\t@%p1 bra \t$L__BB0_0;", "@%p1 bra $L__BB0_0", NOT_FORWARD),  # back: a loop before the wait
@@ -132,6 +136,11 @@ extern "C" __global__ void loads_first(const float* __restrict__ x, float* y) {
     y[threadIdx.x] = v;
 }
 extern "C" __global__ void never_waits(const float* x, float* y) { y[threadIdx.x] = x[threadIdx.x]; }
+extern "C" __global__ void leaves_first(const float* __restrict__ x, float* y, int n) {
+    if (blockIdx.x * blockDim.x + threadIdx.x >= n) return;
+    sharpinf_pdl_enter();
+    y[threadIdx.x] = x[threadIdx.x];
+}
 """
 
 
@@ -139,8 +148,9 @@ extern "C" __global__ void never_waits(const float* x, float* y) { y[threadIdx.x
 def test_nvrtc_ptx_is_judged_per_entry(tmp_path, monkeypatch):
     """The real compiler's PTX, through nvrtc_check's compile (which the NVRTC test uses for every
     kernels_cu file): the macro's entry, a hand-written one and one that prefetches before its wait
-    keep the contract; a load read before the wait (NVVM keeps it there: the wait is a memory clobber)
-    and an entry with no wait break it. sm_80 has no PDL: no verdicts."""
+    keep the contract; a load read before the wait (NVVM keeps it there: the wait is a memory clobber),
+    an entry with no wait and one whose threads may leave before it break it. sm_80 has no PDL: no
+    verdicts."""
     from sharpinf.runtime.nvrtc_check import check_file
 
     monkeypatch.setenv("SHARPINF_NVRTC_CACHE", "0")
@@ -152,6 +162,8 @@ def test_nvrtc_ptx_is_judged_per_entry(tmp_path, monkeypatch):
     assert {k for k, v in sm90.pdl.items() if v is None} == {"by_macro", "by_hand", "prefetches"}
     assert sm90.pdl["loads_first"].startswith("ld.global") and sm90.pdl["loads_first"].endswith(UNSAFE)
     assert sm90.pdl["never_waits"] == "no griddepcontrol.wait in the entry"
+    # NVVM writes the early return as a branch past the wait, or as a predicated `ret`: refused either way
+    assert sm90.pdl["leaves_first"].endswith((NOT_FORWARD, EXITS)), sm90.pdl["leaves_first"]
 
 
 def test_the_launch_structures_match_cuda_h(tmp_path):

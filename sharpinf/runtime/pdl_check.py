@@ -7,12 +7,15 @@ does not fail on the emulator (one kernel at a time) and fails on a GPU only by 
 rule is checked where it can be proven: in the PTX NVRTC makes of each entry, without a GPU.
 
 An entry keeps the contract when every path from its start reaches an unpredicated
-`griddepcontrol.wait` (or exits) having done nothing that reaches memory another kernel writes.
+`griddepcontrol.wait` having done nothing that reaches memory another kernel writes. No thread may
+exit before it: the wait covers only the kernel just before (its direct prerequisite), so the chain
+holds only if that kernel waited for its own -- a grid whose threads all left early could complete
+while the kernel before it still runs, and the kernel after it would read that one's outputs.
 Before the wait only an allowlist passes (anything else is refused, whatever it is): arithmetic,
 conversions, moves and compares; loads and stores of parameter, local and shared memory; warp and
 block collectives; `griddepcontrol.launch_dependents`; prefetches into L2 (`prefetch.*.L2`,
 `cp.async.bulk.prefetch.L2`: L2 is coherent for the whole GPU, so what they bring is never stale
--- it is how a matvec asks for its weights early); exits; and branches forward to a label that is
+-- it is how a matvec asks for its weights early); and branches forward to a label that is
 itself before the wait (an if/else NVVM made of index arithmetic). Statements are split at `;` and
 at inline asm braces, labels apart, so several on one line are each judged. Instructions are read
 as NVVM wrote them, so a load the compiler hoisted above the wait is caught too -- in an optimized
@@ -31,12 +34,12 @@ _LABEL = re.compile(r"^([$%\w.]+):(?!:)\s*")  # not a qualifier's "::"
 _WAIT = "griddepcontrol.wait"
 # Before the wait only these (an allowlist: an instruction not named here is refused, whatever it is):
 # arithmetic and logic, conversions and moves (cvta: address arithmetic), compares and selects, warp
-# and block collectives over registers and shared memory, fences, exits, the trigger
+# and block collectives over registers and shared memory, fences, the trigger (not exits: see above)
 _SAFE = {"add", "sub", "mul", "mad", "mul24", "mad24", "sad", "div", "rem", "abs", "neg", "min", "max", "popc",
          "clz", "bfind", "fns", "brev", "bfe", "bfi", "bmsk", "szext", "dp4a", "dp2a", "and", "or", "xor", "not",
          "cnot", "lop3", "shf", "shl", "shr", "prmt", "mov", "cvt", "cvta", "setp", "selp", "set", "slct", "testp",
          "copysign", "fma", "rcp", "sqrt", "rsqrt", "sin", "cos", "lg2", "ex2", "tanh", "isspacep", "activemask",
-         "nanosleep", "membar", "fence", "bar", "barrier", "vote", "shfl", "match", "redux", "ret", "exit"}
+         "nanosleep", "membar", "fence", "bar", "barrier", "vote", "shfl", "match", "redux"}
 _PRIVATE = {"param", "local", "shared", "shared::cta"}  # ld/st spaces: the thread's, the block's, the launch's
 
 
@@ -111,6 +114,8 @@ def _why_not(op: str, rest: str, at: int, labels: dict[str, int]) -> str | None:
     if (root in ("prefetch", "prefetchu") or op.startswith("cp.async.bulk.prefetch.")) and any(
             q.startswith("L2") for q in parts[1:]):
         return None
+    if root in ("ret", "exit"):
+        return "an exit before"
     if root == "bra":  # forward, to a label before the wait: an if/else of index arithmetic
         target = rest.split()[-1] if rest else ""
         return None if labels.get(target, -1) > at else "a branch not forward to a label before"
