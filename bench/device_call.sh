@@ -6,7 +6,7 @@
 # bench/results/gpu/<gpu>-<date>/ and come back as $OUT/results.tgz.
 # Seen on an H200 (2026-11-26): setup 13 s, peers 104 s, the matmul suite below 67 s (the simple
 # baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s. (The sampling,
-# the decode launch-floor runs and the 8B decode at 64 sequences on mmq_narrow were added after: not
+# the decode launch-floor runs and the 8B decode at 1-64 sequences on matmul=tuned were added after: not
 # yet timed; nor the attention walks' check before the peers part -- NVRTC of two files' f16 entries,
 # ~20-40 s by estimate; the GPU tests get what is left of DEVICE_BUDGET_S -- a second call, `bash
 # bench/device_call.sh tests`, runs them if the first left too little.)
@@ -43,7 +43,7 @@
 #      mmq_narrow per shape at N = 16, 32, 64, 128, 512 -- both mmq kernels now split-K (a block for
 #      each group of 8 members, 2026-11-27: never timed), so mmq's grid at 16-64 tokens is 4x what the
 #      H200 timed; where mmq (or narrow) now beats dp4a at 16-64 tokens, best's rule drops its
-#      block-an-SM condition (or takes narrow), and decode8b-narrow.log says what that does to the
+#      block-an-SM condition (or takes narrow), and decode8b-tuned.log says what that does to the
 #      64-sequence step (issue 19: <= 2x the 1-sequence step). At 512 the split's scratch costs
 #      ~6% by estimate, and an mmq iteration issues 476 hot instructions, not 524 (the fma form of
 #      the terms, the rows' scales read once: matmul_mmq.cu's header): compare with the 2026-11-26
@@ -317,15 +317,16 @@ if has kernels; then
     --prefill-prompts 8 --prefill-len 128 --repeats 5 --out "$RUN/smollm2-135m-shape-prefill"
   stamp "prefill exit $?"; grep -iE "packed|x sequential" "$OUT/prefill.log" | tail -4
   pack
-  # the decode step at 1 and 64 sequences on the 8B shape with mmq_narrow (16-row blocks, 4x mmq's
-  # grid) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same suite,
-  # context 192). Issue 19: the N = 64 step <= 2x the N = 1 step; if narrow beats fast's dp4a there,
-  # best's rule (matmul_mmq.mmq_takes) takes it where mmq's 64-row grid cannot fill the GPU
-  stamp "decode: 8B shape, matmul=mmq_narrow"
-  run decode8b-narrow.log 75 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
-    --kernels "matmul=mmq_narrow,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,64 --context 192 \
-    --out "$RUN/qwen3-8b-shape-decode-mmq_narrow"
-  stamp "decode 8B narrow exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-narrow.log"
+  # the decode step at 1, 8 and 64 sequences on the 8B shape with matmul=tuned: each launch shape on the
+  # fastest of dp4a, gemv, mmq and mmq_narrow by the GPU's clock (ops/matmul_tuned.py; never run on a
+  # GPU before) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same
+  # suite, context 192). Issue 19: the N = 64 step <= 2x the N = 1 step. The JSON's matmul_tuned rows
+  # hold every candidate's time a shape: if tuned beats fast, the fast set takes it (variants.py SETS)
+  stamp "decode: 8B shape, matmul=tuned"
+  run decode8b-tuned.log 90 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
+    --kernels "matmul=tuned,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,8,64 --context 192 \
+    --out "$RUN/qwen3-8b-shape-decode-tuned"
+  stamp "decode 8B tuned exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-tuned.log"
   pack
 fi
 if has probes; then

@@ -78,6 +78,7 @@ def test_bench_quick_all_suites(tmp_path):
     assert seen == {("norm", "simple"), ("norm", "dp4a"), ("matmul", "simple"), ("matmul", "dp4a"),
                     ("matmul", "gemv"), ("ffn_in", "gemv"),  # gemv serves steps of <= 8 tokens: decode's
                     ("matmul", "best"), ("ffn_in", "best"),  # what the fast set runs (here: dp4a's kernels)
+                    ("matmul", "tuned"), ("ffn_in", "tuned"),  # no clock here: best's rule
                     ("ffn_in", "simple"), ("ffn_in", "dp4a"), ("rope_kv", "simple"), ("rope_kv", "fused"),
                     ("attention", "simple"), ("attention", "split"), ("attention", "flash"),
                     ("sample", "simple"), ("sample", "radix"),
@@ -90,7 +91,8 @@ def test_bench_quick_all_suites(tmp_path):
     # over one 24-token prompt in all three attention variants
     prefill = [r for r in rows if r["phase"] == "prefill"]
     assert {(r["op"], r["variant"], r["tokens"]) for r in prefill if r["op"] != "attention"} == {
-        (op, v, 16) for op in ("matmul", "ffn_in") for v in ("simple", "dp4a", "mma", "mmq", "mmq_narrow", "best")}
+        (op, v, 16) for op in ("matmul", "ffn_in") for v in ("simple", "dp4a", "mma", "mmq", "mmq_narrow", "best",
+                                                           "tuned")}
     assert {r["shape"].split(" ")[0] for r in prefill if r["op"] == "matmul"} == {"qkv", "o", "down"}
     assert {(r["variant"], r["tokens"]) for r in prefill if r["op"] == "attention"} == {
         ("simple", 24), ("split", 24), ("flash", 24)}

@@ -34,8 +34,9 @@ def _cases(v):
 def _own_kernels(names):
     """The variants whose linear layers run kernels of their own: matmul=ffn's and matmul=layer's are
     dp4a's (their own kernels, the fused FFN and the link, have test_kernels_matmul_ffn.py and
-    test_kernels_layer_link.py)."""
-    seen, out = set(), []
+    test_kernels_layer_link.py); matmul=tuned runs the others' (whichever its clock picks, each tested
+    here: test_matmul_tuned.py tests the picking)."""
+    seen, out = {(variant("matmul", "tuned").launcher, "matmul_dp4a.cu")}, []
     for n in names:
         v = variant("matmul", n)
         if (v.launcher, v.files[0]) not in seen:

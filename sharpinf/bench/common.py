@@ -217,7 +217,11 @@ def kernels_name(ctx: BenchContext) -> str:
 
 
 def envelope(ctx: BenchContext, suite: str, config: dict, results: dict) -> dict:
-    """One suite's JSON: what ran where, its settings, and its numbers."""
+    """One suite's JSON: what ran where, its settings, and its numbers (with matmul=tuned, the shapes
+    it timed and what each chose)."""
+    from sharpinf.ops.matmul_tuned import tuned_report
+
+    tuned = tuned_report(ctx.backend)
     return {
         "suite": suite,
         "backend": ctx.backend.name,
@@ -229,6 +233,7 @@ def envelope(ctx: BenchContext, suite: str, config: dict, results: dict) -> dict
         "host": {"python": platform.python_version(), "machine": platform.machine()},
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "quick": ctx.quick,
+        **({"matmul_tuned": tuned} if tuned else {}),
     }
 
 

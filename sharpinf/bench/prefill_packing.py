@@ -3,7 +3,8 @@
 tokens (the prefill tokens/s the ratios report, beside 8 x 128's packed over sequential) -- and,
 when the matmuls are dp4a's, the same with the tensor-core variants beside them: matmul=mma alone (bit-identical to dp4a, so
 the next tokens must agree exactly) and the tensor set (mma matmuls + flash attention, whose f16
-operands round differently: agreement reported, not required).
+operands round differently: agreement reported, not required); on a device with a clock,
+matmul=tuned too (each shape on its fastest candidate: the same bits as dp4a).
 
 Both runs feed exactly the same tokens into the same KV slots; packing turns S skinny
 matmuls into one fat one (weights read once instead of S times) and S sets of launches
@@ -76,10 +77,12 @@ def run(ctx: BenchContext, configs: list, repeats: int, block_size: int, prompts
         if S < 1 or n < 1:
             raise ValueError(f"prefill: {S} prompts x {n} tokens: both must be at least 1")
     fp = ctx.forward_pass()
-    # beside a q8_1 choice, the other q8_1 matmuls (dp4a, mma: the same bits) and the tensor set
+    # beside a q8_1 choice, the other q8_1 matmuls (dp4a, mma: the same bits; tuned where it can time) and
+    # the tensor set
     others, own = [], fp.choice.to_json()
     if fp.choice.q8_activations:
-        for kernels in ({**own, "matmul": "dp4a"}, {**own, "matmul": "mma"}, {**own, **TENSOR}):
+        tuned = [{**own, "matmul": "tuned"}] if be.can_time() else []
+        for kernels in ({**own, "matmul": "dp4a"}, {**own, "matmul": "mma"}, *tuned, {**own, **TENSOR}):
             if kernels != own and all(kernels != o.choice.to_json() for o in others):
                 others.append(fp.with_own_buffers(kernels=kernels))
     rng = np.random.default_rng(ctx.seed)

@@ -19,7 +19,7 @@ import os
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -165,6 +165,32 @@ class Backend(ABC):
             yield plan
         finally:
             self._recording = None
+
+    @property
+    def collecting_now(self) -> bool:
+        """Inside collecting(): launchers only say which kernels they want."""
+        return self._collecting is not None
+
+    @contextmanager
+    def eager(self) -> Iterator[None]:
+        """Launches inside run now, even inside recording() (a tuner timing its candidates while the
+        plan that asked it is being recorded); the recording goes on after the block."""
+        saved, self._recording = self._recording, None
+        try:
+            yield
+        finally:
+            self._recording = saved
+
+    def can_time(self) -> bool:
+        """device_seconds can time launches now: a device clock, and launches that run (not recorded,
+        not captured)."""
+        return False
+
+    def device_seconds(self, fn: Callable[[], Any], repeats: int = 3) -> float | None:
+        """Seconds of device time one fn() takes (its launches, timed by the device's clock: the
+        mean of `repeats` after one untimed run), or None where there is no such clock (the emulator,
+        the trace backend, a stream being captured)."""
+        return None
 
     # -- memory ----------------------------------------------------------------
     @abstractmethod

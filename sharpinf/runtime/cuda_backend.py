@@ -387,6 +387,22 @@ class CudaBackend(Backend):
         with self._errors("wait for a copy"):
             marker.synchronize()  # an event never recorded counts as done
 
+    def can_time(self) -> bool:
+        return not self._capturing and self._recording is None and self._collecting is None
+
+    def device_seconds(self, fn, repeats: int = 3) -> float | None:
+        if not self.can_time():  # nothing runs now: nothing to time
+            return None
+        fn()  # untimed: first-launch costs, clocks up
+        start, end = (self.cp.cuda.Event(block=False, disable_timing=False) for _ in range(2))
+        with self._errors("timing a launch"):
+            start.record(self._stream)
+            for _ in range(repeats):
+                fn()
+            end.record(self._stream)
+            end.synchronize()
+            return self.cp.cuda.get_elapsed_time(start, end) / 1e3 / repeats
+
     @property
     def stream(self) -> Any:
         """The cupy stream every launch uses (for interop: `with backend.stream: ...`)."""
