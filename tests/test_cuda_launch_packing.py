@@ -162,3 +162,40 @@ def test_pdl_is_on_only_where_asked_on_sm_90_with_a_12_3_driver(monkeypatch):
     monkeypatch.setenv("SHARPINF_PDL", "2")
     with pytest.raises(BackendError, match="SHARPINF_PDL must be 0 or 1"):
         state(9, 13000)
+
+
+def test_device_seconds_times_the_recorded_launches_alone_with_l2_emptied_before_each_run():
+    """matmul=tuned's clock: the call's launches prepared once (recorded), run once untimed, then each
+    timed run between two events with the L2 flush queued before the first event; the median (ms -> s).
+    Not while capturing, nor with SHARPINF_SYNC (a host sync would sit in the interval)."""
+    timeline = []
+
+    class Event:
+        def __init__(self, block=False, disable_timing=True):
+            assert not disable_timing
+            self.i = None
+
+        def record(self, stream):
+            self.i = len(timeline)
+            timeline.append("event")
+
+        def synchronize(self):
+            timeline.append("sync")
+
+    be = fake_backend(lambda f, *a: timeline.append(f"launch {f:#x}"))
+    ms = [5.0, 1.0, 3.0, 2.0, 4.0]
+    be.cp.cuda = SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: ms[(a.i - 2) // 4],
+                                 runtime=SimpleNamespace(memsetAsync=lambda *a: timeline.append("flush")))
+    be._recording = be._collecting = None
+    k, flush = fake_kernel(ptr=0xA), SimpleNamespace(data=SimpleNamespace(ptr=1), nbytes=64)
+    prepared = []
+    real_prepare = be.prepare
+    be.prepare = lambda *a, **kw: prepared.append(1) or real_prepare(*a, **kw)
+    s = be.device_seconds(lambda: be.launch(k, 1, 32, ()), repeats=5, flush=flush)
+    assert prepared == [1]  # recorded once, then only run
+    assert timeline == ["launch 0xa"] + ["flush", "event", "launch 0xa", "event"] * 5 + ["sync"]
+    assert s == pytest.approx(3.0e-3)  # the median of 5, 1, 3, 2, 4 ms
+    be._capturing = True
+    assert not be.can_time() and be.device_seconds(lambda: timeline.append("ran")) is None
+    be._capturing, be._sync_each = False, True
+    assert not be.can_time() and "ran" not in timeline

@@ -36,7 +36,8 @@ def _own_kernels(names):
     dp4a's (their own kernels, the fused FFN and the link, have test_kernels_matmul_ffn.py and
     test_kernels_layer_link.py); matmul=tuned runs the others' (whichever its clock picks, each tested
     here: test_matmul_tuned.py tests the picking)."""
-    seen, out = {(variant("matmul", "tuned").launcher, "matmul_dp4a.cu")}, []
+    tuned = variant("matmul", "tuned")
+    seen, out = {(tuned.launcher, tuned.files[0])}, []
     for n in names:
         v = variant("matmul", n)
         if (v.launcher, v.files[0]) not in seen:

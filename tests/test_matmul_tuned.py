@@ -25,7 +25,7 @@ def clock(emu, monkeypatch):
     tuned.forget(emu)
     state = {"seconds": [], "timed": 0}
 
-    def device_seconds(fn, repeats=3):
+    def device_seconds(fn, repeats=5, flush=None):
         for _ in range(1 + repeats):
             fn()
         state["timed"] += 1

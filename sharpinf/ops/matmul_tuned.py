@@ -8,7 +8,9 @@ between runs and machines without a token's logits noticing.
 A shape is (linear or gate_up, weight type, rows, n_in, tokens). Its candidates run where the step's
 plan is being recorded (backend.eager: a plan is recorded before it first runs, so the step buffers
 they write are written again by the plan before anything reads them), each timed by the device's
-clock (backend.device_seconds); the fastest is kept for the backend's life. Where there is no device
+clock (backend.device_seconds: its launches alone, the median of REPEATS, with L2 overwritten before
+each run -- a step reads each weight once, from memory; timed warm, a matrix that fits in L2 would
+favour whichever kernel L2 suits); the fastest is kept for the backend's life. Where there is no device
 clock (the emulator, the trace backend) the shape takes best's rule. tuned_choices(be) lists what was
 measured and chosen (`sharpinf bench --suite kernels` and the decode suite report it)."""
 
@@ -18,11 +20,13 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from sharpinf.ops import matmul_gemv as gemv
 from sharpinf.ops import matmul_mmq as mmq
 from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
 
-REPEATS = 3  # timed runs a candidate (after one untimed): the mean
+REPEATS = 5  # timed runs a candidate (after one untimed): the median
 
 
 @dataclass
@@ -34,6 +38,17 @@ class Choice:
 
 
 _CHOICES: "weakref.WeakKeyDictionary[Any, dict[tuple, Choice]]" = weakref.WeakKeyDictionary()
+_FLUSH: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def reserve(be):
+    """The buffer the timing overwrites to empty L2 (twice its size; None where the backend has none),
+    allocated with a forward pass's workspace -- before the KV pool takes the free memory -- and
+    shared by every forward pass on the backend."""
+    if be not in _FLUSH:
+        n = 2 * be.l2_bytes()
+        _FLUSH[be] = be.empty((n,), np.uint8) if n > 0 else None
+    return _FLUSH[be]
 
 
 def tuned_choices(be) -> dict[tuple, Choice]:
@@ -80,7 +95,7 @@ def _choose(be, key: tuple, runs: dict[str, Callable[[], None]], rule: str, keep
                 saved = be.empty(keep.shape, keep.dtype)
                 be.copy_device(keep, saved)
             for name, run in runs.items():
-                seconds[name] = be.device_seconds(run, REPEATS)
+                seconds[name] = be.device_seconds(run, REPEATS, flush=_FLUSH.get(be))
             if saved is not None:
                 be.copy_device(saved, keep)
     timed = {n: s for n, s in seconds.items() if s is not None}

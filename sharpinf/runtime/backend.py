@@ -186,11 +186,17 @@ class Backend(ABC):
         not captured)."""
         return False
 
-    def device_seconds(self, fn: Callable[[], Any], repeats: int = 3) -> float | None:
-        """Seconds of device time one fn() takes (its launches, timed by the device's clock: the
-        mean of `repeats` after one untimed run), or None where there is no such clock (the emulator,
-        the trace backend, a stream being captured)."""
+    def device_seconds(self, fn: Callable[[], Any], repeats: int = 5, flush: Any = None) -> float | None:
+        """Seconds of device time fn()'s launches take, by the device's clock: recorded once, run once
+        untimed, then `repeats` times, each between two events, the median. `flush`: a device buffer
+        (twice the L2 cache: l2_bytes) overwritten before each timed run, so the run reads its weights
+        from memory as a step does, not from the cache the run before filled. None where there is no
+        such clock (the emulator, the trace backend) or nothing runs now (can_time)."""
         return None
+
+    def l2_bytes(self) -> int:
+        """The device's L2 cache in bytes (0: none to speak of, or unknown)."""
+        return 0
 
     # -- memory ----------------------------------------------------------------
     @abstractmethod

@@ -388,20 +388,34 @@ class CudaBackend(Backend):
             marker.synchronize()  # an event never recorded counts as done
 
     def can_time(self) -> bool:
-        return not self._capturing and self._recording is None and self._collecting is None
+        # not with SHARPINF_SYNC: a host sync after each launch would sit inside the timed interval
+        return (not self._capturing and self._recording is None and self._collecting is None
+                and not self._sync_each)
 
-    def device_seconds(self, fn, repeats: int = 3) -> float | None:
+    def device_seconds(self, fn, repeats: int = 5, flush=None) -> float | None:
         if not self.can_time():  # nothing runs now: nothing to time
             return None
-        fn()  # untimed: first-launch costs, clocks up
-        start, end = (self.cp.cuda.Event(block=False, disable_timing=False) for _ in range(2))
+        with self.recording() as plan:  # prepared once: the timed runs are the launches alone
+            fn()
+        events = [tuple(self.cp.cuda.Event(block=False, disable_timing=False) for _ in range(2))
+                  for _ in range(repeats)]
         with self._errors("timing a launch"):
-            start.record(self._stream)
-            for _ in range(repeats):
-                fn()
-            end.record(self._stream)
-            end.synchronize()
-            return self.cp.cuda.get_elapsed_time(start, end) / 1e3 / repeats
+            self.run(plan)  # untimed: first-launch costs, clocks up
+            for start, end in events:
+                if flush is not None:  # the weights out of L2; the host queues the run meanwhile
+                    self.fill_bytes(flush, 0)
+                start.record(self._stream)
+                self.run(plan)
+                end.record(self._stream)
+            events[-1][1].synchronize()
+            times = sorted(self.cp.cuda.get_elapsed_time(a, b) for a, b in events)
+        return times[len(times) // 2] / 1e3
+
+    def l2_bytes(self) -> int:
+        try:
+            return int(self.cp.cuda.Device().attributes.get("L2CacheSize", 0))
+        except Exception:
+            return 0
 
     @property
     def stream(self) -> Any:

@@ -37,6 +37,7 @@ import numpy as np
 from sharpinf.step.batch import Batch
 from sharpinf.model.config import ModelConfig
 from sharpinf.ops.attention import SplitScratch
+from sharpinf.ops import matmul_tuned
 from sharpinf.ops.matmul_mmq import reserve_scratch
 from sharpinf.ops.moe import MoeScratch
 from sharpinf.ops.quant_act import Q8Act
@@ -141,6 +142,8 @@ class Workspace:
         if mm.needs_scratch or choice.of("moe").needs_scratch:  # mmq's split-K group sums (the backend's,
             # reserved here: never inside a graph)
             self.mmq_split = reserve_scratch(be, cfg, T, R)
+        if mm.launcher is matmul_tuned.matmul_tuned:  # the buffer its timing overwrites to empty L2
+            self.l2_flush = matmul_tuned.reserve(be)
         if choice.of("attention").needs_scratch:  # split and flash: partial states and merge tickets
             self.split = SplitScratch.alloc(be, T, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
 
