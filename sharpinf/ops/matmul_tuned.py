@@ -77,13 +77,18 @@ def _gate_up_candidates(qtype: int, n_tokens: int) -> dict[str, Callable[..., No
 
 
 def _choose(be, key: tuple, runs: dict[str, Callable[[], None]], rule: str, keep=None) -> str | None:
-    """The candidate `key` runs: known, timed now, or `rule` where nothing can be timed. None inside
-    backend.collecting(): every candidate's kernels are wanted (compiled ahead). `keep`: a buffer the
-    runs add into (a residual): put back as it was after the timing, so the chosen run adds once."""
+    """The candidate `key` runs: known, timed now, or `rule` where nothing can be timed. Inside
+    backend.collecting(): the rule's pick (or the one known) stands for the launch, the others' kernels
+    are wanted too (compiled ahead, not counted: backend.also_wanted). `keep`: a buffer the runs add
+    into (a residual): put back as it was after the timing, so the chosen run adds once."""
     if be.collecting_now:
-        for run in runs.values():
-            run()
-        return None
+        known = _CHOICES.get(be, {}).get(key)
+        pick = known.name if known is not None else (rule if rule in runs else "dp4a")
+        with be.also_wanted():
+            for name, run in runs.items():
+                if name != pick:
+                    run()
+        return pick
     known = _CHOICES.setdefault(be, {})
     if key in known:
         return known[key].name

@@ -78,6 +78,15 @@ class Graph(ABC):
     def replay(self) -> None: ...
 
 
+class Wanted(list):
+    """collecting()'s list of (file, entry), one a launch, and `also`: the kernels a step may launch
+    in their place (compiled ahead all the same)."""
+
+    def __init__(self):
+        super().__init__()
+        self.also: list[tuple[str, str]] = []
+
+
 class Backend(ABC):
     name: str  # "cuda", "emu" or "trace"
     gpu_shapes: bool = False  # launchers pick grids for a GPU (cuda, trace) or for the emulator
@@ -125,15 +134,29 @@ class Backend(ABC):
                     self.kernel(f, name)
 
     @contextmanager
-    def collecting(self) -> Iterator[list[tuple[str, str]]]:
+    def collecting(self) -> Iterator["Wanted"]:
         """`with be.collecting() as wanted: ...launchers...`: the (file, entry) pairs the
-        launchers ask for, with nothing compiled or run (ops.launch.kernel honours it)."""
-        wanted: list[tuple[str, str]] = []
+        launchers ask for, one a launch, with nothing compiled or run (ops.launch.kernel honours
+        it); `wanted.also`: those they may launch instead (also_wanted), to compile ahead."""
+        wanted = Wanted()
         self._collecting = wanted
         try:
             yield wanted
         finally:
             self._collecting = None
+
+    @contextmanager
+    def also_wanted(self) -> Iterator[None]:
+        """Inside collecting(): what the launchers ask for in the block goes to `wanted.also`, not
+        among the launches (a tuner's other candidates: compiled ahead, not counted)."""
+        outer = self._collecting
+        if outer is None:
+            raise BackendError("also_wanted() is for inside collecting()")
+        self._collecting = outer.also
+        try:
+            yield
+        finally:
+            self._collecting = outer
 
     def collect(self, filename: str, name: str) -> bool:
         """Inside collecting(): note that a launcher wants (file, entry) and return True, so it

@@ -142,8 +142,9 @@ class Workspace:
         if mm.needs_scratch or choice.of("moe").needs_scratch:  # mmq's split-K group sums (the backend's,
             # reserved here: never inside a graph)
             self.mmq_split = reserve_scratch(be, cfg, T, R)
-        if mm.launcher is matmul_tuned.matmul_tuned:  # the buffer its timing overwrites to empty L2
-            self.l2_flush = matmul_tuned.reserve(be)
+        flush = matmul_tuned.reserve(be) if mm.launcher is matmul_tuned.matmul_tuned else None
+        if flush is not None:  # the buffer tuned's timing overwrites to empty L2 (none on the emulator)
+            self.l2_flush = flush
         if choice.of("attention").needs_scratch:  # split and flash: partial states and merge tickets
             self.split = SplitScratch.alloc(be, T, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
 

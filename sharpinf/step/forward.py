@@ -51,7 +51,7 @@ from sharpinf.ops.embedding import embed
 from sharpinf.ops.sampling import BIAS_STRIDE, count_words, history_words, seen_update
 from sharpinf.ops.variants import KernelChoice, check_dispatched, ops_of, resolve_kernels
 from sharpinf.progress import note, progress_bar
-from sharpinf.runtime.backend import Backend
+from sharpinf.runtime.backend import Backend, Wanted
 from sharpinf.step.buffers import SamplingRows, StepCapacity, StepDescriptor, Workspace
 from sharpinf.step.kernels import StepKernels
 from sharpinf.step.plan import PlanCache, bucket_for, bucket_ladder
@@ -270,7 +270,7 @@ class ForwardPass:
 
     # -- compile ahead, capture -----------------------------------------------------------------
     def _launch_names(self, kv_dtype: str, tokens: int = 1,
-                      mode: str | None = None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+                      mode: str | None = None) -> tuple[Wanted, Wanted]:
         """(file, entry point) of every launch of a body of `tokens` tokens and of a sampling head
         of as many rows, in order, with KV in kv_dtype: the launchers run with nothing compiled or
         launched (backend.collecting). The attention in the launch shape `mode` ("split", "walk": each
@@ -298,7 +298,8 @@ class ForwardPass:
         choose it: attention_shapes)."""
         sizes = sorted({1, 2, 4, 8, 16, 64, self.capacity.tokens})
         modes = (None, "split", "walk") if self.kernels.attn.shape else (None,)
-        names = [n for size in sizes for mode in modes for part in self._launch_names(kv_dtype, size, mode) for n in part]
+        names = [n for size in sizes for mode in modes for part in self._launch_names(kv_dtype, size, mode)
+                 for n in (*part, *part.also)]  # also: kernels a launch may take instead (matmul=tuned's)
         return list(dict.fromkeys(names + [("sampling.cu", "seen_update")]))
 
     def launches_per_layer(self) -> int:
