@@ -56,23 +56,19 @@ def tuned_choices(be) -> dict[tuple, Choice]:
     return dict(_CHOICES.get(be, {}))
 
 
-def _linear_candidates(qtype: int, n_tokens: int) -> dict[str, Callable[..., None]]:
-    out: dict[str, Callable[..., None]] = {"dp4a": matmul_dp4a}
-    if n_tokens <= gemv.MAX_TOKENS:
-        out["gemv"] = gemv.matmul_gemv
-    if n_tokens >= mmq.MIN_TOKENS and mmq.supports(qtype):
-        out["mmq"] = mmq.matmul_mmq
-        out["mmq_narrow"] = mmq.matmul_mmq_narrow
-    return out
+# each kind's candidates: dp4a, gemv, mmq, mmq_narrow
+LINEAR = (matmul_dp4a, gemv.matmul_gemv, mmq.matmul_mmq, mmq.matmul_mmq_narrow)
+GATE_UP = (gate_up_dp4a, gemv.gate_up_gemv, mmq.gate_up_mmq, mmq.gate_up_mmq_narrow)
 
 
-def _gate_up_candidates(qtype: int, n_tokens: int) -> dict[str, Callable[..., None]]:
-    out: dict[str, Callable[..., None]] = {"dp4a": gate_up_dp4a}
+def _candidates(kind: tuple, qtype: int, n_tokens: int) -> dict[str, Callable[..., None]]:
+    """The kernels of `kind` that serve a step of n_tokens with qtype weights, by name."""
+    dp4a, gemv_fn, mmq_fn, narrow_fn = kind
+    out: dict[str, Callable[..., None]] = {"dp4a": dp4a}
     if n_tokens <= gemv.MAX_TOKENS:
-        out["gemv"] = gemv.gate_up_gemv
+        out["gemv"] = gemv_fn
     if n_tokens >= mmq.MIN_TOKENS and mmq.supports(qtype):
-        out["mmq"] = mmq.gate_up_mmq
-        out["mmq_narrow"] = mmq.gate_up_mmq_narrow
+        out["mmq"], out["mmq_narrow"] = mmq_fn, narrow_fn
     return out
 
 
@@ -113,7 +109,7 @@ def matmul_tuned(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_i
                  accumulate: bool = False, y_stride: int | None = None, y_col: int = 0, file: str = "") -> None:
     """Y (=, or += with accumulate) X W^T (+ bias) on the fastest candidate for this shape: matmul_dp4a's
     arguments and bits. (`file`: the registry's; each candidate launches its own.)"""
-    cands = _linear_candidates(qtype, n_tokens)
+    cands = _candidates(LINEAR, qtype, n_tokens)
     kw = dict(bias_dev=bias_dev, accumulate=accumulate, y_stride=y_stride, y_col=y_col)
     runs = {n: (lambda fn=fn: fn(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, **kw)) for n, fn in cands.items()}
     rule = "mmq" if mmq.mmq_takes(be, qtype, n_tokens, n_out) else "dp4a"
@@ -125,7 +121,7 @@ def matmul_tuned(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_i
 def gate_up_tuned(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
                   act: str = "silu") -> None:
     """out = act(X Wg^T) * (X Wu^T) on the fastest candidate for this shape: gate_up_dp4a's arguments and bits."""
-    cands = _gate_up_candidates(qtype, n_tokens)
+    cands = _candidates(GATE_UP, qtype, n_tokens)
     runs = {n: (lambda fn=fn: fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act))
             for n, fn in cands.items()}
     rule = "mmq" if mmq.mmq_takes(be, qtype, n_tokens, n_ff) else "dp4a"
