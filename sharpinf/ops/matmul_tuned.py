@@ -12,7 +12,10 @@ clock (backend.device_seconds: its launches alone, the median of REPEATS, with L
 each run -- a step reads each weight once, from memory; timed warm, a matrix that fits in L2 would
 favour whichever kernel L2 suits); the fastest is kept for the backend's life. Where there is no device
 clock (the emulator, the trace backend) the shape takes best's rule. tuned_choices(be) lists what was
-measured and chosen (`sharpinf bench --suite kernels` and the decode suite report it)."""
+measured and chosen (every bench suite's JSON carries it: "matmul_tuned").
+
+It launches the candidates' own files, not one of its own: `sharpinf kernels new matmul X --like tuned`
+would make a copy that never runs its file (the registry's dispatch check refuses it); copy a candidate."""
 
 from __future__ import annotations
 
