@@ -327,6 +327,11 @@ if has kernels; then
     --kernels "matmul=tuned,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,8,64 --context 192 \
     --out "$RUN/qwen3-8b-shape-decode-tuned"
   stamp "decode 8B tuned exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-tuned.log"
+  # and single-stream decode through the engine on it (graphs; beside the peers part's tg128 on fast)
+  run tg-tuned-qwen3.log 50 python3 bench/single_stream.py --model qwen3-8b-shape:Q4_K --backend cuda \
+    --kernels "matmul=tuned,attention=split,rope_kv=fused,moe=fast,sample=radix" --prompt 1 --decode 128 \
+    --repeats 3 --out "$RUN/single_stream_qwen3-8b-shape_tuned.json"
+  stamp "tg tuned exit $?"; grep -iE "decode" "$OUT/tg-tuned-qwen3.log" | tail -2
   pack
 fi
 if has probes; then
