@@ -129,6 +129,13 @@
 #      N = 1, 8, beside kernels-matmul's rows) and decode-fast-pdl.log (the decode suite, eager, beside
 #      decode-fast.log). If on wins, SHARPINF_PDL becomes the default on sm_90
 #      (cuda_backend.py's _pdl_launcher).
+#   8. matmul=tuned (2026-11-29, never on a GPU: ops/matmul_tuned.py): each launch shape on the fastest of
+#      dp4a, gemv, mmq and mmq_narrow by CUDA events, timed when a plan is first recorded. decode8b-tuned.log
+#      (B = 1, 8, 64) beside the peers part's decode_sN rows on fast, tg-tuned-qwen3.log beside its tg128,
+#      the prefill suite's matmul=tuned row (the peers part's pp512 takes the fastest of its rows); every
+#      JSON's "matmul_tuned" lists each shape's candidates' microseconds and the pick -- the thresholds best's
+#      rule should have, read off directly. If tuned is at least fast everywhere, the fast set takes it
+#      (variants.py SETS["fast"]["matmul"] = "tuned"); the GPU tests include test_matmul_tuned.py's real clock.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${1:-peers,kernels,probes,ncu,tests}
