@@ -75,7 +75,7 @@ def _candidates(kind: tuple, qtype: int, n_tokens: int) -> dict[str, Callable[..
     return out
 
 
-def _choose(be, key: tuple, runs: dict[str, Callable[[], None]], rule: str, keep=None) -> str | None:
+def _choose(be, key: tuple, runs: dict[str, Callable[[], None]], rule: str, keep=None) -> str:
     """The candidate `key` runs: known, timed now, or `rule` where nothing can be timed. Inside
     backend.collecting(): the rule's pick (or the one known) stands for the launch, the others' kernels
     are wanted too (compiled ahead, not counted: backend.also_wanted). `keep`: a buffer the runs add
@@ -116,9 +116,7 @@ def matmul_tuned(be, W_dev, qtype: int, X, Y_dev, n_tokens: int, n_out: int, n_i
     kw = dict(bias_dev=bias_dev, accumulate=accumulate, y_stride=y_stride, y_col=y_col)
     runs = {n: (lambda fn=fn: fn(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, **kw)) for n, fn in cands.items()}
     rule = "mmq" if mmq.mmq_takes(be, qtype, n_tokens, n_out) else "dp4a"
-    name = _choose(be, ("linear", int(qtype), n_out, n_in, n_tokens), runs, rule, Y_dev if accumulate else None)
-    if name is not None:
-        runs[name]()
+    runs[_choose(be, ("linear", int(qtype), n_out, n_in, n_tokens), runs, rule, Y_dev if accumulate else None)]()
 
 
 def gate_up_tuned(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_ff: int, n_in: int,
@@ -128,9 +126,7 @@ def gate_up_tuned(be, Wg_dev, Wu_dev, qtype: int, X, out_dev, n_tokens: int, n_f
     runs = {n: (lambda fn=fn: fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act))
             for n, fn in cands.items()}
     rule = "mmq" if mmq.mmq_takes(be, qtype, n_tokens, n_ff) else "dp4a"
-    name = _choose(be, ("gate_up", int(qtype), n_ff, n_in, n_tokens), runs, rule)
-    if name is not None:
-        runs[name]()
+    runs[_choose(be, ("gate_up", int(qtype), n_ff, n_in, n_tokens), runs, rule)]()
 
 
 def forget(be) -> None:
