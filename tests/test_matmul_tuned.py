@@ -50,7 +50,8 @@ def _case(be, n_tokens, qtype=quants.Q4_K):
 
 # (tokens, the candidates' seconds in the tuner's order, the one that must win)
 WINNERS = [(1, [2e-6, 1e-6], "gemv"), (1, [1e-6, 2e-6], "dp4a"),
-           (19, [3e-6, 1e-6, 2e-6], "mmq"), (19, [3e-6, 2e-6, 1e-6], "mmq_narrow")]
+           (19, [3e-6, 1e-6, 2e-6], "mmq"), (19, [3e-6, 2e-6, 1e-6], "mmq_narrow"),
+           (19, [1.02e-6, 1e-6, 2e-6], "dp4a")]  # within 3% of the fastest, best's rule (dp4a at 19) stays
 
 
 @pytest.mark.parametrize("n_tokens, seconds, winner", WINNERS)

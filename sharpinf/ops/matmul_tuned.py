@@ -30,6 +30,8 @@ from sharpinf.ops import matmul_mmq as mmq
 from sharpinf.ops.matmul_dp4a import gate_up_dp4a, matmul_dp4a
 
 REPEATS = 5  # timed runs a candidate (after one untimed): the median
+CLOSE = 1.03  # the rule's pick stays unless another candidate beats it by more than 3%: run-to-run noise
+# must not flip a shape's kernel between runs of the same bench
 
 
 @dataclass
@@ -103,7 +105,11 @@ def _choose(be, key: tuple, runs: dict[str, Callable[[], None]], rule: str, keep
             if saved is not None:
                 be.copy_device(saved, keep)
     timed = {n: s for n, s in seconds.items() if s is not None}
-    name = min(timed, key=timed.__getitem__) if len(timed) == len(runs) else (rule if rule in runs else "dp4a")
+    rule = rule if rule in runs else "dp4a"
+    name = rule
+    if len(timed) == len(runs):
+        fastest = min(timed, key=timed.__getitem__)
+        name = rule if timed[rule] <= CLOSE * timed[fastest] else fastest
     known[key] = Choice(name, seconds)
     return name
 
