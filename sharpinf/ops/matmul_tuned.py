@@ -10,7 +10,8 @@ plan is being recorded (backend.eager: a plan is recorded before it first runs, 
 they write are written again by the plan before anything reads them), each timed by the device's
 clock (backend.device_seconds: its launches alone, the median of REPEATS, with L2 overwritten before
 each run -- a step reads each weight once, from memory; timed warm, a matrix that fits in L2 would
-favour whichever kernel L2 suits); the fastest is kept for the backend's life. Where there is no device
+favour whichever kernel L2 suits); the fastest is kept for the backend's life (best's pick where it is
+within CLOSE of it). Where there is no device
 clock (the emulator, the trace backend) the shape takes best's rule. tuned_choices(be) lists what was
 measured and chosen (every bench suite's JSON carries it: "matmul_tuned").
 
