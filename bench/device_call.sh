@@ -135,7 +135,8 @@
 #      the prefill suite's matmul=tuned row (the peers part's pp512 takes the fastest of its rows); every
 #      JSON's "matmul_tuned" lists each shape's candidates' microseconds and the pick -- the thresholds best's
 #      rule should have, read off directly. If tuned is at least fast everywhere, the fast set takes it
-#      (variants.py SETS["fast"]["matmul"] = "tuned"); the GPU tests include test_matmul_tuned.py's real clock.
+#      (variants.py SETS["fast"]["matmul"] = "tuned"; `--kernels tuned` is that set today); the GPU tests include
+#      test_matmul_tuned.py's real clock.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${1:-peers,kernels,probes,ncu,tests}
@@ -331,12 +332,12 @@ if has kernels; then
   # hold every candidate's time a shape: if tuned beats fast, the fast set takes it (variants.py SETS)
   stamp "decode: 8B shape, matmul=tuned"
   run decode8b-tuned.log 90 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
-    --kernels "matmul=tuned,attention=split,rope_kv=fused,sample=radix" --batch-sizes 1,8,64 --context 192 \
+    --kernels tuned --batch-sizes 1,8,64 --context 192 \
     --out "$RUN/qwen3-8b-shape-decode-tuned"
   stamp "decode 8B tuned exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-tuned.log"
   # and single-stream decode through the engine on it (graphs; beside the peers part's tg128 on fast)
   run tg-tuned-qwen3.log 50 python3 bench/single_stream.py --model qwen3-8b-shape:Q4_K --backend cuda \
-    --kernels "matmul=tuned,attention=split,rope_kv=fused,moe=fast,sample=radix" --prompt 1 --decode 128 \
+    --kernels tuned --prompt 1 --decode 128 \
     --repeats 3 --out "$RUN/single_stream_qwen3-8b-shape_tuned.json"
   stamp "tg tuned exit $?"; grep -iE "decode" "$OUT/tg-tuned-qwen3.log" | tail -2
   pack

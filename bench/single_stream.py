@@ -1,7 +1,7 @@
 """Single-stream decode and prefill tokens/s through the engine, eager and with CUDA graphs.
 
     python bench/single_stream.py [--model smollm2-135m|PATH|synth|SHAPE-shape:TYPE] [--backend cuda|emu]
-                                  [--kernels fast|tensor|simple|op=variant,...] [--prompt 512] [--decode 128]
+                                  [--kernels fast|tensor|tuned|simple|op=variant,...] [--prompt 512] [--decode 128]
                                   [--repeats 3] [--out FILE]
 
 SHAPE-shape:TYPE (e.g. qwen3-8b-shape:Q4_K, smollm2-135m-shape:Q4_1) is a benchmark model of a

@@ -29,8 +29,8 @@ def test_parse_every_spelling():
     assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple,moe=simple,sample=simple"
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
-    assert choices_for("all") == ["simple", "fast", "tensor", "matmul=dp4a", "matmul=mma", "matmul=mmq_narrow",
-                                  "matmul=tuned", "matmul=gemv", "matmul=ffn", "matmul=layer",
+    assert choices_for("all") == ["simple", "fast", "tensor", "tuned", "matmul=dp4a", "matmul=mma",
+                                  "matmul=mmq_narrow", "matmul=gemv", "matmul=ffn", "matmul=layer",
                                   "moe=gemv"]  # in no set: on their own
     assert choices_for("all", is_moe=False) == choices_for("all")[:-1]  # a dense model runs no moe kernel
     assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="mmq",

@@ -57,7 +57,9 @@ a ForwardPass whose step launches none of a chosen variant's own kernels fails a
 
 A choice is "simple", "fast" (every op's fastest measured variant: matmul best, split attention),
 "tensor" (mmq for every step of >= 16 tokens and flash attention: the tensor cores wherever they
-can serve; flash was faster only for long prefills on an H200), a dict {op: variant}, the same as text: "matmul=dp4a,attention=split", or "auto" (the
+can serve; flash was faster only for long prefills on an H200), "tuned" (fast, with each linear layer
+on whichever of dp4a, gemv, mmq and mmq_narrow the GPU times fastest for its shape: the same bits),
+a dict {op: variant}, the same as text: "matmul=dp4a,attention=split", or "auto" (the
 default): "fast" on a GPU, "simple" on the CPU emulator -- the fast kernels are written for a
 GPU's memory system, and the emulator, which runs each thread's C++ on one core, runs the
 readable ones faster. Every variant passes every oracle the baseline passes.
@@ -300,6 +302,8 @@ SETS: dict[str, dict[str, str]] = {
     "fast": {"matmul": "best", "attention": "split", "rope_kv": "fused", "moe": "fast", "sample": "radix"},
     # the tensor-core set: mmq matmuls and MoE experts for steps of >= 16 tokens, flash attention
     "tensor": {"matmul": "mmq", "attention": "flash", "rope_kv": "fused", "moe": "mmq", "sample": "radix"},
+    # fast with each linear layer's kernel picked by the GPU's clock (ops/matmul_tuned.py): the same bits
+    "tuned": {"matmul": "tuned", "attention": "split", "rope_kv": "fused", "moe": "fast", "sample": "radix"},
 }
 FAST, TENSOR = SETS["fast"], SETS["tensor"]
 AUTO = "auto"
