@@ -134,7 +134,7 @@ class Backend(ABC):
                     self.kernel(f, name)
 
     @contextmanager
-    def collecting(self) -> Iterator["Wanted"]:
+    def collecting(self) -> Iterator[Wanted]:
         """`with be.collecting() as wanted: ...launchers...`: the (file, entry) pairs the
         launchers ask for, one a launch, with nothing compiled or run (ops.launch.kernel honours
         it); `wanted.also`: those they may launch instead (also_wanted), to compile ahead."""

@@ -389,8 +389,7 @@ class CudaBackend(Backend):
 
     def can_time(self) -> bool:
         # not with SHARPINF_SYNC: a host sync after each launch would sit inside the timed interval
-        return (not self._capturing and self._recording is None and self._collecting is None
-                and not self._sync_each)
+        return not (self._capturing or self._recording is not None or self.collecting_now or self._sync_each)
 
     def device_seconds(self, fn, repeats: int = 5, flush=None) -> float | None:
         if not self.can_time():  # nothing runs now: nothing to time
