@@ -105,7 +105,7 @@ def _kernel_summary(doc: dict) -> dict:
 def peer_models(spec: str, model: str, label: str, given: bool, big: str) -> list[tuple[str, Path]]:
     """(label, GGUF path) for the peers part: --peers-models, else MODEL when it is the real SmolLM2
     or was named (not the synthetic stand-in), SmolLM2's shape and the big model."""
-    from sharpinf.bench.common import resolve_bench_model
+    from bench.suites.common import resolve_bench_model
 
     names = [m.strip() for m in spec.split(",") if m.strip()] if spec else \
         ([model] if given or label == "smollm2-135m" else []) + [SMOLLM2_SHAPE] + ([big] if big else [])
@@ -115,7 +115,7 @@ def peer_models(spec: str, model: str, label: str, given: bool, big: str) -> lis
 def _ratios(suites: dict) -> dict:
     """The decode and prefill suites' ratios (decode step at B = 1, 8, 64; prefill tokens/s at 512
     and 2048, packed vs sequential), by suite, and their summary lines."""
-    from sharpinf.bench import decode_scaling, prefill_packing
+    from bench.suites import decode_scaling, prefill_packing
 
     ratios, lines = {}, []
     for key, doc in suites.items():

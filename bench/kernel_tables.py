@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sharpinf.bench.common import read_result_files
+from bench.suites.common import read_result_files
 
 BANDWIDTH_ROWS = 8  # up to this many tokens a call is a matvec: its share of the bandwidth is the figure
 

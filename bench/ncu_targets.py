@@ -4,7 +4,7 @@
         python3 bench/ncu_targets.py MODEL [--op matmul,ffn_in] [--variant mmq,mmq_narrow] \\
             [--decode 1,64] [--prefill 512] [--prefill-attention 512] [--context 512]
 
-The cases are `sharpinf bench --suite kernels`'s (sharpinf.bench.kernel_variants.case_groups: the
+The cases are `sharpinf bench --suite kernels`'s (bench.suites.kernel_variants.case_groups: the
 model's layer-0 shapes, random data of the right form), but where the bench replays each case in a
 graph hundreds of times, this runs each selected case's launch exactly once, after one warm-up
 pass of all of them (the kernels compiled, the first-launch costs paid), between
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="auto", help="cuda, emu, or auto")
     a = ap.parse_args(argv)
 
-    from sharpinf.bench.common import BenchContext, resolve_bench_model
-    from sharpinf.bench.kernel_variants import Selection, case_groups
+    from bench.suites.common import BenchContext, resolve_bench_model
+    from bench.suites.kernel_variants import Selection, case_groups
     from sharpinf.model.loader import load_model
     from sharpinf.runtime.select import get_backend
 

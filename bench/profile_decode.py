@@ -37,7 +37,7 @@ def main() -> None:
 
     from sharpinf.engine.llm_engine import LLMEngine
     from sharpinf.model.loader import load_model
-    from sharpinf.bench.common import resolve_bench_model
+    from bench.suites.common import resolve_bench_model
     from sharpinf.runtime.select import get_backend
     from sharpinf.sampling import SamplingParams
 

@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from sharpinf.oracles.reference import Reference
+from oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.registry import resolve_model
 from sharpinf.model.tokenizer import Tokenizer

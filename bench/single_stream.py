@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sharpinf.bench.common import resolve_bench_model
+from bench.suites.common import resolve_bench_model
 from sharpinf.llm import LLM
 from sharpinf.model.loader import load_model
 from sharpinf.runtime.select import get_backend

@@ -23,7 +23,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sharpinf.bench.common import read_result_files
+from bench.suites.common import read_result_files
 from sharpinf.ops.attention import MERGE_COST, WALK_PASSES, walks_pays
 
 PASSES_GRID = [1.0 + 0.25 * i for i in range(9)]  # 1.0 .. 3.0

@@ -36,7 +36,7 @@
 // warp or block, the tile cut, the window, the step, or where its KV lives. This is why flash can
 // serve decode as well as prefill, and one kernel for both keeps every cross-path result exact.
 // Rounding: Q, K, V and P are f16 operands (products exact, sums in f32): an f32 cache loses its
-// low bits and values beyond 65504 (do not use f32 KV above that); see sharpinf/oracles/tolerances.py.
+// low bits and values beyond 65504 (do not use f32 KV above that); see oracles/tolerances.py.
 // Launch: grid = (tiles in the window (bound), n_kv_heads, SPLITS), block = 32 * WARPS threads
 // (4 warps, ROWS = 64; 2 warps at head_dim 256), static shared memory <= 38 KB.
 // Bound: prefill -- tensor-core math plus one K/V tile read per (tile, partition) (ROWS rows share

@@ -162,8 +162,8 @@ is the host's share alone: scheduling, the batch and its upload, the launches or
 sampled ids and the stop rules. Here on the tiny model; below, the committed figures for SmolLM2's shape.
 """),
     code("""
-from sharpinf.bench import host_cost
-from sharpinf.bench.common import BenchContext
+from bench.suites import host_cost
+from bench.suites.common import BenchContext
 from sharpinf.model.loader import load_model
 from sharpinf.runtime.select import get_backend
 

@@ -33,7 +33,7 @@ from IPython.display import Image, display
 
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
-from sharpinf.oracles import paths
+from oracles import paths
 from sharpinf.runtime.select import get_backend
 from sharpinf.step.forward import ForwardPass
 

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Image, Markdown, display
 
-from sharpinf.oracles import paths
+from oracles import paths
 from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool

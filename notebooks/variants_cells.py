@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Image, Markdown, display
 
-from sharpinf.oracles import paths
+from oracles import paths
 from sharpinf.step.forward import ForwardPass
 from sharpinf.model import quants
 from sharpinf.model.loader import load_model
@@ -103,7 +103,7 @@ print(f"(and the q8_1 rounding of x itself moves the dot by {abs(float(w_deq @ x
     md("""
 The rounding of the activations is the one new approximation — so the NumPy reference rounds them the
 same way when it checks this path (`Reference(act_quant="q8_1")`), and the tolerance for what remains is
-stated in `sharpinf/oracles/tolerances.py`. The header of the fast kernel:
+stated in `oracles/tolerances.py`. The header of the fast kernel:
 """),
     code("""
 print(header("matmul_dp4a.cu"))
@@ -181,8 +181,8 @@ table (`make gpu-check` writes it under `bench/results/gpu/`).
 from pathlib import Path
 from rich.console import Console
 
-from sharpinf.bench import kernel_variants
-from sharpinf.bench.common import BenchContext
+from bench.suites import kernel_variants
+from bench.suites.common import BenchContext
 
 ctx = BenchContext(be, model, "synthetic llama Q4_0", Path("/tmp/sharpinf-nb03"), quick=True,
                    console=Console(file=io.StringIO(), force_jupyter=False), kernels="fast")

@@ -17,8 +17,8 @@ from sharpinf.engine.llm_engine import LLMEngine
 from sharpinf.engine.sequence import PENDING
 from sharpinf.model.registry import open_model
 from sharpinf.model.synth import synthetic_model
-from sharpinf.oracles.accounting import check_accounting, ledger
-from sharpinf.oracles.scheduler_invariants import watch
+from oracles.accounting import check_accounting, ledger
+from oracles.scheduler_invariants import watch
 from sharpinf.sampling import SamplingParams
 from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.step.buffers import SamplingRows, StepCapacity

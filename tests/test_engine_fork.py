@@ -14,7 +14,7 @@ from sharpinf.errors import RequestError
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model
 from sharpinf.ops.sampling import choice_seed
-from sharpinf.oracles.accounting import check_accounting, ledger
+from oracles.accounting import check_accounting, ledger
 from sharpinf.sampling import SamplingParams
 
 BS = 16

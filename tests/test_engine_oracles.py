@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from sharpinf.oracles.engine_oracles import (
+from oracles.engine_oracles import (
     oracle_engine_vs_single_user,
     oracle_prefix_caching,
     oracle_preemption,

@@ -1,8 +1,8 @@
 """Nothing lost, one clear error: the engine under hostile and concurrent use (issue 11).
 
 Each test names the failure it guards against; the scheduler's rules and the accounting
-oracle are checked at every step of randomized workloads (sharpinf/oracles/scheduler_invariants.py,
-sharpinf/oracles/accounting.py)."""
+oracle are checked at every step of randomized workloads (oracles/scheduler_invariants.py,
+oracles/accounting.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sharpinf.oracles.accounting import check_accounting, ledger
-from sharpinf.oracles.engine_oracles import LoneRun, agrees, run_alone
-from sharpinf.oracles.scheduler_invariants import watch
+from oracles.accounting import check_accounting, ledger
+from oracles.engine_oracles import LoneRun, agrees, run_alone
+from oracles.scheduler_invariants import watch
 from sharpinf.errors import EngineStuck, RequestError
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model

@@ -17,9 +17,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sharpinf.oracles.accounting import check_accounting, ledger
-from sharpinf.oracles.engine_oracles import agrees, run_alone
-from sharpinf.oracles.scheduler_invariants import watch
+from oracles.accounting import check_accounting, ledger
+from oracles.engine_oracles import agrees, run_alone
+from oracles.scheduler_invariants import watch
 from sharpinf.errors import SharpinfError
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model

@@ -1,9 +1,9 @@
-"""Acceptance of the packed, paged forward pass: the five oracles of sharpinf/oracles/paths.py pass
+"""Acceptance of the packed, paged forward pass: the five oracles of oracles/paths.py pass
 on synthetic llama, qwen2, qwen3 and gemma3 models for every supported quant type, with KV in
 fp16 and q8_0, for the simple and the fast kernel variants (ops/variants.py), on every
 backend (emu here; cuda where a GPU is usable).
 
-    (a) kernel-vs-reference   per-KV-dtype (and q8_1 activation) tolerance (sharpinf/oracles/tolerances.py)
+    (a) kernel-vs-reference   per-KV-dtype (and q8_1 activation) tolerance (oracles/tolerances.py)
     (b) packed-vs-sequential  bit-identical
     (c) chunked-vs-whole      bit-identical
     (d) batched decode        bit-identical
@@ -37,10 +37,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from sharpinf.oracles import paths
-from sharpinf.oracles.compare import compare_logits
-from sharpinf.oracles.paged_runner import PagedRunner
-from sharpinf.oracles.tolerances import CROSS_PATH
+from oracles import paths
+from oracles.compare import compare_logits
+from oracles.paged_runner import PagedRunner
+from oracles.tolerances import CROSS_PATH
 from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
@@ -236,7 +236,7 @@ def test_hyp_placement_exact(backend, kernels, model, kv, bs, n, seed):
 # rounding tipped the other way, the whole row moved, max |dlogit| 0.24) swap. The reference's bits
 # follow OpenBLAS: its thread count and its kernels, both pinned by tests/conftest.py (one thread,
 # the AVX2 kernels: with Sapphire Rapids' AVX-512 ones nothing flips at position 27). The rule in
-# sharpinf/oracles/compare.py: top-5 overlap >= 4 (a swap at the cut that the row's error explains
+# oracles/compare.py: top-5 overlap >= 4 (a swap at the cut that the row's error explains
 # counts as kept), and an argmax flip passes only where the
 # reference's own top-2 gap is within 2 x the row's typical (90th-percentile) |dlogit| -- the flip
 # the numerics explain; test_oracle_controls.py holds its CPU-independent control.

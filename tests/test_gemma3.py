@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sharpinf.oracles.generation import generate_reference
-from sharpinf.oracles.reference import Reference
+from oracles.generation import generate_reference
+from oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.sampling import SamplingParams

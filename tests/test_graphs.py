@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sharpinf.oracles.graph_oracle import Schedule, oracle_graph_vs_eager, standard_schedule
+from oracles.graph_oracle import Schedule, oracle_graph_vs_eager, standard_schedule
 from sharpinf.step.forward import ForwardPass
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
@@ -97,7 +97,7 @@ def test_a_wrong_graph_is_caught(emu, monkeypatch):
 def test_replay_after_a_buffer_is_replaced_fails_loudly(emu):
     """The emulator's graphs check every recorded buffer: a plan whose buffer was swapped after
     capture (the silent stale-pointer bug on a GPU) raises."""
-    from sharpinf.oracles.paged_runner import PagedRunner
+    from oracles.paged_runner import PagedRunner
     from sharpinf.errors import BackendError
     from sharpinf.step.kv_pool import KVPool
     from sharpinf.step.buffers import StepCapacity
@@ -139,7 +139,7 @@ def test_padded_rows_never_touch_a_real_rows_history(backend):
     bit-identical to the unpadded run, and after every step each real slot's history holds exactly
     the ids its sequence was fed and the ids its rows sampled (the kernel sets those itself), in both
     runs (a padded row given a real slot, or a clear, wipes it)."""
-    from sharpinf.oracles.graph_oracle import _Driver
+    from oracles.graph_oracle import _Driver
     from sharpinf.step.buffers import StepCapacity
     from sharpinf.step.plan import bucket_for
 

@@ -176,7 +176,7 @@ def test_nvrtc_check_compiles_against_its_own_major(site):
 WHEEL_CHECK = """
 import json, os, subprocess, sys
 import numpy as np
-import sharpinf, sharpinf.step.forward, sharpinf.oracles.reference, sharpinf.oracles.paths
+import sharpinf, sharpinf.step.forward, oracles.reference, oracles.paths, bench.suites
 from sharpinf.ops import basic
 from sharpinf.runtime.paths import kernels_dir
 from sharpinf.runtime.select import get_backend
@@ -195,7 +195,7 @@ basic.rmsnorm(be, be.upload(x), be.upload(w), y, 3, 64, 1e-6)
 err = np.abs(be.download(y) - basic.rmsnorm_reference(x, w, 1e-6)).max()
 assert err < 1e-5, err
 leaked = [m.__name__ for n, m in list(sys.modules.items())
-          if n.startswith("sharpinf") and not (getattr(m, "__file__", None) or sys.argv[1]).startswith(sys.argv[1])]
+          if n.split(".")[0] in ("sharpinf", "oracles", "bench") and not (getattr(m, "__file__", None) or sys.argv[1]).startswith(sys.argv[1])]
 assert not leaked, f"imported from outside the wheel (the editable install's finder): {leaked}"
 print("wheel ok", len(listed))
 """
@@ -203,7 +203,7 @@ print("wheel ok", len(listed))
 
 def test_the_wheel_from_a_clean_tree_holds_the_package(tmp_path):
     """Built from the tracked files (git archive: nothing untracked or ignored), installed into a folder of its own: the step,
-    the oracles, every registered kernel file and the emulator's sources are in it, and a kernel
+    the oracles, the bench suites, every registered kernel file and the emulator's sources are in it, and a kernel
     runs from it. What an editable install cannot show: a module left out of pyproject's list."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("not a git checkout")

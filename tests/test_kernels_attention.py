@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sharpinf.oracles.tolerances import FLASH_ATTENTION_VS_REFERENCE
+from oracles.tolerances import FLASH_ATTENTION_VS_REFERENCE
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import kv_cache as kv_ops
 from sharpinf.ops import rope as rope_ops
@@ -49,7 +49,7 @@ def tensor_cores(name: str) -> bool:
 # float rounding in q.k (head_dim terms), the softmax and the weighted sum. Measured <= 2.6e-7 * max|V|
 # on the emulator for every dtype (the K/V rounding is in both sides); the tolerance leaves 10x.
 TOL = {"f32": 3e-6, "f16": 3e-6, "bf16": 3e-6, "q8_0": 3e-6}  # atol, relative to max |V|
-# flash multiplies f16 operands (Q, P; K and V of f32 / q8_0 caches): sharpinf/oracles/tolerances.py
+# flash multiplies f16 operands (Q, P; K and V of f32 / q8_0 caches): oracles/tolerances.py
 FLASH_TOL = FLASH_ATTENTION_VS_REFERENCE
 
 
@@ -440,7 +440,7 @@ def test_split_attention_q8_1_output(backend, variant):
 
 
 def test_attention_forward_matches_single_sequence_oracle(backend):
-    """Through the whole chain: rope -> kv_append -> attention vs sharpinf.oracles.reference's math for one sequence."""
+    """Through the whole chain: rope -> kv_append -> attention vs oracles.reference's math for one sequence."""
     rng = _rng("chain")
     n_heads, n_kv, hd, L, bs, theta = 4, 2, 64, 23, 4, 10000.0
     q_dim, kv_dim = n_heads * hd, n_kv * hd

@@ -17,7 +17,7 @@ import pytest
 from sharpinf.model import quants
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
-from sharpinf.oracles import paths
+from oracles import paths
 from sharpinf.ops.layer_dp4a import LinkPost, LinkPre, LinkStep, layer_dp4a
 from sharpinf.step.forward import ForwardPass
 from asserts import assert_bits

@@ -16,9 +16,9 @@ import pytest
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.oracles.generation import generate_reference
-from sharpinf.oracles.reference import Reference
-from sharpinf.oracles.tolerances import LLAMACPP_LOGPROB
+from oracles.generation import generate_reference
+from oracles.reference import Reference
+from oracles.tolerances import LLAMACPP_LOGPROB
 from sharpinf.sampling import SamplingParams
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "llamacpp_agreement.json").read_text())

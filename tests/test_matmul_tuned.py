@@ -124,7 +124,7 @@ def test_a_forward_pass_on_tuned_gives_dp4as_logits_whatever_each_shape_chose(em
     of 1..51 tokens gives dp4a's logits bit for bit."""
     from sharpinf.model.loader import load_model
     from sharpinf.model.synth import synthetic_model
-    from sharpinf.oracles import paths
+    from oracles import paths
     from sharpinf.step.forward import ForwardPass
 
     model = load_model(synthetic_model("qwen3", "Q4_K", n_embd=256))
@@ -151,7 +151,7 @@ def test_on_a_gpu_each_shape_is_timed_by_the_device_and_the_logits_are_dp4as():
     candidate, and the logits are dp4a's bit for bit whatever won."""
     from sharpinf.model.loader import load_model
     from sharpinf.model.synth import synthetic_model
-    from sharpinf.oracles import paths
+    from oracles import paths
     from sharpinf.runtime.cuda_backend import CudaBackend
     from sharpinf.step.forward import ForwardPass
 

@@ -9,8 +9,8 @@ import pytest
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.oracles.generation import generate_reference
-from sharpinf.oracles.reference import Reference
+from oracles.generation import generate_reference
+from oracles.reference import Reference
 from sharpinf.sampling import SamplingParams
 
 PROMPTS = [[5, 6, 7, 8], list(range(20, 47)), [300, 2, 9]]

@@ -19,7 +19,7 @@ FULL = os.environ.get("SHARPINF_TEST_TIER") == "all"
 
 def spill_checked() -> set[str]:
     """The files whose sm_90 ptxas report test_variant_kernels_do_not_spill reads."""
-    from sharpinf.bench.kernel_variants import fast_files
+    from bench.suites.kernel_variants import fast_files
 
     return {*fast_files(), "sampling.cu"}
 

@@ -17,9 +17,9 @@ import functools
 import numpy as np
 import pytest
 
-from sharpinf.oracles import compare, paths
-from sharpinf.oracles.graph_oracle import oracle_graph_vs_eager, standard_schedule
-from sharpinf.oracles.tolerances import Tolerance
+from oracles import compare, paths
+from oracles.graph_oracle import oracle_graph_vs_eager, standard_schedule
+from oracles.tolerances import Tolerance
 from sharpinf.step.forward import ForwardPass
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
@@ -177,7 +177,7 @@ def test_the_test_asserts_never_match_nan():
 def test_nan_logits_fail_the_engine_oracle(monkeypatch):
     """Greedy argmax over NaN logits is token 0 in the engine and alone alike: the engine oracles'
     lone run must refuse non-finite logits rather than agree with it."""
-    from sharpinf.oracles.engine_oracles import oracle_engine_vs_single_user
+    from oracles.engine_oracles import oracle_engine_vs_single_user
     from sharpinf.llm import LLM
     from sharpinf.sampling import SamplingParams
 

@@ -247,7 +247,7 @@ def test_pdl_launches_give_the_bits_of_ordinary_ones(monkeypatch, kernels):
     read them half-written. The layer variant's cooperative launches stay ordinary among them."""
     from sharpinf.model.loader import load_model
     from sharpinf.model.synth import synthetic_model
-    from sharpinf.oracles.graph_oracle import _Driver, oracle_graph_vs_eager, standard_schedule
+    from oracles.graph_oracle import _Driver, oracle_graph_vs_eager, standard_schedule
     from sharpinf.runtime.cuda_backend import CudaBackend
     from sharpinf.step.forward import ForwardPass
 

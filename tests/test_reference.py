@@ -1,6 +1,6 @@
 """The NumPy reference forward pass against independent truths.
 
-- sharpinf/oracles/naive.py, a naive float64 loop implementation written apart from the
+- oracles/naive.py, a naive float64 loop implementation written apart from the
   reference (per token, per head, per rotation pair), on tiny synthetic models of every arch;
 - incremental decode (prefill + one token at a time) equals one full pass;
 - the dtype stays float32 (NumPy 2 promotion would silently make it float64);
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sharpinf.oracles.generation import generate_reference
+from oracles.generation import generate_reference
 from sharpinf.ops.moe import router_logits_reference
-from sharpinf.oracles.naive import naive_logits
-from sharpinf.oracles.reference import Reference
+from oracles.naive import naive_logits
+from oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.model.tokenizer import Tokenizer

@@ -102,7 +102,7 @@ def test_engine_config_takes_numpy_scalars_as_python_values():
 @pytest.fixture(scope="module")
 def huge_context():
     """A small model that declares a 2**24-token context: 16 GiB of KV cache if sized by it."""
-    from sharpinf.oracles.reference import Reference
+    from oracles.reference import Reference
     from sharpinf.model.loader import load_model
     from sharpinf.model.synth import synthetic_model
     from sharpinf.model.tokenizer import Tokenizer
@@ -113,7 +113,7 @@ def huge_context():
 
 @pytest.mark.parametrize("max_tokens", [None, 10**7])
 def test_reference_generation_allocates_for_the_request_not_the_declared_context(huge_context, max_tokens):
-    from sharpinf.oracles.generation import generate_reference
+    from oracles.generation import generate_reference
 
     ref, tok = huge_context
     every_id = tuple(range(ref.cfg.n_vocab))  # the first token stops the request
@@ -128,7 +128,7 @@ def test_reference_generation_allocates_for_the_request_not_the_declared_context
 
 
 def test_reference_cache_grows_and_gives_the_same_tokens(huge_context, monkeypatch):
-    from sharpinf.oracles import generation
+    from oracles import generation
 
     ref, tok = huge_context
     # sampled, with a penalty: greedy repeats one token on this model and would not see a lost position
@@ -140,7 +140,7 @@ def test_reference_cache_grows_and_gives_the_same_tokens(huge_context, monkeypat
 
 
 def test_reference_cache_beyond_memory_is_one_line(huge_context):
-    from sharpinf.oracles.reference import KVCache
+    from oracles.reference import KVCache
 
     ref, _ = huge_context
     with pytest.raises(RequestError, match="reference: a KV cache of .* positions needs .* GiB"):

@@ -95,7 +95,7 @@ def test_bad_prompt_ids_are_quoted_literally(model, capsys):
 
 
 def test_verify_table_shows_a_failure_detail_literally():
-    from sharpinf.oracles.compare import OracleResult
+    from oracles.compare import OracleResult
     from sharpinf.cli.verify_cmd import results_table
 
     buf = io.StringIO()

@@ -14,8 +14,8 @@ from sharpinf.llm import LLM
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.oracles.generation import generate_reference
-from sharpinf.oracles.reference import Reference
+from oracles.generation import generate_reference
+from oracles.reference import Reference
 from sharpinf.sampling import SamplingParams
 
 PROMPT = [5, 6, 7, 8, 9]

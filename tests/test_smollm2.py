@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sharpinf.oracles.generation import generate_reference
-from sharpinf.oracles.reference import Reference
+from oracles.generation import generate_reference
+from oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.sampling import SamplingParams
@@ -57,8 +57,8 @@ def test_emu_greedy_tokens_equal_reference(smol, ref, tok):
 def test_emu_fast_kernels_pass_kernel_vs_reference(smol, tok):
     """The fast kernels (q8_1 activations and dp4a, split-KV attention, fused RoPE + KV append) on
     the real model, against the reference that rounds matmul inputs to q8_1: within the bound
-    sharpinf/oracles/tolerances.py states for 30 layers, the greedy token equal but at explained near-ties."""
-    from sharpinf.oracles import paths
+    oracles/tolerances.py states for 30 layers, the greedy token equal but at explained near-ties."""
+    from oracles import paths
     from sharpinf.step.forward import ForwardPass
     from sharpinf.runtime.select import get_backend
 

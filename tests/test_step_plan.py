@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharpinf.oracles.paged_runner import PagedRunner
+from oracles.paged_runner import PagedRunner
 from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.errors import BackendError
 from sharpinf.step.forward import ForwardPass

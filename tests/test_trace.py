@@ -1,4 +1,4 @@
-"""The op-by-op trace (sharpinf/oracles/trace.py): with a bug planted in one kernel it names that op, layer
+"""The op-by-op trace (oracles/trace.py): with a bug planted in one kernel it names that op, layer
 and kernel; with a division by zero planted it names where the first non-finite value appeared;
 the unplanted kernels trace clean (the negative control every planted test stands on).
 
@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 
-from sharpinf.oracles.trace import trace_step
+from oracles.trace import trace_step
 from sharpinf.step.forward import ForwardPass
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sharpinf.oracles import paths
+from oracles import paths
 from sharpinf.errors import SharpinfError
 from sharpinf.step.forward import ForwardPass
 from sharpinf.model.loader import load_model

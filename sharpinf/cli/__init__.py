@@ -15,13 +15,7 @@ from rich.text import Text
 
 from sharpinf.errors import SharpinfError
 
-app = typer.Typer(
-    name="sharpinf",
-    help="LLM inference research toolkit: readable CUDA C kernels, a NumPy oracle, continuous batching.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+from sharpinf.cli.app import app  # the command modules below register on it
 
 # command modules register themselves on `app`
 from sharpinf.cli import (bench_cmd, doctor_cmd, info_cmd, kernels_cmd, models_cmd, serve_cmd, text_cmds,  # noqa: E402,F401

@@ -1,7 +1,7 @@
 """`sharpinf bench [MODEL]`: the benchmark suites (throughput, decode, prefill, chunking, kernels, host).
 
 Each suite shows a progress bar and a results table, and writes DIR/<suite>.json and
-DIR/<suite>.png (DIR defaults to ~/.cache/sharpinf/bench/<backend>/, outside the source tree:
+DIR/<suite>.png (DIR defaults to ~/.cache/bench/suites/<backend>/, outside the source tree:
 committed results are written only where --out says, e.g. bench/results/...). With --json the tables go to
 stderr and stdout gets one JSON object: {"suites": {name: result}}.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from sharpinf.cli import app
+from sharpinf.cli.app import app
 from sharpinf.cli.common import KERNELS_HELP
 from sharpinf.errors import SharpinfError
 
@@ -56,7 +56,7 @@ def bench(
                               "(kernels counted, not run), whatever --backend says. serve: a bounded load test of "
                               "`sharpinf serve` on loopback (req/s, tok/s, TTFT, TPOT, ITL, failures)."),
     kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " (every suite but kernels, which runs all)"),
-    out: Path = typer.Option(None, "--out", help="Results folder (default ~/.cache/sharpinf/bench/<backend>/; "
+    out: Path = typer.Option(None, "--out", help="Results folder (default ~/.cache/bench/suites/<backend>/; "
                              "--out bench/results/... to add results to the repository)."),
     op: str = typer.Option(None, "--op", help="kernels: only these ops (comma list): matmul, attention, rope_kv, "
                            "sample (the head's sampling over the vocabulary), moe (MoE models), or the bench's own "
@@ -91,8 +91,8 @@ def bench(
                                  "and starting no backend: a long command line proved before a GPU runs it."),
 ):
     """Benchmarks of the engine and the forward pass, with tables, JSON and plots."""
-    from sharpinf.bench import SUITES
-    from sharpinf.bench.common import BenchContext, dumps, resolve_bench_model, write_json
+    from bench.suites import SUITES
+    from bench.suites.common import BenchContext, dumps, resolve_bench_model, write_json
     from sharpinf.model.loader import load_model
     from sharpinf.cli.common import backend_named, kernels_spec, make_console
 
@@ -132,7 +132,7 @@ def bench(
     if (op or variant) and "kernels" not in names:
         raise SharpinfError("--op and --variant select cases of --suite kernels")
     if "kernels" in names:
-        from sharpinf.bench.kernel_variants import Selection
+        from bench.suites.kernel_variants import Selection
 
         Selection.parse(op, variant)  # a bad --op or --variant: one line, before anything loads
     overrides = {
@@ -183,7 +183,7 @@ def bench(
 
 def _settings(name: str, on_gpu: bool, quick: bool, overrides: dict) -> dict:
     """A suite's settings: its defaults on that backend, the command line's over them."""
-    from sharpinf.bench import SUITES
+    from bench.suites import SUITES
 
     kw = SUITES[name].defaults(on_gpu, quick)
     kw.update({k: v for k, v in overrides[name].items() if v is not None})
@@ -194,8 +194,8 @@ def _dry_run(console, json_out: bool, model: str | None, backend: str, names: li
              quick: bool, op: str | None) -> None:
     """--dry-run: the model's name and the backend's checked without loading or starting either, then each
     suite's settings (_settings) and, for a shape model, the checks the suites make of them."""
-    from sharpinf.bench.common import SHAPE_MARK, SYNTH_NAME, check_context, dumps, parse_shape
-    from sharpinf.bench.kernel_variants import check_ops
+    from bench.suites.common import SHAPE_MARK, SYNTH_NAME, check_context, dumps, parse_shape
+    from bench.suites.kernel_variants import check_ops
     from sharpinf.runtime.select import NAMES
 
     if backend.strip().lower() not in NAMES:

@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from sharpinf.cli import app
+from sharpinf.cli.app import app
 from sharpinf.cli.common import console, print_json
 
 

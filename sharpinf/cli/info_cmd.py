@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from sharpinf.cli import app
+from sharpinf.cli.app import app
 from sharpinf.cli.common import backend_named, console, load, print_json
 from sharpinf.step.kv_pool import kv_bytes_per_slot
 

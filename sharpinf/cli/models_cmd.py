@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from sharpinf.cli import app
+from sharpinf.cli.app import app
 from sharpinf.cli.common import console, print_json
 
 models_app = typer.Typer(help="Registered models (pulled from PyPI wheels) and synthetic GGUFs.", no_args_is_help=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.text import Text
 
-from sharpinf.cli import app
+from sharpinf.cli.app import app
 from sharpinf.cli.common import KERNELS_HELP, err_console, kernels_spec
 from sharpinf.errors import SharpinfError
 

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from sharpinf.cli import app
+from sharpinf.cli.app import app
 from sharpinf.cli.batch_file import BATCH_HELP, run_batch_file
 from sharpinf.cli.common import (KERNELS_HELP, console, kernels_spec, load, one_of, parse_ids, print_json, say_auto,
                                  tokenizer_of, valid_text)
@@ -132,8 +132,8 @@ def generate(
 def run_generation(loaded, tok, ids, params, backend: str, on_token, engine_config=None):
     backend = pick_backend(backend)
     if backend == "reference":
-        from sharpinf.oracles.generation import generate_reference
-        from sharpinf.oracles.reference import Reference
+        from oracles.generation import generate_reference
+        from oracles.reference import Reference
 
         return generate_reference(Reference(loaded), tok, ids, params, on_token)
     from sharpinf.llm import LLM
@@ -204,7 +204,7 @@ def teacher_forced_logits(loaded, ids: list[int], backend: str, kernels: str = "
     check_prompt(ids, loaded.config.n_vocab, loaded.config.context_length + 1)
     backend = pick_backend(backend)
     if backend == "reference":
-        from sharpinf.oracles.reference import Reference
+        from oracles.reference import Reference
 
         return Reference(loaded).logits(ids)
     from sharpinf.step.forward import ForwardPass

@@ -8,13 +8,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sharpinf.cli import app
+from sharpinf.cli.app import app
 from sharpinf.cli.common import (KERNELS_HELP, backend_named, console, err_console, load, print_json,
                                  tokenizer_of)
 
 
 def run_cases(cases, quiet: bool):
-    from sharpinf.oracles.compare import OracleResult
+    from oracles.compare import OracleResult
 
     results = []
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
@@ -51,10 +51,10 @@ def trace_cases(fps, results, tok, kv_dtypes, quick: bool, trace_only: bool, rep
     """An "op-trace" case per kernel set whose path oracles failed (every set when none did, or
     with --trace-only): the long prompt, in the KV dtype kernel-vs-reference failed in, else the
     first. Each case's TraceReport lands in reports[case]."""
-    from sharpinf.oracles.compare import OracleResult
-    from sharpinf.oracles.foundation import OracleCase
-    from sharpinf.oracles.paths import verify_prompts
-    from sharpinf.oracles.trace import trace_step
+    from oracles.compare import OracleResult
+    from oracles.foundation import OracleCase
+    from oracles.paths import verify_prompts
+    from oracles.trace import trace_step
 
     picked = []
     for fp in fps:
@@ -159,7 +159,7 @@ def verify(
                                   "per-op records in its row)."),
 ):
     """Prove a path correct: every named oracle, a rich table, non-zero exit on any failure."""
-    from sharpinf.oracles.foundation import foundation_cases
+    from oracles.foundation import foundation_cases
     from sharpinf.errors import SharpinfError
     from sharpinf.step.kv_pool import kv_dtype_name
     from sharpinf.ops.variants import choices_for
@@ -177,7 +177,7 @@ def verify(
     fps = []
     kernel_oracles = wanted - set(ORACLE_GROUPS["foundation"])
     if backend != "reference" and (kernel_oracles or trace or trace_only):
-        from sharpinf.oracles.paths import path_cases
+        from oracles.paths import path_cases
         from sharpinf.step.forward import ForwardPass
 
         fp = ForwardPass(loaded, backend_named(backend), kernels=choices[0])

@@ -513,7 +513,7 @@ class ForwardPass:
         return sorted(found)
 
     def _emit_embed(self, N: int, d: StepDescriptor) -> None:
-        """ws.x = the embedding rows of the step's tokens (sharpinf/oracles/trace.py runs it alone)."""
+        """ws.x = the embedding rows of the step's tokens (oracles/trace.py runs it alone)."""
         embed(self.backend, self.token_embd.raw, self.token_embd.qtype, d.d["token_ids"], self.ws.x, N, self.cfg.n_embd,
               self.cfg.embd_scale, feed=(d.d["feed_rows"], self.ws.sampled))
 

@@ -4,7 +4,7 @@ Every matmul reads the weights once per step whatever B is, so while the step is
 reading the weights its time barely grows with B and tokens/s = B / step time grows almost
 linearly; the "weight GB/s" column is the weight bytes of one step over its time.
 The KV pool holds zeros: attention's cost depends on the context length, not on the values.
-Then the engine's decode step at a few batch sizes (bench/host_gap.py): its wall time minus the
+Then the engine's decode step at a few batch sizes (bench/suites/host_gap.py): its wall time minus the
 device's time for it -- the host's gap -- with async scheduling off and on.
 """
 
@@ -14,9 +14,9 @@ import numpy as np
 from rich.table import Table
 
 from sharpinf.step.batch import Batch, SeqChunk
-from sharpinf.bench.common import (BenchContext, check_context, envelope, fmt_ms, fmt_rate, pyplot, random_prompt,
+from bench.suites.common import (BenchContext, check_context, envelope, fmt_ms, fmt_rate, pyplot, random_prompt,
                                    repeat_timed, save_fig, title_of)
-from sharpinf.bench import host_gap
+from bench.suites.host_gap import measure as measure_host_gap
 from sharpinf.step.kv_pool import KVPool
 
 SUITE = "decode"
@@ -79,7 +79,7 @@ def run(ctx: BenchContext, batch_sizes: list[int], context: int, repeats: int, b
                              "device time (its Batch submitted back to back)")
     del pool
     ctx.release()
-    gaps = [host_gap.measure(ctx, B, context, gap_steps, block_size, kv_dtype) for B in gap_sizes]
+    gaps = [measure_host_gap(ctx, B, context, gap_steps, block_size, kv_dtype) for B in gap_sizes]
     ctx.release()
     return envelope(ctx, SUITE, config, {"weight_bytes_per_step": wbytes, "rows": rows, "ratios": ratios(rows),
                                          "host_gap": gaps})

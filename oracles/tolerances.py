@@ -103,7 +103,7 @@ def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0, act_quant: str 
                      f"float32 kernels vs float32 reference, both rounding KV to {kv_dtype}{acts}")
 
 
-# -- the op-by-op trace (sharpinf/oracles/trace.py) -------------------------------------------------------------
+# -- the op-by-op trace (oracles/trace.py) -------------------------------------------------------------
 # Each op is fed the kernel path's own input and compared with the reference's formula in float64, so
 # what is left is one op's float32 rounding, never an error carried over from earlier layers: the bounds
 # are a few hundred times tighter than a logit bound and a bug in one op stands out by orders of

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from sharpinf.oracles.tolerances import Tolerance
+from oracles.tolerances import Tolerance
 
 
 @dataclass

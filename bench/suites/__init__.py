@@ -18,7 +18,7 @@ Each suite writes DIR/<suite>.json (device, backend, model, config, results) and
 
 from __future__ import annotations
 
-from sharpinf.bench import (chunking_latency, decode_scaling, host_cost, kernel_variants, prefill_packing,
+from bench.suites import (chunking_latency, decode_scaling, host_cost, kernel_variants, prefill_packing,
                             serve_load, throughput)
 
 SUITES = {m.SUITE: m for m in (throughput, decode_scaling, prefill_packing, chunking_latency, kernel_variants,

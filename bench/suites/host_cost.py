@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from rich.table import Table
 
-from sharpinf.bench.common import BenchContext, envelope, kernels_name, pyplot, random_prompt, save_fig
+from bench.suites.common import BenchContext, envelope, kernels_name, pyplot, random_prompt, save_fig
 from sharpinf.step.kv_pool import kv_bytes_per_slot
 
 SUITE = "host"

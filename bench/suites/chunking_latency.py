@@ -14,7 +14,7 @@ import time
 import numpy as np
 from rich.table import Table
 
-from sharpinf.bench.common import BenchContext, envelope, fmt_ms, pyplot, random_prompt, save_fig, stats, title_of
+from bench.suites.common import BenchContext, envelope, fmt_ms, pyplot, random_prompt, save_fig, stats, title_of
 
 SUITE = "chunking"
 

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from sharpinf.bench.common import BenchContext, random_prompt
+from bench.suites.common import BenchContext, random_prompt
 from sharpinf.step.buffers import SamplingRows
 
 

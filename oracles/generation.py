@@ -14,7 +14,7 @@ from sharpinf.engine.config import EngineConfig
 from sharpinf.engine.grammar import Grammars
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.ops.sampling import RequestSeeds, history_words, sample_reference
-from sharpinf.oracles.reference import Reference
+from oracles.reference import Reference
 from sharpinf.sampling import SamplingParams
 from sharpinf.textgen import GenerationResult, StopChecker, check_prompt
 

@@ -22,7 +22,7 @@ import time
 import numpy as np
 from rich.table import Table
 
-from sharpinf.bench.common import (BenchContext, envelope, fmt_ms, fmt_rate, latency_cdf, pyplot, random_prompt,
+from bench.suites.common import (BenchContext, envelope, fmt_ms, fmt_rate, latency_cdf, pyplot, random_prompt,
                                    save_fig, title_of)
 
 SUITE = "serve"
@@ -87,7 +87,7 @@ def run(ctx: BenchContext, requests: int, concurrency: int, prompt_len: tuple[in
         max_num_seqs: int, max_num_batched_tokens: int, num_blocks: int | None) -> dict:
     import httpx
 
-    from sharpinf.bench.throughput import _warm
+    from bench.suites.throughput import _warm
     from sharpinf.engine.llm_engine import LLMEngine
     from sharpinf.serve.loopback import LoopbackServer
 

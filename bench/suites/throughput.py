@@ -15,7 +15,7 @@ from collections import deque
 import numpy as np
 from rich.table import Table
 
-from sharpinf.bench.common import (BenchContext, envelope, fmt_ms, fmt_rate, latency_cdf, pyplot, random_prompt,
+from bench.suites.common import (BenchContext, envelope, fmt_ms, fmt_rate, latency_cdf, pyplot, random_prompt,
                                    save_fig, stats, title_of)
 
 SUITE = "throughput"

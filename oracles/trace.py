@@ -7,10 +7,10 @@ the bound, and where (token, column) -- and the op where the first non-finite va
 How: the prompt runs as one prefill step through the ForwardPass's own machinery (its weights,
 a Workspace and descriptor of its own, StepKernels' methods: the units a step is made of), but
 eagerly, one method at a time, downloading the buffers each wrote. Each op is checked LOCALLY:
-the reference's version of the op (the formulas sharpinf/oracles/reference.py calls, the ops' NumPy
+the reference's version of the op (the formulas oracles/reference.py calls, the ops' NumPy
 twins, and the Reference's dequantized weights, in float64) is fed the kernel path's own input to that op, downloaded just before, and
 compared with the kernel's output. So an error never compounds over layers: the first op out of
-its bound is the buggy one, and bounds can be as tight as one op's rounding (sharpinf/oracles/tolerances.py,
+its bound is the buggy one, and bounds can be as tight as one op's rounding (oracles/tolerances.py,
 TRACE_BOUNDS, with the measured figures).
 
     op             what is compared (kernel output vs reference of the kernel's input)
@@ -53,8 +53,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sharpinf.oracles.reference import Reference, attention_mask
-from sharpinf.oracles.tolerances import TraceBound, trace_bound
+from oracles.reference import Reference, attention_mask
+from oracles.tolerances import TraceBound, trace_bound
 from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.errors import SharpinfError
 from sharpinf.step.forward import ForwardPass
@@ -674,7 +674,7 @@ def trace_step(fp: ForwardPass, tokens, kv_dtype: str = "f16", block_size: int =
     d = tfp._bind(pool, batch.block_tables.shape[1])
     d.upload(d.pack(batch, N, len(rows), None))  # exact shape, no padding: the step as the kernels see it
     if reference is None:
-        from sharpinf.oracles.paths import reference_for  # the reference of verify's oracles: weights dequantized once
+        from oracles.paths import reference_for  # the reference of verify's oracles: weights dequantized once
 
         reference = reference_for(fp.model, kv_dtype)
     tracer = _Tracer(tfp, reference, pool, batch)

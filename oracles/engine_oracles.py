@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sharpinf.oracles.compare import OracleResult
-from sharpinf.oracles.paged_runner import PagedRunner
+from oracles.compare import OracleResult
+from oracles.paged_runner import PagedRunner
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
 from sharpinf.sampling import SamplingParams

@@ -8,7 +8,7 @@
 (b)-(e) are exact because every kernel's arithmetic for a token depends only on that token, its
 position and its own sequence's K/V -- never on what else is in the step, where the K/V lives or
 how the step was padded (batch invariance, a design rule of every kernel and variant).
-and graph-vs-eager (sharpinf/oracles/graph_oracle.py): steps replayed from CUDA graphs, padded to their
+and graph-vs-eager (oracles/graph_oracle.py): steps replayed from CUDA graphs, padded to their
 buckets, vs launched eagerly at their exact shapes: bit-identical logits and sampled ids.
 
 Every run NaN-poisons the KV pool first, so a read of a slot nobody wrote shows as NaN.
@@ -20,11 +20,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from sharpinf.oracles.compare import OracleResult, compare_logits, exact
-from sharpinf.oracles.graph_oracle import oracle_graph_vs_eager, standard_schedule
-from sharpinf.oracles.paged_runner import PagedRunner
-from sharpinf.oracles.reference import Reference
-from sharpinf.oracles.tolerances import ROUTE_FLIP_GAP, kernel_vs_reference
+from oracles.compare import OracleResult, compare_logits, exact
+from oracles.graph_oracle import oracle_graph_vs_eager, standard_schedule
+from oracles.paged_runner import PagedRunner
+from oracles.reference import Reference
+from oracles.tolerances import ROUTE_FLIP_GAP, kernel_vs_reference
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
 
@@ -150,7 +150,7 @@ def oracle_placement(fp, tokens, kv_dtype="f16", block_size=16, seed=0) -> Oracl
 def verify_prompts(cfg, tokenizer=None, rng: np.random.Generator | None = None,
                    past_window: bool = True) -> tuple[list[list[int]], list[int]]:
     """The prompts of verify's oracles (text through the tokenizer, else seeded ids) and the long
-    one kernel-vs-reference runs (sharpinf/oracles/trace.py traces it too). With sliding-window layers the
+    one kernel-vs-reference runs (oracles/trace.py traces it too). With sliding-window layers the
     long prompt runs past the smallest window, unless past_window is False (verify --quick)."""
     rng = np.random.default_rng(0) if rng is None else rng
     if tokenizer is not None:
@@ -173,7 +173,7 @@ def path_cases(fp, tokenizer=None, kv_dtypes=("f16", "q8_0"), seed=0, past_windo
     """The five oracles and graph-vs-eager on a short prompt set for `sharpinf verify` (real or
     synthetic model), in fp's kernel variants (each label names them). With sliding-window layers
     the long prompt runs past the smallest window, unless past_window is False (verify --quick)."""
-    from sharpinf.oracles.foundation import OracleCase
+    from oracles.foundation import OracleCase
 
     rng = np.random.default_rng(seed)
     prompts, longest = verify_prompts(fp.cfg, tokenizer, rng, past_window)
@@ -203,7 +203,7 @@ def _naming_kernels(c, kernels: str):
     """The case, its label and its result's label saying which kernel variants ran."""
     from dataclasses import replace
 
-    from sharpinf.oracles.foundation import OracleCase
+    from oracles.foundation import OracleCase
 
     tag = f", kernels {kernels}"
 

@@ -41,7 +41,7 @@ from rich.console import Group
 from rich.table import Table
 
 from sharpinf.errors import SharpinfError
-from sharpinf.bench.common import BenchContext, check_context, envelope, launch_timed, pyplot, save_fig, title_of
+from bench.suites.common import BenchContext, check_context, envelope, launch_timed, pyplot, save_fig, title_of
 from sharpinf.model import quants
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import basic

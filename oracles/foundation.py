@@ -1,6 +1,6 @@
 """The oracles of the foundation: the reference against independent truths.
 
-- reference-vs-naive: sharpinf/oracles/reference.py against sharpinf/oracles/naive.py (float64 loops)
+- reference-vs-naive: oracles/reference.py against oracles/naive.py (float64 loops)
   on tiny synthetic models of every arch, and on a few tokens of the given model;
 - incremental-vs-full: prefill + one-token decodes equal one teacher-forced pass;
 - tokenizer-roundtrip: decode(encode(text)) == text on varied text.
@@ -13,10 +13,10 @@ from typing import Callable
 
 import numpy as np
 
-from sharpinf.oracles.compare import OracleResult, compare_logits
-from sharpinf.oracles.naive import naive_logits
-from sharpinf.oracles.reference import Reference
-from sharpinf.oracles.tolerances import INCREMENTAL_VS_FULL, REFERENCE_VS_NAIVE
+from oracles.compare import OracleResult, compare_logits
+from oracles.naive import naive_logits
+from oracles.reference import Reference
+from oracles.tolerances import INCREMENTAL_VS_FULL, REFERENCE_VS_NAIVE
 
 
 @dataclass

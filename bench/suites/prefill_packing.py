@@ -17,7 +17,7 @@ import numpy as np
 from rich.table import Table
 
 from sharpinf.step.batch import Batch, SeqChunk
-from sharpinf.bench.common import (BenchContext, envelope, fmt_ms, fmt_rate, pyplot, random_prompt, save_fig,
+from bench.suites.common import (BenchContext, envelope, fmt_ms, fmt_rate, pyplot, random_prompt, save_fig,
                                    timed, title_of)
 from sharpinf.step.kv_pool import KVPool
 from sharpinf.ops.variants import TENSOR
