@@ -39,7 +39,7 @@ def main() -> None:
     from sharpinf.model.loader import load_model
     from bench.suites.common import resolve_bench_model
     from sharpinf.runtime.select import get_backend
-    from sharpinf.sampling import SamplingParams
+    from sharpinf.params import SamplingParams
 
     path, _ = resolve_bench_model(args.model)
     model = load_model(path)

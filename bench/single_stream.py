@@ -29,7 +29,7 @@ from bench.suites.common import resolve_bench_model
 from sharpinf.llm import LLM
 from sharpinf.model.loader import load_model
 from sharpinf.runtime.select import get_backend
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 
 def measure(llm: LLM, prompt: list[int], decode: int, repeats: int) -> dict:

@@ -48,7 +48,7 @@ from IPython.display import Image, display
 
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 def show(fig):
     buf = io.BytesIO()

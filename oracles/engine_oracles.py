@@ -19,7 +19,7 @@ from oracles.compare import OracleResult
 from oracles.paged_runner import PagedRunner
 from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 from sharpinf.textgen import GenerationResult, StopChecker
 
 

@@ -15,7 +15,7 @@ from sharpinf.engine.grammar import Grammars
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.ops.sampling import RequestSeeds, history_words, sample_reference
 from oracles.reference import Reference
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 from sharpinf.textgen import GenerationResult, StopChecker, check_prompt
 
 INITIAL_ROOM = 256  # generated positions allocated up front; the cache doubles when they run out

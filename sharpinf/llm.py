@@ -24,7 +24,7 @@ import numpy as np
 from sharpinf.engine.llm_engine import LLMEngine, Prompt, RequestOutput
 from sharpinf.engine.watchdog import describe
 from sharpinf.errors import EngineStuck, RequestError, SharpinfError
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 from sharpinf.textgen import GenerationResult
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from sharpinf.errors import ContextLengthError, RequestError
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 FINISH_REASONS = ("stop", "length", "context", "aborted", "rejected")
 

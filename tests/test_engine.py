@@ -12,7 +12,7 @@ from sharpinf.engine.config import EngineConfig
 from sharpinf.errors import RequestError, SharpinfError
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from sharpinf.model.registry import open_model
 from sharpinf.model.synth import synthetic_model
 from oracles.accounting import check_accounting, ledger
 from oracles.scheduler_invariants import watch
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.step.buffers import SamplingRows, StepCapacity
 from sharpinf.step.forward import ForwardPass
@@ -198,7 +198,7 @@ def test_a_grammar_runs_every_step_its_mask_sent_once_its_token_is_in():
     device runs n+1's body). Its tokens equal the synchronous engine's, a document ending by itself
     while the next step holds it too."""
     pytest.importorskip("llguidance")
-    from sharpinf.sampling import StructuredOutput
+    from sharpinf.params import StructuredOutput
 
     spec = StructuredOutput("regex", "(ab|cd){1,3} [0-9]{3}")  # a document of a bounded length
     params = [SamplingParams(max_tokens=40, temperature=1.0, seed=s, structured=spec) for s in (1, 2)]

@@ -15,7 +15,7 @@ from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model
 from sharpinf.ops.sampling import choice_seed
 from oracles.accounting import check_accounting, ledger
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 BS = 16
 
@@ -133,7 +133,7 @@ def test_fork_shares_the_computed_blocks_and_copies_on_first_write():
 def test_choices_with_penalties_bias_and_a_grammar_equal_their_single_runs(model):
     """Each choice has its own slot (generated counts, logit_bias) and its own copy of the grammar's
     matcher from the fork on: still the stream of a request of one with its seed."""
-    from sharpinf.sampling import StructuredOutput
+    from sharpinf.params import StructuredOutput
 
     llm = _llm(model)
     prompt = list(range(9, 9 + 18))

@@ -24,7 +24,7 @@ from oracles.engine_oracles import (
 )
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 MODEL = dict(arch="llama", qtype="Q8_0", n_embd=128)
 

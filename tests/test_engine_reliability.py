@@ -20,7 +20,7 @@ from oracles.scheduler_invariants import watch
 from sharpinf.errors import EngineStuck, RequestError
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
 

@@ -23,7 +23,7 @@ from oracles.scheduler_invariants import watch
 from sharpinf.errors import SharpinfError
 from sharpinf.llm import LLM
 from sharpinf.model.synth import synthetic_model
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=5, ignore_eos=True)
 SOAK = SamplingParams(max_tokens=12, ignore_eos=True)  # long enough that decodes outgrow the pool

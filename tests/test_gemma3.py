@@ -16,7 +16,7 @@ from oracles.generation import generate_reference
 from oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 GREEDY = json.loads((Path(__file__).parent / "data" / "gemma3_llamacpp_greedy.json").read_text())
 AGREED = 15  # llama.cpp's 16th token is a near-tie in float32 (the fixture's note)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sharpinf.ops import sampling as S
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 EPS = 1e-5
 # uniform(0, 0), uniform(1, 2), uniform(2**63 - 1, 123456), checked against a C build of the hash

@@ -10,7 +10,7 @@ import pytest
 
 from sharpinf.ops import sampling as S
 from sharpinf.ops.variants import variant
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 EPS = 1e-5
 

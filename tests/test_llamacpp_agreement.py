@@ -19,7 +19,7 @@ from sharpinf.model.tokenizer import Tokenizer
 from oracles.generation import generate_reference
 from oracles.reference import Reference
 from oracles.tolerances import LLAMACPP_LOGPROB
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "llamacpp_agreement.json").read_text())
 

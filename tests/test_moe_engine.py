@@ -11,7 +11,7 @@ from sharpinf.model.synth import synthetic_model
 from sharpinf.model.tokenizer import Tokenizer
 from oracles.generation import generate_reference
 from oracles.reference import Reference
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 PROMPTS = [[5, 6, 7, 8], list(range(20, 47)), [300, 2, 9]]
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0)

@@ -179,7 +179,7 @@ def test_nan_logits_fail_the_engine_oracle(monkeypatch):
     lone run must refuse non-finite logits rather than agree with it."""
     from oracles.engine_oracles import oracle_engine_vs_single_user
     from sharpinf.llm import LLM
-    from sharpinf.sampling import SamplingParams
+    from sharpinf.params import SamplingParams
 
     path = synthetic_model("llama", "Q8_0", n_layer=1, n_embd=64, n_head=2, n_head_kv=1, n_ff=128)
     llm = LLM(path, backend="emu", num_blocks=16, block_size=4, enforce_eager=True, kernels="simple")

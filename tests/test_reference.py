@@ -20,7 +20,7 @@ from oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 from asserts import assert_close
 
 ARCH_QTYPES = [("llama", "Q8_0"), ("llama", "F16"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("qwen3", "Q4_K"),

@@ -11,7 +11,7 @@ import pytest
 
 from sharpinf.engine.config import EngineConfig
 from sharpinf.errors import RequestError, SharpinfError
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 # -- 2. SamplingParams ----------------------------------------------------------------------------
 

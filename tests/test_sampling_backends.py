@@ -20,7 +20,7 @@ from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.ops import sampling
 from oracles.generation import generate_reference
 from oracles.reference import Reference
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 PROMPT = [5, 6, 7, 8, 9]
 FILTERS = [dict(temperature=1.0, top_k=40, top_p=0.95, min_p=0.02, repetition_penalty=1.3),

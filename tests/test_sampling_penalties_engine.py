@@ -16,7 +16,7 @@ from sharpinf.model.synth import synthetic_model
 from sharpinf.model.tokenizer import Tokenizer
 from oracles.generation import generate_reference
 from oracles.reference import Reference
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 PROMPT = [5, 6, 7, 8, 9]
 PENALTIES = [dict(presence_penalty=2.0, frequency_penalty=1.5),  # greedy: counts alone steer it
@@ -89,7 +89,7 @@ def test_structured_output_matches_the_reference(model):
     """The engine's masked draws are the reference's (sample_reference with the matcher's mask),
     token for token, and the grammar decides: without it the streams differ."""
     pytest.importorskip("llguidance")
-    from sharpinf.sampling import StructuredOutput
+    from sharpinf.params import StructuredOutput
 
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 999}, "s": {"type": "string", "maxLength": 5}},
               "required": ["n", "s"], "additionalProperties": False}

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from sharpinf.engine.llm_engine import LLMEngine  # noqa: E402
 from sharpinf.llm import LLM  # noqa: E402
 from sharpinf.model.synth import synthetic_model  # noqa: E402
-from sharpinf.sampling import SamplingParams  # noqa: E402
+from sharpinf.params import SamplingParams  # noqa: E402
 from sharpinf.serve.loopback import LoopbackServer  # noqa: E402
 
 NAME = "tiny"

@@ -20,7 +20,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
 
 from sharpinf.engine.llm_engine import LLMEngine  # noqa: E402
-from sharpinf.sampling import SamplingParams  # noqa: E402
+from sharpinf.params import SamplingParams  # noqa: E402
 from sharpinf.serve.engine_loop import ShuttingDown  # noqa: E402
 from sharpinf.model.synth import synthetic_model  # noqa: E402
 from sharpinf.serve.loopback import LoopbackServer, free_port  # noqa: E402

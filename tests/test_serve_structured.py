@@ -19,7 +19,7 @@ jsonschema = pytest.importorskip("jsonschema")
 from sharpinf.engine.llm_engine import LLMEngine  # noqa: E402
 from sharpinf.llm import LLM  # noqa: E402
 from sharpinf.model.synth import synthetic_model  # noqa: E402
-from sharpinf.sampling import SamplingParams  # noqa: E402
+from sharpinf.params import SamplingParams  # noqa: E402
 from sharpinf.serve.loopback import LoopbackServer  # noqa: E402
 
 NAME = "tiny"
@@ -137,7 +137,7 @@ def test_guided_regex_and_lark(client):
 
 
 def test_llm_api_structured_output(offline):
-    from sharpinf.sampling import StructuredOutput
+    from sharpinf.params import StructuredOutput
 
     # ignore_eos: the grammar's own end stops the request (the end-of-text token is never drawn)
     p = [SamplingParams(max_tokens=80, temperature=1.0, seed=s, structured=StructuredOutput.json_schema(SCHEMA),
@@ -150,7 +150,7 @@ def test_llm_api_structured_output(offline):
 def test_a_mask_that_allows_nothing_ends_the_request(offline):
     """The kernel answers -1 for a row whose mask allows no id; the engine ends that request
     ("stop", with the reason) and the others run on."""
-    from sharpinf.sampling import StructuredOutput
+    from sharpinf.params import StructuredOutput
 
     class Nothing:  # a grammar in a dead state
         error, finished = "dead", False

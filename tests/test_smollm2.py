@@ -8,7 +8,7 @@ from oracles.generation import generate_reference
 from oracles.reference import Reference
 from sharpinf.model.loader import load_model
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 

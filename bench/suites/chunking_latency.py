@@ -30,7 +30,7 @@ def defaults(on_gpu: bool, quick: bool) -> dict:
 def _one(ctx: BenchContext, chunked: bool, budget: int, decoders: int, decoder_prompt: int, long_len: int,
          decode_tokens: int, arrive_step: int, progress, task) -> dict:
     from sharpinf.engine.llm_engine import LLMEngine
-    from sharpinf.sampling import SamplingParams
+    from sharpinf.params import SamplingParams
 
     cfg, bs = ctx.model.config, 16
     rng = np.random.default_rng(ctx.seed)

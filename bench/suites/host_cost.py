@@ -70,7 +70,7 @@ def _kernel_bytes(eng, log) -> list[dict]:
 
 def _measure(ctx: BenchContext, setup: _Setup, eager: bool, steps: int, prompt_len: int, budget: int,
              block_size: int) -> tuple[dict, int]:
-    from sharpinf.sampling import SamplingParams
+    from sharpinf.params import SamplingParams
 
     cfg = ctx.model.config
     need = setup.decoding * (prompt_len + steps + 4) + setup.long_prompt + 64

@@ -47,7 +47,7 @@ def measure(ctx: BenchContext, B: int, context: int, steps: int, block_size: int
     cfg = ctx.model.config
     context = max(1, min(context, cfg.context_length - steps - 16))
     out: dict = {"batch_size": B}
-    from sharpinf.sampling import SamplingParams
+    from sharpinf.params import SamplingParams
 
     for mode in ("sync", "async"):
         eng = _engine(ctx, B, context, steps, block_size, kv_dtype, mode == "async")

@@ -185,7 +185,7 @@ def _sample_cases(ctx: BenchContext, N: int, rng, sel: Selection) -> list[_Case]
     if "sample" not in sel.ops:
         return []
     from sharpinf.ops import sampling as S
-    from sharpinf.sampling import SamplingParams
+    from sharpinf.params import SamplingParams
 
     be, V = ctx.backend, ctx.model.config.n_vocab
     sp = SamplingParams(**SAMPLE_PARAMS)

@@ -38,7 +38,7 @@ def defaults(on_gpu: bool, quick: bool) -> dict:
 def _warm(ctx: BenchContext) -> None:
     """Compile every kernel the engine uses (sampling included) in a throwaway small engine."""
     from sharpinf.engine.llm_engine import LLMEngine
-    from sharpinf.sampling import SamplingParams
+    from sharpinf.params import SamplingParams
 
     eng = LLMEngine(ctx.model, backend=ctx.backend, kernels=ctx.kernels, num_blocks=8, max_num_batched_tokens=64)
     eng.add_request(random_prompt(np.random.default_rng(12345), 8, ctx.model.config.n_vocab),
@@ -53,7 +53,7 @@ def run(ctx: BenchContext, requests: int, prompt_len: tuple[int, int], output_le
         rate_unit: str, shared_prefix: int, max_num_batched_tokens: int, max_num_seqs: int,
         num_blocks: int | None) -> dict:
     from sharpinf.engine.llm_engine import LLMEngine
-    from sharpinf.sampling import SamplingParams
+    from sharpinf.params import SamplingParams
 
     cfg = ctx.model.config
     rng = np.random.default_rng(ctx.seed)

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from sharpinf.cli.common import backend_named, console, err_console, print_json, valid_text
 from sharpinf.errors import RequestError, SharpinfError
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 from sharpinf.textgen import GenerationResult
 
 PROMPT_KINDS = ("prompt", "chat", "prompt_ids")

@@ -59,7 +59,7 @@ def prompt_ids_from(tok, prompt, chat, prompt_ids) -> list[int]:
 
 def structured_option(json_schema: str | None, regex: str | None):
     """--json-schema (text or a file) / --regex -> a StructuredOutput (None: neither)."""
-    from sharpinf.sampling import StructuredOutput
+    from sharpinf.params import StructuredOutput
 
     if json_schema is not None and regex is not None:
         raise SharpinfError("give --json-schema or --regex, not both")
@@ -103,7 +103,7 @@ def generate(
     json_out: bool = typer.Option(False, "--json", help="One JSON object per request: prompt_ids, token_ids, text, finish_reason."),
 ):
     """Generate a continuation (streams to the terminal unless --json); --batch runs many requests."""
-    from sharpinf.sampling import SamplingParams
+    from sharpinf.params import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                             min_p=min_p, repetition_penalty=repetition_penalty, seed=seed,

@@ -9,7 +9,7 @@ import numpy as np
 from sharpinf.errors import SharpinfError
 from sharpinf.step.kv_pool import kv_dtype_name
 from sharpinf.ops.variants import check_kernels
-from sharpinf.sampling import as_float, as_int
+from sharpinf.params import as_float, as_int
 
 
 @dataclass

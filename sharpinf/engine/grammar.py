@@ -21,7 +21,7 @@ from typing import Any, Sequence as Seq
 import numpy as np
 
 from sharpinf.errors import RequestError
-from sharpinf.sampling import StructuredOutput
+from sharpinf.params import StructuredOutput
 
 U32 = np.uint32
 # JSON as ", " / ": " separators and no other whitespace (a schema's "x-guidance" may say

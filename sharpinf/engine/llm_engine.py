@@ -34,7 +34,7 @@ from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.ops.sampling import RequestSeeds
 from sharpinf.runtime.backend import Backend
 from sharpinf.runtime.select import get_backend
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 from sharpinf.step.buffers import StepCapacity
 from sharpinf.textgen import StopChecker, check_prompt
 

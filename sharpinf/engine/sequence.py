@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sharpinf.ops.sampling import needs_slot, param_row
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 from sharpinf.textgen import StopChecker
 
 PENDING = -1  # a token sampled by a step still in flight (never fed as such: see feed_row)

@@ -32,7 +32,7 @@ import re
 from typing import Any
 
 from sharpinf.errors import ModelError
-from sharpinf.model.tokenizer import TOKEN_BYTE, TOKEN_NORMAL, TOKEN_UNUSED
+from sharpinf.model.token_types import TOKEN_BYTE, TOKEN_NORMAL, TOKEN_UNUSED
 
 SPACE = "\u2581"  # "▁", SentencePiece's stand-in for " "
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")

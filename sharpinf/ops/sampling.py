@@ -23,13 +23,12 @@ from typing import Sequence
 import numpy as np
 
 from sharpinf.ops.launch import kernel
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import MAX_LOGIT_BIAS, SamplingParams
 
 I32, F32, U64 = np.int32, np.float32, np.uint64
 BLOCK = 256
 N_PARAMS = 6  # temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty
 COUNT_MAX = 0xFFFF  # generated counts are u16 on the device, saturating
-MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries (sharpinf.sampling checks it)
 BIAS_STRIDE = 1 + 2 * MAX_LOGIT_BIAS  # int32 per slot of slot_bias: [n, ids..., float bits of biases...]
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from sharpinf.engine.llm_engine import LLMEngine, RequestOutput
 from sharpinf.errors import SharpinfError
-from sharpinf.sampling import SamplingParams
+from sharpinf.params import SamplingParams
 
 log = logging.getLogger("sharpinf.serve")
 

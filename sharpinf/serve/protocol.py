@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.errors import RequestError
-from sharpinf.sampling import MAX_LOGPROBS, SamplingParams, StructuredOutput
+from sharpinf.params import MAX_LOGPROBS, SamplingParams, StructuredOutput
 
 # engine finish reasons -> OpenAI's ("context": the model's context is full, a length limit too)
 FINISH = {"stop": "stop", "length": "length", "context": "length", "aborted": "abort", "rejected": "error"}
