@@ -91,7 +91,7 @@ scratch is reused layer after layer); a tile's bounds depend on the routing, but
 depends on the token count only (`max_tiles`), so one plan or CUDA graph serves every routing.
 """),
     code("""
-from sharpinf.ops.moe import max_tiles
+from sharpinf.ops.mmq_tiles import max_tiles
 
 from sharpinf.step.plan import bucket_for
 

@@ -82,14 +82,15 @@ def test_split_k_in_windows_of_row_tiles_changes_no_bit(backend, kernel, monkeyp
     """mmq's split-K (a block for each group of a row's members, the tile's last block folding the
     group sums) with a scratch of one row tile: the grid runs in windows of row tiles (x0), the
     bits stay dp4a's, and every ticket is back at zero after each launch (graphs replay them)."""
-    from sharpinf.ops import matmul_mmq as mq
+    from sharpinf.ops import mmq_tiles as mq
+    from sharpinf.ops.matmul_dp4a import member_groups
 
     monkeypatch.setattr(mq, "SCRATCH_FLOATS", 1)
     rng = _rng("mmq-windows")
     qtype, n_in, n_tok = quants.Q4_K, 1024, 70  # 4 groups of 8 members; 2 token tiles
     rows = mq.ROWS_PER_BLOCK if kernel == "mmq" else mq.NARROW_ROWS
     n_out = 2 * rows + 5  # 3 row tiles: 3 windows
-    assert mq.split_plan(n_out, n_in, mq.token_tiles(n_tok), 1, rows)[0] == 1 and mq.member_groups(n_in) == 4
+    assert mq.split_plan(n_out, n_in, mq.token_tiles(n_tok), 1, rows)[0] == 1 and member_groups(n_in) == 4
     wg, wu = _raw(rng, qtype, n_out, n_in), _raw(rng, qtype, n_out, n_in)
     X, *_ = _act(backend, rng, n_tok, n_in)
     res = rng.standard_normal((n_tok, n_out)).astype(np.float32)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from sharpinf.model import quants
+from sharpinf.ops import mmq_tiles as mq
 from sharpinf.ops import moe
 from sharpinf.ops.basic import act_reference
 from sharpinf.ops.matmul_dp4a import FIXED_G_TYPES
@@ -206,7 +207,7 @@ def test_the_sort_cuts_each_experts_pairs_into_tiles_in_expert_order(backend, n_
     rng = _rng("sort", n_expert, P, tile)
     ids = rng.integers(0, n_expert, P).astype(np.int32)
     ids[: P // 3] = n_expert - 1  # a skewed expert: several tiles
-    mt = moe.max_tiles(P, n_expert, tile)
+    mt = mq.max_tiles(P, n_expert, tile)
     s = moe.MoeScratch(backend.upload(ids[None]), None, None, None, order=backend.empty((P,), np.int32),
                        tiles=backend.full((3, mt), -7, np.int32))
     moe.sort_pairs(backend, s, P, n_expert, mt, tile)
@@ -228,8 +229,8 @@ def test_the_sort_cuts_each_experts_pairs_into_tiles_in_expert_order(backend, n_
 def test_max_tiles_bounds_every_routing():
     """The worst case: every expert with one pair over a full tile. The bound is what the grid launches."""
     for P, n_expert in [(1, 8), (16, 8), (17, 8), (64, 128), (3, 128)]:
-        worst = sum(-(-c // moe.TILE) for c in _worst_counts(P, n_expert))
-        assert worst <= moe.max_tiles(P, n_expert)
+        worst = sum(-(-c // mq.TILE) for c in _worst_counts(P, n_expert))
+        assert worst <= mq.max_tiles(P, n_expert)
 
 
 def test_the_reserved_split_scratch_serves_every_smaller_step():
@@ -238,7 +239,6 @@ def test_the_reserved_split_scratch_serves_every_smaller_step():
     The shape where the capacity's own plan fell short: experts of 256 from 512, 8 of them, k = 4."""
     from types import SimpleNamespace
 
-    from sharpinf.ops import matmul_mmq as mq
 
     cfg = SimpleNamespace(q_dim=512, kv_dim=128, n_embd=512, n_vocab=1000, is_moe=True, n_expert_used=4,
                           n_expert=8, n_ff_exp=256, n_ff=0)
@@ -251,7 +251,7 @@ def test_the_reserved_split_scratch_serves_every_smaller_step():
     for n in range(1, T + 1):
         for n_out, n_in, nmat in ((cfg.n_ff_exp, cfg.n_embd, 2), (cfg.n_embd, cfg.n_ff_exp, 1)):
             for rows in (mq.ROWS_PER_BLOCK, mq.NARROW_ROWS):
-                _, floats, tickets = mq.split_plan(n_out, n_in, moe.max_tiles(n * 4, 8, moe.MMQ_TILE), nmat, rows)
+                _, floats, tickets = mq.split_plan(n_out, n_in, mq.max_tiles(n * 4, 8, mq.MMQ_TILE), nmat, rows)
                 assert floats <= got.partial.size and tickets <= got.tickets.size, (n, n_out, rows)
 
 
@@ -283,7 +283,6 @@ def test_tensor_core_experts_with_group_sums_in_shared_memory_keep_the_bits(kind
 
 
 def _assert_mmq_experts_equal_fast(backend, qtype, monkeypatch):
-    from sharpinf.ops import matmul_mmq as mq
 
     rng = _rng("mmq", qtype)
     n_ff = 512 if qtype == quants.Q4_K else 256

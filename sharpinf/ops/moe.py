@@ -39,11 +39,12 @@ from sharpinf.model.config import MOE_MAX_EXPERTS
 from sharpinf.ops.launch import kernel, one_wave
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
 from sharpinf.ops.matmul_dp4a import ACTS, entry_name, group_lanes
+from sharpinf.ops.matmul_gemv import tile_for
+from sharpinf.ops.matmul_mma import supports
+from sharpinf.ops.mmq_tiles import MMQ_TILE, TILE, max_tiles, split_launches, tiles_capacity
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
 
 I32, F32 = np.int32, np.float32
-TILE = 8  # DP_TILE: pairs per tile of one expert (moe_dp4a.cu)
-MMQ_TILE = 64  # MQ_TOKENS: pairs per tile of one expert on tensor cores (moe_mmq.cu)
 MMQ_MIN_TOKENS = 16  # the tensor set's matmul threshold (matmul_mmq.MIN_TOKENS): fewer stay on dp4a tiles
 GEMV_MAX_TOKENS = 8  # moe_gemv.cu's largest compiled token count (matmul_gemv.MAX_TOKENS): more go to moe_grouped
 WARPS = 4
@@ -67,16 +68,10 @@ class DeviceExperts:
     n_embd: int
 
 
-def max_tiles(n_pairs: int, n_expert: int, tile: int = TILE) -> int:
-    """Tiles of <= tile pairs of one expert that any routing of n_pairs pairs can need (a buffer
-    sized for TILE holds any larger tile's)."""
-    return -(-n_pairs // tile) + min(n_expert, n_pairs)
 
 
-def tiles_capacity(n_pairs: int, n_expert: int, n_used: int) -> int:
-    """The tiles a grouped scratch for n_pairs pairs (k = n_used a token) holds: max_tiles for TILE, or
-    for moe_gemv's tiles of NT >= the step's tokens, whose pairs over NT are at most k (so k more)."""
-    return max_tiles(n_pairs, n_expert) + n_used
+
+
 
 
 @dataclass
@@ -206,8 +201,6 @@ def moe_gemv(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_
     GEMV_MAX_TOKENS tokens with one tile an expert (NT >= the step's tokens: a token's k experts are k
     different ones, so max_tiles(P, n_expert, NT) <= tiles_capacity) on matmul_gemv's row stream
     (`file`), larger steps moe_grouped itself. The same bits."""
-    from sharpinf.ops.matmul_gemv import tile_for
-
     if n_tokens > GEMV_MAX_TOKENS:
         return moe_grouped(be, E, x, s, n_tokens, x_f=x_f, x_q=x_q, act=act, layer=layer)
     nt, used = tile_for(n_tokens), min(E.n_expert, n_tokens * E.n_used)
@@ -239,15 +232,12 @@ def moe_tensor(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, 
     """x += the MoE FFN of the normed rows in q8_1 (x_q): as moe_grouped, with each expert's pairs in
     tiles of up to 64 on int8 tensor cores (`file`) -- weights read once per 64 pairs -- for steps of
     MMQ_MIN_TOKENS tokens or more with quantized experts; otherwise moe_grouped itself. The same bits."""
-    from sharpinf.ops.matmul_mma import supports
-    from sharpinf.ops.matmul_mmq import split_launches
-
     gt, dt = E.gate_up_qtype, E.down_qtype
     if n_tokens < MMQ_MIN_TOKENS or not (supports(gt) and supports(dt)):
         return moe_grouped(be, E, x, s, n_tokens, x_f=x_f, x_q=x_q, act=act, layer=layer)
 
     # split-K as the dense mmq: grid (row tiles of a window, the pair tiles, the groups), the scratch
-    # and the window's first row tile after the entries' own arguments (matmul_mmq.split_launches), each
+    # and the window's first row tile after the entries' own arguments (mmq_tiles.split_launches), each
     # window a share of the launch's bytes
     def launch(entry: str, n_out: int, n_in: int, nmat: int, threads: int):
         def run(args, io, mt):

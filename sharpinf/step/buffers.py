@@ -38,7 +38,7 @@ from sharpinf.step.batch import Batch
 from sharpinf.model.config import ModelConfig
 from sharpinf.ops.attention import SplitScratch
 from sharpinf.ops import matmul_tuned
-from sharpinf.ops.matmul_mmq import reserve_scratch
+from sharpinf.ops.mmq_tiles import reserve_scratch
 from sharpinf.ops.moe import MoeScratch
 from sharpinf.ops.quant_act import Q8Act
 from sharpinf.ops.sampling import N_PARAMS, sample_acc
