@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sharpinf.engine.block_manager import BlockManager
-from sharpinf.engine.fork import fork_choices, release_fork_slots
+from sharpinf.engine.fork import ChoiceForker
 from sharpinf.engine.config import EngineConfig
 from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
 from sharpinf.engine.logprobs import TokenLogprobs
@@ -142,6 +142,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.config, self.blocks, on_release=self.runner.release)
         self.requests: dict[str, Sequence] = {}
         self.live: dict[str, Sequence] = {}  # the unfinished requests: each is waiting or running
+        self.forker = ChoiceForker(self.blocks, self.scheduler, self.runner.slots, self.stop_rules, self.live)
         self.ended = 0  # requests finished, rejected or aborted after they were queued
         self.watchdog = Watchdog(bound=self.token_limit())
         self.metrics = EngineMetrics()
@@ -184,6 +185,10 @@ class LLMEngine:
         smaller. A request without max_tokens runs until it reaches this (finish "context")."""
         return min(self.max_model_len, self.budget.tokens)
 
+    def stop_rules(self, params: SamplingParams, n_prompt: int) -> StopChecker:
+        """The stop rules of a sequence with an n_prompt-token prompt (its room: token_limit)."""
+        return StopChecker(params, self.tokenizer, context_left=self.token_limit() - n_prompt)
+
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
                     grammar: Grammar | None = None) -> str:
         """Queue a request; a SharpinfError says why it can never run (counted as rejected).
@@ -203,8 +208,7 @@ class LLMEngine:
         except SharpinfError:
             self.metrics.rejected += 1
             raise
-        stop = StopChecker(params, self.tokenizer, context_left=self.token_limit() - len(ids))
-        seq = Sequence(rid, ids, params, self._seeds.seed_for(params), stop)
+        seq = Sequence(rid, ids, params, self._seeds.seed_for(params), self.stop_rules(params, len(ids)))
         seq.grammar = grammar
         self.requests[rid] = seq
         self.live[seq.key] = seq
@@ -329,11 +333,11 @@ class LLMEngine:
             if token is None or seq.is_finished:
                 continue
             f = forks.pop(id(seq), None)
-            children = fork_choices(self, f, now) if f is not None else []  # before its token can end it
+            children = self.forker.fork(f, now) if f is not None else []  # before its token can end it
             done.append((seq, self._append(seq, token, now, self.runner.last_logprobs.get(seq.key))))
             done += [(c, self._append(c, t, now, lp)) for c, t, lp in children]
         for f in forks.values():  # a forking request that ended before its step was collected: no choices
-            release_fork_slots(self, f)
+            self.forker.cancel(f)
         last_of = {}  # a request of n > 1 choices is over when all are: said by its last output only
         for seq, o in done:
             if seq.choices:

@@ -64,6 +64,24 @@ class RunnerStep:
     masks_later: list | None = None  # every row's grammar, when its masks wait for finish()
 
 
+class SlotPool:
+    """The device's per-request sampling slots (history bits, counts, logit_bias) not held by a
+    running request: taken when a penalised request (or a forked choice) first samples, given back
+    when it leaves the running set."""
+
+    def __init__(self, n: int):
+        self._free = list(range(n - 1, -1, -1))  # popped from the end: slot 0 first
+
+    def take(self) -> int:
+        return self._free.pop()
+
+    def give(self, slot: int) -> None:
+        self._free.append(slot)
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+
 @dataclass
 class ModelRunner:
     fp: ForwardPass
@@ -73,17 +91,17 @@ class ModelRunner:
     tokens_run: int = 0
     tokens_fed: int = 0  # tokens fed on the device from the previous step's ids (async scheduling)
     last_batch: Batch | None = field(default=None, repr=False)
-    free_slots: list[int] = field(init=False)
+    slots: SlotPool = field(init=False)
     last_logprobs: dict[str, TokenLogprobs] = field(default_factory=dict, repr=False)  # Sequence.key -> this step's
     last_forks: list[ForkRows] = field(default_factory=list, repr=False)  # the collected step's extra choices
 
     def __post_init__(self):
-        self.free_slots = list(range(self.fp.capacity.rows - 1, -1, -1))
+        self.slots = SlotPool(self.fp.capacity.rows)
 
     def release(self, seq: Sequence) -> None:
         """seq left the running set (finished or preempted): its slot is free again."""
         if seq.sample_slot >= 0:
-            self.free_slots.append(seq.sample_slot)
+            self.slots.give(seq.sample_slot)
         seq.sample_slot, seq.seen_synced = -1, 0
 
     def run(self, chunks: list[ScheduledChunk]) -> list[int | None]:
@@ -174,7 +192,7 @@ class ModelRunner:
         for r, s in enumerate(seqs):
             if s.penalised:
                 if s.sample_slot < 0:  # (re)admitted: a fresh slot, cleared on the device
-                    s.sample_slot, s.seen_synced, clear[r] = self.free_slots.pop(), 0, 1
+                    s.sample_slot, s.seen_synced, clear[r] = self.slots.take(), 0, 1
                     count_n[r] = len(s.tokens) - len(s.prompt_ids)  # generated before a preemption
                     self.fp.set_slot_bias(s.sample_slot, bias_row(s.params))
                 # every id fed up to this step, sent once (a PENDING one, the kernel already set);
@@ -187,7 +205,7 @@ class ModelRunner:
             off[r + 1] = n
         for r, (s, _) in enumerate(extra, start=len(seqs)):
             if s.penalised:  # the choice's own slot from its first token: the prompt, sent once
-                slots[r], clear[r] = self.free_slots.pop(), 1
+                slots[r], clear[r] = self.slots.take(), 1
                 self.fp.set_slot_bias(slots[r], bias_row(s.params))
                 adds.append(list(s.prompt_ids))
                 n += len(s.prompt_ids)
