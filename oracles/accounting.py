@@ -15,15 +15,24 @@ later, from the step's token_ids on the device, which the embedding kernel wrote
   complete  every position a finished request fed (all but its last sampled token) has K/V;
   ahead     its last token is computed only under async scheduling, by a step submitted before a
             stop id or string ended it (once); never after max_tokens or the context (known ahead);
-  total     a request never preempted computed exactly prompt + generated - 1 - cached tokens (+ that
-            last one), and the whole run the sum of those (so no work is attributed to nobody);
+  total     a request computed exactly prompt + generated - 1 - cached tokens (+ that last one, + what
+            its preemptions threw away: the tokens each admission had computed), and the whole run
+            the sum of those (so no work is attributed to nobody, and none is done twice);
+  counted   the engine's own count of the work -- each request's `computed_tokens`, the run's
+            `tokens_computed` (the metrics' tokens_computed_total) -- equals what the batches held;
   blocks    every block is free again and every reference count is back to 0;
   metrics   finished, rejected, generated and prompt token counts agree with the outcomes.
+The ledger also keeps every sequence the scheduler was given (requests and forked choices) and the
+engine's metrics when it started, so an engine that ran other requests before is checked on the
+run's own deltas.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+
+
+METRICS = ("finished", "rejected", "generated_tokens", "prompt_tokens", "tokens_computed")
 
 
 class Ledger(Counter):
@@ -34,6 +43,9 @@ class Ledger(Counter):
         self.problems: list[str] = []
         self.tokens = 0  # every token the forward pass was given
         self.fed_later: list = []  # (fp, [(seq, position, batch index)]) of the last step that fed ids on the device
+        self.seqs: dict = {}  # Sequence.key -> every Sequence the scheduler was given since the ledger started
+        self.start: dict[str, int] = {k: 0 for k in METRICS}  # the engine's metrics then
+        self.detach = lambda: None  # puts the engine's own runner and scheduler methods back (ledger sets it)
 
     def check_fed(self) -> None:
         """The device-fed ids of the last recorded step, read back from its token_ids (synchronizes)."""
@@ -98,16 +110,47 @@ def ledger(engine) -> Ledger:
     """Record every step of `engine` from now on: its model runner's ForwardPass is wrapped (the
     engine's own `fp`, which the oracles copy for lone runs, is left as it is)."""
     counts = Ledger()
-    runner = engine.runner
+    counts.start = {k: getattr(engine.metrics, k) for k in METRICS}
+    runner, sch = engine.runner, engine.scheduler
     rec = _RecordingForward(runner.fp, counts)
-    submit = runner.submit
+    submit, add, add_forked = runner.submit, sch.add, sch.add_forked
 
     def recording(chunks):
         rec.chunks = list(chunks)  # batch sequence s is chunk s
         return submit(chunks)
 
-    runner.fp, runner.submit = rec, recording
+    def adding(seq):
+        counts.seqs[seq.key] = seq
+        return add(seq)
+
+    def adding_forked(child, running=True):
+        counts.seqs[child.key] = child
+        return add_forked(child, running)
+
+    own = (runner.fp, runner.__dict__.get("submit"), sch.__dict__.get("add"), sch.__dict__.get("add_forked"))
+
+    def detach():
+        runner.fp = own[0]
+        for obj, name, was in ((runner, "submit", own[1]), (sch, "add", own[2]), (sch, "add_forked", own[3])):
+            if was is None:
+                obj.__dict__.pop(name, None)  # the class's method again
+            else:
+                setattr(obj, name, was)
+
+    runner.fp, runner.submit, sch.add, sch.add_forked = rec, recording, adding, adding_forked
+    counts.detach = detach
     return counts
+
+
+def accounted(engine, run):
+    """(run()'s result, the accounting oracle's problems over what it did): the engine's steps are
+    recorded only while run() runs, and checked once it returns (the engine idle)."""
+    counts = ledger(engine)
+    try:
+        out = run()
+    finally:
+        counts.detach()
+    return out, check_accounting(engine, counts)
 
 
 def _ahead(rid: str, seq, counts: Counter) -> int:
@@ -124,6 +167,8 @@ def _per_request(rid: str, seq, counts: Counter, total: int, problems: list[str]
         problems.append(f"{rid}: its last token (finish {seq.finish_reason}) computed {ahead} times"
                         + ("" if async_scheduling else " without async scheduling"))
     finished_normally = seq.finish_reason in ("stop", "length", "context")
+    if seq.metrics.computed_tokens != total:
+        problems.append(f"{rid}: the engine counted {seq.metrics.computed_tokens} tokens computed, its batches held {total}")
     for p in range(len(seq.tokens)):
         n = counts.get((rid, p), 0)
         if n > pre + 1:
@@ -134,14 +179,23 @@ def _per_request(rid: str, seq, counts: Counter, total: int, problems: list[str]
             problems.append(f"{rid}: position {p} computed {n} times")
         elif finished_normally and p < fed and n == 0 and p >= cached:
             problems.append(f"{rid}: position {p} never computed")
-    if pre == 0 and finished_normally and total != fed - cached + ahead:
+    thrown = seq.metrics.discarded_tokens  # what its preemptions threw away (0 when never preempted)
+    if pre == 0 and thrown:
+        problems.append(f"{rid}: never preempted, yet {thrown} tokens counted as thrown away")
+    # the last admission's work, unless it ended while waiting (preempted with its last token in flight)
+    last = fed - cached + ahead if seq.metrics.admissions > pre else 0
+    if finished_normally and total != last + thrown:
         problems.append(f"{rid}: {total} tokens computed for {len(seq.prompt_ids)} prompt + {len(seq.output_ids)} "
-                        f"generated - 1 - {cached} cached + {ahead} ahead = {fed - cached + ahead}")
+                        f"generated - 1 - {cached} cached + {ahead} ahead + {thrown} thrown away by {pre} "
+                        f"preemptions = {last + thrown}")
 
 
-def check_accounting(engine, counts: Counter, seqs: dict, rejected_at_submit: int = 0) -> list[str]:
+def check_accounting(engine, counts: Counter, seqs: dict | None = None, rejected_at_submit: int = 0) -> list[str]:
     """seqs: Sequence.key -> its Sequence (as the engine had it), for every request queued and
-    every choice forked (a forked choice's shared prompt counts as served, like the prefix cache's)."""
+    every choice forked (a forked choice's shared prompt counts as served, like the prefix cache's);
+    None: the ones the ledger saw the scheduler given."""
+    if seqs is None:
+        seqs = counts.seqs
     if hasattr(counts, "check_fed"):
         counts.check_fed()
     problems = list(getattr(counts, "problems", []))
@@ -154,25 +208,31 @@ def check_accounting(engine, counts: Counter, seqs: dict, rejected_at_submit: in
     strays = sorted(k for k in counts if k[0] not in seqs or not 0 <= k[1] < len(seqs[k[0]].tokens))
     if strays:
         problems.append(f"positions computed outside every request's tokens: {strays[:5]}")
-    if all(s.metrics.preemptions == 0 and s.finish_reason in ("stop", "length", "context") for s in seqs.values()):
-        want = sum(len(s.tokens) - (1 if s.output_ids else 0) - s.metrics.cached_prompt_tokens
-                   + _ahead(rid, s, counts) for rid, s in seqs.items())
+    if all(s.finish_reason in ("stop", "length", "context") for s in seqs.values()):
+        want = sum(s.metrics.discarded_tokens + (len(s.tokens) - (1 if s.output_ids else 0) - s.metrics.cached_prompt_tokens
+                                                  + _ahead(rid, s, counts) if s.metrics.admissions > s.metrics.preemptions
+                                                  else 0) for rid, s in seqs.items())
         if sum(counts.values()) != want or getattr(counts, "tokens", want) != want:
             problems.append(f"run: {sum(counts.values())} positions recorded, {getattr(counts, 'tokens', '?')} tokens "
-                            f"given to the forward pass, for {want} prompt + generated - 1 - cached over requests")
+                            f"given to the forward pass, for {want} prompt + generated - 1 - cached + thrown away "
+                            "over requests")
     b = engine.blocks
     if b.num_free != b.num_blocks or any(b.ref):
         problems.append(f"blocks: {b.num_free}/{b.num_blocks} free, {sum(1 for r in b.ref if r)} still referenced")
-    m = engine.metrics
+    start = getattr(counts, "start", {k: 0 for k in METRICS})
+    m = {k: getattr(engine.metrics, k) - start[k] for k in METRICS}  # this run's share
+    if m["tokens_computed"] != sum(counts.values()):
+        problems.append(f"metrics: tokens_computed {m['tokens_computed']} != {sum(counts.values())} positions the "
+                        "batches held")
     outcomes = Counter(s.finish_reason for s in seqs.values())
     ended = sum(v for k, v in outcomes.items() if k != "rejected")
-    if m.finished != ended:
-        problems.append(f"metrics: finished {m.finished} != {ended} requests that ended")
-    if m.rejected != outcomes.get("rejected", 0) + rejected_at_submit:
-        problems.append(f"metrics: rejected {m.rejected} != {outcomes.get('rejected', 0)} + {rejected_at_submit} at submit")
+    if m["finished"] != ended:
+        problems.append(f"metrics: finished {m['finished']} != {ended} requests that ended")
+    if m["rejected"] != outcomes.get("rejected", 0) + rejected_at_submit:
+        problems.append(f"metrics: rejected {m['rejected']} != {outcomes.get('rejected', 0)} + {rejected_at_submit} at submit")
     gen = sum(len(s.output_ids) for s in seqs.values())
-    if m.generated_tokens != gen:
-        problems.append(f"metrics: generated {m.generated_tokens} != {gen} output tokens")
-    if m.prompt_tokens != sum(len(s.prompt_ids) for s in seqs.values() if s.index == 0):  # once per request
+    if m["generated_tokens"] != gen:
+        problems.append(f"metrics: generated {m['generated_tokens']} != {gen} output tokens")
+    if m["prompt_tokens"] != sum(len(s.prompt_ids) for s in seqs.values() if s.index == 0):  # once per request
         problems.append("metrics: prompt tokens disagree")
     return problems

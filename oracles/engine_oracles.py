@@ -7,6 +7,9 @@
                             duplicated, outputs as in (f), preemptions counted
 (h) prefix-caching          the same outputs with and without the prefix cache; hits counted
 (i) seeded-sampling         the same seed gives the same tokens alone and in a busy batch
+Each also holds the engine to the accounting oracle (oracles/accounting.py) over its run: every
+prompt token the prefix cache did not serve and every fed token computed exactly once (a
+preemption's recomputation aside), the engine's own count of that work right, every block back.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oracles.accounting import accounted
 from oracles.compare import OracleResult
 from oracles.paged_runner import PagedRunner
 from sharpinf.step.forward import ForwardPass
@@ -63,6 +67,14 @@ def agrees(got: list[int], lone: LoneRun) -> tuple[bool, str]:
     return True, ""
 
 
+def _failed(r: OracleResult, accounting: list[str]) -> OracleResult:
+    """r, failed with the accounting oracle's first problems when it has any."""
+    if not accounting:
+        return r
+    why = f"accounting: {'; '.join(accounting[:3])}" + (f" (+{len(accounting) - 3} more)" if len(accounting) > 3 else "")
+    return OracleResult(r.oracle, r.case, None, None, None, False, why if r.passed else f"{r.detail}; {why}")
+
+
 def check_against_alone(name: str, case: str, llm, prompts, params, results, lone_cache=None) -> OracleResult:
     """Every request's tokens vs its lone run; none lost, none duplicated."""
     lone_cache = {} if lone_cache is None else lone_cache
@@ -93,47 +105,56 @@ def oracle_engine_vs_single_user(llm, prompts, params, arrivals) -> OracleResult
     """arrivals[i]: the engine step before which request i is added (0 = before the first)."""
     results = [None] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
-    eng, at, step, rid_of = llm.engine, 0, 0, {}
-    while at < len(order) or eng.has_unfinished():
-        while at < len(order) and arrivals[order[at]] <= step:
-            i = order[at]
-            rid_of[eng.add_request(list(prompts[i]), params[i])] = i
-            at += 1
-        eng.step()
-        step += 1
+    eng, rid_of = llm.engine, {}
+
+    def run():
+        at = step = 0
+        while at < len(order) or eng.has_unfinished():
+            while at < len(order) and arrivals[order[at]] <= step:
+                i = order[at]
+                rid_of[eng.add_request(list(prompts[i]), params[i])] = i
+                at += 1
+            eng.step()
+            step += 1
+    _, accounting = accounted(eng, run)
     for rid, i in rid_of.items():
         seq = eng.requests.pop(rid)
         results[i] = GenerationResult(seq.prompt_ids, seq.output_ids, seq.stop.text, seq.finish_reason)
     cfg = eng.config
     case = (f"{len(prompts)} requests, budget {cfg.max_num_batched_tokens}, pool {eng.budget.num_blocks}x"
             f"{cfg.block_size}, max_seqs {cfg.max_num_seqs}")
-    return check_against_alone("engine-vs-single-user", case, llm, prompts, params, results)
+    return _failed(check_against_alone("engine-vs-single-user", case, llm, prompts, params, results), accounting)
 
 
 def oracle_preemption(llm, prompts, params, lone_cache=None) -> OracleResult:
-    results = llm.generate([list(p) for p in prompts], params)
+    results, accounting = accounted(llm.engine, lambda: llm.generate([list(p) for p in prompts], params))
     demand = sum(len(p) + sp.max_tokens for p, sp in zip(prompts, params))
     eng = llm.engine
     case = f"{len(prompts)} requests, pool {eng.budget.tokens} tokens = {eng.budget.tokens / demand:.0%} of demand"
-    r = check_against_alone("preemption", case, llm, prompts, params, results, lone_cache)
+    r = _failed(check_against_alone("preemption", case, llm, prompts, params, results, lone_cache), accounting)
     if r.passed and eng.scheduler.preemptions == 0:
         return OracleResult(r.oracle, r.case, None, None, None, False, "no preemption happened: the pool was not tight")
     return r
 
 
 def oracle_prefix_caching(llm_cached, llm_plain, prompts, params) -> OracleResult:
-    a = llm_cached.generate([list(p) for p in prompts], params)
-    b = llm_plain.generate([list(p) for p in prompts], params)
+    a, acc_a = accounted(llm_cached.engine, lambda: llm_cached.generate([list(p) for p in prompts], params))
+    b, acc_b = accounted(llm_plain.engine, lambda: llm_plain.generate([list(p) for p in prompts], params))
     same = all(x.token_ids == y.token_ids for x, y in zip(a, b))
     rate = llm_cached.metrics()["prefix_cache_hit_rate"]
     ok = same and rate > 0
     detail = f"hit rate {rate:.0%}" if ok else ("outputs differ" if not same else "no prefix-cache hit")
-    return OracleResult("prefix-caching", f"{len(prompts)} requests sharing a prefix", None, None, None, ok, detail)
+    r = OracleResult("prefix-caching", f"{len(prompts)} requests sharing a prefix", None, None, None, ok, detail)
+    return _failed(r, acc_a + acc_b)
 
 
 def oracle_seeded_sampling(llm, prompt, params: SamplingParams, busy_prompts, busy_params) -> OracleResult:
-    alone = llm.generate([list(prompt)], [params])[0].token_ids
-    mixed = llm.generate([list(p) for p in busy_prompts] + [list(prompt)], list(busy_params) + [params])[-1].token_ids
+    def run():
+        alone = llm.generate([list(prompt)], [params])[0].token_ids
+        mixed = llm.generate([list(p) for p in busy_prompts] + [list(prompt)], list(busy_params) + [params])[-1].token_ids
+        return alone, mixed
+    (alone, mixed), accounting = accounted(llm.engine, run)
     ok = alone == mixed and len(alone) > 0
-    return OracleResult("seeded-sampling", f"seed {params.seed}, T={params.temperature}, alone vs {len(busy_prompts)} others",
-                        None, None, None, ok, "" if ok else f"{alone} != {mixed}")
+    r = OracleResult("seeded-sampling", f"seed {params.seed}, T={params.temperature}, alone vs {len(busy_prompts)} others",
+                     None, None, None, ok, "" if ok else f"{alone} != {mixed}")
+    return _failed(r, accounting)

@@ -13,6 +13,7 @@ the forward pass is planted, at its output, with
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -186,3 +187,41 @@ def test_nan_logits_fail_the_engine_oracle(monkeypatch):
     _plant(monkeypatch, lambda fp, b, logits: logits.fill(np.nan))
     r = oracle_engine_vs_single_user(llm, [[5, 6, 7], [9, 10]], [SamplingParams(max_tokens=3)] * 2, [0, 0])
     assert not r.passed and "non-finite logits alone" in r.detail, r
+
+
+def _under_counting_scheduler(monkeypatch, engine):
+    """The planted bug: a prefill chunk that does not reach its sequence's end advances num_computed
+    one token short, so the next chunk computes that token again. Batch invariance makes the
+    recomputed K/V bit-identical, so every output stays right: only the accounting can see it."""
+    register = engine.blocks.register_full_blocks
+
+    def short(seq):
+        if 1 < seq.num_computed < len(seq.prompt_ids):  # a chunk that stopped mid-prompt
+            seq.num_computed -= 1
+        return register(seq)
+    monkeypatch.setattr(engine.blocks, "register_full_blocks", short)
+
+
+@pytest.mark.parametrize("oracle", ["engine-vs-single-user", "preemption"])
+def test_work_done_twice_fails_the_engine_oracles(monkeypatch, oracle):
+    """With the scheduler under-counting a chunk by one, the outputs still equal the lone runs, and
+    the engine oracles fail on their accounting (the work is done twice), naming the position."""
+    from oracles.engine_oracles import oracle_engine_vs_single_user, oracle_preemption
+    from sharpinf.llm import LLM
+    from sharpinf.params import SamplingParams
+
+    path = synthetic_model("llama", "Q8_0", n_layer=1, n_embd=64, n_head=2, n_head_kv=1, n_ff=128)
+    params = [SamplingParams(max_tokens=4)] * 3
+    blocks = 80 if oracle == "engine-vs-single-user" else 13  # room for all, or a pool that must preempt
+    llm = LLM(path, backend="emu", num_blocks=blocks, block_size=4, max_num_batched_tokens=8, enforce_eager=True,
+              kernels="simple")
+
+    def run(first: int):  # prompts of its own each run: the prefix cache serves none of them
+        prompts = [list(range(first, first + 37)), list(range(first + 50, first + 63)), list(range(first + 70, first + 100))]
+        if oracle == "engine-vs-single-user":
+            return oracle_engine_vs_single_user(llm, prompts, params, [0, 0, 1])
+        return oracle_preemption(llm, prompts, params)
+    assert run(3).passed, "the engine oracles pass before the bug is planted"
+    _under_counting_scheduler(monkeypatch, llm.engine)
+    r = run(200)
+    assert not r.passed and r.detail.startswith("accounting:") and re.search(r"position \d+ computed 2 times", r.detail), r.detail

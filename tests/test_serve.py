@@ -258,8 +258,10 @@ def test_metrics_parse(client, server):
     for name in ("sharpinf_requests", "sharpinf_time_to_first_token_seconds", "sharpinf_inter_token_latency_seconds",
                  "sharpinf_running_sequences", "sharpinf_waiting_sequences", "sharpinf_kv_cache_usage_ratio",
                  "sharpinf_preemptions", "sharpinf_prefix_cache_hit_rate", "sharpinf_generation_tokens",
-                 "sharpinf_throughput_tokens_per_second"):
+                 "sharpinf_prompt_tokens", "sharpinf_tokens_computed", "sharpinf_throughput_tokens_per_second"):
         assert name in fams, name
+    computed = next(s.value for s in fams["sharpinf_tokens_computed"].samples if s.name == "sharpinf_tokens_computed_total")
+    assert computed >= 1  # the prompt and fed tokens of the request above
     ok = [s.value for s in fams["sharpinf_requests"].samples if s.name == "sharpinf_requests_total"
           and s.labels.get("outcome") == "ok"]
     assert ok and ok[0] >= 1
@@ -599,21 +601,22 @@ def test_x_request_id_is_echoed_and_names_the_response(client, server):
     assert httpx.get(server.url + "/nothing", headers={"x-request-id": "e-1"}).headers["x-request-id"] == "e-1"
 
 
-def test_preemptions_are_a_counter_of_the_engines_deltas():
+@pytest.mark.parametrize("key", ["preemptions", "tokens_computed"])
+def test_engine_totals_are_counters_of_the_engines_deltas(key):
     from sharpinf.serve.metrics import ServerMetrics
 
-    state = {"preemptions": 0}
+    state = {key: 0}
     m = ServerMetrics(lambda: state)
 
     def scraped():
-        fam = {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}["sharpinf_preemptions"]
+        fam = {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}[f"sharpinf_{key}"]
         assert fam.type == "counter"
-        return next(s.value for s in fam.samples if s.name == "sharpinf_preemptions_total")
+        return next(s.value for s in fam.samples if s.name == f"sharpinf_{key}_total")
 
     assert scraped() == 0
-    state["preemptions"] = 3
+    state[key] = 3
     assert scraped() == 3 and scraped() == 3  # a scrape adds only what grew since the last
-    state["preemptions"] = 5
+    state[key] = 5
     assert scraped() == 5
 
 

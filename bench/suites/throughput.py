@@ -91,10 +91,10 @@ def run(ctx: BenchContext, requests: int, prompt_len: tuple[int, int], output_le
                 else:
                     time.sleep(max(0.0, work[0][0] - (time.perf_counter() - t0)))
                 continue
-            before = eng.runner.tokens_run
+            before = eng.metrics.tokens_computed
             eng.step()
             step_i += 1
-            timeline.append((time.perf_counter() - t0, eng.runner.tokens_run - before, len(eng.scheduler.running),
+            timeline.append((time.perf_counter() - t0, eng.metrics.tokens_computed - before, len(eng.scheduler.running),
                              len(eng.scheduler.waiting), eng.blocks.usage))
             bar.update(task, completed=eng.metrics.finished)
     ctx.backend.synchronize()
@@ -115,7 +115,7 @@ def run(ctx: BenchContext, requests: int, prompt_len: tuple[int, int], output_le
         "elapsed_s": elapsed,
         "prompt_tokens": prompt_toks,
         "generated_tokens": gen,
-        "tokens_run": eng.runner.tokens_run,  # prompt + decode, recomputation after preemption included
+        "tokens_computed": eng.metrics.tokens_computed,  # prompt + decode, recomputation after preemption included
         "output_tok_per_s": gen / elapsed if elapsed > 0 else None,
         "total_tok_per_s": (gen + prompt_toks) / elapsed if elapsed > 0 else None,
         "ttft_s": stats(ttft),

@@ -79,6 +79,7 @@ class EngineMetrics:
     steps: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    tokens_computed: int = 0  # prompt and fed tokens the forward pass computed (prefix hits not, recomputation too)
     finished: int = 0
     rejected: int = 0
 
@@ -88,8 +89,9 @@ class EngineMetrics:
             "steps": self.steps,
             "elapsed_s": elapsed,
             "generated_tokens": self.generated_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "tokens_computed": self.tokens_computed,
             "throughput_tok_per_s": self.generated_tokens / elapsed if elapsed > 0 else 0.0,
-            "tokens_run": engine.runner.tokens_run,
             "preemptions": engine.scheduler.preemptions,
             "kv_usage": engine.blocks.usage,
             "prefix_cache_hit_rate": engine.blocks.hit_rate,
@@ -315,6 +317,8 @@ class LLMEngine:
             s.forks_inflight, s.forks = s.forks, 0
         for c in chunks:
             c.seq.num_computed += c.n_tokens
+            c.seq.metrics.computed_tokens += c.n_tokens
+            self.metrics.tokens_computed += c.n_tokens
             self.blocks.register_full_blocks(c.seq)  # only blocks whose tokens are all real
             self.blocks.slide(c.seq)
         self.metrics.steps += 1

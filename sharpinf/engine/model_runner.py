@@ -88,7 +88,6 @@ class ModelRunner:
     pool: KVPool
     validate: bool = True  # check every batch (vectorized; cheap next to a step)
     steps_run: int = 0
-    tokens_run: int = 0
     tokens_fed: int = 0  # tokens fed on the device from the previous step's ids (async scheduling)
     last_batch: Batch | None = field(default=None, repr=False)
     slots: SlotPool = field(init=False)
@@ -144,7 +143,6 @@ class ModelRunner:
             forking.append((s, at, [int(x) for x in rows.slots[at : at + s.forks]]))
             at += s.forks
         self.steps_run += 1
-        self.tokens_run += batch.n_tokens
         self.tokens_fed += len(fed)
         return RunnerStep(list(chunks), [c.samples for c in chunks], samplers, forking, pending, lp_rows, row_seqs,
                           [s.grammar for s in row_seqs] if later else None)

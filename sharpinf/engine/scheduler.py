@@ -64,6 +64,8 @@ class Scheduler:
 
     def _preempt(self, victim: Sequence) -> None:
         self.running.remove(victim)
+        # what this admission computed is thrown away (the cache then serves what it still holds)
+        victim.metrics.discarded_tokens += victim.num_computed - victim.metrics.cached_prompt_tokens
         self._release(victim)
         victim.status = Status.WAITING
         victim.metrics.preemptions += 1
@@ -129,6 +131,7 @@ class Scheduler:
             seq.status = Status.RUNNING
             self.admissions += 1
             seq.admitted_at = self.admissions
+            seq.metrics.admissions += 1
             self.running.append(seq)
             scheduled.append(ScheduledChunk(seq, n))
             budget -= n
@@ -150,6 +153,7 @@ class Scheduler:
         child.status = Status.RUNNING
         self.admissions += 1
         child.admitted_at = self.admissions
+        child.metrics.admissions += 1
         self.running.append(child)
 
     def finish(self, seq: Sequence) -> None:

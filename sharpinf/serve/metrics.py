@@ -32,7 +32,10 @@ class ServerMetrics:
         self.generation_tokens = Counter("sharpinf_generation_tokens", "Tokens generated", registry=r)
         self.preemptions = Counter("sharpinf_preemptions", "Sequences preempted (their KV recomputed later)",
                                    registry=r)
-        self._preempted = 0  # the engine's count already added to the counter
+        self.tokens_computed = Counter("sharpinf_tokens_computed", "Tokens the forward pass computed: prompt tokens "
+                                       "the prefix cache did not serve, fed tokens, recomputation after a preemption",
+                                       registry=r)
+        self._seen = {"preemptions": 0, "tokens_computed": 0}  # the engine's counts already added to the counters
         self._lock = threading.Lock()  # two scrapes at once add each delta once
         self._state = engine_state
         gauges = {
@@ -52,8 +55,9 @@ class ServerMetrics:
 
     def exposition(self) -> bytes:
         with self._lock:
-            n = int(self._read("preemptions"))
-            if n > self._preempted:
-                self.preemptions.inc(n - self._preempted)
-                self._preempted = n
+            for key, counter in (("preemptions", self.preemptions), ("tokens_computed", self.tokens_computed)):
+                n = int(self._read(key))
+                if n > self._seen[key]:
+                    counter.inc(n - self._seen[key])
+                    self._seen[key] = n
         return generate_latest(self.registry)
