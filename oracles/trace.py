@@ -399,13 +399,13 @@ class _Tracer:
     # -- the step -----------------------------------------------------------------------------------
     def run(self, d) -> None:
         fp, be, cfg, ref, N = self.fp, self.be, self.cfg, self.ref, self.N
-        ws, k, dv = fp.ws, fp.kernels, d.d
+        ws, k, dv = fp.ws, fp.step_kernels, d.d
         ids = np.asarray(self.batch.token_ids, np.int64)
         positions = np.asarray(self.batch.positions, np.int64)
         slots = np.asarray(self.batch.slot_mapping, np.int64)
 
         k.shapes = fp.step_shapes(self.batch, N, self.pool.kv_dtype, d)  # as submit() keys the step
-        _, names = self.call(lambda: fp._emit_embed(N, d))
+        _, names = self.call(lambda: fp.launches.embed(N, d))
         x = self.dl(ws.x)
         want = ref.token_embd[ids].astype(F64) * float(np.float32(cfg.embd_scale))
         self.check(None, "embedding", names, "embedding", x, want, _row_unit(want), (ref.token_embd[ids],))
@@ -466,7 +466,7 @@ class _Tracer:
         """An MoE layer's FFN (StepKernels.moe_ffn's two units: the moe variant's norm, then its
         launcher), each part checked on the kernel path's own input; returns x after."""
         fp, be, cfg, N = self.fp, self.be, self.cfg, self.N
-        ws, mv, kx = fp.ws, fp.kernels.moe, cfg.n_expert_used
+        ws, mv, kx = fp.ws, fp.step_kernels.moe, cfg.n_expert_used
         q8 = mv.activations == "q8_1"
         out = ws.xq if q8 else ws.h
         _, names = self.call(lambda: mv.norm(be, ws.x, L.ffn_norm, out, N, cfg.n_embd, cfg.rms_eps))
@@ -602,7 +602,7 @@ class _Tracer:
         fp, ref, cfg, ws = self.fp, self.ref, self.cfg, self.fp.ws
         tokens = np.asarray(self.batch.logits_rows, np.int64)
         R = len(tokens)
-        _, names = self.call(lambda: fp._emit_head(R, False, d))
+        _, names = self.call(lambda: fp.launches.head(R, False, d))
         norm_names = [n for n in names if _file(n) in ("gather.cu", "rmsnorm.cu", "rmsnorm_q8_1.cu")]
         rows = x[tokens]
         want = rmsnorm_reference(rows.astype(F64), ref.output_norm, cfg.rms_eps)
