@@ -18,7 +18,7 @@ from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
-from sharpinf.ops.sampling import apply_repetition_penalty
+from sharpinf.ops.sampling_reference import apply_repetition_penalty
 from sharpinf.params import SamplingParams
 from sharpinf.step.buffers import SamplingRows, StepCapacity, StepDescriptor
 from sharpinf.step.plan import bucket_for, bucket_ladder
