@@ -96,123 +96,7 @@ class ForwardPass:
         if self.compile_ahead:
             self.compile_kernels(self.kv_dtype, used)
 
-    # -- buffers ------------------------------------------------------------------------------
-    def _allocate(self, cap: StepCapacity, slots: SlotState | None = None) -> None:
-        """The step buffers for `cap` and everything that points at them; `slots` (the per-slot state
-        of the buffers before) moves over, its slots still held. workspace_bytes() counts them all."""
-        be, cfg = self.backend, self.cfg
-        self.capacity = cap
-        self.ws = Workspace(be, cfg, cap, self.choice)
-        self.step_kernels = StepKernels(be, cfg, self.choice, self.ws)
-        self.slots = SlotState.alloc(be, cfg.n_vocab, cap.rows, slots)
-        self.launches = StepLaunches(be, cfg, self.weights, self.step_kernels, self.ws, self.slots)
-        self.shapes = AttentionShapes(self.step_kernels, cfg.context_length)
-        self.dry_run = DryRun(be, cfg, self.launches, cap)
-        self._prev_sampled = 0  # rows of the last step's sampled ids in ws.sampled (none in new buffers)
-        self.token_ladder, self.row_ladder = bucket_ladder(cap.tokens), bucket_ladder(cap.rows)
-
-    def _fit(self, need: StepCapacity) -> None:
-        """Grow the buffers to hold a step of `need` (plans and the descriptor go with the old ones)."""
-        if self.capacity.covers(need):
-            return
-        if self.frozen:
-            raise BackendError(f"step of {need} exceeds the frozen capacity {self.capacity} (the engine sizes it "
-                               "from max_num_batched_tokens and max_num_seqs: a bug if you see this)")
-        grown = StepCapacity(*(_next_pow2(getattr(need, f)) for f in ("tokens", "seqs", "rows", "history")))
-        self.release_plans()
-        self._allocate(self.capacity.union(grown), self.slots)
-
-    def release_plans(self) -> None:
-        """Drop plans, graphs and the descriptor (they hold the KV pool's and the buffers' memory)."""
-        self._binding.release()
-        self._plans.clear()
-        self.shapes.clear()  # ($SHARPINF_ATTENTION_MODE may have changed)
-
-    def _bind(self, kv: KVPool, width: int) -> StepDescriptor:
-        """The descriptor for steps over `kv` with tables `width` wide (step/binding.py); a new one
-        drops the plans over the old."""
-        d = self._binding.current(kv, width, self.frozen)
-        if d is None:
-            self.release_plans()
-            d = self._binding.bind(kv, width, self.capacity)
-        return d
-
-    def with_own_buffers(self, capacity: StepCapacity = DEFAULT_CAPACITY, kernels: Any = None) -> "ForwardPass":
-        """Another ForwardPass over the same uploaded weights, with its own step buffers and
-        plans, unfrozen (the oracles run a lone sequence beside a frozen engine's), in the same
-        kernel variants or in `kernels`."""
-        other = copy.copy(self)
-        other.frozen, other.use_graphs = False, True
-        if kernels is not None:
-            other.kernels, other.choice = kernels, resolve_kernels(kernels, self.cfg, self.backend, self.model)
-        other._plans, other._binding = PlanCache(self.backend), PoolBinding(self.backend, self.cfg)
-        other._allocate(capacity)
-        if kernels is not None:
-            other.dry_run.check_dispatch(other.kv_dtype)
-        return other
-
-    def freeze(self) -> None:
-        """No more growth: graphs and plans may hold every buffer's address from now on."""
-        self.frozen = True
-
-    @property
-    def plans(self) -> dict:
-        """The recorded plans: ("body", Nb, attention shapes) or ("head", Rb, samples) -> list of Launch."""
-        return self._plans.plans
-
-    @property
-    def graphs(self) -> dict:
-        """The captured graphs, keyed like plans."""
-        return self._plans.graphs
-
-    @property
-    def graph_replays(self) -> int:
-        """Plans run from a captured graph so far (two a step: body and head)."""
-        return self._plans.replays
-
-    @property
-    def descriptor(self) -> StepDescriptor | None:
-        """The step descriptor of the bound KV pool (host staging + device copy)."""
-        return self._binding.desc
-
-    def workspace_bytes(self) -> int:
-        return self.ws.nbytes + self.slots.nbytes + self._binding.nbytes
-
-    def set_slot_bias(self, slot: int, row: np.ndarray) -> None:
-        """Slot `slot`'s logit_bias row (ops.sampling.bias_row), sent when a request takes the slot."""
-        self.slots.set_bias(slot, row)
-
-    # -- what a step launches, compiled ahead and captured ---------------------------------------
-    def kernels_used(self, kv_dtype: str) -> list[tuple[str, str]]:
-        """(file, entry point) of every kernel a step runs with KV in kv_dtype (DryRun.kernels_used)."""
-        return self.dry_run.kernels_used(kv_dtype)
-
-    def launches_per_layer(self) -> int:
-        """Kernel launches of one transformer layer in the chosen variants."""
-        return self.dry_run.launches_per_layer(self.kv_dtype)
-
-    def graph_launches(self) -> int:
-        """Kernel launches the graphs of capture_graphs() hold (for the memory estimate)."""
-        return self.dry_run.graph_launches(self.kv_dtype, len(self.token_ladder), len(self.row_ladder))
-
-    def compile_kernels(self, kv_dtype: str, wanted: list[tuple[str, str]] | None = None) -> dict:
-        """Compile ahead every kernel a step needs (only those entry points; disk-cached)."""
-        self.compile_report = compile_ahead(self.backend, wanted if wanted is not None else self.kernels_used(kv_dtype))
-        return self.compile_report
-
-    def capture_graphs(self, kv: KVPool) -> dict:
-        """Freeze, then capture a graph for every token bucket (body) and row bucket (head with
-        sampling) of the capacity, over `kv`. Returns {"graphs", "seconds", "bytes"}."""
-        self.freeze()
-        d = self._bind(kv, 1)
-        return capture_buckets(self._plans, self.launches, self.shapes, self.token_ladder, self.row_ladder, kv, d)
-
-    def step_shapes(self, batch: Batch, N: int, kv_dtype: str, d: StepDescriptor) -> tuple[str, ...]:
-        """The attention's launch shapes for `batch` run as a step of N tokens (its bucket): what submit
-        keys the body by (StepKernels.shapes for launches made by hand)."""
-        return self.shapes.for_step(batch, N, kv_dtype, d)
-
-    # -- one step ---------------------------------------------------------------------------
+    # -- one step -----------------------------------------------------------------------------------
     def forward(self, batch: Batch, kv: KVPool, validate: bool = True, sampling: SamplingRows | None = None) -> StepOutput:
         """Run the step; K/V of its tokens land in `kv`; logits for batch.logits_rows stay on the device;
         with `sampling`, one token per row is chosen on the device and comes back in .sampled."""
@@ -287,3 +171,120 @@ class ForwardPass:
     def greedy(self, batch: Batch, kv: KVPool, validate: bool = True) -> np.ndarray:
         """The greedy next token of each logits row (argmax on the device, ties to the lowest id)."""
         return self.forward(batch, kv, validate, SamplingRows.greedy(len(batch.logits_rows))).sampled
+
+    def set_slot_bias(self, slot: int, row: np.ndarray) -> None:
+        """Slot `slot`'s logit_bias row (ops.sampling.bias_row), sent when a request takes the slot."""
+        self.slots.set_bias(slot, row)
+
+    # -- the buffers, grown on demand until frozen, and the KV pool they are bound to ---------------
+    def _allocate(self, cap: StepCapacity, slots: SlotState | None = None) -> None:
+        """The step buffers for `cap` and everything that points at them; `slots` (the per-slot state
+        of the buffers before) moves over, its slots still held. workspace_bytes() counts them all."""
+        be, cfg = self.backend, self.cfg
+        self.capacity = cap
+        self.ws = Workspace(be, cfg, cap, self.choice)
+        self.step_kernels = StepKernels(be, cfg, self.choice, self.ws)
+        self.slots = SlotState.alloc(be, cfg.n_vocab, cap.rows, slots)
+        self.launches = StepLaunches(be, cfg, self.weights, self.step_kernels, self.ws, self.slots)
+        self.shapes = AttentionShapes(self.step_kernels, cfg.context_length)
+        self.dry_run = DryRun(be, cfg, self.launches, cap)
+        self._prev_sampled = 0  # rows of the last step's sampled ids in ws.sampled (none in new buffers)
+        self.token_ladder, self.row_ladder = bucket_ladder(cap.tokens), bucket_ladder(cap.rows)
+
+    def _fit(self, need: StepCapacity) -> None:
+        """Grow the buffers to hold a step of `need` (plans and the descriptor go with the old ones)."""
+        if self.capacity.covers(need):
+            return
+        if self.frozen:
+            raise BackendError(f"step of {need} exceeds the frozen capacity {self.capacity} (the engine sizes it "
+                               "from max_num_batched_tokens and max_num_seqs: a bug if you see this)")
+        grown = StepCapacity(*(_next_pow2(getattr(need, f)) for f in ("tokens", "seqs", "rows", "history")))
+        self.release_plans()
+        self._allocate(self.capacity.union(grown), self.slots)
+
+    def release_plans(self) -> None:
+        """Drop plans, graphs and the descriptor (they hold the KV pool's and the buffers' memory)."""
+        self._binding.release()
+        self._plans.clear()
+        self.shapes.clear()  # ($SHARPINF_ATTENTION_MODE may have changed)
+
+    def _bind(self, kv: KVPool, width: int) -> StepDescriptor:
+        """The descriptor for steps over `kv` with tables `width` wide (step/binding.py); a new one
+        drops the plans over the old."""
+        d = self._binding.current(kv, width, self.frozen)
+        if d is None:
+            self.release_plans()
+            d = self._binding.bind(kv, width, self.capacity)
+        return d
+
+    def with_own_buffers(self, capacity: StepCapacity = DEFAULT_CAPACITY, kernels: Any = None) -> "ForwardPass":
+        """Another ForwardPass over the same uploaded weights, with its own step buffers and
+        plans, unfrozen (the oracles run a lone sequence beside a frozen engine's), in the same
+        kernel variants or in `kernels`."""
+        other = copy.copy(self)
+        other.frozen, other.use_graphs = False, True
+        if kernels is not None:
+            other.kernels, other.choice = kernels, resolve_kernels(kernels, self.cfg, self.backend, self.model)
+        other._plans, other._binding = PlanCache(self.backend), PoolBinding(self.backend, self.cfg)
+        other._allocate(capacity)
+        if kernels is not None:
+            other.dry_run.check_dispatch(other.kv_dtype)
+        return other
+
+    def freeze(self) -> None:
+        """No more growth: graphs and plans may hold every buffer's address from now on."""
+        self.frozen = True
+
+    # -- views --------------------------------------------------------------------------------------
+    @property
+    def plans(self) -> dict:
+        """The recorded plans: ("body", Nb, attention shapes) or ("head", Rb, samples) -> list of Launch."""
+        return self._plans.plans
+
+    @property
+    def graphs(self) -> dict:
+        """The captured graphs, keyed like plans."""
+        return self._plans.graphs
+
+    @property
+    def graph_replays(self) -> int:
+        """Plans run from a captured graph so far (two a step: body and head)."""
+        return self._plans.replays
+
+    @property
+    def descriptor(self) -> StepDescriptor | None:
+        """The step descriptor of the bound KV pool (host staging + device copy)."""
+        return self._binding.desc
+
+    def workspace_bytes(self) -> int:
+        return self.ws.nbytes + self.slots.nbytes + self._binding.nbytes
+
+    def step_shapes(self, batch: Batch, N: int, kv_dtype: str, d: StepDescriptor) -> tuple[str, ...]:
+        """The attention's launch shapes for `batch` run as a step of N tokens (its bucket): what submit
+        keys the body by (StepKernels.shapes for launches made by hand)."""
+        return self.shapes.for_step(batch, N, kv_dtype, d)
+
+    # -- what a step launches: compiled ahead, counted, captured ------------------------------------
+    def kernels_used(self, kv_dtype: str) -> list[tuple[str, str]]:
+        """(file, entry point) of every kernel a step runs with KV in kv_dtype (DryRun.kernels_used)."""
+        return self.dry_run.kernels_used(kv_dtype)
+
+    def launches_per_layer(self) -> int:
+        """Kernel launches of one transformer layer in the chosen variants."""
+        return self.dry_run.launches_per_layer(self.kv_dtype)
+
+    def graph_launches(self) -> int:
+        """Kernel launches the graphs of capture_graphs() hold (for the memory estimate)."""
+        return self.dry_run.graph_launches(self.kv_dtype, len(self.token_ladder), len(self.row_ladder))
+
+    def compile_kernels(self, kv_dtype: str, wanted: list[tuple[str, str]] | None = None) -> dict:
+        """Compile ahead every kernel a step needs (only those entry points; disk-cached)."""
+        self.compile_report = compile_ahead(self.backend, wanted if wanted is not None else self.kernels_used(kv_dtype))
+        return self.compile_report
+
+    def capture_graphs(self, kv: KVPool) -> dict:
+        """Freeze, then capture a graph for every token bucket (body) and row bucket (head with
+        sampling) of the capacity, over `kv`. Returns {"graphs", "seconds", "bytes"}."""
+        self.freeze()
+        d = self._bind(kv, 1)
+        return capture_buckets(self._plans, self.launches, self.shapes, self.token_ladder, self.row_ladder, kv, d)
