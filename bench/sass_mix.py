@@ -301,7 +301,7 @@ def find_nvdisasm() -> str | None:
 def compile_cubin(file: Path, entry: str, arch: str, defines: list[str], use_nvcc: bool,
                   lineinfo: bool = False) -> tuple[bytes, str]:
     """(CUBIN, what compiled it) of `entry` alone; lineinfo: with the source lines (the same code)."""
-    from sharpinf.runtime.cuda_backend import selection_defines
+    from sharpinf.runtime.cuda_source import selection_defines
     from sharpinf.runtime.paths import kernels_dir
 
     opts = list(selection_defines([entry])) + [f"-D{d}" for d in defines] + (["-lineinfo"] if lineinfo else [])

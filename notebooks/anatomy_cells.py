@@ -26,7 +26,7 @@ GPU waits: the "eating air" sharpinf exists to end. This notebook follows one st
 3. **one upload** — the descriptor written into one pinned staging buffer and sent with one copy
    (`step/buffers.py`);
 4. **the plan** — the step's kernel launches, prepared once per bucket over fixed buffers (`step/plan.py`);
-5. **graph replay** — the plan captured once as a CUDA graph and replayed (`step/forward.py`);
+5. **graph replay** — the plan captured once as a CUDA graph and replayed (`step/graphs.py` captures, `step/plan.py` replays);
 6. **one wait** — for that step's own event: the sampled ids back through pinned memory, then stop
    rules and text. With async scheduling (the default) the engine has already queued the next step
    by then, so this bookkeeping runs while the GPU works (`eng.runner.last_batch` is that next step).

@@ -1,7 +1,7 @@
 """Generation on the NumPy reference (`--backend reference`): slow, obviously right.
 
 One sequence, the engine's rules: each token is chosen by the sampling kernel's NumPy twin
-(`ops.sampling.sample_reference`) with the engine's seed, step and penalty history, so a request
+(`ops.sampling_reference.sample_reference`) with the engine's seed, step and penalty history, so a request
 gives the same tokens here as on emu or cuda (greedy is temperature 0)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import numpy as np
 from sharpinf.engine.config import EngineConfig
 from sharpinf.engine.grammar import Grammars
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.ops.sampling import RequestSeeds, history_words, sample_reference
+from sharpinf.ops.sampling import RequestSeeds, history_words
+from sharpinf.ops.sampling_reference import sample_reference
 from oracles.reference import Reference
 from sharpinf.params import SamplingParams
 from sharpinf.textgen import GenerationResult, StopChecker, check_prompt

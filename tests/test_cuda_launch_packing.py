@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from sharpinf.errors import BackendError
-from sharpinf.runtime.cuda_backend import CudaBackend, CudaKernel
+from sharpinf.runtime.cuda_backend import CudaBackend
+from sharpinf.runtime.cuda_launch import CudaKernel
 
 
 class FakeDeviceArray:

@@ -164,16 +164,16 @@ def test_padded_rows_never_touch_a_real_rows_history(backend):
         assert np.isfinite(lp).all() and np.isfinite(le).all(), f"{where}: non-finite logits"
         assert np.array_equal(lp.view(np.uint32), le.view(np.uint32)), f"{where}: logits differ from unpadded"
         assert np.array_equal(sp, se), f"{where}: sampled {sp.tolist()} vs unpadded {se.tolist()}"
-        bits_p, bits_e = backend.download(padded.seen_bits), backend.download(exact.seen_bits)
+        bits_p, bits_e = backend.download(padded.slots.seen_bits), backend.download(exact.slots.seen_bits)
         assert np.array_equal(bits_p[slots], bits_e[slots]), f"{where}: real slots' history differs from unpadded"
-        counts_p, counts_e = backend.download(padded.counts), backend.download(exact.counts)
+        counts_p, counts_e = backend.download(padded.slots.counts), backend.download(exact.slots.counts)
         assert np.array_equal(counts_p[slots], counts_e[slots]), f"{where}: real slots' counts differ from unpadded"
         for s in slots:
             want = set(sched.tokens[s][: p.synced[s]]) | sampled_into[s]
             assert _history(bits_p[s]) == want, f"{where}: padded run's slot {s} history is not the ids it was fed"
             assert _history(bits_e[s]) == want, f"{where}: unpadded run's slot {s} history is not the ids it was fed"
     assert padded_steps >= 4 and padded.graph_replays == 0 == exact.graph_replays
-    assert backend.download(padded.counts)[slots].view(np.uint16).sum() > 0, "no slot counted a sampled id"
+    assert backend.download(padded.slots.counts)[slots].view(np.uint16).sum() > 0, "no slot counted a sampled id"
 
 
 def test_pack_pads_with_rows_and_tokens_that_touch_nothing(emu):

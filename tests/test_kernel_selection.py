@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sharpinf.runtime.cuda_backend import selection_defines
+from sharpinf.runtime.cuda_source import selection_defines
 from sharpinf.runtime.paths import kernels_dir
 
 

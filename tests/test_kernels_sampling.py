@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from sharpinf.ops import sampling as S
+from sharpinf.ops import sampling_reference as SR
 from sharpinf.params import SamplingParams
 
 EPS = 1e-5
@@ -49,7 +50,7 @@ def _check_rows(be, sampler, logits, params, seeds, steps, seen, block=S.BLOCK) 
     got = _run(be, sampler, logits, params, seeds, steps, seen, block)
     checked = skipped = 0
     for r in range(len(params)):
-        want, margin = S.sample_reference_detail(logits[r], params[r], seeds[r], steps[r], seen[r])
+        want, margin = SR.sample_reference_detail(logits[r], params[r], seeds[r], steps[r], seen[r])
         if margin < EPS:
             skipped += 1
             continue
@@ -85,7 +86,7 @@ def test_greedy_is_argmax(backend, sampler, V):
     seen = [[] for _ in range(R - 1)] + [[int(np.argmax(x[R - 1]))]]
     got = _run(backend, sampler, x, params, list(range(R)), [0] * R, seen)
     want = [int(np.argmax(x[r])) for r in range(R - 1)]
-    want.append(int(np.argmax(S.apply_repetition_penalty(x[R - 1], seen[R - 1], 3.0))))
+    want.append(int(np.argmax(SR.apply_repetition_penalty(x[R - 1], seen[R - 1], 3.0))))
     assert got.tolist() == want
 
 
@@ -188,7 +189,7 @@ def test_ties_at_the_cut(backend, sampler):
         got = _run(backend, sampler, x, params, [3] * 8, [step] * 8, [[]] * 8)
         for r, t in enumerate(got):
             assert int(t) in allowed[r], (r, t)
-            assert int(t) == S.sample_reference(x[r], params[r], 3, step)
+            assert int(t) == SR.sample_reference(x[r], params[r], 3, step)
             seen_tokens[r].add(int(t))
     assert len(seen_tokens[1]) >= 3  # the tie rule does not just keep the first
 
@@ -226,8 +227,8 @@ def test_same_seed_same_token_anywhere_in_the_batch(backend, sampler):
             seens.insert(pos, seen)
             got = _run(backend, sampler, x, params, seeds, steps, seens)
             assert got[pos] == alone, (step, pos)
-        assert alone == S.sample_reference(row, p, 42, step, seen) or \
-            S.sample_reference_detail(row, p, 42, step, seen)[1] < EPS
+        assert alone == SR.sample_reference(row, p, 42, step, seen) or \
+            SR.sample_reference_detail(row, p, 42, step, seen)[1] < EPS
 
 
 def test_scratch_reuse_and_seedless_error(backend):
@@ -275,8 +276,8 @@ def test_reference_distribution_matches_the_filters(params):
     V, N = 16, 4000
     x = (rng.standard_normal(V) * 1.5).astype(np.float32)
     seen = [0, 1, 2]
-    draws = np.array([S.sample_reference(x, params, 2024, step, seen) for step in range(N)])
-    p = _filtered_probs(S.apply_repetition_penalty(x, seen, params.repetition_penalty), params)
+    draws = np.array([SR.sample_reference(x, params, 2024, step, seen) for step in range(N)])
+    p = _filtered_probs(SR.apply_repetition_penalty(x, seen, params.repetition_penalty), params)
     assert set(np.unique(draws)) <= set(np.flatnonzero(p > 0))
     counts = np.bincount(draws, minlength=V)
     keep = p > 0

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sharpinf.ops import sampling as S
+from sharpinf.ops import sampling_reference as SR
 from sharpinf.ops.variants import variant
 from sharpinf.params import SamplingParams
 
@@ -63,15 +64,15 @@ def test_penalties_bias_mask_match_reference(backend, sampler, V):
     got = _run(backend, sampler, x, params, seeds, steps, seen, generated, masks)
     checked = changed = 0
     for r in range(R):
-        want, margin = S.sample_reference_detail(x[r], params[r], seeds[r], steps[r], seen[r], generated[r], masks[r])
+        want, margin = SR.sample_reference_detail(x[r], params[r], seeds[r], steps[r], seen[r], generated[r], masks[r])
         if margin < EPS:
             continue
         checked += 1
         assert got[r] == want, (r, params[r], got[r], want)
         if masks[r] is not None and want >= 0:
-            assert S.apply_mask(x[r], masks[r])[1][want], "a disallowed id was chosen"
-        plain = S.sample_reference(x[r], SamplingParams(temperature=params[r].temperature, top_k=params[r].top_k,
-                                                        top_p=params[r].top_p), seeds[r], steps[r])
+            assert SR.apply_mask(x[r], masks[r])[1][want], "a disallowed id was chosen"
+        plain = SR.sample_reference(x[r], SamplingParams(temperature=params[r].temperature, top_k=params[r].top_k,
+                                                         top_p=params[r].top_p), seeds[r], steps[r])
         changed += plain != want
     assert checked >= R - 3
     assert changed >= R // 4, "the new filters changed too few choices to test anything"
@@ -92,7 +93,7 @@ def test_mask_edges(backend, sampler):
     got = _run(backend, sampler, x, p, [1, 2, 3, 4], [0] * 4, [[]] * 4, [[]] * 4, [none, _mask(only), _mask(only), _mask(only)])
     assert got.tolist() == [-1, 40, 66, 40]
     for r in range(4):
-        assert S.sample_reference(x[r], p[r], r + 1, 0, mask=[none, *[_mask(only)] * 3][r]) == got[r]
+        assert SR.sample_reference(x[r], p[r], r + 1, 0, mask=[none, *[_mask(only)] * 3][r]) == got[r]
     # negative control: without the mask the same rows pick other ids
     got = _run(backend, sampler, x, p, [1, 2, 3, 4], [0] * 4, [[]] * 4, [[]] * 4, None)
     assert got.tolist()[2:] == [66, 5] and got[0] == 0
@@ -127,8 +128,8 @@ def test_counts_saturate(backend, sampler):
     gen = [[3] * 70000] * 2
     got = _run(backend, sampler, x, p, [0, 0], [0, 0], gen, gen, None)
     assert got.tolist() == [3, 3]
-    assert [S.sample_reference(x[r], p[r], 0, 0, gen[r], gen[r]) for r in range(2)] == [3, 3]
-    assert S.generated_counts(gen[0], V)[3] == S.COUNT_MAX
+    assert [SR.sample_reference(x[r], p[r], 0, 0, gen[r], gen[r]) for r in range(2)] == [3, 3]
+    assert SR.generated_counts(gen[0], V)[3] == S.COUNT_MAX
 
 
 def test_kernel_counts_what_it_picks(backend, sampler):

@@ -214,7 +214,7 @@ def test_the_matvecs_ask_for_their_rows_before_they_wait(name, matrices, sfx):
     kind of decode-matvec entry (dp4a's and gemv's) (float weights; G at run time; G 16 and 32 compiled in) keeps the
     contract and issues its bulk L2 prefetch -- one a matrix -- before its wait; the default build has
     none. (Every entry's contract in the default build: test_nvrtc_compile.py.)"""
-    from sharpinf.runtime.cuda_backend import selection_defines
+    from sharpinf.runtime.cuda_source import selection_defines
     from sharpinf.runtime.nvrtc_check import Nvrtc, compile_options
     from sharpinf.runtime.pdl_check import _bodies, entry_verdicts
 

@@ -1,6 +1,6 @@
 """One sampling rule on every backend: the same seed gives the same tokens on reference, emu and cuda.
 
-The reference backend samples with `ops.sampling.sample_reference`, the NumPy twin of
+The reference backend samples with `ops.sampling_reference.sample_reference`, the NumPy twin of
 kernels_cu/sampling.cu, with the engine's seed, step and penalty history. On a tiny F32 model the
 kernels' logits are the reference's within ~1e-5, far inside the margins of the draws, so every
 one of 24 sampled tokens must match. The controls show what that agreement rests on: another seed,
@@ -17,7 +17,7 @@ from sharpinf.llm import LLM
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.model.tokenizer import Tokenizer
-from sharpinf.ops import sampling
+from sharpinf.ops import sampling_reference
 from oracles.generation import generate_reference
 from oracles.reference import Reference
 from sharpinf.params import SamplingParams
@@ -65,7 +65,7 @@ def test_another_random_stream_gives_other_tokens(model, tok, monkeypatch):
     params = [_params(seed=s, **f) for f in FILTERS for s in SEEDS]
     want = _on_reference(model, tok, params)
     rng = np.random.default_rng(1)
-    monkeypatch.setattr(sampling, "uniform_u24", lambda seed, step: int(rng.integers(0, 2**24)))
+    monkeypatch.setattr(sampling_reference, "uniform_u24", lambda seed, step: int(rng.integers(0, 2**24)))
     other = _on_reference(model, tok, params)
     assert all(o != w for o, w in zip(other, want))
 

@@ -50,11 +50,11 @@ def test_penalties_match_the_reference(model):
     one = LLM(model, backend="emu", kernels="simple", kv_dtype="fp32", num_blocks=16)
     out = one.generate([PROMPT], [_params(**PENALTIES[3])])[0].token_ids
     V = model.config.n_vocab
-    counts = one.engine.backend.download(one.engine.fp.counts)[0].view(np.uint16)[:V]
+    counts = one.engine.backend.download(one.engine.fp.slots.counts)[0].view(np.uint16)[:V]
     assert counts.tolist() == np.bincount(out, minlength=V).tolist() and len(set(out)) < len(out)
     fp = one.engine.fp  # per slot: u16 counts (2 bytes an id), the bias row, the history bits; all counted
-    assert fp.counts.nbytes == fp.capacity.rows * ((V + 1) // 2) * 4
-    assert fp.workspace_bytes() >= fp.ws.nbytes + fp.counts.nbytes + fp.slot_bias.nbytes + fp.seen_bits.nbytes
+    assert fp.slots.counts.nbytes == fp.capacity.rows * ((V + 1) // 2) * 4
+    assert fp.workspace_bytes() >= fp.ws.nbytes + fp.slots.counts.nbytes + fp.slots.bias.nbytes + fp.slots.seen_bits.nbytes
     with pytest.raises(RequestError, match="logit_bias names token id"):
         llm.engine.add_request(PROMPT, _params(logit_bias={model.config.n_vocab: 1.0}))
 
@@ -63,9 +63,9 @@ def test_preempted_requests_keep_their_counts(model, monkeypatch):
     """A tight pool preempts; each request recomputes with a fresh slot whose counts the host
     rebuilds from its generated ids (count_n), some through the step-less history flush (more ids
     than a step's buffer holds): the streams equal a roomy pool's."""
-    from sharpinf.step.forward import ForwardPass
+    from sharpinf.step.slots import SlotState
 
-    flushes, flush = [0], ForwardPass._flush_history
+    flushes, flush = [0], SlotState.flush_history
 
     def counted(self, *a):
         flushes[0] += 1
@@ -77,7 +77,7 @@ def test_preempted_requests_keep_their_counts(model, monkeypatch):
                       temperature=float(i % 2), seed=i) for i in range(10)]
     roomy = LLM(model, backend="emu", kernels="simple", kv_dtype="fp32", num_blocks=128, block_size=4)
     want = [o.token_ids for o in roomy.generate(prompts, params)]
-    monkeypatch.setattr(ForwardPass, "_flush_history", counted)
+    monkeypatch.setattr(SlotState, "flush_history", counted)
     tight = LLM(model, backend="emu", kernels="simple", kv_dtype="fp32", num_blocks=12, block_size=4, max_num_seqs=4,
                 max_num_batched_tokens=8)
     got = [o.token_ids for o in tight.generate(prompts, params)]

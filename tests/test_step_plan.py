@@ -18,10 +18,11 @@ from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
-from sharpinf.ops.sampling import apply_repetition_penalty
+from sharpinf.ops.sampling_reference import apply_repetition_penalty
 from sharpinf.params import SamplingParams
 from sharpinf.step.buffers import SamplingRows, StepCapacity, StepDescriptor
 from sharpinf.step.plan import bucket_for, bucket_ladder
+from sharpinf.step.shapes import KV_SHAPE_KEYS
 
 
 @functools.cache
@@ -224,7 +225,7 @@ def test_history_survives_the_buffers_growing(emu):
     run.step([(a, [first]), (b, list(range(20, 30)))], sampling=rows([0, -1], [0, 0], [[first], []]))
     second = int(run.last_sampled[0])
     assert fp.capacity.tokens >= 11  # it grew
-    bits = emu.download(fp.seen_bits)[0]
+    bits = emu.download(fp.slots.seen_bits)[0]
     seen = {w * 32 + i for w in range(len(bits)) for i in range(32) if bits[w] >> i & 1}
     assert seen == {7, 9, 11, first, second}  # the ids fed, and the ones the kernel sampled into the slot
 
@@ -266,8 +267,6 @@ def test_capture_finds_every_shape_tuple_a_bucket_takes(emu, monkeypatch, kernel
     """capture_graphs' bodies: the shape tuples of each bucket found by bisection over the contexts
     (each window's shape flips once, walks_pays) are those of every context, one by one -- gemma3's
     local and global layers, several occupancies of a pretended GPU."""
-    from sharpinf.step.forward import KV_SHAPE_KEYS
-
     monkeypatch.delenv("SHARPINF_ATTENTION_MODE", raising=False)
     monkeypatch.setattr(emu, "multiprocessors", 2)
     model = load_model(synthetic_model("gemma3", "Q8_0", n_embd=128, n_layer=6, sliding_window=100))
@@ -278,8 +277,8 @@ def test_capture_finds_every_shape_tuple_a_bucket_takes(emu, monkeypatch, kernel
         d = fp._bind(KVPool(emu, fp.cfg, num_blocks=300, block_size=4), 1)
         longest = min(fp.cfg.context_length, d.width * d.block_size)
         for n in fp.token_ladder:
-            every = {fp._attention_shapes(n, "f16", d, k) for k in range(KV_SHAPE_KEYS, longest + 1, KV_SHAPE_KEYS)}
-            assert fp._shapes_of_bucket(n, "f16", d) == sorted(every), (slots, n)
+            every = {fp.shapes.at(n, "f16", d, k) for k in range(KV_SHAPE_KEYS, longest + 1, KV_SHAPE_KEYS)}
+            assert fp.shapes.of_bucket(n, "f16", d) == sorted(every), (slots, n)
             several += len(every) > 1
     assert several  # some bucket takes both shapes (else this shows nothing)
 
@@ -290,8 +289,8 @@ def test_capture_bisection_finds_flips_a_context_apart(emu, monkeypatch):
     fp = ForwardPass(_model(), emu, kernels="fast", capacity=StepCapacity(8, 2, 2, 8), compile_ahead=False)
     d = fp._bind(KVPool(emu, fp.cfg, num_blocks=256, block_size=4), 1)
     flips = (96, 128, 800)
-    monkeypatch.setattr(fp, "_attention_shapes", lambda n, kv_dtype, d, keys: tuple(
+    monkeypatch.setattr(fp.shapes, "at", lambda n, kv_dtype, d, keys: tuple(
         "walk" if keys < at else "split" for at in flips))
     assert d.width * d.block_size >= 1000 and fp.cfg.context_length >= 1000
-    assert fp._shapes_of_bucket(1, "f16", d) == sorted({("walk",) * 3, ("split", "walk", "walk"),
+    assert fp.shapes.of_bucket(1, "f16", d) == sorted({("walk",) * 3, ("split", "walk", "walk"),
                                                         ("split", "split", "walk"), ("split",) * 3})

@@ -32,8 +32,9 @@ from sharpinf.engine.sequence import PENDING, Sequence
 from sharpinf.ops.sampling import bias_row, choice_seed, history_words
 from sharpinf.step.batch import Batch, SeqChunk
 from sharpinf.step.buffers import SamplingRows
-from sharpinf.step.forward import ForwardPass, PendingStep
+from sharpinf.step.forward import ForwardPass
 from sharpinf.step.kv_pool import KVPool
+from sharpinf.step.pending import PendingStep
 
 I32 = np.int32
 

@@ -1,10 +1,10 @@
-"""CudaBackend: cupy arrays, kernels compiled at run time by NVRTC through cupy.RawModule.
+"""CudaBackend: cupy arrays, kernels compiled at run time by NVRTC through cupy.RawModule (cuda_source.py).
 
 Every launch, allocation, fill and copy runs on one dedicated non-blocking stream, so
 work is ordered among itself and a CUDA graph can capture it. cupy is imported lazily:
 importing this module never needs a GPU.
 
-Launches: `prepare` packs a launch once into a kernel-parameter array (ctypes); `run`
+Launches: `prepare` packs a launch once into a kernel-parameter array (ctypes, cuda_launch.py); `run`
 hands each to cuLaunchKernel with nothing else to do, so a step of hundreds of launches
 costs microseconds each, and the same list is what a graph captures.
 
@@ -21,12 +21,9 @@ SHARPINF_SYNC=1 synchronizes after every launch to name the one that faulted.
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import os
+import time
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -34,7 +31,9 @@ import numpy as np
 from sharpinf.errors import BackendError
 from sharpinf.runtime.backend import Backend, Dim3, Graph, Kernel, Launch, as_dim3, env_flag
 from sharpinf.runtime.args import check_args
-from sharpinf.runtime.paths import cache_dir, cuda_include_dirs, kernels_dir
+from sharpinf.runtime.cuda_launch import CudaKernel, pack_launch
+from sharpinf.runtime.cuda_source import NvrtcModules
+from sharpinf.runtime.paths import cache_dir, kernels_dir
 from sharpinf.runtime.pdl_launch import PdlLauncher, check_pdl_env, pdl_requested
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -57,69 +56,7 @@ def _version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-def resolve_source(filename: str | os.PathLike) -> Path:
-    """kernels_cu/<filename>, or the file itself when the path is absolute."""
-    p = Path(filename)
-    if not p.is_absolute():
-        p = kernels_dir() / p
-    if not p.is_file():
-        raise BackendError(f"kernel source not found: {p}")
-    return p
-
-
-def source_with_deps(path: Path) -> tuple[str, str]:
-    """(code to compile, its hash). CuPy's disk cache keys on the code and options only, so a
-    changed header would be missed: the code is prefixed with a hash of the headers it can see,
-    and a #line directive keeps compiler messages pointing at the real file and line."""
-    h = hashlib.sha256(path.read_bytes())
-    for d in dict.fromkeys([kernels_dir(), path.parent]):
-        for hdr in sorted(Path(d).glob("*.cuh")) + sorted(Path(d).glob("*.h")):
-            h.update(hdr.name.encode() + b"\0" + hdr.read_bytes())
-    digest = h.hexdigest()
-    code = f'// sharpinf source+headers sha256 {digest}\n#line 1 "{path.name}"\n' + path.read_text()
-    return code, digest
-
-
-# C types of kernel scalars, from the NumPy scalar a launcher passes (CuPy's rule)
-_SCALAR_CTYPES = {
-    np.dtype(np.int8): ctypes.c_int8, np.dtype(np.int16): ctypes.c_int16, np.dtype(np.int32): ctypes.c_int32,
-    np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint8): ctypes.c_uint8, np.dtype(np.uint16): ctypes.c_uint16,
-    np.dtype(np.uint32): ctypes.c_uint32, np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.float32): ctypes.c_float,
-    np.dtype(np.float64): ctypes.c_double, np.dtype(np.bool_): ctypes.c_bool,
-    np.dtype(np.float16): ctypes.c_uint16,  # passed as its bits
-}
 _H2D, _D2H, _D2D = 1, 2, 3  # cudaMemcpyKind
-
-
-def selection_defines(entries: Sequence[str]) -> tuple[str, ...]:
-    """-D options that compile only `entries` of a file (SHARPINF_WANT in common.cuh): each
-    entry name and each of its '_'-prefixes is wanted."""
-    wanted = set()
-    for e in entries:
-        parts = e.split("_")
-        wanted.update("_".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return ("-DSHARPINF_SELECT",) + tuple(f"-DSHARPINF_WANT_{w}=1" for w in sorted(wanted))
-
-
-class CudaKernel(Kernel):
-    def __init__(self, name: str, path: Path, fn: Any):
-        self.name = name
-        self.path = path
-        self.fn = fn  # cupy RawKernel
-        self.ptr = int(fn.kernel.ptr)  # the CUfunction
-
-    def __repr__(self) -> str:
-        return f"CudaKernel({self.name!r} from {self.path.name})"
-
-
-@dataclass(eq=False)
-class CudaHandle:
-    head: tuple  # (CUfunction, grid x, y, z, block x, y, z, shared bytes)
-    params: Any  # ctypes void*[n]: what cuLaunchKernel reads
-    values: list  # the ctypes values params points at (kept alive with it)
-    arrays: list  # the device arrays (kept alive: a prepared launch never points at freed memory)
-    params_ptr: int
-    pdl: Any = None  # pdl_launch.PdlConfig: launched by cuLaunchKernelEx as a programmatic dependent
 
 
 class CudaGraph(Graph):
@@ -158,13 +95,12 @@ class CudaBackend(Backend):
         # cuLaunchCooperativeKernel guarantees a cooperative launch's blocks co-resident (or fails)
         self._launch_coop = getattr(cp.cuda.driver, "launchCooperativeKernel", None)
         self._cuda_errors = (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError)
-        self._modules: dict[tuple, Any] = {}
-        self._selected: dict[Path, tuple[frozenset, Any]] = {}  # file -> (entries, module) from compile()
         self._sync_each = env_flag("SHARPINF_SYNC")
         self._capturing = False
         self._last = "(none yet)"
         self._graph_bytes = 0
         self._pdl, self._pdl_state = self._pdl_launcher()
+        self._nvrtc = NvrtcModules(cp, pdl_prefetch=self._pdl is not None)
 
     def _pdl_launcher(self) -> tuple[PdlLauncher | None, str]:
         """(the launcher, what describe() says): on with SHARPINF_PDL=1 on sm_90 and later, with a
@@ -193,57 +129,12 @@ class CudaBackend(Backend):
                                "After an illegal memory access the CUDA context is unusable: restart the process") from exc
 
     # -- kernels -----------------------------------------------------------------
-    def _options(self, path: Path) -> tuple[str, ...]:
-        dirs = [str(kernels_dir())] + ([str(path.parent)] if path.parent != kernels_dir() else [])
-        dirs += [str(d) for d in cuda_include_dirs()]  # cuda_fp16.h where NVRTC lacks it built in
-        # SHARPINF_NVRTC_OPTIONS: extra options for every kernel, e.g. "-DDP_UNROLL=1" to measure a
-        # kernel's tuning constant without editing it (CuPy's cache keys on the options)
-        extra = tuple(os.environ.get("SHARPINF_NVRTC_OPTIONS", "").split())
-        # with PDL the matvecs ask L2 for their first rows before their wait (common.cuh): a build of its own
-        pdl = ("-DSHARPINF_PDL_PREFETCH=1",) if self._pdl is not None else ()
-        return ("-std=c++17",) + tuple(f"-I{d}" for d in dirs) + extra + pdl
-
-    def _module(self, path: Path, exprs: tuple[str, ...], entries: frozenset | None) -> Any:
-        """The compiled module of `path` with every entry point, or with only `entries` (eagerly
-        compiled: CuPy's disk cache keys on the code and options, defines included)."""
-        code, digest = source_with_deps(path)
-        key = (digest, exprs, entries)
-        module = self._modules.get(key)
-        if module is None:
-            opts = self._options(path) + (selection_defines(sorted(entries)) if entries else ())
-            try:
-                module = self.cp.RawModule(code=code, options=opts, name_expressions=exprs or None)
-                module.compile()
-            except Exception as exc:
-                raise BackendError(f"{path.name}: does not compile: {exc}") from exc
-            self._modules[key] = module
-        return module
-
     def compile(self, requests: Sequence[tuple[str, str]], progress=None) -> None:
         """One module per file holding only the requested entry points (see SHARPINF_WANT)."""
-        by_file: dict[Path, set[str]] = {}
-        for filename, name in requests:
-            by_file.setdefault(resolve_source(filename), set()).add(name)
-        for path, names in by_file.items():
-            if progress is not None:
-                progress(path.name)
-            entries = frozenset(names) | self._selected.get(path, (frozenset(), None))[0]
-            self._selected[path] = (entries, self._module(path, (), entries))
+        self._nvrtc.compile(requests, progress)
 
     def kernel(self, filename: str, name: str, name_expressions: Sequence[str] = ()) -> Kernel:
-        path = resolve_source(filename)
-        exprs = tuple(name_expressions)
-        if "<" in name and name not in exprs:
-            raise BackendError(f"{name!r} is a template instantiation; list it in name_expressions")
-        selected = self._selected.get(path)
-        if not exprs and selected is not None and name in selected[0]:
-            module = selected[1]
-        else:  # compile just this entry (templates: the whole file, instantiating exprs)
-            module = self._module(path, exprs, None if exprs else frozenset([name]))
-        try:
-            return CudaKernel(name, path, module.get_function(name))
-        except Exception as exc:
-            raise BackendError(f"{path.name}: cannot get kernel {name!r}: {exc}") from exc
+        return self._nvrtc.kernel(filename, name, name_expressions)
 
     def prepare(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,
                 io: tuple[int, int] | None = None, cooperative: bool = False) -> Launch:
@@ -260,18 +151,7 @@ class CudaBackend(Backend):
         if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
             raise BackendError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
         args = check_args(args, lambda a: isinstance(a, self.cp.ndarray), self.name)
-        values, arrays = [], []
-        for i, a in enumerate(args):
-            if isinstance(a, self.cp.ndarray):
-                values.append(ctypes.c_void_p(a.data.ptr))
-                arrays.append(a)
-                continue
-            ctype = _SCALAR_CTYPES.get(a.dtype)
-            if ctype is None:
-                raise BackendError(f"{kernel.name}: arg {i}: no C type for a NumPy {a.dtype} scalar")
-            values.append(ctype((a.view(np.uint16) if a.dtype == np.float16 else a).item()))
-        params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
-        handle = CudaHandle((kernel.ptr, *g, *b, int(shared_mem)), params, values, arrays, ctypes.addressof(params))
+        handle = pack_launch(kernel, g, b, shared_mem, args, self.cp.ndarray)
         # as a programmatic dependent: a kernel of kernels_dir() (the tree whose every entry the NVRTC test proves
         # waits before it reads what a kernel wrote: pdl_check.py), not a cooperative one (its grid starts whole)
         checked = kernel.path is not None and kernel.path.parent == kernels_dir()
@@ -431,8 +311,6 @@ class CudaBackend(Backend):
 
     def h2d_bandwidth(self, nbytes: int = 64 << 20) -> float:
         """Pinned host -> device, best of 5 copies of nbytes."""
-        import time
-
         host = self.host_buffer(nbytes)
         host[:] = 1
         dev = self.empty(nbytes, np.uint8)
@@ -448,8 +326,6 @@ class CudaBackend(Backend):
 
     def device_bandwidth(self, nbytes: int = 512 << 20) -> float:
         """Device -> device copy of nbytes, best of 5: (read + written bytes) / time."""
-        import time
-
         src, dst = self.zeros(nbytes, np.uint8), self.empty(nbytes, np.uint8)
         best = float("inf")
         for _ in range(5):

@@ -60,7 +60,7 @@ def ptxas_report(files: list[str], arch: str = "sm_90", entries: set[str] | None
     from sharpinf.runtime.nvrtc_check import Nvrtc, check_file
 
     nvrtc = nvrtc or Nvrtc()
-    # the options the GPU backend adds to every compile (cuda_backend: SHARPINF_NVRTC_OPTIONS, e.g. a
+    # the options the GPU backend adds to every compile (cuda_source: SHARPINF_NVRTC_OPTIONS, e.g. a
     # register cap), so the report describes the kernels that ran
     extra = tuple(os.environ.get("SHARPINF_NVRTC_OPTIONS", "").split())
     out = []
