@@ -27,6 +27,8 @@
 // shape. So a token's output is bit-identical alone or packed with any others. The fma
 // is explicit so no compiler contraction choice can differ between tile slots; the
 // dequantized weights are exact (ggml_blocks.cuh), so their code order cannot matter.
+// Bound: memory at decode (every weight byte once per 8-token tile, as float work on dequantized
+// values); the readable baseline, not tuned: the dp4a and tensor-core variants are the fast ones.
 #include "ggml_blocks.cuh"
 
 #define MM_TILE 8       // tokens per tile (grid.y)
