@@ -7,6 +7,7 @@
 //   sharpinf_emu_butterfly<OP>(v)     warp_reduce_sum / _max's xor butterfly (reduce.cuh)
 //   sharpinf_emu_half_bits(h)         IEEE binary16 -> float, exactly
 //   sharpinf_emu_mma<F16>(...)        mma.m16n8k16 .f16 / mma.m16n8k32 .s8 (mma_frag.cuh)
+//   sharpinf_emu_fma_full_tile(...)   a full tile's fma chains, interleaved (matmul.cu); on a GPU: false
 #pragma once
 #include "types.cuh"
 
@@ -103,3 +104,25 @@ SHARPINF_EMU_UNCHECKED SharpinfEmuD4<Acc> sharpinf_emu_mma(unsigned a0, unsigned
     return d;
 }
 #endif
+
+// sharpinf_emu_fma_full_tile(acc, w, x, stride, nt): on the emulator, for a full tile (nt == T), each of
+// the T tokens' chains acc[t] = fma(w[31], x_t[31], ... fma(w[0], x_t[0], acc[t])), x_t = x + t * stride,
+// run with the T chains interleaved so the CPU overlaps them -- every token's fmas in the same order
+// (gb_fma's __builtin_fmaf), so the same bits -- and true. Elsewhere (a partial tile; always on a GPU)
+// false: the caller runs its own loop. matmul.cu's emulator speed path.
+template <int T>
+__device__ __forceinline__ bool sharpinf_emu_fma_full_tile(float (&acc)[T], const float (&w)[32], const float* x,
+                                                           int stride, int nt) {
+#ifdef SHARPINF_EMU
+    if (nt != T) return false;
+    float a[T];
+    for (int t = 0; t < T; ++t) a[t] = acc[t];
+    for (int e = 0; e < 32; ++e)
+        for (int t = 0; t < T; ++t) a[t] = __builtin_fmaf(w[e], x[(long long)t * stride + e], a[t]);
+    for (int t = 0; t < T; ++t) acc[t] = a[t];
+    return true;
+#else
+    (void)acc, (void)w, (void)x, (void)stride, (void)nt;
+    return false;
+#endif
+}
