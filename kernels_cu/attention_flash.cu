@@ -25,7 +25,7 @@
 // The walk (gridDim.z = 1): pass 1 (two splits or more) K tiles and S = Q K^T only, for each row's
 // largest visible score; pass 2: split s = 0, 1, ...: af_split_state, then f = exp(m_s - mx), total +=
 // l_s f, o += acc_s f -- the merge's sums in split order (explicit fmas, as attention_split.cu's) --
-// and o * (1 / total): twice the scores' mma work, none of the scratch, tickets or merge.
+// and o * (1 / total): twice the scores' mma work (1.5x all the mma), no scratch, tickets or merge.
 // Rounding: Q, K, V and P are f16 operands (products exact, sums in f32): an f32 cache loses its
 // low bits and values beyond 65504 (do not use f32 KV above that); see oracles/tolerances.py.
 // Launch: grid = (tiles in the window (bound), n_kv_heads, SPLITS or 1: ops/attention.py's flash_shape),
