@@ -197,7 +197,7 @@ if has kernels; then
       --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k"
     stamp "decode $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode-$k.log"
   done
-  # programmatic dependent launch (header, item 7): its bits against ordinary launches, then single-stream
+  # programmatic dependent launch (docs/kernel-notes.md, runbook item 7): its bits against ordinary launches, then single-stream
   # decode off and on, both shapes (~25 s a run on the H200 by the 2026-11-26 single-stream rows)
   stamp "pdl: bits against ordinary launches"
   if SHARPINF_PDL=1 run pdl-check.log 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_pdl.py \
@@ -284,7 +284,7 @@ if has probes; then
     --out "$RUN/qwen3-8b-shape-matmul-dp4a-break"
   stamp "kernels dp4a break exit $?"
   # gemv streamed (2026-11-28, never timed): a lane's batch of chunks fetched a batch ahead, a warp's
-  # rows one stream, one wave of blocks (matmul_gemv.cu's history: its batches had been one round trip
+  # rows one stream, one wave of blocks (docs/kernel-notes.md's gemv: its batches had been one round trip
   # a chunk). Against kernels-matmul's gemv and dp4a rows at N = 1-8 (which already run it), the batch
   # halved (GV_U=2: 72 registers, 28 warps an SM, not 128 and 16), then the 8B decode step on gemv --
   # if gemv beats dp4a at N <= 8 on every shape, best's rule (matmul_mmq.matmul_best) takes gemv there
@@ -378,7 +378,7 @@ if has ncu; then
     stamp "ncu exit $?"; grep -cE "^  [a-z_0-9]+ \(" "$OUT/ncu.log" | sed 's/^/kernels profiled: /'
     cp "$OUT/ncu.log" "$RUN/ncu-qwen3-8b-shape.txt" 2>/dev/null
     # the legacy types' matvecs (SmolLM2's shape, Q4_1 and its q8_0 LM head), whose lanes load a block
-    # apart: L1 sectors per request against the Q4_K rows above (see 6. in the header)
+    # apart: L1 sectors per request against the Q4_K rows above (docs/kernel-notes.md, runbook item 6)
     stamp "ncu: SmolLM2 shape's matvecs"
     run ncu-smollm2.log 60 "$NCU" --clock-control none --profile-from-start off \
       -k regex:'^(matmul|gate_up)_dp4a_q(4_1|8_0)(_g16|_g32)?$' --section SpeedOfLight --section MemoryWorkloadAnalysis \
