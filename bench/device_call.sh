@@ -1,142 +1,41 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine (the device tool), in the order a short lease should spend it:
-# the peers part first (llama.cpp beside sharpinf, timed alone on the GPU), then the matmul
-# variants on the 8B shape at the token counts that set the thresholds, attention, SmolLM2's decode,
-# sampling and packed prefill, then the probes, then the GPU tests with whatever time is left. Each stage has its own time limit and logs under $OUT; results land in
-# bench/results/gpu/<gpu>-<date>/ and come back as $OUT/results.tgz.
-# Seen on an H200 (2026-11-26): setup 13 s, peers 104 s, the matmul suite below 67 s (the simple
-# baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s. (The sampling,
-# the decode launch-floor runs and the 8B decode at 1-64 sequences on matmul=tuned were added after: not
-# yet timed; nor the attention walks' check before the peers part -- NVRTC of two files' f16 entries,
-# ~20-40 s by estimate; the GPU tests get what is left of DEVICE_BUDGET_S -- a second call, `bash
-# bench/device_call.sh tests`, runs them if the first left too little.)
+# One call on a lent GPU machine (the device tool): sharpinf's GPU benchmarks and GPU tests, in the
+# order a short lease should spend them. Why each run is there, and what its figures decide: the
+# device runbook in docs/kernel-notes.md.
 #
-#   bash bench/device_call.sh [STAGES]     STAGES: comma list of peers,kernels,probes,ncu,tests (the
-#                                          default), moe
+#   bash bench/device_call.sh [STAGES]     STAGES: a comma list of peers, kernels, probes, ncu, tests
+#                                          (the default: all five), moe (on request)
+#   setup    the gguf wheel, llama.cpp's build, the real SmolLM2 (if carried), the shape models; then
+#            the attention walks' same-bits check (if it fails, the call keeps the split launches)
+#   peers    llama.cpp beside sharpinf, each timed alone on the GPU (bench/gpu_check.py --only peers)
+#   moe      the peers part on the Qwen3-30B-A3B shape, and the moe kernels (bench/results/gpu/moe/)
+#   kernels  the matmul variants on the 8B shape at the token counts that set the thresholds,
+#            attention (split and walk), SmolLM2's decode, PDL, sampling, packed prefill, matmul=tuned
+#   probes   the same kernels compiled another way (SHARPINF_NVRTC_OPTIONS: the kernels' #ifndef
+#            knobs), gemv's 8B decode, the link kernels
+#   ncu      Nsight Compute counters of the kernels the next kernel work is about (bench/ncu_targets.py)
+#   tests    pytest -m gpu: the kernel tests, then the forward-pass oracles, with what time is left
 #
-# probes (2026-11-29 a stage of its own, after kernels): the what-if runs -- the same kernels compiled
-# another way through SHARPINF_NVRTC_OPTIONS (mmq's registers and conversions, G at run time, dp4a's
-# token loop, gemv's batch and coalescing, the fused kernels' bounds), gemv's 8B decode and the link
-# kernels. One call rarely reaches them all (~12 minutes of limits): a second call, `bash
-# bench/device_call.sh probes`, takes them up where the first was cut, its own DEVICE_BUDGET_S.
-#
-# moe (not in the default: ~17 GB of weights to write and load four times, a few minutes): the
-# peers part on the Qwen3-30B-A3B shape (qwen3moe, Q4_K) into bench/results/gpu/moe/<gpu>-<date>/ --
-# a second call right after the first, while the machine is warm.
-#
+# Environment:
+#   OUT              where the logs go (default /tmp/sharpinf-device-out; the device tool's $OUT)
+#   DEVICE_BUDGET_S  the call's deadline in seconds (default 540)
+#   DEVICE_DRY=1     no GPU: every `sharpinf bench` and gpu_check.py run checked with --dry-run, the rest
+#                    only named; nothing installed, built or written outside $OUT (tests/test_device_call.py)
 # What the call carries (git-ignored paths, the device tool's `carry`):
-#   .whl/          the gguf wheel (the device image lacks it):
-#                  pip download --no-deps --only-binary=:all: -d .whl gguf==<the venv's version>
-#   .smol/a, .smol/b  the real SmolLM2 (93 MB) in two pieces (bench/pack_model_parts.sh), each carried by
-#                  a call of its own just before this one (command "true"; the warm machine keeps them):
-#                  joined into the model cache here, SHA-checked, so the peers part runs on the real
-#                  file too (issue 20's tg128 "on the same file"); without them, the shape models only.
-#   .peers/llama-cuda-sm90.tar.xz  a llama.cpp CUDA build (sm_90) made on the dev machine from
-#                  ../shared/peers/, unpacked here into .peers/llama/bin: llama-bench, llama-batched-bench,
-#                  their lib*.so, libcudart and libgomp beside them (42 MB with xz), so the lease is not
-#                  spent compiling ggml-cuda (bench/pack_llamacpp_cuda.sh makes it: ~45 min on 2 cores).
-#                  cuBLAS is the device's own (its PyTorch's nvidia-cublas wheel), found below.
+#   .whl/            the gguf wheel (the device image lacks it):
+#                    pip download --no-deps --only-binary=:all: -d .whl gguf==<the venv's version>
+#   .smol/a, .smol/b the real SmolLM2 in two pieces (bench/pack_model_parts.sh), each carried by a call of
+#                    its own just before this one; joined and SHA-checked here (without them: shape models)
+#   .peers/llama-cuda-sm90.tar.xz  llama.cpp's CUDA build (bench/pack_llamacpp_cuda.sh), unpacked into
+#                    .peers/llama/bin; cuBLAS is the device's own (its PyTorch's nvidia-cublas wheel)
 # The device machine has no network; python3 there is the image's (CuPy, NumPy, torch).
 #
-# What the results decide (each a one-line change, with the figure quoted where the rule lives):
-#   1. best's rule (sharpinf/ops/matmul_mmq.py, mmq_takes): the kernels-matmul JSON gives dp4a, mmq and
-#      mmq_narrow per shape at N = 16, 32, 64, 128, 512 -- both mmq kernels now split-K (a block for
-#      each group of 8 members, 2026-11-27: never timed), so mmq's grid at 16-64 tokens is 4x what the
-#      H200 timed; where mmq (or narrow) now beats dp4a at 16-64 tokens, best's rule drops its
-#      block-an-SM condition (or takes narrow), and decode8b-tuned.log says what that does to the
-#      64-sequence step (issue 19: <= 2x the 1-sequence step). At 512 the split's scratch costs
-#      ~6% by estimate, and an mmq iteration issues 476 hot instructions, not 524 (the fma form of
-#      the terms, the rows' scales read once: matmul_mmq.cu's header): compare with the 2026-11-26
-#      row (429.9 us for qkv at 512).
-#      Since 2026-11-28 the terms run branch-free on full warp tiles (479 instructions an iteration,
-#      not 519) under __launch_bounds__ that keep 3 blocks an SM (matmul_mmq 146-168 registers).
-#      Since 2026-11-28 (later) the split-K fold loads 4 outputs' group sums, residuals and biases before it
-#      stores the first (a tile's last block had waited on L2 ~20 times a thread, gate_up ~40; now 8): the
-#      mmq rows at 16-64 tokens, where a tile's blocks are short, are where it shows.
-#      kernels-mmq-r128.log / qwen3-8b-shape-matmul-mmq-r128: the same mmq rows at 64 and 512 tokens with
-#      the group sums in shared memory and ptxas held to 128 registers (MQ_GROUP_SHARED=1: 4 blocks an
-#      SM, not 3, no spills; the slowest warp's chunk 391 -> 377 instructions, the member fold 49 -> 114
-#      every n_chunks / G-th): the occupancy trade.
-#      kernels-mmq-i2f.log / ...-mmq-i2f: the same rows with the terms' conversions on the I2F unit
-#      (sass_mix's pipe model, slowest warp a chunk: issue 391 -> 351, but the conversion unit's 16 a
-#      clock an SM need 336 cycles -- a near tie; if it wins, the unit keeps up, if not, it is XU-bound).
-#      kernels-dp4a-g0.log / ...-dp4a-g0: dp4a and gemv at N = 1, 8 with G from n_in at run time (the
-#      matvecs before 2026-11-28), beside the kernels-matmul rows: the instructions-vs-occupancy trade.
-#      Since the session after, the compiled-G entries also fold a row's end on the lanes (dp4a.cuh's
-#      dp_combine, LANES) and exist for Q8_0 too: an iteration of matmul_dp4a_q4_k_g32 621 -> 472
-#      instructions, matmul_dp4a_q8_0 718 -> 400, matmul_gemv_q4_k_t1_g32 580 -> 488 -- so the g0 probe
-#      now also times the row's serial fold (and Q8_0 at 64 registers, not 47): the N = 1 rows of
-#      kernels-matmul against the 2026-11-26 ones say what the matvecs gained.
-#   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
-#      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
-#      Since 2026-11-29 the fused kernels' row loops take G compiled in (ffn_dp4a's and layer_dp4a's
-#      _g16_32 / _g32_32 entries, as the separate launches' since 2026-11-28: their chunk loops had been the
-#      run-time-G ones, 360 -> 277 instructions down's 8-token chunk) and the link is held to 8 blocks an SM
-#      (64 registers, was ~165), and their chunk's token loop leaves at the step's last token (dp4a.cuh's
-#      DP_TILE_BREAK; kernels-dp4a-break.log times it in the separate matvecs): kernels-link-8b.log (the
-#      8B shape, never timed) and
-#      kernels-link-bounds-{smollm2,qwen3}.log (the bounds the other way round) say which bound to keep.
-#   3. sampling: the sample kernels JSON, radix vs the block-a-row kernel at 152k (issue 20: <= 20 us a row).
-#      radix's sweeps load a thread's 16 ids before using the first since 2026-11-28 (they had waited on
-#      each load in turn: 16 round trips to L2 a launch) -- never timed either way.
-#   4. attention: split vs flash per N (fast keeps split; flash was faster only for long prefills).
-#      Since 2026-11-28 (later) split and flash can walk -- one block a (query block, KV head) through
-#      every split, no scratch or merge, the same bits as their split launches. Since the session after,
-#      a GPU step takes the shape ops/attention.py's walks_pays estimates cheaper from its blocks and its
-#      longest context (never timed: its two constants, WALK_PASSES and MERGE_COST, are guesses; the
-#      engine rows of this call -- peers, decode -- run it). kernels-attention.log (split forced) against
-#      kernels-attention-walk.log (walk forced), and kernels-attention-4k-{split,walk}.log at 4,096 keys
-#      (where the walk's depth should cost); every attention row carries rule_shape, what the rule takes
-#      for it, so auto's time is the row of that shape, and walk-rule-fit.log (bench/walk_rule_fit.py on
-#      the four runs' JSON) prints each case's two times and picks and the constants that lose least.
-#      If flash's walk beats split's at 64 sequences and the prefills, flash can become fast's
-#      attention (issue 19: flash the prefill default -- exact across both shapes).
-#      split since 2026-11-28: its loads batched (kv_rows.cuh FETCH), a two-round merge, no merge for one split (attention_split.cu's
-#      header) -- against the H200's 2026-11-26 rows (513 keys: 22.6 us at 1 sequence, 142.5 at 64):
-#      the latency chain a decode step pays 30-36 times (a third of SmolLM2's decode kernels on the H100).
-#      Later that day the merge also loads a thread's next output's split values before it stores this one
-#      (g * HD / 128 outputs a thread had each waited a round trip to L2 after the previous store).
-#      flash's merge the same day: a row's splits in two rounds, the q8_1 copy from its registers (16
-#      rows a warp in a 64-row tile had each taken ~10 rounds, and the copy reloaded every block).
-#      The same day, the same fix (loads batched before the stores that used to wait on them) in
-#      rms_scale (rmsnorm_q8_1: 16 serial loads a thread at n = 4096; 4.5 us a launch on the H100's 8B
-#      profile, 73 a step; and later that day its stride a constant: ptxas had still waited 4 times
-#      for the 16 loads, now once) and rope_kv_token (8.2 us a launch on the 8B shape): the profile rows of
-#      decode-fast.log against bench/results/gpu/nvidia-h100-80gb-hbm3-20261123/profile_*.json.
-#   5. the 2-byte aligned types (2026-11-27, never timed): q8_0/q4_0/q5_0/q6_k chunks now load as aligned
-#      words (dp4a.cuh's DpSpanA2: q8_0 10 loads a chunk, not 17; q6_k 20, not 34; matmul_mmq_q6_k 185 -> 165
-#      registers) -- the real SmolLM2's LM head (q8_0, a third of its bytes) is where decode shows it;
-#      and moe_mmq now splits K (moe_gate_up_mmq_q4_k 166 -> 125 registers): the moe stage's pp512.
-#      The fast set's MoE router is moe_route_split.cu since 2026-11-28 (one block a token before: by
-#      estimate ~100 us a layer at decode for the 30B-A3B shape's 1 MiB router on one SM): the moe
-#      stage's decode_s1 row is where it shows.
-#   6. the next kernel work (ncu-qwen3-8b-shape.txt): whether mmq at 512 tokens and the N = 1 matvecs
-#      are issue-bound or waiting -- with bench/sass_mix.py's count of what an mmq iteration issues
-#      (no GPU needed), which change pays: fewer instructions a term, or more warps / loads in flight.
-#      For the matvecs also MemoryWorkloadAnalysis' L1 sectors per request: dp4a's lanes each load
-#      their own chunk, a block apart (Q4_1: five 4-byte loads at a 20-byte stride, so an instruction's
-#      32 words touch 20 sectors -- 5x the bytes used; Q8_0 ~8x; Q4_K's 128-bit loads ~2x). If L1
-#      wavefronts, not DRAM, bind the N = 1 matvecs (33-56% of the copy bandwidth on the H200), the
-#      next variant loads each row's bytes coalesced (16 bytes a lane, consecutive) and hands the
-#      chunks out by shuffles, in dp4a's order.
-#   7. programmatic dependent launch (2026-11-29, never on a GPU): SHARPINF_PDL=1 launches every kernel
-#      but a cooperative one with the programmatic-stream-serialization attribute, so its blocks start
-#      while the kernel before it finishes and wait in the kernel for their inputs (common.cuh); the
-#      decode matvecs ask L2 for their first rows before that wait. pdl-check.log first (the bits of
-#      ordinary launches, eager and graphs; a failure skips the timing), then tg-pdl{0,1}-*.log /
-#      single_stream_*_pdl{0,1}.json: single-stream decode through the engine with graphs, off and on in
-#      the same call, SmolLM2's shape and the 8B's; in the probes stage kernels-pdl.log (the 8B matvecs at
-#      N = 1, 8, beside kernels-matmul's rows) and decode-fast-pdl.log (the decode suite, eager, beside
-#      decode-fast.log). If on wins, SHARPINF_PDL becomes the default on sm_90
-#      (cuda_backend.py's _pdl_launcher).
-#   8. matmul=tuned (2026-11-29, never on a GPU: ops/matmul_tuned.py): each launch shape on the fastest of
-#      dp4a, gemv, mmq and mmq_narrow by CUDA events, timed when a plan is first recorded. decode8b-tuned.log
-#      (B = 1, 8, 64) beside the peers part's decode_sN rows on fast, tg-tuned-qwen3.log beside its tg128,
-#      the prefill suite's matmul=tuned row (the peers part's pp512 takes the fastest of its rows); every
-#      JSON's "matmul_tuned" lists each shape's candidates' microseconds and the pick -- the thresholds best's
-#      rule should have, read off directly. If tuned is at least fast everywhere, the fast set takes it
-#      (variants.py SETS["fast"]["matmul"] = "tuned"; `--kernels tuned` is that set today); the GPU tests include
-#      test_matmul_tuned.py's real clock.
+# Writes: a log per run under $OUT; the results in bench/results/gpu/<gpu>-<date>/ (moe:
+# bench/results/gpu/moe/), packed into $OUT/results.tgz after each stage (with kernel-tables.md).
+# Time: the device tool kills a command at 600 s; every run gets at most its own limit and what is
+# left of DEVICE_BUDGET_S, a run with under 20 s left is skipped, and the results are packed after
+# each stage, so a cut call still brings back what it ran. A second call, `bash bench/device_call.sh
+# probes` (or `tests`), takes up what the first left.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${1:-peers,kernels,probes,ncu,tests}
@@ -298,7 +197,7 @@ if has kernels; then
       --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k"
     stamp "decode $k exit $?"; grep -E "decode step at|host gap" "$OUT/decode-$k.log"
   done
-  # programmatic dependent launch (header, item 7): its bits against ordinary launches, then single-stream
+  # programmatic dependent launch (docs/kernel-notes.md, runbook item 7): its bits against ordinary launches, then single-stream
   # decode off and on, both shapes (~25 s a run on the H200 by the 2026-11-26 single-stream rows)
   stamp "pdl: bits against ordinary launches"
   if SHARPINF_PDL=1 run pdl-check.log 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_pdl.py \
@@ -385,7 +284,7 @@ if has probes; then
     --out "$RUN/qwen3-8b-shape-matmul-dp4a-break"
   stamp "kernels dp4a break exit $?"
   # gemv streamed (2026-11-28, never timed): a lane's batch of chunks fetched a batch ahead, a warp's
-  # rows one stream, one wave of blocks (matmul_gemv.cu's history: its batches had been one round trip
+  # rows one stream, one wave of blocks (docs/kernel-notes.md's gemv: its batches had been one round trip
   # a chunk). Against kernels-matmul's gemv and dp4a rows at N = 1-8 (which already run it), the batch
   # halved (GV_U=2: 72 registers, 28 warps an SM, not 128 and 16), then the 8B decode step on gemv --
   # if gemv beats dp4a at N <= 8 on every shape, best's rule (matmul_mmq.matmul_best) takes gemv there
@@ -479,7 +378,7 @@ if has ncu; then
     stamp "ncu exit $?"; grep -cE "^  [a-z_0-9]+ \(" "$OUT/ncu.log" | sed 's/^/kernels profiled: /'
     cp "$OUT/ncu.log" "$RUN/ncu-qwen3-8b-shape.txt" 2>/dev/null
     # the legacy types' matvecs (SmolLM2's shape, Q4_1 and its q8_0 LM head), whose lanes load a block
-    # apart: L1 sectors per request against the Q4_K rows above (see 6. in the header)
+    # apart: L1 sectors per request against the Q4_K rows above (docs/kernel-notes.md, runbook item 6)
     stamp "ncu: SmolLM2 shape's matvecs"
     run ncu-smollm2.log 60 "$NCU" --clock-control none --profile-from-start off \
       -k regex:'^(matmul|gate_up)_dp4a_q(4_1|8_0)(_g16|_g32)?$' --section SpeedOfLight --section MemoryWorkloadAnalysis \

@@ -25,11 +25,12 @@
 // rescale, warp sum of l, and the accumulators are summed by a recursive-halving
 // reduce-scatter (head_dim*31/32 shuffles in all, instead of 5*head_dim), after which each
 // lane owns head_dim/32 output elements (lane pairs share one for head_dim 16).
-// Every operation and its order depends only on (q, p, the sequence's keys/values), never
-// on what else is in the batch or on which physical blocks hold the keys: results are
-// bit-identical under packing and placement.
-// head_dim 256 keeps a 256-float accumulator per lane: readable, and it spills on a GPU (the
-// split and flash variants are the fast ones there).
+// Batch invariance: every operation and its order depends only on (q, p, the sequence's
+// keys/values), never on what else is in the batch or on which physical blocks hold the keys:
+// results are bit-identical under packing and placement.
+// Bound: memory -- each (token, query head) reads its context's K/V rows once, so a KV row is read
+// n_heads / n_kv_heads times per token. head_dim 256 keeps a 256-float accumulator per lane:
+// readable, and it spills on a GPU (the split and flash variants are the fast ones there).
 // Launch: block = (32*WARPS) threads with WARPS = 4 (1..ATTN_MAX_WARPS works), grid =
 // (n_tokens, ceil(n_heads / WARPS)); warp w of block (t, y) takes head y*WARPS + w.
 // Shared memory: static q staging only (ATTN_MAX_WARPS * head_dim floats); ATTN_MAX_WARPS = 8.

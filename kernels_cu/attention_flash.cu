@@ -1,73 +1,45 @@
-// attention_flash.cu -- variant of attention.cu: varlen paged attention on tensor cores
-// (flash-attention 2's per-warp register tiles, inside attention_split.cu's fixed split-KV frame).
+// attention_flash.cu -- as attention.cu on tensor cores: varlen paged attention in flash-attention 2's
+// per-warp register tiles, inside attention_split.cu's fixed split-KV frame.
 //
 //   attention_flash_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
 //       cu_seqlens, positions, out, out_q, out_d, out_s, partial, tickets, t0, n_window, n_seqs, n_heads,
 //       n_kv_heads, block_size, scale, sliding_window, quantize)
 //   Inputs and outputs as attention_split.cu (the same scratch: partial float [window, n_heads, SPLITS,
 //   HD + 2], tickets int, zero between launches). A launch serves the window of tokens
-//   t0 .. t0 + n_window - 1; the split launch takes a long step in windows of the scratch's size.
-//   Launched with gridDim.z = 1 (HD <= 128), the same kernel walks: the same outputs, bit for bit,
-//   from one block a (tile, KV head), partial and tickets unused -- see below.
+//   t0 .. t0 + n_window - 1. Launched with gridDim.z = 1 (HD <= 128), the same kernel walks: the same
+//   outputs, bit for bit, from one block a (tile, KV head), partial and tickets unused -- see below.
 //
 // Rows. One block serves one KV head and ROWS query rows, a row being a (token, query head) pair of
 // that KV head's GQA group, token-major: the block's tokens are a tile of ROWS / g consecutive tokens
 // of ONE sequence (g = n_heads / n_kv_heads), so every K/V tile it stages in shared memory is read
-// by ROWS rows -- by the g heads of a decode token as much as by the tokens of a prefill chunk.
-// Tiles never straddle sequences: af_find_tile (the one place tiles are derived from cu_seqlens)
-// cuts each sequence's tokens in the window into tiles and numbers them in sequence order.
-//
-// Algorithm, per block (KV head, tile, split):
-//   * keys in partitions of KT at fixed absolute positions (KT = 64; 32 at head_dim 256); split s of
-//     SPLITS = 16 takes partitions s, s + 16, ... (decode at any context still runs 16 blocks per
-//     KV head); per partition, one tile through shared memory, f16:
-//       K tile [KT][HD]   (cp.async for an f16 cache; f32 / bf16 / q8_0 converted on the way)
-//       S = Q K^T         mma.m16n8k16 f16 -> f32, each warp its own 16 rows (Q via ldmatrix.x4)
-//       online softmax    in f32 in the accumulator fragments: row max and sum over a quad of lanes
-//       V tile [HD][KT]   stored transposed (the B operand of P V), same buffer as K
-//       O += P V          P re-used from the S fragments as the A operand (rounded to f16)
-//   * the last block of (tile, KV head) to finish merges each row's splits in split order, as
-//     attention_split.cu does, and may write the q8_1 copy of the output.
-// Masking is by absolute position: key j is visible to row r iff j <= pos(r), and with a sliding
-// window W > 0 also j > pos(r) - W; the block's partitions start at the one holding its lowest
-// visible key. A partition a
-// row cannot see leaves its state bit-unchanged (max unchanged, factor 1, weights 0), so a row's
-// arithmetic depends only on its own position, its Q and its keys: not on the other rows of its
-// warp or block, the tile cut, the window, the step, or where its KV lives. This is why flash can
-// serve decode as well as prefill, and one kernel for both keeps every cross-path result exact.
+// by ROWS rows. Tiles never straddle sequences: af_find_tile (the one place tiles are derived from
+// cu_seqlens) cuts each sequence's tokens in the window into tiles, numbered in sequence order.
+// Algorithm, per block (KV head, tile, split): keys in partitions of KT at fixed absolute positions
+// (KT = 64; 32 at head_dim 256); split s of SPLITS = 16 takes partitions s, s + 16, ...; per
+// partition, one tile through shared memory, f16: the K tile [KT][HD] (cp.async for an f16 cache;
+// the others converted on the way); S = Q K^T by mma.m16n8k16 f16 -> f32, each warp its own 16 rows
+// (Q via ldmatrix.x4); the online softmax in f32 in the accumulator fragments (a row's max and sum over
+// a quad of lanes); the V tile [HD][KT] stored transposed in the same buffer; O += P V, P re-used from
+// the S fragments as the A operand (rounded to f16). The last block of (tile, KV head) to finish
+// merges each row's splits in split order, as attention_split.cu does, with the q8_1 copy.
+// The walk (gridDim.z = 1): pass 1 (two splits or more) K tiles and S = Q K^T only, for each row's
+// largest visible score; pass 2: split s = 0, 1, ...: af_split_state, then f = exp(m_s - mx), total +=
+// l_s f, o += acc_s f -- the merge's sums in split order (explicit fmas, as attention_split.cu's) --
+// and o * (1 / total): twice the scores' mma work (1.5x all the mma), no scratch, tickets or merge.
 // Rounding: Q, K, V and P are f16 operands (products exact, sums in f32): an f32 cache loses its
 // low bits and values beyond 65504 (do not use f32 KV above that); see oracles/tolerances.py.
-// Launch: grid = (tiles in the window (bound), n_kv_heads, SPLITS), block = 32 * WARPS threads
-// (4 warps, ROWS = 64; 2 warps at head_dim 256), static shared memory <= 38 KB.
+// Launch: grid = (tiles in the window (bound), n_kv_heads, SPLITS or 1: ops/attention.py's flash_shape),
+// block = 32 * WARPS threads (4 warps, ROWS = 64; 2 at head_dim 256, where the walk is compiled out),
+// static shared memory <= 38 KB; one block of THREADS an SM is what the tiles are sized for.
+// Batch invariance: masking is by absolute position -- key j is visible to row r iff j <= pos(r) (and
+// j > pos(r) - W with a sliding window W > 0), the block's partitions starting at the one holding its
+// lowest visible key -- and a partition a row cannot see leaves its state bit-unchanged (max
+// unchanged, factor 1, weights 0): a row's arithmetic depends only on its position, its Q and its
+// keys, not on the other rows of its warp or block, the tile cut, the window, the step, where its KV
+// lives, or the launch shape -- so one kernel serves decode and prefill, every cross-path result exact.
 // Bound: prefill -- tensor-core math plus one K/V tile read per (tile, partition) (ROWS rows share
-// it); decode -- like attention_split.cu, latency of a few dependent loads per partition.
-//
-// The walk (gridDim.z = 1). The split launch spends a block on one partition or two of a
-// tile -- at 512 tokens of the 8B shape 4,096 blocks of ~1 partition, each with its own find-tile
-// scan, Q staging, 33 KB of partial states written, a ticket, and a merge reading them back: the H200
-// (2026-11-26) timed it at 459 us a layer (9 TFLOP/s), and at 299.5 us for a decode of 64 sequences
-// (8,192 blocks), against split's 142.5. The walk gives a (tile, KV head) one block for all of it:
-//   pass 1 (two splits or more): every partition the block sees, K tile and S = Q K^T only, for
-//           each row's largest visible score mx (the merge's maximum over the splits' maxima: fmaxf
-//           is exact in any order, and the scores are the same instructions on the same operands);
-//   pass 2: split s = 0, 1, ..., nsplits - 1: af_split_state -- the split launch's own code for a
-//           split's partitions -- then, for the rows whose merge reads split s, f = exp(m_s - mx),
-//           total += l_s f and o += acc_s f: the merge's two sums, term by term in split order;
-//   out = o * (1 / total), and the q8_1 copy by the merge's q8_1_block over 32 values of a row.
-//   (The merge's and the walk's sums are explicit fmas, __fmaf_rn: NVRTC contracts a * b + c by
-//   default, g++ -O1 does not; spelled out, both round alike on every backend.)
-// So every bit equals the split launch's (tests/test_kernels_attention.py compares the two; the
-// launcher picks: ops/attention.py's flash_shape, by walks_pays), for twice the scores' mma work (1.5x all the mma)
-// and none of the scratch, tickets or merge. Launch: grid = (tiles, n_kv_heads, 1), the same blocks
-// and kernel; 250 registers at head_dim 128 (a row's output sums and its split's state both live;
-// the split-only kernel had 217 -- 2 blocks an SM either way; no spills, NVRTC 12.9 sm_90), so
-// HD <= 128: at 256 the two would need 256 a thread, and the walk is compiled out.
-// Bound, estimated: latency -- a block's chain is its partitions' round trips (pass 1: table
-// lookup, K tile; pass 2: those and the V tile), ~4-5 us a partition over both passes; the blocks
-// fit one wave in the cases below. The 8B shape's 512-token prefill: 256 blocks, the longest tile 8
-// partitions, ~40 us a layer (split launch: 459); a 64-sequence decode at 513 keys: 512 blocks of
-// 9, ~45 us (attention_split.cu: 142.5). Not yet timed on a GPU: bench/device_call.sh runs the
-// attention rows in both shapes (SHARPINF_ATTENTION_MODE).
+// it); decode -- like attention_split.cu, latency of a few dependent loads per partition (the walk:
+// ~4-5 us a partition over both passes, estimated; the 8B shape's 512-token prefill in ~40 us a layer).
 #include "common.cuh"
 #include "kv_rows.cuh"
 
@@ -183,8 +155,8 @@ __device__ __forceinline__ AfTile af_tile(const int* cu_seqlens, const int* posi
 }
 
 // Q rows -> f16 in shared memory (rows past the tile: zeros); a thread's pairs loaded QB at a time
-// before the first is stored (stored one by one, a full tile's 32 pairs a thread had taken ~32
-// round trips in a row: sass_mix --rounds)
+// before the first is stored (stored one by one, a full tile's 32 pairs a thread would take ~32
+// round trips in a row)
 template <int HD>
 __device__ __forceinline__ void af_stage_q(const float* qkv, int qkv_stride, const AfTile& T, int g, int kvh, __half* q_s) {
     using S = AfShape<HD>;
@@ -377,7 +349,7 @@ __device__ __forceinline__ void af_split_state(int split, const AfTile& T, KV kc
 // exact in any order). Then for s = 0, 1, ...: af_split_state, total += l_s f_s and o += acc_s f_s --
 // the merge's sums, term by term in split order -- and the output o * (1 / total), as the merge
 // writes it. One kernel for both shapes: af_split_state is compiled once, and the registers are the
-// walk's either way (2 blocks an SM at 250, as at the split-only kernel's 217).
+// walk's either way (2 blocks an SM, as a split-only kernel's).
 template <int HD, typename KV>
 __device__ __forceinline__ void attention_flash_impl(
     const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
@@ -505,9 +477,8 @@ __device__ __forceinline__ void attention_flash_impl(
     // maxima and sums come in one round (a lane a split; the maximum by a butterfly of fmaxf, exact in
     // any order: only a maximum of +-0 can differ in sign, and m - (+0) == m - (-0) but for m = 0,
     // whose exp is 1 either way), each 32 output values' splits in one more; the warp then holds a
-    // whole q8_1 block of the token's row, quantized as it stands. (Rows had taken a round trip a split
-    // for each sum and each value, and the quantize reloaded every block: ~10 rounds a row, 16 rows a
-    // warp in a 64-row tile.) The walk above makes the same sums in the same order.
+    // whole q8_1 block of the token's row, quantized as it stands. The walk above makes the same sums
+    // in the same order.
     for (int r = warp; r < rows; r += WARPS) {
         const int t = begin + r / g, h = kvh * g + r % g, ns = min(AF_SPLITS, pos_s[r] / KT + 1);
         const float* ph = partial + ((long long)(t - t0) * n_heads + h) * AF_SPLITS * (HD + 2);

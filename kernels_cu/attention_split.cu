@@ -1,88 +1,46 @@
-// attention_split.cu -- variant of attention.cu: split-KV (flash-decoding) varlen paged attention.
+// attention_split.cu -- as attention.cu, split-KV (flash-decoding): a query's keys in fixed
+// partitions, SPLITS blocks a (token, KV head group), merged in a fixed order.
 //
 //   attention_split_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
 //       cu_seqlens, positions, out, out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads,
 //       n_kv_heads, block_size, scale, sliding_window, quantize)
-//   Inputs as attention.cu (sliding_window > 0: a query at p sees keys max(0, p - sliding_window + 1)
-//   .. p). out: float [n_tokens, n_heads * HD]; with quantize != 0 the rows are
-//   also written in q8_1 (out_q int8, out_d float, out_s int per 32 values: quant_act.py's rule),
-//   the input of the dp4a o-projection. partial: float scratch [n_tokens, n_heads, SPLITS, HD + 2];
-//   tickets: int [n_tokens, n_kv_heads * groups], zero before the first launch (the kernel leaves
-//   them zero again, so graphs replay it). A launch runs the tokens t0 .. t0 + gridDim.x - 1 (< n_tokens)
-//   and indexes partial and tickets from t0: the split launch takes a long step in windows of the
-//   scratch's size (a query's arithmetic does not depend on its window).
-//   attention_split_walk_<kv>_d<HD>(the same arguments; partial and tickets unused): the same
-//   outputs, bit for bit, from one block a (token, head group) -- the walk, at the end of this header.
+//   attention_split_walk_<kv>_d<HD>(the same; partial, tickets unused): the same outputs, bit for bit,
+//       from one block a (token, head group) -- the walk, below.
+//   Inputs as attention.cu. out: float [n_tokens, n_heads * HD]; with quantize != 0 also in q8_1 (out_q
+//   int8, out_d float, out_s int per 32 values: quant_act.py's rule), the dp4a o-projection's input.
+//   partial: float scratch [n_tokens, n_heads, SPLITS, HD + 2]; tickets: int [n_tokens, n_kv_heads *
+//   groups], zero before the first launch and left zero (graphs replay it). A launch runs the tokens
+//   t0 .. t0 + gridDim.x - 1 and indexes partial and tickets from t0 (a long step, in windows).
 //
-// What it changes against attention.cu (one warp per (token, head), each lane a strided set of
-// keys, no split):
-//   * the keys of a query are cut into partitions of PART = 64 at fixed absolute positions;
-//     SPLITS = 16 blocks per (token, KV head) each take partitions s, s + 16, ... so a decode at
-//     any context runs on 16 x n_kv_heads blocks, and merge in a fixed order (the block that
-//     finishes last, found by an atomic ticket, merges: which block that is changes nothing);
-//   * one block serves up to GROUP = 4 query heads of a KV head (GQA): each K/V row is loaded once
-//     for all of them (a group of 8 takes two blocks: 8 heads' accumulators held 168 registers);
-//   * latency first (a decode step is a handful of blocks, so what costs is the chain of
-//     dependent loads, not bandwidth): the queries are loaded before the position is known; the
-//     partition's cache rows are looked up in the block table once, by 64 threads at once, into
-//     shared memory; K and V rows are read 8 elements (16 bytes for f16/bf16) per load, and a
-//     thread issues FETCH = 4 such loads (2 of f32; kv_rows.cuh's fetch) before it unpacks the
-//     first, so its 8 K loads (head_dim 128, f16) cost two round trips to memory, not eight;
-//     scores: two threads per key, each half of head_dim, summed with one shuffle;
-//     P V: a thread per (8-element column group, key slice) -- slices walk keys j = slice,
-//     slice + SLICES, ... in order, then the slices are summed in slice order at the end;
-//   * the merge loads every head's split maxima and sums in one round (a thread each), then every
-//     output value's split values in another (all issued before the first is added, and a thread's
-//     next output's issued before it stores this one: loaded after the store, each of a thread's
-//     g * HD / 128 outputs had waited a round trip of its own) -- it had taken three round trips a
-//     head, one after another;
-//   * a query whose context fits one partition (<= 64 keys) has one split, which writes the output
-//     itself -- the merge's bits, without the partial, the fences and ticket, or the merge's loads;
-//   * the output may be quantized to q8_1 in the merge, from the values the merge's warps hold
-//     (the dp4a path needs no extra launch).
-// Why the chain matters (H100 profile, 2026-11-23, before the fetch batches and the one-round
-// merge): 16.6 us a launch for SmolLM2's decode at 512 keys (a third of its decode step's kernel
-// time) and 24.9 us for the Qwen3-8B shape's, for ~0.5 us of K/V bytes: the P V loop waited on each
-// V row before loading the next (8 serial loads at head_dim 128), the scores kept 2 of 8 K loads
-// in flight, and the merge walked 4 heads x 3 dependent rounds.
-// A sliding window skips the partitions wholly before the query's first visible key and masks
-// the keys below it in the first one it reads (score -inf, weight 0) without reading them, so the
-// blocks of positions every window has left may be freed; a split left with no partition merges
-// in with weight 0.
-// Arithmetic of a query depends only on its position and its own keys: partitions, splits, the
-// threads of a key, the walk order, the slice sum and the merge order are all fixed by absolute
-// key positions and head_dim, so results are bit-identical alone, packed, chunked, in other
-// blocks, under graphs.
-// Launch: grid = (window tokens, n_kv_heads * ceil(g / 4), SPLITS), block = 128 threads; <= 128
-// registers in every entry (__launch_bounds__: 4 blocks an SM), ~8.5 KB static shared memory at
-// head_dim 128.
-// Bound: at decode, latency -- the chain of a block: the position and the queries, the block
-// table, K (2 rounds), V (2 rounds), the arrival's fences and atomic, the merge (2 rounds); at long
-// context, memory -- each K/V byte of a query's context is read once per (token, block of heads).
-//
-// The walk (attention_split_walk_*). A decode of 64 sequences at 513 keys is 8,192 blocks of one
-// partition each, every one with its queries, position lookup, partial states, ticket and a merge to
-// feed: the H200 (2026-11-26) timed it at 142.5 us a layer of the 8B shape, ~8 waves of one short
-// chain each. The walk gives a (token, head group) one block for all its splits:
-//   pass 1 (two splits or more): the scores of every partition the query sees (as_scores, the split
-//           launch's own code) for each head's largest, mx (the merge's maximum over the splits'
-//           maxima: the same scores, and fmaxf is exact in any order);
-//   pass 2: split s = 0, 1, ..., nsplits - 1: as_split_state, the slices summed in order, then
-//           f = exp(m_s - mx), total += l_s f, o += o_s f -- the merge's sums, term by term in split
-//           order -- and the output o * (1 / total), with its q8_1 copy, as the merge writes them (one
-//           split: f = 1, the one-split path's bits).
-// tests/test_kernels_attention.py compares the two shapes bit for bit; ops/attention.py's walks picks
-// (on a GPU the split launch until the walk is timed). Launch: grid = (n_tokens, n_kv_heads * groups,
-// 1), block 128, <= 128 registers (no spills, NVRTC 12.9 sm_90); ~0.5 KB more shared memory (the
-// running maximum, sums and factors). The merge's and the walk's sums are explicit fmas (__fmaf_rn):
-// NVRTC contracts a * b + c by default and g++ -O1 does not, so spelled out both sides round alike on
-// every backend.
-// Bound, estimated: latency -- a block's chain is its partitions' round trips, ~2 in pass 1 (table,
-// K) and ~4 in pass 2 (table, K, V, the weights' barrier) for each: a 64-sequence decode at 513 keys,
-// 512 blocks of 9 partitions in one wave, ~30-45 us a layer (the split launch: 142.5). Prefill reads
-// each key once per query, as the split launch does, without its partial states and merges. Which
-// shape a step takes: ops/attention.py's split_shape (walks_pays, from the step's blocks and longest
-// context). Not yet timed on a GPU: bench/device_call.sh times both shapes (SHARPINF_ATTENTION_MODE).
+// Design: partitions of PART = 64 keys at fixed absolute positions; split s of SPLITS = 16 takes
+// partitions s, s + 16, ...; the block of (token, group) that finishes last (an atomic ticket) merges
+// the splits in split order. A block serves up to GROUP = 4 query heads of a KV head (GQA): each K/V
+// row is loaded once for them all. Latency first: the queries load before the position is known; a
+// partition's cache rows are looked up once, by 64 threads, into shared memory; K and V rows are read
+// 8 elements a load, FETCH = 4 loads (2 of f32; kv_rows.cuh) issued before the first is unpacked;
+// scores: two threads a key, each half of head_dim, one shuffle; P V: a thread per (8-element column
+// group, key slice), the slices summed in slice order. The merge loads every head's split maxima and
+// sums in one round, the output values' split values in another, and makes the q8_1 copy from the
+// values its warps hold. A context of <= 64 keys is one split, which writes the output itself (the
+// merge's bits). A sliding window skips the partitions wholly before a query's first visible key and
+// masks the keys below it without reading them (their blocks may be freed); a split left with no
+// partition merges in with weight 0.
+// The walk: pass 1 (two splits or more): each head's largest score over every partition (the same
+// scores, so the merge's maximum: fmaxf is exact in any order); pass 2: split s = 0, 1, ...: its state,
+// f = exp(m_s - mx), total += l_s f, o += o_s f -- the merge's sums, term by term in split order --
+// then o * (1 / total). The merge's and the walk's sums are explicit fmas (__fmaf_rn): NVRTC contracts
+// a * b + c by default and g++ -O1 does not. ops/attention.py's split_shape picks the shape a step takes.
+// Launch: grid = (window tokens, n_kv_heads * ceil(g / 4), SPLITS) (the walk: gridDim.z = 1), block
+// 128, __launch_bounds__(128, 4); ~8.5 KB static shared memory at head_dim 128 (the walk 0.5 KB more).
+// Batch invariance: a query's arithmetic depends only on its position and its own keys -- partitions,
+// splits, the threads of a key, the walk order, the slice sum and the merge order are fixed by
+// absolute key positions and head_dim: bit-identical alone, packed, chunked, in other blocks, under
+// graphs, in either shape (tests/test_kernels_attention.py compares the two).
+// Bound: at decode, latency -- the split block's chain: position and queries, block table, K (2
+// rounds), V (2 rounds), the arrival's fences and atomic, the merge (2 rounds); the walk's: ~2 rounds
+// a partition in pass 1, ~4 in pass 2 (a 64-sequence decode at 513 keys: 512 blocks of 9 partitions,
+// one wave, ~30-45 us a layer, estimated). At long context, memory: each K/V byte of a query's
+// context read once per (token, block of heads).
 #include "common.cuh"
 #include "kv_rows.cuh"
 
@@ -365,7 +323,7 @@ __device__ __forceinline__ void attention_split_impl(AS_IMPL_PARAMS) {
     // 32-value block of the output row, which it quantizes to q8_1 as it stands (no reload)
     // Every split's value of a thread's next output is loaded before it adds this one's and stores it
     // (as_emit): a load the compiler cannot prove apart from an earlier store waits for it, so loaded
-    // after the store each output had cost a round trip of its own (g * HD / 128 of them a thread).
+    // after the store each output would cost a round trip of its own (g * HD / 128 of them a thread).
     auto load_splits = [&](int i, float (&x)[AS_SPLITS]) {
         const float* ph = pb + (i / HD) * AS_SPLITS * (HD + 2) + i % HD;
 #pragma unroll
@@ -505,8 +463,8 @@ __device__ __forceinline__ void as_q8(AS_ARGS) {
     as_shape<HD, WALK>(kc, vc, AS_CALL);
 }
 // One entry per (KV dtype, head_dim), attention_split_<kv>_d<HD>, each compiled only when wanted
-// (SHARPINF_KV_HD_ENTRIES, common.cuh); ptxas held to 4 blocks an SM (128 registers: the merge's
-// prefetch of a thread's next output took bf16_d128 to 129 unbounded).
+// (SHARPINF_KV_HD_ENTRIES, common.cuh); ptxas held to 4 blocks an SM (128 registers: unbounded, the
+// merge's prefetch of a thread's next output takes one too many).
 #define AS_BOUNDS(hd) __launch_bounds__(AS_THREADS, 4)
 SHARPINF_KV_HD_ENTRIES(attention_split, AS_BOUNDS, (AS_ARGS), as_typed, as_q8, AS_CALL)
 

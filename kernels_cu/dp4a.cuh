@@ -1,14 +1,19 @@
-// dp4a.cuh -- what the dp4a kernels share (matmul_dp4a.cu, gate_up_dp4a.cu): q8_1 activation
-// blocks, one unpacker per GGML type that turns a 32-value weight chunk into 8 words of 4 int8
-// for __dp4a, and the row loop. See matmul_dp4a.cu's header for the algorithm and its order.
+// dp4a.cuh -- what every q8_1 matmul kernel shares (the dp4a, gemv, mma and mmq families, the fused
+// and MoE kernels):
+//   DpX / DpXF / dp_load_x    a token's q8_1 activation block and its factors
+//   DpChunk<QT>               per GGML type, a 32-value weight chunk as 8 words of 4 int8 for __dp4a
+//                             (fetch / unpack / load) and its float terms (acc_idot, acc_dot)
+//   dp_store, dp_old          the epilogue (bias, residual add, or the gated activation)
+//   dp_fold, dp_combine       the canonical order of a row's member sums (DP_GROUP)
+//   dp4a_rows<QT, NMAT, GC>   the dp4a row loop (matmul_dp4a.cu, gate_up_dp4a.cu, the fused kernels)
+// Algorithm, launch and bound: matmul_dp4a.cu's header. The canonical order: below, at dp_fold.
 #pragma once
 #include "ggml_blocks.cuh"
 
 #define DP_TILE 8   // tokens per tile (grid.y)
 #define DP_WARPS 4  // warps per block
 #ifndef DP_UNROLL      // weight chunks a lane loads before it dots them (half for the gate/up pair);
-#define DP_UNROLL 1    // results do not depend on it; 4 measured slower on an H100 (124 registers, a third
-                       // of the warps resident): Qwen3-8B-shape Q4_K decode 7.42 vs 6.19 ms a step
+#define DP_UNROLL 1    // results do not depend on it; more costs registers, so fewer warps resident
 #endif
 
 // --- loads (SHARPINF_ASSERT_ALIGNED: common.cuh) ----------------------------------------------
@@ -36,7 +41,7 @@ __device__ __forceinline__ int dp_word_a4(const unsigned char* p) {
 }
 
 // Word i of the words from a 4-byte aligned address (an index, not a byte offset: one 64-bit multiply-add
-// an address, where base + 4 i took a shift, a sign extension and two adds -- gemv_rows.cuh's runs).
+// an address, where base + 4 i takes a shift, a sign extension and two adds -- gemv_rows.cuh's runs).
 __device__ __forceinline__ unsigned dp_word_at(const unsigned char* base, int i) {
 #ifdef SHARPINF_EMU
     return (unsigned)dp_word_a4(base + 4LL * i);
@@ -502,8 +507,8 @@ __device__ __forceinline__ void dp_store(float* y, float v, float up, const floa
 // The same epilogue in two halves, for a thread that stores many outputs: dp_old loads what an
 // output's store reads (the residual it adds to, its bias) -- all of them issued before the first
 // store, since a load the compiler cannot prove apart from an earlier store to Y waits for it --
-// and dp_store_old stores with them: dp_store's operations, its bits. (dp_store written as the two
-// back to back compiled matmul_mma_q4_k to 1,072 instructions, not 800: it stays as it is.)
+// and dp_store_old stores with them: dp_store's operations, its bits. (dp_store stays as it is:
+// written as the two back to back, it compiles matmul_mma to more instructions.)
 struct DpOld {
     float y, b;
 };
@@ -584,8 +589,7 @@ __device__ __forceinline__ float dp_fold(int G, MemberSum s) {
 }
 // a warp's member sums, [matrix][token][lane] (+1 pad: the folding lanes hit distinct banks); 16-byte aligned,
 // so a folding lane reads the G sums of a 16-byte aligned (matrix, token) row 4 at a time -- s[0][0]'s, and
-// every 4th row's (a 132-byte pitch) -- (gemv at one token, G = 32: 64 LDS a row -> 18, an iteration of
-// matmul_gemv_q4_k_t1_g32 580 -> 528 instructions, gate_up 504 -> 488; sass_mix, NVRTC 12.9 sm_90, 2026-11-28)
+// every 4th row's (a 132-byte pitch)
 template <int NMAT, int NT = DP_TILE>
 struct __align__(16) DpCombine {
     float s[NMAT][NT][33];
@@ -594,16 +598,14 @@ struct __align__(16) DpCombine {
 // The end of a row loop's pass (dp4a_rows, gemv_rows, moe_dp4a.cu): the G member sums of each (row,
 // token) of the warp meet in cw and are folded in the canonical order (dp_fold), and one lane a (row,
 // token) stores them: store(t, row, v), v a sum for each matrix, for the rows base .. base +
-// rows_per_warp - 1 below n_out and the nt live tokens. (The member loops stay in each kernel: moved
-// into a shared helper, ptxas laid out gemv's Q8_0 loop with 250 instructions instead of 224, sass_mix,
-// 2026-11-28.)
+// rows_per_warp - 1 below n_out and the nt live tokens. (The member loops stay in each kernel: in a
+// shared helper, ptxas lays them out with more instructions.)
 // LANES (the row loops whose G is compiled in: GC != 0): the fold spread over lanes. Folded by the
 // storing lane alone, a (row, token)'s G member sums are added while the warp's other lanes wait: at one
 // token and G = 32, 32 + 4 adds by lane 0 at every row's end. With LANES a lane of its own sums each
 // group (S_q, over its GS members in member order, written over the group's first member), then the
 // storing lane adds the S_q in group order -- dp_fold's additions in dp_fold's order, so its bits. With G
-// from n_in the lanes' runtime loops cost more than they save (matmul_gemv's q8_0_t1: 1,007 -> 1,717
-// instructions an iteration, sass_mix, NVRTC 12.9): those fold on the storing lane.
+// from n_in the lanes' runtime loops cost more than they save: those fold on the storing lane.
 template <int NMAT, bool LANES = false, int NT, class Store>
 __device__ __forceinline__ void dp_combine(DpCombine<NMAT, NT>& cw, const float (&acc)[NMAT][NT], int G,
                                            int rows_per_warp, int nt, int base, int n_out, Store store) {
@@ -662,14 +664,11 @@ __device__ __forceinline__ void dp_load_at(DpChunk<QT>& ch, const unsigned char*
 
 // DP_TILE_BREAK: how a chunk's token loop passes the tile's slots past the step's nt tokens (a decode
 // step has 1 of 8). With BRK, it leaves at the first (one test at N = 1); without, it tests each of the 8,
-// the tests' predicates hoisted by ptxas. The same bits either way; what differs is the code ptxas makes
-// (sass_mix.py --inner IDP, NVRTC 12.9 sm_90, 2026-11-29): matmul_dp4a_q4_k_g32's chunk at N = 1 102 -> 85
-// instructions, but 48 -> 55 registers (10 -> 9 blocks an SM), gate_up_dp4a_q4_k_g32 56 -> 66 (9 -> 7;
-// held to the old counts by __launch_bounds__, gate+up spills and the matvec's chunk takes 112) -- while in
-// the fused kernels it is fewer of both: ffn_dp4a_q4_k_g32_32 108 -> 80 registers, chunk loops 481 -> 434
-// and 277 -> 270; layer_dp4a (held to 64) 390 -> 307 and 549 -> 488. So the fused kernels (ffn_fused.cuh,
-// layer_dp4a.cu) take BRK; the separate launches take DP_TILE_BREAK, 0 -- a probe (through
-// SHARPINF_NVRTC_OPTIONS, bench/device_call.sh) says whether their fewer instructions beat their warps.
+// the tests' predicates hoisted by ptxas. The same bits either way; what differs is the code ptxas makes:
+// in the separate launches BRK gives fewer instructions a chunk for more registers (fewer blocks an SM),
+// in the fused kernels fewer of both. So the fused kernels (ffn_fused.cuh, layer_dp4a.cu) take BRK; the
+// separate launches take DP_TILE_BREAK, 0 -- a probe (through SHARPINF_NVRTC_OPTIONS,
+// bench/device_call.sh) says whether their fewer instructions beat their warps.
 #ifndef DP_TILE_BREAK
 #define DP_TILE_BREAK 0
 #endif
@@ -745,25 +744,17 @@ __device__ __forceinline__ void dp4a_rows(const unsigned char* __restrict__ W, c
 // 16 or 32: n_in in 512..1023, and from 1024): a lane's chunks are g + G k, so a K-quant chunk's
 // place in its super-block (c % 8) is the lane's own (dp_load_at) and a chunk's offsets step by
 // constants -- folded by the compiler, not recomputed every chunk; the same order, the same bits.
-// Entries of their own, so the kernels of other rows keep their registers.
-// At N = 1 (sass_mix, NVRTC 12.9 sm_90, 2026-11-28) a chunk's instructions with G = 32: q4_k 112 -> 76,
-// q5_k 141 -> 99, q6_k 172 -> 146, q4_1 68 -> 46, q4_0 72 -> 59, q5_1 121 -> 112; registers as before
-// (matmul_dp4a_q4_k_g32 48; in one entry with the run-time copy they took 56-64); with G = 16 (SmolLM2's
-// n_in = 576) matmul_dp4a_q4_1's 8-token loop 325 -> 260, 48 -> 40 registers. Not for float weights
-// (nothing to fold: ops/matmul_dp4a.py's FIXED_G_TYPES), nor the fused layer and FFN kernels (one kernel
-// for every n_in). And a row's end folds on a lane a group, then a lane a row (dp_combine with LANES,
-// 2026-11-28): the row loop's iteration (its chunk loop counted once) of matmul_dp4a_q4_k_g32 621 -> 472
-// instructions, gate_up_dp4a_q4_k_g32 913 -> 748, q6_k_g16 631 -> 572, q4_1_g16 493 -> 435; registers
-// as before. With that, Q8_0 too (it had been 5% fewer instructions for 64-80 registers): matmul_dp4a
-// q8_0 718 -> 400 (_g32), 47 -> 64 registers (10 -> 8 blocks an SM); gate_up 789 -> 631, 64 -> 56.
-// DP_FIXED_G=0 (a probe, through SHARPINF_NVRTC_OPTIONS): those entries take G from n_in, as before.
+// Entries of their own, so the kernels of other rows keep their registers. Not for float weights
+// (nothing to fold: ops/matmul_dp4a.py's FIXED_G_TYPES). A row's end folds on a lane a group, then a
+// lane a row (dp_combine with LANES).
+// DP_FIXED_G=0 (a probe, through SHARPINF_NVRTC_OPTIONS): those entries take G from n_in.
 #ifndef DP_FIXED_G
 #define DP_FIXED_G 1
 #endif
 #define DP_GC(G) (DP_FIXED_G ? (G) : 0)
 // n_in's range where G is G (32: from 1024; 16: 512..1023), told the compiler (its offsets and trip
-// counts fold with it: a condition it cannot see, as through a helper's return value, left the loop
-// as it was)
+// counts fold with it: a condition it cannot see, as through a helper's return value, leaves the loop
+// as it is)
 #define DP_ASSUME_G(n_in, G)                                                \
     do {                                                                    \
         if ((n_in) < 32 * (G) || ((G) < 32 && (n_in) >= 64 * (G))) return; \

@@ -15,6 +15,8 @@
 // Launch: grid = (n_tokens, G), any G >= 1 (1 is enough); block = any multiple of 32 (128 suggested).
 //   Block (t, g) writes row t; its threads stride over the row's 32-value chunks (quantized
 //   types) or values (float types).
+// Batch invariance: row t is a function of W's row ids[t] and scale only.
+// Bound: memory -- a row's bytes read, 4 n_embd written, per token.
 #include "ggml_blocks.cuh"
 
 template <int QT>

@@ -2,6 +2,7 @@
 // layer in one persistent, cooperative kernel, separated by grid-wide barriers) on the FFN.
 //
 //   ffn_dp4a_<type>(Wg, Wu, Wd, xq, xd, xs, h, hq, hd, hs, x, bar, n_tokens, n_ff, n_embd, act)
+//   ffn_dp4a_<type>_g<GE>_<GF>: both phases' G compiled in (GE 16 or 32, GF 32: ops/matmul_dp4a.py's FUSED_G)
 //     Wg, Wu, Wd  gate, up [n_ff rows of n_embd] and down [n_embd rows of n_ff]: raw GGUF rows, one type
 //     xq, xd, xs  the FFN norm's output in q8_1 (rmsnorm_q8_1.cu)
 //     h           float [n_tokens, n_ff] scratch: act(gate) * up
@@ -14,28 +15,23 @@
 //   --- grid barrier
 //   phase 3  x += hq Wd^T                   matmul_dp4a.cu's dp4a_rows<QT, 1>, accumulating
 //
-// Each phase runs its separate kernel's code: dp4a_rows spreads rows over the grid by stride and
-// reduces each row in the same fixed order whatever the grid, and a q8_1 block's arithmetic does
-// not depend on which warp takes it -- so x's bits equal gate_up_dp4a + quantize_q8_1 +
-// matmul_dp4a's, for any grid: bit-identical to the dp4a path (tests/test_kernels_ffn_fused.py).
-//
 // Launch: cooperative (Backend.prepare(..., cooperative=True)), block 128 (DP_WARPS warps), grid =
 // min(the blocks resident at once, phase 1's row blocks); steps of <= 8 tokens (one DP_TILE: the
 // grid has one row of blocks); the three matrices of one weight type (else the launcher falls back
 // to the three launches). Phases 2 and 3 read what other blocks wrote in this launch: the barrier
 // fences, and none of it was read earlier in the launch (no stale line in any SM's L1).
+// Batch invariance: each phase runs its separate kernel's code -- dp4a_rows spreads rows over the grid
+// by stride and reduces each row in the same fixed order whatever the grid, and a q8_1 block's
+// arithmetic does not depend on which warp takes it -- so x's bits equal gate_up_dp4a +
+// quantize_q8_1 + matmul_dp4a's, for any grid (tests/test_kernels_ffn_fused.py).
 // Bound: the three matrices' bytes, as the three kernels. What it saves: two launches and the
 // idle ramps between kernels (a few us a layer in a graph); what it pays: two grid barriers
 // (an atomic and a spin each, ~1-2 us on a GPU) and phase 1's grid for the whole FFN.
 #include "ffn_fused.cuh"
 
 // FFN_MIN_BLOCKS (0: no bound; a probe, through SHARPINF_NVRTC_OPTIONS): the blocks an SM ptxas is told to
-// fit (__launch_bounds__(128, N)); the grid is one wave of what fits. Unbound the entries take 72-96
-// registers (5-7 blocks an SM; 90-127 before the token loop's exit, dp4a.cuh's DP_TILE_BREAK). Held to 8
-// (64 registers) the _g16_32 / _g32_32 entries do not spill (the run-time-G ones do, 4-28 bytes) and their
-// chunk loops issue up to 12% more instructions (sass_mix.py --inner IDP, NVRTC 12.9 sm_90, the 8-token
-// tile's chunk, q4_k _g32_32: 434 -> 459, 270 -> 302, for 6 -> 8 blocks; q4_1 _g16_32 about the same, for
-// 7 -> 8); bench/device_call.sh times 8 against 0 on those two.
+// fit (__launch_bounds__(128, N)); the grid is one wave of what fits. Held to 8 (64 registers), more
+// warps for more instructions a chunk; bench/device_call.sh times 8 against 0.
 #ifndef FFN_MIN_BLOCKS
 #define FFN_MIN_BLOCKS 0
 #endif
@@ -50,9 +46,7 @@
 // in (GE of rows of n_embd: 16 in 512..1023, 32 from 1024; GF of n_ff's, 32), as the separate launches'
 // _g16 / _g32 entries (dp4a.cuh) -- the same bits; the pairs ops/matmul_dp4a.py's FUSED_G lists. The
 // early return of a shape outside the entry's ranges is uniform over the grid: no block is left at a
-// barrier. (sass_mix.py --inner IDP, NVRTC 12.9 sm_90, the 8-token tile's chunk: gate+up q4_k 498 -> 481,
-// down 360 -> 277, the function 2,912 -> 2,392, 96 -> 108 registers; with the token loop's exit, dp4a.cuh's
-// DP_TILE_BREAK, 434, 270, 2,248 and 80 registers)
+// barrier.
 GB_QUANT_ENTRIES_ATTRS(ffn_dp4a, , FFN_BOUNDS, (FFN_ARGS), ffn_fused, FFN_PASS)
 #define FFN_G(GE, GF)                                                                       \
     template <int QT> __device__ __forceinline__ void ffn_fused_g##GE##_##GF(FFN_ARGS) { \

@@ -1,16 +1,18 @@
 // gate_up_dp4a.cu -- the FFN's first half in one kernel: out = act(X Wg^T) * (X Wu^T), X in q8_1.
 //
 //   gate_up_dp4a_<type>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in, act)
+//   gate_up_dp4a_<type>_g16 / _g32: G compiled in (as matmul_dp4a.cu's)
 //     Wg, Wu  the gate and up projections, raw GGUF rows of one type (as matmul.cu)
 //     X       the normed activations in q8_1 (rmsnorm_q8_1.cu); out float [n_tokens, n_ff]
 //     act     ACT_SILU (SwiGLU) or ACT_GELU_TANH (GeGLU, gemma3): common.cuh's gated_act
 //
-// What it changes against the simple path (matmul.cu twice, then elementwise.cu's silu_gate): one
-// launch instead of three; each lane unpacks the gate and the up chunk of the same row, dots both
-// with the token's activation block (dp4a.cuh), and the epilogue writes act(g) * u with common.cuh's
-// gated_act, as elementwise.cu's silu_gate / gelu_gate do. Gate and up each reduce in matmul_dp4a.cu's fixed order,
-// so out equals silu_gate (gelu_gate)(matmul_dp4a(Wg), matmul_dp4a(Wu)) bit for bit, whatever the batch.
+// As the simple path (matmul.cu twice, then elementwise.cu's silu_gate) in one launch instead of
+// three: each lane unpacks the gate and the up chunk of the same row, dots both with the token's
+// activation block (dp4a.cuh), and the epilogue writes act(g) * u with common.cuh's gated_act, as
+// elementwise.cu's silu_gate / gelu_gate do.
 // Launch: as matmul_dp4a.cu (block 128, grid (ceil(n_ff / rows per block) capped, ceil(n_tokens / 8))).
+// Batch invariance: gate and up each reduce in matmul_dp4a.cu's canonical order (n_in only), so out
+// equals silu_gate (gelu_gate)(matmul_dp4a(Wg), matmul_dp4a(Wu)) bit for bit, whatever the batch.
 // Bound: memory -- both matrices streamed once per 8-token tile; the activation block is loaded
 // once for the two dots.
 #include "dp4a.cuh"

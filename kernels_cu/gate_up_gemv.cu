@@ -1,15 +1,17 @@
-// gate_up_gemv.cu -- variant of gate_up_dp4a.cu for decode: out = act(X Wg^T) * (X Wu^T) for steps
-// of 1..8 tokens, the gate and up chunks of a batch in flight per lane, streamed.
+// gate_up_gemv.cu -- as gate_up_dp4a.cu with matmul_gemv.cu's row stream, for decode: out = act(X Wg^T)
+// * (X Wu^T) for steps of 1..8 tokens, the gate and up chunks of a batch in flight per lane.
 //
 //   gate_up_gemv_<type>_t<NT>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in, act)
+//   gate_up_gemv_<type>_t<NT>_g16 / _g32: G compiled in
 //     the arguments of gate_up_dp4a_<type>; NT = 1, 2, 4 or 8 (the launcher picks the smallest NT >= n_tokens)
 //
-// The algorithm, the order and the bound are matmul_gemv.cu's (its header says what changes against
-// dp4a and what does not); the pair loads U / 2 chunks of each matrix ahead (U of matmul_gemv), so
-// gate and up each reduce in the canonical order and out equals gate_up_dp4a's bits at every N.
+// The algorithm and the bound are matmul_gemv.cu's (its header says what changes against dp4a and
+// what does not); the pair loads U / 2 chunks of each matrix ahead (U of matmul_gemv).
 // Launch: as matmul_gemv.cu (block 128, grid (min(ceil(n_ff / rows per block), the blocks resident at
-// once), 1): one wave, each warp streaming its rows). Registers (NVRTC 12.9 sm_90): Q4_K at NT = 1
-// 126 (2 chunks of each matrix in flight; 78 when they were not, see matmul_gemv.cu's history).
+// once), 1): one wave, each warp streaming its rows).
+// Batch invariance: gate and up each reduce in the canonical order (n_in only), so out equals
+// gate_up_dp4a's bits at every N.
+// Bound: memory, as matmul_gemv.cu -- both matrices' bytes once a step.
 #include "gemv_rows.cuh"
 
 #define GVU_ARGS                                                                                                \

@@ -1,8 +1,9 @@
-// gate_up_mma.cu -- variant of gate_up_dp4a.cu for prefill: out = act(X Wg^T) * (X Wu^T) on int8
-// tensor cores, bit-identical to gate_up_dp4a.cu (the algorithm and order: matmul_mma.cu's header).
+// gate_up_mma.cu -- as matmul_mma.cu for the FFN's gate and up pair: out = act(X Wg^T) * (X Wu^T) on
+// int8 tensor cores, bit-identical to gate_up_dp4a.cu (the algorithm and order: matmul_mma.cu's header).
 //
 //   gate_up_mma_<type>(Wg, Wu, Xq, Xd, Xs, out, n_tokens, n_ff, n_in, act)   arguments as gate_up_dp4a.cu
 // Launch: as matmul_mma.cu (block 128, grid (ceil(n_ff / 64), ceil(n_tokens / 16))).
+// Batch invariance: gate and up each sum in the canonical order (n_in only), as gate_up_dp4a.cu.
 // Bound: as matmul_mma.cu, two matrices per tile; the activation fragment is loaded once for both.
 #include "mma_rows.cuh"
 

@@ -1,7 +1,9 @@
 // gemv_rows.cuh -- the row loop of the decode matvecs (matmul_gemv.cu, gate_up_gemv.cu; moe_gemv.cu over
 // one expert's rows, its tile of pairs the Slots): dp4a.cuh's dp4a_rows with the token count a template
 // parameter (NT = 1, 2, 4 or 8), several weight chunks in flight per lane, and a warp's rows walked as
-// one stream. See matmul_gemv.cu's header for why and for what stays the same.
+// one stream.
+//   gemv_rows<QT, NMAT, NT, GC, Slots>(...)   GvUnroll: the batch; GvRun / GV_COALESCE: coalesced runs
+// Why, launch, invariance and bound: matmul_gemv.cu's header.
 #pragma once
 #include "dp4a.cuh"
 
@@ -19,21 +21,11 @@
 // run as consecutive words (lane g: words g, g + G, ...: a 128-byte line an instruction), store them
 // to the warp's part of shared memory, and each lane takes its own chunk from there through the same
 // DpChunk::fetch -- the same bytes, so the same bits.
-// What it costs and fixes (bench/sass_mix.py --rounds, NVRTC 12.9 sm_90, NT = 1, 2026-11-28):
-//   Q8_0, Q4_0, Q5_0: an iteration of 4 chunks 520 -> 1,007 instructions (q8_0_t1), 457 -> 767
-//     (q4_0_t1_g32) -- a shared store and load a word, the words' predicates. Their per-lane fetch
-//     (DpSpanA2) ended in a 16-bit load behind a branch, and ptxas had kept only part of the next
-//     batch's loads in flight across the loop's back edge (q8_0_t1: 10 of ~40, q4_0: 6 of 24); a run's
-//     words are unconditional loads (a lane past the run's end loads its last word again), so all are.
-//   Q6_K: 7 words a lane a chunk in flight, not ~20, so it takes the full batch of 4 chunks (per-lane
-//     loads: 2): q6_k_t1_g32 498 instructions for 2 chunks -> 1,178 for 4 (+18% a chunk), 20 -> 32 loads
-//     in flight at the loop's end (105 bytes of its own chunks a lane, was 52).
-//   Q4_1 (GV_COALESCE=2): 401 -> 624 for nothing in flight that was not (only the L1 passes to gain).
-//   Registers at NT = 1: ~94 -> ~125 (5 -> 4 blocks of 4 warps an SM); q8_0_t1 120 -> 128-148; Q6_K
-//     96 -> 128 (t2 96-120 -> 128-182).
-//   A run's words addressed by index (dp4a.cuh's dp_word_at: one 64-bit multiply-add a load, where the byte
-//     offset 4 i took a shift, a sign extension and two adds), later that day: an iteration of q8_0_t1
-//     1,007 -> 886 instructions, q4_0_t1_g32 659 -> 597, q5_0_t1_g16 956 -> 878, q6_k_t1_g32 1,090 -> 990.
+// What it costs and fixes: a shared store and load a word, the words' predicates, more registers; for
+// it, a run's words are unconditional loads (a lane past the run's end loads its last word again), so
+// all of the next batch's are in flight across the loop's back edge (a per-lane DpSpanA2 fetch ends in
+// a 16-bit load behind a branch, which ptxas does not keep in flight), and Q6_K has 7 words a lane a
+// chunk in flight, not ~20, so it takes the full batch of 4 chunks (GvUnroll).
 //   GV_COALESCE=1 (the default): the 2-byte aligned types, Q4_0, Q5_0, Q8_0 and Q6_K
 //   GV_COALESCE=2: all the quantized types (Q4_1, Q5_1, Q4_K, Q5_K too; Q4_K's lanes read 16-byte pieces
 //     already); 0: none. Probes through SHARPINF_NVRTC_OPTIONS (bench/device_call.sh times them).
@@ -106,7 +98,7 @@ __device__ __forceinline__ void gv_stage_run(unsigned* dst, const GvRun<QT>& run
 template <int QT, int NT, int NMAT> struct GvUnroll {
     static constexpr bool floats = QT == GB_F32 || QT == GB_F16 || QT == GB_BF16;
     // at NT <= 2; a coalesced Q6_K or Q5_K run is 7 or 6 words a lane in flight, not ~20: the full batch
-    // at NT = 1 (at NT = 2 it took matmul_gemv_q6_k_t2 to 182 registers, 2 blocks an SM)
+    // at NT = 1 (at NT = 2 its registers would cost blocks an SM)
     static constexpr bool wide = (QT == GB_Q5_K || QT == GB_Q6_K) && !(GvRun<QT>::on && NT == 1);
     static constexpr int small = wide ? (GV_U + 1) / 2 : GV_U;
     static constexpr int per_matrix = floats ? 1 : (NT <= 2 ? small : (NT == 4 ? (small + 1) / 2 : 1));
@@ -161,7 +153,7 @@ __device__ __forceinline__ void gv_dot_chunk(const Chunk (&ch)[NMAT], float (&ac
 // whatever U is -- the same number of batches for every lane of the warp, and each batch's loads
 // issued one batch ahead: while a batch is dotted (and a row's member sums meet), the next batch's
 // loads -- the next row's first, at a row's end -- are in flight. (Fetched and dotted in one
-// iteration, ptxas sank each chunk's loads to just before its own dots, after the previous chunk's:
+// iteration, ptxas sinks each chunk's loads to just before its own dots, after the previous chunk's:
 // one memory round a chunk, U = 4 no better than 1. It cannot move them across the loop's back edge.)
 template <int QT, int NMAT, int NT, int GC = 0, class Slots = GvTokens>
 __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
@@ -185,7 +177,7 @@ __device__ __forceinline__ void gemv_rows(const unsigned char* __restrict__ W, c
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[m][t] = 0.0f;
     // Float weights are loaded where they are dotted: a chunk is 32 floats, and one in flight beside
-    // the one being dotted took up to 255 registers.
+    // the one being dotted would take every register.
     constexpr bool ahead = !GvUnroll<QT, NT, NMAT>::floats;
     typename DpChunk<QT>::Raw raw[U][NMAT];
     // coalesced runs: a batch's U runs of G chunks (each matrix), in flight as words, then through the

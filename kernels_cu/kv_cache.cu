@@ -13,6 +13,9 @@
 // Launch: 1-D grid-stride; any block size that is a multiple of 32 (128 suggested).
 //   f16/bf16/f32: one thread per (token, head, element): grid = ceil(n_tokens*n_kv_heads*head_dim / block);
 //   q8_0: one warp per (token, head, 32-block): grid = ceil(n_tokens*n_kv_heads*(head_dim/32)*32 / block).
+// Batch invariance: a slot's bytes depend on its token's K/V row only (a q8_0 block's scale on its 32
+// values alone), never on the other tokens or the grid.
+// Bound: memory -- the step's K/V rows read once, written once in the cache's type.
 #include "common.cuh"
 
 template <typename T>

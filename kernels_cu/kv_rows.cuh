@@ -11,8 +11,7 @@
 #define AS_VEC 8  // K/V elements per load
 // Row pieces of AS_VEC elements a thread fetches before it unpacks the first (attention_split.cu), per
 // cache type (each reader's FETCH): 64 bytes of loads in flight -- four 16-byte pieces, two of f32 --
-// keep every attention_split entry within 128 registers on sm_90 (4 blocks an SM); 8 pieces took
-// 142-250, 4 of f32 140-166.
+// keep every attention_split entry within 128 registers on sm_90 (4 blocks an SM); more pieces do not.
 
 struct AsQuery {
     int pos;

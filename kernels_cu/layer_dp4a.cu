@@ -1,43 +1,23 @@
 // layer_dp4a.cu -- everything a decode step does between two attentions, as one cooperative launch:
-// the megakernel pattern taken from the FFN (ffn_dp4a.cu) to the whole layer but its attention, so a
-// decode layer is two launches (this one and the attention's) instead of nine.
+// ffn_dp4a.cu's megakernel pattern taken to the whole layer but its attention, so a decode layer is
+// two launches (this one and the attention's) instead of nine.
 //
-//   layer_dp4a_<type>(post..., pre..., step...)   with has_post / has_pre saying which halves run
-//   post: the layer whose attention just ran
-//     Wo               o-projection [n_embd rows of q_dim]; aq, ad, as_: the attention output in q8_1
-//     ffn_norm         float [n_embd]; Wg, Wu, Wd: gate, up, down (ffn_dp4a.cu's)
-//   pre: the next layer's attention input
-//     attn_norm        float [n_embd]; Wqkv [q_dim + 2 kv_dim rows of n_embd], bqkv its bias (has_bias)
-//     qkv              float [n_tokens, q_dim + 2 kv_dim]: Q, K, V, rotated in place (attention reads it)
+//   layer_dp4a_<type>(post..., pre..., step...), and _g<GE>_<GF> (G compiled in, as ffn_dp4a.cu's)
+//   post: the layer whose attention just ran -- Wo [n_embd rows of q_dim], aq/ad/as_ (the attention
+//     output in q8_1), ffn_norm float [n_embd], Wg, Wu, Wd (ffn_dp4a.cu's)
+//   pre: the next layer's attention input -- attn_norm float [n_embd], Wqkv [q_dim + 2 kv_dim rows of
+//     n_embd] and bqkv (has_bias), qkv float [n_tokens, q_dim + 2 kv_dim] (Q, K, V, rotated in place),
 //     positions, slots, q_norm, k_norm (has_qk_norm), k_cache, v_cache: rope_kv.cu's
 //   step: x (the residual stream), xq/xd/xs (the FFN norm's q8_1), pq/pd/ps (the attention norm's: a
 //     buffer of its own -- dp4a_rows reads activations through const __restrict__ pointers, which the
-//     compiler may turn into non-coherent loads, so no buffer it reads is rewritten later in the launch),
-//     h/hq/hd/hs (the FFN's scratch), bar
-//     (common.cuh's grid barrier, zeroed once), the shapes, kv_kind (0 f32, 1 f16, 2 bf16, 3 q8_0)
-//
-//   post  1  x += aq Wo^T                        matmul_dp4a.cu's dp4a_rows<QT, 1>, accumulating
-//         -- barrier
-//         2  xq = q8_1(rmsnorm(x) * ffn_norm)    rmsnorm_q8_1.cu's row (q8_1_rows.cuh), a token a block
-//         -- barrier
-//         3  h = act(xq Wg^T) * (xq Wu^T)        gate_up_dp4a.cu's dp4a_rows<QT, 2>
-//         -- barrier
-//         4  hq = q8_1(h)                        ffn_fused.cuh's ffn_quantize_h
-//         -- barrier
-//         5  x += hq Wd^T                        dp4a_rows<QT, 1>, accumulating
-//         -- barrier (when pre follows)
-//   pre   6  pq = q8_1(rmsnorm(x) * attn_norm)   as 2
-//         -- barrier
-//         7  qkv = pq Wqkv^T (+ bqkv)            dp4a_rows<QT, 1>
-//         -- barrier
-//         8  QK-norm, RoPE, K and V into the cache   rope_kv_token.cuh, a token a block
-//
-// Every phase runs its separate kernel's own code: dp4a_rows reduces each row in the one canonical
-// order whatever the grid, a norm's sum of squares is rmsnorm.cu's in any block (rms_scale), a
-// q8_1 block's and a token's RoPE arithmetic do not depend on who takes them -- so x, qkv and the
-// cache get the bits of the dp4a path's launches (rmsnorm_q8_1, matmul_dp4a, gate_up_dp4a,
-// quantize_q8_1, rope_kv), for any grid: batch invariance holds across it
-// (tests/test_kernels_layer_link.py, and the engine's logits in tests/test_variants.py).
+//     compiler may turn into non-coherent loads, so no buffer it reads is rewritten later in the
+//     launch), h/hq/hd/hs (the FFN's scratch), bar (common.cuh's grid barrier, zeroed once), the
+//     shapes, kv_kind (0 f32, 1 f16, 2 bf16, 3 q8_0); has_post / has_pre say which halves run
+//   post  1 x += aq Wo^T (matmul_dp4a's dp4a_rows<QT, 1>, accumulating) | 2 xq = q8_1(rmsnorm(x) *
+//         ffn_norm) (q8_1_rows.cuh, a token a block) | 3 h = act(xq Wg^T) * (xq Wu^T) (dp4a_rows<QT, 2>)
+//         | 4 hq = q8_1(h) (ffn_fused.cuh's ffn_quantize_h) | 5 x += hq Wd^T
+//   pre   6 pq = q8_1(rmsnorm(x) * attn_norm) (as 2) | 7 qkv = pq Wqkv^T (+ bqkv) | 8 QK-norm, RoPE,
+//         K and V into the cache (rope_kv_token.cuh, a token a block); a grid barrier between any two
 //
 // Launch: cooperative, block 128 (DP_WARPS warps), grid = min(the blocks resident at once, the
 // largest phase's row blocks); steps of <= 8 tokens (one DP_TILE); the layer's five matrices of one
@@ -45,11 +25,16 @@
 // the step runs the separate launches; the pre half only with rope_kv=fused, whose QK-norm it is
 // (rope_kv=simple's qk_norm.cu sums a head in another order). Between phases the barrier fences as
 // cooperative groups' grid sync does (thread 0 fences around the arrival, __syncthreads spreads it
-// to its block).
-// Bound: the layer's weight bytes, as the separate kernels -- the phases are the same matvecs. What
-// it saves: seven launches a layer and the idle ramps between them (on a 30-layer model ~200 of a
-// decode step's ~275 launches); what it pays: seven grid barriers (an atomic and a spin each, ~1-2
-// us on a GPU), the norms on n_tokens blocks while the rest wait, and one grid for every phase.
+// to its block). __launch_bounds__(128, 8) (LK_MIN_BLOCKS, below).
+// Batch invariance: every phase runs its separate kernel's own code -- dp4a_rows reduces each row in
+// the one canonical order whatever the grid, a norm's sum of squares is rmsnorm.cu's in any block
+// (rms_scale), a q8_1 block's and a token's RoPE arithmetic do not depend on who takes them -- so x,
+// qkv and the cache get the bits of the dp4a path's launches, for any grid
+// (tests/test_kernels_layer_link.py, and the engine's logits in tests/test_variants.py).
+// Bound: the layer's weight bytes, as the separate kernels. What it saves: seven launches a layer and
+// the idle ramps between them (on a 30-layer model ~200 of a decode step's ~275 launches); what it
+// pays: seven grid barriers (an atomic and a spin each, ~1-2 us on a GPU), the norms on n_tokens
+// blocks while the rest wait, and one grid for every phase.
 #include "ffn_fused.cuh"  // dp4a.cuh, q8_1_rows.cuh, ffn_quantize_h
 #include "rope_kv_token.cuh"
 
@@ -130,13 +115,10 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
 }
 
 // LK_MIN_BLOCKS (a probe's constant, through SHARPINF_NVRTC_OPTIONS; 0: no bound): the blocks an SM ptxas
-// is told to fit, __launch_bounds__(128, 8): 64 registers, where unbound it takes 108-149 (3-4 blocks an SM;
-// ~165 before the token loop's exit, dp4a.cuh's DP_TILE_BREAK) for no phase's need -- each phase alone is a
-// 48-64 register kernel -- and the grid is one wave of what fits. Held to 8, no entry spills and the chunk
-// loops issue 4-8% more instructions (sass_mix.py --inner IDP, NVRTC 12.9 sm_90, the 8-token tile's chunk,
-// q4_k _g32_32: 295 -> 307, gate+up 451 -> 488), for 2-2.7x the warps: at decode a lane has one weight
-// chunk in flight, so the bytes in flight an SM -- what a matvec's bandwidth follows (Little's law) --
-// grow with the warps. By that estimate, not yet by a GPU: bench/device_call.sh times 8 against 0.
+// is told to fit, __launch_bounds__(128, 8): 64 registers -- each phase alone is a 48-64 register kernel,
+// unbound ptxas takes far more for no phase's need -- and the grid is one wave of what fits. At decode a
+// lane has one weight chunk in flight, so the bytes in flight an SM -- what a matvec's bandwidth follows
+// (Little's law) -- grow with the warps; bench/device_call.sh times 8 against 0.
 #ifndef LK_MIN_BLOCKS
 #define LK_MIN_BLOCKS 8
 #endif

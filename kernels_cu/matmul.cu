@@ -18,8 +18,8 @@
 // (row r, token t) over the 32 lanes in the xor-butterfly order (l with l^16, then l^8,
 // ..., l^1). One warp sync per 4 rows, no block barrier, no shuffles (the emulator
 // charges each warp sync per lane). On the emulator a full tile runs the same per-token
-// fma sequence with its 8 tokens interleaved (CPU overlap); the packing tests compare
-// that path with the partial-tile one bit for bit.
+// fma chains interleaved (emu_shims.cuh's sharpinf_emu_fma_full_tile); the packing tests
+// compare it with the partial-tile loop bit for bit.
 //
 // Batch invariance (a hard requirement): the arithmetic of Y[t][r] -- which lane takes
 // which values, the fma order within a lane, the fixed tree over the lanes -- depends
@@ -27,6 +27,8 @@
 // shape. So a token's output is bit-identical alone or packed with any others. The fma
 // is explicit so no compiler contraction choice can differ between tile slots; the
 // dequantized weights are exact (ggml_blocks.cuh), so their code order cannot matter.
+// Bound: memory at decode (every weight byte once per 8-token tile, as float work on dequantized
+// values); the readable baseline, not tuned: the dp4a and tensor-core variants are the fast ones.
 #include "ggml_blocks.cuh"
 
 #define MM_TILE 8       // tokens per tile (grid.y)
@@ -91,19 +93,8 @@ __device__ __forceinline__ void matmul_rows(const unsigned char* __restrict__ W,
             for (int c = lane; c < n_chunks; c += 32) {
                 float w[32];
                 gb_decode_chunk<QT>(wrow, c, w);
-#ifdef SHARPINF_EMU
-                if (nt == MM_TILE) {
-                    // The same fma sequence per token as below, the 8 tokens interleaved so the
-                    // CPU overlaps their dependency chains.
-                    const float* xc = xt + (long long)c * GB_CHUNK;
-                    float a[MM_TILE];
-                    for (int t = 0; t < MM_TILE; ++t) a[t] = acc[r][t];
-                    for (int e = 0; e < 32; ++e)
-                        for (int t = 0; t < MM_TILE; ++t) a[t] = gb_fma(w[e], xc[(long long)t * n_in + e], a[t]);
-                    for (int t = 0; t < MM_TILE; ++t) acc[r][t] = a[t];
-                    continue;
-                }
-#endif
+                // (the emulator takes a full tile's chains interleaved, the same fmas: emu_shims.cuh)
+                if (sharpinf_emu_fma_full_tile(acc[r], w, xt + (long long)c * GB_CHUNK, n_in, nt)) continue;
 #pragma unroll
                 for (int t = 0; t < MM_TILE; ++t) {
                     if (t < nt) {

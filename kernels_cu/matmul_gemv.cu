@@ -1,49 +1,34 @@
-// matmul_gemv.cu -- variant of matmul_dp4a.cu for decode: Y = X W^T for steps of 1..8 tokens,
-// with more weight bytes in flight per lane, streamed.
+// matmul_gemv.cu -- as matmul_dp4a.cu for decode: Y = X W^T for steps of 1..8 tokens, with more
+// weight bytes in flight per lane, streamed.
 //
 //   matmul_gemv_<type>_t<NT>(W, Xq, Xd, Xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)
+//   matmul_gemv_<type>_t<NT>_g16 / _g32: G compiled in (as matmul_dp4a.cu's)
 //     the arguments of matmul_dp4a_<type>; NT = 1, 2, 4 or 8 (the launcher picks the smallest NT >= n_tokens)
 //
-// Why: at N = 1 the dp4a kernel reaches 33-56% of an H200's copy bandwidth on the Qwen3-8B shapes
-// (bench/results/gpu/nvidia-h200-20261126). Bandwidth needs bytes in flight -- by Little's law
-// ~2-3 MB over the device (~20-30 KB an SM) -- and a dp4a lane has one chunk (18 bytes of Q4_K) in
-// flight at a time: its row loop loads a chunk and dots it before the next load issues, so a row of
-// n_in = 4096 (4 chunks a lane) is 4 round trips to HBM, 12 for the 8B down projection.
-// What changes against matmul_dp4a.cu:
+// Why: bandwidth needs bytes in flight -- by Little's law ~2-3 MB over the device (~20-30 KB an SM) --
+// and a dp4a lane has one chunk (18 bytes of Q4_K) in flight at a time: its row loop loads a chunk
+// and dots it before the next load issues, so a row of n_in = 4096 (4 chunks a lane) is 4 round
+// trips to HBM, 12 for the 8B down projection. Against matmul_dp4a.cu (the row loop: gemv_rows.cuh):
 //   * the token count is a template parameter NT, so a 1-token step holds 1 accumulator, not 8;
 //   * a lane fetches its chunks in batches of U (gemv_rows.cuh's GvUnroll: 4 Q4_K chunks at NT <= 2,
 //     2 at NT = 4, 1 at NT = 8; Q5_K and Q6_K half as many; halved for the gate+up pair), each batch's
-//     loads issued one batch ahead -- while a batch is dotted, the next is in flight;
+//     loads issued one batch ahead, across the loop's back edge -- while a batch is dotted, the next
+//     is in flight;
 //   * a warp walks its rows as one stream of batches, the next row's first batch fetched before the
 //     current row's member sums meet, and the grid is one wave (the blocks the device holds at once,
 //     ops/matmul_gemv.py): a warp's loads are in flight from its first row to its last;
 //   * one token tile only (grid.y = 1): the launcher sends steps of more than 8 tokens to dp4a;
 //   * the 2-byte aligned types (Q4_0, Q5_0, Q8_0, Q6_K) load the G chunks a row's lanes take together
 //     as one run of consecutive words, handed to their lanes through shared memory (gemv_rows.cuh's
-//     GV_COALESCE: why, what it costs, the probes).
-// What stays the same (so every output bit equals dp4a's, at every N): the row grouping G (from
-// n_in), each member's chunks g, g + G, g + 2G, ... added in that order, the member-order combine
-// in shared memory, the per-chunk float terms (dp4a.cuh's DpChunk), the epilogue. Fetching ahead
-// changes when a chunk is read, not the order its term is added.
-// History (2026-11-28, no GPU; sass_mix --rounds, NVRTC 12.9 sm_90): the first version fetched and
-// dotted a batch in one loop iteration, each chunk behind `if (c < n_chunks)`, and ptxas sank every
-// chunk's loads into its branch, after the previous chunk's dots: Q4_K at NT = 1 issued its 4
-// chunks' 12 weight loads in 11 memory rounds (U = 4 no better than dp4a's U = 1: the H200's
-// 11-26 rows, gemv +5% on qkv, -30% on o and down). Issued a batch ahead, across the loop's back
-// edge, they cannot be sunk: 12 loads in flight together; 128 registers (was 72: the loads in flight
-// hold them), 4 blocks of 4 warps an SM.
-// The row's end (2026-11-28, later; sass_mix, NVRTC 12.9 sm_90): at one token and G = 32 a warp ends a row
-// every batch on the 8B shapes (n_in 4096: 4 chunks a lane, one batch), and dp4a's combine folded the
-// row's 32 member sums on lane 0 alone -- ~100 of an iteration's ~580 instructions the whole warp
-// issued. DpCombine 16-byte aligned (the sums read 4 at a time) and, where G is compiled in, the fold
-// spread over lanes (dp4a.cuh's dp_combine, LANES: a lane a group of 8, then a lane a row; dp_fold's
-// additions in dp_fold's order): an iteration of q4_k_t1_g32 580 -> 488, gate_up q4_k_t1_g32 504 ->
-// 443, q4_k_t8_g32 662 -> 513, gate_up q5_k_t4_g32 749 -> 544, q6_k_t2_g16 800 -> 754; registers in
-// the band they were (matmul_gemv <= 142, gate_up_gemv <= 148 -> 128); G from n_in keeps dp_combine.
+//     GV_COALESCE).
 // Launch: block 128 threads (4 warps), grid = (min(ceil(n_out / (4 * 32 / G)), the blocks resident at
 // once), 1); static shared memory 4 warps x NT x 33 floats, each warp's padded to 16 bytes (NT = 1: 576
 // bytes), and for the coalesced types each warp's runs, U x 32 lanes x GvRun::WORDS words (Q8_0 at NT =
 // 1: 18 KB a block).
+// Batch invariance: every output bit equals dp4a's, at every N -- the row grouping G (from n_in), each
+// member's chunks g, g + G, g + 2G, ... added in that order, the member-order combine in shared
+// memory, the per-chunk float terms (dp4a.cuh's DpChunk), the epilogue. Fetching ahead changes when a
+// chunk is read, not the order its term is added.
 // Bound: memory -- every weight byte once per step; the target is the device's read bandwidth
 // (>= 70% of the measured copy bandwidth on the 8B shapes). In flight an SM at NT = 1, Q4_K: 16 warps
 // x 32 lanes x 4 chunks x 18 bytes = 37 KB (dp4a: ~40 warps x 32 x 18 = 23 KB, one round trip a

@@ -1,4 +1,5 @@
-// matmul_mma.cu -- variant of matmul_dp4a.cu for prefill: Y = X W^T on int8 tensor cores.
+// matmul_mma.cu -- as matmul_dp4a.cu on int8 tensor cores, for prefill: Y = X W^T, bit-identical to
+// matmul_dp4a.cu at every N.
 //
 //   matmul_mma_<type>(W, Xq, Xd, Xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)
 //     arguments as matmul_dp4a.cu; <type>: the quantized GGUF types (q8_0 q4_0 q4_1 q5_0 q5_1 q4_k
@@ -11,9 +12,7 @@
 // per-chunk terms are added in the canonical order (dp4a.cuh): the lane-group member gp sums chunks
 // gp, gp + G, ... , the member sums are added by groups of 8 in member order and the group sums in
 // group order -- the block visits gp = 0, 1, ... and keeps three floats per output (part, group,
-// total; 24 an output row pair of a lane). So the output equals matmul_dp4a's bit for
-// bit, for any N: prefill on tensor cores, decode on dp4a, one answer (the oracles' exactness holds
-// across the two).
+// total; 24 an output row pair of a lane).
 // Why int8 mma, not f16: activations are already q8_1 (rmsnorm_q8_1.cu) and the weights' quants are
 // small integers, so the dot is exact and the only float work is dp4a's own; an f16 path would
 // dequantize both and round differently from decode.
@@ -26,6 +25,9 @@
 // Fragments (PTX ISA tables, tests/ptx_layouts.py): lane (g, t) loads rows g and g + 8's chunk,
 // takes its words t and 4 + t for A; B is token g's activation words t and 4 + t.
 // Launch: grid = (ceil(n_out / 64), ceil(n_tokens / 16)), block = 128, 1.8 KB static shared memory.
+// Batch invariance: the canonical order depends on n_in only, so an output equals matmul_dp4a's bit
+// for bit for any N: prefill on tensor cores, decode on dp4a, one answer (the oracles' exactness
+// holds across the two).
 // Bound: at prefill sizes, the float epilogue per (row, token, chunk) -- the same count as dp4a's,
 // the price of bit-identity with decode -- then the weight reads (each weight byte is read from L2
 // once per 16 tokens). matmul_mmq.cu takes 64 tokens a block (each weight chunk unpacked once per

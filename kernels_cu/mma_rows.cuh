@@ -1,5 +1,7 @@
-// mma_rows.cuh -- what matmul_mma.cu and gate_up_mma.cu share: Y = X W^T on int8 tensor cores
-// (mma.m16n8k32.s8), bit-identical to matmul_dp4a.cu / gate_up_dp4a.cu. See matmul_mma.cu's header.
+// mma_rows.cuh -- the row loop matmul_mma.cu and gate_up_mma.cu share: Y = X W^T on int8 tensor cores
+// (mma.m16n8k32.s8), bit-identical to matmul_dp4a.cu / gate_up_dp4a.cu.
+//   mma_rows<QT, NMAT>(...)   a block's 64 rows x 16 tokens (NMAT = 2: the gate and up pair)
+// Algorithm, tiles, launch and bound: matmul_mma.cu's header.
 #pragma once
 #include "dp4a.cuh"
 

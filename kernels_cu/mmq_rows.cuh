@@ -1,7 +1,9 @@
-// mmq_rows.cuh -- what matmul_mmq.cu and gate_up_mmq.cu share: Y = X W^T on int8 tensor cores
-// (mma.m16n8k32.s8) in blocks of 64 tokens and 64 weight rows (matmul_mmq.cu, moe_mmq.cu) or 16
-// (matmul_mmq_narrow.cu), bit-identical to matmul_dp4a.cu / gate_up_dp4a.cu. See matmul_mmq.cu's
-// header for the algorithm, the tiles and the bound, matmul_mmq_narrow.cu's for the narrow blocks.
+// mmq_rows.cuh -- the row loop the mmq kernels share (matmul_mmq.cu, gate_up_mmq.cu, moe_mmq.cu and
+// the narrow files): Y = X W^T on int8 tensor cores (mma.m16n8k32.s8) in blocks of 64 tokens and 64
+// weight rows, or 16 (the narrow files), bit-identical to matmul_dp4a.cu / gate_up_dp4a.cu.
+//   mmq_rows<QT, NMAT, Slots, ROWS>(...)   the block's tile; MqShape: its warps; MqSplit: split-K
+//   MQ_ARGS / MQ_PASS / MQ_NAMES, GQ_*     the dense entries' parameter lists
+// Algorithm, tiles, launch and bound: matmul_mmq.cu's header (the narrow blocks: matmul_mmq_narrow.cu's).
 #pragma once
 #include "dp4a.cuh"
 
@@ -31,9 +33,8 @@ struct MqShape {
 
 // ptxas's register budgets for the wide blocks (the entries' __launch_bounds__: GB_QUANT_ENTRIES_ATTRS):
 // 4 warps (NMAT = 1) at most 168 registers, 3 blocks an SM; 8 warps (NMAT = 2) at most 128, 2 blocks
-// an SM -- but Q6_K, which spills at 128 (160 bytes): 1. Unbounded, ptxas spends registers past those
-// lines to hoist a tile's mmas (with the full-tile copy: gate_up_mmq_q4_k 132, 1 block an SM;
-// matmul_mmq_q6_k 177, 2).
+// an SM -- but Q6_K, which spills at 128: 1. Unbounded, ptxas spends registers past those lines to
+// hoist a tile's mmas (a block an SM fewer).
 // MQ_MIN_BLOCKS_1: a probe may ask for more (-DMQ_MIN_BLOCKS_1=4 through SHARPINF_NVRTC_OPTIONS:
 // <= 128 registers; --maxrregcount does not reach an entry with launch bounds).
 #ifndef MQ_MIN_BLOCKS_1
@@ -43,11 +44,7 @@ struct MqShape {
 // MQ_GROUP_SHARED=1 (a probe, with MQ_MIN_BLOCKS_1=4; bench/device_call.sh times it): the one-matrix
 // wide blocks (matmul_mmq, moe_down_mmq) keep each output's group sum in shared memory (a column of 32
 // floats a thread, its own: 16 KB a block), not in registers -- a load and a store more an output at
-// each member's end. NVRTC 12.9 sm_90, 2026-11-28: at 4 blocks an SM (128 registers) matmul_mmq q4_k,
-// q5_k, q4_1, q5_1, q4_0, q8_0 fit without spills (the sums in registers: q4_k 64 bytes spilled, q5_k
-// 148), q6_k spills 16; moe_down_mmq_q4_k 147 -> 124 unbounded. Q4_K's slowest warp a chunk 391 ->
-// 377 instructions, its member fold 49 -> 114 (every n_chunks / G-th chunk: every 4th at n_in 4096,
-// nearly every one at 576) -- about even at the 8B shape, ~+20% for Q8_0 at SmolLM2's.
+// each member's end, for 4 blocks an SM at 128 registers.
 #ifndef MQ_GROUP_SHARED
 #define MQ_GROUP_SHARED 0
 #endif
@@ -109,7 +106,7 @@ __device__ __forceinline__ int mq_next(int c, int G, int gp_end, int n_chunks) {
 // (graphs replay it); tile = blockIdx.y * gridDim.x + blockIdx.x; x0: the launch's first row tile
 // (a launcher walks a big grid in windows of its scratch's size). Every mmq kernel splits (dense and
 // MoE): a block that walked every group would keep a third float an output (the total) -- 32
-// registers more, a block an SM fewer (moe_down_mmq_q4_k took 179 that way, 137 split).
+// registers more, a block an SM fewer.
 struct MqSplit {
     float* partial;
     int* tickets;
@@ -209,7 +206,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
     // the weight row this thread unpacks: row tid % ROWS of matrix tid / ROWS (threads 0 .. ROWS NMAT - 1,
     // in the block's lower half); the activations' stagers (mq_stage_x): threads X0 .. X0 + NX - 1, the
     // upper half -- but in matmul_mmq's Q6_K, where two stages a thread cost the one register too many
-    // (4 bytes spilled at 168), every thread as before (3 blocks an SM kept, the duties not split)
+    // (a spill at its 168), every thread (the duties not split: 3 blocks an SM kept)
     constexpr int THREADS = 32 * Shape::WARPS;
     constexpr int X0 = HALVES && NMAT == 1 && ROWS == MQ_ROWS ? 0 : THREADS / 2;
     constexpr int NX = THREADS - X0 < 2 * MQ_TOKENS ? THREADS - X0 : 2 * MQ_TOKENS;
@@ -304,7 +301,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         // the mmas and float terms of chunk k. Two copies: where every n8 tile of the warp holds live
         // tokens (every block of a big step but the last), all unconditionally; elsewhere the n8 tiles
         // wholly past the last token skip theirs (a 16-token step computes a quarter of the tile). The
-        // per-tile test cost 3 instructions an mma (sass_mix: 476 -> 443 an iteration, Q4_K).
+        // per-tile test costs instructions an mma, which the full copy does without.
         auto terms = [&](const bool full) {
 #pragma unroll
             for (int m = 0; m < NMAT; ++m)
@@ -315,10 +312,9 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                     ldmatrix_x4(a, &rows[(lane & 7) + ((lane >> 3) & 1) * 8].ch.w[((lane >> 4) & 1) * 4]);
                     const unsigned alo[4] = {a[0], a[1], 0u, 0u};  // values 16..31 zeroed: the first half's dot
                     // rows g and g + 8's scales: with one matrix, copied once for the n8 tiles (through a
-                    // reference their loads sank into each tile's skip test: 4x the LDS, 553 -> 523 SASS
-                    // instructions an iteration); with two, by reference (the copies' registers took
-                    // gate_up_mmq_q4_k from 125 to 147: 2 blocks of 8 warps an SM -> 1). Their words are
-                    // never read (A came by ldmatrix).
+                    // reference their loads sink into each tile's skip test: 4x the LDS); with two, by
+                    // reference (the copies' registers would cost a block of 8 warps an SM). Their words
+                    // are never read (A came by ldmatrix).
                     typename MqPick<NMAT == 1, const DpChunk<QT>, const DpChunk<QT>&>::type p0 = rows[g].ch,
                                                                                             p1 = rows[g + 8].ch;
                     const int zero[4] = {0, 0, 0, 0};
@@ -366,7 +362,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
         if (!sharpinf_last_arrival(split.tickets + tile, NG)) return;
         // MQ_FOLD outputs a thread a round: their group sums (L2 loads: other blocks wrote them), residuals
         // and biases all loaded before the first store -- a loop that stored each output before it loaded
-        // the next one's waited on L2 once an output (32 outputs a thread at 128 threads)
+        // the next one's would wait on L2 once an output (32 outputs a thread at 128 threads)
         for (int f0 = tid; f0 < ROWS * MQ_TOKENS; f0 += MQ_FOLD * blockDim.x) {  // f: (slot f / ROWS, row f % ROWS)
             float g[MQ_FOLD][NMAT][MQ_MAX_GROUPS];
             DpOld old[MQ_FOLD];

@@ -1,6 +1,6 @@
-// moe_dp4a.cu -- variant of moe_ffn.cu: the experts' matmuls on q8_1 activations and __dp4a, grouped
-// by expert, so an expert's weights are read once per 8 of the (token, slot) pairs that chose it --
-// at decode, once per step however many tokens chose it.
+// moe_dp4a.cu -- as moe_ffn.cu on q8_1 activations and __dp4a, grouped by expert: an expert's weights
+// are read once per 8 of the (token, slot) pairs that chose it -- at decode, once per step however many
+// tokens chose it.
 //   moe_sort(ids, order, tiles, n_pairs, n_expert, max_tiles, tile)
 //     a counting sort of the pairs by expert: order[] holds the pairs expert by expert; tiles
 //     [3][max_tiles] = (expert, first index into order, count <= tile) for each group of up to
@@ -11,22 +11,19 @@
 //     G[p][j] = act(X[p / k] . Wg[e][j]) * (X[p / k] . Wu[e][j]) for the pairs p of each tile
 //   moe_down_dp4a_<type>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
 //     Y[p][j] = G[p] . Wd[e][j], G in q8_1 (rmsnorm_q8_1.cu's quantize_q8_1 over the pairs' rows)
-//   then moe_ffn.cu's moe_combine adds the pairs' outputs to x in rank order.
+//   ..._g16 / _g32: G compiled in (as matmul_dp4a.cu's); then moe_ffn.cu's moe_combine adds the
+//   pairs' outputs to x in rank order.
 //   W*: the stacked experts as GGUF stores them (moe_ffn.cu); X in q8_1 as matmul_dp4a.cu reads it.
 //
-// What it changes against moe_ffn.cu: q8_1 activations and dp4a.cuh's per-type integer dots; a
-// block takes one tile (one expert, up to 8 pairs) and 4 warps of rows, loads each weight chunk
-// once and dots it with every pair of the tile, as matmul_dp4a.cu does with its 8-token tiles.
-// Reduction order: dp4a.cuh's canonical one (member g of a row's G lanes adds chunks g, g + G, ...;
-// the G member sums folded by groups of 8: dp_fold), which depends on n_in only. Which pairs share a tile
-// (the sort's order within a group comes from atomics) decides which block computes a pair, never
-// its bits: a token's output is the same alone or in any batch.
-// Launch: moe_sort: 1 block of 256 (2 experts a thread); the matmuls: block 128, grid (ceil(n_out / (4 * 32 / G)) capped,
-//   max_tiles), the tiles past the last exit at once.
-// Entries with G compiled in (..._g16, _g32, as matmul_dp4a.cu's; 2026-11-28): a chunk's offsets
-// folded and a row's end folded on the lanes (dp4a.cuh's dp_combine, LANES) -- sass_mix, NVRTC 12.9
-// sm_90, the row loop's iteration: moe_down_dp4a_q4_k 1,008 -> 437 (_g16), moe_gate_up_dp4a_q4_k 908
-// -> 733 (_g32); the same bits.
+// Design: dp4a.cuh's per-type integer dots; a block takes one tile (one expert, up to 8 pairs) and 4
+// warps of rows, loads each weight chunk once and dots it with every pair of the tile, as
+// matmul_dp4a.cu does with its 8-token tiles.
+// Launch: moe_sort: 1 block of 256 (2 experts a thread); the matmuls: block 128, grid
+//   (ceil(n_out / (4 * 32 / G)) capped, max_tiles), the tiles past the last exit at once.
+// Batch invariance: dp4a.cuh's canonical order (member g of a row's G lanes adds chunks g, g + G, ...;
+// the G member sums folded by groups of 8: dp_fold), which depends on n_in only. Which pairs share a
+// tile (the sort's order within a group comes from atomics) decides which block computes a pair,
+// never its bits: a token's output is the same alone or in any batch.
 // Bound: memory -- each chosen expert's matrices streamed once per 8 pairs. For many pairs,
 // moe_mmq.cu: tiles of 64 pairs on int8 tensor cores, the same bits.
 #include "dp4a.cuh"
@@ -44,7 +41,7 @@ extern "C" __global__ void moe_sort(const int* ids, int* order, int* tiles, int 
     __syncthreads();
     // Groups in expert order, cut into tiles of `tile` pairs: thread j takes experts 2j and 2j + 1 (a
     // block of 256 covers MOE_MAX_EXPERTS), whose first pair and first tile are block prefix sums of the
-    // counts and of the tiles (thread 0 walking every expert in turn had cost a few us at decode)
+    // counts and of the tiles (thread 0 walking every expert in turn costs a few us at decode)
     const int e0 = 2 * threadIdx.x;
     const int c0 = e0 < n_expert ? count[e0] : 0, c1 = e0 + 1 < n_expert ? count[e0 + 1] : 0;
     const int t0 = (c0 + tile - 1) / tile, t1 = (c1 + tile - 1) / tile;
@@ -85,9 +82,8 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
     const long long row_bytes = gb_row_bytes<QT>(n_in);
     const long long w_at = (long long)expert * n_out * row_bytes;
     const int rows_per_pass = gridDim.x * DP_WARPS * rows_per_warp;
-    // the tile's pairs and their X rows, divided here once (dividing in the chunk loop, ptxas redid the
-    // 8 divisions every chunk, ~20 instructions each: moe_gate_up_dp4a_q4_k 768 -> 496 an iteration,
-    // for 77 -> 91 registers)
+    // the tile's pairs and their X rows, divided here once (dividing in the chunk loop, ptxas redoes the
+    // 8 divisions every chunk)
     int pair[DP_TILE], xrow[DP_TILE];
 #pragma unroll
     for (int t = 0; t < DP_TILE; ++t) {

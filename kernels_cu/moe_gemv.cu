@@ -1,5 +1,5 @@
-// moe_gemv.cu -- variant of moe_dp4a.cu for decode: the experts' matvecs of a step of 1..8 tokens with
-// matmul_gemv.cu's row stream -- the token count compiled in, several weight chunks in flight a lane.
+// moe_gemv.cu -- as moe_dp4a.cu with matmul_gemv.cu's row stream, for decode: the experts' matvecs of
+// a step of 1..8 tokens -- the token count compiled in, several weight chunks in flight a lane.
 //
 //   moe_gate_up_gemv_<type>_t<NT>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act)
 //   moe_down_gemv_<type>_t<NT>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
@@ -14,18 +14,18 @@
 // dp4a row loop: a load, then its dots), with 8 accumulators a lane for a tile of 1 pair. Here a
 // block runs gemv_rows.cuh on one expert's rows: U chunks a lane fetched a batch ahead, a warp's rows
 // one stream, NT accumulators (matmul_gemv.cu's header says what that buys a dense matvec).
-// What stays the same (so every bit equals moe_dp4a's, hence moe_mmq's): dp4a.cuh's canonical order
-// and float terms; which pairs share a tile (the sort's order within an expert comes from atomics)
-// decides which lane computes a pair, never its bits.
 // Tiles: a block takes tile blockIdx.y (an expert's pairs: the slots of GvPairs below) and rows
 // blockIdx.x, blockIdx.x + gridDim.x, ... of 4 warps each (32 / G rows a warp); tiles past the last
 // exit at once.
 // Launch: block 128, grid (row blocks, max_tiles): the row blocks one wave of the device spread over
 // the experts a step can choose (ops/moe.py), so each warp streams several rows; shared memory as
 // matmul_gemv.cu, and NT ints (the tile's pairs).
+// Batch invariance: every bit equals moe_dp4a's, hence moe_mmq's -- dp4a.cuh's canonical order and
+// float terms; which pairs share a tile (the sort's order within an expert comes from atomics)
+// decides which lane computes a pair, never its bits.
 // Bound: memory -- each chosen expert's rows read once a step (Qwen3-30B-A3B Q4_K: ~21 MB a layer's
 // 8 experts at one token, ~5 us at 4 TB/s); the token's router, the sort and the combine are their own
-// launches. Measured: not yet (no GPU in the session that wrote it; bench/device_call.sh times it).
+// launches.
 #include "gemv_rows.cuh"
 #include "moe_args.cuh"
 
@@ -62,9 +62,8 @@ __device__ __forceinline__ void moe_gemv_rows(const unsigned char* W, const unsi
 // moe_gate_up_gemv_<type>_t<NT>, moe_down_gemv_<type>_t<NT> (G from n_in), and their _g16 / _g32
 // entries (G compiled in: DP_ASSUME_G, DP_GC). (GL, not G: moe_args.cuh's G is the gate+up output.)
 // Q8_0 and Q6_K at one token held to 4 blocks an SM (128 registers), what matmul_gemv's entries take
-// unbounded: unbounded here ptxas took 168 (3 blocks). The others, and every entry of 2 or more tokens,
-// unbounded: a bound of (128, 1) let ptxas take up to 253, one of 4 spilled Q4_K at one token and Q8_0's
-// _t2_g32 (which takes 160 unbounded, as matmul_gemv's).
+// unbounded (unbounded here ptxas takes more, a block an SM fewer). The others, and every entry of 2
+// or more tokens, unbounded: a looser bound lets ptxas take more, a tighter one spills.
 #define MOE_GEMV_BOUNDS_T1(QT) MOE_GEMV_BOUNDS_##QT
 #define MOE_GEMV_BOUNDS_T2(QT)
 #define MOE_GEMV_BOUNDS_T4(QT)

@@ -1,36 +1,34 @@
-// moe_mmq.cu -- variant of moe_dp4a.cu for steps of many tokens: the experts' matmuls on int8 tensor
-// cores, each expert's pairs in tiles of up to 64 -- matmul_mmq.cu's blocks over one expert's rows.
+// moe_mmq.cu -- as moe_dp4a.cu on int8 tensor cores for steps of many tokens: each expert's pairs in
+// tiles of up to 64, matmul_mmq.cu's blocks (mmq_rows.cuh) over one expert's rows.
 //
 //   moe_gate_up_mmq_<type>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act,
 //       partial, tickets, x0)
 //   moe_down_mmq_<type>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles, partial, tickets, x0)
-//     the arguments and results of moe_dp4a.cu's entries, for the quantized types (mma_rows's), with
-//     moe_dp4a.cu's moe_sort run with tiles of 64 pairs (its `tile` argument): tiles[3][max_tiles] =
-//     (expert, first index into order, count <= 64), count 0 past the last; then matmul_mmq.cu's
-//     split-K scratch (mmq_rows.cuh's MqSplit), a tile being (row tile, pair tile).
+//     the arguments and results of moe_dp4a.cu's entries, for the quantized types, with moe_dp4a.cu's
+//     moe_sort run with tiles of 64 pairs (its `tile` argument): tiles[3][max_tiles] = (expert, first
+//     index into order, count <= 64), count 0 past the last; then matmul_mmq.cu's split-K scratch
+//     (mmq_rows.cuh's MqSplit), a tile being (row tile, pair tile).
 //
-// What it changes against moe_dp4a.cu (one expert's tile of 8 pairs a block, dp4a): a block takes a
-// tile of up to 64 pairs and 64 rows of the expert's matrix, and runs mmq_rows.cuh on them -- each
-// weight chunk unpacked once for all 64 pairs into shared memory, int8 mma.m16n8k32 for the dots,
-// dp4a's float terms in the canonical order (dp4a.cuh) -- so an expert's weights are read once per
-// 64 of its pairs instead of once per 8. The tile's pair indices are staged in shared memory:
-// MqPairs maps slot i to X row order[first + i] / x_div (its token) and Y row order[first + i]
-// (its pair). The bits are dp4a's: which pairs share a tile, and which kernel computes a pair,
-// never change them, so a token's output is the same alone, in any batch, on either path.
+// Design: a block takes a tile of up to 64 pairs and 64 rows of the expert's matrix and runs
+// mmq_rows.cuh on them -- each weight chunk unpacked once for all 64 pairs into shared memory, int8
+// mma.m16n8k32 for the dots, dp4a's float terms in the canonical order (dp4a.cuh) -- so an expert's
+// weights are read once per 64 of its pairs instead of once per 8. The tile's pair indices are staged
+// in shared memory: MqPairs maps slot i to X row order[first + i] / x_div (its token) and Y row
+// order[first + i] (its pair).
 // Split-K as matmul_mmq.cu: a block for each group of 8 members, the group sums in the scratch, each
 // tile's last block folds them. The scratch is sized by the bound on tiles (max_tiles, so by the
 // token count: a graph recorded once serves every routing); a tile past the last exits before its
 // ticket, so its blocks leave nothing behind. A window is at least one row tile over every pair
 // tile, so the scratch can pass matmul_mmq.py's 64 MB: Qwen3-30B-A3B's gate+up at a capacity of
-// 8,192 tokens, 144 MB in windows of one row tile (12 launches). Unsplit, a block kept a third float an output (the
-// total over groups): 2026-11-27, NVRTC 12 sm_90, moe_down_mmq_q4_k 179 registers -> 137 split,
-// moe_gate_up_mmq_q4_k 166 -> 125 (2 blocks of 8 warps an SM instead of 1); no spills.
+// 8,192 tokens, 144 MB in windows of one row tile (12 launches).
 // Launch: gate_up block 256 (8 warps, both matrices), down block 128; grid (row tiles of the window,
-//   max_tiles, groups); tiles past the last exit at once.
+//   max_tiles, groups); tiles past the last exit at once. gate_up: __launch_bounds__(256, 2) (1 for
+//   Q5_K and Q6_K).
+// Batch invariance: the bits are dp4a's -- which pairs share a tile, and which kernel computes a
+//   pair, never change them, so a token's output is the same alone, in any batch, on either path.
 // Bound: as matmul_mmq.cu's at the same tokens per tile; a prefill step's experts get
 //   n_tokens * k / n_expert pairs each on average (Qwen3-30B-A3B, 512 tokens: 32), so most tiles
 //   are partly filled -- the n8 tiles past a tile's last pair skip their work.
-// Measured: not yet (no GPU in the session that wrote it).
 #include "mmq_rows.cuh"
 #include "moe_args.cuh"
 
@@ -38,7 +36,7 @@
 struct MqPairs {
     // no branch-free copy of mmq_rows's terms for full warp tiles: an expert's tiles are mostly partly
     // filled (32 pairs an expert on average at 512 tokens of Qwen3-30B-A3B), and the copy's registers
-    // took moe_gate_up_mmq_q4_k from 125 to 129 (2 blocks of 8 warps an SM -> 1)
+    // would cost a block of 8 warps an SM
     static constexpr bool FULL_COPY = false;
     int count;         // pairs in the tile (<= MQ_TOKENS)
     const int* pairs;  // shared [count]: the tile's pairs, in the sort's order
@@ -76,9 +74,8 @@ template <int QT> __device__ __forceinline__ void moe_down_mmq_t(MOE_DOWN_PARAMS
     moe_mmq_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU,
                         MqSplit{partial, tickets, x0});
 }
-// The gate+up entries (256 threads) held to 2 blocks an SM (1 for Q5_K and Q6_K), what they had before
-// the split-K epilogue batched its loads (mmq_rows.cuh's MQ_FOLD): unbounded, ptxas took 133-143
-// registers for it, 1 block an SM.
+// The gate+up entries (256 threads) held to 2 blocks an SM (1 for Q5_K and Q6_K): unbounded, ptxas
+// spends registers on the split-K epilogue's batched loads (mmq_rows.cuh's MQ_FOLD), a block an SM fewer.
 #define MOE_GATE_UP_BOUNDS(QT) __launch_bounds__(256, (QT) == GB_Q5_K || (QT) == GB_Q6_K ? 1 : 2)
 GB_QUANT_ENTRIES_ATTRS(moe_gate_up_mmq, , MOE_GATE_UP_BOUNDS, (MOE_GATE_UP_PARAMS, MOE_SPLIT_PARAMS), moe_gate_up_mmq_t,
                        Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, partial, tickets, x0)

@@ -7,14 +7,14 @@
 //   n_in a multiple of 32; n_expert <= MOE_MAX_EXPERTS (512), k <= n_expert.
 // Launch: grid = T (one block a token), block = 128 (4 warps).
 //
-// Order (batch invariance, and exact ties): warp w takes experts w, w + 4, ...; lane l adds the
-// products of values l, l + 32, ... in that order (fma), and the 32 lane sums meet in the xor
-// butterfly. The arithmetic of a logit depends on n_in only -- never on the expert's index, the
-// token's place or the batch -- so two equal router rows give bit-equal logits. Then thread 0,
-// in expert order: the max, p_e = e^(l_e - max), their sum, p_e / sum; k passes each taking the
-// largest p not yet taken, a strict > so the lower id wins a tie; the k weights summed in rank
-// order, floored at 2^-14 (llama.cpp's clamp), and divided by it. One thread's serial top-k is the
-// readable form: 128 experts x 8 picks is ~1k comparisons, next to 2 x 128 x 2048 products.
+// Batch invariance (and exact ties): warp w takes experts w, w + 4, ...; lane l adds the products of
+// values l, l + 32, ... in that order (fma), and the 32 lane sums meet in the xor butterfly. The
+// arithmetic of a logit depends on n_in only -- never on the expert's index, the token's place or
+// the batch -- so two equal router rows give bit-equal logits. Then thread 0, in expert order: the
+// max, p_e = e^(l_e - max), their sum, p_e / sum; k passes each taking the largest p not yet taken,
+// a strict > so the lower id wins a tie; the k weights summed in rank order, floored at 2^-14
+// (llama.cpp's clamp), and divided by it. One thread's serial top-k is the readable form: 128
+// experts x 8 picks is ~1k comparisons, next to 2 x 128 x 2048 products.
 // Bound: the router matrix read once per token (F32: 1 MiB a layer for Qwen3-30B-A3B) -- by one block,
 // so at decode the latency of its warps' serial dots (moe_route_split.cu spreads them).
 #include "moe_router.cuh"  // the logit's arithmetic (moe_router_logit), RowF32, RowQ8

@@ -1,5 +1,5 @@
-// moe_route_split.cu -- variant of moe_route.cu for the GPU: a token's router spread over blocks and
-// its selection done by a whole block. The same ids and weights as moe_route.cu, bit for bit.
+// moe_route_split.cu -- as moe_route.cu, for the GPU: a token's router spread over blocks and its
+// selection done by a whole block. The same ids and weights as moe_route.cu, bit for bit.
 //
 //   moe_route_split_f32(X, Wr, logits, tickets, ids, wts, n_expert, k, n_in)       X float [T, n_in]
 //   moe_route_split_q8(xq, xd, Wr, logits, tickets, ids, wts, n_expert, k, n_in)   X in q8_1
@@ -10,10 +10,9 @@
 // Why: moe_route.cu gives a token one block, whose 4 warps walk the experts a quarter each -- for
 // Qwen3-30B-A3B's router (128 experts x 2048 F32: 1 MiB a layer) 32 dots a warp, each 4 rounds of 16
 // loads a lane, ~128 round trips to memory in a row, by one SM -- and then thread 0 alone takes the
-// softmax and k passes over the experts (~10k dependent steps). At decode that is the whole step's
-// latency, 48 times a token. Here:
-//   1. grid (T, ceil(n_expert / 4)): a warp an expert, moe_router.cuh's dot (the same logit bits);
-//      lane 0 writes it to logits;
+// softmax and k passes over the experts (~10k dependent steps): at decode the whole step's latency,
+// 48 times a token. Here:
+//   1. a warp an expert, moe_router.cuh's dot (the same logit bits); lane 0 writes it to logits;
 //   2. the token's last block to finish (common.cuh's sharpinf_last_arrival) reads the n_expert
 //      logits back and selects, a thread an expert (n_expert / 128 each):
 //        max      a block reduction of fmaxf from NaN (its identity: fmaxf ignores a NaN, as the
@@ -27,6 +26,8 @@
 //                 pass r' < r already took it (moe_route's marker), as moe_route's fallback does;
 //        weights  the k picks summed in rank order by thread 0, floored, divided (moe_route's).
 // Launch: grid = (T, ceil(n_expert / 4)), block = 128; ~4.1 KB static shared memory (p, the picks).
+// Batch invariance: a token's logits, ranks and weights are moe_route.cu's arithmetic on its own row
+// (which block arrives last changes nothing), so a token routes alike alone or in any batch.
 // Bound: latency -- a warp's dot (4 rounds of loads at n_in 2048), the fences and ticket, the
 // selection's few block barriers; the router's bytes spread over T x n_expert / 4 blocks.
 #include "moe_router.cuh"

@@ -33,14 +33,13 @@ __device__ __forceinline__ void q8_1_row(Value value, signed char* q, float* d, 
 // takes rmsnorm's threads v and v + 128 in two rounds, a larger one leaves its extra warps out. So
 // a norm's bits never depend on the block that takes it. smem32: 32 floats, free again on return.
 // A thread's serial sum loads RS_UNROLL of its values before it adds the first (the same adds in
-// the same order): a loop that added each value as it arrived waited on memory once a value --
-// 16 round trips in a row at n = 4096 (the SASS of 2026-11-28), now one.
+// the same order): a loop that added each value as it arrived would wait on memory once a value --
+// 16 round trips in a row at n = 4096, not one.
 #define RS_UNROLL 16
 // ST: rmsnorm's summing threads (128 for n <= 256, else 256), a compile-time constant so that a
 // thread's 16 loads are one address plus constant offsets: with the stride a run-time value, each
-// load took its own address arithmetic (and the pointer reloaded from the constant bank: 32
-// registers), and ptxas interleaved the first adds with the last loads -- 4 waits on memory, not 1
-// (sass_mix --rounds with ptxas's scoreboards, 2026-11-28).
+// load takes its own address arithmetic, and ptxas interleaves the first adds with the last loads
+// (several waits on memory, not 1).
 template <int ST>
 __device__ __forceinline__ float rms_scale_st(const float* x, int n, float eps, float* smem32) {
     const int lane = threadIdx.x & 31;

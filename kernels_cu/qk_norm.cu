@@ -4,6 +4,9 @@
 //   (0 for Q, q_dim for K), n_heads of head_dim contiguous floats each; w is float[head_dim].
 //   Each head: v = v * rsqrt(mean(v^2) + eps) * w.
 // Launch: grid = n_tokens * n_heads (one block per head row), block = 32..128 threads.
+// Batch invariance: a head's sum of squares is reduced in a fixed tree for a given block size (the
+// launcher's choice from head_dim only), so a head's bits do not depend on the other tokens.
+// Bound: latency -- a head is head_dim floats; the grid is the parallelism.
 #include "common.cuh"
 
 extern "C" __global__ void qk_norm_f32(float* qkv, const float* w, int n_tokens, int n_heads, int head_dim,

@@ -5,6 +5,9 @@
 //   its post-norm into the residual stream (gemma3's sandwich norms): rmsnorm_f32 then add_f32 in
 //   one pass (the add may fuse with the last product). x must not alias y.
 // Launch: grid = rows (one block per row), block = a multiple of 32 up to 1024 (256 suggested).
+// Batch invariance: a row's sum of squares is reduced in a fixed order for a given block size (the
+// launcher's choice depends on n only), so a row's bits do not depend on the other rows.
+// Bound: memory -- a row read and written once (8n bytes; 12n for rmsnorm_add).
 #include "common.cuh"
 
 template <typename T, bool ADD = false>

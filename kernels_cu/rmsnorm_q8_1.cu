@@ -16,6 +16,8 @@
 // and int sum are xor-butterfly shuffles (fixed order), lane 0 writes d and s.
 // Launch: rmsnorm_q8_1 grid = rows, block = 128 (n <= 256), 256 (n <= 2048) or 1024 threads;
 // quantize_q8_1 grid = (rows, n / 2048 rounded up), block = 512 threads.
+// Batch invariance: a row's arithmetic depends on the row and n only (the block size is n's), and
+// a q8_1 block's on its 32 values only.
 // Bound: memory -- reads 4n bytes, writes ~1.3n; a few us per step, one launch per norm.
 #include "q8_1_rows.cuh"
 

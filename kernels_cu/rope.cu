@@ -13,6 +13,9 @@
 // instead of the ~pos * 2e-7 rad a float angle carries (1.6e-3 rad at pos 8000).
 // Launch: 1-D grid-stride over n_tokens * head_dim/2 (token, pair) items; any block size
 // (128 suggested), grid = ceil(items / block) (may be capped: the loop covers the rest).
+// Batch invariance: a (token, pair)'s rotation depends on its position and values only.
+// Bound: memory -- each Q and K element read and written once; the angles cost a few double ops a
+// (token, pair).
 #include "common.cuh"
 
 template <bool NEOX>

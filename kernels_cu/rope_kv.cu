@@ -15,7 +15,7 @@
 //      rope.cu's arithmetic exactly, kept in shared memory; then a thread per (head, pair)
 //      rotates, so the rotation equals rope.cu's bits and every rotation of a token runs at once;
 //   3. K and V of the token into its slot (q8_0: a warp per 32-value block, kv_cache.cu's rule).
-// Each token's arithmetic depends on that token only.
+// Batch invariance: each token's arithmetic depends on that token only.
 // Launch: grid = n_tokens, block = (n_heads + n_kv_heads) * head_dim / 2 threads rounded up to a
 // warp, 128 to 1024 (results do not depend on it: every thread's work is one head's or one pair's).
 // Bound: latency -- a few KB per token; the point is two to four fewer launches per layer.

@@ -8,8 +8,7 @@
 // Latency, not work, is what a token costs (a few KB): every loop below loads all a thread's values
 // of a pass (RK_BATCH of them) before it stores the first. A loop that stored each value as it
 // arrived could not issue the next load before the store (the two may alias, for all the compiler
-// knows): a round trip an element (the SASS of 2026-11-28: the norm's scale loop 4 a head at
-// head_dim 128, the rotations 3 at 1024 threads, 20 at the layer kernel's 128, the K and V copies 2).
+// knows): a round trip an element.
 #define RK_BATCH 4
 #define RK_PER_LANE (2 * RK_MAX_HALF / 32)  // a head's values a lane holds in the norm
 

@@ -1,85 +1,44 @@
-// sampling.cu -- pick the next token of R requests on the device; only the ids come back.
+// sampling.cu -- pick the next token of R requests on the device, a block a row; only the ids come
+// back. The rule (history, penalties, greedy, top-k / top-p / min-p, the draw): sampling_rule.cuh.
 //
-// sample_rows(logits, vocab, params, top_k, seeds, steps, seen_bits, words, slots, clear,
-//             add_off, add_ids, counts, cwords, count_n, slot_bias, bias_stride, mask_idx, masks,
-//             out, scratch)
-//   logits    f32 [R, vocab]     each request's last-token logits (row-major, rows contiguous)
-//   params    f32 [R, 6]         temperature, top_p, min_p, repetition_penalty, presence_penalty,
-//                                frequency_penalty
-//   top_k     i32 [R]            0 (or >= vocab) = off
-//   seeds     u64 [R]            per-request seed
-//   steps     i32 [R]            tokens the request generated so far (the counter of the generator)
-//   seen_bits u32 [*, words]     the repetition-penalty history, kept on the device across steps:
-//                                bit id of slot s is set once id was fed or generated (words =
-//                                ceil(vocab / 32)); a request owns one slot while it runs
-//   slots     i32 [R]            the row's history slot; -1: the row has no history (no penalty,
-//                                no bias)
-//   clear     i32 [R]            1: the slot was just (re)assigned: zero its bits and counts first
-//   add_off   i32 [R+1]          ids new to the row's history this step are
-//   add_ids   i32 [*]              add_ids[add_off[r] .. add_off[r+1]) (out-of-range ids ignored)
-//   counts    u32 [*, cwords]    per slot, how often each id was *generated* (presence/frequency):
-//                                u16 saturating at 65535, two per word (id 2j low half, 2j+1 high),
-//                                cwords = ceil(vocab / 2). The kernel adds the id it picks itself.
-//   count_n   i32 [R]            the last count_n[r] ids of the row's add list are generated ids
-//                                to count (a re-admitted request rebuilding its counts; else 0)
-//   slot_bias i32 [*, stride]    per slot, its logit_bias: [n, ids[0..half), float bits of the
-//                                biases [half..2*half)] with half = (stride - 1) / 2; ids distinct
-//   mask_idx  i32 [R]            -1: no allowed-token mask; else the row of `masks` to apply
-//   masks     u32 [*, words]     bit id set = id allowed (structured output)
-//   out       i32 [R]            the chosen ids (-1: the row's mask allows no id); each also set in
-//                                its row's history slot and counted there: the host never sends a
-//                                generated id, so the next step may be scheduled before this one's
-//                                ids are back
-//   scratch   f32 [R, 2*vocab]   plane 0: penalised logits z; plane 1: weights w = exp((z-max)/T)
-// seen_update(the same history and count arguments, vocab): only the history update, one block
-//   per row (for the rare step whose new ids do not fit the step's buffers).
+// sample_rows(logits, vocab, params, top_k, seeds, steps, seen_bits, words, slots, clear, add_off,
+//             add_ids, counts, cwords, count_n, slot_bias, bias_stride, mask_idx, masks, out, scratch)
+//   logits f32 [R, vocab]: each request's last-token logits, rows contiguous; params f32 [R, 6]:
+//   temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty; top_k i32 [R]
+//   (0 or >= vocab: off); seeds u64 [R], a request's seed; steps i32 [R]: tokens the request
+//   generated so far (the counter of the generator)
+//   seen_bits u32 [*, words]  the repetition-penalty history, kept on the device across steps: bit id
+//     of slot s is set once id was fed or generated (words = ceil(vocab / 32)); a request owns one slot
+//     while it runs. slots i32 [R]: the row's slot, -1: no history (no penalty, no bias); clear i32 [R]:
+//     1 = the slot was just (re)assigned: zero its bits and counts first
+//   add_off i32 [R+1], add_ids i32 [*]: ids new to the row's history this step are
+//     add_ids[add_off[r] .. add_off[r+1]) (out-of-range ids ignored)
+//   counts u32 [*, cwords]  per slot, how often each id was *generated* (presence/frequency): u16
+//     saturating at 65535, two per word (id 2j low half, 2j+1 high), cwords = ceil(vocab / 2); the
+//     kernel adds the id it picks itself. count_n i32 [R]: the last count_n[r] ids of the row's add
+//     list are generated ids to count (a re-admitted request rebuilding its counts; else 0)
+//   slot_bias i32 [*, stride]  per slot, its logit_bias: [n, ids[0..half), float bits of the biases
+//     [half..2*half)] with half = (stride - 1) / 2; ids distinct
+//   mask_idx i32 [R]: -1, no allowed-token mask; else the row of masks u32 [*, words] (bit id set =
+//     id allowed: structured output) to apply
+//   out i32 [R]  the chosen ids (-1: the row's mask allows no id); each also set in its row's history
+//     slot and counted there, so the next step may be scheduled before this one's ids are back
+//   scratch f32 [R, 2*vocab]  plane 0: penalised logits z; plane 1: weights w = exp((z-max)/T)
+// seen_update(the same history and count arguments, vocab): only the history update, a block a row
+//   (for the rare step whose new ids do not fit the step's buffers).
+//
+// No sort: the top-k and top-p cuts are found by a 16-ary search on the 32-bit key, four bits a pass
+// (the largest key t with count(key >= t) >= k, resp. mass(key >= t) >= P): 8 passes, each a
+// coalesced sweep of the row (O(vocab / threads) per thread) with 15 block-wide counting / summing
+// reductions. Ties at the cut are kept by lowest id, ranked with a block-wide exclusive scan.
 // Launch: grid = R (one block per row), block = a multiple of 32 up to 1024 (256 suggested).
-//
-// Semantics (the NumPy twin is sharpinf.ops.sampling.sample_reference):
-//  0. The row's history gets this step's new ids (so only new ids cross to the device).
-//     At the end the chosen id joins it too, and is counted (sample_emit).
-//  1. z from the raw logits x, in vLLM's order:
-//     a. allowed-token mask: a disallowed id's z is -inf (whatever x is, NaN included) and it is
-//        never chosen, greedy or not. A mask that allows no id in [0, vocab): out = -1.
-//     b. logit_bias: z[id] += bias (float32 add).
-//     c. repetition penalty (llama.cpp/CTRL) on every seen id: v / penalty if v > 0, else
-//        v * penalty (each id once: a bit per id).
-//     d. presence/frequency (OpenAI): with c = the id's generated count, if c > 0:
-//        z = (z - c * frequency) - presence (each op rounded to float32, no contraction).
-//  2. temperature == 0: greedy argmax of z, ties to the lowest id (NaN wins, as in np.argmax).
-//  3. Otherwise w_i = expf((z_i - max z) / T) (unnormalised probabilities, max weight 1) and the
-//     tokens are ranked by z descending, ties by lowest id (z compared through an order-
-//     preserving uint32 key; -0 == +0). Every mass below is a sum of the weights in 40-bit fixed
-//     point, q_i = floor(w_i * 2^40) (u64; exact in any order, so every path and every grid sums
-//     the same integers; a weight below 2^-40 of the largest counts as 0 and is never chosen).
-//     Q = the sum of all q. The kept set is the intersection of three prefixes of the ranking:
-//     top-k (the first k), top-p (a token stays iff the mass ranked strictly before it is < P,
-//     P = max(1, trunc(top_p * Q)) in double: the smallest prefix reaching it, the crossing token
-//     stays), min-p (w_i >= min_p, i.e. p_i >= min_p * p_max; all ties alike).
-//  4. One 24-bit uniform u24 per (seed, step) from a counter-based 64-bit hash (no state, so the
-//     same seed and step give the same u whatever else is in the batch). With K = the kept mass,
-//     target = floor(u24 * K / 2^24) (exact) and the chosen token is the first kept token in
-//     ascending id order whose running kept mass exceeds target (target < K: one always does).
-//     A row with a NaN, or without a finite maximum (all -inf, or +inf), falls back to greedy.
-//  5. The chosen id's count in the row's slot goes up by one (saturating), so the host never
-//     sends generated ids for the counts.
-//
-// Cost: a row without a slot or mask reads neither; a row with a slot reads its bias list (n
-// entries) and, with presence/frequency on, its counts (vocab * 2 bytes); a masked row reads
-// words * 4 bytes of mask.
-//
-// No sort: the top-k and top-p cuts are found by a 16-ary search on the 32-bit key, four bits
-// per pass (the largest key t with count(key >= t) >= k, resp. mass(key >= t) >= P):
-// 8 passes, each a coalesced sweep of the row (O(vocab / threads) per thread) with 15 block-wide
-// counting / summing reductions. Ties at the cut are kept by lowest id, ranked with a block-wide
-// exclusive scan. Per row: ~4 sweeps without top-k/top-p, +9 for each.
-//
-// Determinism: every mass is an integer (rule 3), so the sums are exact whatever their order;
-// the only float work is elementwise (z, w) and the same expression on every path
-// (sampling_rule.cuh). No atomics in the choice (only in the history and count updates, which
-// commute); nothing depends on thread timing, the block size or other rows. Across backends
-// only expf can differ (a choice differs only where a cut lands within an ulp of a weight).
-// sampling_radix.cu is the same rule over many blocks a row, for the GPU: the same tokens.
+// Batch invariance: every mass is an integer (rule 3), so the sums are exact whatever their order;
+// the float work is elementwise (z, w), one expression on every path. No atomics in the choice (only
+// in the history and count updates, which commute); nothing depends on thread timing, the block size
+// or other rows. sampling_radix.cu is the same rule over many blocks a row: the same tokens.
+// Bound: one SM's sweeps of the row (~4 without top-k/top-p, +9 for each); a row with a slot also
+// reads its bias list (n entries) and, with presence/frequency on, its counts (vocab * 2 bytes); a
+// masked row words * 4 bytes of mask; a row without a slot or mask reads neither.
 #include "sampling_rule.cuh"
 
 #define SAMPLE_MAX_THREADS 1024

@@ -1,11 +1,10 @@
 // sampling_radix.cu -- sampling.cu's rule (the same token for every row, bit for bit) with each
-// row split over many blocks, for the GPU: one block a row reads 2 x vocab floats ~10 times
-// from one SM (~260 us a row at 152k ids on an H100); here every pass is spread over the SMs.
+// row split over many blocks, for the GPU: one block a row reads 2 x vocab floats ~10 times from
+// one SM; here every pass is spread over the SMs.
 //
 // Algorithm: the row is cut into fixed segments of SAMPLE_SEG ids (the grid's x); every
 // reduction over the row is an integer one (fixed-point masses, counts, a packed argmax) done
-// with atomics, which are exact in any order -- so the result depends on no grid, block or
-// timing, and equals sampling.cu's. The top-k and top-p cuts are two radix selects on the
+// with atomics, which are exact in any order. The top-k and top-p cuts are two radix selects on the
 // 32-bit key, 8 bits a pass (4 passes, both searches in the same sweeps): each pass builds a
 // 256-bin histogram (counts; counts and masses) of the ids under the prefix chosen so far, in
 // shared memory, then adds it to the row's global one; the next launch picks its bin by a
@@ -26,13 +25,14 @@
 // sharpinf.ops.sampling.radix_acc_words gives acc_stride). A row without top-k and top-p skips
 // the histograms and returns from the three passes at once.
 //
-// Tiles and bound: a (segment, row) block holds 4096 ids, 16 a thread; every pass is a sweep of
-// the segment (z and w stay in L2: 1.2 MB a row at 152k), a thread's 16 values loaded before it
-// uses the first (radix_fetch: one round trip to L2 a sweep; until 2026-11-28 the sweeps that
-// stored or counted with atomics waited on each load in turn, 16 round trips a launch). Bound:
-// the launches' latency (a few us each in a graph) -- the work is ~40 MB/s of L2 traffic per row,
-// nothing. Expected: ~15-25 us a row at 152k ids (against ~260 us for sampling.cu's one block);
-// registers 64-80 (256-thread blocks: 3 an SM, against a grid of 38 blocks a row at 152k).
+// Tiles: a (segment, row) block holds 4096 ids, 16 a thread; every pass is a sweep of the segment
+// (z and w stay in L2: 1.2 MB a row at 152k), a thread's 16 values loaded before it uses the first
+// (radix_fetch: one round trip to L2 a sweep).
+// Batch invariance: every reduction is an exact integer one, so the result depends on no grid, block,
+// timing or other row, and equals sampling.cu's.
+// Bound: the launches' latency (a few us each in a graph) -- the work is ~40 MB/s of L2 traffic per
+// row, nothing. Expected: ~15-25 us a row at 152k ids (against ~260 us for sampling.cu's one block on
+// an H100); 256-thread blocks, a grid of 38 blocks a row at 152k.
 #include "sampling_rule.cuh"
 
 #define SAMPLE_SEG 4096
@@ -117,8 +117,8 @@ __device__ __forceinline__ bool radix_samples(const RadixRow& r) {
 // --- a thread's ids of the segment -------------------------------------------------------
 // Thread t takes the ids lo + t + 256 k (k < RADIX_PER) below hi. A sweep loads all of a thread's
 // values before it uses the first -- one round trip to L2, not 16: a loop that stored or counted
-// (an atomic) each value as it arrived waited on its load once an id (the SASS, 2026-11-28) --
-// and then visits them in k order. The results are the same: every per-id step is independent and
+// (an atomic) each value as it arrived would wait on its load once an id -- and then visits them
+// in k order. The results are the same: every per-id step is independent and
 // every reduction an exact integer one.
 #define RADIX_PER (SAMPLE_SEG / SAMPLE_RADIX_THREADS)  // 16
 __device__ __forceinline__ int radix_id(const RadixRow& r, int k) { return r.lo + (int)threadIdx.x + k * SAMPLE_RADIX_THREADS; }

@@ -1,10 +1,39 @@
-// sampling_rule.cuh -- the pieces of the sampling rule (sampling.cu's header states it) that every
-// sampling kernel shares, so that each path picks the same token for the same row:
-// the counter-based uniform, the order-preserving key, the 40-bit fixed-point weights, the
-// top-p and final-pick targets, the penalties of rule 1, and the history/count updates.
-// Masses are integers on purpose: a u64 sum is exact in any order, so a one-block kernel, a
-// kernel that splits the row over many blocks (sampling_radix.cu) and the NumPy twin
-// (sharpinf.ops.sampling) agree without sharing a reduction tree.
+// sampling_rule.cuh -- the sampling rule (the NumPy twin: sharpinf.ops.sampling.sample_reference),
+// and the pieces of it every sampling kernel shares (sampling.cu, sampling_radix.cu), so that each
+// path picks the same token for the same row: the counter-based uniform, the order-preserving key,
+// the 40-bit fixed-point weights, the top-p and final-pick targets, the penalties of rule 1, and the
+// history/count updates.
+//  0. The row's history gets this step's new ids (so only new ids cross to the device).
+//     At the end the chosen id joins it too, and is counted (sample_emit).
+//  1. z from the raw logits x, in vLLM's order:
+//     a. allowed-token mask: a disallowed id's z is -inf (whatever x is, NaN included) and it is
+//        never chosen, greedy or not. A mask that allows no id in [0, vocab): out = -1.
+//     b. logit_bias: z[id] += bias (float32 add).
+//     c. repetition penalty (llama.cpp/CTRL) on every seen id: v / penalty if v > 0, else
+//        v * penalty (each id once: a bit per id).
+//     d. presence/frequency (OpenAI): with c = the id's generated count, if c > 0:
+//        z = (z - c * frequency) - presence (each op rounded to float32, no contraction).
+//  2. temperature == 0: greedy argmax of z, ties to the lowest id (NaN wins, as in np.argmax).
+//  3. Otherwise w_i = expf((z_i - max z) / T) (unnormalised probabilities, max weight 1) and the
+//     tokens are ranked by z descending, ties by lowest id (z compared through an order-
+//     preserving uint32 key; -0 == +0). Every mass below is a sum of the weights in 40-bit fixed
+//     point, q_i = floor(w_i * 2^40) (u64; exact in any order, so every path and every grid sums
+//     the same integers; a weight below 2^-40 of the largest counts as 0 and is never chosen).
+//     Q = the sum of all q. The kept set is the intersection of three prefixes of the ranking:
+//     top-k (the first k), top-p (a token stays iff the mass ranked strictly before it is < P,
+//     P = max(1, trunc(top_p * Q)) in double: the smallest prefix reaching it, the crossing token
+//     stays), min-p (w_i >= min_p, i.e. p_i >= min_p * p_max; all ties alike).
+//  4. One 24-bit uniform u24 per (seed, step) from a counter-based 64-bit hash (no state, so the
+//     same seed and step give the same u whatever else is in the batch). With K = the kept mass,
+//     target = floor(u24 * K / 2^24) (exact) and the chosen token is the first kept token in
+//     ascending id order whose running kept mass exceeds target (target < K: one always does).
+//     A row with a NaN, or without a finite maximum (all -inf, or +inf), falls back to greedy.
+//  5. The chosen id's count in the row's slot goes up by one (saturating), so the host never
+//     sends generated ids for the counts.
+// Masses are integers on purpose: a u64 sum is exact in any order, so a one-block kernel, a kernel
+// that splits the row over many blocks and the NumPy twin agree without sharing a reduction tree.
+// Across backends only expf can differ (a choice differs only where a cut lands within an ulp of a
+// weight).
 #pragma once
 #include "common.cuh"
 
