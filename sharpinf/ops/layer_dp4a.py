@@ -85,6 +85,12 @@ class LinkStep:
     act: str
 
 
+def link_scratch(be, cfg, cap) -> dict:
+    """The registry's scratch of link=layer (besides the grid barrier): its attention norm's q8_1 output,
+    a buffer of its own."""
+    return {"linkq": Q8Act.empty(be, cap.tokens, cfg.n_embd)}
+
+
 def _declines(post: LinkPost | None, pre: LinkPre | None, s: LinkStep) -> bool:
     types = set(post.qtypes if post else ()) | ({pre.qtype} if pre else set())
     rope_ok = (s.head_dim % 2 == 0 and s.head_dim <= 256 and (s.kv_dtype != "q8_0" or s.head_dim % 32 == 0)
