@@ -16,7 +16,8 @@ from sharpinf.errors import SharpinfError
 from sharpinf.step.forward import ForwardPass
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
-from sharpinf.ops.variants import FAST, KernelChoice, choices_for, describe_variants, resolve_kernels, variant_names
+from sharpinf.ops.variant_table import declares, describe_variants
+from sharpinf.ops.variants import FAST, KernelChoice, choices_for, resolve_kernels, variant_names
 from asserts import assert_bits
 
 
@@ -300,7 +301,7 @@ def test_a_matmul_variant_brings_the_norm_it_declares(emu):
     register(Variant("matmul", "mine", ("matmul.cu",), mm_ops.matmul, "a test's", activations="f32", norm=norm))
     try:
         fp = ForwardPass(_model("llama"), emu, kernels="matmul=mine", compile_ahead=False)
-        assert fp.choice.of("matmul").declares == "f32 activations, norm norm" and not fp.choice.q8_activations
+        assert declares(fp.choice.of("matmul")) == "f32 activations, norm norm" and not fp.choice.q8_activations
         assert rows  # the dry run of the step's dispatch called it: two norms a layer, then the head's
     finally:
         unregister("matmul", "mine")

@@ -23,8 +23,8 @@ def list_variants(json_out: bool = typer.Option(False, "--json", help="Machine-r
     token range, scratch, rounding, requirements, bits), the kernel sets that pick it."""
     from pathlib import Path
 
-    from sharpinf.ops.variant_table import markdown_table, write_table
-    from sharpinf.ops.variants import describe_variants, registry_file
+    from sharpinf.ops.variant_table import describe_variants, markdown_table, write_table
+    from sharpinf.ops.variants import registry_file
 
     rows = describe_variants()
     if json_out:

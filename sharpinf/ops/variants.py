@@ -1,25 +1,21 @@
 """Kernel variants: for each op, the readable baseline and the faster kernels beside it, declared
-once in the registry, variants.toml -- which variants there are, their files, launchers, scratch,
-rounding, requirements and token ranges, and the named sets (`sharpinf kernels list` prints them;
-README's and ARCHITECTURE's variant tables are generated from it).
+once in the registry, variants.toml -- files, launchers, scratch, rounding, requirements, token
+ranges, and the named sets (`sharpinf kernels list` prints them; the docs' tables are generated).
 
-A Variant is one [[variant]] entry. Everything reads them: dispatch (StepKernels calls the chosen
-Variant's launchers, never a name test), the Workspace (each chosen variant's scratch), the oracles
-(its declared rounding and activations), kernels_used (a dry run of that dispatch), `--kernels all`,
-the CLI, the kernels bench, the kernel tests' parameters and the ptxas report. An entry with an
-unknown key, a missing launcher, a function that is not there or a requirement nobody can meet fails
-at import in one line; a choice naming an unregistered variant, or breaking a variant's requirement,
-fails when it is made; and a ForwardPass whose step launches none of a chosen variant's own kernels
-fails at construction (`check_dispatched`), so a variant never runs another's kernels under its name.
-`sharpinf kernels new OP NAME` adds one (docs/adding-a-variant.md walks the loop).
+A Variant is one [[variant]] entry, and everything reads it: dispatch (StepKernels calls the chosen
+Variant's launchers, never a name test), the Workspace (its scratch), the oracles (its rounding and
+activations), kernels_used, `--kernels all`, the CLI, the kernels bench, the kernel tests and the
+ptxas report. A bad entry fails at import in one line (ops/registry_file.py); a choice naming an
+unregistered variant, or breaking a requirement, fails when it is made; a ForwardPass whose step
+launches none of a chosen variant's own kernels fails at construction (`check_dispatched`), so a
+variant never runs another's kernels under its name. `sharpinf kernels new OP NAME` adds one
+(docs/adding-a-variant.md).
 
-A choice is a named set ("simple": the baselines; "fast", "tensor", "tuned": variants.toml says
-why each), a dict {op: variant}, the same as text ("matmul=dp4a,attention=split"), or "auto"
-(the default): "fast" on a GPU, "simple" on the CPU emulator, which runs each thread's C++ on one
-core and runs the readable kernels faster. Every variant passes every oracle the baseline passes,
-and every choice is batch-invariant, prefill and decode included: a variant that picks a kernel by
-the step's size picks among bit-identical ones (its `bits`), so a token's logits do not depend on
-the step it is in.
+A choice is a named set ("simple": the baselines; "fast", "tensor", "tuned": variants.toml says why),
+a dict {op: variant}, the same as text ("matmul=dp4a,attention=split"), or "auto" (the default): fast
+on a GPU, simple on the CPU emulator (which runs the readable kernels faster). Every variant passes
+every oracle the baseline passes, and every choice is batch-invariant: a variant that picks a kernel
+by the step's size picks among bit-identical ones (its `bits`).
 """
 
 from __future__ import annotations
@@ -53,10 +49,6 @@ def registry_file() -> Path:
     return Path(env).expanduser() if env else REGISTRY_FILE
 
 
-def _text(value) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 @dataclass(frozen=True)
 class Requirement:
     """What a variant needs of the rest of a choice: "OP=NAME" (that op runs that variant) or
@@ -75,7 +67,8 @@ class Requirement:
         return cls(op, key if dot else "name", value.strip())
 
     def met(self, v: "Variant") -> bool:
-        return _text(getattr(v, self.key)) == self.value
+        value = getattr(v, self.key)
+        return (str(value).lower() if isinstance(value, bool) else str(value)) == self.value
 
     def __str__(self) -> str:
         return f"{self.op}={self.value}" if self.key == "name" else f"{self.op}.{self.key}={self.value}"
@@ -155,22 +148,6 @@ class Variant:
     def label(self) -> str:
         return f"{self.op}={self.name}"
 
-    @property
-    def declares(self) -> str:
-        """What it declares beyond its files, in words ('' for none): `kernels list`, the docs' tables."""
-        out = []
-        if self.activations:
-            gate_up = f", gate+up {self.gate_up.__name__}" if self.gate_up else ""
-            out.append(f"{self.activations} activations, norm {self.norm.__name__}{gate_up}")
-        if self.min_tokens > 1 or self.max_tokens is not None:
-            out.append(" and ".join(([f">= {self.min_tokens}"] if self.min_tokens > 1 else [])
-                                    + ([f"<= {self.max_tokens}"] if self.max_tokens is not None else [])) + " tokens")
-        out += [f"scratch {', '.join(s.__name__ for s in self.scratch)}"] if self.scratch else []
-        out += [f"rounding {self.rounding}"] if self.rounding != "f32" else []
-        out += [f"requires {', '.join(map(str, self.requires))}"] if self.requires else []
-        out += [f"{self.bits}'s bits"] if self.bits else []
-        return "; ".join(out)
-
 
 _FIELDS = {f.name for f in fields(Variant)}
 REGISTRY: dict[str, dict[str, Variant]] = {op: {} for op in OP_NAMES}  # the first of each op is its baseline
@@ -208,11 +185,11 @@ def variant(op: str, name: str) -> Variant:
 
 
 def variants_of(op: str) -> tuple[str, ...]:
+    """The op's registered variant names, baseline first, as the registry holds them now."""
     return tuple(REGISTRY[op])
 
 
 def variant_names() -> dict[str, tuple[str, ...]]:
-    """{op: registered variant names, baseline first}, as the registry holds them now."""
     return {op: variants_of(op) for op in OP_NAMES}
 
 
@@ -336,13 +313,8 @@ def _is_auto(spec) -> bool:
     return spec is None or (isinstance(spec, str) and spec.strip().lower() == AUTO)
 
 
-def _set_name(spec) -> str | None:
-    return spec.strip().lower() if isinstance(spec, str) and spec.strip().lower() in SETS else None
-
-
 def check_kernels(spec) -> None:
-    """Raise one clear line for a choice that names no op or variant, or breaks a requirement (before
-    anything loads)."""
+    """One clear line, before anything loads, for a choice naming no op or variant or breaking a requirement."""
     if not _is_auto(spec) and not (isinstance(spec, str) and spec.strip().lower() == "all"):
         KernelChoice.parse(spec)
 
@@ -354,7 +326,7 @@ def resolve_kernels(spec, cfg, backend=None, model=None) -> KernelChoice:
     for by name must fit."""
     if _is_auto(spec):
         spec = "fast" if getattr(backend, "gpu_shapes", False) else "simple"
-    set_name = _set_name(spec)
+    set_name = spec.strip().lower() if isinstance(spec, str) and spec.strip().lower() in SETS else None
     if set_name is None:
         choice = KernelChoice.parse(spec)
         why = unsupported(choice, cfg, model)
@@ -398,11 +370,9 @@ def check_dispatched(choice: KernelChoice, launched_files, ops: tuple[str, ...] 
 
 
 def choices_for(spec: str, cfg=None, model=None) -> list:
-    """`--kernels all`: the named sets, and a choice for each registered variant no set holds (over the
-    baselines, with what its requirements need): between them every variant of every op. Given a model
-    (cfg, and model for its weight types), only the ops it runs (a dense model: no moe variant's own
-    choice, which would run the baseline's kernels again) and the variants that fit it (a note says
-    which did not). Any other spec stands for itself (resolved per backend by resolve_kernels)."""
+    """`--kernels all`: the sets, and a choice for each variant no set holds (over the baselines, with what
+    it requires): every variant of every op -- given a model, of the ops it runs, those that fit it (a note
+    says which did not). Any other spec stands for itself (resolved per backend by resolve_kernels)."""
     if not (isinstance(spec, str) and spec.strip().lower() == "all"):
         check_kernels(spec)
         return [spec]
@@ -421,13 +391,6 @@ def choices_for(spec: str, cfg=None, model=None) -> list:
                 continue
             out.append(",".join(f"{o}={n}" for o, n in ops.items()))
     return out
-
-
-def describe_variants() -> list[dict]:
-    """One row per registered (op, variant): what `sharpinf kernels list`, the bench and the docs show."""
-    return [{"op": op, "variant": v.name, "baseline": i == 0, "files": list(v.files), "summary": v.summary,
-             "declares": v.declares, "like": v.like, "sets": [s for s, ops in SETS.items() if ops[op] == v.name]}
-            for op in OP_NAMES for i, v in enumerate(REGISTRY[op].values())]
 
 
 from sharpinf.ops.registry_file import load_registry  # noqa: E402  (it fills REGISTRY and SETS)
