@@ -6,7 +6,7 @@
 # bench/results/gpu/<gpu>-<date>/ and come back as $OUT/results.tgz.
 # Seen on an H200 (2026-11-26): setup 13 s, peers 104 s, the matmul suite below 67 s (the simple
 # baseline's N = 2048 rows alone overran 130 s), attention 50 s, GPU tests 25 + 59 s. (The sampling,
-# the decode launch-floor runs and the 8B decode at 1-64 sequences on matmul=tuned were added after: not
+# the decode launch-floor runs and the 8B decode at 1-64 sequences on matmul=timed were added after: not
 # yet timed; nor the attention walks' check before the peers part -- NVRTC of two files' f16 entries,
 # ~20-40 s by estimate; the GPU tests get what is left of DEVICE_BUDGET_S -- a second call, `bash
 # bench/device_call.sh tests`, runs them if the first left too little.)
@@ -68,7 +68,7 @@
 #      now also times the row's serial fold (and Q8_0 at 64 registers, not 47): the N = 1 rows of
 #      kernels-matmul against the 2026-11-26 ones say what the matvecs gained.
 #   2. the launch floor (issue 20): decode-{fast,ffn,layer}.log and the link kernels JSON -- if
-#      matmul=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
+#      link=layer (73 launches a SmolLM2 step) beats fast, the fast set takes it for <= 8 tokens.
 #      Since 2026-11-29 the fused kernels' row loops take G compiled in (ffn_dp4a's and layer_dp4a's
 #      _g16_32 / _g32_32 entries, as the separate launches' since 2026-11-28: their chunk loops had been the
 #      run-time-G ones, 360 -> 277 instructions down's 8-token chunk) and the link is held to 8 blocks an SM
@@ -129,10 +129,10 @@
 #      N = 1, 8, beside kernels-matmul's rows) and decode-fast-pdl.log (the decode suite, eager, beside
 #      decode-fast.log). If on wins, SHARPINF_PDL becomes the default on sm_90
 #      (cuda_backend.py's _pdl_launcher).
-#   8. matmul=tuned (2026-11-29, never on a GPU: ops/matmul_tuned.py): each launch shape on the fastest of
+#   8. matmul=timed (2026-11-29, then named tuned; never on a GPU: ops/matmul_tuned.py): each launch shape on the fastest of
 #      dp4a, gemv, mmq and mmq_narrow by CUDA events, timed when a plan is first recorded. decode8b-tuned.log
 #      (B = 1, 8, 64) beside the peers part's decode_sN rows on fast, tg-tuned-qwen3.log beside its tg128,
-#      the prefill suite's matmul=tuned row (the peers part's pp512 takes the fastest of its rows); every
+#      the prefill suite's matmul=timed row (the peers part's pp512 takes the fastest of its rows); every
 #      JSON's "matmul_tuned" lists each shape's candidates' microseconds and the pick -- the thresholds best's
 #      rule should have, read off directly. If tuned is at least fast everywhere, the fast set takes it
 #      (variants.py SETS["fast"]["matmul"] = "tuned"; `--kernels tuned` is that set today); the GPU tests include
@@ -292,7 +292,9 @@ if has kernels; then
     > "$OUT/walk-rule-fit.log" 2>&1
   [ "$DRY" = 1 ] || tail -2 "$OUT/walk-rule-fit.log"
   for k in fast ffn layer; do
-    spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
+    spec=$k  # the fused FFN (ffn=fused) and the link (link=layer), each beside dp4a's linear layers
+    [ $k = ffn ] && spec="matmul=dp4a,ffn=fused,attention=split,rope_kv=fused,sample=radix"
+    [ $k = layer ] && spec="matmul=dp4a,link=layer,attention=split,rope_kv=fused,sample=radix"
     stamp "decode: SmolLM2 shape, kernels $spec"
     run decode-$k.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite decode --kernels "$spec" \
       --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k"
@@ -325,12 +327,12 @@ if has kernels; then
     --prefill-prompts 8 --prefill-len 128 --repeats 5 --out "$RUN/smollm2-135m-shape-prefill"
   stamp "prefill exit $?"; grep -iE "packed|x sequential" "$OUT/prefill.log" | tail -4
   pack
-  # the decode step at 1, 8 and 64 sequences on the 8B shape with matmul=tuned: each launch shape on the
+  # the decode step at 1, 8 and 64 sequences on the 8B shape with matmul=timed: each launch shape on the
   # fastest of dp4a, gemv, mmq and mmq_narrow by the GPU's clock (ops/matmul_tuned.py; never run on a
   # GPU before) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same
   # suite, context 192). Issue 19: the N = 64 step <= 2x the N = 1 step. The JSON's matmul_tuned rows
   # hold every candidate's time a shape: if tuned beats fast, the fast set takes it (variants.py SETS)
-  stamp "decode: 8B shape, matmul=tuned"
+  stamp "decode: 8B shape, matmul=timed"
   run decode8b-tuned.log 90 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
     --kernels tuned --batch-sizes 1,8,64 --context 192 \
     --out "$RUN/qwen3-8b-shape-decode-tuned"
@@ -420,12 +422,12 @@ if has probes; then
     --out "$RUN/qwen3-8b-shape-decode-gemv"
   stamp "decode 8B gemv exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-gemv.log"
   # the launch floor (issue 20): SmolLM2's shape decoding at 1 and 8 sequences, graphs on, in the fast
-  # set and with the decode layer in two launches (matmul=layer) or seven (matmul=ffn) -- the same bits
+  # set and with the decode layer in two launches (link=layer) or seven (ffn=fused) -- the same bits
   stamp "kernels: the fused FFN and the link on SmolLM2's shape"
   run kernels-link.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite kernels --op ffn,link \
     --batch-sizes 1,8 --prefill-sizes 128 --repeats 5 --out "$RUN/smollm2-135m-shape-link"
   stamp "kernels link exit $?"
-  # the fused kernels' registers (2026-11-29): matmul=layer held to 8 blocks an SM (LK_MIN_BLOCKS: 64
+  # the fused kernels' registers (2026-11-29): link=layer held to 8 blocks an SM (LK_MIN_BLOCKS: 64
   # registers, 4-8% more instructions a chunk; unbound 108-149, 3-4 blocks), the FFN unbound (72-80 in
   # these two models' entries; held to 8 blocks, 64, up to 12% more) -- both then the other way round, on
   # SmolLM2's shape (beside kernels-link.log) and on the 8B's (never timed: one wave of 3 blocks an SM

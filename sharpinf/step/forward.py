@@ -14,10 +14,8 @@ which tokens of which sequences run and where their KV lives. Per layer:
 through its post-norm before the add; qwen3moe: the FFN is the router's k experts of each token,
 weighted and added in rank order, the `moe` op; ModelConfig says which.)
 then only the rows that want logits: gather -> final rmsnorm -> LM head -> (sampling).
-Which kernels do each op is the `kernels` choice (ops/variants.py; step/kernels.py emits them):
-"simple", the readable baselines, 14 launches a layer (16 with qk-norm); "fast", q8_1
-activations, dp4a matmuls with fused epilogues, split-KV attention, fused RoPE + KV append, 9 a
-layer; "auto" (the default) is fast on a GPU and simple on the emulator.
+Which kernels do each op is the `kernels` choice (ops/variants.py; step/kernels.py emits them;
+`sharpinf kernels list` shows every variant and set); "auto" (the default) is fast on a GPU, simple on the emulator.
 
 How a step runs (see step/buffers.py and step/plan.py): the activations live in a
 Workspace allocated once; the batch is written into one pinned staging buffer and sent
@@ -299,7 +297,7 @@ class ForwardPass:
         sizes = sorted({1, 2, 4, 8, 16, 64, self.capacity.tokens})
         modes = (None, "split", "walk") if self.kernels.attn.shape else (None,)
         names = [n for size in sizes for mode in modes for part in self._launch_names(kv_dtype, size, mode)
-                 for n in (*part, *part.also)]  # also: kernels a launch may take instead (matmul=tuned's)
+                 for n in (*part, *part.also)]  # also: kernels a launch may take instead (matmul=timed's)
         return list(dict.fromkeys(names + [("sampling.cu", "seen_update")]))
 
     def launches_per_layer(self) -> int:
