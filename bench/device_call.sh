@@ -10,7 +10,7 @@
 #   peers    llama.cpp beside sharpinf, each timed alone on the GPU (bench/gpu_check.py --only peers)
 #   moe      the peers part on the Qwen3-30B-A3B shape, and the moe kernels (bench/results/gpu/moe/)
 #   kernels  the matmul variants on the 8B shape at the token counts that set the thresholds,
-#            attention (split and walk), SmolLM2's decode, PDL, sampling, packed prefill, matmul=tuned
+#            attention (split and walk), SmolLM2's decode, PDL, sampling, packed prefill, matmul=timed
 #   probes   the same kernels compiled another way (SHARPINF_NVRTC_OPTIONS: the kernels' #ifndef
 #            knobs), gemv's 8B decode, the link kernels
 #   ncu      Nsight Compute counters of the kernels the next kernel work is about (bench/ncu_targets.py)
@@ -191,7 +191,9 @@ if has kernels; then
     > "$OUT/walk-rule-fit.log" 2>&1
   [ "$DRY" = 1 ] || tail -2 "$OUT/walk-rule-fit.log"
   for k in fast ffn layer; do
-    spec=$k; [ $k = fast ] || spec="matmul=$k,attention=split,rope_kv=fused,sample=radix"
+    spec=$k  # the fused FFN (ffn=fused) and the link (link=layer), each beside dp4a's linear layers
+    [ $k = ffn ] && spec="matmul=dp4a,ffn=fused,attention=split,rope_kv=fused,sample=radix"
+    [ $k = layer ] && spec="matmul=dp4a,link=layer,attention=split,rope_kv=fused,sample=radix"
     stamp "decode: SmolLM2 shape, kernels $spec"
     run decode-$k.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite decode --kernels "$spec" \
       --batch-sizes 1,8 --out "$RUN/smollm2-135m-shape-decode-$k"
@@ -224,12 +226,12 @@ if has kernels; then
     --prefill-prompts 8 --prefill-len 128 --repeats 5 --out "$RUN/smollm2-135m-shape-prefill"
   stamp "prefill exit $?"; grep -iE "packed|x sequential" "$OUT/prefill.log" | tail -4
   pack
-  # the decode step at 1, 8 and 64 sequences on the 8B shape with matmul=tuned: each launch shape on the
+  # the decode step at 1, 8 and 64 sequences on the 8B shape with matmul=timed: each launch shape on the
   # fastest of dp4a, gemv, mmq and mmq_narrow by the GPU's clock (ops/matmul_tuned.py; never run on a
   # GPU before) -- fast's own figures at B = 1, 8, 64 are the peers part's decode_sN rows (the same
   # suite, context 192). Issue 19: the N = 64 step <= 2x the N = 1 step. The JSON's matmul_tuned rows
   # hold every candidate's time a shape: if tuned beats fast, the fast set takes it (variants.py SETS)
-  stamp "decode: 8B shape, matmul=tuned"
+  stamp "decode: 8B shape, matmul=timed"
   run decode8b-tuned.log 90 python3 -m sharpinf bench qwen3-8b-shape:Q4_K --backend cuda --suite decode \
     --kernels tuned --batch-sizes 1,8,64 --context 192 \
     --out "$RUN/qwen3-8b-shape-decode-tuned"
@@ -319,12 +321,12 @@ if has probes; then
     --out "$RUN/qwen3-8b-shape-decode-gemv"
   stamp "decode 8B gemv exit $?"; grep -E "decode step at|host gap" "$OUT/decode8b-gemv.log"
   # the launch floor (issue 20): SmolLM2's shape decoding at 1 and 8 sequences, graphs on, in the fast
-  # set and with the decode layer in two launches (matmul=layer) or seven (matmul=ffn) -- the same bits
+  # set and with the decode layer in two launches (link=layer) or seven (ffn=fused) -- the same bits
   stamp "kernels: the fused FFN and the link on SmolLM2's shape"
   run kernels-link.log 60 python3 -m sharpinf bench smollm2-135m-shape:Q4_1 --backend cuda --suite kernels --op ffn,link \
     --batch-sizes 1,8 --prefill-sizes 128 --repeats 5 --out "$RUN/smollm2-135m-shape-link"
   stamp "kernels link exit $?"
-  # the fused kernels' registers (2026-11-29): matmul=layer held to 8 blocks an SM (LK_MIN_BLOCKS: 64
+  # the fused kernels' registers (2026-11-29): link=layer held to 8 blocks an SM (LK_MIN_BLOCKS: 64
   # registers, 4-8% more instructions a chunk; unbound 108-149, 3-4 blocks), the FFN unbound (72-80 in
   # these two models' entries; held to 8 blocks, 64, up to 12% more) -- both then the other way round, on
   # SmolLM2's shape (beside kernels-link.log) and on the 8B's (never timed: one wave of 3 blocks an SM

@@ -17,7 +17,7 @@ synthetic `qwen3moe` model (8 experts, 2 used) on the CPU emulator and looks at
 
 1. **the routing** — which token went to which expert, with what weight (`moe_route.cu`);
 2. **the grouped experts** — the (token, expert) pairs sorted by expert into tiles of at most 8, so an
-   expert's weights are read once per tile (`moe_dp4a.cu`, the `fast` variant);
+   expert's weights are read once per tile (`moe_dp4a.cu`, the `grouped` variant);
 3. **invariance** — every token's logits bit for bit the same alone, packed, and under skewed routing.
 
 The formula, and the NumPy twins the kernels are checked against, are in `sharpinf/ops/moe.py`.
@@ -84,7 +84,7 @@ print("each token's weights sum to 1:", np.allclose(wts.sum(-1), 1.0, atol=1e-6)
     md("""
 ## 2. The grouped experts: pairs sorted by expert, in tiles
 
-The `fast` variant does not walk tokens: a counting sort (`moe_sort`) orders the step's pairs by expert and
+The `grouped` variant does not walk tokens: a counting sort (`moe_sort`) orders the step's pairs by expert and
 cuts each expert's run into tiles of at most 8 pairs. One block of the gate+up and down kernels takes a
 tile: it reads that expert's weights once for up to 8 tokens. The tiles below are the last layer's (the
 scratch is reused layer after layer); a tile's bounds depend on the routing, but the launch shape

@@ -10,11 +10,11 @@ VARIANTS_NB = [
 # From simple to fast: one op, two kernels
 
 Every op in sharpinf has a **readable baseline** kernel, and some have **faster variants** beside it, each
-in its own file (`sharpinf/ops/variants.py` lists them). This notebook takes the op that decides decode
+in its own file (the registry `sharpinf/ops/variants.toml` declares them; `sharpinf kernels list` shows them). This notebook takes the op that decides decode
 speed — the quantized **matvec** `y = W x`, which reads every weight byte once per token — and puts its two
 kernels side by side:
 
-| | `matmul.cu` (simple) | `matmul_dp4a.cu` (dp4a) |
+| | `matmul.cu` (float, the simple set's) | `matmul_dp4a.cu` (dp4a) |
 |---|---|---|
 | activations | float32, 4 bytes a value | q8_1: int8 + a scale and a sum per 32 values, ~1.1 bytes |
 | weights | decoded to 32 floats per chunk | unpacked to 8 words of 4 int8 |
@@ -216,7 +216,7 @@ def intensity(n, act_bytes):
 I = np.logspace(-1, 3, 200)
 fig, ax = plt.subplots(figsize=(7, 4.2))
 ax.loglog(I, np.minimum(PEAK, BW * I) / 1e12, color="black", lw=1.5, label="roofline (H100 SXM datasheet)")
-for name, ab, mk in (("simple (float x)", 4.0, "o"), ("dp4a (q8_1 x)", 9 / 8, "s")):
+for name, ab, mk in (("float (float x)", 4.0, "o"), ("dp4a (q8_1 x)", 9 / 8, "s")):
     for n in (1, 8, 64):
         i = intensity(n, ab)
         ax.scatter([i], [min(PEAK, BW * i) / 1e12], marker=mk, s=40,
@@ -242,6 +242,7 @@ sharpinf bench MODEL --suite kernels --backend cuda      # GB/s beside the devic
 ```
 
 A new variant is a new file beside these two, with its header (algorithm, tiles, launch shape, expected
-bound), an entry in `sharpinf/ops/variants.py`, and every oracle the baseline passes.
+bound), its launcher, an entry in `sharpinf/ops/variants.toml` (docs/adding-a-variant.md), and every oracle
+the baseline passes.
 """),
 ]

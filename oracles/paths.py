@@ -80,7 +80,7 @@ def oracle_kernel_vs_reference(fp, tokens, kv_dtype="f16", block_size=16, seed=0
         flips, ref.routes = ref.route_flips, None
     bound_act = "q8_1" if "q8_1" in (act, moe_act) else act  # the bound of q8_1 inputs if any layer reads them
     tol = kernel_vs_reference(kv_dtype, float(np.abs(want).max()) / 10.0, bound_act, fp.cfg.n_layer,
-                              fp.choice.attention)
+                              fp.choice.of("attention").rounding)
     r = compare_logits("kernel-vs-reference", f"{len(tokens)} tokens, KV {kv_dtype}, kernels {fp.choice.name}",
                        got, want, tol)
     if flips:

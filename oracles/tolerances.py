@@ -90,15 +90,21 @@ FLASH_LOGIT_BOUND = 0.05
 ROUTE_FLIP_GAP = 0.05
 
 
+# What each attention rounding (the variant's declared `rounding`, ops/variants.py ROUNDINGS) adds to
+# the logit bound a layer, and the words for it.
+ATTENTION_ROUNDING_BOUND = {"f32": (0.0, ""), "f16_operands": (FLASH_LOGIT_BOUND, ", attention operands in f16")}
+
+
 def kernel_vs_reference(kv_dtype: str, logit_scale: float = 1.0, act_quant: str = "f32", n_layer: int = 2,
-                        attention: str = "simple") -> Tolerance:
+                        attention_rounding: str = "f32") -> Tolerance:
     """logit_scale = max |reference logit| / 10 (at least 1) widens the bound for synthetic
-    models, whose logits run larger than a real model's."""
+    models, whose logits run larger than a real model's; attention_rounding: the attention variant's
+    declared rounding."""
     bound = KERNEL_VS_REFERENCE_BOUND[kv_dtype] + (q8_1_activations_bound(n_layer) if act_quant == "q8_1" else 0.0)
     acts = f", matmul inputs to q8_1 over {n_layer} layers" if act_quant == "q8_1" else ""
-    if attention == "flash":
-        bound += FLASH_LOGIT_BOUND * n_layer
-        acts += ", attention operands in f16"
+    per_layer, words = ATTENTION_ROUNDING_BOUND[attention_rounding]
+    bound += per_layer * n_layer
+    acts += words
     return Tolerance(bound * max(1.0, logit_scale), 4, True,
                      f"float32 kernels vs float32 reference, both rounding KV to {kv_dtype}{acts}")
 
@@ -137,7 +143,7 @@ TRACE_BOUNDS: dict[str, TraceBound] = {
                             "ops/kv_cache.encode_kv mirrors: bit for bit; measured 0"),
     "attention": TraceBound(3e-5, "of max|V|", "float32 softmax and weighted sums over the keys; measured 1.7e-6 "
                             "(300 keys), growing ~sqrt(keys)"),
-    "attention_flash": TraceBound(FLASH_ATTENTION_VS_REFERENCE, "of max|V|",
+    "attention_f16_operands": TraceBound(FLASH_ATTENTION_VS_REFERENCE, "of max|V|",
                                   "Q, K and V rounded to f16 as the kernel does (the reference takes them so); "
                                   "what is left is P's f16 rounding, at most 2^-11 of max|V|; measured 1.8e-4"),
     "q8_copy": TraceBound(1e-3, STEPS, "the kernel path's own float rows rounded to q8_1: within half a step; "

@@ -187,13 +187,13 @@ class _Tracer(OpChecks):
         cfg, N = self.cfg, self.N
         q = qkv1[:, : cfg.q_dim].reshape(N, cfg.n_head, cfg.head_dim)
         mask = attention_mask(positions, N, cfg.window(li))
-        flash = self.fp.choice.attention == "flash"
+        flash = self.fp.choice.of("attention").rounding == "f16_operands"  # its declared rounding
         # flash multiplies f16 operands: Q, K and V rounded as the kernel rounds them (P's rounding is
         # what its bound allows for); without this the error would grow with the scores' size
         q_, k_, v_ = (a.astype(np.float16) for a in (q, keys, vals)) if flash else (q, keys, vals)
         want = attention64(q_, k_, v_, mask, float(np.float32(cfg.kq_scale)))
         vmax = float(np.abs(vals).max()) if np.isfinite(vals).all() else np.inf
-        self.check(li, "attention", names, "attention_flash" if flash else "attention", att, want, max(vmax, TINY),
+        self.check(li, "attention", names, "attention_f16_operands" if flash else "attention", att, want, max(vmax, TINY),
                    (q, keys, vals), columns=self.head_column)
 
     def check_gate_up(self, li: int, names, h, R, gate) -> None:

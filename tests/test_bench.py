@@ -75,28 +75,29 @@ def test_bench_quick_all_suites(tmp_path):
     rows = k["results"]["rows"]
     decode = [r for r in rows if r["phase"] == "decode"]
     seen = {(r["op"], r["variant"]) for r in decode}
-    assert seen == {("norm", "simple"), ("norm", "dp4a"), ("matmul", "simple"), ("matmul", "dp4a"),
+    assert seen == {("norm", "float"), ("norm", "dp4a"), ("matmul", "float"), ("matmul", "dp4a"),
                     ("matmul", "gemv"), ("ffn_in", "gemv"),  # gemv serves steps of <= 8 tokens: decode's
                     ("matmul", "best"), ("ffn_in", "best"),  # what the fast set runs (here: dp4a's kernels)
-                    ("matmul", "tuned"), ("ffn_in", "tuned"),  # no clock here: best's rule
-                    ("ffn_in", "simple"), ("ffn_in", "dp4a"), ("rope_kv", "simple"), ("rope_kv", "fused"),
-                    ("attention", "simple"), ("attention", "split"), ("attention", "flash"),
-                    ("sample", "simple"), ("sample", "radix"),
-                    ("ffn", "dp4a"), ("ffn", "ffn"),  # matmul=ffn's fused FFN beside dp4a's three launches
-                    ("link", "dp4a"), ("link", "layer")}  # matmul=layer's link beside dp4a's eight
+                    ("matmul", "timed"), ("ffn_in", "timed"),  # no clock here: best's rule
+                    ("ffn_in", "float"), ("ffn_in", "dp4a"), ("rope_kv", "separate"), ("rope_kv", "fused"),
+                    ("attention", "warp"), ("attention", "split"), ("attention", "flash"),
+                    ("sample", "block"), ("sample", "radix"),
+                    ("ffn", "separate"), ("ffn", "fused"),  # the fused FFN beside dp4a's three launches
+                    ("link", "separate"), ("link", "layer")}  # the link beside dp4a's eight
     assert {r["tokens"] for r in decode} == {1} and all(r["us"] > 0 and r["gb_s"] > 0 and r["bytes"] > 0 for r in rows)
-    assert all(r["speedup"] == 1.0 for r in rows if r["variant"] == "simple")
+    baselines = {"float", "warp", "separate", "block"}
+    assert all(r["speedup"] == 1.0 for r in rows if r["variant"] in baselines)
     assert {r["shape"].split(" ")[0] for r in decode if r["op"] == "matmul"} == {"qkv", "o", "down", "lm_head"}
     # prefill: the GEMMs at N = 16 (no LM head) in all three matmul variants, with TFLOP/s; attention
     # over one 24-token prompt in all three attention variants
     prefill = [r for r in rows if r["phase"] == "prefill"]
     assert {(r["op"], r["variant"], r["tokens"]) for r in prefill if r["op"] != "attention"} == {
-        (op, v, 16) for op in ("matmul", "ffn_in") for v in ("simple", "dp4a", "mma", "mmq", "mmq_narrow", "best",
-                                                           "tuned")}
+        (op, v, 16) for op in ("matmul", "ffn_in") for v in ("float", "dp4a", "mma", "mmq", "mmq_narrow", "best",
+                                                           "timed")}
     assert {r["shape"].split(" ")[0] for r in prefill if r["op"] == "matmul"} == {"qkv", "o", "down"}
     assert {(r["variant"], r["tokens"]) for r in prefill if r["op"] == "attention"} == {
-        ("simple", 24), ("split", 24), ("flash", 24)}
-    assert all(r["tflops"] > 0 for r in prefill if r["variant"] != "simple" or r["op"] == "attention")
+        ("warp", 24), ("split", 24), ("flash", 24)}
+    assert all(r["tflops"] > 0 for r in prefill if r["variant"] != "float" or r["op"] == "attention")
     # each row's grid, recorded: mmq's is its tiles times the groups of members (split-K), narrow's 16-row tiles
     assert all(r["blocks"] >= r["launches"] >= 1 for r in rows)
     for r in prefill:
@@ -136,7 +137,7 @@ def test_prefill_suite_sets_the_other_q8_matmuls_and_the_tensor_set_beside_fast(
     assert doc["config"]["configs"] == [[2, 20]]
     r = doc["results"]
     c = r["configs"][0]
-    others = [f"matmul={m},attention=split,rope_kv=fused,moe=fast,sample=radix" for m in ("dp4a", "mma")]
+    others = [f"matmul={m},attention=split,rope_kv=fused,moe=grouped,sample=radix" for m in ("dp4a", "mma")]
     assert r["kernels"] == "fast" and list(c["variants"]) == others + ["tensor"]
     for name in others:  # bit-identical q8_1 matmuls: the same next tokens as fast's best
         v = c["variants"][name]
@@ -233,13 +234,13 @@ def test_kernels_suite_times_the_routed_ffn_of_an_moe_model(tmp_path):
     model = synthetic_model("qwen3moe", "Q8_0")  # n_embd 64, 8 experts of 128, 2 a token
     n_expert, k, n_embd, n_ff = 8, 2, 64, 128
     res = CliRunner().invoke(app, ["bench", str(model), "--backend", "emu", "--suite", "kernels", "--quick",
-                                   "--variant", "fast", "--repeats", "1", "--out", str(tmp_path)])
+                                   "--variant", "grouped", "--repeats", "1", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     rows = json.loads((tmp_path / "kernels.json").read_text())["results"]["rows"]
     assert {(r["phase"], r["op"], r["variant"], r["tokens"]) for r in rows if r["op"] == "moe"} == {
-        (phase, "moe", v, n) for phase, n in (("decode", 1), ("prefill", 16)) for v in ("simple", "fast")}
-    assert {(r["op"], r["variant"]) for r in rows if r["op"] != "moe"} == {  # the baselines (--variant fast)
-        ("norm", "simple"), ("matmul", "simple"), ("rope_kv", "simple"), ("attention", "simple"), ("sample", "simple")}
+        (phase, "moe", v, n) for phase, n in (("decode", 1), ("prefill", 16)) for v in ("warp", "grouped")}
+    assert {(r["op"], r["variant"]) for r in rows if r["op"] != "moe"} == {  # the baselines (--variant grouped)
+        ("norm", "float"), ("matmul", "float"), ("rope_kv", "separate"), ("attention", "warp"), ("sample", "block")}
     assert {r["shape"].split(" ")[0] for r in rows if r["op"] == "matmul" and r["phase"] == "decode"} == {
         "qkv", "o", "lm_head"}
     expert_bytes = 2 * n_ff * quants.row_bytes(quants.qtype_from_name("Q8_0"), n_embd) + n_embd * quants.row_bytes(
@@ -247,10 +248,10 @@ def test_kernels_suite_times_the_routed_ffn_of_an_moe_model(tmp_path):
     for r in (r for r in rows if r["op"] == "moe"):
         load, N = r["expert_load"], r["tokens"]
         assert r["us"] > 0 and len(load) == n_expert and sum(load) == N * k and all(n >= 0 for n in load)
-        acts = N * n_embd * (9 / 8 if r["variant"] == "fast" else 4)  # the normed rows as the variant reads them
+        acts = N * n_embd * (9 / 8 if r["variant"] == "grouped" else 4)  # the normed rows as the variant reads them
         assert r["bytes"] == 4 * n_expert * n_embd + 8 * N * n_embd + acts + expert_bytes * sum(n > 0 for n in load)
     out = " ".join(res.output.split())
-    assert "expert load, moe fast decode N = 1: max 1, mean 0.25 (max/mean 4.00), 2 of 8 experts used" in out
+    assert "expert load, moe grouped decode N = 1: max 1, mean 0.25 (max/mean 4.00), 2 of 8 experts used" in out
 
     dense = synthetic_model("llama", "Q8_0", n_embd=64, n_layer=1, n_head=2, n_head_kv=1, n_ff=128)
     for m, op, why in ((model, "ffn_in", "an MoE model (qwen3moe) has no such layer"),

@@ -166,7 +166,7 @@ def test_pdl_is_on_only_where_asked_on_sm_90_with_a_12_3_driver(monkeypatch):
 
 
 def test_device_seconds_times_the_recorded_launches_alone_with_l2_emptied_before_each_run():
-    """matmul=tuned's clock: the call's launches prepared once (recorded), run once untimed, then each
+    """matmul=timed's clock: the call's launches prepared once (recorded), run once untimed, then each
     timed run between two events with the L2 flush queued before the first event; the median (ms -> s).
     Not while capturing, nor with SHARPINF_SYNC (a host sync would sit in the interval)."""
     timeline = []

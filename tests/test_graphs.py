@@ -66,11 +66,11 @@ def test_standard_schedule_replays_every_plan_from_a_graph(backend):
     assert "prefill" in r.case and "decode" in r.case and "mixed" in r.case
 
 
-@pytest.mark.parametrize("mm", ["ffn", "layer"])
-def test_cooperative_launches_replay_from_a_graph(backend, mm):
-    """matmul=ffn and matmul=layer: their decode steps' cooperative launches (grid barriers) in a
+@pytest.mark.parametrize("fused", ["ffn=fused", "link=layer"])
+def test_cooperative_launches_replay_from_a_graph(backend, fused):
+    """ffn=fused and link=layer: their decode steps' cooperative launches (grid barriers) in a
     captured graph give eager's bits (on a GPU: a cooperative kernel node)."""
-    fp = _fp("qwen3", "Q4_K", backend, f"matmul={mm},attention=split,rope_kv=fused")
+    fp = _fp("qwen3", "Q4_K", backend, f"matmul=dp4a,{fused},attention=split,rope_kv=fused")
     r = oracle_graph_vs_eager(fp, standard_schedule(fp.cfg.n_vocab), block_size=4)
     assert r.passed, r.detail
     assert "decode" in r.case

@@ -31,18 +31,12 @@ def variant_of(name: str):
     return _registered("attention", name)
 
 
-def family(name: str) -> str:
-    """The built-in variant a registered one descends from (a `kernels new` copy: its `like`), whose
-    numerics it shares: simple, split or flash."""
-    v = variant_of(name)
-    while v.like:
-        v = variant_of(v.like)
-    return v.name
+BASELINE = variants_of("attention")[0]
 
 
 def tensor_cores(name: str) -> bool:
-    """Flash's f16 operands (its tolerance): a copy of flash keeps them."""
-    return family(name) == "flash"
+    """f16 operands (flash's tolerance): the variant's declared rounding (a copy of flash keeps it)."""
+    return variant_of(name).rounding == "f16_operands"
 
 
 # float32 accumulation vs a float64 reference over the same stored K/V values: the error is
@@ -92,9 +86,9 @@ class Case:
         self.qkv[:, :q_dim] = rng.standard_normal((self.N, q_dim)).astype(np.float32)
         self.scale = 1.0 / np.sqrt(head_dim)
 
-    def run(self, be, tables=None, k=None, v=None, rows=None, variant="simple", window=None, mode=None, out_q8=None):
+    def run(self, be, tables=None, k=None, v=None, rows=None, variant=BASELINE, window=None, mode=None, out_q8=None):
         """Attention over the whole batch, or over the sequences `rows` alone (packed in that order),
-        by the simple kernel or the split-KV variant (its scratch `window` tokens, default the step);
+        by the baseline kernel or the split-KV variant (its scratch `window` tokens, default the step);
         the split frame's launch shape `mode` (attention.walks; None: by the step's shape)."""
         tables = self.tables if tables is None else tables
         k, v = (self.k, self.v) if k is None else (k, v)
@@ -112,7 +106,7 @@ class Case:
                 out, n, len(cu) - 1, self.n_heads, self.n_kv_heads, self.head_dim, self.block_size, self.scale)
         v = variant_of(variant)
         scratch = attn_ops.SplitScratch.alloc(be, window or n, self.n_heads, self.n_kv_heads, self.head_dim) \
-            if v.needs_scratch else None
+            if v.scratch else None
         v.launch(*args, scratch, out_q8, sliding_window=self.sliding_window, **({"mode": mode} if mode else {}))
         if scratch is not None:
             assert not be.download(scratch.tickets).any(), "the merge must leave every ticket at zero"
@@ -136,7 +130,7 @@ class Case:
 
         return perm[self.tables].astype(np.int32), move(self.k), move(self.v)
 
-    def check_reference(self, got, variant="simple"):
+    def check_reference(self, got, variant=BASELINE):
         want = self.reference().reshape(got.shape)
         assert not np.isnan(got).any(), "NaN in the output: a poisoned slot was read"
         V = kv_ops.decode_kv(self.kv_dtype, self.v)
@@ -155,7 +149,7 @@ class Case:
                 self.block_size, self.scale)
         v = variant_of(variant)
         scratch = attn_ops.SplitScratch.alloc(be, 1, self.n_heads, self.n_kv_heads, self.head_dim) \
-            if v.needs_scratch else None
+            if v.scratch else None
         v.launch(*args, scratch, sliding_window=self.sliding_window)
         return be.download(out)[0]
 
@@ -180,7 +174,7 @@ def batches(draw, kv_dtype):
     )
 
 
-def _check_case(backend, kv_dtype, b, variant="simple"):
+def _check_case(backend, kv_dtype, b, variant=BASELINE):
     case = Case(b["seed"], kv_dtype, b["prefixes"], b["chunks"], b["block_size"], b["group"], b["n_kv_heads"],
                 b["head_dim"], b.get("sliding_window", 0))
     got = case.run(backend, variant=variant)
@@ -202,14 +196,14 @@ def _check_case(backend, kv_dtype, b, variant="simple"):
 
 
 VARIANTS = variants_of("attention")  # every registered attention variant (sharpinf/ops/variants.toml)
-SPLIT_FRAME = [v for v in VARIANTS if variant_of(v).needs_scratch]  # split, flash and their copies
+SPLIT_FRAME = [v for v in VARIANTS if variant_of(v).scratch]  # split, flash and their copies
 FLASH = [v for v in VARIANTS if tensor_cores(v)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_attention_property(backend, kv_dtype, variant):
-    n = 30 if variant == "simple" else 15  # make test: half (make test-all: these)
+    n = 30 if variant == BASELINE else 15  # make test: half (make test-all: these)
     @settings(max_examples=n if os.environ.get("SHARPINF_TEST_TIER") == "all" else n // 2, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(b=batches(kv_dtype))

@@ -1,4 +1,4 @@
-"""matmul=layer (kernels_cu/layer_dp4a.cu): a decode step's work between two attentions -- the
+"""link=layer (kernels_cu/layer_dp4a.cu): a decode step's work between two attentions -- the
 o-projection, FFN norm and FFN of one layer, the norm, QKV, QK-norm, RoPE and KV append of the next
 -- as one cooperative launch, so a decode layer is two launches. Every step gives the dp4a path's
 logits bit for bit: decode steps (which it serves) and prefill chunks (which take the separate
@@ -23,6 +23,10 @@ from sharpinf.step.forward import ForwardPass
 from asserts import assert_bits
 
 BASE = dict(attention="split", rope_kv="fused")
+# what `matmul=layer` was before the FFN and the link were ops of their own: dp4a's linear layers, the
+# link (ffn=fused beside it would launch nothing of its own on these models -- the link runs every FFN a
+# fused one would serve -- and check_dispatched refuses a variant that does that)
+LINKED = dict(matmul="dp4a", link="layer", **BASE)
 
 
 @pytest.mark.parametrize("arch,qtype,kv_dtype,per_layer,entry", [
@@ -40,7 +44,7 @@ def test_the_linked_layers_give_the_dp4a_paths_logits(backend, arch, qtype, kv_d
 def _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, n_embd, entry=None, **shape):
     model = load_model(synthetic_model(arch, qtype, n_embd=n_embd, **shape))
     dp4a = ForwardPass(model, backend, kernels={"matmul": "dp4a", **BASE})
-    linked = dp4a.with_own_buffers(kernels={"matmul": "layer", **BASE})
+    linked = dp4a.with_own_buffers(kernels=LINKED)
     assert linked.launches_per_layer() == per_layer
     assert any(f == "layer_dp4a.cu" and entry in (None, e) for f, e in linked.kernels_used(kv_dtype))
     toks = list(range(7, 37))
@@ -52,19 +56,23 @@ def _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, n_embd, entry
     assert_bits(got, want, f"{arch} {qtype} {kv_dtype}")
 
 
-def test_the_pre_half_links_only_with_the_fused_rope(backend):
-    """rope_kv=simple's QK-norm (qk_norm.cu, a block a head) sums a head of 128 in another order than
-    the fused kernel the link runs: with it chosen, only the post halves link, and every step keeps
-    that choice's bits."""
+def test_the_link_requires_the_fused_rope_and_links_both_halves_with_it(backend):
+    """rope_kv=separate's QK-norm (qk_norm.cu, a block a head) sums a head of 128 in another order than
+    the fused kernel the link runs: the link requires rope_kv=fused (refused in one line without it),
+    and with it a head of 128 links both halves, every step keeping dp4a's bits."""
+    from sharpinf.errors import SharpinfError
+
     model = load_model(synthetic_model("qwen3", "Q8_0", n_embd=256, head_dim=128))
-    dp4a = ForwardPass(model, backend, kernels={"matmul": "dp4a", "attention": "split"})
-    linked = dp4a.with_own_buffers(kernels={"matmul": "layer", "attention": "split"})
-    assert linked.launches_per_layer() == dp4a.launches_per_layer() - 4  # the post half: 5 launches in 1
+    dp4a = ForwardPass(model, backend, kernels={"matmul": "dp4a", **BASE})
+    with pytest.raises(SharpinfError, match="link=layer requires rope_kv=fused .the choice has rope_kv=separate.$"):
+        dp4a.with_own_buffers(kernels={"matmul": "dp4a", "link": "layer", "attention": "split"})
+    linked = dp4a.with_own_buffers(kernels=LINKED)
+    assert linked.launches_per_layer() == 2
     toks = list(range(7, 37))
     nb = paths.blocks_for([len(toks)], 16)
     got, want = (np.asarray(paths.fresh_runner(fp, "f16", nb, 16, 0).prefill_chunks(toks, [5, 1, 1, 3, 8, 12]))
                  for fp in (linked, dp4a))
-    assert_bits(got, want, "qwen3 head_dim 128, rope_kv=simple")
+    assert_bits(got, want, "qwen3 head_dim 128, rope_kv=fused")
 
 
 SWEEP = [("llama", "Q4_0", "f32"), ("qwen3", "Q4_1", "f16"), ("qwen2", "Q5_0", "bf16"), ("llama", "Q5_1", "q8_0"),

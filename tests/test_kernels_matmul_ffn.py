@@ -1,4 +1,4 @@
-"""matmul=ffn's fused FFN (kernels_cu/ffn_dp4a.cu): one cooperative launch with two grid barriers
+"""ffn=fused (kernels_cu/ffn_dp4a.cu): one cooperative launch with two grid barriers
 equals the dp4a path's three launches (gate_up_dp4a, quantize_q8_1, matmul_dp4a accumulating
 into x) bit for bit, at every step size it serves (1..8 tokens), whatever grid the barrier joins;
 it declines (launching nothing) past 8 tokens and where the three matrices' types differ. The

@@ -2,7 +2,7 @@
 included), as the forward pass launches it: against its NumPy reference for each weight type it
 serves, and batch-invariant -- a token's row bit for bit the same in a step of 1 and of 19 tokens.
 
-  float variants (simple and its copies)  vs dequantize(W) @ X^T in float64, ops/matmul.py's bound;
+  float variants (float and its copies)    vs dequantize(W) @ X^T in float64, ops/matmul.py's bound;
   q8_1 variants (dp4a, mma, their copies) vs ops/matmul_dp4a.py's reference within its bound, and
                                           bit for bit equal to dp4a: one reduction order for every
                                           variant and every step size, so prefill and decode agree;
@@ -32,15 +32,16 @@ def _cases(v):
 
 
 def _own_kernels(names):
-    """The variants whose linear layers run kernels of their own: matmul=ffn's and matmul=layer's are
-    dp4a's (their own kernels, the fused FFN and the link, have test_kernels_matmul_ffn.py and
-    test_kernels_layer_link.py); matmul=tuned runs the others' (whichever its clock picks, each tested
-    here: test_matmul_tuned.py tests the picking)."""
-    tuned = variant("matmul", "tuned")
-    seen, out = {(tuned.launcher, tuned.files[0])}, []
+    """The variants whose linear layers run kernels of their own (the fused FFN and the link are ops of
+    their own: test_kernels_matmul_ffn.py, test_kernels_layer_link.py); matmul=timed runs the others'
+    (whichever its clock picks, each tested here: test_matmul_tuned.py tests the picking) -- its
+    launcher is matmul_tuned's."""
+    from sharpinf.ops import matmul_tuned
+
+    seen, out = set(), []
     for n in names:
         v = variant("matmul", n)
-        if (v.launcher, v.files[0]) not in seen:
+        if v.launcher is not matmul_tuned.matmul_tuned and (v.launcher, v.files[0]) not in seen:
             seen.add((v.launcher, v.files[0]))
             out.append(n)
     return out

@@ -2,7 +2,7 @@
 
 - the router (moe_route.cu, float and q8_1 input): the reference's experts and weights; exact ties go
   to the lower id; every logit tied gives experts 0..k-1 at 1/k;
-- the experts, simple (moe_ffn.cu) and grouped (moe_dp4a.cu): x += sum of the k chosen experts'
+- the experts, warp (moe_ffn.cu) and grouped (moe_dp4a.cu): x += sum of the k chosen experts'
   SwiGLU outputs, weighted, in rank order, within float32 rounding of the float64 truth;
 - batch invariance bit for bit: a token's result alone equals its row in a batch where many tokens
   share its experts (several tiles of one expert in the grouped kernel).
@@ -186,7 +186,7 @@ def test_a_tokens_experts_give_the_same_bits_in_any_batch(backend, name):
     """Token 0 alone, then among 19 tokens that all take experts 0 and 1 (skewed: every logit tied),
     so the grouped kernel cuts those experts' 19 pairs into 3 tiles: the same bits."""
     rng = _rng("invariance", name)
-    qtype = quants.Q4_K if name != "simple" else quants.Q5_0
+    qtype = quants.Q4_K if name != MOE_VARIANTS[0] else quants.Q5_0
     router = np.tile(rng.standard_normal((1, 256)).astype(np.float32), (N_EXPERT, 1))
     E, _ = _experts(backend, rng, qtype, 2, n_embd=256, n_ff=256, router=router)
     X = rng.standard_normal((19, 256)).astype(np.float32)
@@ -264,14 +264,14 @@ def _worst_counts(P: int, n_expert: int) -> list[int]:
 @pytest.mark.parametrize("qtype", [quants.Q8_0, quants.Q4_1, quants.Q5_0, quants.Q4_K, quants.Q6_K],
                          ids=lambda q: quants.qtype_name(q))
 def test_tensor_core_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype, monkeypatch):
-    """moe=mmq (tiles of 64 pairs an expert on int8 tensor cores) against moe=fast (tiles of 8, dp4a):
+    """moe=mmq (tiles of 64 pairs an expert on int8 tensor cores) against moe=grouped (tiles of 8, dp4a):
     the same bits, for a skewed routing (every token to experts 0 and 1: 70 pairs each, a full tile
     and a partial one) and a spread one (partial tiles of many experts). 512 inputs to gate/up: two
     groups of 8 members (the canonical order's second level: split-K, a block each, the tile's last
     folding them; two sums add alike in either order -- the dense window test's four groups see a fold
     out of order). Q4_K also splits down (n_ff 512) and runs with a scratch of one row tile: the
     grids in windows of row tiles; every ticket is back at zero after the step (graphs replay them)."""
-    _assert_mmq_experts_equal_fast(backend, qtype, monkeypatch)
+    _assert_mmq_experts_equal_grouped(backend, qtype, monkeypatch)
 
 
 @pytest.mark.tier_all("moe_mmq's MQ_GROUP_SHARED probe (not what the fast set runs); make test runs it as built")
@@ -279,10 +279,10 @@ def test_tensor_core_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype, mo
 def test_tensor_core_experts_with_group_sums_in_shared_memory_keep_the_bits(kind, mmq_group_sums_shared, monkeypatch):
     """moe_down_mmq with its group sums in shared memory (mmq_rows.cuh's probe): the same bits as the
     dp4a tiles, split and in windows (Q4_K's case above)."""
-    _assert_mmq_experts_equal_fast(mmq_group_sums_shared(kind), quants.Q4_K, monkeypatch)
+    _assert_mmq_experts_equal_grouped(mmq_group_sums_shared(kind), quants.Q4_K, monkeypatch)
 
 
-def _assert_mmq_experts_equal_fast(backend, qtype, monkeypatch):
+def _assert_mmq_experts_equal_grouped(backend, qtype, monkeypatch):
 
     rng = _rng("mmq", qtype)
     n_ff = 512 if qtype == quants.Q4_K else 256
@@ -295,7 +295,7 @@ def _assert_mmq_experts_equal_fast(backend, qtype, monkeypatch):
         x0 = rng.standard_normal((70, 512)).astype(np.float32)
         got, ids, _ = _run(backend, "mmq", E, X, x0)
         assert not backend.download(mq._SCRATCH[backend].tickets).any()
-        want, want_ids, _ = _run(backend, "fast", E, X, x0)
+        want, want_ids, _ = _run(backend, "grouped", E, X, x0)
         assert (ids == want_ids).all()
         assert_same(got, want)
         if router is tied:
@@ -308,12 +308,12 @@ ONLY_ALL = pytest.mark.tier_all("Q8_0, Q4_K and Q6_K cover gemv_rows' paths (run
 @pytest.mark.parametrize("qtype", [quants.Q8_0, quants.Q4_K, quants.Q6_K, pytest.param(quants.Q4_1, marks=ONLY_ALL),
                                    pytest.param(quants.BF16, marks=ONLY_ALL)], ids=lambda q: quants.qtype_name(q))
 def test_streamed_decode_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype, monkeypatch):
-    """moe=gemv (one tile an expert of up to NT pairs, gemv_rows.cuh's row stream) against moe=fast (tiles
+    """moe=gemv (one tile an expert of up to NT pairs, gemv_rows.cuh's row stream) against moe=grouped (tiles
     of 8, dp4a): the same bits at the step sizes it serves -- its 1-, 2-, 4- and 8-pair tiles full (a
     skewed routing: every token to experts 0 and 1, one tile of T pairs each) and its 4- and 8-pair
     tiles partly filled (3 and 5 tokens, a spread routing: a few pairs an expert). gate+up reads 1,024
     inputs (G = 32: the _g32 entries, the lanes' fold), down 512 (G = 16); Q8_0 and Q6_K load coalesced
-    runs. (Steps of more than 8 tokens go to fast itself: the invariance test above runs 19.)"""
+    runs. (Steps of more than 8 tokens go to grouped itself: the invariance test above runs 19.)"""
     used = []
     real_kernel = moe.kernel
     monkeypatch.setattr(moe, "kernel", lambda be, f, e: used.append(e) or real_kernel(be, f, e))
@@ -331,7 +331,7 @@ def test_streamed_decode_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype
             gemv = [e for e in used if "_gemv_" in e]
             name = quants.qtype_name(qtype).lower()
             assert gemv == [f"moe_gate_up_gemv_{name}_t{nt}{suffix[0]}", f"moe_down_gemv_{name}_t{nt}{suffix[1]}"]
-            want, want_ids, _ = _run(backend, "fast", E, X, x0)
+            want, want_ids, _ = _run(backend, "grouped", E, X, x0)
             assert (ids == want_ids).all()
             assert_same(got, want)
             if router is tied:

@@ -76,7 +76,7 @@ def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, 
         d, dpos, dslots = backend.upload(qkv), backend.upload(pos), backend.upload(slots)
         kc, vc = backend.upload(_poison(shape, dt)), backend.upload(_poison(shape, dt))
         qn, kn = (backend.upload(wq), backend.upload(wk)) if norm else (None, None)
-        fn = _registered("rope_kv", variant if fused else "simple").launch
+        fn = _registered("rope_kv", variant if fused else variants_of("rope_kv")[0]).launch
         fn(backend, kv_dtype, d, stride, dpos, dslots, qn, kn, kc, vc, n, nh, nkv, head_dim, theta, eps, "neox",
            freq_scale=0.125 if head_dim == 256 else 1.0)  # linear scaling on a gemma-wide head
         outs[fused] = [backend.download(a) for a in (d, kc, vc)]

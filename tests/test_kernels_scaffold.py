@@ -46,7 +46,7 @@ def test_a_new_attention_variant_is_two_files_and_everywhere(tmp_path):
     r = _sharpinf(env, "sharpinf", "kernels", "new", "attention", "mine", "--json")
     assert r.returncode == 0, r.stderr
     made = json.loads(r.stdout)
-    assert (made["file"], made["like"]) == (str(tmp_path / "kernels_cu" / "attention_mine.cu"), "simple")
+    assert (made["file"], made["like"]) == (str(tmp_path / "kernels_cu" / "attention_mine.cu"), "warp")
     after = _tree(tmp_path)
     changed = sorted(k for k in after if before.get(k) != after[k])
     assert changed == ["kernels_cu/attention_mine.cu", "variants.toml"], changed  # nothing else touched
@@ -54,9 +54,9 @@ def test_a_new_attention_variant_is_two_files_and_everywhere(tmp_path):
     assert after["kernels_cu/attention_mine.cu"].endswith(before["kernels_cu/attention.cu"])  # a copy, headed
 
     listed = json.loads(_sharpinf(env, "sharpinf", "kernels", "list", "--json").stdout)
-    assert {"op": "attention", "variant": "mine", "like": "simple"}.items() <= next(
+    assert {"op": "attention", "variant": "mine", "like": "warp"}.items() <= next(
         row for row in listed if row["variant"] == "mine").items()
-    assert "attention=simple|split|flash|mine" in " ".join(_sharpinf(env, "sharpinf", "verify", "--help").stdout.split())
+    assert "sharpinf kernels list" in re.sub(r"[\s│]+", " ", _sharpinf(env, "sharpinf", "verify", "--help").stdout)
     r = _sharpinf(env, "sharpinf", "kernels", "new", "attention", "mine")
     assert r.returncode == 1 and "attention=mine is already registered" in r.stderr
 
@@ -76,7 +76,7 @@ def test_a_new_attention_variant_is_two_files_and_everywhere(tmp_path):
     assert r.returncode == 0, r.stderr
     results = json.loads(r.stdout)["suites"]["kernels"]["results"]
     rows = results["rows"]
-    assert {row["variant"] for row in rows} == {"simple", "mine"} and all(row["repeats"] >= 5 for row in rows)
+    assert {row["variant"] for row in rows} == {"warp", "mine"} and all(row["repeats"] >= 5 for row in rows)
     if results["ptxas"]["available"]:  # NVRTC there: the new file's kernels in the registers/spills report
         assert {e["file"] for e in results["ptxas"]["entries"]} == {"attention_mine.cu"}
 
@@ -101,3 +101,36 @@ def test_the_scaffold_refuses_clashes_in_one_line(tmp_path, monkeypatch):
         new_variant("softmax", "mine")
     with pytest.raises(SharpinfError, match="unknown attention variant 'nope'"):
         new_variant("attention", "mine", like="nope")
+
+
+def test_a_new_variant_that_needs_scratch_runs_with_its_scratch_allocated(tmp_path):
+    """`kernels new sample wide --from radix`: radix needs scratch (each row's counts, masses and
+    histograms), and so does its copy -- the entry says so (`scratch = ...`, written out), the Workspace
+    holds it for --kernels sample=wide (ws.sample_acc, the copy's), and the copy's own kernels run on it,
+    sampling radix's tokens; nothing but its .cu file and one registry entry is touched."""
+    shutil.copytree(kernels_dir(), tmp_path / "kernels_cu", copy_function=os.symlink)
+    shutil.copy(V.REGISTRY_FILE, tmp_path / "variants.toml")
+    env = {**os.environ, "SHARPINF_KERNELS_DIR": str(tmp_path / "kernels_cu"),
+           "SHARPINF_VARIANTS": str(tmp_path / "variants.toml"), "SHARPINF_PROGRESS": "0"}
+    before = _tree(tmp_path)
+    r = _sharpinf(env, "sharpinf", "kernels", "new", "sample", "wide", "--from", "radix", "--json")
+    assert r.returncode == 0, r.stderr
+    after = _tree(tmp_path)
+    assert sorted(k for k in after if before.get(k) != after[k]) == ["kernels_cu/sample_wide.cu", "variants.toml"]
+    entry = after["variants.toml"][len(before["variants.toml"]):].decode()
+    assert 'like = "radix"' in entry and 'scratch = "sharpinf.ops.sampling:radix_scratch"' in entry, entry
+
+    tiny = str(synthetic_model("llama", "Q8_0", n_layer=1, n_embd=64, n_head=2, n_head_kv=1, n_ff=128))
+    probe = ("from sharpinf.llm import LLM; from sharpinf.params import SamplingParams; "
+             "sp = SamplingParams(max_tokens=6, temperature=1.0, top_p=0.9, seed=3, ignore_eos=True); "
+             "runs = {k: LLM(" + repr(tiny) + ", backend='emu', kernels=k, num_blocks=16) for k in ('sample=wide', 'sample=radix')}; "
+             "fp = runs['sample=wide'].engine.fp; print(fp.ws.scratch_of); "
+             "print(sorted({f for f, _ in fp.kernels_used('f16')})); "
+             "print([llm.generate([[5, 6, 7], [9]], sp)[i].token_ids for llm in runs.values() for i in range(2)])")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    scratch, files, tokens = r.stdout.splitlines()[-3:]
+    assert scratch == "{'sample_acc': 'sample=wide'}", scratch  # allocated for the copy, by its declaration
+    assert "'sample_wide.cu'" in files and "'sampling_radix.cu'" not in files, files  # its own kernels ran
+    toks = eval(tokens)  # [wide's two requests, radix's two]
+    assert toks[:2] == toks[2:] and all(len(t) == 6 for t in toks), toks

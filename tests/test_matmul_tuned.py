@@ -1,8 +1,8 @@
-"""matmul=tuned (ops/matmul_tuned.py) on the emulator, with a stand-in for the device's clock: each
+"""matmul=timed (ops/matmul_tuned.py) on the emulator, with a stand-in for the device's clock: each
 candidate it times runs as the real clock runs it (once untimed, then REPEATS times), and takes the
 seconds the test gives it. Whichever wins, the output is dp4a's bits; a residual is added once; a
 plan being recorded times its shapes once and then runs only the chosen kernel; without a clock a
-shape takes best's rule. (The GPU's own clock: bench/device_call.sh's runs of matmul=tuned.)"""
+shape takes best's rule. (The GPU's own clock: bench/device_call.sh's runs of matmul=timed.)"""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_without_a_clock_a_shape_takes_bests_rule(emu):
     tuned.forget(emu)
 
 
-def test_a_forward_pass_on_tuned_gives_dp4as_logits_whatever_each_shape_chose(emu, clock):
+def test_a_forward_pass_on_timed_gives_dp4as_logits_whatever_each_shape_chose(emu, clock):
     """Each shape's candidates timed while the step's plan is recorded, over the step's own buffers (the
     residual's adds included), with a clock whose winners vary from shape to shape: prefill in chunks
     of 1..51 tokens gives dp4a's logits bit for bit."""
@@ -130,7 +130,7 @@ def test_a_forward_pass_on_tuned_gives_dp4as_logits_whatever_each_shape_chose(em
     model = load_model(synthetic_model("qwen3", "Q4_K", n_embd=256))
     base = dict(attention="split", rope_kv="fused")
     dp4a = ForwardPass(model, emu, kernels={"matmul": "dp4a", **base})
-    fp = dp4a.with_own_buffers(kernels={"matmul": "tuned", **base})
+    fp = dp4a.with_own_buffers(kernels={"matmul": "timed", **base})
     assert fp.workspace_bytes() > 0 and not hasattr(fp.ws, "l2_flush")  # no L2 here to empty
     clock([3e-6, 1e-6, 2e-6, 0.5e-6, 4e-6])
     toks = list(range(7, 107))
@@ -159,7 +159,7 @@ def test_on_a_gpu_each_shape_is_timed_by_the_device_and_the_logits_are_dp4as():
     model = load_model(synthetic_model("qwen3", "Q4_K", n_embd=256))
     base = dict(attention="split", rope_kv="fused")
     dp4a = ForwardPass(model, be, kernels={"matmul": "dp4a", **base})
-    fp = dp4a.with_own_buffers(kernels={"matmul": "tuned", **base})
+    fp = dp4a.with_own_buffers(kernels={"matmul": "timed", **base})
     toks = list(range(7, 107))
     nb = paths.blocks_for([len(toks)], 16)
     got, want = (paths.fresh_runner(f, "f16", nb, 16, 0).prefill_chunks(toks, [1, 15, 16, 17, 51]) for f in (fp, dp4a))

@@ -238,13 +238,13 @@ def test_the_matvecs_ask_for_their_rows_before_they_wait(name, matrices, sfx):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernels", ["fast", "matmul=layer,attention=split,rope_kv=fused"])
+@pytest.mark.parametrize("kernels", ["fast", "matmul=dp4a,link=layer,attention=split,rope_kv=fused"])
 def test_pdl_launches_give_the_bits_of_ordinary_ones(monkeypatch, kernels):
     """On a GPU from sm_90 (skipped elsewhere): a forward pass whose kernels start early (SHARPINF_PDL=1:
     a kernel's blocks placed while the one before it runs; the matvecs' L2 prefetch compiled in) gives
     the logits and tokens of ordinary launches, eager and replayed from graphs, step by step through
     prefill, chunked, mixed and decode steps -- a kernel that read its inputs before its wait would
-    read them half-written. The layer variant's cooperative launches stay ordinary among them."""
+    read them half-written. The link variant's cooperative launches stay ordinary among them."""
     from sharpinf.model.loader import load_model
     from sharpinf.model.synth import synthetic_model
     from oracles.graph_oracle import _Driver, oracle_graph_vs_eager, standard_schedule

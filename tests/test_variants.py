@@ -16,7 +16,8 @@ from sharpinf.errors import SharpinfError
 from sharpinf.step.forward import ForwardPass
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
-from sharpinf.ops.variants import FAST, KernelChoice, choices_for, describe_variants, resolve_kernels, variant_names
+from sharpinf.ops.variant_table import declares, describe_variants
+from sharpinf.ops.variants import FAST, KernelChoice, choices_for, resolve_kernels, variant_names
 from asserts import assert_bits
 
 
@@ -24,15 +25,18 @@ def test_parse_every_spelling():
     assert KernelChoice.parse("simple") == KernelChoice() and KernelChoice().name == "simple"
     assert KernelChoice.parse(" FAST ") == KernelChoice(**FAST)
     assert KernelChoice.parse("fast").name == "fast" and KernelChoice.parse("fast").q8_activations
-    mixed = KernelChoice.parse("matmul=dp4a, attention=simple")
-    assert (mixed.matmul, mixed.attention, mixed.rope_kv) == ("dp4a", "simple", "simple")
-    assert mixed.name == "matmul=dp4a,attention=simple,rope_kv=simple,moe=simple,sample=simple"
+    mixed = KernelChoice.parse("matmul=dp4a, attention=warp")
+    assert (mixed.matmul, mixed.attention, mixed.rope_kv, mixed.ffn) == ("dp4a", "warp", "separate", "separate")
+    assert mixed.name == "matmul=dp4a" and KernelChoice.parse(mixed.name) == mixed  # the name parses back
     assert KernelChoice.parse({"attention": "split"}) == KernelChoice(attention="split")
     assert KernelChoice.parse(mixed) is mixed
+    # in no set: on their own, with what each requires (the matmul that reads q8_1, the fused rope)
     assert choices_for("all") == ["simple", "fast", "tensor", "tuned", "matmul=dp4a", "matmul=mma",
-                                  "matmul=mmq_narrow", "matmul=gemv", "matmul=ffn", "matmul=layer",
-                                  "moe=gemv"]  # in no set: on their own
-    assert choices_for("all", is_moe=False) == choices_for("all")[:-1]  # a dense model runs no moe kernel
+                                  "matmul=mmq_narrow", "matmul=gemv", "matmul=dp4a,ffn=fused",
+                                  "matmul=dp4a,link=layer,rope_kv=fused", "moe=gemv"]
+    dense, moe = SimpleNamespace(head_dim=64, is_moe=False), SimpleNamespace(head_dim=64, is_moe=True)
+    assert choices_for("all", dense) == choices_for("all")[:-1]  # a dense model runs no moe kernel
+    assert "matmul=dp4a,ffn=fused" not in choices_for("all", moe)  # ... an MoE model no dense FFN
     assert KernelChoice.parse("tensor") == KernelChoice(matmul="mmq", attention="flash", rope_kv="fused", moe="mmq",
                                                         sample="radix")
     assert KernelChoice.parse("matmul=mmq,attention=flash,rope_kv=fused,moe=mmq,sample=radix").name == "tensor"
@@ -44,6 +48,11 @@ def test_parse_every_spelling():
 
 @pytest.mark.parametrize("spec,needle", [
     ("matmul=fastest", "unknown matmul variant 'fastest'"),
+    ("attention=simple", "unknown attention variant 'simple': choose warp, split, flash"),  # the old names
+    ("matmul=tuned", "unknown matmul variant 'tuned'"), ("moe=fast", "unknown moe variant 'fast'"),
+    ("matmul=ffn", "unknown matmul variant 'ffn'"),  # the FFN's strategy is its own op now: ffn=fused
+    ("link=layer", "link=layer requires matmul.activations=q8_1 (the choice has matmul=float)"),
+    ("matmul=dp4a,link=layer", "link=layer requires rope_kv=fused (the choice has rope_kv=separate)"),
     ("softmax=split", "unknown op(s) softmax"),
     ("matmul", "is not op=variant"),
     ({"rope": "fused"}, "unknown op(s) rope"),
@@ -60,7 +69,7 @@ def test_fast_falls_back_per_op_where_the_model_does_not_fit(capsys, monkeypatch
     monkeypatch.setenv("SHARPINF_PROGRESS", "1")  # notes show (off by default when stderr is no terminal)
     odd = SimpleNamespace(head_dim=48)  # split attention is compiled for 16, 32, 64, 128, 256
     got = resolve_kernels("fast", odd)
-    assert (got.matmul, got.attention, got.rope_kv) == ("best", "simple", "fused")
+    assert (got.matmul, got.attention, got.rope_kv) == ("best", "warp", "fused")
     assert "head_dim" in capsys.readouterr().err
     with pytest.raises(SharpinfError, match="head_dim"):
         resolve_kernels("attention=split", odd)
@@ -73,7 +82,7 @@ def test_auto_is_fast_on_a_gpu_and_simple_on_the_emulator(emu):
     cfg = SimpleNamespace(head_dim=64)
     assert resolve_kernels("auto", cfg, TraceBackend()).name == "fast"  # shapes launches as a GPU does
     assert resolve_kernels(None, cfg, emu).name == resolve_kernels("AUTO", cfg, emu).name == "simple"
-    assert resolve_kernels("auto", SimpleNamespace(head_dim=48), TraceBackend()).attention == "simple"
+    assert resolve_kernels("auto", SimpleNamespace(head_dim=48), TraceBackend()).attention == "warp"
     assert ForwardPass(_model("llama"), emu, compile_ahead=False).choice.name == "simple"
 
 
@@ -102,16 +111,16 @@ def test_workspace_holds_what_the_choice_needs(emu):
     assert hasattr(fast.ws, "xq") and hasattr(fast.ws, "split") and not hasattr(fast.ws, "h")
     assert fast.workspace_bytes() > 0 and simple.workspace_bytes() > 0
     # an MoE model: the routing scratch, grouped (sort order, tiles, q8_1 pairs) only for the fast moe
-    moe = ForwardPass(_model("qwen3moe"), emu, kernels="matmul=dp4a,moe=simple", compile_ahead=False)
+    moe = ForwardPass(_model("qwen3moe"), emu, kernels="matmul=dp4a,moe=warp", compile_ahead=False)
     assert moe.ws.moe.tiles is None and hasattr(moe.ws, "h") and not hasattr(moe.ws, "gate")
-    assert moe.with_own_buffers(kernels="moe=fast").ws.moe.tiles is not None
+    assert moe.with_own_buffers(kernels="moe=grouped").ws.moe.tiles is not None
 
 
 @pytest.mark.parametrize("kernels,arch,qtype", [
     *((k, a, q) for k in ("matmul=dp4a", "attention=split,rope_kv=fused", "matmul=dp4a,attention=split")
       for a, q in (("qwen3", "Q4_0"), ("qwen2", "Q5_1"))),
     # the MoE FFN's norm writes what the moe variant reads, whatever the matmuls read
-    ("matmul=dp4a,moe=simple", "qwen3moe", "Q4_0"), ("moe=fast", "qwen3moe", "Q5_1"),
+    ("matmul=dp4a,moe=warp", "qwen3moe", "Q4_0"), ("moe=grouped", "qwen3moe", "Q5_1"),
 ])
 def test_mixed_choices_pass_the_oracles(emu, kernels, arch, qtype):
     fp = ForwardPass(_model(arch, qtype), emu, kernels=kernels)
@@ -177,14 +186,14 @@ def test_moe_gemv_steps_equal_the_fast_sets_bit_for_bit(emu):
 
 
 @pytest.mark.parametrize("arch,qtype", [("llama", "Q4_K"), ("qwen2", "Q5_1")])
-def test_matmul_ffn_fuses_the_decode_ffn_and_keeps_dp4a_bits(emu, arch, qtype):
-    """matmul=ffn: a decode step's FFN (<= 8 tokens) is one cooperative launch (two fewer a layer),
-    larger steps take dp4a's three; every step gives dp4a's logits bit for bit."""
+def test_the_fused_ffn_fuses_the_decode_ffn_and_keeps_dp4a_bits(emu, arch, qtype):
+    """ffn=fused (with matmul=dp4a): a decode step's FFN (<= 8 tokens) is one cooperative launch (two
+    fewer a layer), larger steps take dp4a's three; every step gives dp4a's logits bit for bit."""
     n_embd = 256 if qtype in ("Q4_K", "Q6_K") else 128
     model = load_model(synthetic_model(arch, qtype, n_embd=n_embd))
     base = dict(attention="split", rope_kv="fused")
     dp4a = ForwardPass(model, emu, kernels={"matmul": "dp4a", **base})
-    other = dp4a.with_own_buffers(kernels={"matmul": "ffn", **base})
+    other = dp4a.with_own_buffers(kernels={"matmul": "dp4a", "ffn": "fused", **base})
     assert other.launches_per_layer() == dp4a.launches_per_layer() - 2
     assert any(f == "ffn_dp4a.cu" and e == f"ffn_dp4a_{qtype.lower()}" for f, e in other.kernels_used("f16"))
     toks = list(range(7, 47))
@@ -292,7 +301,7 @@ def test_a_matmul_variant_brings_the_norm_it_declares(emu):
     register(Variant("matmul", "mine", ("matmul.cu",), mm_ops.matmul, "a test's", activations="f32", norm=norm))
     try:
         fp = ForwardPass(_model("llama"), emu, kernels="matmul=mine", compile_ahead=False)
-        assert fp.choice.of("matmul").brings == "f32 activations, norm norm" and not fp.choice.q8_activations
+        assert declares(fp.choice.of("matmul")) == "f32 activations, norm norm" and not fp.choice.q8_activations
         assert rows  # the dry run of the step's dispatch called it: two norms a layer, then the head's
     finally:
         unregister("matmul", "mine")
@@ -300,7 +309,7 @@ def test_a_matmul_variant_brings_the_norm_it_declares(emu):
         Variant("matmul", "bad", ("matmul.cu",), mm_ops.matmul, "no norm", activations="f32")
     with pytest.raises(SharpinfError, match="matmul=bad: a matmul variant declares its activations"):
         Variant("matmul", "bad", ("matmul.cu",), mm_ops.matmul, "int4?", activations="q4", norm=basic.rmsnorm)
-    with pytest.raises(SharpinfError, match="attention=bad: activations, norm, gate_up, ffn and link are a matmul"):
+    with pytest.raises(SharpinfError, match="attention=bad: activations, norm and gate_up are a matmul"):
         Variant("attention", "bad", ("attention.cu",), attn_ops.attention, "a norm?", norm=basic.rmsnorm)
 
 

@@ -217,7 +217,7 @@ def kernels_name(ctx: BenchContext) -> str:
 
 
 def envelope(ctx: BenchContext, suite: str, config: dict, results: dict) -> dict:
-    """One suite's JSON: what ran where, its settings, and its numbers (with matmul=tuned, the shapes
+    """One suite's JSON: what ran where, its settings, and its numbers (with matmul=timed, the shapes
     it timed and what each chose)."""
     from sharpinf.ops.matmul_tuned import tuned_report
 

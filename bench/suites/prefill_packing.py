@@ -4,7 +4,7 @@ tokens (the prefill tokens/s the ratios report, beside 8 x 128's packed over seq
 when the matmuls are dp4a's, the same with the tensor-core variants beside them: matmul=mma alone (bit-identical to dp4a, so
 the next tokens must agree exactly) and the tensor set (mma matmuls + flash attention, whose f16
 operands round differently: agreement reported, not required); on a device with a clock,
-matmul=tuned too (each shape on its fastest candidate: the same bits as dp4a).
+matmul=timed too (each shape on its fastest candidate: the same bits as dp4a).
 
 Both runs feed exactly the same tokens into the same KV slots; packing turns S skinny
 matmuls into one fat one (weights read once instead of S times) and S sets of launches
@@ -81,7 +81,7 @@ def run(ctx: BenchContext, configs: list, repeats: int, block_size: int, prompts
     # the tensor set
     others, own = [], fp.choice.to_json()
     if fp.choice.q8_activations:
-        tuned = [{**own, "matmul": "tuned"}] if be.can_time() else []
+        tuned = [{**own, "matmul": "timed"}] if be.can_time() else []
         for kernels in ({**own, "matmul": "dp4a"}, {**own, "matmul": "mma"}, *tuned, {**own, **TENSOR}):
             if kernels != own and all(kernels != o.choice.to_json() for o in others):
                 others.append(fp.with_own_buffers(kernels=kernels))
@@ -100,7 +100,7 @@ def run(ctx: BenchContext, configs: list, repeats: int, block_size: int, prompts
         for other in others:
             v = _measure(ctx, other, pool, packed, singles, repeats, label)
             v["same_next_tokens"] = v["next_tokens"] == res["next_tokens"]  # as the suite's own choice
-            v["must_agree"] = other.choice.attention == fp.choice.attention  # the q8_1 matmuls are bit-identical
+            v["must_agree"] = other.choice.same_bits(fp.choice)  # the variants' declared bits (the q8_1 matmuls: dp4a's)
             res["variants"][other.choice.name] = v
         out.append(res)
         del pool

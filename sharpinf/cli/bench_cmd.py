@@ -58,10 +58,11 @@ def bench(
     kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " (every suite but kernels, which runs all)"),
     out: Path = typer.Option(None, "--out", help="Results folder (default ~/.cache/bench/suites/<backend>/; "
                              "--out bench/results/... to add results to the repository)."),
-    op: str = typer.Option(None, "--op", help="kernels: only these ops (comma list): matmul, attention, rope_kv, "
-                           "sample (the head's sampling over the vocabulary), moe (MoE models), or the bench's own "
-                           "norm, ffn_in, ffn (a decode step's FFN fused), link (all between two attentions, "
-                           "linked) (dense models; matmul stands for norm, matmul and ffn_in)."),
+    op: str = typer.Option(None, "--op", help="kernels: only these ops (comma list): the registry's matmul, ffn "
+                           "(a decode step's FFN fused; dense models), link (all between two attentions in one "
+                           "launch; dense models), attention, rope_kv, moe (MoE models), sample (the head's "
+                           "sampling), or the bench's own norm and ffn_in (gate+up; matmul stands for norm, matmul "
+                           "and ffn_in)."),
     variant: str = typer.Option(None, "--variant", help="kernels: only these variants (comma list; the op's baseline "
                                 "is timed too, for the speedup). `sharpinf kernels list` names them."),
     json_out: bool = typer.Option(False, "--json", help="Print all results as one JSON object on stdout."),

@@ -88,17 +88,12 @@ def one_of(**options):
 
 
 def kernels_help() -> str:
-    """--kernels' help, from the variant registry (sharpinf kernels list)."""
-    from sharpinf.ops.variants import OP_NAMES, REGISTRY, variants_of
+    """--kernels' help: the sets in a line, the rest in `sharpinf kernels list` (the registry)."""
+    from sharpinf.ops.variants import OP_NAMES, SETS
 
-    ops = ", ".join(f"{op}={'|'.join(variants_of(op))}" for op in OP_NAMES)
-    brings = "; ".join(f"{v.name}: {v.brings}" for v in REGISTRY["matmul"].values())
-    return ("Kernel variants: auto (default: fast on a GPU, simple on the emulator), fast (q8_1 activations: "
-            "dp4a matmuls, int8 tensor-core mmq where a step of >= 64 tokens fills the GPU; split-KV attention, "
-            "fused RoPE + KV append), tensor (mmq for every step of >= 16 tokens, flash attention), simple (the "
-            "readable baselines), "
-            f"or op=variant,... (ops: {ops}; a matmul variant brings its activations, norm and gate+up: "
-            f"{brings}; `sharpinf kernels list`).")
+    return (f"Kernel variants: auto (default: fast on a GPU, simple on the emulator), a set ({', '.join(SETS)}), "
+            f"or op=variant,... (ops: {', '.join(OP_NAMES)}); `sharpinf kernels list` shows every variant and "
+            "what each set picks.")
 
 
 KERNELS_HELP = kernels_help()

@@ -15,26 +15,39 @@ app.add_typer(kernels_app, name="kernels")
 
 
 @kernels_app.command("list")
-def list_variants(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    """Every registered variant: its op, files, what it does, what a matmul variant brings with it (its
-    activations, norm and gate+up), the kernel sets that use it."""
-    from sharpinf.ops.variants import describe_variants, registry_file
+def list_variants(json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+                  markdown: bool = typer.Option(False, "--markdown", help="The variant table in markdown (the docs' copy)."),
+                  write: list[str] = typer.Option([], "--write", help="With --markdown: rewrite the table between this "
+                                                  "file's variant markers (README.md, ARCHITECTURE.md); repeatable.")):
+    """Every registered variant: its op, files, what it does, what it declares (activations and norm,
+    token range, scratch, rounding, requirements, bits), the kernel sets that pick it."""
+    from pathlib import Path
+
+    from sharpinf.ops.variant_table import describe_variants, markdown_table, write_table
+    from sharpinf.ops.variants import registry_file
 
     rows = describe_variants()
     if json_out:
         return print_json(rows)
-    t = Table("op", "variant", "files", "what it does", "brings with it", "in sets",
+    if markdown:
+        for f in write:
+            console.print(Text(f"{f}: {'rewritten' if write_table(Path(f)) else 'already the registry table'}"))
+        if not write:
+            print(markdown_table(), end="")
+        return
+    t = Table("op", "variant", "files", "what it does", "declares", "in sets",
               title=f"kernel variants ({registry_file()})")
     t.columns[3].overflow = t.columns[4].overflow = "fold"
     for r in rows:
         name = r["variant"] + (" (baseline)" if r["baseline"] else "") + (f" (like {r['like']})" if r["like"] else "")
-        t.add_row(r["op"], name, ", ".join(r["files"]), r["summary"], r["brings"] or "-", ", ".join(r["sets"]) or "-")
+        t.add_row(r["op"], name, ", ".join(r["files"]) or "-", r["summary"], r["declares"] or "-",
+                  ", ".join(r["sets"]) or "-")
     console.print(t)
-    console.print(Text("choose with --kernels OP=VARIANT,...; `sharpinf kernels new OP NAME` starts a new one"))
+    console.print(Text("choose with --kernels SET or OP=VARIANT,...; `sharpinf kernels new OP NAME` starts a new one"))
 
 
 @kernels_app.command("new")
-def new(op: str = typer.Argument(..., help="matmul, attention or rope_kv."),
+def new(op: str = typer.Argument(..., help="The op: matmul, ffn, link, attention, rope_kv, moe or sample."),
         name: str = typer.Argument(..., help="The variant's name (a lowercase identifier): --kernels OP=NAME."),
         like: str = typer.Option(None, "--from", help="The registered variant to copy (default: the op's baseline)."),
         summary: str = typer.Option(None, help="One line for the registry: what it changes."),

@@ -138,8 +138,8 @@ def verify(
     backend: str = typer.Option("auto", help="reference: the oracle against independent truths; emu or cuda: "
                                 "also the kernel path against the reference (auto: cuda if a GPU is usable, else emu)."),
     kv_dtype: list[str] = typer.Option(["f16", "q8_0"], help="KV dtypes for kernel-vs-reference (repeatable)."),
-    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " 'all': the simple, fast and tensor "
-                                "sets and every other registered variant."),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " 'all': every set and every other "
+                                "registered variant (with what it requires) the model runs and fits."),
     quick: bool = typer.Option(False, "--quick", help="Short prompts only: on a model with sliding windows, "
                                "leave out the prompt that runs past the smallest window (Gemma 3: 553 tokens, "
                                "about 10 minutes on the emulator)."),
@@ -181,7 +181,7 @@ def verify(
         from sharpinf.step.forward import ForwardPass
 
         fp = ForwardPass(loaded, backend_named(backend), kernels=choices[0])
-        choices = choices_for(kernels, is_moe=fp.cfg.is_moe)  # a dense model: no moe variant's own run
+        choices = choices_for(kernels, fp.cfg, fp.model)  # the ops it runs, the variants that fit it
         for spec in choices:  # the same uploaded weights for each kernel set
             fpk = fp if spec is choices[0] else fp.with_own_buffers(kernels=spec)
             fps.append(fpk)

@@ -69,6 +69,11 @@ class SplitScratch:
                    be.zeros((tokens * n_kv_heads * groups,), I32), tokens)
 
 
+def split_scratch(be, cfg, cap) -> dict:
+    """The registry's scratch of the split frame (split, flash): partial states and merge tickets."""
+    return {"split": SplitScratch.alloc(be, cap.tokens, cfg.n_head, cfg.n_head_kv, cfg.head_dim)}
+
+
 def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,

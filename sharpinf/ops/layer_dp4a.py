@@ -5,8 +5,8 @@ half may run alone. Bit-identical to the dp4a path's separate launches (the kern
 
 It declines -- returns False, launching nothing -- where it does not serve: steps of more than one
 token tile (8), matrices of more than one type or of a float type, a head shape rope_kv.cu refuses.
-Its pre half runs rope_kv.cu's arithmetic (rope_kv_token.cuh): the caller links it only where the
-step's rope_kv variant is the fused one.
+Its pre half runs rope_kv.cu's arithmetic (rope_kv_token.cuh): its registry entry (link=layer)
+requires rope_kv=fused.
 The caller then runs the separate launches (step/kernels.py)."""
 
 from __future__ import annotations
@@ -83,6 +83,12 @@ class LinkStep:
     eps: float
     rope_style: str
     act: str
+
+
+def link_scratch(be, cfg, cap) -> dict:
+    """The registry's scratch of link=layer (besides the grid barrier): its attention norm's q8_1 output,
+    a buffer of its own."""
+    return {"linkq": Q8Act.empty(be, cap.tokens, cfg.n_embd)}
 
 
 def _declines(post: LinkPost | None, pre: LinkPre | None, s: LinkStep) -> bool:

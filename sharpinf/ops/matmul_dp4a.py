@@ -160,6 +160,12 @@ def ffn_dp4a(be, Wg_dev, Wu_dev, Wd_dev, qtypes: tuple[int, int, int], X: Q8Act,
     return True
 
 
+def grid_barrier(be, cfg, cap) -> dict:
+    """The registry's scratch of the cooperative kernels (ffn=fused, link=layer): their grid barrier,
+    zeroed once and left at 0 by every launch."""
+    return {"grid_bar": be.zeros((2,), np.uint32)}
+
+
 # -- NumPy reference -----------------------------------------------------------------------------
 def matmul_dp4a_reference(W_raw: np.ndarray, qtype: int, q: np.ndarray, d: np.ndarray,
                           bias: np.ndarray | None = None, residual: np.ndarray | None = None) -> np.ndarray:

@@ -17,7 +17,7 @@ from sharpinf.ops.matmul_mma import _check, supports
 from sharpinf.ops.mmq_tiles import NARROW_ROWS, ROWS_PER_BLOCK, grid, split_launches, token_tiles
 
 # Steps below this stay on dp4a (the same bits): the tensor set's threshold, the smallest step the
-# kernels bench times mmq at. The registry's min_tokens says the same number.
+# kernels bench times mmq at. The registry's mmq and mmq_narrow min_tokens name it.
 MIN_TOKENS = 16
 # The fast set's matmul, "best": mmq where a step has BEST_MIN_TOKENS tokens or more and its grid
 # holds a block an SM or more, dp4a elsewhere -- the rule that fits every point an H200 measured on

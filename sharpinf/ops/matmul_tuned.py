@@ -1,4 +1,4 @@
-"""The "tuned" matmul: each launch shape on whichever of its candidates this GPU runs fastest, timed
+"""The "timed" matmul (the `tuned` set's): each launch shape on whichever of its candidates this GPU runs fastest, timed
 the first time a step of that shape is planned. The candidates -- dp4a, gemv (steps of <= 8 tokens),
 mmq and mmq_narrow (quantized weights, steps of >= 16 tokens) -- give the same bits (one reduction
 order for every kernel and every N: dp4a.cuh), so which one a shape gets changes no result, only its
@@ -55,6 +55,12 @@ def reserve(be):
         n = 2 * be.l2_bytes()
         _FLUSH[be] = be.empty((n,), np.uint8) if n > 0 else None
     return _FLUSH[be]
+
+
+def l2_flush_scratch(be, cfg, cap) -> dict:
+    """The registry's scratch of matmul=timed: the L2 flush buffer (none where the backend has none)."""
+    flush = reserve(be)
+    return {} if flush is None else {"l2_flush": flush}
 
 
 def tuned_choices(be) -> dict[tuple, Choice]:

@@ -97,6 +97,12 @@ def reserve_scratch(be, cfg, tokens: int, rows: int) -> MmqScratch:
     return mmq_scratch(be, max(p[1] for p in plans), max(p[2] for p in plans))
 
 
+def split_k_scratch(be, cfg, cap) -> dict[str, MmqScratch]:
+    """The registry's scratch of the split-K variants (mmq, mmq_narrow, best, tuned; moe mmq): the
+    model's group sums for a step capacity, reserved with the workspace (never inside a graph)."""
+    return {"mmq_split": reserve_scratch(be, cfg, cap.tokens, cap.rows)}
+
+
 def split_launches(be, rows: int, gy: int, n_out: int, n_in: int, nmat: int, launch_one) -> None:
     """launch_one(grid, extra args, io share) for each window of row tiles of a product of gy token
     tiles (grid.y): grid.z = the groups, the extra args the scratch and the window's first row tile."""

@@ -39,14 +39,16 @@ from sharpinf.model.config import MOE_MAX_EXPERTS
 from sharpinf.ops.launch import kernel, one_wave
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
 from sharpinf.ops.matmul_dp4a import ACTS, entry_name, group_lanes
-from sharpinf.ops.matmul_gemv import tile_for
+from sharpinf.ops.matmul_gemv import MAX_TOKENS as GEMV_MAX_TOKENS, tile_for
 from sharpinf.ops.matmul_mma import supports
+from sharpinf.ops.matmul_mmq import MIN_TOKENS as MMQ_MIN_TOKENS
 from sharpinf.ops.mmq_tiles import MMQ_TILE, TILE, max_tiles, split_launches, tiles_capacity
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1
 
 I32, F32 = np.int32, np.float32
-MMQ_MIN_TOKENS = 16  # the tensor set's matmul threshold (matmul_mmq.MIN_TOKENS): fewer stay on dp4a tiles
-GEMV_MAX_TOKENS = 8  # moe_gemv.cu's largest compiled token count (matmul_gemv.MAX_TOKENS): more go to moe_grouped
+# MMQ_MIN_TOKENS (matmul_mmq.MIN_TOKENS): smaller steps stay on dp4a tiles; GEMV_MAX_TOKENS
+# (matmul_gemv.MAX_TOKENS, moe_gemv.cu's largest compiled token count): larger ones go to moe_grouped.
+# The registry's moe=mmq min_tokens and moe=gemv max_tokens name these.
 WARPS = 4
 EMU_ROW_BLOCKS = 64  # the emulator pays per thread: fewer, longer-lived warps (as matmul_dp4a.py)
 MAX_ROW_BLOCKS = 4096
@@ -166,7 +168,7 @@ def _grouped_ffn(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_q: Q8A
     launch the variant's two kernels on moe_args.cuh's arguments (io: the bytes a launch reads and
     writes, for the profile)."""
     if x_q is None or s.tiles is None:
-        raise ValueError(f"moe {name} reads q8_1 activations and a grouped MoeScratch")
+        raise ValueError(f"{name} reads q8_1 activations and a grouped MoeScratch")
     route(be, E, s, n_tokens, x_q=x_q, layer=layer, split=True)
     P, gt, dt = n_tokens * E.n_used, E.gate_up_qtype, E.down_qtype
     check_n_in(gt, E.n_embd)
@@ -190,7 +192,7 @@ def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None,
         return lambda args, io, mt: be.launch(kernel(be, file, entry_name(prefix, qtype, n_in)),
                                               (_row_blocks(be, n_out, n_in), mt), 32 * WARPS, args, io=io)
 
-    _grouped_ffn(be, E, x, s, n_tokens, x_q, act, layer, "fast", TILE,
+    _grouped_ffn(be, E, x, s, n_tokens, x_q, act, layer, "moe_grouped", TILE,
                  launch("moe_gate_up_dp4a", E.n_ff, E.n_embd, E.gate_up_qtype),
                  launch("moe_down_dp4a", E.n_embd, E.n_ff, E.down_qtype), sort_file=file)
 
@@ -215,7 +217,7 @@ def moe_gemv(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_
             be.launch(k, (blocks, mt), 32 * WARPS, args, io=io)
         return run
 
-    _grouped_ffn(be, E, x, s, n_tokens, x_q, act, layer, "gemv", nt,
+    _grouped_ffn(be, E, x, s, n_tokens, x_q, act, layer, "moe_gemv", nt,
                  launch("moe_gate_up_gemv", E.n_ff, E.n_embd, E.gate_up_qtype),
                  launch("moe_down_gemv", E.n_embd, E.n_ff, E.down_qtype))
 
@@ -246,7 +248,7 @@ def moe_tensor(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, 
                 k, grid, threads, args + tuple(extra), io=(round(share * io[0]), round(share * io[1]))))
         return run
 
-    _grouped_ffn(be, E, x, s, n_tokens, x_q, act, layer, "mmq", MMQ_TILE,
+    _grouped_ffn(be, E, x, s, n_tokens, x_q, act, layer, "moe_tensor", MMQ_TILE,
                  launch(f"moe_gate_up_mmq_{kernel_suffix(gt)}", E.n_ff, E.n_embd, 2, 256),
                  launch(f"moe_down_mmq_{kernel_suffix(dt)}", E.n_embd, E.n_ff, 1, 128))
 

@@ -164,6 +164,11 @@ def sample_acc(be, R: int, vocab: int):
     return be.empty((max(1, R), radix_acc_words(vocab)), np.uint32)
 
 
+def radix_scratch(be, cfg, cap) -> dict:
+    """The registry's scratch of sample=radix: each row's counts, masses and histograms."""
+    return {"sample_acc": sample_acc(be, cap.rows, cfg.n_vocab)}
+
+
 def sample_rows_radix(be, logits, R: int, vocab: int, params, top_k, seeds, steps, seen_bits, slots, clear, add_off,
                       add_ids, counts, count_n, slot_bias, mask_idx, masks, out, scratch, acc=None,
                       block: int = RADIX_THREADS, file: str = "sampling_radix.cu") -> None:
@@ -236,15 +241,15 @@ def mask_arrays(masks: Sequence[np.ndarray | None] | None, R: int, vocab: int) -
 def sample(be, logits_dev, R: int, vocab: int, params_list: Sequence[SamplingParams], seeds: Sequence[int],
            steps: Sequence[int], seen: Sequence[Sequence[int]], out_dev, scratch_dev=None, block: int = BLOCK,
            generated: Sequence[Sequence[int]] | None = None, masks: Sequence[np.ndarray | None] | None = None,
-           kernels: str = "simple"):
+           kernels: str | None = None):
     """Sample one token per row of logits_dev (float32 [R, vocab]) into out_dev (int32 [R]).
 
     seeds: one int in [0, 2**63) per row (RequestSeeds: the engine assigns one to seedless requests);
     steps: tokens each request has generated so far; seen: per row, the ids the repetition
     penalty applies to (prompt + generated); generated: per row, the ids presence/frequency
     count (default none); masks: per row None or the allowed-token bits (u32 [words]).
-    scratch_dev: float32 [R, 2*vocab], allocated when None; kernels: the sample variant ("simple",
-    the baseline, or "radix", whose block is its own). Returns out_dev. A one-off call: each
+    scratch_dev: float32 [R, 2*vocab], allocated when None; kernels: the sample variant's name (None:
+    the baseline; `sharpinf kernels list`). Returns out_dev. A one-off call: each
     row that needs a slot gets a fresh one from its lists (the engine's step plan keeps slots on
     the device across steps instead).
     """
@@ -264,9 +269,9 @@ def sample(be, logits_dev, R: int, vocab: int, params_list: Sequence[SamplingPar
     bias = np.zeros((n, BIAS_STRIDE), I32)
     for r, sp in enumerate(params_list):
         bias[r] = bias_row(sp)
-    from sharpinf.ops.variants import variant  # (the registry imports this module)
+    from sharpinf.ops.variants import baseline, variant  # (the registry imports this module)
 
-    variant("sample", kernels).launch(
+    (baseline("sample") if kernels is None else variant("sample", kernels)).launch(
         be, logits_dev, R, vocab, be.upload(p), be.upload(k), be.upload(np.array([int(s) for s in seeds], U64)),
         be.upload(np.asarray(steps, I32)), bits, be.upload(slots), be.upload(clear), be.upload(add_off),
         be.upload(add_ids), counts, be.upload(count_n), be.upload(bias), be.upload(mask_idx), be.upload(packed),

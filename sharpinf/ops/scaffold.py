@@ -6,8 +6,11 @@ It writes two things and touches nothing else:
                               shape, expected bound, and the loop to prove and measure it;
   one [[variant]] entry       appended to the registry (sharpinf/ops/variants.toml, or
                               $SHARPINF_VARIANTS): `like = <source>` runs the source's launcher on
-                              the new file, so dispatch, `--kernels all`, the CLI help, the kernels
-                              bench and the kernel tests take it up at once.
+                              the new file and takes every key it declares -- its scratch (written
+                              out in the entry, so the Workspace's buffers for it are in sight),
+                              rounding, requirements, token range --, so dispatch, the workspace,
+                              `--kernels all`, `kernels list`, the kernels bench and the kernel
+                              tests take it up at once.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from sharpinf.ops import variants as V
 from sharpinf.runtime.paths import kernels_dir
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")
-OP_TESTS = {"matmul": "tests/test_kernels_matmul_variants.py", "attention": "tests/test_kernels_attention.py",
+OP_TESTS = {"matmul": "tests/test_kernels_matmul_variants.py", "ffn": "tests/test_kernels_matmul_ffn.py",
+            "link": "tests/test_kernels_layer_link.py", "attention": "tests/test_kernels_attention.py",
             "rope_kv": "tests/test_kernels_rope.py", "moe": "tests/test_kernels_moe.py",
             "sample": "tests/test_kernels_sampling.py"}  # where each op's variants are tested
 RESERVED = {"auto", "all", *V.SETS}
@@ -74,6 +78,9 @@ def new_variant(op: str, name: str, like: str | None = None, summary: str | None
     header, and append its registry entry. Nothing is written if either would clash."""
     _check_name(op, name)
     src_variant = V.variant(op, like) if like else V.baseline(op)
+    if not src_variant.files:
+        raise SharpinfError(f"{src_variant.label} owns no kernel file to copy: --from one that does "
+                            f"({', '.join(n for n, v in V.REGISTRY[op].items() if v.files) or 'none yet'})")
     src = kernels_dir() / src_variant.files[0]
     dest = kernels_dir() / f"{op}_{name}.cu"
     if dest.exists():
@@ -85,7 +92,7 @@ def new_variant(op: str, name: str, like: str | None = None, summary: str | None
                            launcher=f"{src_variant.launcher.__module__}.{src_variant.launcher.__name__}")
     summary = summary or f"a copy of {op}={src_variant.name} ({src.name}): say what it changes"
     entry = (f'\n[[variant]]\nop = "{op}"\nname = "{name}"\nlike = "{src_variant.name}"\n'
-             f'files = ["{dest.name}"]\nsummary = "{_toml_str(summary)}"\n')
+             f'files = ["{dest.name}"]\n{_declared(src_variant)}summary = "{_toml_str(summary)}"\n')
     dest.write_text(header + text)
     try:
         with registry.open("a") as f:
@@ -96,6 +103,24 @@ def new_variant(op: str, name: str, like: str | None = None, summary: str | None
         _drop_entry(registry, entry)
         raise
     return Scaffold(op, name, src_variant.name, dest, registry, entry)
+
+
+def _ref(fn) -> str:
+    return f"{fn.__module__}:{fn.__name__}"
+
+
+def _declared(v: V.Variant) -> str:
+    """The keys `like` takes from v that shape what the variant needs -- its scratch, rounding,
+    requirements -- written out, so the entry shows them (and editing one changes only this variant)."""
+    lines = []
+    if v.scratch:
+        refs = [f'"{_ref(s)}"' for s in v.scratch]
+        lines.append(f"scratch = {refs[0] if len(refs) == 1 else '[' + ', '.join(refs) + ']'}")
+    if v.rounding != "f32":
+        lines.append(f'rounding = "{v.rounding}"')
+    if v.requires:
+        lines.append(f"requires = [{', '.join(repr(str(r)).replace(chr(39), chr(34)) for r in v.requires)}]")
+    return "".join(line + "\n" for line in lines)
 
 
 def _toml_str(s: str) -> str:

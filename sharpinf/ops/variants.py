@@ -1,97 +1,46 @@
-"""Kernel variants: for each op family, the readable baseline and the faster kernels beside it,
-declared once in the registry, variants.toml (`sharpinf kernels list` prints it):
+"""Kernel variants: for each op, the readable baseline and the faster kernels beside it, declared
+once in the registry, variants.toml -- files, launchers, scratch, rounding, requirements, token
+ranges, and the named sets (`sharpinf kernels list` prints them; the docs' tables are generated).
 
-    op         variants           kernels
-    matmul     simple             matmul.cu (+ elementwise.cu for the residual and SwiGLU)
-               dp4a               rmsnorm_q8_1.cu -> matmul_dp4a.cu / gate_up_dp4a.cu: q8_1
-                                  activations, integer dot products, fused bias/residual/SwiGLU
-               mma                as dp4a, but steps of >= 16 tokens on int8 tensor cores
-                                  (matmul_mma.cu / gate_up_mma.cu), bit-identical to dp4a
-               mmq                as mma, 64 rows x 64 tokens a block (matmul_mmq.cu /
-                                  gate_up_mmq.cu): each weight chunk unpacked once per 64 tokens
-               mmq_narrow         as mmq, 16 rows x 64 tokens a block (matmul_mmq_narrow.cu /
-                                  gate_up_mmq_narrow.cu): 4x the blocks, for grids too small to
-                                  fill the GPU (decode of 16-64 sequences)
-               best               dp4a or mmq for each launch: mmq from 64 tokens where its grid
-                                  holds a block an SM (what an H200 measured faster), the same bits
-               gemv               as dp4a, but steps of <= 8 tokens with the token count compiled
-                                  in, a lane's weight chunks fetched in batches a batch ahead and a
-                                  warp's rows one stream (matmul_gemv.cu / gate_up_gemv.cu): decode
-                                  at the bandwidth limit, bit-identical
-               ffn                as dp4a, and a dense FFN of <= 8 tokens (gate+up, q8_1, down +
-                                  residual) as one cooperative launch with two grid barriers
-                                  (ffn_dp4a.cu): the megakernel pattern, bit-identical
-               layer              as ffn, and a decode step's work between two attentions (o-proj,
-                                  norm, FFN, the next norm, QKV, RoPE/KV append) as one cooperative
-                                  launch (layer_dp4a.cu): two launches a layer, bit-identical
-    attention  simple             attention.cu: a warp per (token, head)
-               split              attention_split.cu: split-KV (flash-decoding), GQA-shared loads;
-                                  can walk every split in one block (the same bits)
-               flash              attention_flash.cu: the split frame on f16 tensor cores, 64 (token,
-                                  head) rows of one sequence sharing each K/V tile; every step
-                                  (and can walk, as split)
-    rope_kv    simple             rope.cu, qk_norm.cu, kv_cache.cu
-               fused              rope_kv.cu: all three in one launch per step
-    moe        simple             moe_route.cu, moe_ffn.cu: router, a warp per (token, expert) pair
-                                  and row, rank-order combine (MoE models only)
-               fast               moe_dp4a.cu: q8_1, pairs sorted by expert, dp4a over each expert's
-                                  tiles of 8 pairs; the router spread over blocks (moe_route_split.cu)
-               mmq                moe_mmq.cu: as fast, steps of >= 16 tokens in tiles of 64 pairs on
-                                  int8 tensor cores (mmq_rows.cuh), bit-identical to fast
-    sample     simple             sampling.cu: one block a row (the head's sampling)
-               radix              sampling_radix.cu: each row over blocks of 4096 ids, radix-select
-                                  cuts, integer masses: the same token, bit for bit
+A Variant is one [[variant]] entry, and everything reads it: dispatch (StepKernels calls the chosen
+Variant's launchers, never a name test), the Workspace (its scratch), the oracles (its rounding and
+activations), kernels_used, `--kernels all`, the CLI, the kernels bench, the kernel tests and the
+ptxas report. A bad entry fails at import in one line (ops/registry_file.py); a choice naming an
+unregistered variant, or breaking a requirement, fails when it is made; a ForwardPass whose step
+launches none of a chosen variant's own kernels fails at construction (`check_dispatched`), so a
+variant never runs another's kernels under its name. `sharpinf kernels new OP NAME` adds one
+(docs/adding-a-variant.md).
 
-A Variant names its op, its kernel files and its launcher (the op's launch function, which it runs
-on its own first file), and says what it serves (`fits`, `min_tokens`, `max_tokens`, `qtypes`). A matmul variant
-also declares what it brings with it: the activations its linear layers read (f32 or q8_1), the norm
-that writes them, and a fused gate+up launcher if it has one; StepKernels reads them, never guesses.
-Everything reads the registry: dispatch (StepKernels calls the chosen Variant's launcher),
-kernels_used (a dry run of that dispatch), `--kernels all`, the CLI help, the kernels bench, the
-kernel tests' parameters and the ptxas report. An entry whose launcher is missing, names no function or cannot take its file
-fails at import in one line; a choice naming an unregistered variant fails when it is parsed; and
-a ForwardPass whose step launches none of a chosen variant's own kernels fails at construction
-(`check_dispatched`), so a variant can never run another's kernels under its own name.
-`sharpinf kernels new OP NAME` adds one: a copy of a registered variant's file and one entry
-(`like = ...`) -- docs/adding-a-variant.md walks the loop.
-
-A choice is "simple", "fast" (every op's fastest measured variant: matmul best, split attention),
-"tensor" (mmq for every step of >= 16 tokens and flash attention: the tensor cores wherever they
-can serve; flash was faster only for long prefills on an H200), "tuned" (fast, with each linear layer
-on whichever of dp4a, gemv, mmq and mmq_narrow the GPU times fastest for its shape: the same bits),
-a dict {op: variant}, the same as text: "matmul=dp4a,attention=split", or "auto" (the
-default): "fast" on a GPU, "simple" on the CPU emulator -- the fast kernels are written for a
-GPU's memory system, and the emulator, which runs each thread's C++ on one core, runs the
-readable ones faster. Every variant passes every oracle the baseline passes.
-
-Every choice is batch-invariant, prefill and decode included: each op runs one kernel for every
-step (mma, mmq and best pick a kernel by the step's size, but every one is bit-identical to dp4a), so a token's logits do not depend
-on the step it is in -- there is no separate "invariant" mode to pay for.
+A choice is a named set ("simple": the baselines; "fast", "tensor", "tuned": variants.toml says why),
+a dict {op: variant}, the same as text ("matmul=dp4a,attention=split"), or "auto" (the default): fast
+on a GPU, simple on the CPU emulator (which runs the readable kernels faster). Every variant passes
+every oracle the baseline passes, and every choice is batch-invariant: a variant that picks a kernel
+by the step's size picks among bit-identical ones (its `bits`).
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
-import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
 from sharpinf.errors import SharpinfError
-from sharpinf.ops import attention as attn_ops
-from sharpinf.ops import matmul_mma as mma_ops
 
-OP_NAMES = ("matmul", "attention", "rope_kv", "moe", "sample")
-ACTIVATIONS = ("f32", "q8_1")  # what a matmul variant's linear layers read (the Reference's act_quant words)
-MODEL_OPS = {"moe": lambda cfg: getattr(cfg, "is_moe", False)}  # ops only some models run (the others: all)
+OP_NAMES = ("matmul", "ffn", "link", "attention", "rope_kv", "moe", "sample")
+STRATEGY_OPS = ("ffn", "link")  # launch strategies: a variant without files or launcher runs the separate launches
+ACTIVATIONS = ("f32", "q8_1")  # what a matmul (or moe) variant's linear layers read (the Reference's act_quant words)
+ROUNDINGS = ("f32", "f16_operands")  # how a variant multiplies beyond its activations (oracles/tolerances.py's bounds)
+MODEL_OPS = {"moe": lambda cfg: getattr(cfg, "is_moe", False),  # ops only some models run (the others: all)
+             "ffn": lambda cfg: not getattr(cfg, "is_moe", False)}
+REGISTRY_FILE = Path(__file__).with_name("variants.toml")
+AUTO = "auto"
 
 
 def ops_of(cfg) -> tuple[str, ...]:
-    """The ops a model's step runs: a dense model has no moe."""
+    """The ops a model's step runs: a dense model has no moe, an MoE model no dense ffn."""
     return tuple(op for op in OP_NAMES if op not in MODEL_OPS or MODEL_OPS[op](cfg))
-REGISTRY_FILE = Path(__file__).with_name("variants.toml")
 
 
 def registry_file() -> Path:
@@ -101,57 +50,90 @@ def registry_file() -> Path:
 
 
 @dataclass(frozen=True)
-class Variant:
-    """One kernel variant of an op, as every part of sharpinf sees it (one [[variant]] of the registry).
+class Requirement:
+    """What a variant needs of the rest of a choice: "OP=NAME" (that op runs that variant) or
+    "OP.KEY=VALUE" (that op's variant declares KEY = VALUE, e.g. matmul.activations=q8_1)."""
 
-    files: the kernels_cu/ sources that are this variant's own (a step with it chosen launches at
-    least one of them; the launcher is given the first); launcher: the op's launch function;
-    fits(cfg, model) -> why it cannot serve a model, or None (model may be None: shapes only).
-    A matmul variant brings its activations, its norm and its gate+up with it (and only a matmul one);
-    a moe variant its activations and the norm that writes them (an MoE layer's FFN norm feeds only it)."""
+    op: str
+    key: str  # "name", or a Variant field
+    value: str
+
+    @classmethod
+    def parse(cls, text: str) -> "Requirement":
+        lhs, sep, value = str(text).partition("=")
+        op, dot, key = lhs.strip().partition(".")
+        if not sep or not value.strip() or op not in OP_NAMES or (dot and key not in _FIELDS):
+            raise SharpinfError(f"requirement {text!r}: write OP=NAME or OP.KEY=VALUE (ops {', '.join(OP_NAMES)})")
+        return cls(op, key if dot else "name", value.strip())
+
+    def met(self, v: "Variant") -> bool:
+        value = getattr(v, self.key)
+        return (str(value).lower() if isinstance(value, bool) else str(value)) == self.value
+
+    def __str__(self) -> str:
+        return f"{self.op}={self.value}" if self.key == "name" else f"{self.op}.{self.key}={self.value}"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kernel variant of an op, as every part of sharpinf sees it (one [[variant]] of the registry;
+    variants.toml's header says what each key means)."""
 
     op: str
     name: str
     files: tuple[str, ...]
-    launcher: Callable[..., Any]
+    launcher: Callable[..., Any] | None
     summary: str
     fits: Callable[[Any, Any], str | None] | None = None
-    activations: str | None = None  # matmul: what its linear layers read, "f32" or "q8_1"
-    norm: Callable[..., Any] | None = None  # matmul: the rmsnorm launcher that writes those activations
+    activations: str | None = None  # matmul, moe: what its linear layers read, "f32" or "q8_1"
+    norm: Callable[..., Any] | None = None  # matmul, moe: the rmsnorm launcher that writes those activations
     gate_up: Callable[..., Any] | None = None  # matmul: gate, up and the activation in one launcher
-    ffn: Callable[..., Any] | None = None  # matmul: the whole dense FFN in one launcher (False: not served)
-    link: Callable[..., Any] | None = None  # matmul: a step's work between two attentions in one (False: not served)
     min_tokens: int = 1  # serves steps of at least this many tokens (the launcher falls back below)
     max_tokens: int | None = None  # serves steps of at most this many (the launcher falls back above)
     qtypes: Callable[[int], bool] | None = None  # matmul: the weight types it serves (None: all)
     shape: Callable[..., str] | None = None  # attention: the launch shape ("split", "walk") it takes for a step
     writes_q8: bool = False  # attention: writes the q8_1 copy of its output for the o-projection
-    needs_scratch: bool = False  # attention: the split frame's partial states; sample: per-row accumulators; matmul, moe: mmq split-K
-    like: str | None = None  # the variant whose launcher it shares (a copy made by `kernels new`)
+    scratch: tuple[Callable[..., dict], ...] = ()  # (be, cfg, cap) -> {name: buffer}: the Workspace's ws.<name>
+    rounding: str = "f32"  # one of ROUNDINGS: the oracles' tolerance for it
+    requires: tuple[Requirement, ...] = ()
+    bits: str | None = None  # the variant of the op whose results this one's equal bit for bit (None: its own)
+    like: str | None = None  # the variant whose keys it shares (a copy made by `kernels new`)
 
     def __post_init__(self):
+        where = f"variant {self.op}={self.name}"
         if self.op not in OP_NAMES:
             raise SharpinfError(f"variant {self.name!r}: unknown op {self.op!r}; the ops are {', '.join(OP_NAMES)}")
-        if not callable(self.launcher):
-            raise SharpinfError(f"variant {self.op}={self.name}: no launcher (launch must be the op's launch function)")
-        if not self.files or not all(isinstance(f, str) and f for f in self.files):
-            raise SharpinfError(f"variant {self.op}={self.name}: files must name its kernels_cu/ sources")
-        if "file" not in inspect.signature(self.launcher).parameters:
-            raise SharpinfError(f"variant {self.op}={self.name}: its launcher {self.launcher.__name__} takes no "
-                                "file= argument, so it cannot run this variant's own file")
+        if not all(isinstance(f, str) and f for f in self.files):
+            raise SharpinfError(f"{where}: files must name its kernels_cu/ sources")
+        if self.separate:  # a strategy's "run the separate launches": nothing of its own
+            if self.files or self.op not in STRATEGY_OPS:
+                raise SharpinfError(f"{where}: no launcher (launch must be the op's launch function)")
+        elif not self.files:
+            raise SharpinfError(f"{where}: files must name its kernels_cu/ sources")
+        elif not callable(self.launcher):
+            raise SharpinfError(f"{where}: no launcher (launch must be the op's launch function)")
+        elif "file" not in inspect.signature(self.launcher).parameters:
+            raise SharpinfError(f"{where}: its launcher {self.launcher.__name__} takes no file= argument, so it "
+                                "cannot run this variant's own file")
+        if self.rounding not in ROUNDINGS:
+            raise SharpinfError(f"{where}: rounding {self.rounding!r}; choose {', '.join(ROUNDINGS)}")
         if self.op not in ("matmul", "moe"):
-            if self.activations or self.norm or self.gate_up or self.ffn or self.link:
-                raise SharpinfError(f"variant {self.op}={self.name}: activations, norm, gate_up, ffn and link are a "
-                                    "matmul variant's")
+            if self.activations or self.norm or self.gate_up:
+                raise SharpinfError(f"{where}: activations, norm and gate_up are a matmul (or moe) variant's")
         elif self.activations not in ACTIVATIONS or not callable(self.norm):
-            raise SharpinfError(f"variant {self.op}={self.name}: a {self.op} variant declares its activations "
+            raise SharpinfError(f"{where}: a {self.op} variant declares its activations "
                                 f"({' or '.join(ACTIVATIONS)}) and the norm that writes them")
-        elif self.op == "moe" and (self.gate_up or self.ffn or self.link):
-            raise SharpinfError(f"variant {self.op}={self.name}: gate_up, ffn and link are a matmul variant's")
+        elif self.op == "moe" and self.gate_up:
+            raise SharpinfError(f"{where}: gate_up is a matmul variant's")
+
+    @property
+    def separate(self) -> bool:
+        """A strategy op's variant of no launcher: the other ops' separate launches run."""
+        return self.launcher is None
 
     def launch(self, *args, **kw):
-        """Run the launcher on this variant's own file."""
-        return self.launcher(*args, file=self.files[0], **kw)
+        """Run the launcher on this variant's own file (a strategy's `separate`: declines, False)."""
+        return False if self.separate else self.launcher(*args, file=self.files[0], **kw)
 
     def why_not(self, cfg, model=None) -> str | None:
         return self.fits(cfg, model) if self.fits else None
@@ -160,31 +142,24 @@ class Variant:
         """Whether it runs (rather than falls back) for weights of qtype in a step of n_tokens."""
         in_range = n_tokens is None or (n_tokens >= self.min_tokens
                                         and (self.max_tokens is None or n_tokens <= self.max_tokens))
-        return in_range and (
-            qtype is None or self.qtypes is None or self.qtypes(qtype))
+        return in_range and (qtype is None or self.qtypes is None or self.qtypes(qtype))
 
     @property
     def label(self) -> str:
         return f"{self.op}={self.name}"
 
-    @property
-    def brings(self) -> str:
-        """What a matmul (or moe) variant picks with it, in words ('' for another op's): `kernels list`, --kernels' help."""
-        if self.op not in ("matmul", "moe"):
-            return ""
-        gate_up = f", gate+up {self.gate_up.__name__}" if self.gate_up else ""
-        ffn = f", FFN {self.ffn.__name__}" if self.ffn else ""
-        link = f", between attentions {self.link.__name__}" if self.link else ""
-        return f"{self.activations} activations, norm {self.norm.__name__}{gate_up}{ffn}{link}"
 
-
+_FIELDS = {f.name for f in fields(Variant)}
 REGISTRY: dict[str, dict[str, Variant]] = {op: {} for op in OP_NAMES}  # the first of each op is its baseline
+SETS: dict[str, dict[str, str]] = {}  # {set: {op: variant}}, every op (the registry's [set.NAME], baselines filled)
 
 
 def register(v: Variant) -> Variant:
     """Add a variant (the registry file's, at import; a test's throwaway one). Names are unique per op."""
     if v.name in REGISTRY[v.op]:
         raise SharpinfError(f"variant {v.label} is already registered")
+    if v.name in SETS:
+        raise SharpinfError(f"variant {v.label}: {v.name!r} names a kernel set; choose another name")
     REGISTRY[v.op][v.name] = v
     return v
 
@@ -209,126 +184,72 @@ def variant(op: str, name: str) -> Variant:
         raise SharpinfError(f"unknown {op} variant {name!r}: choose {', '.join(REGISTRY[op])}") from None
 
 
-# -- what each variant serves (named by the registry's fits) ---------------------------------------
-def split_fits(cfg, model=None) -> str | None:
-    if cfg.head_dim not in attn_ops.HEAD_DIMS:
-        return f"split attention is compiled for head_dim {attn_ops.HEAD_DIMS}, the model has {cfg.head_dim}"
-    return None
-
-
-def flash_fits(cfg, model=None) -> str | None:
-    return attn_ops.flash_fits(getattr(cfg, "n_head", 1), getattr(cfg, "n_head_kv", 1), cfg.head_dim)
-
-
-def mma_fits(cfg, model=None) -> str | None:
-    if model is None:
-        return None
-    types = {t.qtype for t in model.tensors.values() if len(t.shape) == 2}
-    if not any(mma_ops.supports(q) for q in types):
-        return "mma matmuls serve the quantized weight types, the model's matrices are all float"
-    return None
-
-
-# -- the registry file ---------------------------------------------------------------------------------
-_FLAGS = ("activations", "min_tokens", "max_tokens", "writes_q8", "needs_scratch")
-_REFS = ("fits", "norm", "gate_up", "ffn", "link", "qtypes", "shape")  # "module:function" keys besides launch
-
-
-def _resolve(where: str, key: str, ref: str) -> Callable:
-    mod, sep, fn = str(ref).partition(":")
-    try:
-        if not sep:
-            raise ValueError("not module:function")
-        obj = getattr(importlib.import_module(mod), fn)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise SharpinfError(f"{where}: {key} = {ref!r} names no function ({exc})") from None
-    if not callable(obj):
-        raise SharpinfError(f"{where}: {key} = {ref!r} is not a function")
-    return obj
-
-
-def variant_from(entry: dict, path: Path, index: int) -> Variant:
-    """One [[variant]] table -> a Variant; every problem is one line naming the entry."""
-    where = f"{path.name}, variant {index + 1} ({entry.get('op', '?')}={entry.get('name', '?')})"
-    unknown = set(entry) - {"op", "name", "files", "launch", "summary", "like", *_REFS, *_FLAGS}
-    if unknown:
-        raise SharpinfError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-    for key in ("op", "name", "files", "summary"):
-        if key not in entry:
-            raise SharpinfError(f"{where}: no {key}")
-    if entry["op"] not in OP_NAMES:
-        raise SharpinfError(f"{where}: unknown op {entry['op']!r}; the ops are {', '.join(OP_NAMES)}")
-    kw: dict[str, Any] = {}
-    if "like" in entry:  # a copy: the source's launcher, fits and flags, on its own files
-        src = REGISTRY[entry["op"]].get(entry["like"])
-        if src is None:
-            raise SharpinfError(f"{where}: like = {entry['like']!r} is no {entry['op']} variant declared before it")
-        kw = {k: getattr(src, k) for k in ("launcher", *_REFS, *_FLAGS)}
-        kw["like"] = entry["like"]
-    elif "launch" not in entry:
-        raise SharpinfError(f"{where}: no launch (or like)")
-    if "launch" in entry:
-        kw["launcher"] = _resolve(where, "launch", entry["launch"])
-    for key in _REFS:
-        if key in entry:
-            kw[key] = _resolve(where, key, entry[key])
-    kw.update({k: entry[k] for k in _FLAGS if k in entry})
-    return Variant(entry["op"], entry["name"], tuple(entry["files"]), summary=entry["summary"], **kw)
-
-
-def load_registry(path: Path | None = None) -> None:
-    """(Re)read the registry file into REGISTRY: every variant, baseline first per op."""
-    path = path or registry_file()
-    try:
-        doc = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise SharpinfError(f"kernel variant registry {path}: {exc}") from None
-    for op in OP_NAMES:
-        REGISTRY[op].clear()
-    for i, entry in enumerate(doc.get("variant", [])):
-        register(variant_from(entry, path, i))
-    empty = [op for op in OP_NAMES if not REGISTRY[op]]
-    if empty:
-        raise SharpinfError(f"kernel variant registry {path}: no variant of {', '.join(empty)}")
-
-
-load_registry()
-
-# The named sets. fast: the fastest measured (matmul "best": dp4a, or mmq where an H200 measured it
-# faster -- matmul_mmq.py's BEST_MIN_TOKENS; attention split: flash measured faster only for long
-# prefills, and the two are not bit-identical, so one cannot stand in for the other per step).
-SETS: dict[str, dict[str, str]] = {
-    "simple": {"matmul": "simple", "attention": "simple", "rope_kv": "simple", "moe": "simple", "sample": "simple"},
-    "fast": {"matmul": "best", "attention": "split", "rope_kv": "fused", "moe": "fast", "sample": "radix"},
-    # the tensor-core set: mmq matmuls and MoE experts for steps of >= 16 tokens, flash attention
-    "tensor": {"matmul": "mmq", "attention": "flash", "rope_kv": "fused", "moe": "mmq", "sample": "radix"},
-    # fast with each linear layer's kernel picked by the GPU's clock (ops/matmul_tuned.py): the same bits
-    "tuned": {"matmul": "tuned", "attention": "split", "rope_kv": "fused", "moe": "fast", "sample": "radix"},
-}
-FAST, TENSOR = SETS["fast"], SETS["tensor"]
-AUTO = "auto"
-
-
 def variants_of(op: str) -> tuple[str, ...]:
+    """The op's registered variant names, baseline first, as the registry holds them now."""
     return tuple(REGISTRY[op])
 
 
 def variant_names() -> dict[str, tuple[str, ...]]:
-    """{op: registered variant names, baseline first}, as the registry holds them now."""
     return {op: variants_of(op) for op in OP_NAMES}
+
+
+def bits_of(v: Variant) -> str:
+    """The variant whose bits v's are (following `bits` to one that names none)."""
+    seen = set()
+    while v.bits and v.name not in seen:
+        seen.add(v.name)
+        v = variant(v.op, v.bits)
+    return v.name
+
+
+def broken(ops: dict[str, str]) -> list[str]:
+    """The requirements a choice {op: variant} (every op) breaks, one line each."""
+    out = []
+    for op in OP_NAMES:
+        v = variant(op, ops[op])
+        out += [f"{v.label} requires {r} (the choice has {r.op}={ops[r.op]})" for r in v.requires
+                if not r.met(variant(r.op, ops[r.op]))]
+    return out
+
+
+def with_requirements(op: str, name: str) -> dict[str, str]:
+    """{op: name} and what its requirements need of the other ops (each the first registered variant
+    that meets them), over the baselines: `--kernels all`'s choice for one variant."""
+    ops = {o: baseline(o).name for o in OP_NAMES} | {op: name}
+    fixed = {op}
+    for _ in range(len(OP_NAMES)):  # each pass fixes at least one op, or none is left to fix
+        unmet = [r for o in OP_NAMES for r in variant(o, ops[o]).requires if not r.met(variant(r.op, ops[r.op]))]
+        if not unmet:
+            return {o: n for o, n in ops.items() if o == op or n != baseline(o).name}
+        r = unmet[0]
+        pick = next((v for v in REGISTRY[r.op].values() if r.met(v)), None)
+        if pick is None or r.op in fixed:
+            break
+        ops[r.op] = pick.name
+        fixed.add(r.op)
+    raise SharpinfError(f"{op}={name}: no choice meets its requirements ({'; '.join(broken(ops))})")
 
 
 @dataclass(frozen=True)
 class KernelChoice:
-    matmul: str = "simple"
-    attention: str = "simple"
-    rope_kv: str = "simple"
-    moe: str = "simple"
-    sample: str = "simple"
+    """The variant each op runs (None: the op's baseline); breaking a variant's requirement is one line."""
+
+    matmul: str | None = None
+    ffn: str | None = None
+    link: str | None = None
+    attention: str | None = None
+    rope_kv: str | None = None
+    moe: str | None = None
+    sample: str | None = None
 
     def __post_init__(self):
         for op in OP_NAMES:
+            if getattr(self, op) is None:
+                object.__setattr__(self, op, baseline(op).name)
             variant(op, getattr(self, op))  # one clear line for a name nobody registered
+        why = broken(asdict(self))
+        if why:
+            raise SharpinfError(f"kernels {self.name}: {why[0]}")
 
     def of(self, op: str) -> Variant:
         """The registered variant this choice runs for `op` (what StepKernels dispatches to)."""
@@ -340,12 +261,19 @@ class KernelChoice:
         rounds them the same way). The one test of it: StepKernels, the workspace and trace ask here."""
         return self.of("matmul").activations == "q8_1"
 
+    def same_bits(self, other: "KernelChoice") -> bool:
+        """Whether the two give the same results bit for bit (every op's variants declare the same bits)."""
+        return all(bits_of(self.of(op)) == bits_of(other.of(op)) for op in OP_NAMES)
+
     @property
     def name(self) -> str:
-        for set_name, ops in SETS.items():
-            if asdict(self) == ops:
+        """The set it is, else its non-baseline ops as `op=variant,...` (which parses back to it)."""
+        ops = asdict(self)
+        for set_name, set_ops in SETS.items():
+            if ops == set_ops:
                 return set_name
-        return ",".join(f"{k}={v}" for k, v in asdict(self).items())
+        return ",".join(f"{k}={v}" for k, v in ops.items() if v != baseline(k).name) or ",".join(
+            f"{k}={v}" for k, v in ops.items())
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -361,7 +289,7 @@ class KernelChoice:
                 raise SharpinfError(f"unknown op(s) {', '.join(sorted(unknown))}: the ops are {', '.join(OP_NAMES)}")
             return cls(**spec)
         if not isinstance(spec, str):
-            raise SharpinfError(f"kernels must be 'simple', 'fast', 'op=variant,...' or a dict, got {type(spec).__name__}")
+            raise SharpinfError(f"kernels must be a set name, 'op=variant,...' or a dict, got {type(spec).__name__}")
         text = spec.strip().lower()
         if text == AUTO:
             raise SharpinfError("kernels 'auto' depends on the backend: resolve it with resolve_kernels")
@@ -371,19 +299,14 @@ class KernelChoice:
         for part in filter(None, (p.strip() for p in text.split(","))):
             op, sep, name = part.partition("=")
             if not sep:
-                raise SharpinfError(f"kernels: {part!r} is not op=variant (or use {' / '.join(repr(s) for s in SETS)})")
+                raise SharpinfError(f"kernels: {part!r} is not op=variant (or a set: {', '.join(SETS)})")
             pairs[op.strip()] = name.strip()
         return cls.parse(pairs)
 
 
 def unsupported(choice: KernelChoice, cfg, model=None) -> dict[str, str]:
     """{op: why} for the variants of `choice` the model's shapes (and weight types) do not fit."""
-    why = {}
-    for op in OP_NAMES:
-        reason = choice.of(op).why_not(cfg, model)
-        if reason:
-            why[op] = reason
-    return why
+    return {op: why for op in OP_NAMES if (why := choice.of(op).why_not(cfg, model))}
 
 
 def _is_auto(spec) -> bool:
@@ -391,28 +314,39 @@ def _is_auto(spec) -> bool:
 
 
 def check_kernels(spec) -> None:
-    """Raise one clear line for a choice that names no op or variant (before anything loads)."""
+    """One clear line, before anything loads, for a choice naming no op or variant or breaking a requirement."""
     if not _is_auto(spec) and not (isinstance(spec, str) and spec.strip().lower() == "all"):
         KernelChoice.parse(spec)
 
 
 def resolve_kernels(spec, cfg, backend=None, model=None) -> KernelChoice:
     """The variants that run for a model on a backend. "auto" (or None) is "fast" where the backend
-    shapes launches for a GPU, else "simple"; a named set ("fast", "tensor") takes the baseline of an
-    op whose variant does not fit the model, with a note; a variant asked for by name must fit."""
+    shapes launches for a GPU, else "simple"; a named set takes the baseline of an op whose variant does
+    not fit the model (and of one whose requirement that leaves unmet), with a note; a variant asked
+    for by name must fit."""
     if _is_auto(spec):
         spec = "fast" if getattr(backend, "gpu_shapes", False) else "simple"
-    choice = KernelChoice.parse(spec)
-    why = unsupported(choice, cfg, model)
-    if not why:
+    set_name = spec.strip().lower() if isinstance(spec, str) and spec.strip().lower() in SETS else None
+    if set_name is None:
+        choice = KernelChoice.parse(spec)
+        why = unsupported(choice, cfg, model)
+        if why:
+            raise SharpinfError(f"kernels {choice.name}: " + "; ".join(why.values()))
         return choice
-    if not (isinstance(spec, str) and spec.strip().lower() in SETS):
-        raise SharpinfError(f"kernels {choice.name}: " + "; ".join(why.values()))
     from sharpinf.progress import note
 
-    for reason in why.values():
-        note(f"{reason}: using the simple kernel")
-    return KernelChoice(**{**asdict(choice), **{op: baseline(op).name for op in why}})
+    ops = dict(SETS[set_name])
+    for _ in range(len(OP_NAMES)):  # a fallback can leave another op's requirement unmet: until none does
+        why = {op: v.why_not(cfg, model) or next((f"it requires {r}" for r in v.requires
+                                                  if not r.met(variant(r.op, ops[r.op]))), None)
+               for op in OP_NAMES if (v := variant(op, ops[op])) is not baseline(op)}
+        why = {op: w for op, w in why.items() if w}
+        if not why:
+            break
+        for op, reason in why.items():
+            note(f"{reason}: using the baseline {op}={baseline(op).name}")
+            ops[op] = baseline(op).name
+    return KernelChoice(**ops)
 
 
 def check_dispatched(choice: KernelChoice, launched_files, ops: tuple[str, ...] = OP_NAMES) -> None:
@@ -428,36 +362,38 @@ def check_dispatched(choice: KernelChoice, launched_files, ops: tuple[str, ...] 
         if missing:
             raise SharpinfError(f"kernels {choice.name}: {v.label}: its kernel file {missing[0]} is not in "
                                 f"{kernels_dir()} (sharpinf kernels new makes it)")
-        if v is baseline(op) or launched & set(v.files):
+        if v is baseline(op) or v.separate or launched & set(v.files):
             continue
         raise SharpinfError(f"kernels {choice.name}: {v.label} launched none of its own kernels "
                             f"({', '.join(v.files)}); its launcher dispatches other kernels "
                             f"({', '.join(sorted(launched)) or 'none'})")
 
 
-def choices_for(spec: str, is_moe: bool | None = None) -> list:
-    """`--kernels all`: the baseline, the named sets, and a choice for each registered variant no set
-    holds (over the baselines): between them every variant of every op -- but for a dense model
-    (is_moe False) no moe variant's own choice, which would run the baseline's kernels again. Any other
-    spec stands for itself (resolved per backend by resolve_kernels)."""
-    if isinstance(spec, str) and spec.strip().lower() == "all":
-        out: list = list(SETS)
-        covered = {(op, name) for ops in SETS.values() for op, name in ops.items()}
-        for op in OP_NAMES:
-            if op == "moe" and is_moe is False:
+def choices_for(spec: str, cfg=None, model=None) -> list:
+    """`--kernels all`: the sets, and a choice for each variant no set holds (over the baselines, with what
+    it requires): every variant of every op -- given a model, of the ops it runs, those that fit it (a note
+    says which did not). Any other spec stands for itself (resolved per backend by resolve_kernels)."""
+    if not (isinstance(spec, str) and spec.strip().lower() == "all"):
+        check_kernels(spec)
+        return [spec]
+    from sharpinf.progress import note
+
+    out: list = list(SETS)
+    covered = {(op, name) for ops in SETS.values() for op, name in ops.items()}
+    for op in OP_NAMES if cfg is None else ops_of(cfg):
+        for name in REGISTRY[op]:
+            if (op, name) in covered:
                 continue
-            out += [f"{op}={name}" for name in REGISTRY[op] if (op, name) not in covered]
-        return out
-    check_kernels(spec)
-    return [spec]
+            ops = with_requirements(op, name)
+            why = unsupported(KernelChoice(**ops), cfg, model) if cfg is not None else {}
+            if why:
+                note(f"--kernels all: {op}={name} left out: {'; '.join(why.values())}")
+                continue
+            out.append(",".join(f"{o}={n}" for o, n in ops.items()))
+    return out
 
 
-def describe_variants() -> list[dict]:
-    """One row per registered (op, variant): what `sharpinf kernels list`, the bench and the docs show."""
-    rows = []
-    for op in OP_NAMES:
-        for i, v in enumerate(REGISTRY[op].values()):
-            rows.append({"op": op, "variant": v.name, "baseline": i == 0, "files": list(v.files), "summary": v.summary,
-                         "brings": v.brings, "like": v.like,
-                         "sets": [s for s, ops in SETS.items() if ops.get(op) == v.name]})
-    return rows
+from sharpinf.ops.registry_file import load_registry  # noqa: E402  (it fills REGISTRY and SETS)
+
+load_registry()
+FAST, TENSOR = SETS["fast"], SETS["tensor"]

@@ -36,13 +36,11 @@ import numpy as np
 
 from sharpinf.step.batch import Batch
 from sharpinf.model.config import ModelConfig
-from sharpinf.ops.attention import SplitScratch
-from sharpinf.ops import matmul_tuned
-from sharpinf.ops.mmq_tiles import reserve_scratch
+from sharpinf.errors import SharpinfError
 from sharpinf.ops.moe import MoeScratch
 from sharpinf.ops.quant_act import Q8Act
-from sharpinf.ops.sampling import N_PARAMS, sample_acc
-from sharpinf.ops.variants import KernelChoice
+from sharpinf.ops.sampling import N_PARAMS
+from sharpinf.ops.variants import KernelChoice, ops_of
 from sharpinf.runtime.backend import Backend
 
 I32, F32, U64 = np.int32, np.float32, np.uint64
@@ -99,8 +97,10 @@ class SamplingRows:
 
 
 class Workspace:
-    """The activations of one step, [tokens or rows, width], sized for a capacity, with the
-    buffers the chosen kernel variants need (q8_1 copies for dp4a, split-attention scratch)."""
+    """The activations of one step, [tokens or rows, width], sized for a capacity, in the form the
+    chosen variants read them (float rows, their q8_1 copies), and the scratch each chosen variant
+    declares (its registry `scratch`: split attention's partial states, radix sampling's accumulators,
+    mmq's split-K group sums, the cooperative kernels' grid barrier, ...), each as ws.<name>."""
 
     def __init__(self, be: Backend, cfg: ModelConfig, cap: StepCapacity, choice: KernelChoice = KernelChoice()):
         T, R = cap.tokens, cap.rows
@@ -114,13 +114,6 @@ class Workspace:
         self.sel = be.empty((R, cfg.n_embd), F32)  # the rows that want logits
         self.logits = be.empty((R, cfg.n_vocab), F32)
         self.sample_scratch = be.empty((R, 2 * cfg.n_vocab), F32)
-        mm = choice.of("matmul")
-        if mm.ffn is not None or mm.link is not None:  # a cooperative kernel's grid barrier (zeroed once, left at 0)
-            self.grid_bar = be.zeros((2,), np.uint32)
-        if mm.link is not None:  # the link's attention norm output (layer_dp4a.cu: a buffer of its own)
-            self.linkq = Q8Act.empty(be, T, cfg.n_embd)
-        if choice.of("sample").needs_scratch:  # radix: each row's counts, masses and histograms
-            self.sample_acc = sample_acc(be, R, cfg.n_vocab)
         self.sampled = be.empty((R,), I32)
         if choice.q8_activations:  # what the dp4a matmuls read: the normed x, attention out, SwiGLU out
             self.xq, self.attq = Q8Act.empty(be, T, cfg.n_embd), Q8Act.empty(be, T, cfg.q_dim)
@@ -139,21 +132,25 @@ class Workspace:
                 self.xq = Q8Act.empty(be, T, cfg.n_embd)
             if not moe_q8 and not hasattr(self, "h"):
                 self.h = be.empty((T, cfg.n_embd), F32)
-        if mm.needs_scratch or choice.of("moe").needs_scratch:  # mmq's split-K group sums (the backend's,
-            # reserved here: never inside a graph)
-            self.mmq_split = reserve_scratch(be, cfg, T, R)
-        flush = matmul_tuned.reserve(be) if mm.launcher is matmul_tuned.matmul_tuned else None
-        if flush is not None:  # the buffer tuned's timing overwrites to empty L2 (none on the emulator)
-            self.l2_flush = flush
-        if choice.of("attention").needs_scratch:  # split and flash: partial states and merge tickets
-            self.split = SplitScratch.alloc(be, T, cfg.n_head, cfg.n_head_kv, cfg.head_dim)
+        own = set(vars(self))
+        self.scratch_of: dict[str, str] = {}  # ws.<name> -> the variant whose scratch it is (the first that gave it)
+        for op in ops_of(cfg):  # reserved now, with the workspace: never inside a graph capture
+            v = choice.of(op)
+            for make in v.scratch:
+                for name, buf in make(be, cfg, cap).items():
+                    if name in own:
+                        raise SharpinfError(f"{v.label}: its scratch {make.__name__} gives {name!r}, a buffer the "
+                                            "workspace holds itself: name it otherwise")
+                    if name not in self.scratch_of:  # a name two variants give is one buffer (the grid barrier)
+                        self.scratch_of[name] = v.label
+                        setattr(self, name, buf)
 
     @property
     def nbytes(self) -> int:
         def size(a) -> int:
             return int(a.nbytes) if hasattr(a, "nbytes") else sum(size(v) for v in vars(a).values() if hasattr(v, "nbytes"))
 
-        return sum(size(a) for a in vars(self).values())
+        return sum(size(a) for name, a in vars(self).items() if name != "scratch_of")
 
 
 @dataclass

@@ -68,7 +68,7 @@ class DryRun:
         sizes = sorted({1, 2, 4, 8, 16, 64, self.capacity.tokens})
         modes = (None, "split", "walk") if self.launches.step_kernels.attn.shape else (None,)
         names = [n for size in sizes for mode in modes for part in self.launch_names(kv_dtype, size, mode)
-                 for n in (*part, *part.also)]  # also: kernels a launch may take instead (matmul=tuned's)
+                 for n in (*part, *part.also)]  # also: kernels a launch may take instead (matmul=timed's)
         return list(dict.fromkeys(names + [("sampling.cu", "seen_update")]))
 
     def check_dispatch(self, kv_dtype: str) -> Names:

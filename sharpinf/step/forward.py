@@ -14,7 +14,8 @@ which tokens of which sequences run and where their KV lives. Per layer:
 through its post-norm before the add; qwen3moe: the FFN is the router's k experts of each token,
 weighted and added in rank order, the `moe` op; ModelConfig says which.)
 then only the rows that want logits: gather -> final rmsnorm -> LM head -> (sampling).
-Which kernels do each op is the `kernels` choice (ops/variants.py; step/kernels.py emits them).
+Which kernels do each op is the `kernels` choice (ops/variants.py; step/kernels.py emits them;
+`sharpinf kernels list` shows every variant and set); "auto" (the default) is fast on a GPU, simple on the emulator.
 
 How a step runs: submit() packs the batch, padded to its bucket (Nb tokens, Rb rows), into a pinned
 staging buffer sent with one copy (step/buffers.py), runs its body and head plans (step/plan.py, the

@@ -1,31 +1,19 @@
 """The launches of one layer and of the logits head, op by op, in the kernel variants chosen
 (ops/variants.py). forward.py says what a layer computes; this file says which kernels do it.
 
-    op          simple (the readable baselines)           fast
-    norm        rmsnorm.cu -> float h                     rmsnorm_q8_1.cu -> q8_1 h (one pass)
-    linear      matmul.cu, then elementwise add for x +=  matmul_dp4a.cu, the add fused (accumulate)
-    rope_kv     qk_norm.cu x2, rope.cu x2, kv_cache.cu    rope_kv.cu
-    attention   attention.cu                              attention_split.cu (+ its q8_1 output),
-                                                          or attention_flash.cu (tensor cores)
-    ffn         matmul x2, silu_gate, matmul, add          gate_up_dp4a.cu, quantize_q8_1, dp4a += down
-                (matmul=ffn: ffn_dp4a.cu, the three in one cooperative launch)
-    between     (matmul=layer: layer_dp4a.cu -- a layer's o-projection, FFN norm and FFN, the next
-                layer's norm, QKV and rope_kv in one cooperative launch; layers() chains them)
-    post-norm   (gemma3) the o- and down-projections write ws.proj; rmsnorm_add.cu adds its norm to x
-    moe         (an MoE layer's ffn; the norm before it writes what the moe variant reads)
-                moe_route.cu, moe_ffn.cu gate_up      moe_route_split.cu (q8_1), moe_dp4a.cu's sort, gate_up,
-                and down over the (token, expert)    quantize_q8_1, down over each expert's tiles of
-                pairs, moe_combine into x            pairs; moe_combine into x
-
-Which kernel runs each op is looked up in the variant registry (ops/variants.py): the chosen
-Variant's launcher is called, never a name tested here, so a registered variant runs its own kernels;
-the norm and the gate+up kernels are the ones the matmul variant declares it brings, and what the
-linear layers read (float or q8_1) is its declared activations (KernelChoice.q8_activations).
-A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one (2 with
-matmul=layer at decode: the attention and the link); an MoE layer
-(qwen3moe) 15 and 12 (its FFN: the norm, then 4 launches of moe simple or 6 of moe fast). Gemma 3 takes
-each layer's window and RoPE base from the config, GeGLU in place of SwiGLU (the same kernels, another
-epilogue), and its post-norms (one launch each, the projections no longer add into x themselves). An `Act` is an
+Which kernel runs each op is looked up in the variant registry (`sharpinf kernels list` prints it):
+the chosen Variant's launcher is called, never a name tested here, so a registered variant runs its
+own kernels. The norm and the gate+up kernels are the ones the matmul variant declares it brings, and
+what the linear layers read (float or q8_1) is its declared activations (KernelChoice.q8_activations).
+The dense FFN and the work between two attentions are strategies of their own (ops ffn and link):
+their baselines (`separate`) run the other ops' launches; a fused variant's launcher runs them as one
+cooperative launch where it serves the step and returns False (the separate launches run) where not.
+What a variant needs besides (a grid barrier, the link's q8_1 buffer) is its declared scratch, in the
+Workspace. A layer is 14 launches in the simple set (16 with qwen3's qk-norm), 9 in the fast one (7
+with ffn=fused at decode, 2 with link=layer: the attention and the link); an MoE layer (qwen3moe) 15
+and 12 (its FFN: the norm, then the moe variant's launches). Gemma 3 takes each layer's window and
+RoPE base from the config, GeGLU in place of SwiGLU (the same kernels, another epilogue), and its
+post-norms (one launch each, the projections no longer add into x themselves). An `Act` is an
 activation in the form the next matmul reads: float rows, or their q8_1 copy.
 """
 
@@ -62,6 +50,8 @@ class StepKernels:
 
     def __post_init__(self):
         self.mm: Variant = self.choice.of("matmul")
+        self.dense_ffn: Variant = self.choice.of("ffn")
+        self.link: Variant = self.choice.of("link")
         self.attn: Variant = self.choice.of("attention")
         self.rope: Variant = self.choice.of("rope_kv")
         self.moe: Variant = self.choice.of("moe")
@@ -156,10 +146,10 @@ class StepKernels:
         """x += (act(a Wg^T) * (a Wu^T)) Wd^T (through the post-norm when the model has one)."""
         be, cfg, ws = self.be, self.cfg, self.ws
         g, u = L.w_gate, L.w_up
-        if self.mm.ffn is not None and L.post_ffn_norm is None and self.mm.ffn(
+        if not self.dense_ffn.separate and L.post_ffn_norm is None and self.dense_ffn.launch(
                 be, g.raw, u.raw, L.w_down.raw, (g.qtype, u.qtype, L.w_down.qtype), a.q, ws.gate, ws.ffq, x, N,
                 cfg.n_ff, cfg.n_embd, cfg.ffn_act, ws.grid_bar):
-            return  # the variant's one launch (it returns False where it does not serve: the launches below)
+            return  # the ffn variant's one launch (it returns False where it does not serve: the launches below)
         if self.mm.gate_up is not None and g.qtype == u.qtype:
             self.mm.gate_up(be, g.raw, u.raw, g.qtype, a.q, ws.gate, N, cfg.n_ff, cfg.n_embd, act=cfg.ffn_act)
         else:  # the fused kernel's result bit for bit (its epilogue is act_gate's arithmetic)
@@ -210,17 +200,17 @@ class StepKernels:
         self.post_attention(L, li, self.attention(kv, li, d, N), N)
 
     def layers(self, layers: list[DeviceLayer], kv, d, N: int) -> None:
-        """Every layer for the step's N tokens. With a matmul variant that links them (its `link`:
-        matmul=layer), each attention and one launch for all that lies between two attentions --
-        the layer's o-projection and FFN, the next layer's norm, QKV and RoPE/KV append; where the
-        link declines (a larger step, mixed weight types, an MoE layer, post-norms) the separate
-        launches run for that half. The same bits either way."""
-        if self.mm.link is None:
+        """Every layer for the step's N tokens. With a link variant (not `separate`), each attention and
+        one launch for all that lies between two attentions -- the layer's o-projection and FFN, the
+        next layer's norm, QKV and RoPE/KV append; where the link declines (a larger step, mixed weight
+        types, an MoE layer, post-norms) the separate launches run for that half. The same bits either
+        way (the link requires the choice whose launches it stands for: variants.toml)."""
+        if self.link.separate:
             for li, L in enumerate(layers):
                 self.layer(L, li, kv, d, N)
             return
         step = self._link_step(N, kv, d)  # the same for every link of the step
-        link = lambda post, pre: self.mm.link(self.be, post, pre, step)  # noqa: E731
+        link = lambda post, pre: self.link.launch(self.be, post, pre, step)  # noqa: E731
         waiting = None  # (L, li, o): a layer past its attention, its o-projection and FFN still to run
         for li, L in enumerate(layers):
             pre = self._link_pre(L, li, kv)
@@ -245,9 +235,9 @@ class StepKernels:
                         L.w_gate.raw, L.w_up.raw, L.w_down.raw)
 
     def _link_pre(self, L: DeviceLayer, li: int, kv) -> LinkPre | None:
-        """The link's pre half for a layer whose QKV is one matrix, or None; only with rope_kv=fused, whose
-        QK-norm the link runs (rope_kv=simple's qk_norm.cu sums a head in another order)."""
-        if len(L.wqkv) != 1 or self.choice.rope_kv != "fused":
+        """The link's pre half for a layer whose QKV is one matrix, or None (the rope_kv variant whose
+        QK-norm the link runs is its requirement)."""
+        if len(L.wqkv) != 1:
             return None
         theta, freq_scale = self.cfg.rope_for(li)
         return LinkPre(L.wqkv[0].qtype, L.attn_norm, L.wqkv[0].raw, L.bqkv, L.q_norm, L.k_norm, kv.k[li], kv.v[li],
