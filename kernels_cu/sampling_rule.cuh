@@ -1,4 +1,4 @@
-// sampling_rule.cuh -- the sampling rule (the NumPy twin: sharpinf.ops.sampling.sample_reference),
+// sampling_rule.cuh -- the sampling rule (the NumPy twin: sharpinf.ops.sampling_reference.sample_reference),
 // and the pieces of it every sampling kernel shares (sampling.cu, sampling_radix.cu), so that each
 // path picks the same token for the same row: the counter-based uniform, the order-preserving key,
 // the 40-bit fixed-point weights, the top-p and final-pick targets, the penalties of rule 1, and the

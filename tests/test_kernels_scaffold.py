@@ -18,7 +18,8 @@ import pytest
 from sharpinf.errors import SharpinfError
 from sharpinf.model.synth import synthetic_model
 from sharpinf.ops import variants as V
-from sharpinf.ops.scaffold import new_variant
+from sharpinf.ops.scaffold import body_of, new_variant
+from test_kernel_headers import problems as header_problems
 from sharpinf.runtime.paths import kernels_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +52,9 @@ def test_a_new_attention_variant_is_two_files_and_everywhere(tmp_path):
     changed = sorted(k for k in after if before.get(k) != after[k])
     assert changed == ["kernels_cu/attention_mine.cu", "variants.toml"], changed  # nothing else touched
     assert after["variants.toml"].startswith(before["variants.toml"])  # the registry only gained an entry
-    assert after["kernels_cu/attention_mine.cu"].endswith(before["kernels_cu/attention.cu"])  # a copy, headed
+    made_text = after["kernels_cu/attention_mine.cu"].decode()
+    assert made_text.endswith(body_of(before["kernels_cu/attention.cu"].decode()))  # a copy, under a header of its own
+    assert header_problems("attention_mine.cu", made_text) == []  # a contract, as every kernel's header
 
     listed = json.loads(_sharpinf(env, "sharpinf", "kernels", "list", "--json").stdout)
     assert {"op": "attention", "variant": "mine", "like": "warp"}.items() <= next(

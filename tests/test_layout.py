@@ -181,7 +181,9 @@ def test_a_long_file_is_named(tmp_path):
 
 
 # -- the request path ----------------------------------------------------------------------------
-OUTLINE = re.compile(r"^([\w. ]*?)(\w+)\(.*?\)\s.*?\s([\w/]+\.(?:py|cu))\s*$")
+# `[name = ]call(args)   ...   path`: the call is the first name followed by its arguments (an entry's
+# template arguments allowed), the file the last word of the line
+OUTLINE = re.compile(r"^(?:[\w, ]+=\s*)?(?:[\w.]*\.)?(\w+)(?:<[^>]*>)?\(.*?\).*\s([\w/]+\.(?:py|cu))\s*$")
 
 
 def request_path(text: str) -> list[tuple[str, str]]:
@@ -191,7 +193,7 @@ def request_path(text: str) -> list[tuple[str, str]]:
     for line in block.splitlines()[1:]:
         m = OUTLINE.match(line.strip())
         if m:
-            out.append((m.group(2), m.group(3)))
+            out.append((m.group(1), m.group(2)))
     return out
 
 

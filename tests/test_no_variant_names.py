@@ -4,7 +4,7 @@ new variant is its files, its launcher and one entry. A grep over sharpinf/, ora
 code that dispatches, allocates, checks and times kernels), with its negative controls.
 
 Left out, and why:
-  sharpinf/ops/variants.py, sharpinf/ops/registry_file.py (and variants.toml, not Python): the registry
+  sharpinf/ops/variant.py, variants.py, registry_file.py (and variants.toml, not Python): the registry
       itself -- the one place a variant's declared fields are read and named;
   bench/results/: recorded history, not code.
 Docstrings and comments are not code: they may name variants (say which kernels run where)."""
@@ -23,7 +23,7 @@ from sharpinf.ops.variants import OP_NAMES, REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("sharpinf", "oracles", "bench")
-REGISTRY_CODE = {"sharpinf/ops/variants.py", "sharpinf/ops/registry_file.py"}
+REGISTRY_CODE = {"sharpinf/ops/variant.py", "sharpinf/ops/variants.py", "sharpinf/ops/registry_file.py"}
 
 
 def patterns() -> dict[str, re.Pattern]:

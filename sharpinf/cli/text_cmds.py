@@ -92,7 +92,7 @@ def generate(
                                     "under this schema (JSON text, or a path to a .json file; llguidance)."),
     regex: str = typer.Option(None, "--regex", help="Structured output: the answer matches this regex."),
     seed: int = typer.Option(None, help="Seed for sampling: same seed, same tokens on reference, emu and cuda "
-                             "(one rule, kernels_cu/sampling.cu's)."),
+                             "(one rule, kernels_cu/sampling_rule.cuh)."),
     backend: str = typer.Option("auto", help=BACKEND_HELP),
     kv_dtype: str = typer.Option("fp16", help="KV cache dtype: fp16, bf16, fp32, q8_0."),
     num_blocks: int = typer.Option(None, help="KV pool blocks (default: measured on a GPU, 256 on emu)."),

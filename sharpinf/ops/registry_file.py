@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sharpinf.errors import SharpinfError
-from sharpinf.ops import variants as V
+from sharpinf.ops import variant as V
 
 FLAGS = ("activations", "writes_q8", "rounding", "bits")  # plain values
 REFS = ("fits", "norm", "gate_up", "qtypes", "shape")  # "module:function" keys besides launch

@@ -2,8 +2,9 @@
 
 It writes two things and touches nothing else:
   kernels_cu/<op>_<name>.cu   a copy of a registered variant's launched file (the op's baseline by
-                              default) under a header to fill in: what it changes, tiles, launch
-                              shape, expected bound, and the loop to prove and measure it;
+                              default), its header replaced by the copy's contract to fill in: what
+                              it changes, tiles, launch shape, invariance, expected bound, and the
+                              loop to prove and measure it;
   one [[variant]] entry       appended to the registry (sharpinf/ops/variants.toml, or
                               $SHARPINF_VARIANTS): `like = <source>` runs the source's launcher on
                               the new file and takes every key it declares -- its scratch (written
@@ -31,24 +32,29 @@ OP_TESTS = {"matmul": "tests/test_kernels_matmul_variants.py", "ffn": "tests/tes
 RESERVED = {"auto", "all", *V.SETS}
 
 HEADER = """\
-// {file} -- variant `{name}` of {op} (`--kernels {op}={name}`), started as a copy of
-// {source} ({op}={like}). Fill in, as every variant's header does:
-//
+// {file} -- variant `{name}` of {op} (`--kernels {op}={name}`), a copy of {source} ({op}={like}):
+// until it is changed it computes what {source} computes, bit for bit. Its contract, to keep true
+// (and to say, as every kernel's header does):
 //   What it changes against {baseline_file} (the readable baseline), and why it should be faster:
-//   Algorithm / tiles:
-//   Launch shape: as {like}'s launcher, {launcher}, run on this file (same entry names,
-//     same arguments); change the launcher too if the shape changes (and give the variant
-//     its own `launch =` in the registry instead of `like =`).
-//   Expected bound (GB/s or TFLOP/s beside the device's peak):
-//
+//   Inputs' layout, tiles: as {source}'s header says, until changed
+//   Launch: as {like}'s launcher, {launcher}, run on this file (same entry names and
+//     arguments); a new shape needs a launcher of its own, declared with `launch =` in its entry
+//   Batch invariance: a token's result depends on its own inputs, in a fixed order, as in {source}
+//   Bound (GB/s or TFLOP/s beside the device's peak):
 // The loop (docs/adding-a-variant.md):
 //   pytest {tests} -k {name}    every kernel test of the op, on the emulator with racecheck and initcheck
 //   sharpinf verify MODEL --kernels {op}={name} --only kernel,cross-path [--trace]
 //   sharpinf bench MODEL --suite kernels --op {op} --variant {name}
-//   on a GPU: make gpu-check (or the same verify and bench with --backend cuda)
-//
-// ---- {source}, as copied ----
 """
+
+
+def body_of(source: str) -> str:
+    """A kernel source without its leading comment block (the header a copy replaces with its own)."""
+    lines = source.splitlines(keepends=True)
+    i = 0
+    while i < len(lines) and lines[i].lstrip().startswith("//"):
+        i += 1
+    return "".join(lines[i:])
 
 
 @dataclass
@@ -93,7 +99,7 @@ def new_variant(op: str, name: str, like: str | None = None, summary: str | None
     summary = summary or f"a copy of {op}={src_variant.name} ({src.name}): say what it changes"
     entry = (f'\n[[variant]]\nop = "{op}"\nname = "{name}"\nlike = "{src_variant.name}"\n'
              f'files = ["{dest.name}"]\n{_declared(src_variant)}summary = "{_toml_str(summary)}"\n')
-    dest.write_text(header + text)
+    dest.write_text(header + body_of(text))
     try:
         with registry.open("a") as f:
             f.write(entry)
