@@ -141,7 +141,9 @@ def test_the_workspace_allocates_each_chosen_variants_declared_scratch(emu):
     fp = ForwardPass(_model("qwen3"), emu, kernels="simple", compile_ahead=False)
     assert fp.ws.scratch_of == {}
     fast = fp.with_own_buffers(kernels="fast")
-    assert fast.ws.scratch_of == {"mmq_split": "matmul=best", "split": "attention=split", "sample_acc": "sample=radix"}
+    assert fast.ws.scratch_of == {"mmq_split": "matmul=best", "split": "attention=split"}
+    tensor = fp.with_own_buffers(kernels="tensor")
+    assert tensor.ws.scratch_of["sample_acc"] == "sample=radix"
     both = fp.with_own_buffers(kernels="matmul=dp4a,ffn=fused,attention=split,rope_kv=fused")
     assert both.ws.scratch_of == {"grid_bar": "ffn=fused", "split": "attention=split"}
     linked = fp.with_own_buffers(kernels="matmul=dp4a,link=layer,rope_kv=fused")

@@ -322,3 +322,16 @@ def test_a_variant_without_a_launcher_or_files_fails_when_declared():
         Variant("attention", "bad", (), print, "no files")
     with pytest.raises(SharpinfError, match="unknown op 'softmax'"):
         Variant("softmax", "bad", ("softmax.cu",), print, "no such op")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_a_decode_step_of_the_fast_set_launches_at_most_9_a_layer_and_6_more(emu, arch):
+    """The launch floor a decode step pays (each launch a few us on a GPU): on the fast set at most 9
+    a layer, plus at most 6 for the embedding and the head (gather, norm, LM head, sampling) -- a
+    variant or a set change that adds launches fails here before it meets a GPU. Counted by the dry
+    run (the launches a one-token step records, nothing run) the project's step makes."""
+    fp = ForwardPass(_model(arch), emu, kernels="fast", compile_ahead=False)
+    body, head = fp.dry_run.launch_names(fp.kv_dtype, tokens=1)
+    per_layer, n_layer = fp.launches_per_layer(), fp.cfg.n_layer
+    assert per_layer <= 9, per_layer
+    assert len(body) + len(head) - per_layer * n_layer <= 6, [n for _, n in head]
