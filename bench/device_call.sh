@@ -150,7 +150,7 @@ if has moe; then
   # (dp4a tiles of 8 pairs), gemv (<= 8 tokens, one tile an expert on gemv_rows' row stream; never timed)
   # and mmq (>= 16 tokens) -- if gemv beats fast at 1 and 8 tokens, the fast set can take it for decode
   run kernels-moe.log 120 python3 -m sharpinf bench "$MOE" --backend cuda --suite kernels --op moe \
-    --variant fast,gemv,mmq --batch-sizes 1,8,64 --prefill-sizes 512 --repeats 3 --out "$RUN/qwen3-30b-a3b-shape-moe"
+    --variant grouped,gemv,mmq --batch-sizes 1,8,64 --prefill-sizes 512 --repeats 3 --out "$RUN/qwen3-30b-a3b-shape-moe"
   stamp "moe kernels exit $?"; grep -vE "^\+ " "$OUT/kernels-moe.log" | tail -12
   pack
 fi

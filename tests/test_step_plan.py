@@ -159,8 +159,7 @@ def test_kernels_used_names_only_this_models_entry_points(emu):
     assert fast == [("embedding.cu", "embed_q4_k"), ("rmsnorm_q8_1.cu", "rmsnorm_q8_1"),
                     ("matmul_dp4a.cu", "matmul_dp4a_q4_k"), ("rope_kv.cu", "rope_kv_q8_0"),
                     ("attention_split.cu", "attention_split_q8_0_d64"), ("gate_up_dp4a.cu", "gate_up_dp4a_q4_k"),
-                    ("rmsnorm_q8_1.cu", "quantize_q8_1"), ("gather.cu", "gather_rows_f32"),
-                    *[("sampling_radix.cu", f"sample_radix_{k}") for k in ("init", "z", "w", "pass", "keep", "pick")],
+                    ("rmsnorm_q8_1.cu", "quantize_q8_1"), ("gather.cu", "gather_rows_f32"), ("sampling.cu", "sample_rows"),
                     # split attention walks a step whose blocks fill the device (the emulator: 4 blocks; 16 tokens)
                     ("attention_split.cu", "attention_split_walk_q8_0_d64"),
                     # fast's matmul (best) takes mmq from 64 tokens: the capacity's step collects it
