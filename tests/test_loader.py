@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import gguf
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from gguf import quants as gq
 from sharpinf.errors import ModelError
 from sharpinf.model import quants
 from sharpinf.model.config import ROPE_STYLE, SUPPORTED_ARCHS
-from sharpinf.model.loader import LoadedModel, expected_shapes, load_model
+from sharpinf.model.loader import LoadedModel, expected_shapes, inspect_model, load_model
 from sharpinf.model.synth import synthetic_model, write_synthetic_model
 from sharpinf.model.tensors import QTensor
 
@@ -257,3 +259,70 @@ def test_overrides(tmp_path):
     assert m.tensor("blk.0.attn_norm.weight").qtype == quants.F16
     assert m.tensor("blk.0.attn_output.weight").shape == (96, 192)
 
+
+
+# -- nothing in a file is silently ignored (model/keys.py) ---------------------------------------------
+def _llama(tmp_path, name="m.gguf", **kw):
+    return write_synthetic_model(tmp_path / name, "llama", "Q8_0", n_layer=1, n_embd=64, n_head=2, n_head_kv=1,
+                                 n_ff=128, **kw)
+
+
+def test_a_llama31_file_with_rope_frequency_factors_is_refused_naming_the_tensor(tmp_path):
+    """llama.cpp's converter writes rope_freqs.weight for every Llama 3.1-3.3 model and applies it in
+    every RoPE; a load that dropped it would give the logits of another model, so it is refused."""
+    plain = _llama(tmp_path)
+    assert load_model(plain).config.arch == "llama"  # the same file without the tensor loads
+    factors = np.linspace(1.0, 8.0, 16, dtype=np.float32)  # head_dim / 2 frequencies
+    with_factors = _llama(tmp_path, "llama31.gguf", extra_tensors={"rope_freqs.weight": factors})
+    with pytest.raises(ModelError, match=r"tensor rope_freqs.weight \(RoPE frequency factors \(Llama 3.1\+\)"):
+        load_model(with_factors)
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("llama.attention.sliding_window", 4096, "the llama graph sharpinf runs does not read it"),
+    ("llama.rope.dimension_count", 16, "sharpinf runs 32"),  # a partial rotary: another graph
+    ("llama.attention.causal", False, "sharpinf runs True"),
+    ("llama.logit_scale", 0.5, "sharpinf runs 1.0"),
+    ("tokenizer.ggml.remove_extra_whitespaces", True, "sharpinf runs False"),
+    ("tokenizer.ggml.precompiled_charsmap", [1, 2, 3], "a tokenizer setting sharpinf does not apply"),
+    ("split.count", 3, "join them first"),
+    ("mistral3.rope.freq_base", 1e6, "not a key of the llama graph"),
+])
+def test_a_key_that_would_change_the_math_is_refused_in_one_line(tmp_path, key, value, words):
+    path = _llama(tmp_path, **{key: value})
+    with pytest.raises(ModelError) as e:
+        load_model(path)
+    msg = str(e.value)
+    assert "\n" not in msg and key in msg and words in msg and "sharpinf info" in msg, msg
+
+
+def test_keys_that_change_nothing_load_and_say_why(tmp_path):
+    path = _llama(tmp_path, **{"llama.rope.dimension_count": 32, "llama.rope.scaling.finetuned": False,
+                               "general.license": "mit", "tokenizer.ggml.fim_pre_token_id": 5})
+    r = inspect_model(path)
+    assert r.error is None and r.refused is None
+    use = {u.key: (u.use, u.why) for u in r.keys}
+    assert use["llama.rope.dimension_count"] == ("checked", "the value sharpinf runs")
+    assert use["llama.rope.scaling.finetuned"][0] == use["general.license"][0] == "inert"
+    assert use["tokenizer.ggml.fim_pre_token_id"][0] == "inert" and "infill" in use["tokenizer.ggml.fim_pre_token_id"][1]
+    assert use["llama.embedding_length"] == ("applied", "ModelConfig")
+    assert {t.use for t in r.tensor_uses} == {"used"} and len(r.tensor_uses) == len(load_model(path).tensors)
+
+
+def test_info_lists_what_it_reads_and_refuses_before_any_weight(tmp_path):
+    from typer.testing import CliRunner
+
+    from sharpinf.cli import app
+
+    factors = np.ones(16, np.float32)
+    path = _llama(tmp_path, extra_tensors={"rope_freqs.weight": factors, "blk.0.ffn_mystery.weight": factors},
+                  **{"llama.attention.sliding_window": 128})
+    res = CliRunner().invoke(app, ["info", str(path), "--json"])
+    assert res.exit_code == 1
+    doc = json.loads(res.output[: res.output.rindex("}") + 1])
+    f = doc["file"]
+    assert not f["loads"] and "rope_freqs.weight" in f["error"] and "llama.attention.sliding_window" in f["error"]
+    assert {t["name"] for t in f["tensors"]["refused"]} == {"rope_freqs.weight", "blk.0.ffn_mystery.weight"}
+    assert next(k for k in f["keys"] if k["key"] == "llama.attention.sliding_window")["use"] == "refused"
+    ok = CliRunner().invoke(app, ["info", str(_llama(tmp_path, "ok.gguf")), "--json"])
+    assert ok.exit_code == 0 and json.loads(ok.output)["file"]["loads"] is True

@@ -100,6 +100,17 @@ def test_bos_and_eot(synth):
     assert synth.encode("hi", add_bos=True)[0] == 1
 
 
+def test_add_eos_token_and_the_eom_id_as_llama_cpp_reads_them():
+    """tokenizer.ggml.add_eos_token: an EOS after the text wherever the specials are added (not after a
+    chat template's text); tokenizer.ggml.eom_token_id ends generation, as eot_token_id does."""
+    meta = {**_synth_meta(), "tokenizer.ggml.add_eos_token": True, "tokenizer.ggml.eom_token_id": 7}
+    tok = Tokenizer.from_gguf_metadata(meta)
+    plain = Tokenizer.from_gguf_metadata(_synth_meta())
+    assert tok.encode("hi") == plain.encode("hi") + [2]
+    assert tok.encode("hi", add_bos=False) == plain.encode("hi", add_bos=False)
+    assert 7 in tok.eot_ids and 7 not in plain.eot_ids
+
+
 def test_unknown_pre_tokenizer():
     m = dict(_synth_meta(), **{"tokenizer.ggml.pre": "no-such-pre"})
     with pytest.raises(ModelError, match="unsupported tokenizer.ggml.pre 'no-such-pre'"):

@@ -1,4 +1,6 @@
-"""`sharpinf info MODEL`: architecture, dimensions, tensor types, KV bytes per token."""
+"""`sharpinf info MODEL`: what sharpinf reads of the file and what it would refuse (every metadata key
+and tensor, before any weight is used), then architecture, dimensions, tensor types, KV bytes per
+token."""
 
 from __future__ import annotations
 
@@ -11,8 +13,52 @@ from rich.table import Table
 from rich.text import Text
 
 from sharpinf.cli.app import app
-from sharpinf.cli.common import backend_named, console, load, print_json
+from sharpinf.cli.common import backend_named, console, print_json
+from sharpinf.errors import ModelError
+from sharpinf.model.loader import FileReport, LoadedModel, inspect_model
+from sharpinf.model.registry import resolve_model
 from sharpinf.step.kv_pool import kv_bytes_per_slot
+
+
+def _value(v) -> str:
+    if isinstance(v, list):
+        return f"[{len(v)} items]"
+    s = repr(v)
+    return s if len(s) <= 48 else s[:45] + "..."
+
+
+def file_facts(r: FileReport) -> dict:
+    """What the file holds and what sharpinf does with each of it (model/keys.py)."""
+    uses = defaultdict(int)
+    for u in r.keys:
+        uses[u.use] += 1
+    return {
+        "path": str(r.path),
+        "loads": r.error is None and r.refused is None,
+        "error": r.error or r.refused,
+        "keys": [{"key": u.key, "use": u.use, "why": u.why,
+                  "value": u.value if not isinstance(u.value, list) else f"[{len(u.value)} items]"} for u in r.keys],
+        "key_uses": dict(uses),
+        "tensors": {"used": sum(t.use == "used" for t in r.tensor_uses),
+                    "refused": [{"name": t.name, "shape": list(t.shape), "type": t.qtype, "why": t.why}
+                                for t in r.tensor_uses if t.use == "refused"]},
+    }
+
+
+def print_file_facts(f: dict) -> None:
+    """The keys sharpinf does not simply apply (checked, inert, refused) and the refused tensors."""
+    counts = ", ".join(f"{n} {use}" for use, n in sorted(f["key_uses"].items()))
+    t = Table("key", "value", "use", "why", title=f"metadata keys ({counts}; applied ones in --json)")
+    for k in f["keys"]:
+        if k["use"] != "applied" and not (k["use"] == "inert" and k["key"].startswith("general.")):
+            t.add_row(k["key"], _value(k["value"]), k["use"], k["why"], style="red" if k["use"] == "refused" else None)
+    console.print(t)
+    refused = f["tensors"]["refused"]
+    line = f"tensors: {f['tensors']['used']} read"
+    if refused:
+        line += f", {len(refused)} refused: " + "; ".join(f"{x['name']} ({x['why']})" for x in refused[:5])
+        line += f" ... and {len(refused) - 5} more" if len(refused) > 5 else ""
+    console.print(Text(line, style="red" if refused else ""))
 
 
 def model_facts(m) -> dict:
@@ -65,15 +111,26 @@ def info(model: str = typer.Argument(..., help="Registered name or path to a .gg
          gpu_memory_utilization: float = typer.Option(0.9, help="Share of the GPU the engine may use."),
          num_blocks: int = typer.Option(None, help="Fixed KV pool size in blocks (the emulator's budget)."),
          json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    """Architecture, dimensions, a table of tensor types and sizes, KV bytes per token (and the KV budget)."""
-    loaded = load(model)
-    facts = model_facts(loaded)
+    """What sharpinf reads of the file and what it would refuse, and why (every metadata key and tensor,
+    before any weight is used); then architecture, dimensions, a table of tensor types and sizes, KV
+    bytes per token (and the KV budget). A file sharpinf would refuse exits 1 after its report."""
+    report = inspect_model(resolve_model(model))
+    reading = file_facts(report)
+    if not reading["loads"]:
+        if json_out:
+            print_json({"path": reading["path"], "file": reading})
+        else:
+            print_file_facts(reading)
+        raise ModelError(report.path, reading["error"])
+    loaded = LoadedModel(path=report.path, config=report.config, tensors=report.tensors, metadata=report.metadata)
+    facts = {**model_facts(loaded), "file": reading}
     if backend is not None:
         facts["kv_budget"] = kv_budget_facts(loaded, backend, kv_dtype, gpu_memory_utilization, num_blocks)
     if json_out:
         return print_json(facts)
     cfg = facts["config"]
     console.print(Text(facts["path"], style="bold"))
+    print_file_facts(reading)
     t = Table("field", "value", show_header=False, title="config")
     for k, v in cfg.items():
         t.add_row(k, str(v))

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ModelError
 from . import quants
 from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
+from .keys import KeyUse, TensorUse, key_uses, refusal, tensor_uses
 from .tensors import QTensor, TensorSpan, check_spans
 
 GGUF_MAGIC = b"GGUF"
@@ -43,19 +44,57 @@ class LoadedModel:
         return self.tensor("token_embd.weight" if self.config.tied_output else "output.weight")
 
 
-def load_model(path: str | Path) -> LoadedModel:
+@dataclass
+class FileReport:
+    """What sharpinf would read of a file, before any weight is used: its config, and what it does
+    with every metadata key and tensor (model/keys.py). error: why the file cannot load at all."""
+
+    path: Path
+    metadata: dict[str, Any]
+    tensors: dict[str, QTensor]
+    config: ModelConfig | None
+    keys: list[KeyUse]
+    tensor_uses: list[TensorUse]
+    error: str | None = None
+
+    @property
+    def refused(self) -> str | None:
+        """One line naming every key and tensor sharpinf would not apply (None: none)."""
+        return refusal(self.keys, self.tensor_uses)
+
+
+def inspect_model(path: str | Path) -> FileReport:
+    """Read the header and build the config; every key and tensor judged. Raises only for a file that
+    is not a readable GGUF; a config that cannot be built is the report's error."""
     path = Path(path)
     reader = _open_reader(path)
     try:
         metadata = _read_metadata(path, reader)
         tensors = _read_tensors(path, reader)
-        config = _build_config(path, metadata, tensors)
-        _validate_shapes(path, config, tensors)
+        try:
+            config = _build_config(path, metadata, tensors)
+            _validate_shapes(path, config, tensors)
+        except ModelError as e:
+            return FileReport(path, metadata, tensors, None, [], [], e.problem)
+        expected = expected_shapes(config)
+        return FileReport(path, metadata, tensors, config, key_uses(config.arch, metadata, config),
+                          tensor_uses(tensors, expected, config.arch))
     except ModelError:
         raise
     except Exception as e:  # a header the reader accepted but that makes no sense (e.g. a 0-dim tensor)
         raise ModelError(path, f"corrupt GGUF: {type(e).__name__}: {e}") from None
-    return LoadedModel(path=path, config=config, tensors=tensors, metadata=metadata)
+
+
+def load_model(path: str | Path) -> LoadedModel:
+    """The model, or one ModelError: an unreadable file, or a key or tensor sharpinf would not apply
+    (nothing in a file is silently ignored: `sharpinf info FILE` lists what it reads and refuses)."""
+    r = inspect_model(path)
+    if r.error is not None:
+        raise ModelError(r.path, r.error)
+    why = r.refused
+    if why:
+        raise ModelError(r.path, f"{why} (`sharpinf info {r.path.name}` lists every key and tensor)")
+    return LoadedModel(path=r.path, config=r.config, tensors=r.tensors, metadata=r.metadata)
 
 
 # ---------------------------------------------------------------- file and reader

@@ -43,6 +43,7 @@ def write_synthetic_model(
     n_expert_used: int = 2,
     n_ff_exp: int | None = None,
     routing: str = "spread",
+    extra_tensors: dict[str, Any] | None = None,
     **overrides: Any,
 ) -> Path:
     """Write a GGUF model and return its path.
@@ -54,7 +55,8 @@ def write_synthetic_model(
     overrides: n_vocab (512), head_dim (n_embd // n_head; written as key_length for any arch
     when it differs), rope_theta (10000), rms_eps (1e-5), sliding_window (gemma3: 16; 0 writes
     no window); any other key containing a dot is written as raw GGUF metadata, replacing the
-    generated value.
+    generated value. extra_tensors: {name: float array} written as F32 after the model's own (a
+    file with a tensor the graph may not read).
 
     gemma3: Q/K norms and the post-attention and post-FFN norms, a SentencePiece vocabulary, and, as
     llama.cpp reads it, a window on every layer but 5, 11, ... (6 layers or more have both kinds).
@@ -138,6 +140,8 @@ def write_synthetic_model(
         raw = x.quantize(t) if isinstance(x, _Tiled) else quants.quantize(x, t)  # (rows, row_bytes)
         raw = raw.reshape(_byte_shape(x.shape, t))  # experts: [n_expert, rows, row_bytes]
         writer.add_tensor(name, raw, raw_shape=_byte_shape(x.shape, t), raw_dtype=gguf.GGMLQuantizationType(t))
+    for name, x in (extra_tensors or {}).items():
+        writer.add_tensor(name, np.ascontiguousarray(x, np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

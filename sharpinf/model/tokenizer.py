@@ -207,13 +207,15 @@ class Tokenizer:
         self._bos = metadata.get("tokenizer.ggml.bos_token_id", defaults.get("bos"))
         self._eos = metadata.get("tokenizer.ggml.eos_token_id", defaults.get("eos"))
         self.add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", self._model.default_add_bos))
+        self.add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token", False))  # llama.cpp's default too
         # SentencePiece's dummy " " before the text: decode drops it again from the first token.
         self.add_space_prefix: bool = self._model.add_space_prefix
         self.chat_template: str | None = metadata.get("tokenizer.chat_template")
         if self._eos is not None:
             eog.add(self._eos)
-        if metadata.get("tokenizer.ggml.eot_token_id") is not None:
-            eog.add(int(metadata["tokenizer.ggml.eot_token_id"]))
+        for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):  # llama.cpp's special_eog_ids
+            if metadata.get(key) is not None:
+                eog.add(int(metadata[key]))
         self.eot_ids: frozenset[int] = frozenset(eog)
 
         def splitter(kinds: tuple[int, ...]) -> _SpecialSplitter:
@@ -265,7 +267,9 @@ class Tokenizer:
 
     # --- encode / decode ----------------------------------------------------------------------
     def encode(self, text: str, add_bos: bool | None = None, parse_special: bool = True) -> list[int]:
-        """Token ids for text; add_bos None means tokenizer.ggml.add_bos_token."""
+        """Token ids for text; add_bos None means tokenizer.ggml.add_bos_token. The specials llama.cpp adds
+        come with it: an EOS at the end too where tokenizer.ggml.add_eos_token says so (add_bos False:
+        neither, the text already holds what it needs)."""
         ids = []
         if (self.add_bos if add_bos is None else add_bos) and self._bos is not None:
             ids.append(self._bos)
@@ -274,6 +278,8 @@ class Tokenizer:
                 ids.append(frag)
             else:
                 ids += self._model.encode(frag)
+        if self.add_eos and add_bos is not False and self._eos is not None:
+            ids.append(self._eos)
         return ids
 
     def token_bytes(self, token_id: int) -> bytes:
