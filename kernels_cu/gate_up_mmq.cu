@@ -7,7 +7,7 @@
 // Tiles: 8 warps, 2 row halves x 4 token quarters, each 32 rows x 16 tokens of both matrices.
 // Launch: block 256, grid (row tiles of the window, ceil(n_tokens / 64), groups): matmul_mmq.cu's
 // split-K, both matrices' group sums in the scratch; 23 KB static shared memory;
-// __launch_bounds__(256, 2) (1 for Q6_K: mmq_rows.cuh's MQ_BOUNDS_2).
+// __launch_bounds__(256, 2) (1 for Q5_K and Q6_K: mmq_rows.cuh's MQ_BOUNDS_2).
 // Batch invariance: gate and up each sum in the canonical order (n_in only), as gate_up_dp4a.cu.
 // Bound: as matmul_mmq.cu's, two matrices a block; the activation tile is staged once for both.
 #include "mmq_rows.cuh"

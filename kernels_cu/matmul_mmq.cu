@@ -27,7 +27,7 @@
 // stages (Q6_K: every thread both). Fragments (PTX ISA tables, tests/ptx_layouts.py): A by
 // ldmatrix.x4 from the staged rows (rows 0-7 / 8-15 x words 0-3 / 4-7), B from the staged tokens.
 // Launch: block 128, grid (row tiles of the window, ceil(n_tokens / 64), groups); 17 KB static shared
-// memory; __launch_bounds__(128, 3) (mmq_rows.cuh's MQ_BOUNDS_1).
+// memory; __launch_bounds__(128, 3), 2 for Q6_K (mmq_rows.cuh's MQ_BOUNDS_1).
 // Batch invariance: an output is its chunk terms summed in the canonical order, which depends on n_in
 // only -- not on the block, the split, the tile slot or the other tokens of the step.
 // Bound (H100 SXM, estimated): the float epilogue, the price of bit-identity with decode -- ~5 FP32

@@ -32,15 +32,16 @@ struct MqShape {
 };
 
 // ptxas's register budgets for the wide blocks (the entries' __launch_bounds__: GB_QUANT_ENTRIES_ATTRS):
-// 4 warps (NMAT = 1) at most 168 registers, 3 blocks an SM; 8 warps (NMAT = 2) at most 128, 2 blocks
-// an SM -- but Q6_K, which spills at 128: 1. Unbounded, ptxas spends registers past those lines to
-// hoist a tile's mmas (a block an SM fewer).
+// 4 warps (NMAT = 1) at most 168 registers, 3 blocks an SM -- but Q6_K, which spills at 168 under
+// CUDA 13's ptxas: 2; 8 warps (NMAT = 2) at most 128, 2 blocks an SM -- but Q5_K and Q6_K, which
+// spill at 128: 1. No entry spills (tests/test_nvrtc_compile.py). Unbounded, ptxas spends registers
+// past those lines to hoist a tile's mmas (a block an SM fewer).
 // MQ_MIN_BLOCKS_1: a probe may ask for more (-DMQ_MIN_BLOCKS_1=4 through SHARPINF_NVRTC_OPTIONS:
 // <= 128 registers; --maxrregcount does not reach an entry with launch bounds).
 #ifndef MQ_MIN_BLOCKS_1
 #define MQ_MIN_BLOCKS_1 3
 #endif
-#define MQ_BOUNDS_1(QT) __launch_bounds__(128, MQ_MIN_BLOCKS_1)
+#define MQ_BOUNDS_1(QT) __launch_bounds__(128, (QT) == GB_Q6_K && MQ_MIN_BLOCKS_1 == 3 ? 2 : MQ_MIN_BLOCKS_1)
 // MQ_GROUP_SHARED=1 (a probe, with MQ_MIN_BLOCKS_1=4; bench/device_call.sh times it): the one-matrix
 // wide blocks (matmul_mmq, moe_down_mmq) keep each output's group sum in shared memory (a column of 32
 // floats a thread, its own: 16 KB a block), not in registers -- a load and a store more an output at
@@ -48,7 +49,7 @@ struct MqShape {
 #ifndef MQ_GROUP_SHARED
 #define MQ_GROUP_SHARED 0
 #endif
-#define MQ_BOUNDS_2(QT) __launch_bounds__(256, (QT) == GB_Q6_K ? 1 : 2)
+#define MQ_BOUNDS_2(QT) __launch_bounds__(256, (QT) == GB_Q6_K || (QT) == GB_Q5_K ? 1 : 2)
 
 // A if C else B (NVRTC has no <type_traits>)
 template <bool C, class A, class B> struct MqPick { typedef A type; };

@@ -64,7 +64,10 @@ def test_compiles(all_results, source, arch):
 def test_variant_kernels_do_not_spill(all_results):
     """ptxas -v (sm_90) of every entry point of the registered variants' files (all but the baselines'),
     and of sampling.cu (every variant's head runs it): no spill stores or loads -- read from the same
-    compiles as above."""
+    compiles as above, which are the project's build: this machine's NVRTC (the `check` extra's 12.x in
+    CI; a GPU machine's cuda12/cuda13 extra, whose NVRTC the CUDA backend compiles with at run time),
+    `--gpu-architecture=sm_90 -std=c++17 -I kernels_cu -I <its CUDA headers> --ptxas-options=-v`,
+    optimized (no -G) -- what cuda_source.nvrtc_options gives CuPy, less the entry selection."""
     from sharpinf.runtime.ptxas_report import parse_ptxas_log
 
     files = sorted(spill_checked())
