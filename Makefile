@@ -43,7 +43,8 @@ demo: install
 # emulator's threads in reverse order (the race check keeps two readers a byte, so which race it
 # sees can follow the order too) and strict memcheck (each allocation flush against a PROT_NONE
 # page: a load past any buffer faults, naming the thread -- the default guard bytes see stores
-# only; no slower here: 88 s against 94). The forward-pass cross-path oracles run on a subset of
+# only; no slower here: 88 s against 94) -- each kernel test's first case and a fixed third of the
+# others (tests/conftest.py's reverse_pass_sample). The forward-pass cross-path oracles run on a subset of
 # models that holds every weight type and arch (tests/test_forward_oracles.py says why).
 # `make test-all`: every model in every oracle, more hypothesis examples, and every test that
 # runs kernels again in reverse order -- for sessions that change kernels.

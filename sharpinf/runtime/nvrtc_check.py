@@ -210,15 +210,17 @@ def check_file(path: Path, archs: Sequence[str] = DEFAULT_ARCHS, nvrtc: Nvrtc | 
 
 def check_all(archs: Sequence[str] = DEFAULT_ARCHS, extra_dirs: Iterable[str | Path] = (),
               include_kernels: bool = True, jobs: int | None = None, ptxas_verbose: bool = False,
-              debug: Callable[[Path, str], bool] | None = None) -> list[Result]:
+              debug: Callable[[Path, str], bool] | None = None,
+              only: Callable[[Path, str], bool] | None = None) -> list[Result]:
     """Compile every kernels_cu/*.cu (and every *.cu in extra_dirs) for each arch (with -G where
-    debug(file, arch) says so: check_file's debug_archs).
+    debug(file, arch) says so: check_file's debug_archs), or only the (file, arch) pairs `only` keeps.
 
     Compiles run in `jobs` threads (default: CPU count): NVRTC programs are independent
     and ctypes releases the GIL during the call."""
     nvrtc = Nvrtc()
     dirs = ([kernels_dir()] if include_kernels else []) + [Path(d) for d in extra_dirs]
-    tasks = [(f, arch) for d in dirs for f in sorted(Path(d).glob("*.cu")) for arch in archs]
+    tasks = [(f, arch) for d in dirs for f in sorted(Path(d).glob("*.cu")) for arch in archs
+             if only is None or only(f, arch)]
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         return [r for rs in pool.map(lambda t: check_file(t[0], (t[1],), nvrtc, ptxas_verbose=ptxas_verbose,
                                                           debug_archs=(t[1],) if debug and debug(*t) else ()), tasks)
