@@ -38,6 +38,12 @@ MODELS = [  # (name, write_synthetic_model arguments)
     ("qwen3moe-f32", dict(arch="qwen3moe", qtype="F32", n_layer=2, seed=0)),
     ("qwen3-f32", dict(arch="qwen3", qtype="F32", n_layer=2, seed=0)),
     ("llama-moe-f32", dict(arch="llama", qtype="F32", n_layer=2, seed=0, n_expert=8)),  # Mixtral-style
+    # Llama 3.1's frequency factors (rope_freqs.weight, for an original context of 64 so that they vary
+    # across a 16-wide head), and Qwen3's long-context YaRN (factor 4 over 256: the ramp inside the head)
+    ("llama31-f32", dict(arch="llama", qtype="F32", n_layer=2, seed=0, rope_factors=64)),
+    ("qwen3-yarn-f32", dict(arch="qwen3", qtype="F32", n_layer=2, seed=0, **{
+        "qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": 4.0,
+        "qwen3.rope.scaling.original_context_length": 256})),
 ]
 N_CTX = 32  # perplexity's chunk: the second half of each chunk is scored
 CHUNKS = 3  # chunks kept in the fixture

@@ -3,6 +3,7 @@
 // grid) run this one function, so the two give the same bits. The algorithm: rope_kv.cu's header.
 #pragma once
 #include "common.cuh"
+#include "rope_angle.cuh"
 
 #define RK_MAX_HALF 128  // head_dim <= 256
 // Latency, not work, is what a token costs (a few KB): every loop below loads all a thread's values
@@ -52,7 +53,7 @@ template <typename T, bool Q8>
 __device__ __forceinline__ void rope_kv_token(int t, float* qkv, int qkv_stride, const int* positions,
                                               const int* slot_mapping, const float* q_norm, const float* k_norm,
                                               void* k_cache, void* v_cache, int n_heads, int n_kv_heads, int head_dim,
-                                              float theta, float freq_scale, float eps, int neox, int has_norm) {
+                                              const double* freqs, float mscale, float eps, int neox, int has_norm) {
     const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
     float* row = qkv + (long long)t * qkv_stride;
     const int heads = n_heads + n_kv_heads;  // Q heads then K heads, contiguous in the row
@@ -84,14 +85,7 @@ __device__ __forceinline__ void rope_kv_token(int t, float* qkv, int qkv_stride,
     // 2a. the angles of the token's position, once per rotation pair, into shared memory
     __shared__ float sin_s[RK_MAX_HALF], cos_s[RK_MAX_HALF];
     const int half = head_dim >> 1;
-    const double log_theta = log((double)theta);
-    const double two_pi = 6.283185307179586476925286766559;
-    for (int i = tid; i < half; i += nt) {
-        const double inv_freq = exp(-(double)(2 * i) / (double)head_dim * log_theta);
-        const double ang = (double)pos * (double)freq_scale * inv_freq;
-        const double red = ang - two_pi * rint(ang / two_pi);
-        sincosf((float)red, &sin_s[i], &cos_s[i]);
-    }
+    for (int i = tid; i < half; i += nt) rope_cos_sin(freqs, i, pos, mscale, &cos_s[i], &sin_s[i]);
     __syncthreads();
     // 2b. a thread per (head, pair): every rotation of the token at once, RK_BATCH pairs a thread loaded
     //     before the first is rotated

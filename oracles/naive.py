@@ -18,14 +18,27 @@ def _rmsnorm(x, w, eps):
     return x / math.sqrt(float(np.mean(x * x)) + eps) * w
 
 
-def _rotate(vec, pos, theta, style, freq_scale=1.0):
+def _rotate(vec, pos, theta, style, scaling, factors=None):
+    """ggml's rope_yarn, pair by pair: the extrapolated angle (frequency factors dividing it), the
+    interpolated one, YaRN's ramp between them, and its magnitude factor on cos and sin."""
     d = len(vec)
     out = vec.copy()
+    fs = scaling.freq_scale
+    if scaling.ext_factor:
+        def corr(n_rot):
+            return d * math.log(scaling.n_ctx_orig / (n_rot * 2 * math.pi)) / (2 * math.log(theta))
+        low, high = max(0.0, math.floor(corr(scaling.beta_fast))), min(d - 1.0, math.ceil(corr(scaling.beta_slow)))
     for i in range(d // 2):
-        angle = pos * freq_scale / theta ** (2 * i / d)
+        extrap = pos / theta ** (2 * i / d) / (float(factors[i]) if factors is not None else 1.0)
+        angle, mscale = fs * extrap, scaling.attn_factor
+        if scaling.ext_factor:
+            mix = (1 - min(1.0, max(0.0, (i - low) / max(0.001, high - low)))) * scaling.ext_factor
+            angle = angle * (1 - mix) + extrap * mix
+            mscale *= 1 + 0.1 * math.log(1 / fs)
         a, b = (2 * i, 2 * i + 1) if style == "norm" else (i, i + d // 2)
-        out[a] = vec[a] * math.cos(angle) - vec[b] * math.sin(angle)
-        out[b] = vec[a] * math.sin(angle) + vec[b] * math.cos(angle)
+        c, s = math.cos(angle) * mscale, math.sin(angle) * mscale
+        out[a] = vec[a] * c - vec[b] * s
+        out[b] = vec[a] * s + vec[b] * c
     return out
 
 
@@ -69,11 +82,11 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
 
     emb = w("token_embd.weight")
     xs = [emb[t] * cfg.embd_scale for t in token_ids]
+    factors = w("rope_freqs.weight") if has("rope_freqs.weight") else None  # Llama 3.1+: every layer's
     for li in range(cfg.n_layer):
         # gemma3: windowed layers rotate with the local base, unscaled; keys p-W+1..p only
         window = cfg.window(li)
-        theta, freq_scale = (cfg.rope_theta_local, 1.0) if window and cfg.rope_theta_local else (
-            cfg.rope_theta, cfg.rope_freq_scale)
+        theta, scaling = cfg.rope_for(li)
         p = f"blk.{li}."
         Wq, Wk, Wv, Wo = (w(p + f"attn_{n}.weight") for n in ("q", "k", "v", "output"))
         ks, vs, attn_out = [], [], []
@@ -88,8 +101,8 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
             if has(p + "attn_q_norm.weight"):
                 heads_q = [_rmsnorm(hq, w(p + "attn_q_norm.weight"), cfg.rms_eps) for hq in heads_q]
                 heads_k = [_rmsnorm(hk, w(p + "attn_k_norm.weight"), cfg.rms_eps) for hk in heads_k]
-            heads_q = [_rotate(hq, pos, theta, cfg.rope_style, freq_scale) for hq in heads_q]
-            heads_k = [_rotate(hk, pos, theta, cfg.rope_style, freq_scale) for hk in heads_k]
+            heads_q = [_rotate(hq, pos, theta, cfg.rope_style, scaling, factors) for hq in heads_q]
+            heads_k = [_rotate(hk, pos, theta, cfg.rope_style, scaling, factors) for hk in heads_k]
             ks.append(heads_k)
             vs.append(heads_v)
             out = []

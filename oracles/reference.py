@@ -45,6 +45,7 @@ from sharpinf.ops.kv_cache import decode_kv, encode_kv
 from sharpinf.ops.moe import WEIGHT_SUM_FLOOR, combine_reference, route_reference, router_logits_reference
 from sharpinf.ops.quant_act import round_q8_1
 from sharpinf.ops.rope import rope_reference
+from sharpinf.model.rope_scaling import model_rope_tables
 
 F32 = np.float32
 
@@ -168,6 +169,7 @@ class Reference:
         self.token_embd = w("token_embd.weight")
         self.output_norm = w("output_norm.weight")
         self.output = self.token_embd if cfg.tied_output else w("output.weight")
+        self.rope = model_rope_tables(self.model)  # each layer's RoPE table (model/rope_scaling.py)
         self.layers = []
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
@@ -242,9 +244,9 @@ class Reference:
             v = qkv[:, cfg.q_dim + cfg.kv_dim :].reshape(T, cfg.n_head_kv, cfg.head_dim)
             if L.q_norm is not None:
                 q, k = self._norm(q, L.q_norm), self._norm(k, L.k_norm)
-            theta, freq_scale = cfg.rope_for(li)
+            rope = self.rope[li]
             # Q and K heads rotate alike: one call over [T, n_head + n_head_kv, d]
-            qk = _f32(rope_reference(np.concatenate([q, k], axis=1), positions, theta, cfg.rope_style, freq_scale))
+            qk = _f32(rope_reference(np.concatenate([q, k], axis=1), positions, rope.freqs, cfg.rope_style, rope.mscale))
             q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]
             cache.k[li, start : start + T] = self._stored(k)
             cache.v[li, start : start + T] = self._stored(v)

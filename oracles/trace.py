@@ -163,9 +163,9 @@ class _Tracer(OpChecks):
         kk = qkv0[:, qd : qd + kd].reshape(N, cfg.n_head_kv, hd).astype(F64)
         if R.q_norm is not None:
             q, kk = rmsnorm_reference(q, R.q_norm, cfg.rms_eps), rmsnorm_reference(kk, R.k_norm, cfg.rms_eps)
-        theta, scale = cfg.rope_for(li)
-        want = np.concatenate([rope_reference(q, positions, theta, cfg.rope_style, scale).reshape(N, qd),
-                               rope_reference(kk, positions, theta, cfg.rope_style, scale).reshape(N, kd),
+        rope = self.ref.rope[li]  # the reference's table: the truth, from the file
+        want = np.concatenate([rope_reference(q, positions, rope.freqs, cfg.rope_style, rope.mscale).reshape(N, qd),
+                               rope_reference(kk, positions, rope.freqs, cfg.rope_style, rope.mscale).reshape(N, kd),
                                qkv0[:, qd + kd :].astype(F64)], axis=1)  # V untouched
         self.check(li, "rope", names, "rope", qkv1, want, row_unit(want), (qkv0, R.q_norm, R.k_norm),
                    columns=self.qkv_column)

@@ -164,6 +164,29 @@ def test_e_placement_exact(backend, kernels, arch, qtype, kv):
     assert r.max_abs_dlogit == 0.0
 
 
+# -- RoPE as the file says: Llama 3.1's frequency factors and YaRN, through every kernel set ---------
+ROPE_FILE = dict(n_embd=256, rope_factors=64, **{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
+                                                 "llama.rope.scaling.original_context_length": 256})
+
+
+def test_a_kernel_vs_reference_with_rope_factors_and_yarn(backend, kernels):
+    """Every RoPE path (rope.cu, the fused rope_kv, the decode link) turns by the file's table:
+    rope_freqs.weight's factors and YaRN's ramp and cos/sin factor (the reference's own are held to
+    llama.cpp's in test_llamacpp_agreement.py). Negative control: the same kernels given the plain
+    table fail the oracle."""
+    model = load_model(synthetic_model("llama", "Q4_K", **ROPE_FILE))
+    fp = ForwardPass(model, backend, kernels=kernels)
+    ids = tokens(40, 7)
+    check(paths.oracle_kernel_vs_reference(fp, ids, "f16", 16, seed=1))
+    if kernels == "simple":
+        from sharpinf.model.rope_scaling import RopeTable
+
+        plain = backend.upload(RopeTable.plain(model.config.rope_theta, model.config.head_dim).freqs)
+        for L in fp.layers:
+            L.rope_freqs, L.rope_mscale = plain, 1.0
+        assert not paths.oracle_kernel_vs_reference(fp, ids, "f16", 16, seed=1).passed
+
+
 # -- hypothesis: shapes drawn over all 44 models ---------------------------------------------
 HYP = settings(max_examples=12 if ALL else 5, deadline=None, derandomize=True, database=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

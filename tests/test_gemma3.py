@@ -15,6 +15,7 @@ import pytest
 from oracles.generation import generate_reference
 from oracles.reference import Reference
 from sharpinf.model.loader import load_model
+from sharpinf.model.rope_scaling import RopeScaling
 from sharpinf.model.tokenizer import Tokenizer
 from sharpinf.params import SamplingParams
 
@@ -44,7 +45,7 @@ def test_config_is_read_as_llama_cpp_reads_it(gemma):
     # a window of 512 on every layer but 5, 11 and 17 (llama.cpp's period 6), local RoPE base 10000
     assert [i for i, w in enumerate(c.layer_window) if w == 0] == [5, 11, 17]
     assert set(c.layer_window) == {0, 512}
-    assert c.rope_for(0) == (10000.0, 1.0) and c.rope_for(5) == (1e6, 1.0)
+    assert c.rope_for(0) == (10000.0, RopeScaling()) and c.rope_for(5) == (1e6, RopeScaling())
     assert c.kq_scale == 1 / 16 and c.embd_scale == pytest.approx(640 ** 0.5)
     assert c.ffn_act == "gelu_tanh" and c.post_norms and c.has_qk_norm and c.tied_output and not c.final_softcap
 

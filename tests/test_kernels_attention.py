@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oracles.tolerances import FLASH_ATTENTION_VS_REFERENCE
+from sharpinf.model.rope_scaling import RopeTable
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import kv_cache as kv_ops
 from sharpinf.ops import rope as rope_ops
@@ -446,15 +447,16 @@ def test_attention_forward_matches_single_sequence_oracle(backend):
     shape, dt = kv_ops.kv_cache_shape("f32", 8, bs, n_kv, hd)
     kc, vc = backend.upload(_poison(shape, dt)), backend.upload(_poison(shape, dt))
     d_qkv, d_pos = backend.upload(qkv), backend.upload(pos)
-    rope_ops.rope(backend, d_qkv, stride, d_pos, L, n_heads, hd, theta, "neox", col=0)
-    rope_ops.rope(backend, d_qkv, stride, d_pos, L, n_kv, hd, theta, "neox", col=q_dim)
+    freqs = RopeTable.plain(theta, hd).freqs
+    rope_ops.rope(backend, d_qkv, stride, d_pos, L, n_heads, hd, backend.upload(freqs), "neox", col=0)
+    rope_ops.rope(backend, d_qkv, stride, d_pos, L, n_kv, hd, backend.upload(freqs), "neox", col=q_dim)
     kv_ops.kv_append(backend, "f32", d_qkv, stride, q_dim, q_dim + kv_dim, backend.upload(slots), kc, vc, L, n_kv, hd)
     out = backend.empty((L, q_dim), np.float32)
     attn_ops.attention(backend, "f32", d_qkv, stride, kc, vc, backend.upload(tables), 8,
                        backend.upload(np.array([0, L], np.int32)), d_pos, out, L, 1, n_heads, n_kv, hd, bs,
                        1.0 / np.sqrt(hd))
-    q = rope_ops.rope_reference(qkv[:, :q_dim].reshape(L, n_heads, hd), pos, theta, "neox").astype(np.float64)
-    k = rope_ops.rope_reference(qkv[:, q_dim:q_dim + kv_dim].reshape(L, n_kv, hd), pos, theta, "neox").astype(np.float64)
+    q = rope_ops.rope_reference(qkv[:, :q_dim].reshape(L, n_heads, hd), pos, freqs, "neox").astype(np.float64)
+    k = rope_ops.rope_reference(qkv[:, q_dim:q_dim + kv_dim].reshape(L, n_kv, hd), pos, freqs, "neox").astype(np.float64)
     v = qkv[:, q_dim + kv_dim:].reshape(L, n_kv, hd).astype(np.float64)
     want = np.zeros((L, n_heads, hd))
     for h in range(n_heads):

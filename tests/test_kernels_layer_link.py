@@ -30,15 +30,18 @@ LINKED = dict(matmul="dp4a", link="layer", **BASE)
 
 
 @pytest.mark.parametrize("arch,qtype,kv_dtype,per_layer,entry", [
-    ("qwen3", "Q4_K", "f16", 2, "layer_dp4a_q4_k"),   # QK-norm; both halves linked: attention + the link
+    ("qwen3", "Q4_K", "f16", 2, "layer_dp4a_q4_k"),   # QK-norm, YaRN; both halves linked: attention + the link
     # the QKV bias; a q8_0 cache; rows of 512 (a norm's two rounds a thread) and an FFN of 1,024: the row
     # loops' G compiled in (16 for rows of n_embd and q_dim, 32 for n_ff's: SmolLM2's pair), the lanes' fold
     ("qwen2", "Q5_1", "q8_0", 2, "layer_dp4a_q5_1_g16_32"),
     ("gemma3", "Q8_0", "bf16", 9, "layer_dp4a_q8_0"),  # post-norms: the post half declines, the pre half links (11 -> 9)
 ])
 def test_the_linked_layers_give_the_dp4a_paths_logits(backend, arch, qtype, kv_dtype, per_layer, entry):
+    shape = {"qwen2": {"n_ff": 1024},  # qwen3 with YaRN: the link's RoPE reads the table and its cos/sin factor
+             "qwen3": {"qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": 4.0,
+                       "qwen3.rope.scaling.original_context_length": 256}}.get(arch, {})
     _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, {"qwen3": 256, "qwen2": 512}.get(arch, 128),
-                        entry, **({"n_ff": 1024} if arch == "qwen2" else {}))
+                        entry, **shape)
 
 
 def _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, n_embd, entry=None, **shape):
@@ -131,12 +134,12 @@ def test_the_link_declines_what_it_does_not_serve():
     type, a head the fused RoPE refuses. (The engine then runs the separate launches.)"""
     q4 = quants.Q4_K
     post = LinkPost((q4, q4, q4, q4), *[None] * 6)
-    pre = LinkPre(q4, *[None] * 7, 1e4, 1.0)
+    pre = LinkPre(q4, *[None] * 7, None, 1.0)
     be = _NoLaunch()
     assert not layer_dp4a(be, post, pre, _step(9))
     assert not layer_dp4a(be, LinkPost((q4, q4, q4, quants.Q6_K), *[None] * 6), None, _step(1))
     assert not layer_dp4a(be, post, SimpleNamespace(**{**vars(pre), "qtype": quants.Q6_K}), _step(1))
-    assert not layer_dp4a(be, None, LinkPre(quants.F16, *[None] * 7, 1e4, 1.0), _step(1))
+    assert not layer_dp4a(be, None, LinkPre(quants.F16, *[None] * 7, None, 1.0), _step(1))
     assert not layer_dp4a(be, None, pre, _step(1, head_dim=48, kv_dtype="q8_0"))
     with pytest.raises(ValueError, match="neither half"):
         layer_dp4a(be, None, None, _step(1))

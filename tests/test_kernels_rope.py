@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sharpinf.model.rope_scaling import RopeScaling, RopeTable, rope_freqs, yarn_attn_factor
 from sharpinf.ops import kv_cache as kv_ops
 from sharpinf.ops import rope as rope_ops
 from sharpinf.ops.variants import variant as _registered
@@ -16,35 +17,46 @@ from test_kernels_kv_cache import KV_DTYPES, TIES, _poison, _rng
 
 
 # -- rope -------------------------------------------------------------------------------------
+def _table(scaling: str, theta: float, head_dim: int) -> RopeTable:
+    """unscaled; linear (factor 8); YaRN (factor 4 over an original context of 256, so the ramp
+    falls inside the head) with Llama 3.1-style frequency factors in [1, 8] and its cos/sin factor."""
+    if scaling == "yarn4+factors":
+        y = RopeScaling("yarn", 0.25, ext_factor=1.0, attn_factor=yarn_attn_factor(0.25), n_ctx_orig=256)
+        factors = 1 + 7 * _rng("factors", head_dim).random(head_dim // 2)
+        return RopeTable(rope_freqs(theta, head_dim, y, factors), y.mscale)
+    return RopeTable.plain(theta, head_dim, {"unscaled": 1.0, "linear8": 0.125}[scaling])
+
+
 @pytest.mark.parametrize("style", ["norm", "neox"])
 @pytest.mark.parametrize("n_tokens,n_heads,head_dim", [(1, 1, 16), (7, 3, 64), (13, 5, 128), (3, 1, 32), (5, 2, 256)])
-@pytest.mark.parametrize("freq_scale", [1.0, 0.125], ids=["unscaled", "linear8"])
-def test_rope(backend, style, n_tokens, n_heads, head_dim, freq_scale):
+@pytest.mark.parametrize("scaling", ["unscaled", "linear8", "yarn4+factors"])
+def test_rope(backend, style, n_tokens, n_heads, head_dim, scaling):
     rng = _rng("rope", style, n_tokens, n_heads, head_dim)
     col, pad = 5 * head_dim, 3  # rotate heads that start mid-row; the rest of the row must be untouched
     stride = col + n_heads * head_dim + pad
     x = rng.standard_normal((n_tokens, stride)).astype(np.float32)
     pos = rng.integers(0, 8001, n_tokens).astype(np.int32)
     pos[0] = 8000
-    theta = 10000.0 if head_dim != 128 else 1e6
+    table = _table(scaling, 10000.0 if head_dim != 128 else 1e6, head_dim)
     dx = backend.upload(x)
-    rope_ops.rope(backend, dx, stride, backend.upload(pos), n_tokens, n_heads, head_dim, theta, style, col=col,
-                  freq_scale=freq_scale)
+    rope_ops.rope(backend, dx, stride, backend.upload(pos), n_tokens, n_heads, head_dim, backend.upload(table.freqs),
+                  style, col=col, mscale=table.mscale)
     got = backend.download(dx)
     assert_same(got[:, :col], x[:, :col])
     assert_same(got[:, col + n_heads * head_dim:], x[:, col + n_heads * head_dim:])
     want = rope_ops.rope_reference(x[:, col:col + n_heads * head_dim].reshape(n_tokens, n_heads, head_dim),
-                                   pos, theta, style, freq_scale)
+                                   pos, table.freqs, style, table.mscale)
     # angles are formed and reduced in double: the error is a few float ulps of |x| at every position
     # (measured <= 3e-7 * max|x| on the emulator); a float angle would be off by ~pos * 2e-7 rad (1.6e-3 at 8000)
     err = np.abs(got[:, col:col + n_heads * head_dim].reshape(want.shape) - want)
-    assert err.max() <= 6e-7 * np.abs(x).max(), err.max()
+    assert err.max() <= 6e-7 * table.mscale * np.abs(x).max(), err.max()
 
 
 def test_rope_position_zero_is_identity(backend):
     x = _rng("rope0").standard_normal((2, 3 * 64)).astype(np.float32)
     dx = backend.upload(x)
-    rope_ops.rope(backend, dx, 3 * 64, backend.upload(np.zeros(2, np.int32)), 2, 3, 64, 10000.0, "neox")
+    freqs = backend.upload(RopeTable.plain(10000.0, 64).freqs)
+    rope_ops.rope(backend, dx, 3 * 64, backend.upload(np.zeros(2, np.int32)), 2, 3, 64, freqs, "neox")
     assert_same(backend.download(dx), x)
 
 
@@ -61,7 +73,9 @@ def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, 
     kv_cache.cu: the same rotation bits; with the norm (a warp per head instead of a block) within
     float rounding. 32 + 8 heads of 128: more rotations than a block's 1024 threads."""
     rng = _rng("ropekv", kv_dtype, norm, head_dim, nh)
-    n, bs, theta, eps = 9, 4, 10000.0, 1e-6
+    n, bs, eps = 9, 4, 1e-6
+    # YaRN with factors on a gemma-wide head (its mscale too), plain RoPE on the rest
+    table = _table("yarn4+factors" if head_dim == 256 else "unscaled", 10000.0, head_dim)
     q_dim, kv_dim = nh * head_dim, nkv * head_dim
     stride = q_dim + 2 * kv_dim
     qkv = rng.standard_normal((n, stride)).astype(np.float32)
@@ -77,8 +91,8 @@ def test_rope_kv_equals_the_separate_kernels(backend, kv_dtype, norm, head_dim, 
         kc, vc = backend.upload(_poison(shape, dt)), backend.upload(_poison(shape, dt))
         qn, kn = (backend.upload(wq), backend.upload(wk)) if norm else (None, None)
         fn = _registered("rope_kv", variant if fused else variants_of("rope_kv")[0]).launch
-        fn(backend, kv_dtype, d, stride, dpos, dslots, qn, kn, kc, vc, n, nh, nkv, head_dim, theta, eps, "neox",
-           freq_scale=0.125 if head_dim == 256 else 1.0)  # linear scaling on a gemma-wide head
+        fn(backend, kv_dtype, d, stride, dpos, dslots, qn, kn, kc, vc, n, nh, nkv, head_dim,
+           backend.upload(table.freqs), eps, "neox", mscale=table.mscale)
         outs[fused] = [backend.download(a) for a in (d, kc, vc)]
     (q0, k0, v0), (q1, k1, v1) = outs[False], outs[True]
     if not norm or head_dim <= 64:  # one warp per head either way: the same sums

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from gguf import quants as gq
 
+from oracles.reference import Reference
 from sharpinf.errors import ModelError
 from sharpinf.model import quants
 from sharpinf.model.config import ROPE_STYLE, SUPPORTED_ARCHS
 from sharpinf.model.loader import LoadedModel, expected_shapes, inspect_model, load_model
+from sharpinf.model.rope_scaling import RopeScaling
 from sharpinf.model.synth import synthetic_model, write_synthetic_model
 from sharpinf.model.tensors import QTensor
 
@@ -138,11 +140,12 @@ def test_gemma3_config_as_llama_cpp_reads_it(tmp_path):
                                  "gemma3.final_logit_softcapping": 30.0})
     c = load_model(p).config
     assert c.layer_window == (32,) * 5 + (0,) + (32,) * 5 + (0,) and not c.all_layers_windowed
-    assert c.rope_for(0) == (10000.0, 1.0) and c.rope_for(5) == (1e6, 0.125) and c.rope_for(11) == (1e6, 0.125)
+    lin8 = RopeScaling("linear", 0.125)
+    assert c.rope_for(0) == (10000.0, RopeScaling()) and c.rope_for(5) == (1e6, lin8) and c.rope_for(11) == (1e6, lin8)
     assert c.embd_scale == 8.0 and c.kq_scale == 0.25 and c.ffn_act == "gelu_tanh" and c.final_softcap == 30.0
     assert "blk.11.post_ffw_norm.weight" in expected_shapes(c) and "blk.0.post_attention_norm.weight" in expected_shapes(c)
     c = load_model(write_synthetic_model(tmp_path / "n.gguf", "gemma3", "Q8_0", sliding_window=0)).config
-    assert c.layer_window == () and c.window(0) == 0 and c.rope_for(0) == (1e6, 1.0) and c.final_softcap == 0.0
+    assert c.layer_window == () and c.window(0) == 0 and c.rope_for(0) == (1e6, RopeScaling()) and c.final_softcap == 0.0
     assert load_model(write_synthetic_model(tmp_path / "l.gguf", "gemma3", "Q8_0")).config.all_layers_windowed
 
 
@@ -229,18 +232,23 @@ def test_gemma3_corrupt_block_count_fails_fast(tmp_path):
         load_model(p)
 
 
-def test_unsupported_rope_scaling_is_one_line(tmp_path):
-    """Linear scaling as llama.cpp reads it (the type defaults to linear; rope.scale_linear is the old
-    key); yarn and the rest are refused in one line rather than run with the wrong angles."""
-    from sharpinf.errors import ModelError
-
+def test_rope_scaling_is_read_as_llama_cpp_reads_it(tmp_path):
+    """Linear (the type defaults to linear; rope.scale_linear is the old key) and YaRN (ext_factor 1,
+    the original context from its key else the training context, cos/sin times 1 + 0.1 ln factor) as
+    llama.cpp's load_hparams and cparams hold them; LongRoPE and the rest refused in one line."""
     for key in ("llama.rope.scaling.factor", "llama.rope.scale_linear"):
         c = load_model(write_synthetic_model(tmp_path / f"{key}.gguf", "llama", "Q8_0", **{key: 4.0})).config
-        assert c.rope_freq_scale == 0.25 and c.rope_for(0) == (10000.0, 0.25)
+        assert c.rope_freq_scale == 0.25 and c.rope_for(0) == (10000.0, RopeScaling("linear", 0.25))
 
-    p = write_synthetic_model(tmp_path / "y.gguf", "llama", "Q8_0", **{"llama.rope.scaling.type": "yarn",
-                                                                       "llama.rope.scaling.factor": 4.0})
-    with pytest.raises(ModelError, match="unsupported RoPE scaling 'yarn'"):
+    yarn = {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0}
+    for extra, n_orig in (({}, 1024), ({"llama.rope.scaling.original_context_length": 256}, 256)):
+        c = load_model(write_synthetic_model(tmp_path / f"y{n_orig}.gguf", "llama", "Q8_0", **yarn, **extra)).config
+        base, y = c.rope_for(0)
+        assert (base, y.kind, y.freq_scale, y.ext_factor, y.n_ctx_orig) == (10000.0, "yarn", 0.25, 1.0, n_orig)
+        assert y.mscale == pytest.approx(1 + 0.1 * np.log(4.0), rel=1e-6)
+
+    p = write_synthetic_model(tmp_path / "l.gguf", "llama", "Q8_0", **{"llama.rope.scaling.type": "longrope"})
+    with pytest.raises(ModelError, match="unsupported RoPE scaling 'longrope' \\(supported: none, linear, yarn\\)"):
         load_model(p)
 
 
@@ -267,15 +275,28 @@ def _llama(tmp_path, name="m.gguf", **kw):
                                  n_ff=128, **kw)
 
 
-def test_a_llama31_file_with_rope_frequency_factors_is_refused_naming_the_tensor(tmp_path):
-    """llama.cpp's converter writes rope_freqs.weight for every Llama 3.1-3.3 model and applies it in
-    every RoPE; a load that dropped it would give the logits of another model, so it is refused."""
-    plain = _llama(tmp_path)
-    assert load_model(plain).config.arch == "llama"  # the same file without the tensor loads
+def test_a_llama31_file_applies_its_rope_frequency_factors(tmp_path):
+    """llama.cpp's converter writes rope_freqs.weight for every Llama 3.1-3.3 model and its llama graph
+    divides every layer's RoPE frequencies by it: the file loads, and its logits are not those of the
+    same weights without the factors (a load that dropped them would give another model's)."""
+    plain = load_model(_llama(tmp_path))
     factors = np.linspace(1.0, 8.0, 16, dtype=np.float32)  # head_dim / 2 frequencies
-    with_factors = _llama(tmp_path, "llama31.gguf", extra_tensors={"rope_freqs.weight": factors})
-    with pytest.raises(ModelError, match=r"tensor rope_freqs.weight \(RoPE frequency factors \(Llama 3.1\+\)"):
-        load_model(with_factors)
+    m = load_model(_llama(tmp_path, "llama31.gguf", extra_tensors={"rope_freqs.weight": factors}))
+    assert m.config.has_rope_factors and not plain.config.has_rope_factors
+    ids = list(range(1, 9))
+    a, b = Reference(plain).logits(ids), Reference(m).logits(ids)
+    assert np.array_equal(a[0], b[0]), "position 0 turns by nothing: factors or not, the same first row"
+    assert np.abs(a[1:] - b[1:]).max() > 1e-3 * np.abs(a).max()
+    with pytest.raises(ModelError, match=r"'rope_freqs.weight' has shape"):
+        load_model(_llama(tmp_path, "short.gguf", extra_tensors={"rope_freqs.weight": factors[:8]}))
+
+
+def test_rope_factors_in_an_arch_whose_graph_does_not_read_them_are_refused(tmp_path):
+    """qwen3's graph in llama.cpp reads no rope_freqs.weight: a file carrying one is refused, naming it."""
+    p = write_synthetic_model(tmp_path / "q.gguf", "qwen3", "Q8_0", n_layer=1,
+                              extra_tensors={"rope_freqs.weight": np.ones(16, np.float32)})
+    with pytest.raises(ModelError, match=r"tensor rope_freqs.weight \(RoPE frequency factors, which llama.cpp's graph"):
+        load_model(p)
 
 
 @pytest.mark.parametrize("key,value,words", [
@@ -321,8 +342,10 @@ def test_info_lists_what_it_reads_and_refuses_before_any_weight(tmp_path):
     assert res.exit_code == 1
     doc = json.loads(res.output[: res.output.rindex("}") + 1])
     f = doc["file"]
-    assert not f["loads"] and "rope_freqs.weight" in f["error"] and "llama.attention.sliding_window" in f["error"]
-    assert {t["name"] for t in f["tensors"]["refused"]} == {"rope_freqs.weight", "blk.0.ffn_mystery.weight"}
+    assert not f["loads"] and "ffn_mystery" in f["error"] and "llama.attention.sliding_window" in f["error"]
+    assert {t["name"] for t in f["tensors"]["refused"]} == {"blk.0.ffn_mystery.weight"}  # rope_freqs: read
     assert next(k for k in f["keys"] if k["key"] == "llama.attention.sliding_window")["use"] == "refused"
-    ok = CliRunner().invoke(app, ["info", str(_llama(tmp_path, "ok.gguf")), "--json"])
-    assert ok.exit_code == 0 and json.loads(ok.output)["file"]["loads"] is True
+    ok = CliRunner().invoke(app, ["info", str(_llama(tmp_path, "ok.gguf", extra_tensors={"rope_freqs.weight": factors},
+                                                     **{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0}))])
+    assert ok.exit_code == 0 and "YaRN x4 over an original context of 1024" in ok.output
+    assert "frequency factors (rope_freqs.weight)" in ok.output

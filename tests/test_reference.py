@@ -43,6 +43,17 @@ def test_reference_equals_naive_float64_loops(model):
     assert (np.argmax(got, 1) == np.argmax(want, 1)).all()
 
 
+def test_reference_rope_table_equals_naive_pair_by_pair_yarn_and_factors():
+    """model/rope_scaling.py's folded table against naive.py's ggml rope_yarn, pair by pair, on a
+    llama file with Llama 3.1's frequency factors and YaRN at once."""
+    m = load_model(synthetic_model("llama", "Q8_0", rope_factors=64, **{
+        "llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
+        "llama.rope.scaling.original_context_length": 256}))
+    ids = np.random.default_rng(2).integers(0, m.config.n_vocab, 12).tolist()
+    got, want = Reference(m).logits(ids), naive_logits(m, ids)
+    assert np.max(np.abs(got - want)) <= 2e-4 * max(1.0, float(np.abs(want).max()))
+
+
 @settings(max_examples=8, deadline=None)
 @given(data=st.data())
 def test_incremental_decode_equals_full_logits(model, data):

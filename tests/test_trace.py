@@ -146,7 +146,8 @@ def test_q8_1_norm_off_by_one_is_named_in_steps(llama, plant):
 
 
 def test_rope_sin_sign_on_the_global_layer_is_named(gemma, plant):
-    be = plant("rope.cu", "sincosf((float)red, &s, &c);", "sincosf((float)red, &s, &c); if (theta > 1e5f) s = -s;")
+    call = "rope_cos_sin(freqs, i, positions[t], mscale, &c, &s);"
+    be = plant("rope.cu", call, call + " if (freqs[half - 1] < 1e-5) s = -s;")  # 1e6, the global layer's base
     rep = trace(gemma, be)
     fd = first(rep)
     assert (fd.layer, fd.op) == (5, "rope") and "rope.cu:rope_neox" in fd.kernels

@@ -95,12 +95,11 @@ def rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str,
     kv_elt = int(np.prod(shape_kv[1:])) * np.dtype(dt).itemsize  # bytes of one slot's K (or V)
     rope_bytes = 4 * N * qkv_w + 4 * N * (cfg.q_dim + cfg.kv_dim) + 2 * N * kv_elt
 
-    theta, freq_scale = cfg.rope_for(0)
     rope_args = (be, kv_dtype, qkv, qkv_w, positions, slots, L.q_norm, L.k_norm, k_cache, v_cache, N, cfg.n_head,
-                 cfg.n_head_kv, cfg.head_dim, theta, cfg.rms_eps, cfg.rope_style)
+                 cfg.n_head_kv, cfg.head_dim, L.rope_freqs, cfg.rms_eps, cfg.rope_style)
     if "rope_kv" in sel.ops:
         cases += [Case("rope_kv", f"{N} tokens", v.name, N, rope_bytes,
-                        [lambda v=v: v.launch(*rope_args, freq_scale=freq_scale)]) for v in sel.variants_of("rope_kv")]
+                        [lambda v=v: v.launch(*rope_args, mscale=L.rope_mscale)]) for v in sel.variants_of("rope_kv")]
     cases += link_cases(ctx, N, kv_dtype, rng, sel, qkv, positions, slots, k_cache, v_cache)
     if "attention" not in sel.ops:
         return cases

@@ -302,11 +302,10 @@ def link_cases(ctx: BenchContext, N: int, kv_dtype: str, rng, sel: Selection, qk
     x, h = rand(be, rng, N, cfg.n_embd), be.empty((N, cfg.n_ff), np.float32)
     xq, hq, att = Q8Act.empty(be, N, cfg.n_embd), Q8Act.empty(be, N, cfg.n_ff), Q8Act.empty(be, N, cfg.q_dim)
     quantize_q8_1(be, rand(be, rng, N, cfg.q_dim), att, N, cfg.q_dim)
-    theta, freq_scale = cfg.rope_for(0)
     Wqkv = L.wqkv[0]
     post = LinkPost(tuple(W.qtype for W in mats[:4]), L.wo.raw, att, L.ffn_norm, L.w_gate.raw, L.w_up.raw,
                     L.w_down.raw)
-    pre = LinkPre(Wqkv.qtype, L.attn_norm, Wqkv.raw, L.bqkv, L.q_norm, L.k_norm, k_cache, v_cache, theta, freq_scale)
+    pre = LinkPre(Wqkv.qtype, L.attn_norm, Wqkv.raw, L.bqkv, L.q_norm, L.k_norm, k_cache, v_cache, L.rope_freqs, L.rope_mscale)
     step = LinkStep(x, xq, Q8Act.empty(be, N, cfg.n_embd), h, hq, qkv, positions, slots, be.zeros((2,), np.uint32),
                     kv_dtype, N, cfg.n_embd,
                     cfg.n_ff, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act)
@@ -323,7 +322,7 @@ def link_cases(ctx: BenchContext, N: int, kv_dtype: str, rng, sel: Selection, qk
         mm.norm(be, x, L.attn_norm, xq, N, cfg.n_embd, cfg.rms_eps)
         mm.launch(be, Wqkv.raw, Wqkv.qtype, xq, qkv, N, qkv_w, cfg.n_embd, bias_dev=L.bqkv)
         rope.launch(be, kv_dtype, qkv, qkv_w, positions, slots, L.q_norm, L.k_norm, k_cache, v_cache, N, cfg.n_head,
-                    cfg.n_head_kv, cfg.head_dim, theta, cfg.rms_eps, cfg.rope_style, freq_scale=freq_scale)
+                    cfg.n_head_kv, cfg.head_dim, L.rope_freqs, cfg.rms_eps, cfg.rope_style, mscale=L.rope_mscale)
 
     nbytes = (sum(W.n_out * quants.row_bytes(W.qtype, W.n_in) for W in mats)
               + 4 * N * (3 * cfg.n_embd + cfg.n_ff + qkv_w))

@@ -80,6 +80,16 @@ def model_facts(m) -> dict:
     }
 
 
+def rope_line(cfg) -> str:
+    """The RoPE every layer runs, in words: style, base, scaling, factors, and gemma3's local layers."""
+    base, scaling = cfg.rope_for(next((i for i in range(cfg.n_layer) if not cfg.window(i)), 0))
+    line = f"{cfg.rope_style}, base {base:g}, {scaling.describe()}"
+    line += ", frequency factors (rope_freqs.weight)" if cfg.has_rope_factors else ""
+    if cfg.rope_theta_local and any(cfg.window(i) for i in range(cfg.n_layer)):
+        line += f"; windowed layers: base {cfg.rope_theta_local:g}, unscaled"
+    return line
+
+
 def _experts(m) -> dict:
     """An MoE model's experts: how many, their size, and the parameters one token runs through."""
     cfg = m.config
@@ -134,6 +144,7 @@ def info(model: str = typer.Argument(..., help="Registered name or path to a .gg
     t = Table("field", "value", show_header=False, title="config")
     for k, v in cfg.items():
         t.add_row(k, str(v))
+    t.add_row("rope", rope_line(loaded.config))
     t.add_row("parameters", f"{facts['n_params'] / 1e6:.1f} M")
     t.add_row("output", "tied to token_embd" if facts["tied_output"] else "separate output.weight")
     if "experts" in facts:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .rope_scaling import RopeScaling
+
 SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe")
 # The archs whose files may hold experts: qwen3moe always does; a llama file with llama.expert_count
 # > 0 is Mixtral-style (llama's attention, the experts where the dense FFN was).
@@ -36,10 +38,11 @@ class ModelConfig:
     has_qkv_bias: bool  # qwen2
     has_qk_norm: bool  # qwen3
     tied_output: bool  # no output.weight: the LM head is token_embd
+    has_rope_factors: bool = False  # llama: rope_freqs.weight divides every layer's RoPE frequencies (Llama 3.1+)
     # Gemma 3 (llama.cpp's gemma3 graph); the defaults are the llama/qwen behaviour.
     layer_window: tuple[int, ...] = ()  # per layer: sliding window W (a query at p sees p-W+1..p), 0 = full
     rope_theta_local: float = 0.0  # RoPE base of the windowed layers (0: rope_theta)
-    rope_freq_scale: float = 1.0  # linear RoPE scaling of the full-attention layers: angle = pos * scale * ...
+    rope_scaling: RopeScaling = RopeScaling()  # the full-attention layers' scaling (linear or YaRN; model/rope_scaling.py)
     embd_scale: float = 1.0  # the embedding rows are multiplied by this (gemma3: sqrt(n_embd))
     attn_scale: float = 0.0  # scale of q.k (0: 1 / sqrt(head_dim))
     ffn_act: str = "silu"  # the gate's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
@@ -59,12 +62,17 @@ class ModelConfig:
         """The layer's sliding window (0: it attends to the whole causal context)."""
         return self.layer_window[layer] if self.layer_window else 0
 
-    def rope_for(self, layer: int) -> tuple[float, float]:
-        """(base, linear frequency scale) of the layer's RoPE: windowed layers use the local base
-        unscaled, as llama.cpp does for gemma3."""
+    def rope_for(self, layer: int) -> tuple[float, RopeScaling]:
+        """(base, scaling) of the layer's RoPE: windowed layers use the local base unscaled, as
+        llama.cpp does for gemma3 (model/rope_scaling.py turns them into the table every path reads)."""
         if self.window(layer) and self.rope_theta_local:
-            return self.rope_theta_local, 1.0
-        return self.rope_theta, self.rope_freq_scale
+            return self.rope_theta_local, RopeScaling()
+        return self.rope_theta, self.rope_scaling
+
+    @property
+    def rope_freq_scale(self) -> float:
+        """The full-attention layers' frequency scale (1 / rope.scaling.factor)."""
+        return self.rope_scaling.freq_scale
 
     @property
     def kq_scale(self) -> float:

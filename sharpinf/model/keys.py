@@ -21,7 +21,8 @@ APPLIED = {
     "vocab_size", "context_length", "embedding_length", "block_count", "feed_forward_length",
     "attention.head_count", "attention.head_count_kv", "attention.key_length",
     "attention.layer_norm_rms_epsilon", "rope.freq_base",
-    "rope.scaling.type", "rope.scaling.factor", "rope.scale_linear",
+    "rope.scaling.type", "rope.scaling.factor", "rope.scale_linear", "rope.scaling.attn_factor",
+    "rope.scaling.original_context_length",  # YaRN's correction dims (model/rope_scaling.py); unused by linear
 }
 # ... and by some archs only
 APPLIED_BY_ARCH = {
@@ -54,8 +55,6 @@ CHECKED: dict[str, Callable[[Any, Any], str | None]] = {
 }
 # {arch}.KEY the graph does not read, and why it may be left unread
 INERT = {
-    "rope.scaling.original_context_length": "the context a scaled RoPE was trained at: YaRN reads it, linear does not"
-                                            " (and YaRN is refused by rope.scaling.type)",
     "rope.scaling.finetuned": "whether the scaled RoPE was fine-tuned: llama.cpp reads it, no graph uses it",
     "expert_weights_norm": "the top-k weights' renormalisation, which both MoE graphs do anyway",
     "expert_gating_func": "softmax over the experts, both MoE graphs' (llama.cpp's default for them)",
@@ -158,7 +157,7 @@ def tensor_uses(tensors: dict, expected: dict[str, tuple[int, ...]], arch: str) 
 
 
 KNOWN_TENSORS = {  # what llama.cpp does with tensors sharpinf's graphs do not read (the refusal says it)
-    "rope_freqs.weight": "RoPE frequency factors (Llama 3.1+), which llama.cpp applies in every RoPE",
+    "rope_freqs.weight": "RoPE frequency factors, which llama.cpp's graph for this arch does not read",
     "rope_factors_long.weight": "LongRoPE's long-context factors (phi3)",
     "rope_factors_short.weight": "LongRoPE's short-context factors (phi3)",
 }

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ModelError
 from . import quants
 from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
+from .rope_scaling import SCALING_KINDS, RopeScaling, yarn_attn_factor
 from .keys import KeyUse, TensorUse, key_uses, refusal, tensor_uses
 from .tensors import QTensor, TensorSpan, check_spans
 
@@ -235,7 +236,8 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         has_qkv_bias="blk.0.attn_q.bias" in tensors,
         has_qk_norm="blk.0.attn_q_norm.weight" in tensors,
         tied_output="output.weight" not in tensors,
-        rope_freq_scale=_rope_freq_scale(path, meta, arch),
+        rope_scaling=_rope_scaling(path, meta, arch, key("context_length", int)),
+        has_rope_factors=arch in ROPE_FACTOR_ARCHS and "rope_freqs.weight" in tensors,
         **(_gemma3_fields(path, meta, arch, n_layer, len(tensors), n_embd, n_head, head_dim)
            if arch == "gemma3" else {}),
         **moe,
@@ -268,19 +270,31 @@ def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
     return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp)
 
 
-def _rope_freq_scale(path: Path, meta: dict[str, Any], arch: str) -> float:
-    """llama.cpp's rope_freq_scale_train: 1 / rope.scaling.factor (or the older rope.scale_linear),
-    the type defaulting to linear -- the only kind we run (yarn & co. need more than a scale)."""
-    kind = meta.get(f"{arch}.rope.scaling.type", "linear")
+ROPE_FACTOR_ARCHS = ("llama",)  # the graphs of llama.cpp (src/models/*.cpp) that read rope_freqs.weight
+
+
+def _rope_scaling(path: Path, meta: dict[str, Any], arch: str, n_ctx_train: int) -> RopeScaling:
+    """RoPE scaling as llama.cpp loads it (llama-model.cpp's load_hparams, llama-context.cpp): the
+    type (default linear), freq_scale = 1 / rope.scaling.factor (or the older rope.scale_linear),
+    rope.scaling.attn_factor on cos and sin; YaRN adds ext_factor 1, the original context
+    (rope.scaling.original_context_length, else the training context) and its attention factor."""
+    kind = _get(path, meta, f"{arch}.rope.scaling.type", str, "linear")
     factor = _get(path, meta, f"{arch}.rope.scaling.factor", float, 0.0) or _get(
         path, meta, f"{arch}.rope.scale_linear", float, 0.0)
-    if kind in ("none", "") or not factor:
-        return 1.0
-    if kind != "linear":
-        raise ModelError(path, f"unsupported RoPE scaling {kind!r} (supported: linear)")
-    if factor < 0:
-        raise ModelError(path, f"bad metadata: rope.scaling.factor = {factor}")
-    return 1.0 / factor
+    attn = _get(path, meta, f"{arch}.rope.scaling.attn_factor", float, 1.0)
+    if kind not in SCALING_KINDS:
+        raise ModelError(path, f"unsupported RoPE scaling {kind!r} (supported: {', '.join(SCALING_KINDS)})")
+    if factor < 0 or attn <= 0:
+        raise ModelError(path, f"bad metadata: rope.scaling.factor = {factor}, rope.scaling.attn_factor = {attn}")
+    freq_scale = 1.0 if kind == "none" or not factor else 1.0 / factor
+    if kind != "yarn":
+        return RopeScaling("none" if freq_scale == 1.0 else "linear", freq_scale, attn_factor=attn)
+    n_orig = _get(path, meta, f"{arch}.rope.scaling.original_context_length", int, 0) or n_ctx_train
+    if n_orig <= 0:
+        raise ModelError(path, f"bad metadata: rope.scaling.original_context_length = {n_orig}")
+    # llama.cpp's yarn_attn_factor: exactly 1 when the factor is 1 (get_mscale of a scale <= 1), times attn
+    return RopeScaling("yarn", freq_scale, ext_factor=1.0, attn_factor=yarn_attn_factor(freq_scale, attn),
+                       n_ctx_orig=n_orig)
 
 
 GEMMA3_SWA_PERIOD = 6  # llama.cpp hard-codes it: layer i is global when i % 6 == 5 (no GGUF key)
@@ -322,6 +336,8 @@ def _iter_expected(c: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
     # A generator, so a corrupt block_count of 2**31 fails at the first missing layer
     # instead of building billions of names.
     yield "token_embd.weight", (c.n_vocab, c.n_embd)
+    if c.has_rope_factors:  # Llama 3.1+: one [head_dim / 2] table of frequency divisors for every layer
+        yield "rope_freqs.weight", (c.head_dim // 2,)
     for i in range(c.n_layer):
         b = f"blk.{i}."
         yield b + "attn_norm.weight", (c.n_embd,)

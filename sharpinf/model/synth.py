@@ -44,6 +44,7 @@ def write_synthetic_model(
     n_ff_exp: int | None = None,
     routing: str = "spread",
     extra_tensors: dict[str, Any] | None = None,
+    rope_factors: int = 0,
     **overrides: Any,
 ) -> Path:
     """Write a GGUF model and return its path.
@@ -56,7 +57,8 @@ def write_synthetic_model(
     when it differs), rope_theta (10000), rms_eps (1e-5), sliding_window (gemma3: 16; 0 writes
     no window); any other key containing a dot is written as raw GGUF metadata, replacing the
     generated value. extra_tensors: {name: float array} written as F32 after the model's own (a
-    file with a tensor the graph may not read).
+    file with a tensor the graph may not read). rope_factors: a Llama 3.1-style rope_freqs.weight
+    (llama3_rope_factors) for an original context of that many tokens (0: none).
 
     gemma3: Q/K norms and the post-attention and post-FFN norms, a SentencePiece vocabulary, and, as
     llama.cpp reads it, a window on every layer but 5, 11, ... (6 layers or more have both kinds).
@@ -140,6 +142,9 @@ def write_synthetic_model(
         raw = x.quantize(t) if isinstance(x, _Tiled) else quants.quantize(x, t)  # (rows, row_bytes)
         raw = raw.reshape(_byte_shape(x.shape, t))  # experts: [n_expert, rows, row_bytes]
         writer.add_tensor(name, raw, raw_shape=_byte_shape(x.shape, t), raw_dtype=gguf.GGMLQuantizationType(t))
+    if rope_factors:
+        extra_tensors = {"rope_freqs.weight": llama3_rope_factors(
+            head_dim, meta[f"{arch}.rope.freq_base"], rope_factors), **(extra_tensors or {})}
     for name, x in (extra_tensors or {}).items():
         writer.add_tensor(name, np.ascontiguousarray(x, np.float32))
     writer.write_header_to_file()
@@ -147,6 +152,20 @@ def write_synthetic_model(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def llama3_rope_factors(head_dim: int, base: float, n_ctx_orig: int, factor: float = 8.0,
+                        low_freq_factor: float = 1.0, high_freq_factor: float = 4.0) -> np.ndarray:
+    """Llama 3.1's RoPE frequency factors as its converter writes rope_freqs.weight (float32
+    [head_dim / 2]): 1 for the pairs whose wavelength is under n_ctx_orig / high_freq_factor,
+    `factor` for those over n_ctx_orig / low_freq_factor, a smooth blend between."""
+    freqs = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wavelen = 2 * np.pi / freqs
+    smooth = (n_ctx_orig / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blend = 1.0 / ((1 - smooth) / factor + smooth)
+    out = np.where(wavelen < n_ctx_orig / high_freq_factor, 1.0, np.where(wavelen > n_ctx_orig / low_freq_factor,
+                                                                          factor, blend))
+    return out.astype(np.float32)
 
 
 def _byte_shape(shape: tuple[int, ...], qtype: int) -> tuple[int, ...]:

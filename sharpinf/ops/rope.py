@@ -1,7 +1,9 @@
 """Launcher for kernels_cu/rope.cu (rotary position embedding, in place) and its NumPy reference.
 
-RoPE (rope_reference below; the Reference's too): pair i of a head is rotated by
-angle = pos * freq_scale * theta^(-2i/head_dim) (freq_scale: linear scaling, 1 by default); style "norm" pairs elements (2i, 2i+1), "neox" pairs (i, i + head_dim/2).
+RoPE (rope_reference below; the Reference's too): pair i of a head is rotated by angle = pos * freqs[i],
+cos and sin times mscale -- the model's table (model/rope_scaling.py: base, frequency factors, linear
+or YaRN scaling folded in); style "norm" pairs elements (2i, 2i+1), "neox" pairs (i, i + head_dim/2).
+The launchers take the table on the device (float64 [head_dim/2]) and mscale as a float.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ def offset_view(buf, elems: int):
     return buf.reshape(-1)[elems:] if elems else buf
 
 
-def rope(be, qkv, row_stride: int, positions, n_tokens: int, n_heads: int, head_dim: int, theta: float,
-         style: str, col: int = 0, freq_scale: float = 1.0, file: str = "rope.cu") -> None:
+def rope(be, qkv, row_stride: int, positions, n_tokens: int, n_heads: int, head_dim: int, freqs,
+         style: str, col: int = 0, mscale: float = 1.0, file: str = "rope.cu") -> None:
     """In place: rotate the n_heads heads that start at column `col` of the float32 rows of `qkv`
-    (row stride `row_stride` elements); positions: int32 device array [n_tokens]."""
+    (row stride `row_stride` elements); positions: int32 device array [n_tokens]; freqs: the RoPE
+    table, float64 device array [head_dim/2]."""
     if style not in STYLES:
         raise SharpinfError(f"unknown rope style {style!r}; expected one of {STYLES}")
     if head_dim % 2:
@@ -38,12 +41,12 @@ def rope(be, qkv, row_stride: int, positions, n_tokens: int, n_heads: int, head_
     grid = max(1, min(-(-items // BLOCK), _GRID_CAP))
     be.launch(kernel(be, file, f"rope_{style}"), grid, BLOCK,
               (offset_view(qkv, col), I32(row_stride), positions, I32(n_tokens), I32(n_heads), I32(head_dim),
-               F32(theta), F32(freq_scale)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
+               freqs, F32(mscale)), io=(4 * n_tokens * (n_heads * head_dim + 1) + 4 * head_dim, 4 * n_tokens * n_heads * head_dim))
 
 
 def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_norm, k_norm, k_cache, v_cache,
-            n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, theta: float, eps: float, style: str,
-            freq_scale: float = 1.0, file: str = "rope_kv.cu") -> None:
+            n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, freqs, eps: float, style: str,
+            mscale: float = 1.0, file: str = "rope_kv.cu") -> None:
     """The fused variant (kernels_cu/rope_kv.cu): per token, (qwen3: q_norm/k_norm given) RMSNorm of each
     Q and K head, RoPE of Q and K in place in qkv, then K and V into the cache at slot_mapping."""
     if style not in STYLES:
@@ -58,41 +61,41 @@ def rope_kv(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_
     block = min(1024, max(128, -(-pairs // 32) * 32))
     be.launch(kernel(be, file, f"rope_kv_{kv_dtype}"), n_tokens, block,
               (qkv, I32(qkv_stride), positions, slot_mapping, q_norm if has_norm else qkv, k_norm if has_norm else qkv,
-               k_cache, v_cache, I32(n_tokens), I32(n_heads), I32(n_kv_heads), I32(head_dim), F32(theta), F32(freq_scale), F32(eps),
+               k_cache, v_cache, I32(n_tokens), I32(n_heads), I32(n_kv_heads), I32(head_dim), freqs, F32(mscale), F32(eps),
                I32(style == "neox"), I32(has_norm)),
               io=(4 * n_tokens * ((n_heads + 2 * n_kv_heads) * head_dim + 2), 4 * n_tokens * (n_heads + n_kv_heads) * head_dim
                   + 2 * n_tokens * kv_dim * (4 if kv_dtype == "f32" else 2)))
 
 
 def rope_kv_separate(be, kv_dtype: str, qkv, qkv_stride: int, positions, slot_mapping, q_norm, k_norm, k_cache,
-                     v_cache, n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, theta: float, eps: float,
-                     style: str, freq_scale: float = 1.0, file: str = "rope.cu") -> None:
+                     v_cache, n_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, freqs, eps: float,
+                     style: str, mscale: float = 1.0, file: str = "rope.cu") -> None:
     """rope_kv() by the readable kernels, one launch per part: (qwen3) qk_norm.cu for Q and K,
     rope.cu (`file`) for Q and K, kv_cache.cu's append (the baseline the fused kernel must equal)."""
     q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
     if q_norm is not None:
         basic.qk_norm(be, qkv, q_norm, n_tokens, n_heads, head_dim, qkv_stride, 0, eps)
         basic.qk_norm(be, qkv, k_norm, n_tokens, n_kv_heads, head_dim, qkv_stride, q_dim, eps)
-    rope(be, qkv, qkv_stride, positions, n_tokens, n_heads, head_dim, theta, style, col=0, freq_scale=freq_scale,
+    rope(be, qkv, qkv_stride, positions, n_tokens, n_heads, head_dim, freqs, style, col=0, mscale=mscale, file=file)
+    rope(be, qkv, qkv_stride, positions, n_tokens, n_kv_heads, head_dim, freqs, style, col=q_dim, mscale=mscale,
          file=file)
-    rope(be, qkv, qkv_stride, positions, n_tokens, n_kv_heads, head_dim, theta, style, col=q_dim,
-         freq_scale=freq_scale, file=file)
     kv_cache.kv_append(be, kv_dtype, qkv, qkv_stride, q_dim, q_dim + kv_dim, slot_mapping, k_cache, v_cache,
                        n_tokens, n_kv_heads, head_dim)
 
 
 # -- NumPy reference ---------------------------------------------------------------------
-def rope_reference(x: np.ndarray, positions: np.ndarray, theta: float, style: str, freq_scale: float = 1.0) -> np.ndarray:
+def rope_reference(x: np.ndarray, positions: np.ndarray, freqs: np.ndarray, style: str, mscale: float = 1.0) -> np.ndarray:
     """x: [T, heads, head_dim] float32 (the Reference's arithmetic) or float64 (a kernel's exact
-    target) -> rotated, in x's type. Angles in float64, cos and sin rounded to x's type; pair (a, b)
-    is the complex number a + ib and its rotation the product with cos + i sin."""
+    target) -> rotated, in x's type. freqs: the RoPE table (float64 [head_dim/2]). Angles in float64,
+    cos and sin rounded to x's type and multiplied by mscale there; pair (a, b) is the complex number
+    a + ib and its rotation the product with c + i s."""
     if style not in STYLES:
         raise SharpinfError(f"unknown rope style {style!r}")
     d = x.shape[-1]
-    inv_freq = float(theta) ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-    ang = (np.asarray(positions, dtype=np.float64) * float(F32(freq_scale)))[:, None] * inv_freq[None, :]
+    ang = np.asarray(positions, dtype=np.float64)[:, None] * np.asarray(freqs, dtype=np.float64)[None, : d // 2]
     cplx = np.result_type(x.dtype, np.complex64)  # complex64 for float32, complex128 for float64
-    rot = (np.cos(ang).astype(x.dtype) + 1j * np.sin(ang).astype(x.dtype)).astype(cplx)[:, None, :]  # [T, 1, d/2]
+    m = x.dtype.type(F32(mscale))
+    rot = ((np.cos(ang).astype(x.dtype) * m) + 1j * (np.sin(ang).astype(x.dtype) * m)).astype(cplx)[:, None, :]
     if style == "norm":  # pairs (2i, 2i+1): x viewed as complex *is* the pairs
         return (np.ascontiguousarray(x).view(cplx) * rot).view(x.dtype)
     half = d // 2  # neox: pairs (i, i + d/2), the two halves

@@ -123,10 +123,9 @@ class StepKernels:
     def rope_kv(self, L: DeviceLayer, kv, li: int, positions, slots, N: int) -> None:
         """(qwen3) per-head RMSNorm of Q and K, RoPE of Q and K, then K and V into the paged cache."""
         cfg = self.cfg
-        theta, freq_scale = cfg.rope_for(li)
         self.rope.launch(self.be, kv.kv_dtype, self.ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, positions, slots, L.q_norm, L.k_norm,
-           kv.k[li], kv.v[li], N, cfg.n_head, cfg.n_head_kv, cfg.head_dim, theta, cfg.rms_eps, cfg.rope_style,
-           freq_scale=freq_scale)
+           kv.k[li], kv.v[li], N, cfg.n_head, cfg.n_head_kv, cfg.head_dim, L.rope_freqs, cfg.rms_eps, cfg.rope_style,
+           mscale=L.rope_mscale)
 
     def attention(self, kv, li: int, d, N: int) -> Act:
         """ws.att = varlen paged causal attention of the step's queries over their sequences' KV."""
@@ -239,9 +238,8 @@ class StepKernels:
         QK-norm the link runs is its requirement)."""
         if len(L.wqkv) != 1:
             return None
-        theta, freq_scale = self.cfg.rope_for(li)
         return LinkPre(L.wqkv[0].qtype, L.attn_norm, L.wqkv[0].raw, L.bqkv, L.q_norm, L.k_norm, kv.k[li], kv.v[li],
-                       theta, freq_scale)
+                       L.rope_freqs, L.rope_mscale)
 
     def _link_step(self, N: int, kv, d) -> LinkStep:
         cfg, ws, dv = self.cfg, self.ws, d.d

@@ -16,6 +16,7 @@ import numpy as np
 from sharpinf.errors import ModelError
 from sharpinf.model import quants
 from sharpinf.model.loader import LoadedModel
+from sharpinf.model.rope_scaling import model_rope_tables
 from sharpinf.ops.moe import DeviceExperts
 from sharpinf.runtime.backend import Backend
 
@@ -42,6 +43,8 @@ class DeviceLayer:
     w_gate: DeviceMatrix | None  # None: an MoE layer (moe holds its FFN)
     w_up: DeviceMatrix | None
     w_down: DeviceMatrix | None
+    rope_freqs: Any = None  # float64 [head_dim/2]: the layer's RoPE table (model/rope_scaling.py), shared by its kind
+    rope_mscale: float = 1.0  # its factor on cos and sin
     post_attn_norm: Any | None = None  # gemma3's sandwich norms
     post_ffn_norm: Any | None = None
     moe: DeviceExperts | None = None  # qwen3moe
@@ -74,7 +77,7 @@ def _upload_experts(be: Backend, m: LoadedModel, p: str) -> DeviceExperts:
                          down.qtype, c.n_expert, c.n_expert_used, c.n_ff_exp, c.n_embd)
 
 
-def _upload_layer(be: Backend, m: LoadedModel, i: int) -> DeviceLayer:
+def _upload_layer(be: Backend, m: LoadedModel, i: int, rope: tuple[Any, float]) -> DeviceLayer:
     p = f"blk.{i}."
     qkv_names = [p + f"attn_{n}.weight" for n in "qkv"]
     same_type = len({m.tensor(n).qtype for n in qkv_names}) == 1
@@ -90,6 +93,8 @@ def _upload_layer(be: Backend, m: LoadedModel, i: int) -> DeviceLayer:
         bqkv=bias,
         q_norm=_upload_f32(be, m, p + "attn_q_norm.weight"),
         k_norm=_upload_f32(be, m, p + "attn_k_norm.weight"),
+        rope_freqs=rope[0],
+        rope_mscale=rope[1],
         wo=_upload_matrix(be, m, [p + "attn_output.weight"]),
         ffn_norm=_upload_f32(be, m, p + "ffn_norm.weight"),
         w_gate=None if moe else _upload_matrix(be, m, [p + "ffn_gate.weight"]),
@@ -111,6 +116,8 @@ class DeviceWeights:
 
 def upload_weights(be: Backend, m: LoadedModel) -> DeviceWeights:
     emb = _upload_matrix(be, m, ["token_embd.weight"])
+    tables = model_rope_tables(m)
+    on_device = {id(t): (be.upload(t.freqs), t.mscale) for t in tables}  # one copy a layer kind
     return DeviceWeights(emb, emb if m.config.tied_output else _upload_matrix(be, m, ["output.weight"]),
                          _upload_f32(be, m, "output_norm.weight"),
-                         [_upload_layer(be, m, i) for i in range(m.config.n_layer)])
+                         [_upload_layer(be, m, i, on_device[id(t)]) for i, t in enumerate(tables)])
