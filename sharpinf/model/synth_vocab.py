@@ -70,6 +70,19 @@ if __name__ == "__main__":
 """
 
 
+# For the crossing vocabulary only (crossing_tokenizer_metadata): the scripts, marks, cases and
+# symbols where pre-tokenizers differ.
+_WORLD = """\
+HTTPServer parses JSONData; XMLHttpRequest isn't camelCase, but snake_case_names are. I'M DONE, you'll see.
+Ünïcödé ÉCOLE été naïve café Straße façade Øresund ĲSSEL ǅemal Ωmega µs K
+日本語のテキストとカタカナ、ひらがな。中文文本测试，你好世界！한국어 텍스트입니다 ＡＢＣ！？　全角
+नमस्ते दुनिया मराठी हिन्दी ಕನ್ನಡ ภาษาไทย مرحبا بالعالم שלום עולם Привет, мир! Γειά σου κόσμε
+👍🏽 🚀🚀 ❤️ 👨‍👩‍👧 ✓ ★ € £ ¥ © ® ™ ° ± ≤ ≥ → ← ∑ ∞ … — – « » „ “ ” ‘ ’
+1234567 12345678901 3.14159 0.000123 1,000,000 2024-12-02 10:30:45 $99.99 50% #42 @user
+    indented	tabbed		twice   \n spaces   \r\n crlf
+x  =  [ 1 ,  2 ]  ;  y=x[::-1]//2**3  # comment /* c */ <tag attr="v">&amp;</tag> https://example.com/a?b=c
+"""
+
 _SYLLABLES = "ka lo mi ne ru sa te vo ba di fe gu ho ji ku la me no pi qu ri so tu ve wa xi yo ze".split()
 
 
@@ -103,8 +116,10 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(printable, chars)}
 
 
-def _learn_merges(n_merges: int, seed: int) -> list[tuple[str, str]]:
-    """Ask the tokenizers BPE trainer for up to n_merges merges, in the order it learned them."""
+def _learn_merges(n_merges: int, seed: int, crossing: bool = False) -> list[tuple[str, str]]:
+    """Ask the tokenizers BPE trainer for up to n_merges merges, in the order it learned them.
+    crossing: learned on whole lines (bytes only, no split) of the corpus and _WORLD, so merges span
+    spaces, digit runs, case changes and script boundaries."""
     tok = Tokenizer(models.BPE())
     # Same pre-tokenization as the smollm pre-tokenizer: digits split off one by one, GPT-2 regex.
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -112,7 +127,8 @@ def _learn_merges(n_merges: int, seed: int) -> list[tuple[str, str]]:
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         ]
-    )
+    ) if not crossing else pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    corpus = _corpus(seed) if not crossing else _WORLD.splitlines(keepends=True) * 40 + _corpus(seed)
     trainer = trainers.BpeTrainer(
         vocab_size=256 + n_merges,
         min_frequency=1,
@@ -120,15 +136,17 @@ def _learn_merges(n_merges: int, seed: int) -> list[tuple[str, str]]:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
     )
-    tok.train_from_iterator(_corpus(seed), trainer=trainer)
+    tok.train_from_iterator(corpus, trainer=trainer)
     merges = json.loads(tok.to_str())["model"]["merges"]
     # Older tokenizers versions write "a b" strings, newer ones [a, b] pairs.
     pairs = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in merges]
     return pairs[:n_merges]
 
 
-def synthetic_tokenizer_metadata(n_vocab: int = 512, seed: int = 0) -> dict[str, Any]:
-    """GGUF tokenizer keys -> values for a byte-level BPE vocabulary of exactly n_vocab tokens."""
+def synthetic_tokenizer_metadata(n_vocab: int = 512, seed: int = 0, crossing: bool = False) -> dict[str, Any]:
+    """GGUF tokenizer keys -> values for a byte-level BPE vocabulary of exactly n_vocab tokens.
+    crossing: its merges span every boundary a pre-tokenizer may draw (_learn_merges), so the ids a
+    text gets show where tokenizer.ggml.pre split it (the pre-tokenizer fixtures' vocabulary)."""
     n_fixed = len(SPECIAL_TOKENS) + 256
     if n_vocab < n_fixed:
         raise ValueError(f"n_vocab must be at least {n_fixed} (specials + 256 bytes), got {n_vocab}")
@@ -137,7 +155,7 @@ def synthetic_tokenizer_metadata(n_vocab: int = 512, seed: int = 0) -> dict[str,
     types = [TOKEN_CONTROL] * len(SPECIAL_TOKENS) + [TOKEN_NORMAL] * 256
     merges: list[str] = []
     seen = set(tokens)
-    for left, right in _learn_merges(n_vocab - n_fixed, seed):
+    for left, right in _learn_merges(n_vocab - n_fixed, seed, crossing):
         if left + right in seen:  # cannot happen with a fresh trainer; guard keeps ids unique
             continue
         seen.add(left + right)

@@ -4,7 +4,8 @@ Shared by every vocabulary (Tokenizer, here): special tokens split out of the te
 llama.cpp does (llama-vocab.cpp, tokenizer_st_partition), BOS, decoding byte for byte from each
 token's bytes. The raw text in between goes to the vocabulary's own encoder:
 - tokenizer.ggml.model "gpt2" (byte-level BPE, here): the `tokenizers` library, configured to give
-  llama.cpp's ids: the same pre-tokenizer regexes per tokenizer.ggml.pre, the same merge ranks.
+  llama.cpp's ids: the same pre-tokenizer regexes per tokenizer.ggml.pre (pretokenizers.py), the
+  same merge ranks.
 - tokenizer.ggml.model "llama" (SentencePiece BPE: Gemma 3, Llama 2): the `sentencepiece`
   library, in tokenizer_spm.py.
 """
@@ -19,35 +20,11 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
 from sharpinf.errors import ModelError
+from sharpinf.model.pretokenizers import PRE_TOKENIZERS, PreTokenizer
 from sharpinf.model.synth_vocab import bytes_to_unicode
 
 from sharpinf.model.token_types import TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_USER_DEFINED
 
-_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-_LLAMA3 = (
-    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2 = (
-    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-# tokenizer.ggml.pre -> the regexes llama.cpp applies in turn (each splits the previous pieces).
-PRE_TOKENIZER_REGEXES: dict[str, list[str]] = {
-    "smollm": [r"\p{N}", _GPT2],
-    "starcoder": [r"\p{N}", _GPT2],
-    "gpt-2": [_GPT2],  # llama.cpp's name; it rejects "gpt2", which we accept as an alias
-    "gpt2": [_GPT2],
-    "phi-2": [_GPT2],
-    # llama.cpp's "default" is not plain GPT-2: punctuation runs and 3-digit groups split first.
-    "default": [r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
-    "llama3": [_LLAMA3],
-    "llama-bpe": [_LLAMA3],
-    "llama-v3": [_LLAMA3],
-    "qwen2": [_QWEN2],
-}
-# llama.cpp takes a whole pre-token that is in the vocabulary as one token for these (ignore_merges).
-_IGNORE_MERGES = {"llama3", "llama-bpe", "llama-v3"}
 # Texts of tokens that end generation besides tokenizer.ggml.eos_token_id: llama.cpp's list
 # (llama-vocab.cpp, special_eog_ids). llama.cpp also makes each one a control token where the GGUF
 # says otherwise, so it is split out of text only when parsing specials (Gemma 3's "</s>" is
@@ -63,11 +40,15 @@ _HIDDEN_TYPES = (TOKEN_CONTROL, TOKEN_UNKNOWN)
 _BYTE_OF_CHAR = {c: b for b, c in bytes_to_unicode().items()}
 
 
-def _pre_tokenizer(pre: str, where: str):
-    if pre not in PRE_TOKENIZER_REGEXES:
-        known = ", ".join(sorted(PRE_TOKENIZER_REGEXES))
+def _pre_tokenizer(pre: str, where: str) -> PreTokenizer:
+    if pre not in PRE_TOKENIZERS:
+        known = ", ".join(sorted(PRE_TOKENIZERS))
         raise ModelError(where, f"unsupported tokenizer.ggml.pre {pre!r} (supported: {known})")
-    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_TOKENIZER_REGEXES[pre]]
+    return PRE_TOKENIZERS[pre]
+
+
+def _hf_pre_tokenizer(spec: PreTokenizer):
+    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in spec.regexes]
     # The regexes already split; ByteLevel only maps bytes to GPT-2's printable characters.
     return pre_tokenizers.Sequence(splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
@@ -96,7 +77,8 @@ class _ByteLevelBPE:
         except KeyError as e:
             raise ModelError(where, f"missing tokenizer metadata key {e.args[0]}") from None
         self.pre = metadata.get("tokenizer.ggml.pre", "default")
-        self.default_add_bos = self.pre in _IGNORE_MERGES  # llama.cpp's default for llama3-style vocabularies
+        spec = _pre_tokenizer(self.pre, where)
+        self.default_add_bos = spec.add_bos  # llama.cpp's default where the file has no add_bos_token
         self.token_bytes = [
             t.encode("utf-8") if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN) else _piece_bytes(t)
             for t, ty in zip(tokens, types)
@@ -109,8 +91,8 @@ class _ByteLevelBPE:
             # The tokenizers library rejects a merge whose parts or result are not tokens.
             if cut > 0 and left in text_to_id and right in text_to_id and left + right in text_to_id:
                 pairs.append((left, right))
-        self.hf = HFTokenizer(models.BPE(text_to_id, pairs, ignore_merges=self.pre in _IGNORE_MERGES))
-        self.hf.pre_tokenizer = _pre_tokenizer(self.pre, where)
+        self.hf = HFTokenizer(models.BPE(text_to_id, pairs, ignore_merges=spec.ignore_merges))
+        self.hf.pre_tokenizer = _hf_pre_tokenizer(spec)
 
     def encode(self, text: str) -> list[int]:
         # The batch calls let go of the GIL while they work; encode holds it (4 MB of text: 6 s in
