@@ -59,11 +59,13 @@ def tokenizer_roundtrip(tok, case: str) -> OracleResult:
 
 
 def synthetic_models() -> list[tuple[str, str]]:
-    return [("llama", "Q8_0"), ("qwen2", "Q4_1"), ("qwen3", "Q4_K"), ("gemma3", "Q5_0"), ("qwen3moe", "Q6_K")]
+    return [("llama", "Q8_0"), ("qwen2", "Q4_1"), ("qwen3", "Q4_K"), ("gemma3", "Q5_0"), ("qwen3moe", "Q6_K"),
+            ("smollm3", "Q5_1")]
 
 
 # gemma3 with both kinds of layer (5 windowed, 1 global) and a window shorter than the prompts
-SYNTH_SHAPES = {"gemma3": dict(n_layer=6, n_head_kv=1, sliding_window=4)}
+SYNTH_SHAPES = {"gemma3": dict(n_layer=6, n_head_kv=1, sliding_window=4),
+               "smollm3": dict(n_layer=4)}  # layer 3 without RoPE
 
 
 def _synthetic(arch: str, qtype: str):

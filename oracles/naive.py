@@ -101,8 +101,9 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
             if has(p + "attn_q_norm.weight"):
                 heads_q = [_rmsnorm(hq, w(p + "attn_q_norm.weight"), cfg.rms_eps) for hq in heads_q]
                 heads_k = [_rmsnorm(hk, w(p + "attn_k_norm.weight"), cfg.rms_eps) for hk in heads_k]
-            heads_q = [_rotate(hq, pos, theta, cfg.rope_style, scaling, factors) for hq in heads_q]
-            heads_k = [_rotate(hk, pos, theta, cfg.rope_style, scaling, factors) for hk in heads_k]
+            if cfg.uses_rope(li):  # smollm3: no RoPE on every 4th layer
+                heads_q = [_rotate(hq, pos, theta, cfg.rope_style, scaling, factors) for hq in heads_q]
+                heads_k = [_rotate(hk, pos, theta, cfg.rope_style, scaling, factors) for hk in heads_k]
             ks.append(heads_k)
             vs.append(heads_v)
             out = []

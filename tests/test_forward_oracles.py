@@ -164,17 +164,23 @@ def test_e_placement_exact(backend, kernels, arch, qtype, kv):
     assert r.max_abs_dlogit == 0.0
 
 
-# -- RoPE as the file says: Llama 3.1's frequency factors and YaRN, through every kernel set ---------
-ROPE_FILE = dict(n_embd=256, rope_factors=64, **{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
-                                                 "llama.rope.scaling.original_context_length": 256})
+# -- RoPE as the file says: Llama 3.1's frequency factors and YaRN; smollm3's NoPE layers ------------
+ROPE_FILES = {
+    "llama31-yarn": ("llama", dict(n_embd=256, rope_factors=64, **{
+        "llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
+        "llama.rope.scaling.original_context_length": 256})),
+    "smollm3": ("smollm3", dict(n_embd=256, n_layer=4)),  # layer 3 turns by nothing
+}
 
 
-def test_a_kernel_vs_reference_with_rope_factors_and_yarn(backend, kernels):
-    """Every RoPE path (rope.cu, the fused rope_kv, the decode link) turns by the file's table:
-    rope_freqs.weight's factors and YaRN's ramp and cos/sin factor (the reference's own are held to
-    llama.cpp's in test_llamacpp_agreement.py). Negative control: the same kernels given the plain
-    table fail the oracle."""
-    model = load_model(synthetic_model("llama", "Q4_K", **ROPE_FILE))
+@pytest.mark.parametrize("file", sorted(ROPE_FILES))
+def test_a_kernel_vs_reference_with_the_files_rope(backend, kernels, file):
+    """Every RoPE path (rope.cu, the fused rope_kv, the decode link) turns by the file's tables:
+    rope_freqs.weight's factors and YaRN's ramp and cos/sin factor, smollm3's layers without RoPE
+    (the reference's own are held to llama.cpp's in test_llamacpp_agreement.py). Negative control:
+    the same kernels given the plain table on every layer fail the oracle."""
+    arch, shape = ROPE_FILES[file]
+    model = load_model(synthetic_model(arch, "Q4_K", **shape))
     fp = ForwardPass(model, backend, kernels=kernels)
     ids = tokens(40, 7)
     check(paths.oracle_kernel_vs_reference(fp, ids, "f16", 16, seed=1))

@@ -85,6 +85,9 @@ def rope_line(cfg) -> str:
     base, scaling = cfg.rope_for(next((i for i in range(cfg.n_layer) if not cfg.window(i)), 0))
     line = f"{cfg.rope_style}, base {base:g}, {scaling.describe()}"
     line += ", frequency factors (rope_freqs.weight)" if cfg.has_rope_factors else ""
+    nope = [i for i in range(cfg.n_layer) if not cfg.uses_rope(i)]
+    if nope:
+        line += f"; no RoPE on layers {', '.join(map(str, nope[:4]))}{', ...' if len(nope) > 4 else ''}"
     if cfg.rope_theta_local and any(cfg.window(i) for i in range(cfg.n_layer)):
         line += f"; windowed layers: base {cfg.rope_theta_local:g}, unscaled"
     return line

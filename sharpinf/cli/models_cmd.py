@@ -1,4 +1,4 @@
-"""`sharpinf models list|pull|path|rm|synth`."""
+"""`sharpinf models list|pull|path|rm|synth|support`."""
 
 from __future__ import annotations
 
@@ -26,6 +26,29 @@ def list_models(json_out: bool = typer.Option(False, "--json", help="Machine-rea
     t = Table("name", "pulled", "about", "path")
     for r in rows:
         t.add_row(r["name"], "yes" if r["pulled"] else "no", r["about"], r["path"])
+    console.print(t)
+
+
+@models_app.command("support")
+def support(markdown: bool = typer.Option(False, "--markdown", help="The table in markdown (the README's copy)."),
+            write: list[str] = typer.Option([], "--write", help="With --markdown: rewrite the table between this "
+                                            "file's support markers (repeatable)."),
+            json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    """What sharpinf runs of a GGUF file -- architectures, experts, weight types, RoPE, tokenizers -- what
+    it refuses, and what holds each to llama.cpp; read from the tables the loader and tokenizer use."""
+    from sharpinf.model.support import markdown_table, support_rows, write_table
+
+    if json_out:
+        return print_json(support_rows())
+    if markdown:
+        for f in write:
+            console.print(f"{f}: {'rewritten' if write_table(Path(f)) else 'already the table the code gives'}")
+        if not write:
+            print(markdown_table(), end="")
+        return
+    t = Table("what", "supported", "held to llama.cpp by", show_lines=True)
+    for r in support_rows():
+        t.add_row(r["what"], r["supported"], r["checked"])
     console.print(t)
 
 
@@ -62,8 +85,9 @@ def rm(name: str = typer.Argument(..., help="A registered model name.")):
 @models_app.command("synth")
 def synth(
     out: Path = typer.Argument(..., help="Where to write the .gguf."),
-    arch: str = typer.Option("llama", help="llama, qwen2, qwen3, gemma3 (sliding window 16 on 5 layers of 6) or "
-                             "qwen3moe (mixture of experts; llama with --experts N is Mixtral-style)."),
+    arch: str = typer.Option("llama", help="llama, qwen2, qwen3, gemma3 (sliding window 16 on 5 layers of 6), "
+                             "qwen3moe (mixture of experts; llama with --experts N is Mixtral-style) or smollm3 "
+                             "(no RoPE on every 4th layer)."),
     qtype: str = typer.Option("Q8_0", help="Weight quant type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K."),
     layers: int = typer.Option(2, help="Number of layers (gemma3: 6 or more has a global layer too)."),
     seed: int = typer.Option(0, help="Random seed: same seed, same bytes."),

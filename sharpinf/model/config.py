@@ -6,14 +6,15 @@ from dataclasses import dataclass
 
 from .rope_scaling import RopeScaling
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "smollm3")
 # The archs whose files may hold experts: qwen3moe always does; a llama file with llama.expert_count
 # > 0 is Mixtral-style (llama's attention, the experts where the dense FFN was).
 MOE_ARCHS = ("qwen3moe", "llama")
 
 # How llama.cpp rotates each arch. `norm`: pairs (2i, 2i+1) are adjacent, because
 # the HF->GGUF converter permuted Q/K rows for llama. `neox`: pairs (i, i + d/2).
-ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox", "qwen3moe": "neox"}
+ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox", "qwen3moe": "neox",
+              "smollm3": "norm"}
 
 # What the MoE kernels hold per token (moe_route.cu, moe_route_split.cu: the router's probabilities in shared memory, the
 # chosen k in registers); llama.cpp's own cap is 512 experts.
@@ -39,6 +40,7 @@ class ModelConfig:
     has_qk_norm: bool  # qwen3
     tied_output: bool  # no output.weight: the LM head is token_embd
     has_rope_factors: bool = False  # llama: rope_freqs.weight divides every layer's RoPE frequencies (Llama 3.1+)
+    nope_layer_step: int = 0  # smollm3: every n-th layer (layer i with (i + 1) % n == 0) has no RoPE (NoPE)
     # Gemma 3 (llama.cpp's gemma3 graph); the defaults are the llama/qwen behaviour.
     layer_window: tuple[int, ...] = ()  # per layer: sliding window W (a query at p sees p-W+1..p), 0 = full
     rope_theta_local: float = 0.0  # RoPE base of the windowed layers (0: rope_theta)
@@ -68,6 +70,10 @@ class ModelConfig:
         if self.window(layer) and self.rope_theta_local:
             return self.rope_theta_local, RopeScaling()
         return self.rope_theta, self.rope_scaling
+
+    def uses_rope(self, layer: int) -> bool:
+        """Whether the layer rotates Q and K at all (smollm3's NoPE layers do not)."""
+        return not (self.nope_layer_step and (layer + 1) % self.nope_layer_step == 0)
 
     @property
     def rope_freq_scale(self) -> float:

@@ -238,6 +238,7 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         tied_output="output.weight" not in tensors,
         rope_scaling=_rope_scaling(path, meta, arch, key("context_length", int)),
         has_rope_factors=arch in ROPE_FACTOR_ARCHS and "rope_freqs.weight" in tensors,
+        nope_layer_step=SMOLLM3_NOPE_STEP if arch == "smollm3" else 0,
         **(_gemma3_fields(path, meta, arch, n_layer, len(tensors), n_embd, n_head, head_dim)
            if arch == "gemma3" else {}),
         **moe,
@@ -270,6 +271,7 @@ def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
     return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp)
 
 
+SMOLLM3_NOPE_STEP = 4  # llama.cpp hard-codes it (src/models/smollm3.cpp): layers 3, 7, 11, ... have no RoPE
 ROPE_FACTOR_ARCHS = ("llama",)  # the graphs of llama.cpp (src/models/*.cpp) that read rope_freqs.weight
 
 

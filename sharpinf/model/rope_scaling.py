@@ -104,14 +104,17 @@ class RopeTable:
 
 
 def layer_tables(cfg, factors: np.ndarray | None) -> list[RopeTable]:
-    """Each layer's table; layers of one kind share one object (so one device copy each)."""
+    """Each layer's table; layers of one kind share one object (so one device copy each). A layer
+    without RoPE (smollm3's NoPE layers) turns by 0 with cos and sin unscaled: cos 1 and sin 0 exactly,
+    so every path leaves Q and K as they are."""
     made: dict[tuple, RopeTable] = {}
     out = []
     for li in range(cfg.n_layer):
         base, scaling = cfg.rope_for(li)
-        key = (base, scaling)
+        key = (base, scaling) if cfg.uses_rope(li) else None
         if key not in made:
-            made[key] = RopeTable(rope_freqs(base, cfg.head_dim, scaling, factors), scaling.mscale)
+            made[key] = (RopeTable(rope_freqs(base, cfg.head_dim, scaling, factors), scaling.mscale) if key else
+                         RopeTable(np.zeros(cfg.head_dim // 2), 1.0))
         out.append(made[key])
     return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sharpinf.errors import SharpinfError
+from sharpinf.doc_tables import rewrite_marked, with_marked
 from sharpinf.ops.variants import OP_NAMES, REGISTRY, SETS, Variant
 
 BEGIN = "<!-- variants:begin (generated from sharpinf/ops/variants.toml: sharpinf kernels list --markdown --write FILE) -->"
@@ -54,16 +54,9 @@ def markdown_table() -> str:
 
 def with_table(text: str, where: str = "the text") -> str:
     """text with the table between its markers replaced by the registry's."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise SharpinfError(f"{where}: no variant table markers ({BEGIN!r} ... {END!r})")
-    return text[: start + len(BEGIN)] + "\n" + markdown_table() + text[end:]
+    return with_marked(text, BEGIN, END, markdown_table(), where, "variant")
 
 
 def write_table(path: Path) -> bool:
     """Rewrite path's table from the registry; whether it changed."""
-    text = path.read_text()
-    new = with_table(text, str(path))
-    if new != text:
-        path.write_text(new)
-    return new != text
+    return rewrite_marked(path, BEGIN, END, markdown_table(), "variant")
