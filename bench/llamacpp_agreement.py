@@ -45,6 +45,7 @@ MODELS = [  # (name, write_synthetic_model arguments)
         "qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": 4.0,
         "qwen3.rope.scaling.original_context_length": 256})),
     ("smollm3-f32", dict(arch="smollm3", qtype="F32", n_layer=4, seed=0)),  # layer 3 without RoPE
+    ("phi3-f32", dict(arch="phi3", qtype="F32", n_layer=2, seed=0)),  # fused attn_qkv and gate|up
 ]
 N_CTX = 32  # perplexity's chunk: the second half of each chunk is scored
 CHUNKS = 3  # chunks kept in the fixture

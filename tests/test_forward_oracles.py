@@ -164,32 +164,36 @@ def test_e_placement_exact(backend, kernels, arch, qtype, kv):
     assert r.max_abs_dlogit == 0.0
 
 
-# -- RoPE as the file says: Llama 3.1's frequency factors and YaRN; smollm3's NoPE layers ------------
-ROPE_FILES = {
+# -- the newer graphs: Llama 3.1's frequency factors and YaRN, smollm3's NoPE layers, phi3's fused tensors --
+NEWER_FILES = {
     "llama31-yarn": ("llama", dict(n_embd=256, rope_factors=64, **{
         "llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
         "llama.rope.scaling.original_context_length": 256})),
     "smollm3": ("smollm3", dict(n_embd=256, n_layer=4)),  # layer 3 turns by nothing
+    "phi3": ("phi3", dict(n_embd=256)),  # attn_qkv and gate|up fused in the file
 }
 
 
-@pytest.mark.parametrize("file", sorted(ROPE_FILES))
-def test_a_kernel_vs_reference_with_the_files_rope(backend, kernels, file):
-    """Every RoPE path (rope.cu, the fused rope_kv, the decode link) turns by the file's tables:
-    rope_freqs.weight's factors and YaRN's ramp and cos/sin factor, smollm3's layers without RoPE
-    (the reference's own are held to llama.cpp's in test_llamacpp_agreement.py). Negative control:
-    the same kernels given the plain table on every layer fail the oracle."""
-    arch, shape = ROPE_FILES[file]
+@pytest.mark.parametrize("file", sorted(NEWER_FILES))
+def test_a_kernel_vs_reference_on_the_newer_graphs(backend, kernels, file):
+    """Every kernel set on what the file says: every RoPE path (rope.cu, the fused rope_kv, the
+    decode link) turns by the file's tables -- rope_freqs.weight's factors, YaRN's ramp and cos/sin
+    factor, smollm3's layers without RoPE -- and phi3's fused matrices run as the views the loader
+    gives (the reference's own are held to llama.cpp's in test_llamacpp_agreement.py). Negative
+    control where the file's RoPE is not plain: the same kernels given the plain table fail."""
+    from sharpinf.model.rope_scaling import RopeTable, model_rope_tables
+
+    arch, shape = NEWER_FILES[file]
     model = load_model(synthetic_model(arch, "Q4_K", **shape))
     fp = ForwardPass(model, backend, kernels=kernels)
     ids = tokens(40, 7)
     check(paths.oracle_kernel_vs_reference(fp, ids, "f16", 16, seed=1))
-    if kernels == "simple":
-        from sharpinf.model.rope_scaling import RopeTable
-
-        plain = backend.upload(RopeTable.plain(model.config.rope_theta, model.config.head_dim).freqs)
+    plain = RopeTable.plain(model.config.rope_theta, model.config.head_dim)
+    if kernels == "simple" and any(not np.array_equal(t.freqs, plain.freqs) or t.mscale != 1.0
+                                   for t in model_rope_tables(model)):
+        d_plain = backend.upload(plain.freqs)
         for L in fp.layers:
-            L.rope_freqs, L.rope_mscale = plain, 1.0
+            L.rope_freqs, L.rope_mscale = d_plain, 1.0
         assert not paths.oracle_kernel_vs_reference(fp, ids, "f16", 16, seed=1).passed
 
 

@@ -54,10 +54,11 @@ def test_every_arch_and_quant(arch, qtype):
     assert c.tied_output and c.is_moe == (arch == "qwen3moe")
     assert c.post_norms == (arch == "gemma3") and c.layer_window == ((16, 16) if arch == "gemma3" else ())
 
-    assert set(m.tensors) == set(expected_shapes(c))
+    in_file = inspect_model(path).tensors  # phi3's fused matrices as the file holds them
+    assert set(in_file) == set(expected_shapes(c))
     truth = gguf_truth(path)
-    assert set(truth) == set(m.tensors)
-    for name, t in m.tensors.items():
+    assert set(truth) == set(in_file)
+    for name, t in in_file.items():
         assert isinstance(t, QTensor) and t.name == name
         router = name.endswith("ffn_gate_inp.weight")  # F32 whatever the file's type, as llama.cpp quantizes
         want_type = quants.qtype_from_name("F32" if len(t.shape) == 1 or router else qtype)
@@ -65,6 +66,13 @@ def test_every_arch_and_quant(arch, qtype):
         assert t.raw.dtype == np.uint8 and t.raw.ndim == 2 and not t.raw.flags.writeable
         assert t.raw.shape[1] == quants.row_bytes(t.qtype, t.shape[-1]) and t.nbytes == t.raw.nbytes
         assert bits_equal(t.dequantize(), truth[name]), name
+    if arch == "phi3":  # the graph's views: Q, K, V's rows of attn_qkv; the gate's then the up's of ffn_up
+        qkv, gu = truth["blk.1.attn_qkv.weight"], truth["blk.1.ffn_up.weight"]
+        parts = {"attn_q": qkv[: c.q_dim], "attn_k": qkv[c.q_dim : c.q_dim + c.kv_dim],
+                 "attn_v": qkv[c.q_dim + c.kv_dim :], "ffn_gate": gu[: c.n_ff], "ffn_up": gu[c.n_ff :]}
+        for part, want in parts.items():
+            assert bits_equal(m.tensors[f"blk.1.{part}.weight"].dequantize(), want), part
+        assert "blk.1.attn_qkv.weight" not in m.tensors
 
 
 def test_weights_are_what_was_written():
@@ -289,6 +297,20 @@ def test_a_llama31_file_applies_its_rope_frequency_factors(tmp_path):
     assert np.abs(a[1:] - b[1:]).max() > 1e-3 * np.abs(a).max()
     with pytest.raises(ModelError, match=r"'rope_freqs.weight' has shape"):
         load_model(_llama(tmp_path, "short.gguf", extra_tensors={"rope_freqs.weight": factors[:8]}))
+
+
+def test_phi3s_sliding_window_is_left_off_as_llama_cpp_leaves_it_and_longrope_is_refused(tmp_path):
+    """llama.cpp's phi3 graph turns the window off (its converter's pattern is wrong): inert, said why;
+    LongRoPE's factor tensors are refused naming them."""
+    p = write_synthetic_model(tmp_path / "p.gguf", "phi3", "Q8_0", n_layer=1, **{"phi3.attention.sliding_window": 2047})
+    m = load_model(p)
+    assert m.config.layer_window == () and m.config.fused_qkv and m.config.fused_gate_up
+    use = next(k for k in inspect_model(p).keys if k.key == "phi3.attention.sliding_window")
+    assert use.use == "inert" and "turns sliding windows off" in use.why
+    long = write_synthetic_model(tmp_path / "l.gguf", "phi3", "Q8_0", n_layer=1,
+                                 extra_tensors={"rope_factors_long.weight": np.ones(8, np.float32)})
+    with pytest.raises(ModelError, match=r"rope_factors_long.weight \(LongRoPE"):
+        load_model(long)
 
 
 def test_rope_factors_in_an_arch_whose_graph_does_not_read_them_are_refused(tmp_path):

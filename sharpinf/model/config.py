@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .rope_scaling import RopeScaling
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "smollm3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "smollm3", "phi3")
 # The archs whose files may hold experts: qwen3moe always does; a llama file with llama.expert_count
 # > 0 is Mixtral-style (llama's attention, the experts where the dense FFN was).
 MOE_ARCHS = ("qwen3moe", "llama")
@@ -14,7 +14,7 @@ MOE_ARCHS = ("qwen3moe", "llama")
 # How llama.cpp rotates each arch. `norm`: pairs (2i, 2i+1) are adjacent, because
 # the HF->GGUF converter permuted Q/K rows for llama. `neox`: pairs (i, i + d/2).
 ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox", "qwen3moe": "neox",
-              "smollm3": "norm"}
+              "smollm3": "norm", "phi3": "neox"}
 
 # What the MoE kernels hold per token (moe_route.cu, moe_route_split.cu: the router's probabilities in shared memory, the
 # chosen k in registers); llama.cpp's own cap is 512 experts.
@@ -41,6 +41,10 @@ class ModelConfig:
     tied_output: bool  # no output.weight: the LM head is token_embd
     has_rope_factors: bool = False  # llama: rope_freqs.weight divides every layer's RoPE frequencies (Llama 3.1+)
     nope_layer_step: int = 0  # smollm3: every n-th layer (layer i with (i + 1) % n == 0) has no RoPE (NoPE)
+    # phi3's files fuse tensors the graph runs apart: attn_qkv holds Q, K, V's rows; ffn_up the gate's then
+    # the up's (the loader gives them as views under the usual names: model/fused.py)
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
     # Gemma 3 (llama.cpp's gemma3 graph); the defaults are the llama/qwen behaviour.
     layer_window: tuple[int, ...] = ()  # per layer: sliding window W (a query at p sees p-W+1..p), 0 = full
     rope_theta_local: float = 0.0  # RoPE base of the windowed layers (0: rope_theta)

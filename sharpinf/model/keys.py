@@ -59,6 +59,10 @@ INERT = {
     "expert_weights_norm": "the top-k weights' renormalisation, which both MoE graphs do anyway",
     "expert_gating_func": "softmax over the experts, both MoE graphs' (llama.cpp's default for them)",
 }
+# ... and by some archs only, as llama.cpp's graph for the arch leaves them unread
+INERT_BY_ARCH = {
+    "phi3": {"attention.sliding_window": "llama.cpp's phi3 graph turns sliding windows off (src/models/phi3.cpp)"},
+}
 # tokenizer.* keys the tokenizer applies (model/tokenizer.py, tokenizer_spm.py)
 TOKENIZER_APPLIED = {
     "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
@@ -129,6 +133,8 @@ def key_use(arch: str, key: str, value: Any, cfg) -> KeyUse:
         return KeyUse(key, value, "refused" if bad else "checked", bad or "the value sharpinf runs")
     if name in INERT:
         return KeyUse(key, value, "inert", INERT[name])
+    if name in INERT_BY_ARCH.get(arch, {}):
+        return KeyUse(key, value, "inert", INERT_BY_ARCH[arch][name])
     return KeyUse(key, value, "refused", f"the {arch} graph sharpinf runs does not read it")
 
 

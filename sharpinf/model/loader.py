@@ -18,6 +18,7 @@ from . import quants
 from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
 from .rope_scaling import SCALING_KINDS, RopeScaling, yarn_attn_factor
 from .keys import KeyUse, TensorUse, key_uses, refusal, tensor_uses
+from .fused import unfused
 from .tensors import QTensor, TensorSpan, check_spans
 
 GGUF_MAGIC = b"GGUF"
@@ -95,7 +96,7 @@ def load_model(path: str | Path) -> LoadedModel:
     why = r.refused
     if why:
         raise ModelError(r.path, f"{why} (`sharpinf info {r.path.name}` lists every key and tensor)")
-    return LoadedModel(path=r.path, config=r.config, tensors=r.tensors, metadata=r.metadata)
+    return LoadedModel(path=r.path, config=r.config, tensors=unfused(r.config, r.tensors), metadata=r.metadata)
 
 
 # ---------------------------------------------------------------- file and reader
@@ -239,6 +240,8 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         rope_scaling=_rope_scaling(path, meta, arch, key("context_length", int)),
         has_rope_factors=arch in ROPE_FACTOR_ARCHS and "rope_freqs.weight" in tensors,
         nope_layer_step=SMOLLM3_NOPE_STEP if arch == "smollm3" else 0,
+        fused_qkv="blk.0.attn_qkv.weight" in tensors,
+        fused_gate_up=arch == "phi3",
         **(_gemma3_fields(path, meta, arch, n_layer, len(tensors), n_embd, n_head, head_dim)
            if arch == "gemma3" else {}),
         **moe,
@@ -343,9 +346,12 @@ def _iter_expected(c: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
     for i in range(c.n_layer):
         b = f"blk.{i}."
         yield b + "attn_norm.weight", (c.n_embd,)
-        yield b + "attn_q.weight", (c.q_dim, c.n_embd)
-        yield b + "attn_k.weight", (c.kv_dim, c.n_embd)
-        yield b + "attn_v.weight", (c.kv_dim, c.n_embd)
+        if c.fused_qkv:  # phi3: one matrix, Q's rows then K's then V's
+            yield b + "attn_qkv.weight", (c.q_dim + 2 * c.kv_dim, c.n_embd)
+        else:
+            yield b + "attn_q.weight", (c.q_dim, c.n_embd)
+            yield b + "attn_k.weight", (c.kv_dim, c.n_embd)
+            yield b + "attn_v.weight", (c.kv_dim, c.n_embd)
         if c.has_qkv_bias:
             yield b + "attn_q.bias", (c.q_dim,)
             yield b + "attn_k.bias", (c.kv_dim,)
@@ -363,8 +369,11 @@ def _iter_expected(c: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
             yield b + "ffn_up_exps.weight", (c.n_expert, c.n_ff_exp, c.n_embd)
             yield b + "ffn_down_exps.weight", (c.n_expert, c.n_embd, c.n_ff_exp)
         else:
-            yield b + "ffn_gate.weight", (c.n_ff, c.n_embd)
-            yield b + "ffn_up.weight", (c.n_ff, c.n_embd)
+            if c.fused_gate_up:  # phi3: the gate's rows then the up's, in ffn_up
+                yield b + "ffn_up.weight", (2 * c.n_ff, c.n_embd)
+            else:
+                yield b + "ffn_gate.weight", (c.n_ff, c.n_embd)
+                yield b + "ffn_up.weight", (c.n_ff, c.n_embd)
             yield b + "ffn_down.weight", (c.n_embd, c.n_ff)
         if c.post_norms:
             yield b + "post_ffw_norm.weight", (c.n_embd,)

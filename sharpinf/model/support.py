@@ -25,9 +25,10 @@ ARCH_NOTES = {  # what each graph is, beyond llama's (the graph itself: oracles/
     "gemma3": "sliding windows on 5 layers of 6, local RoPE base, GeGLU, sandwich norms, scaled embeddings",
     "qwen3moe": "a router picks k experts a token (Qwen3-30B-A3B and kin)",
     "smollm3": "llama's graph without RoPE on every 4th layer (SmolLM3)",
+    "phi3": "Phi-3/Phi-4: Q, K, V and gate|up fused in the file; LongRoPE refused",
 }
-REFUSED = ("archs phi3, mistral3, gemma2, gpt-oss; types Q2_K, Q3_K, IQ4_NL, IQ4_XS and the other IQ "
-           "types; LongRoPE; any key or tensor the graph would not apply (sharpinf info FILE names it)")
+REFUSED = ("archs mistral3, gemma2, gpt-oss; LongRoPE (phi3's rope_factors_long/short); types Q2_K, Q3_K, IQ4_NL, "
+           "IQ4_XS and the other IQ types; any key or tensor the graph would not apply (sharpinf info FILE names it)")
 
 
 def support_rows() -> list[dict]:
@@ -40,7 +41,7 @@ def support_rows() -> list[dict]:
     return [
         {"what": "architectures", "supported": archs,
          "checked": "tests/test_llamacpp_agreement.py (qwen3, qwen3moe, Mixtral-style llama, Llama 3.1-style "
-                    "llama, qwen3 YaRN, smollm3), tests/test_gemma3.py, the real SmolLM2 and Gemma 3 files"},
+                    "llama, qwen3 YaRN, smollm3, phi3), tests/test_gemma3.py, the real SmolLM2 and Gemma 3 files"},
         {"what": "experts", "supported": ", ".join(MOE_ARCHS), "checked": "tests/test_llamacpp_agreement.py"},
         {"what": "weight types", "supported": types,
          "checked": "gguf-py's dequantization (tests/test_quants.py); every matmul path against the reference"},

@@ -100,7 +100,9 @@ def write_synthetic_model(
         n_ff = n_ff_exp
 
     meta: dict[str, Any] = {
-        "general.name": f"sharpinf-synthetic-{arch}-{qtype}",
+        # not "phi3" in a phi3 file's name: llama.cpp then strips spaces after its special tokens and wants a
+        # "</s>" (llama-vocab.cpp, by general.name), which the synthetic vocabulary does not have
+        "general.name": f"sharpinf-synthetic-{'phi' if arch == 'phi3' else arch}-{qtype}",
         f"{arch}.block_count": n_layer,
         f"{arch}.context_length": context_length,
         f"{arch}.embedding_length": n_embd,
@@ -130,6 +132,10 @@ def write_synthetic_model(
 
     weights = _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied, tile_rows,
                        (n_expert, n_ff_exp, routing) if moe else None)
+    if arch == "phi3":
+        if tile_rows:
+            raise ValueError("phi3's fused matrices are not written tiled (tile_rows)")
+        weights = _fused_phi3(weights, n_layer)
 
     path = Path(path)
     writer = gguf.GGUFWriter(path, arch)
@@ -193,6 +199,22 @@ def _add_kv(writer, key: str, value: Any) -> None:
         writer.add_array(key, list(value))
     else:
         raise TypeError(f"cannot write metadata {key!r} of type {type(value).__name__}")
+
+
+def _fused_phi3(w: dict[str, np.ndarray], n_layer: int) -> dict[str, np.ndarray]:
+    """phi3's layout of the same weights: attn_qkv = Q's rows, K's, V's; ffn_up = the gate's, the up's."""
+    out = {}
+    for name, x in w.items():
+        b = name[: name.index(".", 4) + 1] if name.startswith("blk.") else ""
+        if name.endswith(("attn_k.weight", "attn_v.weight", "ffn_gate.weight")):
+            continue
+        if name.endswith("attn_q.weight"):
+            out[b + "attn_qkv.weight"] = np.concatenate([x, w[b + "attn_k.weight"], w[b + "attn_v.weight"]])
+        elif name.endswith("ffn_up.weight"):
+            out[name] = np.concatenate([w[b + "ffn_gate.weight"], x])
+        else:
+            out[name] = x
+    return out
 
 
 class _Tiled:
