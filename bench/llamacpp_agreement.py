@@ -46,6 +46,9 @@ MODELS = [  # (name, write_synthetic_model arguments)
         "qwen3.rope.scaling.original_context_length": 256})),
     ("smollm3-f32", dict(arch="smollm3", qtype="F32", n_layer=4, seed=0)),  # layer 3 without RoPE
     ("phi3-f32", dict(arch="phi3", qtype="F32", n_layer=2, seed=0)),  # fused attn_qkv and gate|up
+    # LongRoPE over an original context of 16: perplexity's chunks of 32 and completion's default context
+    # (the file's 1024) both run past it, so llama.cpp reads the long factors, as sharpinf does by default
+    ("phi3-longrope-f32", dict(arch="phi3", qtype="F32", n_layer=2, seed=0, longrope=16)),
 ]
 N_CTX = 32  # perplexity's chunk: the second half of each chunk is scored
 CHUNKS = 3  # chunks kept in the fixture

@@ -83,6 +83,9 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
     emb = w("token_embd.weight")
     xs = [emb[t] * cfg.embd_scale for t in token_ids]
     factors = w("rope_freqs.weight") if has("rope_freqs.weight") else None  # Llama 3.1+: every layer's
+    if cfg.has_longrope:  # phi3: llama.cpp's get_rope_factors -- long past the original context
+        run_ctx = cfg.n_ctx_seq if cfg.n_ctx_seq else cfg.context_length
+        factors = w("rope_factors_long.weight" if run_ctx > cfg.n_ctx_orig else "rope_factors_short.weight")
     for li in range(cfg.n_layer):
         # gemma3: windowed layers rotate with the local base, unscaled; keys p-W+1..p only
         window = cfg.window(li)

@@ -243,7 +243,7 @@ def test_gemma3_corrupt_block_count_fails_fast(tmp_path):
 def test_rope_scaling_is_read_as_llama_cpp_reads_it(tmp_path):
     """Linear (the type defaults to linear; rope.scale_linear is the old key) and YaRN (ext_factor 1,
     the original context from its key else the training context, cos/sin times 1 + 0.1 ln factor) as
-    llama.cpp's load_hparams and cparams hold them; LongRoPE and the rest refused in one line."""
+    llama.cpp's load_hparams and cparams hold them; a type llama.cpp does not name refused in one line."""
     for key in ("llama.rope.scaling.factor", "llama.rope.scale_linear"):
         c = load_model(write_synthetic_model(tmp_path / f"{key}.gguf", "llama", "Q8_0", **{key: 4.0})).config
         assert c.rope_freq_scale == 0.25 and c.rope_for(0) == (10000.0, RopeScaling("linear", 0.25))
@@ -255,8 +255,8 @@ def test_rope_scaling_is_read_as_llama_cpp_reads_it(tmp_path):
         assert (base, y.kind, y.freq_scale, y.ext_factor, y.n_ctx_orig) == (10000.0, "yarn", 0.25, 1.0, n_orig)
         assert y.mscale == pytest.approx(1 + 0.1 * np.log(4.0), rel=1e-6)
 
-    p = write_synthetic_model(tmp_path / "l.gguf", "llama", "Q8_0", **{"llama.rope.scaling.type": "longrope"})
-    with pytest.raises(ModelError, match="unsupported RoPE scaling 'longrope' \\(supported: none, linear, yarn\\)"):
+    p = write_synthetic_model(tmp_path / "l.gguf", "llama", "Q8_0", **{"llama.rope.scaling.type": "su"})
+    with pytest.raises(ModelError, match="unsupported RoPE scaling 'su' \\(supported: none, linear, yarn, longrope\\)"):
         load_model(p)
 
 
@@ -299,18 +299,37 @@ def test_a_llama31_file_applies_its_rope_frequency_factors(tmp_path):
         load_model(_llama(tmp_path, "short.gguf", extra_tensors={"rope_freqs.weight": factors[:8]}))
 
 
-def test_phi3s_sliding_window_is_left_off_as_llama_cpp_leaves_it_and_longrope_is_refused(tmp_path):
-    """llama.cpp's phi3 graph turns the window off (its converter's pattern is wrong): inert, said why;
-    LongRoPE's factor tensors are refused naming them."""
+def test_phi3s_sliding_window_is_left_off_as_llama_cpp_leaves_it(tmp_path):
+    """llama.cpp's phi3 graph turns the window off (its converter's pattern is wrong): inert, said why."""
     p = write_synthetic_model(tmp_path / "p.gguf", "phi3", "Q8_0", n_layer=1, **{"phi3.attention.sliding_window": 2047})
     m = load_model(p)
     assert m.config.layer_window == () and m.config.fused_qkv and m.config.fused_gate_up
     use = next(k for k in inspect_model(p).keys if k.key == "phi3.attention.sliding_window")
     assert use.use == "inert" and "turns sliding windows off" in use.why
-    long = write_synthetic_model(tmp_path / "l.gguf", "phi3", "Q8_0", n_layer=1,
-                                 extra_tensors={"rope_factors_long.weight": np.ones(8, np.float32)})
-    with pytest.raises(ModelError, match=r"rope_factors_long.weight \(LongRoPE"):
-        load_model(long)
+
+
+def test_longrope_reads_the_long_factors_past_the_original_context_and_the_short_ones_within(tmp_path):
+    """llama.cpp's get_rope_factors: a run whose sequences may pass rope.scaling.original_context_length
+    (16 here) reads rope_factors_long, one that stays within it the short ones -- the engine's
+    max_model_len is that context; one table alone, or the tables in another arch, are refused."""
+    from oracles.reference import Reference
+    from sharpinf.engine.llm_engine import LLMEngine
+
+    p = write_synthetic_model(tmp_path / "lr.gguf", "phi3", "Q8_0", n_layer=1, longrope=16)
+    m = load_model(p)
+    assert m.config.has_longrope and m.config.n_ctx_orig == 16 and m.config.rope_scaling.kind == "longrope"
+    assert [m.with_context(n).config.longrope_factors() for n in (None, 16, 17)] == ["long", "short", "long"]
+    ids = list(range(1, 9))
+    assert np.abs(Reference(m).logits(ids) - Reference(m.with_context(16)).logits(ids))[1:].max() > 1e-3
+    engine = LLMEngine(p, backend="emu", max_model_len=16, num_blocks=8)
+    assert engine.model.config.longrope_factors() == "short"
+    only_long = write_synthetic_model(tmp_path / "l.gguf", "phi3", "Q8_0", n_layer=1,
+                                      extra_tensors={"rope_factors_long.weight": np.ones(8, np.float32)})
+    with pytest.raises(ModelError, match="missing tensor 'rope_factors_short.weight'"):
+        load_model(only_long)
+    in_llama = _llama(tmp_path, "ll.gguf", extra_tensors={"rope_factors_long.weight": np.ones(16, np.float32)})
+    with pytest.raises(ModelError, match=r"rope_factors_long.weight \(LongRoPE's long-context factors, which only"):
+        load_model(in_llama)
 
 
 def test_rope_factors_in_an_arch_whose_graph_does_not_read_them_are_refused(tmp_path):

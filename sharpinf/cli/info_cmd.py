@@ -85,6 +85,9 @@ def rope_line(cfg) -> str:
     base, scaling = cfg.rope_for(next((i for i in range(cfg.n_layer) if not cfg.window(i)), 0))
     line = f"{cfg.rope_style}, base {base:g}, {scaling.describe()}"
     line += ", frequency factors (rope_freqs.weight)" if cfg.has_rope_factors else ""
+    if cfg.has_longrope:
+        line += (f", rope_factors_{cfg.longrope_factors()}.weight (long past {cfg.n_ctx_orig} tokens a sequence, "
+                 "short within: the engine's max_model_len)")
     nope = [i for i in range(cfg.n_layer) if not cfg.uses_rope(i)]
     if nope:
         line += f"; no RoPE on layers {', '.join(map(str, nope[:4]))}{', ...' if len(nope) > 4 else ''}"

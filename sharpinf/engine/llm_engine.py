@@ -129,6 +129,8 @@ class LLMEngine:
         self.grammars = Grammars(self.tokenizer, self.cfg.n_vocab)  # llguidance's tokenizer: built on first use
         # weights, step buffers and kernels first, then the KV pool from what is left, then graphs over it
         self.max_model_len = min(self.cfg.context_length, self.config.max_model_len or self.cfg.context_length)
+        self.model = self.model.with_context(self.max_model_len)  # LongRoPE's tables follow the run's context
+        self.cfg = self.model.config
         self.fp = ForwardPass(self.model, self.backend, capacity=step_capacity(self.config, self.max_model_len),
                               kv_dtype=self.config.kv_dtype, kernels=self.config.kernels)
         self.fp.freeze()

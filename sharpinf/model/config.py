@@ -45,6 +45,11 @@ class ModelConfig:
     # the up's (the loader gives them as views under the usual names: model/fused.py)
     fused_qkv: bool = False
     fused_gate_up: bool = False
+    # LongRoPE (phi3): rope_factors_long/short.weight; llama.cpp takes the long ones when a sequence may run
+    # past n_ctx_orig (its n_ctx_seq), the short ones otherwise
+    has_longrope: bool = False
+    n_ctx_orig: int = 0  # rope.scaling.original_context_length, else context_length
+    n_ctx_seq: int = 0  # the context a sequence may reach in this run (the engine's max_model_len); 0: context_length
     # Gemma 3 (llama.cpp's gemma3 graph); the defaults are the llama/qwen behaviour.
     layer_window: tuple[int, ...] = ()  # per layer: sliding window W (a query at p sees p-W+1..p), 0 = full
     rope_theta_local: float = 0.0  # RoPE base of the windowed layers (0: rope_theta)
@@ -74,6 +79,10 @@ class ModelConfig:
         if self.window(layer) and self.rope_theta_local:
             return self.rope_theta_local, RopeScaling()
         return self.rope_theta, self.rope_scaling
+
+    def longrope_factors(self) -> str:
+        """Which LongRoPE factor tensor this run reads: "long" past the original context, else "short"."""
+        return "long" if (self.n_ctx_seq or self.context_length) > self.n_ctx_orig else "short"
 
     def uses_rope(self, layer: int) -> bool:
         """Whether the layer rotates Q and K at all (smollm3's NoPE layers do not)."""

@@ -164,8 +164,10 @@ def tensor_uses(tensors: dict, expected: dict[str, tuple[int, ...]], arch: str) 
 
 KNOWN_TENSORS = {  # what llama.cpp does with tensors sharpinf's graphs do not read (the refusal says it)
     "rope_freqs.weight": "RoPE frequency factors, which llama.cpp's graph for this arch does not read",
-    "rope_factors_long.weight": "LongRoPE's long-context factors (phi3)",
-    "rope_factors_short.weight": "LongRoPE's short-context factors (phi3)",
+    "rope_factors_long.weight": "LongRoPE's long-context factors, which only llama.cpp's phi3 graph reads (and it "
+                                "needs both tables)",
+    "rope_factors_short.weight": "LongRoPE's short-context factors, which only llama.cpp's phi3 graph reads (and it "
+                                 "needs both tables)",
 }
 
 

@@ -6,7 +6,7 @@ Every way a file can be unusable ends in one ModelError naming the file and the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,6 +30,13 @@ class LoadedModel:
     config: ModelConfig
     tensors: dict[str, QTensor]
     metadata: dict[str, Any]  # every GGUF KV as plain Python (str/int/float/bool/list)
+
+    def with_context(self, n_ctx_seq: int) -> "LoadedModel":
+        """The model as a run whose sequences reach at most n_ctx_seq tokens sees it (LongRoPE's choice;
+        the same object for a model without LongRoPE, which no context changes)."""
+        if not self.config.has_longrope:
+            return self
+        return replace(self, config=replace(self.config, n_ctx_seq=n_ctx_seq))
 
     def tensor(self, name: str) -> QTensor:
         try:
@@ -242,6 +249,8 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         nope_layer_step=SMOLLM3_NOPE_STEP if arch == "smollm3" else 0,
         fused_qkv="blk.0.attn_qkv.weight" in tensors,
         fused_gate_up=arch == "phi3",
+        has_longrope=arch in LONGROPE_ARCHS and "rope_factors_long.weight" in tensors,
+        n_ctx_orig=key("rope.scaling.original_context_length", int, 0) or key("context_length", int),
         **(_gemma3_fields(path, meta, arch, n_layer, len(tensors), n_embd, n_head, head_dim)
            if arch == "gemma3" else {}),
         **moe,
@@ -275,7 +284,8 @@ def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
 
 
 SMOLLM3_NOPE_STEP = 4  # llama.cpp hard-codes it (src/models/smollm3.cpp): layers 3, 7, 11, ... have no RoPE
-ROPE_FACTOR_ARCHS = ("llama",)  # the graphs of llama.cpp (src/models/*.cpp) that read rope_freqs.weight
+ROPE_FACTOR_ARCHS = ("llama",)
+LONGROPE_ARCHS = ("phi3",)  # the graphs that read rope_factors_long/short.weight  # the graphs of llama.cpp (src/models/*.cpp) that read rope_freqs.weight
 
 
 def _rope_scaling(path: Path, meta: dict[str, Any], arch: str, n_ctx_train: int) -> RopeScaling:
@@ -292,6 +302,8 @@ def _rope_scaling(path: Path, meta: dict[str, Any], arch: str, n_ctx_train: int)
     if factor < 0 or attn <= 0:
         raise ModelError(path, f"bad metadata: rope.scaling.factor = {factor}, rope.scaling.attn_factor = {attn}")
     freq_scale = 1.0 if kind == "none" or not factor else 1.0 / factor
+    if kind == "longrope":  # llama.cpp: no ramp (ext_factor 0); the factor tensors do the rest (model_rope_tables)
+        return RopeScaling("longrope", freq_scale, attn_factor=attn)
     if kind != "yarn":
         return RopeScaling("none" if freq_scale == 1.0 else "linear", freq_scale, attn_factor=attn)
     n_orig = _get(path, meta, f"{arch}.rope.scaling.original_context_length", int, 0) or n_ctx_train
@@ -343,6 +355,9 @@ def _iter_expected(c: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
     yield "token_embd.weight", (c.n_vocab, c.n_embd)
     if c.has_rope_factors:  # Llama 3.1+: one [head_dim / 2] table of frequency divisors for every layer
         yield "rope_freqs.weight", (c.head_dim // 2,)
+    if c.has_longrope:  # phi3: LongRoPE's two tables, the run's context picks one
+        yield "rope_factors_long.weight", (c.head_dim // 2,)
+        yield "rope_factors_short.weight", (c.head_dim // 2,)
     for i in range(c.n_layer):
         b = f"blk.{i}."
         yield b + "attn_norm.weight", (c.n_embd,)

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 F32 = np.float32
-SCALING_KINDS = ("none", "linear", "yarn")
+SCALING_KINDS = ("none", "linear", "yarn", "longrope")  # longrope: factor tensors (phi3), no ramp
 
 
 @dataclass(frozen=True)
 class RopeScaling:
     """A layer kind's RoPE scaling, as llama.cpp's cparams hold it once a file is loaded."""
 
-    kind: str = "none"  # "none", "linear" or "yarn"
+    kind: str = "none"  # "none", "linear", "yarn" or "longrope"
     freq_scale: float = 1.0  # 1 / rope.scaling.factor
     ext_factor: float = 0.0  # YaRN's extrapolation mix (1 for yarn, llama.cpp's default)
     attn_factor: float = 1.0  # llama.cpp's yarn_attn_factor: its YaRN corrections, times rope.scaling.attn_factor
@@ -48,7 +48,7 @@ class RopeScaling:
         if self.kind == "yarn":
             return (f"YaRN x{1 / self.freq_scale:g} over an original context of {self.n_ctx_orig} "
                     f"(cos and sin x{self.mscale:.4f})")
-        text = "unscaled" if self.kind == "none" else f"linear x{1 / self.freq_scale:g}"
+        text = {"none": "unscaled", "longrope": "LongRoPE"}.get(self.kind, f"linear x{1 / self.freq_scale:g}")
         return text + (f" (cos and sin x{self.mscale:.4f})" if self.mscale != 1.0 else "")
 
 
@@ -120,6 +120,9 @@ def layer_tables(cfg, factors: np.ndarray | None) -> list[RopeTable]:
 
 
 def model_rope_tables(model) -> list[RopeTable]:
-    """A LoadedModel's per-layer tables, its rope_freqs.weight applied where the file has one."""
-    t = model.tensors.get("rope_freqs.weight")
-    return layer_tables(model.config, None if t is None else t.dequantize().astype(np.float32).reshape(-1))
+    """A LoadedModel's per-layer tables, its frequency factors applied where the file has them:
+    rope_freqs.weight (Llama 3.1+), or LongRoPE's long or short ones as the run's context picks."""
+    cfg = model.config
+    name = f"rope_factors_{cfg.longrope_factors()}.weight" if cfg.has_longrope else "rope_freqs.weight"
+    t = model.tensors.get(name)
+    return layer_tables(cfg, None if t is None else t.dequantize().astype(np.float32).reshape(-1))

@@ -11,7 +11,7 @@ from pathlib import Path
 from sharpinf.doc_tables import rewrite_marked, with_marked
 from sharpinf.model import quants
 from sharpinf.model.config import MOE_ARCHS, ROPE_STYLE, SUPPORTED_ARCHS
-from sharpinf.model.loader import ROPE_FACTOR_ARCHS
+from sharpinf.model.loader import LONGROPE_ARCHS, ROPE_FACTOR_ARCHS
 from sharpinf.model.pretokenizers import PRE_TOKENIZERS
 from sharpinf.model.rope_scaling import SCALING_KINDS
 
@@ -25,9 +25,9 @@ ARCH_NOTES = {  # what each graph is, beyond llama's (the graph itself: oracles/
     "gemma3": "sliding windows on 5 layers of 6, local RoPE base, GeGLU, sandwich norms, scaled embeddings",
     "qwen3moe": "a router picks k experts a token (Qwen3-30B-A3B and kin)",
     "smollm3": "llama's graph without RoPE on every 4th layer (SmolLM3)",
-    "phi3": "Phi-3/Phi-4: Q, K, V and gate|up fused in the file; LongRoPE refused",
+    "phi3": "Phi-3/Phi-4: Q, K, V and gate|up fused in the file; LongRoPE's long or short factors by the run's context",
 }
-REFUSED = ("archs mistral3, gemma2, gpt-oss; LongRoPE (phi3's rope_factors_long/short); types Q2_K, Q3_K, IQ4_NL, "
+REFUSED = ("archs mistral3, gemma2, gpt-oss; types Q2_K, Q3_K, IQ4_NL, "
            "IQ4_XS and the other IQ types; any key or tensor the graph would not apply (sharpinf info FILE names it)")
 
 
@@ -37,11 +37,11 @@ def support_rows() -> list[dict]:
     types = ", ".join(quants.qtype_name(q) for q in quants.SUPPORTED)
     pres = ", ".join(f"`{p}`" for p in sorted(PRE_TOKENIZERS))
     rope = (", ".join(SCALING_KINDS) + " scaling; frequency factors (rope_freqs.weight) in "
-            + ", ".join(ROPE_FACTOR_ARCHS))
+            + ", ".join(ROPE_FACTOR_ARCHS) + "; LongRoPE's (rope_factors_long/short.weight) in " + ", ".join(LONGROPE_ARCHS))
     return [
         {"what": "architectures", "supported": archs,
          "checked": "tests/test_llamacpp_agreement.py (qwen3, qwen3moe, Mixtral-style llama, Llama 3.1-style "
-                    "llama, qwen3 YaRN, smollm3, phi3), tests/test_gemma3.py, the real SmolLM2 and Gemma 3 files"},
+                    "llama, qwen3 YaRN, smollm3, phi3, phi3 LongRoPE), tests/test_gemma3.py, the real SmolLM2 and Gemma 3 files"},
         {"what": "experts", "supported": ", ".join(MOE_ARCHS), "checked": "tests/test_llamacpp_agreement.py"},
         {"what": "weight types", "supported": types,
          "checked": "gguf-py's dequantization (tests/test_quants.py); every matmul path against the reference"},

@@ -45,6 +45,7 @@ def write_synthetic_model(
     routing: str = "spread",
     extra_tensors: dict[str, Any] | None = None,
     rope_factors: int = 0,
+    longrope: int = 0,
     **overrides: Any,
 ) -> Path:
     """Write a GGUF model and return its path.
@@ -58,7 +59,9 @@ def write_synthetic_model(
     no window); any other key containing a dot is written as raw GGUF metadata, replacing the
     generated value. extra_tensors: {name: float array} written as F32 after the model's own (a
     file with a tensor the graph may not read). rope_factors: a Llama 3.1-style rope_freqs.weight
-    (llama3_rope_factors) for an original context of that many tokens (0: none).
+    (llama3_rope_factors) for an original context of that many tokens (0: none). longrope (phi3): LongRoPE
+    over an original context of that many tokens -- rope_factors_long/short.weight, the type, the
+    original context and Phi-3's attention factor sqrt(1 + ln(context / original) / ln(original)).
 
     gemma3: Q/K norms and the post-attention and post-FFN norms, a SentencePiece vocabulary, and, as
     llama.cpp reads it, a window on every layer but 5, 11, ... (6 layers or more have both kinds).
@@ -128,6 +131,10 @@ def write_synthetic_model(
     # gemma3 comes with a SentencePiece vocabulary, as the real ones do; the others byte-level BPE
     vocab = synthetic_spm_tokenizer_metadata if arch == "gemma3" else synthetic_tokenizer_metadata
     meta.update(vocab(n_vocab=n_vocab, seed=0))
+    if longrope:
+        meta.update({f"{arch}.rope.scaling.type": "longrope", f"{arch}.rope.scaling.original_context_length": longrope,
+                     f"{arch}.rope.scaling.attn_factor": float(np.sqrt(1 + np.log(context_length / longrope)
+                                                                          / np.log(longrope)))})
     meta.update({k: v for k, v in overrides.items() if "." in k})
 
     weights = _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied, tile_rows,
@@ -148,6 +155,11 @@ def write_synthetic_model(
         raw = x.quantize(t) if isinstance(x, _Tiled) else quants.quantize(x, t)  # (rows, row_bytes)
         raw = raw.reshape(_byte_shape(x.shape, t))  # experts: [n_expert, rows, row_bytes]
         writer.add_tensor(name, raw, raw_shape=_byte_shape(x.shape, t), raw_dtype=gguf.GGMLQuantizationType(t))
+    if longrope:  # short: mild, long: Llama 3.1-like, both over [head_dim / 2]
+        extra_tensors = {"rope_factors_long.weight": llama3_rope_factors(head_dim, meta[f"{arch}.rope.freq_base"],
+                                                                         longrope, factor=4.0),
+                         "rope_factors_short.weight": np.linspace(1.0, 1.5, head_dim // 2, dtype=np.float32),
+                         **(extra_tensors or {})}
     if rope_factors:
         extra_tensors = {"rope_freqs.weight": llama3_rope_factors(
             head_dim, meta[f"{arch}.rope.freq_base"], rope_factors), **(extra_tensors or {})}
