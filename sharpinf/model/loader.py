@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ModelError
 from . import quants
 from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
-from .rope_scaling import SCALING_KINDS, RopeScaling, yarn_attn_factor
+from .rope_scaling import read_rope_scaling
 from .keys import KeyUse, TensorUse, key_uses, refusal, tensor_uses
 from .fused import unfused
 from .tensors import QTensor, TensorSpan, check_spans
@@ -244,7 +244,7 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         has_qkv_bias="blk.0.attn_q.bias" in tensors,
         has_qk_norm="blk.0.attn_q_norm.weight" in tensors,
         tied_output="output.weight" not in tensors,
-        rope_scaling=_rope_scaling(path, meta, arch, key("context_length", int)),
+        rope_scaling=read_rope_scaling(path, meta, arch, key("context_length", int), _get),
         has_rope_factors=arch in ROPE_FACTOR_ARCHS and "rope_freqs.weight" in tensors,
         nope_layer_step=SMOLLM3_NOPE_STEP if arch == "smollm3" else 0,
         fused_qkv="blk.0.attn_qkv.weight" in tensors,
@@ -286,32 +286,6 @@ def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
 SMOLLM3_NOPE_STEP = 4  # llama.cpp hard-codes it (src/models/smollm3.cpp): layers 3, 7, 11, ... have no RoPE
 ROPE_FACTOR_ARCHS = ("llama",)
 LONGROPE_ARCHS = ("phi3",)  # the graphs that read rope_factors_long/short.weight  # the graphs of llama.cpp (src/models/*.cpp) that read rope_freqs.weight
-
-
-def _rope_scaling(path: Path, meta: dict[str, Any], arch: str, n_ctx_train: int) -> RopeScaling:
-    """RoPE scaling as llama.cpp loads it (llama-model.cpp's load_hparams, llama-context.cpp): the
-    type (default linear), freq_scale = 1 / rope.scaling.factor (or the older rope.scale_linear),
-    rope.scaling.attn_factor on cos and sin; YaRN adds ext_factor 1, the original context
-    (rope.scaling.original_context_length, else the training context) and its attention factor."""
-    kind = _get(path, meta, f"{arch}.rope.scaling.type", str, "linear")
-    factor = _get(path, meta, f"{arch}.rope.scaling.factor", float, 0.0) or _get(
-        path, meta, f"{arch}.rope.scale_linear", float, 0.0)
-    attn = _get(path, meta, f"{arch}.rope.scaling.attn_factor", float, 1.0)
-    if kind not in SCALING_KINDS:
-        raise ModelError(path, f"unsupported RoPE scaling {kind!r} (supported: {', '.join(SCALING_KINDS)})")
-    if factor < 0 or attn <= 0:
-        raise ModelError(path, f"bad metadata: rope.scaling.factor = {factor}, rope.scaling.attn_factor = {attn}")
-    freq_scale = 1.0 if kind == "none" or not factor else 1.0 / factor
-    if kind == "longrope":  # llama.cpp: no ramp (ext_factor 0); the factor tensors do the rest (model_rope_tables)
-        return RopeScaling("longrope", freq_scale, attn_factor=attn)
-    if kind != "yarn":
-        return RopeScaling("none" if freq_scale == 1.0 else "linear", freq_scale, attn_factor=attn)
-    n_orig = _get(path, meta, f"{arch}.rope.scaling.original_context_length", int, 0) or n_ctx_train
-    if n_orig <= 0:
-        raise ModelError(path, f"bad metadata: rope.scaling.original_context_length = {n_orig}")
-    # llama.cpp's yarn_attn_factor: exactly 1 when the factor is 1 (get_mscale of a scale <= 1), times attn
-    return RopeScaling("yarn", freq_scale, ext_factor=1.0, attn_factor=yarn_attn_factor(freq_scale, attn),
-                       n_ctx_orig=n_orig)
 
 
 GEMMA3_SWA_PERIOD = 6  # llama.cpp hard-codes it: layer i is global when i % 6 == 5 (no GGUF key)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ModelError
+
 F32 = np.float32
 SCALING_KINDS = ("none", "linear", "yarn", "longrope")  # longrope: factor tensors (phi3), no ramp
 
@@ -126,3 +128,30 @@ def model_rope_tables(model) -> list[RopeTable]:
     name = f"rope_factors_{cfg.longrope_factors()}.weight" if cfg.has_longrope else "rope_freqs.weight"
     t = model.tensors.get(name)
     return layer_tables(cfg, None if t is None else t.dequantize().astype(np.float32).reshape(-1))
+
+
+def read_rope_scaling(path, meta: dict, arch: str, n_ctx_train: int, _get) -> RopeScaling:
+    """RoPE scaling as llama.cpp loads it (llama-model.cpp's load_hparams, llama-context.cpp; _get: the
+    loader's typed key reader): the
+    type (default linear), freq_scale = 1 / rope.scaling.factor (or the older rope.scale_linear),
+    rope.scaling.attn_factor on cos and sin; YaRN adds ext_factor 1, the original context
+    (rope.scaling.original_context_length, else the training context) and its attention factor."""
+    kind = _get(path, meta, f"{arch}.rope.scaling.type", str, "linear")
+    factor = _get(path, meta, f"{arch}.rope.scaling.factor", float, 0.0) or _get(
+        path, meta, f"{arch}.rope.scale_linear", float, 0.0)
+    attn = _get(path, meta, f"{arch}.rope.scaling.attn_factor", float, 1.0)
+    if kind not in SCALING_KINDS:
+        raise ModelError(path, f"unsupported RoPE scaling {kind!r} (supported: {', '.join(SCALING_KINDS)})")
+    if factor < 0 or attn <= 0:
+        raise ModelError(path, f"bad metadata: rope.scaling.factor = {factor}, rope.scaling.attn_factor = {attn}")
+    freq_scale = 1.0 if kind == "none" or not factor else 1.0 / factor
+    if kind == "longrope":  # llama.cpp: no ramp (ext_factor 0); the factor tensors do the rest (model_rope_tables)
+        return RopeScaling("longrope", freq_scale, attn_factor=attn)
+    if kind != "yarn":
+        return RopeScaling("none" if freq_scale == 1.0 else "linear", freq_scale, attn_factor=attn)
+    n_orig = _get(path, meta, f"{arch}.rope.scaling.original_context_length", int, 0) or n_ctx_train
+    if n_orig <= 0:
+        raise ModelError(path, f"bad metadata: rope.scaling.original_context_length = {n_orig}")
+    # llama.cpp's yarn_attn_factor: exactly 1 when the factor is 1 (get_mscale of a scale <= 1), times attn
+    return RopeScaling("yarn", freq_scale, ext_factor=1.0, attn_factor=yarn_attn_factor(freq_scale, attn),
+                       n_ctx_orig=n_orig)
