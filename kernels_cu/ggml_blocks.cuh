@@ -35,9 +35,20 @@
 
 // One entry point per weight type from one line (SHARPINF_ENTRY, common.cuh): name_<type><sfx>,
 // its body FN<GB_TYPE>(call...). GB_QUANT_ENTRIES: the eight quantized types; GB_ENTRIES: all eleven.
+// GB_ONE_TYPE (the emulator's builds, sharpinf/runtime/emu/build.py): only the entries of the type t
+// with GB_TYPE_<t> defined as 1 (or of none) -- a test of one type builds that type's code, not all eleven.
+#ifdef GB_ONE_TYPE
+#define GB_TYPE_WANTED(t) SHARPINF_SECOND_(GB_CAT(SHARPINF_IS_, GB_TYPE_##t), 0, ~)
+#else
+#define GB_TYPE_WANTED(t) 1
+#endif
+#define GB_CAT(a, b) GB_CAT_(a, b)
+#define GB_CAT_(a, b) a##b
+#define GB_IF_1(...) __VA_ARGS__
+#define GB_IF_0(...)
 #define GB_ENTRY(name, t, sfx, QT, params, FN, ...) GB_ENTRY_ATTRS(name, t, sfx, , QT, params, FN, __VA_ARGS__)
 #define GB_ENTRY_ATTRS(name, t, sfx, attrs, QT, params, FN, ...) \
-    SHARPINF_ENTRY_ATTRS(name##_##t##sfx, attrs, params, FN<QT>(__VA_ARGS__))
+    GB_CAT(GB_IF_, GB_TYPE_WANTED(t))(SHARPINF_ENTRY_ATTRS(name##_##t##sfx, attrs, params, FN<QT>(__VA_ARGS__)))
 #define GB_QUANT_ENTRIES(name, sfx, params, FN, ...) GB_QUANT_ENTRIES_ATTRS(name, sfx, GB_NO_ATTRS, params, FN, __VA_ARGS__)
 // ... with attributes before each name: ATTRS(QT), e.g. a macro giving __launch_bounds__(128, 3)
 #define GB_NO_ATTRS(QT)

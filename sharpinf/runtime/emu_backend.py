@@ -74,7 +74,8 @@ class EmuBackend(Backend):
             return hit[0]
         src = self._source(filename)
         checked = bool(self._check)
-        so = build.build_module(src, key[2], checked)
+        wtype = build.module_type(src, name)
+        so = build.build_module(src, key[2], checked, wtype)
         mod = self._modules.get(so)
         if mod is None:
             mod = self._modules[so] = Module(so)
@@ -82,7 +83,7 @@ class EmuBackend(Backend):
         if k is None:
             hint = " (template instantiations must be listed in name_expressions)" if "<" in name else ""
             raise BackendError(f"emu: {filename} has no kernel {name!r}{hint}; it has {', '.join(mod.kernels)}")
-        self._kernels[key] = (k, build.stamps_of(src, key[2], checked))
+        self._kernels[key] = (k, build.stamps_of(src, key[2], checked, wtype))
         return k
 
     def prepare(self, kernel: Kernel, grid: Dim3, block: Dim3, args: Sequence[Any], shared_mem: int = 0,

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -275,7 +276,7 @@ def _trailer(names: list[str]) -> str:
 
 # (src, name_expressions, checked) -> (stamps of src + its headers, result): kernel() may be
 # called per launch, and hashing every file each time costs ~0.5 ms.
-_memo: dict[tuple[Path, tuple[str, ...], bool], tuple[list[tuple[Path, int, int]], Path]] = {}
+_memo: dict[tuple[Path, tuple[str, ...], bool, str | None], tuple[list[tuple[Path, int, int]], Path]] = {}
 
 
 def _stamps(files: list[Path]) -> list[tuple[Path, int, int]] | None:
@@ -285,9 +286,10 @@ def _stamps(files: list[Path]) -> list[tuple[Path, int, int]] | None:
         return None
 
 
-def stamps_of(src: Path, name_expressions: tuple[str, ...], checked: bool = False) -> list[tuple[Path, int, int]]:
+def stamps_of(src: Path, name_expressions: tuple[str, ...], checked: bool = False,
+              weight_type: str | None = None) -> list[tuple[Path, int, int]]:
     """What build_module last saw of src and its headers (for callers' own caches)."""
-    hit = _memo.get((src.resolve(), name_expressions, checked))
+    hit = _memo.get((src.resolve(), name_expressions, checked, weight_type))
     return hit[0] if hit else []
 
 
@@ -295,11 +297,39 @@ def fresh(stamps: list[tuple[Path, int, int]]) -> bool:
     return bool(stamps) and _stamps([f for f, _, _ in stamps]) == stamps
 
 
-def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = False) -> Path:
+# A file whose entries come one a weight type (ggml_blocks.cuh's GB_ENTRIES families) is built once per
+# type a test asks for (GB_ONE_TYPE): a Q4_0 test of moe_gemv.cu compiles Q4_0's entries, not eleven
+# types' (its checked build: ~11x less g++ time); the entries written out by hand are in every build.
+_TYPED_FILE = re.compile(r"\bGB_(?:\w+_)?ENTR(?:Y|IES)(?:_ATTRS)?\s*\(")
+GB_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
+_TYPE_IN_NAME = re.compile(r"_(" + "|".join(GB_TYPES) + r")(?=_|$)")
+
+
+@functools.cache
+def _typed(src: Path, mtime_ns: int) -> bool:
+    return bool(_TYPED_FILE.search(src.read_text(errors="replace")))
+
+
+def module_type(src: Path, name: str) -> str | None:
+    """The weight type whose build of src holds entry `name`: its type for a typed file (\"\" for a
+    hand-written entry there), None for a file built whole."""
+    try:
+        typed = _typed(src, src.stat().st_mtime_ns)
+    except OSError:
+        return None
+    if not typed:
+        return None
+    m = _TYPE_IN_NAME.search(name)
+    return m.group(1) if m else ""
+
+
+def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = False,
+                 weight_type: str | None = None) -> Path:
     """The cached shared object for `src` (its entry points: Module reads them from it); `checked`:
-    built for the shared-memory checks (racecheck, initcheck)."""
+    built for the shared-memory checks (racecheck, initcheck); `weight_type` (module_type): only that
+    type's entries of a typed file ("": none of its typed ones)."""
     src = src.resolve()
-    memo_key = (src, name_expressions, checked)
+    memo_key = (src, name_expressions, checked, weight_type)
     hit = _memo.get(memo_key)
     if hit is not None and _stamps([f for f, _, _ in hit[0]]) == hit[0] and hit[1].exists():
         return hit[1]
@@ -309,6 +339,8 @@ def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = F
     incs = include_flags(src.parent)
     headers = local_headers(src, [Path(f[2:]) for f in incs])
     flags = [*KERNEL_FLAGS, *BASE_FLAGS, *(CHECKED_FLAGS if checked else []), "-include", "cuda_emu.h", "-DSHARPINF_EMU"]
+    if weight_type is not None:
+        flags += ["-DGB_ONE_TYPE", *([f"-DGB_TYPE_{weight_type}=1"] if weight_type else [])]
     # the source's folder and kernels_cu/ serve only local headers, keyed by resolved path and bytes
     # (not as flags): a kernels_cu/ of links to the real files (the scaffold test's) reuses their builds.
     # A <header> found there is not followed by local_headers: then the folders are keyed too.
