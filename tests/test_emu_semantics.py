@@ -515,3 +515,29 @@ def test_device_assert_raises_instead_of_aborting(be):
     x[3] = -2
     with pytest.raises(BackendError, match=r"assertion `x\[threadIdx.x\] > 0.0f` failed at .*" + line_of("faults.cu", "assert")):
         be.launch(k, 1, 32, [x])
+
+
+def test_a_typed_file_is_built_per_weight_type(tmp_path):
+    """A file of GB_ENTRIES families is built once per weight type a launch asks for (GB_ONE_TYPE,
+    source.module_type): each build holds that type's entries and the hand-written ones, and every
+    entry still runs with its own type's code."""
+    from sharpinf.runtime.emu.module import Module
+    from sharpinf.runtime.emu.source import module_type
+    from sharpinf.runtime.emu_backend import EmuBackend
+
+    f = tmp_path / "typed.cu"
+    f.write_text('#include "ggml_blocks.cuh"\n'
+                 "template <int QT> __device__ void put_type(float* y) { y[0] = (float)QT; }\n"
+                 "GB_ENTRIES(put, , (float* y), put_type, y)\n"
+                 'extern "C" __global__ void plain(float* y) { y[0] = -1.0f; }\n')
+    assert [module_type(f, n) for n in ("put_q4_0", "put_q6_k_g16", "plain")] == ["q4_0", "q6_k", ""]
+    from sharpinf.runtime.paths import kernels_dir
+
+    assert module_type(kernels_dir() / "attention.cu", "attention_f16_d64") is None  # built whole
+    be = EmuBackend()
+    y = be.zeros((1,), np.float32)
+    for name, want in (("put_q4_0", 2.0), ("put_q6_k", 14.0), ("put_f16", 1.0), ("plain", -1.0)):
+        be.launch(be.kernel(str(f), name), 1, 1, (y,))
+        assert y[0] == want, name
+    assert set(Module(build.build_module(f, (), False, "q4_0")).kernels) == {"put_q4_0", "plain"}
+    assert set(Module(build.build_module(f, (), False, "")).kernels) == {"plain"}

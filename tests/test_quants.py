@@ -16,11 +16,15 @@ from hypothesis import strategies as st
 from sharpinf.model import quants as q
 
 NAMES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
-QUANTIZED = NAMES[3:]
+# read by the NumPy reference, not yet by the kernels (quants.DEQUANT_ONLY)
+REFERENCE_ONLY = ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]
+QUANTIZED = NAMES[3:] + REFERENCE_ONLY
+ALL = NAMES + REFERENCE_ONLY
 # byte offsets of the fp16 scale fields inside one block
 F16_FIELDS = {
     "Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
     "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
+    "Q2_K": [80, 82], "Q3_K": [108], "IQ4_NL": [0], "IQ4_XS": [0],
 }
 # worst |dequantize(quantize(x)) - x| as a fraction of the block's (super-block's) max |x|.
 # Symmetric types (Q4_0, Q5_0, Q6_K) map the largest-magnitude value to -2^(b-1), so a value
@@ -28,6 +32,10 @@ F16_FIELDS = {
 ROUND_TRIP_BOUND = {
     "Q8_0": 0.005, "Q4_0": 0.13, "Q4_1": 0.07, "Q5_0": 0.065, "Q5_1": 0.035,
     "Q4_K": 0.075, "Q5_K": 0.037, "Q6_K": 0.035,
+    # 2 bits of an affine sub-block range (half a step of a third of it, scales rounded up); Q3_K's
+    # symmetric 3 bits clip as Q4_0's do (a full step, of a quarter); the IQ4 levels run -127..113, so
+    # a value as large as the block's (negative) largest but positive lands 14/127 short
+    "Q2_K": 0.38, "Q3_K": 0.26, "IQ4_NL": 0.12, "IQ4_XS": 0.125,
 }
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -46,13 +54,17 @@ def gguf_dequant(raw: np.ndarray, name: str, shape: tuple[int, ...]) -> np.ndarr
     return np.asarray(gq.dequantize(raw, qtype), np.float32).reshape(shape)
 
 
+def qt(name: str) -> int:
+    return int(gguf.GGMLQuantizationType[name])
+
+
 def random_raw(name: str, n_blocks: int, seed: int) -> np.ndarray:
     """Random block bytes with every fp16 scale field finite and of sane size."""
     rng = np.random.default_rng(seed)
     if name in ("F32", "F16", "BF16"):
         x = (rng.standard_normal(n_blocks * 32) * 10).astype(np.float32)
         return q.quantize(x, q.qtype_from_name(name)).reshape(-1)
-    qtype = q.qtype_from_name(name)
+    qtype = qt(name)
     blocks = rng.integers(0, 256, size=(n_blocks, q.BLOCK_BYTES[qtype]), dtype=np.uint8)
     for at in F16_FIELDS[name]:
         scale = (rng.standard_normal((n_blocks, 1)) * 0.05).astype(np.float16)
@@ -61,10 +73,9 @@ def random_raw(name: str, n_blocks: int, seed: int) -> np.ndarray:
 
 
 def test_block_tables_match_ggml():
-    assert len(q.SUPPORTED) == len(NAMES)
-    for name in NAMES:
-        qtype = q.qtype_from_name(name)
-        assert qtype == int(gguf.GGMLQuantizationType[name])
+    assert len(q.SUPPORTED) == len(NAMES) and len(q.DEQUANT_ONLY) == len(REFERENCE_ONLY)
+    for name in ALL:
+        qtype = qt(name)
         assert (q.BLOCK_ELEMS[qtype], q.BLOCK_BYTES[qtype]) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]]
 
 
@@ -80,11 +91,11 @@ def test_qtype_from_name_and_row_bytes():
         q.row_bytes(q.Q4_K, 128)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), n_blocks=st.integers(1, 6))
 def test_dequantize_random_blocks_matches_gguf(name, seed, n_blocks):
-    qtype = q.qtype_from_name(name)
+    qtype = qt(name)
     raw = random_raw(name, n_blocks, seed)
     n = raw.size // q.BLOCK_BYTES[qtype] * q.BLOCK_ELEMS[qtype]
     shape = (1, n)
@@ -93,14 +104,14 @@ def test_dequantize_random_blocks_matches_gguf(name, seed, n_blocks):
     assert bits_equal(ours, gguf_dequant(raw, name, shape))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 4), blocks_per_row=st.integers(1, 3),
        scale=st.sampled_from([0.05, 1.0, 30.0]))
 def test_quantize_round_trip(name, seed, rows, blocks_per_row, scale):
     # scales stay where the fp16 block scales are normal numbers: far smaller values lose
     # precision to fp16 subnormals (Q6_K's d is max|x| / 4064), in ggml as here
-    qtype = q.qtype_from_name(name)
+    qtype = qt(name)
     cols = blocks_per_row * max(q.BLOCK_ELEMS[qtype], 32)
     x = (np.random.default_rng(seed).standard_normal((rows, cols)) * scale).astype(np.float32)
     raw = q.quantize(x, qtype)
@@ -122,7 +133,7 @@ def test_quantize_round_trip(name, seed, rows, blocks_per_row, scale):
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_degenerate_blocks(name):
     """All-zero and constant blocks: no division by zero, exact zeros back."""
-    qtype = q.qtype_from_name(name)
+    qtype = qt(name)
     n = q.BLOCK_ELEMS[qtype] * 2
     zero = np.zeros((1, n), np.float32)
     assert np.array_equal(q.dequantize(q.quantize(zero, qtype), qtype, zero.shape), zero)

@@ -173,12 +173,8 @@ def _read_tensors(path: Path, reader) -> dict[str, QTensor]:
         qtype = int(t.tensor_type)
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # GGUF ne -> numpy order
         if qtype not in quants.SUPPORTED:
-            supported = ", ".join(quants.qtype_name(q) for q in quants.SUPPORTED)
-            raise ModelError(
-                path,
-                f"unsupported quant type {quants.qtype_name(qtype)} in tensor {t.name!r} "
-                f"(supported: {supported})",
-            )
+            raise ModelError(path, f"unsupported quant type {quants.qtype_name(qtype)} in tensor {t.name!r} "
+                                   f"({quants.why_unsupported(qtype)})")
         rb = quants.row_bytes(qtype, shape[-1])
         end = t.data_offset + rb * math.prod(shape[:-1])
         raw = reader.data[t.data_offset:end].reshape(-1, rb)  # (rows, row_bytes), read-only memmap view

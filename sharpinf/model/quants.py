@@ -18,8 +18,12 @@ from gguf import GGMLQuantizationType as T
 F32, F16, BF16 = int(T.F32), int(T.F16), int(T.BF16)
 Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 = int(T.Q8_0), int(T.Q4_0), int(T.Q4_1), int(T.Q5_0), int(T.Q5_1)
 Q4_K, Q5_K, Q6_K = int(T.Q4_K), int(T.Q5_K), int(T.Q6_K)
+Q2_K, Q3_K, IQ4_NL, IQ4_XS = int(T.Q2_K), int(T.Q3_K), int(T.IQ4_NL), int(T.IQ4_XS)
 
 SUPPORTED = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)
+# Read (dequantized) by the NumPy reference; the kernels do not take them yet, so a file holding
+# them is refused by the loader (model/tensors.py) naming the tensor and its type.
+DEQUANT_ONLY = (Q2_K, Q3_K, IQ4_NL, IQ4_XS)
 
 QK = 32  # elements per block of the legacy formats
 QK_K = 256  # elements per super-block of the K-quants
@@ -28,6 +32,7 @@ BLOCK_ELEMS: dict[int, int] = {
     F32: 1, F16: 1, BF16: 1,
     Q8_0: QK, Q4_0: QK, Q4_1: QK, Q5_0: QK, Q5_1: QK,
     Q4_K: QK_K, Q5_K: QK_K, Q6_K: QK_K,
+    Q2_K: QK_K, Q3_K: QK_K, IQ4_NL: QK, IQ4_XS: QK_K,
 }
 BLOCK_BYTES: dict[int, int] = {
     F32: 4, F16: 2, BF16: 2,
@@ -39,6 +44,10 @@ BLOCK_BYTES: dict[int, int] = {
     Q4_K: 2 + 2 + 12 + 128,
     Q5_K: 2 + 2 + 12 + 32 + 128,
     Q6_K: 128 + 64 + 16 + 2,
+    Q2_K: 16 + 64 + 2 + 2,
+    Q3_K: 32 + 64 + 12 + 2,
+    IQ4_NL: 2 + 16,
+    IQ4_XS: 2 + 2 + 4 + 128,
 }
 
 
@@ -56,9 +65,16 @@ def qtype_from_name(name: str) -> int:
     except KeyError:
         qtype = -1
     if qtype not in SUPPORTED:
-        names = ", ".join(qtype_name(q) for q in SUPPORTED)
-        raise ValueError(f"unsupported quant type {name!r}; supported: {names}")
+        raise ValueError(f"unsupported quant type {name!r}: {why_unsupported(qtype)}")
     return qtype
+
+
+def why_unsupported(qtype: int) -> str:
+    """One line for a type the kernels do not take: what is supported, and whether the reference reads it."""
+    names = ", ".join(qtype_name(q) for q in SUPPORTED)
+    if qtype in DEQUANT_ONLY:
+        return f"the NumPy reference dequantizes it, the kernels do not yet; supported: {names}"
+    return f"supported: {names}"
 
 
 def row_bytes(qtype: int, n_cols: int) -> int:
@@ -223,11 +239,73 @@ def _dequant_q6_k(blocks: np.ndarray) -> np.ndarray:
     return (dl * q.reshape(n, 16, 16).astype(np.float32)).reshape(n, QK_K)
 
 
+def _dequant_q2_k(blocks: np.ndarray) -> np.ndarray:
+    # [scales: 16 bytes, sc low nibble, m high][qs: 64 bytes][d: f16][dmin: f16]
+    # 16 sub-blocks of 16: y = (d * sc) * q - (dmin * m), q 2 bits. Element 128h + 32j + l
+    # (half h, j = 0..3, l = 0..31) is bits 2j, 2j+1 of qs[32h + l].
+    n = blocks.shape[0]
+    scales = blocks[:, :16]
+    dl = (_f16(blocks, 80) * (scales & 0x0F).astype(np.float32)).reshape(n, 16, 1)
+    ml = (_f16(blocks, 82) * (scales >> 4).astype(np.float32)).reshape(n, 16, 1)
+    q = _crumbs(blocks[:, 16:80]).reshape(n, 16, 16).astype(np.float32)
+    return (dl * q - ml).reshape(n, QK_K)
+
+
+def _crumbs(qs: np.ndarray) -> np.ndarray:
+    """(n, 64) bytes -> (n, 256) 2-bit values of Q2_K/Q3_K: element 128h + 32j + l is bits 2j, 2j+1 of
+    byte 32h + l."""
+    q = qs.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    return (q & 3).reshape(-1, QK_K)
+
+
+def _q3_k_scales(s: np.ndarray) -> np.ndarray:
+    """12 bytes -> 16 six-bit scales, minus 32 (n, 16) int8: scale i's low 4 bits are nibble i // 8 of
+    byte i % 8, its high 2 bits bits 2(i // 4), 2(i // 4) + 1 of byte 8 + i % 4."""
+    lo = np.concatenate([s[:, :8] & 0x0F, s[:, :8] >> 4], axis=-1)
+    hi = (s[:, 8:12].reshape(-1, 1, 4) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)).reshape(-1, 16) & 3
+    return (lo | (hi << 4)).astype(np.int8) - np.int8(32)
+
+
+def _dequant_q3_k(blocks: np.ndarray) -> np.ndarray:
+    # [hmask: 32 bytes][qs: 64 bytes][scales: 12 bytes, 16 x 6 bits][d: f16]
+    # 16 sub-blocks of 16: y = (d * (scale - 32)) * q, q = 2 low bits (as Q2_K) - 4 unless the
+    # element's hmask bit is set (element 32k + l: bit k of hmask[l]).
+    n = blocks.shape[0]
+    dl = (_f16(blocks, 108) * _q3_k_scales(blocks[:, 96:108]).astype(np.float32)).reshape(n, 16, 1)
+    h = (blocks[:, :32].reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1
+    q = _crumbs(blocks[:, 32:96]).astype(np.int8) - ((h.reshape(n, QK_K) ^ 1) << 2).astype(np.int8)
+    return (dl * q.reshape(n, 16, 16).astype(np.float32)).reshape(n, QK_K)
+
+
+# IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl): a nibble is an index into them
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
+
+
+def _dequant_iq4_nl(blocks: np.ndarray) -> np.ndarray:
+    # [d: f16][qs: 16 bytes, nibbles as Q4_0]   y = d * IQ4_LEVELS[nibble]
+    return _f16(blocks, 0) * IQ4_LEVELS[_nibbles(blocks[:, 2:])].astype(np.float32)
+
+
+def _dequant_iq4_xs(blocks: np.ndarray) -> np.ndarray:
+    # [d: f16][scales_h: u16][scales_l: 4 bytes][qs: 128 bytes]   8 sub-blocks of 32:
+    # y = (d * (ls - 32)) * IQ4_LEVELS[nibble], ls of sub-block s = nibble s % 2 of scales_l[s // 2]
+    # | bits 2s, 2s+1 of scales_h << 4; its nibbles as Q4_0's in qs[16s:16s+16].
+    n = blocks.shape[0]
+    sh = blocks[:, 2:4].copy().view(np.uint16)  # (n, 1)
+    sl = np.concatenate([blocks[:, 4:8, None] & 0x0F, blocks[:, 4:8, None] >> 4], axis=-1).reshape(n, 8)
+    hi = ((sh >> (2 * np.arange(8, dtype=np.uint16))) & 3).astype(np.uint8)
+    ls = (sl | (hi << 4)).astype(np.int8) - np.int8(32)
+    dl = (_f16(blocks, 0) * ls.astype(np.float32)).reshape(n, 8, 1)
+    q = IQ4_LEVELS[_nibbles(blocks[:, 8:].reshape(n * 8, 16))].reshape(n, 8, 32)
+    return (dl * q.astype(np.float32)).reshape(n, QK_K)
+
+
 _DEQUANT = {
     F32: _dequant_f32, F16: _dequant_f16, BF16: _dequant_bf16,
     Q8_0: _dequant_q8_0, Q4_0: _dequant_q4_0, Q4_1: _dequant_q4_1,
     Q5_0: _dequant_q5_0, Q5_1: _dequant_q5_1,
     Q4_K: _dequant_q4_k, Q5_K: _dequant_q5_k, Q6_K: _dequant_q6_k,
+    Q2_K: _dequant_q2_k, Q3_K: _dequant_q3_k, IQ4_NL: _dequant_iq4_nl, IQ4_XS: _dequant_iq4_xs,
 }
 
 
@@ -395,6 +473,69 @@ def _quant_q6_k(x: np.ndarray) -> np.ndarray:
         [ql.reshape(n, 128), qh.reshape(n, 64), sc.view(np.uint8), _as_f16_bytes(d)], axis=-1)
 
 
+def _quant_q2_k(x: np.ndarray) -> np.ndarray:
+    # per 16-value sub-block y = (d*sc)*q - (dmin*m), sc, m 4 bits, q 2 bits: _quant_k_affine's scheme
+    n = x.shape[0]
+    sub = x.reshape(n, 16, 16)
+    neg_lo = -np.minimum(sub.min(axis=-1), 0)
+    dmin = _f16_up(neg_lo.max(axis=-1, keepdims=True) / 15)
+    m = np.clip(np.ceil(neg_lo * _safe_inv(dmin)), 0, 15).astype(np.uint8)
+    ml = dmin * m.astype(np.float32)
+    scale = (sub.max(axis=-1) + ml) / 3
+    d = _f16_up(scale.max(axis=-1, keepdims=True) / 15)
+    sc = np.clip(np.ceil(scale * _safe_inv(d)), 0, 15).astype(np.uint8)
+    dl = (d * sc.astype(np.float32))[..., None]
+    q = np.clip(np.round((sub + ml[..., None]) * _safe_inv(dl)), 0, 3).astype(np.uint8)
+    return np.concatenate([sc | (m << 4), _pack_crumbs(q.reshape(n, QK_K)), _as_f16_bytes(d), _as_f16_bytes(dmin)],
+                          axis=-1)
+
+
+def _pack_crumbs(q: np.ndarray) -> np.ndarray:
+    """(n, 256) 2-bit values -> (n, 64) bytes, inverse of _crumbs."""
+    q = q.reshape(-1, 2, 4, 32) << np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    return q.sum(axis=2, dtype=np.uint8).reshape(-1, 64)
+
+
+def _quant_q3_k(x: np.ndarray) -> np.ndarray:
+    # per 16-value sub-block y = (d * sc) * q, sc 6 bits signed, q in -4..3 (the largest magnitude -> -4)
+    n = x.shape[0]
+    sub = x.reshape(n, 16, 16)
+    scale = _signed_absmax(sub.reshape(n * 16, 16)).reshape(n, 16) / -4
+    d = (np.abs(scale).max(axis=-1, keepdims=True) / 31).astype(np.float16).astype(np.float32)
+    sc = np.clip(np.round(scale * _safe_inv(d)), -32, 31).astype(np.int8)
+    dl = (d * sc.astype(np.float32))[..., None]
+    q = (np.clip(np.round(sub * _safe_inv(dl)), -4, 3) + 4).astype(np.uint8).reshape(n, QK_K)
+    hmask = ((q >> 2).reshape(n, 8, 32) << np.arange(8, dtype=np.uint8).reshape(1, 8, 1)).sum(axis=1, dtype=np.uint8)
+    u = (sc.astype(np.int16) + 32).astype(np.uint8)  # (n, 16) six bits
+    lo = (u[:, :8] & 0x0F) | ((u[:, 8:] & 0x0F) << 4)
+    hi = ((u >> 4).reshape(n, 4, 4) << np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)).sum(axis=1, dtype=np.uint8)
+    return np.concatenate([hmask, _pack_crumbs(q & 3), lo, hi, _as_f16_bytes(d)], axis=-1)
+
+
+def _nearest_level(v: np.ndarray) -> np.ndarray:
+    """The index of the IQ4 level nearest each value (in units of the block's scale)."""
+    return np.abs(v[..., None] - IQ4_LEVELS.astype(np.float32)).argmin(axis=-1).astype(np.uint8)
+
+
+def _quant_iq4_nl(x: np.ndarray) -> np.ndarray:
+    d = (_signed_absmax(x) / -127).astype(np.float16).astype(np.float32)  # the largest magnitude -> -127
+    return np.concatenate([_as_f16_bytes(d), _pack_nibbles(_nearest_level(x * _safe_inv(d)))], axis=-1)
+
+
+def _quant_iq4_xs(x: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    sub = x.reshape(n, 8, 32)
+    scale = _signed_absmax(sub.reshape(n * 8, 32)).reshape(n, 8) / -127
+    d = (np.abs(scale).max(axis=-1, keepdims=True) / 31).astype(np.float16).astype(np.float32)
+    ls = np.clip(np.round(scale * _safe_inv(d)), -32, 31).astype(np.int16) + 32  # (n, 8) six bits
+    dl = (d * (ls - 32).astype(np.float32))[..., None]
+    q = _nearest_level(sub * _safe_inv(dl)).reshape(n * 8, 32)
+    sl = (ls[:, 0::2] & 0x0F) | ((ls[:, 1::2] & 0x0F) << 4)
+    sh = ((ls >> 4) << (2 * np.arange(8))).sum(axis=-1).astype(np.uint16).reshape(n, 1)
+    return np.concatenate([_as_f16_bytes(d), sh.view(np.uint8), sl.astype(np.uint8),
+                           _pack_nibbles(q).reshape(n, 128)], axis=-1)
+
+
 def _quant_bf16(x: np.ndarray) -> np.ndarray:
     # round to nearest even on the dropped 16 bits (finite inputs)
     u = x.view(np.uint32).astype(np.uint64)
@@ -409,6 +550,7 @@ _QUANT = {
     Q8_0: _quant_q8_0, Q4_0: _quant_q4_0, Q4_1: _quant_q4_1,
     Q5_0: _quant_q5_0, Q5_1: _quant_q5_1,
     Q4_K: _quant_q4_k, Q5_K: _quant_q5_k, Q6_K: _quant_q6_k,
+    Q2_K: _quant_q2_k, Q3_K: _quant_q3_k, IQ4_NL: _quant_iq4_nl, IQ4_XS: _quant_iq4_xs,
 }
 
 

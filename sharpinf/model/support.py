@@ -27,8 +27,9 @@ ARCH_NOTES = {  # what each graph is, beyond llama's (the graph itself: oracles/
     "smollm3": "llama's graph without RoPE on every 4th layer (SmolLM3)",
     "phi3": "Phi-3/Phi-4: Q, K, V and gate|up fused in the file; LongRoPE's long or short factors by the run's context",
 }
-REFUSED = ("archs mistral3, gemma2, gpt-oss; types Q2_K, Q3_K, IQ4_NL, "
-           "IQ4_XS and the other IQ types; any key or tensor the graph would not apply (sharpinf info FILE names it)")
+REFUSED = ("archs mistral3, gemma2, gpt-oss; types " + ", ".join(quants.qtype_name(q) for q in quants.DEQUANT_ONLY)
+           + " (the NumPy reference dequantizes them, bit-equal to gguf-py; the kernels not yet) and the other IQ "
+           "types; any key or tensor the graph would not apply (sharpinf info FILE names it)")
 
 
 def support_rows() -> list[dict]:

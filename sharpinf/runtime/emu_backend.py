@@ -34,6 +34,7 @@ from sharpinf.runtime.emu.isolate import run_isolated  # noqa: F401 - re-exporte
 from sharpinf.runtime.emu.memcheck import MODES, OFF, allocate, fault_message, guard_report, mode_from
 from sharpinf.runtime.emu.module import EmuKernel, Module
 from sharpinf.runtime.emu.signature import param_names
+from sharpinf.runtime.emu.source import module_type
 
 ORDERS = {"forward": 0, "reverse": 1, "random": 2}
 
@@ -74,7 +75,7 @@ class EmuBackend(Backend):
             return hit[0]
         src = self._source(filename)
         checked = bool(self._check)
-        wtype = build.module_type(src, name)
+        wtype = module_type(src, name)
         so = build.build_module(src, key[2], checked, wtype)
         mod = self._modules.get(so)
         if mod is None:

@@ -23,7 +23,6 @@ import functools
 import hashlib
 import os
 import platform
-import re
 import shutil
 import subprocess
 import tempfile
@@ -295,32 +294,6 @@ def stamps_of(src: Path, name_expressions: tuple[str, ...], checked: bool = Fals
 
 def fresh(stamps: list[tuple[Path, int, int]]) -> bool:
     return bool(stamps) and _stamps([f for f, _, _ in stamps]) == stamps
-
-
-# A file whose entries come one a weight type (ggml_blocks.cuh's GB_ENTRIES families) is built once per
-# type a test asks for (GB_ONE_TYPE): a Q4_0 test of moe_gemv.cu compiles Q4_0's entries, not eleven
-# types' (its checked build: ~11x less g++ time); the entries written out by hand are in every build.
-_TYPED_FILE = re.compile(r"\bGB_(?:\w+_)?ENTR(?:Y|IES)(?:_ATTRS)?\s*\(")
-GB_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
-_TYPE_IN_NAME = re.compile(r"_(" + "|".join(GB_TYPES) + r")(?=_|$)")
-
-
-@functools.cache
-def _typed(src: Path, mtime_ns: int) -> bool:
-    return bool(_TYPED_FILE.search(src.read_text(errors="replace")))
-
-
-def module_type(src: Path, name: str) -> str | None:
-    """The weight type whose build of src holds entry `name`: its type for a typed file (\"\" for a
-    hand-written entry there), None for a file built whole."""
-    try:
-        typed = _typed(src, src.stat().st_mtime_ns)
-    except OSError:
-        return None
-    if not typed:
-        return None
-    m = _TYPE_IN_NAME.search(name)
-    return m.group(1) if m else ""
 
 
 def build_module(src: Path, name_expressions: tuple[str, ...], checked: bool = False,
