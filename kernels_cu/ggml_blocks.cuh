@@ -30,6 +30,11 @@
 #define GB_Q5_K 13
 #define GB_Q6_K 14
 #define GB_BF16 30
+// decoded here (gb_decode_chunk: embedding.cu), not yet in the GB_*_ENTRIES families the matmuls use
+#define GB_Q2_K 10
+#define GB_Q3_K 11
+#define GB_IQ4_NL 20
+#define GB_IQ4_XS 23
 
 #define GB_CHUNK 32  // values per chunk
 
@@ -122,6 +127,10 @@ template <> struct GbInfo<GB_Q5_1> { enum { elems = 32,  bytes = 24 }; };
 template <> struct GbInfo<GB_Q4_K> { enum { elems = 256, bytes = 144 }; };
 template <> struct GbInfo<GB_Q5_K> { enum { elems = 256, bytes = 176 }; };
 template <> struct GbInfo<GB_Q6_K> { enum { elems = 256, bytes = 210 }; };
+template <> struct GbInfo<GB_Q2_K> { enum { elems = 256, bytes = 84 }; };
+template <> struct GbInfo<GB_Q3_K> { enum { elems = 256, bytes = 110 }; };
+template <> struct GbInfo<GB_IQ4_NL> { enum { elems = 32, bytes = 18 }; };
+template <> struct GbInfo<GB_IQ4_XS> { enum { elems = 256, bytes = 136 }; };
 
 // bytes of one row of n values (n a multiple of the block size)
 template <int QT> __device__ __forceinline__ long long gb_row_bytes(int n) {
@@ -271,6 +280,72 @@ __device__ __forceinline__ void gb_decode_q6_k(const unsigned char* b, int s, fl
     }
 }
 
+// Q2_K (84 bytes): [scales: 16 bytes, sc low nibble, m high][qs: 64 bytes][d: f16][dmin: f16]
+//   16 sub-blocks of 16: w = (d * sc) * q - (dmin * m), q 2 bits. Chunk s = 4h + j (half h, j = 0..3)
+//   holds values 128h + 32j + l: q = bits 2j, 2j+1 of qs[32h + l]; scales[2s] for l < 16, [2s+1] after.
+__device__ __forceinline__ void gb_decode_q2_k(const unsigned char* b, int s, float (&w)[32]) {
+    const float d = gb_f16_at(b + 80), dmin = gb_f16_at(b + 82);
+    const int sc0 = b[2 * s], sc1 = b[2 * s + 1];
+    const float dl0 = d * (float)(sc0 & 15), ml0 = dmin * (float)(sc0 >> 4);
+    const float dl1 = d * (float)(sc1 & 15), ml1 = dmin * (float)(sc1 >> 4);
+    const unsigned char* qs = b + 16 + 32 * (s >> 2);
+    const int shift = 2 * (s & 3);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+        const float q = (float)((qs[l] >> shift) & 3);
+        w[l] = l < 16 ? dl0 * q - ml0 : dl1 * q - ml1;
+    }
+}
+
+// Q3_K (110 bytes): [hmask: 32 bytes][qs: 64 bytes][scales: 12 bytes, 16 x 6 bits][d: f16]
+//   16 sub-blocks of 16: w = (d * (scale - 32)) * q, q = the 2 low bits (as Q2_K's) - 4 unless bit s of
+//   hmask[l] is set. Scale i: low 4 bits nibble i / 8 of byte i % 8, high 2 bits 2(i / 4) of byte 8 + i % 4.
+__device__ __forceinline__ int gb_q3_k_scale(const unsigned char* k, int i) {
+    const int lo = (k[i & 7] >> (4 * (i >> 3))) & 15, hi = (k[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+__device__ __forceinline__ void gb_decode_q3_k(const unsigned char* b, int s, float (&w)[32]) {
+    const float d = gb_f16_at(b + 108);
+    const float dl0 = d * (float)gb_q3_k_scale(b + 96, 2 * s), dl1 = d * (float)gb_q3_k_scale(b + 96, 2 * s + 1);
+    const unsigned char* qs = b + 32 + 32 * (s >> 2);
+    const int shift = 2 * (s & 3);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+        const int q = ((qs[l] >> shift) & 3) - (((b[l] >> s) & 1) ? 0 : 4);
+        w[l] = (l < 16 ? dl0 : dl1) * (float)q;
+    }
+}
+
+// IQ4_NL's and IQ4_XS's 16 levels (quants.IQ4_LEVELS): a nibble indexes them
+__device__ __forceinline__ int gb_iq4_level(int i) {
+    const signed char levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    return levels[i];
+}
+
+// IQ4_NL (18 bytes): [d: f16][qs: 16 bytes, nibbles as Q4_0's]            w = d * level[nibble]
+__device__ __forceinline__ void gb_decode_iq4_nl(const unsigned char* b, float (&w)[32]) {
+    const float d = gb_f16_at(b);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        w[j] = d * (float)gb_iq4_level(b[2 + j] & 15);
+        w[j + 16] = d * (float)gb_iq4_level(b[2 + j] >> 4);
+    }
+}
+
+// IQ4_XS (136 bytes): [d: f16][scales_h: u16][scales_l: 4 bytes][qs: 128 bytes]   8 sub-blocks of 32:
+//   w = (d * (ls - 32)) * level[nibble], ls = nibble s % 2 of scales_l[s / 2] | bits 2s, 2s+1 of
+//   scales_h << 4; sub-block s's nibbles as Q4_0's in qs[16s .. 16s + 15].
+__device__ __forceinline__ void gb_decode_iq4_xs(const unsigned char* b, int s, float (&w)[32]) {
+    const int ls = ((b[4 + (s >> 1)] >> (4 * (s & 1))) & 15) | (((int)(gb_u16(b + 2) >> (2 * s)) & 3) << 4);
+    const float dl = gb_f16_at(b) * (float)(ls - 32);
+    const unsigned char* qs = b + 8 + 16 * s;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        w[j] = dl * (float)gb_iq4_level(qs[j] & 15);
+        w[j + 16] = dl * (float)gb_iq4_level(qs[j] >> 4);
+    }
+}
+
 // --- one entry point for every type ------------------------------------------------------------
 // Chunk c (values 32c..32c+31) of a row of type QT; the row must hold at least 32(c+1) values.
 template <int QT> __device__ __forceinline__ void gb_decode_chunk(const unsigned char* row, int c, float (&w)[32]);
@@ -285,3 +360,7 @@ template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q5_1>(const unsig
 template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q4_K>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q4_k(r + (long long)(c >> 3) * 144, c & 7, w); }
 template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q5_K>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q5_k(r + (long long)(c >> 3) * 176, c & 7, w); }
 template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q6_K>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q6_k(r + (long long)(c >> 3) * 210, c & 7, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q2_K>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q2_k(r + (long long)(c >> 3) * 84, c & 7, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q3_K>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q3_k(r + (long long)(c >> 3) * 110, c & 7, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_IQ4_NL>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_iq4_nl(r + (long long)c * 18, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_IQ4_XS>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_iq4_xs(r + (long long)(c >> 3) * 136, c & 7, w); }

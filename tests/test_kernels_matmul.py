@@ -33,6 +33,7 @@ F16_FIELDS = {
     quants.Q8_0: (0,), quants.Q4_0: (0,), quants.Q5_0: (0,),
     quants.Q4_1: (0, 2), quants.Q5_1: (0, 2),
     quants.Q4_K: (0, 2), quants.Q5_K: (0, 2), quants.Q6_K: (208,),
+    quants.Q2_K: (80, 82), quants.Q3_K: (108,), quants.IQ4_NL: (0,), quants.IQ4_XS: (0,),
 }
 
 
@@ -233,6 +234,17 @@ def test_embedding_exact(backend, qtype, k, scale):
         ids = np.concatenate([[0, n_vocab - 1, 5, 5], rng.integers(0, n_vocab, 7)])
         got = _run_embed(backend, raw, qtype, ids, n_embd, scale)
         assert_same(_bits(got), _bits(embed_reference(raw, qtype, ids, n_embd, scale)))
+
+
+@pytest.mark.parametrize("qtype", quants.DEQUANT_ONLY, ids=[quants.qtype_name(q) for q in quants.DEQUANT_ONLY])
+def test_embedding_decodes_the_reference_only_types_exactly(backend, qtype):
+    """ggml_blocks.cuh's decode of Q2_K, Q3_K, IQ4_NL and IQ4_XS (the matmuls do not take them yet)
+    equals quants.dequantize, itself bit-equal to gguf-py's, on quantized rows and random block bytes."""
+    rng = _rng("embed-new", qtype)
+    n_vocab, n_embd = 9, _min_n_in(qtype) * 2
+    for raw in (_quantized_weights(rng, qtype, n_vocab, n_embd), _random_raw(rng, qtype, n_vocab, n_embd)):
+        ids = np.array([0, n_vocab - 1, 4, 4, 7], np.int32)
+        assert_same(_bits(_run_embed(backend, raw, qtype, ids, n_embd)), _bits(embed_reference(raw, qtype, ids, n_embd)))
 
 
 def test_embedding_takes_fed_ids_and_writes_them_back(backend):
