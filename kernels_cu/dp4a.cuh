@@ -489,6 +489,167 @@ template <> struct DpChunk<GB_Q6_K> {
     }
 };
 
+// --- the types only the baselines compile (GB_ALL_ENTRIES) ------------------------------------------
+// Q2_K (84 bytes), chunk s = 4h + j: q = bits 2j, 2j+1 of qs[32h + l] (0..3), scale byte 2s for values
+// l < 16 and 2s + 1 after (low nibble sc, high m):
+//   (d d_x) (sc0 idot0 + sc1 idot1), then - (dmin d_x) (m0 s0 + m1 s1),  s0/s1 the halves' sums of x
+template <> struct DpChunk<GB_Q2_K> {
+    int w[8];
+    float d, dmin;
+    int sc0, sc1, m0, m1;
+    struct Raw {
+        int q[8];     // the 32 bytes of qs holding chunk s's pairs (and three neighbours')
+        unsigned sc;  // scale bytes 2s, 2s + 1
+        unsigned dm;  // d | dmin << 16
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
+        const unsigned char* b = row + 84LL * (c >> 3);  // 84-byte blocks keep a row's 4-byte alignment
+        const int s = c & 7;
+        Raw r;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) r.q[k] = dp_word_a4(b + 16 + 32 * (s >> 2) + 4 * k);
+        r.sc = dp_u16_a2(b + 2 * s);
+        r.dm = (unsigned)dp_word_a4(b + 80);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int c) {
+        const int shift = 2 * (c & 3);  // (c & 7) & 3
+        d = gb_half_bits(r.dm & 0xFFFFu);
+        dmin = gb_half_bits(r.dm >> 16);
+        sc0 = (int)(r.sc & 15u), m0 = (int)((r.sc >> 4) & 15u);
+        sc1 = (int)((r.sc >> 8) & 15u), m1 = (int)(r.sc >> 12);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) w[k] = (r.q[k] >> shift) & 0x03030303;
+    }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
+        return acc_idot(acc, dp_dot8(w, x.q, 0, 4), dp_dot8(w, x.q, 4, 8), dp_xf(x.d, x.s), dp_dot8(ones, x.q));
+    }
+    // idot_lo / idot_hi: the int8 dots of values 0..15 and 16..31; s0: the sum of x's first 16
+    __device__ __forceinline__ float acc_idot(float acc, int idot_lo, int idot_hi, const DpXF& x, int s0) const {
+        const int s1 = x.s - s0;
+        return gb_fma(-dmin * x.d, dp_i2f(m0 * s0 + m1 * s1), gb_fma(d * x.d, dp_i2f(sc0 * idot_lo + sc1 * idot_hi), acc));
+    }
+};
+
+// Q3_K (110 bytes, 2-byte aligned), chunk s = 4h + j: q3 = Q2_K's pair | bit s of hmask[l] << 2 (0..7),
+// value q3 - 4; 6-bit scales 2s (l < 16) and 2s + 1 less 32 (gb_q3_k_scale's bits):
+//   (d d_x) (sc0 (idot0 - 4 s0) + sc1 (idot1 - 4 s1))
+template <> struct DpChunk<GB_Q3_K> {
+    int w[8];
+    float d;
+    int sc0, sc1;
+    struct Raw {
+        DpSpanA2<32> qs, hm;  // chunk s's 32 bytes of qs, the 32 bytes of hmask
+        unsigned lo, hi, d;   // 16-bit units: scale bytes 2s % 8 and 8 + 2s % 4 (and the next); d
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
+        const unsigned char* b = row + 110LL * (c >> 3);
+        const int s = c & 7;
+        Raw r;
+        r.qs.fetch(b + 32 + 32 * (s >> 2));
+        r.hm.fetch(b);
+        r.lo = dp_u16_a2(b + 96 + ((2 * s) & 7));
+        r.hi = dp_u16_a2(b + 104 + ((2 * s) & 3));
+        r.d = dp_u16_a2(b + 108);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int c) {
+        const int s = c & 7, shift = 2 * (s & 3);
+        d = gb_half_bits(r.d);
+        const unsigned lo = r.lo >> (4 * (s >> 2)), hi = r.hi >> (2 * (s >> 1));
+        sc0 = (int)((lo & 15u) | ((hi & 3u) << 4)) - 32;
+        sc1 = (int)(((lo >> 8) & 15u) | (((hi >> 8) & 3u) << 4)) - 32;
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            w[k] = (((int)r.qs.at(4 * k) >> shift) & 0x03030303) | ((((int)r.hm.at(4 * k) >> s) & 0x01010101) << 2);
+    }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
+        return acc_idot(acc, dp_dot8(w, x.q, 0, 4), dp_dot8(w, x.q, 4, 8), dp_xf(x.d, x.s), dp_dot8(ones, x.q));
+    }
+    __device__ __forceinline__ float acc_idot(float acc, int idot_lo, int idot_hi, const DpXF& x, int s0) const {
+        const int s1 = x.s - s0;
+        return gb_fma(d * x.d, dp_i2f(sc0 * (idot_lo - 4 * s0) + sc1 * (idot_hi - 4 * s1)), acc);
+    }
+};
+
+// Four nibbles (each byte's low 4 bits) -> their IQ4 levels as 4 int8 (gb_iq4_level)
+__device__ __forceinline__ int dp_iq4_word(unsigned n) {
+    unsigned r = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) r |= ((unsigned)gb_iq4_level((int)(n >> (8 * b)) & 15) & 0xFFu) << (8 * b);
+    return (int)r;
+}
+
+// IQ4_NL (18 bytes): Q4_0's layout, a nibble the index of a level            (d d_x) idot
+template <> struct DpChunk<GB_IQ4_NL> {
+    int w[8];
+    float d;
+    struct Raw {
+        DpSpanA2<18> b;
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
+        Raw r;
+        r.b.fetch(row + 18LL * c);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int) {
+        d = gb_half_bits(r.b.at(0) & 0xFFFFu);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const unsigned raw = r.b.at(2 + 4 * k);
+            w[k] = dp_iq4_word(raw & 0x0F0F0F0Fu);
+            w[k + 4] = dp_iq4_word((raw >> 4) & 0x0F0F0F0Fu);
+        }
+    }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
+    __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
+        return gb_fma(d * x.d, dp_i2f(idot), acc);
+    }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);
+    }
+};
+
+// IQ4_XS (136 bytes, 8-byte aligned), sub-block s: IQ4_NL's levels from qs[16s..16s+15], scale
+// d (ls - 32) (gb_decode_iq4_xs's ls)                                          (dl d_x) idot
+template <> struct DpChunk<GB_IQ4_XS> {
+    int w[8];
+    float dl;
+    struct Raw {
+        unsigned head[2];  // d | scales_h << 16, scales_l
+        unsigned q[4];     // the 16 bytes of sub-block s's nibbles
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
+        const unsigned char* b = row + 136LL * (c >> 3);
+        Raw r;
+        dp_words_vec<2>(b, r.head);
+        dp_words_vec<2>(b + 8 + 16 * (c & 7), r.q);
+        dp_words_vec<2>(b + 16 + 16 * (c & 7), r.q + 2);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int c) {
+        const int s = c & 7;
+        const int ls = (int)((r.head[1] >> (4 * s)) & 15u) | (int)(((r.head[0] >> (16 + 2 * s)) & 3u) << 4);
+        dl = gb_half_bits(r.head[0] & 0xFFFFu) * (float)(ls - 32);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            w[k] = dp_iq4_word(r.q[k] & 0x0F0F0F0Fu);
+            w[k + 4] = dp_iq4_word((r.q[k] >> 4) & 0x0F0F0F0Fu);
+        }
+    }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
+    __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
+        return gb_fma(dl * x.d, dp_i2f(idot), acc);
+    }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);
+    }
+};
+
 // --- the epilogue (matmul_mma.cu's too: the same operations, the same bits) ----------------------------
 // NMAT = 1: *y = v (+ bias[row]) (+ *y when accumulate, in the order x + (...) as elementwise.cu's add).
 // NMAT = 2: *y = act(v) * up (act: ACT_SILU or ACT_GELU_TANH), common.cuh's gated_act like

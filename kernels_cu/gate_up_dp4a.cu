@@ -38,6 +38,6 @@ template <int QT> __device__ __forceinline__ void dp4a_gate_up(GU_ARGS) {
         dp4a_rows<QT, 2, DP_GC(G)>(GU_PASS);                                                              \
     }                                                                                                     \
     GB_QUANT_ENTRIES(gate_up_dp4a, _g##G, (GU_ARGS), dp4a_gate_up_g##G, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)
-GB_ENTRIES(gate_up_dp4a, , (GU_ARGS), dp4a_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)
+GB_ALL_ENTRIES(gate_up_dp4a, , (GU_ARGS), dp4a_gate_up, Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act)
 DP_GATE_UP_G(16)
 DP_GATE_UP_G(32)

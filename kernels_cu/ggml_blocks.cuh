@@ -71,6 +71,14 @@
     GB_ENTRY_ATTRS(name, q4_k, sfx, ATTRS(GB_Q4_K), GB_Q4_K, params, FN, __VA_ARGS__)   \
     GB_ENTRY_ATTRS(name, q5_k, sfx, ATTRS(GB_Q5_K), GB_Q5_K, params, FN, __VA_ARGS__)   \
     GB_ENTRY_ATTRS(name, q6_k, sfx, ATTRS(GB_Q6_K), GB_Q6_K, params, FN, __VA_ARGS__)
+// GB_ALL_ENTRIES: those eleven and the four the baselines alone compile (the simple matmul, dp4a and its
+// MoE form; the faster variants hand them to dp4a: ops/matmul_dp4a.py's BASE_ONLY_TYPES)
+#define GB_ALL_ENTRIES(name, sfx, params, FN, ...)                                        \
+    GB_ENTRIES(name, sfx, params, FN, __VA_ARGS__)                                         \
+    GB_ENTRY(name, q2_k, sfx, GB_Q2_K, params, FN, __VA_ARGS__)                            \
+    GB_ENTRY(name, q3_k, sfx, GB_Q3_K, params, FN, __VA_ARGS__)                            \
+    GB_ENTRY(name, iq4_nl, sfx, GB_IQ4_NL, params, FN, __VA_ARGS__)                        \
+    GB_ENTRY(name, iq4_xs, sfx, GB_IQ4_XS, params, FN, __VA_ARGS__)
 #define GB_ENTRIES(name, sfx, params, FN, ...) GB_ENTRIES_ATTRS(name, sfx, GB_NO_ATTRS, params, FN, __VA_ARGS__)
 #define GB_ENTRIES_ATTRS(name, sfx, ATTRS, params, FN, ...)                               \
     GB_ENTRY_ATTRS(name, f32, sfx, ATTRS(GB_F32), GB_F32, params, FN, __VA_ARGS__)        \
@@ -316,10 +324,13 @@ __device__ __forceinline__ void gb_decode_q3_k(const unsigned char* b, int s, fl
     }
 }
 
-// IQ4_NL's and IQ4_XS's 16 levels (quants.IQ4_LEVELS): a nibble indexes them
+// IQ4_NL's and IQ4_XS's 16 levels (quants.IQ4_LEVELS: -127, -104, -83, -65, -49, -35, -22, -10, 1, 13,
+// 25, 38, 53, 69, 89, 113): a nibble indexes them. Levels 0..7 and 8..15 are the bytes of two 64-bit
+// constants, so a lookup is a shift in registers, never a local array.
+#define GB_IQ4_LO 0xF6EADDCFBFAD9881ULL
+#define GB_IQ4_HI 0x7159453526190D01ULL
 __device__ __forceinline__ int gb_iq4_level(int i) {
-    const signed char levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-    return levels[i];
+    return (signed char)(unsigned char)(((i & 8) ? GB_IQ4_HI : GB_IQ4_LO) >> (8 * (i & 7)));
 }
 
 // IQ4_NL (18 bytes): [d: f16][qs: 16 bytes, nibbles as Q4_0's]            w = d * level[nibble]

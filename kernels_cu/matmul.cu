@@ -126,7 +126,7 @@ __device__ __forceinline__ void matmul_rows(const unsigned char* __restrict__ W,
     }
 }
 
-// One entry per weight type (GB_ENTRIES, ggml_blocks.cuh), each compiled only when wanted.
+// One entry per weight type (GB_ALL_ENTRIES, ggml_blocks.cuh), each compiled only when wanted.
 // matmul_<type>_ys is the same with Y rows y_stride floats apart (Y points at the first output
 // column), so several matmuls can fill column ranges of one fused buffer.
 #define MM_PARAMS const unsigned char *W, const float *X, const float *bias, float *Y, int n_tokens, int n_out, \
@@ -137,6 +137,6 @@ template <int QT> __device__ __forceinline__ void matmul_plain(MM_PARAMS) {
 template <int QT> __device__ __forceinline__ void matmul_strided(MM_PARAMS, int y_stride) {
     matmul_rows<QT>(W, X, bias, Y, n_tokens, n_out, n_in, has_bias, y_stride);
 }
-GB_ENTRIES(matmul, , (MM_PARAMS), matmul_plain, W, X, bias, Y, n_tokens, n_out, n_in, has_bias)
-GB_ENTRIES(matmul, _ys, (MM_PARAMS, int y_stride), matmul_strided, W, X, bias, Y, n_tokens, n_out, n_in, has_bias,
+GB_ALL_ENTRIES(matmul, , (MM_PARAMS), matmul_plain, W, X, bias, Y, n_tokens, n_out, n_in, has_bias)
+GB_ALL_ENTRIES(matmul, _ys, (MM_PARAMS, int y_stride), matmul_strided, W, X, bias, Y, n_tokens, n_out, n_in, has_bias,
            y_stride)

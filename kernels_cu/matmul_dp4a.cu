@@ -61,6 +61,6 @@ template <int QT> __device__ __forceinline__ void dp4a_matmul(DP_ARGS) {
     }                                                                                                      \
     GB_QUANT_ENTRIES(matmul_dp4a, _g##G, (DP_ARGS), dp4a_matmul_g##G, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, \
                has_bias, accumulate, y_stride)
-GB_ENTRIES(matmul_dp4a, , (DP_ARGS), dp4a_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)
+GB_ALL_ENTRIES(matmul_dp4a, , (DP_ARGS), dp4a_matmul, W, xq, xd, xs, bias, Y, n_tokens, n_out, n_in, has_bias, accumulate, y_stride)
 DP_MATMUL_G(16)
 DP_MATMUL_G(32)

@@ -130,9 +130,9 @@ template <int QT> __device__ __forceinline__ void moe_gate_up_dp4a_t(MOE_GATE_UP
 template <int QT> __device__ __forceinline__ void moe_down_dp4a_t(MOE_DOWN_PARAMS) {
     moe_dp4a_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU);
 }
-GB_ENTRIES(moe_gate_up_dp4a, , (MOE_GATE_UP_PARAMS), moe_gate_up_dp4a_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in,
+GB_ALL_ENTRIES(moe_gate_up_dp4a, , (MOE_GATE_UP_PARAMS), moe_gate_up_dp4a_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in,
            max_tiles, act)
-GB_ENTRIES(moe_down_dp4a, , (MOE_DOWN_PARAMS), moe_down_dp4a_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
+GB_ALL_ENTRIES(moe_down_dp4a, , (MOE_DOWN_PARAMS), moe_down_dp4a_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
 // ..._g16 / _g32: G compiled in (ops/moe.py picks them by entry_name, as the dense launchers). (GL, not G:
 // moe_args.cuh's G is the gate+up output.)
 #define MOE_DP4A_G(GL)                                                                                          \

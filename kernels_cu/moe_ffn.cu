@@ -65,8 +65,8 @@ template <int QT> __device__ __forceinline__ void moe_gate_up_t(MG_PARAMS) {
 template <int QT> __device__ __forceinline__ void moe_down_t(MD_PARAMS) {
     moe_pair_rows<QT, 1>(Wd, Wd, G, ids, Y, n_pairs, 1, n_out, n_in, ACT_SILU);
 }
-GB_ENTRIES(moe_gate_up, , (MG_PARAMS), moe_gate_up_t, Wg, Wu, X, ids, G, n_pairs, k, n_ff, n_in, act)
-GB_ENTRIES(moe_down, , (MD_PARAMS), moe_down_t, Wd, G, ids, Y, n_pairs, n_out, n_in)
+GB_ALL_ENTRIES(moe_gate_up, , (MG_PARAMS), moe_gate_up_t, Wg, Wu, X, ids, G, n_pairs, k, n_ff, n_in, act)
+GB_ALL_ENTRIES(moe_down, , (MD_PARAMS), moe_down_t, Wd, G, ids, Y, n_pairs, n_out, n_in)
 
 // x += the k pair outputs of each token, weighted, in rank order (shared by every MoE variant).
 extern "C" __global__ void moe_combine(const float* Y, const float* wts, float* x, int n_tokens, int k, int n) {

@@ -57,10 +57,8 @@ def test_score_json(model):
     assert len(out["top_ids"]) == 5 and len(out["top_ids"][0]) == 3
     assert len(out["next_token_logprob"]) == 4 and all(lp <= 0 for lp in out["next_token_logprob"])
     assert out["perplexity"] > 1
-    simple = json.loads(run("score", model, "--prompt-ids", "5,6,7,8,9", "--top-k", "3", "--backend", "emu",
-                            "--kernels", "simple", "--json").stdout)
-    assert simple["top_ids"] == out["top_ids"]
-    # the fast kernels read q8_1 activations: the same winners, ranks 2-3 may swap at a near-tie
+    # the CLI's emu path (the kernel sets' logits against the reference: test_forward_oracles); the fast
+    # kernels read q8_1 activations: the same winners, ranks 2-3 may swap at a near-tie
     fast = json.loads(run("score", model, "--prompt-ids", "5,6,7,8,9", "--top-k", "3", "--backend", "emu",
                           "--kernels", "fast", "--json").stdout)
     assert [t[0] for t in fast["top_ids"]] == [t[0] for t in out["top_ids"]]

@@ -12,8 +12,9 @@ backend (emu here; cuda where a GPU is usable).
 Every (arch, quant, KV dtype) runs kernel-vs-reference on fixed, seeded small shapes, and the
 four cross-path oracles on the models of CROSS_PATH_MODELS (every weight type and every arch
 among them; `make test-all`: every model); then hypothesis draws shapes (prompt lengths 1..300,
-mostly short; chunk sizes; S 1..8; block size 4 or 16; the block-permutation seed) over all 44
-models.
+mostly short; chunk sizes; S 1..8; block size 4 or 16; the block-permutation seed) over all 48
+models (every arch with each of the eleven types the fast variants compile, and one model each of
+Q2_K, Q3_K, IQ4_NL and IQ4_XS).
 
 Why the cross-path oracles need not see every (arch, type) pair: what they prove exact is batch
 invariance -- a token's logits independent of the step around it, its chunking, its KV blocks --
@@ -51,18 +52,24 @@ from asserts import assert_same
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 QTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
 KV_DTYPES = ("f16", "q8_0")
-MODELS = [(a, q) for a in ARCHS for q in QTYPES]
+# the baselines' own types (quants.BASE_ONLY): one model each, with the f16 cache (the KV dtype is the
+# other models' to vary); the fast and tensor sets hand their matmuls to dp4a -- the per-matrix routing
+# is what runs. The cross-path oracles run on one of them (Q3_K): the four are dp4a's row loop with
+# another chunk decode, each held batch-invariant bit for bit in test_kernels_matmul_dp4a.py.
+BASE_ONLY_MODELS = [("llama", "Q2_K"), ("qwen2", "Q3_K"), ("qwen3", "IQ4_NL"), ("llama", "IQ4_XS")]
+MODELS = [(a, q) for a in ARCHS for q in QTYPES] + BASE_ONLY_MODELS
 # The gemma3 cases run once (not again in `make test`'s reverse-order pass): 6 layers make them the
 # suite's costliest, and the kernels they add (windows, GeGLU, post-norms) are re-run in reverse
 # order by their own tests in test_kernels_*.py.
+KV_OF = {m: ("f16",) if m in BASE_ONLY_MODELS else KV_DTYPES for m in MODELS}
 CASES = [pytest.param(a, q, kv, marks=[pytest.mark.once] if a == "gemma3" else [])
-         for a, q in MODELS for kv in KV_DTYPES]
+         for a, q in MODELS for kv in KV_OF[a, q]]
 ALL = os.environ.get("SHARPINF_TEST_TIER") == "all"  # make test-all: every model in every oracle
 CROSS_PATH_MODELS = {("llama", "Q8_0"), ("llama", "Q4_K"), ("llama", "F32"), ("qwen2", "Q4_1"), ("qwen2", "Q5_K"),
                      ("qwen2", "F16"), ("qwen3", "Q5_0"), ("qwen3", "Q6_K"), ("qwen3", "BF16"), ("gemma3", "Q4_0"),
-                     ("gemma3", "Q5_1")}
+                     ("gemma3", "Q5_1"), ("qwen2", "Q3_K")}
 TENSOR_MODELS = {("llama", "Q4_K"), ("qwen2", "Q4_1"), ("qwen3", "Q6_K"), ("gemma3", "Q5_1")}
-assert {q for _, q in CROSS_PATH_MODELS} == set(QTYPES) and {a for a, _ in CROSS_PATH_MODELS} == set(ARCHS)
+assert {q for _, q in CROSS_PATH_MODELS} >= set(QTYPES) and {a for a, _ in CROSS_PATH_MODELS} == set(ARCHS)
 
 
 def cross_path_case(arch: str, qtype: str, kernels: str) -> None:
@@ -115,7 +122,7 @@ def case_rng(*key) -> np.random.Generator:
 
 
 # -- every model x KV dtype, each oracle on fixed seeded shapes -----------------------------
-ids = [f"{a}-{q}-{kv}" for a, q in MODELS for kv in KV_DTYPES]
+ids = [f"{a}-{q}-{kv}" for a, q in MODELS for kv in KV_OF[a, q]]
 
 
 @pytest.mark.parametrize("arch,qtype,kv", CASES, ids=ids)

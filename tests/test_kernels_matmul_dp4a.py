@@ -22,6 +22,7 @@ TYPE_IDS = [quants.qtype_name(q) for q in TYPES]
 F16_FIELDS = {
     quants.Q8_0: (0,), quants.Q4_0: (0,), quants.Q5_0: (0,), quants.Q4_1: (0, 2), quants.Q5_1: (0, 2),
     quants.Q4_K: (0, 2), quants.Q5_K: (0, 2), quants.Q6_K: (208,),
+    quants.Q2_K: (80, 82), quants.Q3_K: (108,), quants.IQ4_NL: (0,), quants.IQ4_XS: (0,),
 }
 
 

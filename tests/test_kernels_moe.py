@@ -181,6 +181,24 @@ def test_experts_add_the_weighted_ffns_in_rank_order(backend, name, qtype):
     assert_close(got, want, rtol=0, atol=(2e-3 if q8 else 2e-5) * float(np.abs(want).max()))
 
 
+@pytest.mark.parametrize("name,qtype", list(zip(MOE_VARIANTS, quants.BASE_ONLY)),
+                         ids=[f"{n}-{quants.qtype_name(q)}" for n, q in zip(MOE_VARIANTS, quants.BASE_ONLY)])
+def test_the_baselines_own_types_run_on_every_moe_variant(backend, name, qtype):
+    """Q2_K, Q3_K, IQ4_NL and IQ4_XS (quants.BASE_ONLY), one a variant: moe=warp and grouped compile them,
+    mmq and gemv hand them to grouped (a step inside each one's token range, so the hand-over is what
+    runs) -- the other types' bound against the float64 truth."""
+    v = variant("moe", name)
+    rng = _rng("base-only", name, qtype)
+    T, k = max(6, v.min_tokens or 0), 2
+    E, w = _experts(backend, rng, qtype, k, n_embd=256, n_ff=256)
+    X = rng.standard_normal((T, 256)).astype(np.float32)
+    x0 = rng.standard_normal((T, 256)).astype(np.float32)
+    got, ids, _ = _run(backend, name, E, X, x0)
+    want, want_ids, _ = _truth(X, x0, w, k, q8=v.activations == "q8_1")
+    assert (ids == want_ids).all()
+    assert_close(got, want, rtol=0, atol=(2e-3 if v.activations == "q8_1" else 2e-5) * float(np.abs(want).max()))
+
+
 @pytest.mark.parametrize("name", MOE_VARIANTS)
 def test_a_tokens_experts_give_the_same_bits_in_any_batch(backend, name):
     """Token 0 alone, then among 19 tokens that all take experts 0 and 1 (skewed: every logit tied),
@@ -261,7 +279,12 @@ def _worst_counts(P: int, n_expert: int) -> list[int]:
     return counts
 
 
-@pytest.mark.parametrize("qtype", [quants.Q8_0, quants.Q4_1, quants.Q5_0, quants.Q4_K, quants.Q6_K],
+MMQ_ALL = pytest.mark.tier_all("Q8_0, Q4_K and Q6_K cover moe_mmq's tiles (plain, K-quant with mins and split down, "
+                                "halves); each type's DpChunk is held to dp4a in test_kernels_matmul_mma.py")
+
+
+@pytest.mark.parametrize("qtype", [quants.Q8_0, pytest.param(quants.Q4_1, marks=MMQ_ALL),
+                                   pytest.param(quants.Q5_0, marks=MMQ_ALL), quants.Q4_K, quants.Q6_K],
                          ids=lambda q: quants.qtype_name(q))
 def test_tensor_core_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype, monkeypatch):
     """moe=mmq (tiles of 64 pairs an expert on int8 tensor cores) against moe=grouped (tiles of 8, dp4a):

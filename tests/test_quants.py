@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from sharpinf.model import quants as q
 
 NAMES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
-# read by the NumPy reference, not yet by the kernels (quants.DEQUANT_ONLY)
-REFERENCE_ONLY = ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]
-QUANTIZED = NAMES[3:] + REFERENCE_ONLY
-ALL = NAMES + REFERENCE_ONLY
+# held by the baseline kernels alone (quants.BASE_ONLY)
+BASE_ONLY = ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]
+QUANTIZED = NAMES[3:] + BASE_ONLY
+ALL = NAMES + BASE_ONLY
 # byte offsets of the fp16 scale fields inside one block
 F16_FIELDS = {
     "Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
@@ -73,15 +73,15 @@ def random_raw(name: str, n_blocks: int, seed: int) -> np.ndarray:
 
 
 def test_block_tables_match_ggml():
-    assert len(q.SUPPORTED) == len(NAMES) and len(q.DEQUANT_ONLY) == len(REFERENCE_ONLY)
+    assert [q.qtype_name(t) for t in q.SUPPORTED] == ALL and [q.qtype_name(t) for t in q.BASE_ONLY] == BASE_ONLY
     for name in ALL:
         qtype = qt(name)
         assert (q.BLOCK_ELEMS[qtype], q.BLOCK_BYTES[qtype]) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]]
 
 
 def test_qtype_from_name_and_row_bytes():
-    assert q.qtype_from_name("q4_k") == q.Q4_K
-    for bad in ("Q2_K", "IQ2_XXS", "nope"):
+    assert q.qtype_from_name("q4_k") == q.Q4_K and q.qtype_from_name("iq4_xs") == q.IQ4_XS
+    for bad in ("Q8_1", "IQ2_XXS", "nope"):
         with pytest.raises(ValueError, match="unsupported"):
             q.qtype_from_name(bad)
     assert q.row_bytes(q.Q8_0, 64) == 68

@@ -20,10 +20,10 @@ Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 = int(T.Q8_0), int(T.Q4_0), int(T.Q4_1), int(T.Q5_0
 Q4_K, Q5_K, Q6_K = int(T.Q4_K), int(T.Q5_K), int(T.Q6_K)
 Q2_K, Q3_K, IQ4_NL, IQ4_XS = int(T.Q2_K), int(T.Q3_K), int(T.IQ4_NL), int(T.IQ4_XS)
 
-SUPPORTED = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)
-# Read (dequantized) by the NumPy reference; the kernels do not take them yet, so a file holding
-# them is refused by the loader (model/tensors.py) naming the tensor and its type.
-DEQUANT_ONLY = (Q2_K, Q3_K, IQ4_NL, IQ4_XS)
+# Held by the baseline kernels alone (the simple matmul, dp4a and its MoE form, embedding): the faster
+# variants (gemv, mma, mmq, the fused FFN and link, moe=gemv and moe=mmq) hand them to dp4a, the same bits.
+BASE_ONLY = (Q2_K, Q3_K, IQ4_NL, IQ4_XS)
+SUPPORTED = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, *BASE_ONLY)
 
 QK = 32  # elements per block of the legacy formats
 QK_K = 256  # elements per super-block of the K-quants
@@ -70,11 +70,8 @@ def qtype_from_name(name: str) -> int:
 
 
 def why_unsupported(qtype: int) -> str:
-    """One line for a type the kernels do not take: what is supported, and whether the reference reads it."""
-    names = ", ".join(qtype_name(q) for q in SUPPORTED)
-    if qtype in DEQUANT_ONLY:
-        return f"the NumPy reference dequantizes it, the kernels do not yet; supported: {names}"
-    return f"supported: {names}"
+    """One line for a type sharpinf does not read: what is supported."""
+    return "supported: " + ", ".join(qtype_name(q) for q in SUPPORTED)
 
 
 def row_bytes(qtype: int, n_cols: int) -> int:

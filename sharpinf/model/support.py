@@ -27,9 +27,8 @@ ARCH_NOTES = {  # what each graph is, beyond llama's (the graph itself: oracles/
     "smollm3": "llama's graph without RoPE on every 4th layer (SmolLM3)",
     "phi3": "Phi-3/Phi-4: Q, K, V and gate|up fused in the file; LongRoPE's long or short factors by the run's context",
 }
-REFUSED = ("archs mistral3, gemma2, gpt-oss; types " + ", ".join(quants.qtype_name(q) for q in quants.DEQUANT_ONLY)
-           + " (the NumPy reference dequantizes them, bit-equal to gguf-py; the kernels not yet) and the other IQ "
-           "types; any key or tensor the graph would not apply (sharpinf info FILE names it)")
+REFUSED = ("archs mistral3, gemma2, gpt-oss; every other weight type (IQ1_S to IQ3_S, TQ1_0, TQ2_0, MXFP4, ...); "
+           "any key or tensor the graph would not apply (sharpinf info FILE names it)")
 
 
 def support_rows() -> list[dict]:
@@ -45,7 +44,9 @@ def support_rows() -> list[dict]:
                     "llama, qwen3 YaRN, smollm3, phi3, phi3 LongRoPE), tests/test_gemma3.py, the real SmolLM2 and Gemma 3 files"},
         {"what": "experts", "supported": ", ".join(MOE_ARCHS), "checked": "tests/test_llamacpp_agreement.py"},
         {"what": "weight types", "supported": types,
-         "checked": "gguf-py's dequantization (tests/test_quants.py); every matmul path against the reference"},
+         "checked": "gguf-py's dequantization (tests/test_quants.py); every matmul path against the reference ("
+                    + ", ".join(quants.qtype_name(q) for q in quants.BASE_ONLY) + ": the simple, dp4a and MoE "
+                    "baselines; the faster variants hand them to dp4a, the same bits)"},
         {"what": "RoPE", "supported": rope, "checked": "tests/test_llamacpp_agreement.py"},
         {"what": "tokenizers", "supported": f"byte-level BPE (tokenizer.ggml.model gpt2), pre-tokenizers {pres}; "
                                             "SentencePiece BPE (llama)",

@@ -19,7 +19,8 @@ import numpy as np
 from . import quants
 from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, SUPPORTED_ARCHS
 
-K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
+# the types of 256-value super-blocks: their rows (n_embd, n_ff) default to 256 values
+K_QUANTS = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_XS")
 # overrides that are not raw GGUF keys
 _KNOWN_OVERRIDES = {"n_vocab", "head_dim", "rope_theta", "rms_eps", "sliding_window"}
 
@@ -194,6 +195,7 @@ def _byte_shape(shape: tuple[int, ...], qtype: int) -> tuple[int, ...]:
 _FILE_TYPE = {
     "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9,
     "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "BF16": 32,
+    "Q2_K": 10, "Q3_K": 11, "IQ4_NL": 25, "IQ4_XS": 30,  # Q3_K: llama.cpp's Q3_K_S (every matrix Q3_K)
 }
 
 

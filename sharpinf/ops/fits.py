@@ -3,6 +3,7 @@ the model, or None. model may be None (shapes only). Named by sharpinf/ops/varia
 
 from __future__ import annotations
 
+from sharpinf.model import quants
 from sharpinf.ops import attention as attn_ops
 from sharpinf.ops import matmul_mma as mma_ops
 
@@ -23,7 +24,9 @@ def quantized_weights(cfg, model=None) -> str | None:
         return None
     types = {t.qtype for t in model.tensors.values() if len(t.shape) == 2}
     if not any(mma_ops.supports(q) for q in types):
-        return "the int8 kernels serve the quantized weight types, the model's matrices are all float"
+        served = ", ".join(quants.qtype_name(q) for q in sorted(mma_ops.MMA_TYPES))
+        held = ", ".join(quants.qtype_name(q) for q in sorted(types))
+        return f"the int8 kernels serve {served}; the model's matrices are {held}"
     return None
 
 

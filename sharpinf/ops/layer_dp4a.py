@@ -96,6 +96,7 @@ def _declines(post: LinkPost | None, pre: LinkPre | None, s: LinkStep) -> bool:
     rope_ok = (s.head_dim % 2 == 0 and s.head_dim <= 256 and (s.kv_dtype != "q8_0" or s.head_dim % 32 == 0)
                and s.rope_style in STYLES and (pre is None or (pre.q_norm is None) == (pre.k_norm is None)))
     return (s.n_tokens < 1 or s.n_tokens > TILE_TOKENS or len(types) != 1 or types <= set(FLOAT_TYPES)
+            or types & set(quants.BASE_ONLY)
             or (pre is not None and (not rope_ok or s.kv_dtype not in KV_KINDS))
             or (post is not None and (s.h is None or s.hq is None)))
 

@@ -143,9 +143,11 @@ def ffn_dp4a(be, Wg_dev, Wu_dev, Wd_dev, qtypes: tuple[int, int, int], X: Q8Act,
     cooperative launch of kernels_cu/ffn_dp4a.cu, bit-identical to gate_up_dp4a + quantize_q8_1 +
     matmul_dp4a; h_dev float [n_tokens, n_ff] and hq its q8_1 are scratch, bar_dev u32 [2] zeroed
     once. Returns False, launching nothing, where it does not serve: more than one token tile
-    (8 tokens) or the three matrices not of one quantized type (the caller runs the three launches)."""
+    (8 tokens), the three matrices not of one quantized type, or a type it does not compile
+    (quants.BASE_ONLY): the caller runs the three launches."""
     qtype = qtypes[0]
-    if n_tokens > TILE_TOKENS or len(set(qtypes)) != 1 or qtype in (quants.F32, quants.F16, quants.BF16):
+    if (n_tokens > TILE_TOKENS or len(set(qtypes)) != 1
+            or qtype in (quants.F32, quants.F16, quants.BF16, *quants.BASE_ONLY)):
         return False
     check_n_in(qtype, n_embd)
     check_n_in(qtype, n_ff)

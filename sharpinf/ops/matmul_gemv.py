@@ -6,6 +6,7 @@ ops/matmul_dp4a.py's NumPy reference."""
 
 from __future__ import annotations
 
+from sharpinf.model import quants
 from sharpinf.ops.matmul import check_n_in
 from sharpinf.ops.launch import kernel, one_wave
 from sharpinf.ops.matmul_dp4a import entry_name, gate_up_dp4a, group_lanes, launch_q8_gate_up, launch_q8_rows, matmul_dp4a
@@ -14,6 +15,11 @@ from sharpinf.ops.quant_act import Q8Act
 TILES = (1, 2, 4, 8)  # the token counts compiled (matmul_gemv_<type>_t<NT>)
 MAX_TOKENS = TILES[-1]  # larger steps run on dp4a
 WARPS = 4  # GV_WARPS
+
+
+def supports(qtype: int) -> bool:
+    """The types gemv compiles (GB_ENTRIES): all but the baselines' own (quants.BASE_ONLY), which go to dp4a."""
+    return int(qtype) not in quants.BASE_ONLY
 
 
 def tile_for(n_tokens: int) -> int:
@@ -62,16 +68,17 @@ def gate_up_gemv(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: in
 def matmul_gemv_steps(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: int, n_in: int, bias_dev=None,
                       accumulate: bool = False, y_stride: int | None = None, y_col: int = 0,
                       file: str = "matmul_gemv.cu") -> None:
-    """The gemv variant's linear layer: steps of up to MAX_TOKENS tokens on `file`, larger ones on
-    dp4a -- the same bits either way."""
+    """The gemv variant's linear layer: steps of up to MAX_TOKENS tokens on `file`, larger ones (and the
+    types it does not compile) on dp4a -- the same bits either way."""
     kw = dict(bias_dev=bias_dev, accumulate=accumulate, y_stride=y_stride, y_col=y_col)
-    if n_tokens <= MAX_TOKENS:
+    if n_tokens <= MAX_TOKENS and supports(qtype):
         return matmul_gemv(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, file=file, **kw)
     matmul_dp4a(be, W_dev, qtype, X, Y_dev, n_tokens, n_out, n_in, **kw)
 
 
 def gate_up_gemv_steps(be, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev, n_tokens: int, n_ff: int, n_in: int,
                        act: str = "silu") -> None:
-    """gate_up_gemv for steps of up to MAX_TOKENS tokens, gate_up_dp4a above: the same bits."""
-    fn = gate_up_gemv if n_tokens <= MAX_TOKENS else gate_up_dp4a
+    """gate_up_gemv for steps of up to MAX_TOKENS tokens, gate_up_dp4a above (and for the types gemv does
+    not compile): the same bits."""
+    fn = gate_up_gemv if n_tokens <= MAX_TOKENS and supports(qtype) else gate_up_dp4a
     fn(be, Wg_dev, Wu_dev, qtype, X, out_dev, n_tokens, n_ff, n_in, act=act)

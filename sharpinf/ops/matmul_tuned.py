@@ -77,7 +77,7 @@ def _candidates(kind: tuple, qtype: int, n_tokens: int) -> dict[str, Callable[..
     """The kernels of `kind` that serve a step of n_tokens with qtype weights, by name."""
     dp4a, gemv_fn, mmq_fn, narrow_fn = kind
     out: dict[str, Callable[..., None]] = {"dp4a": dp4a}
-    if n_tokens <= gemv.MAX_TOKENS:
+    if n_tokens <= gemv.MAX_TOKENS and gemv.supports(qtype):
         out["gemv"] = gemv_fn
     if n_tokens >= mmq.MIN_TOKENS and mmq.supports(qtype):
         out["mmq"], out["mmq_narrow"] = mmq_fn, narrow_fn

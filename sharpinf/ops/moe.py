@@ -40,6 +40,7 @@ from sharpinf.ops.launch import kernel, one_wave
 from sharpinf.ops.matmul import check_n_in, kernel_suffix
 from sharpinf.ops.matmul_dp4a import ACTS, entry_name, group_lanes
 from sharpinf.ops.matmul_gemv import MAX_TOKENS as GEMV_MAX_TOKENS, tile_for
+from sharpinf.ops.matmul_gemv import supports as gemv_supports
 from sharpinf.ops.matmul_mma import supports
 from sharpinf.ops.matmul_mmq import MIN_TOKENS as MMQ_MIN_TOKENS
 from sharpinf.ops.mmq_tiles import MMQ_TILE, TILE, max_tiles, split_launches, tiles_capacity
@@ -202,8 +203,8 @@ def moe_gemv(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_
     """x += the MoE FFN of the normed rows in q8_1 (x_q): as moe_grouped, for a step of up to
     GEMV_MAX_TOKENS tokens with one tile an expert (NT >= the step's tokens: a token's k experts are k
     different ones, so max_tiles(P, n_expert, NT) <= tiles_capacity) on matmul_gemv's row stream
-    (`file`), larger steps moe_grouped itself. The same bits."""
-    if n_tokens > GEMV_MAX_TOKENS:
+    (`file`), larger steps (and the types gemv does not compile) moe_grouped itself. The same bits."""
+    if n_tokens > GEMV_MAX_TOKENS or not (gemv_supports(E.gate_up_qtype) and gemv_supports(E.down_qtype)):
         return moe_grouped(be, E, x, s, n_tokens, x_f=x_f, x_q=x_q, act=act, layer=layer)
     nt, used = tile_for(n_tokens), min(E.n_expert, n_tokens * E.n_used)
 
