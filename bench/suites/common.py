@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -85,6 +86,10 @@ class BenchContext:
     @property
     def on_gpu(self) -> bool:
         return self.backend.name == "cuda"
+
+    def row_log(self, suite: str) -> "RowLog":
+        """The suite's rows, each written to OUT/<suite>.rows.jsonl as it is measured (RowLog)."""
+        return RowLog(self.out_dir / f"{suite}.rows.jsonl")
 
     def forward_pass(self):
         """One ForwardPass (weights uploaded once) shared by the suites that drive it directly."""
@@ -253,6 +258,44 @@ def write_json(path: Path, obj: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
     return path
+
+
+ROWS_SUFFIX = ".rows.jsonl"
+
+
+class RowLog(list):
+    """A suite's rows, each also appended to `path` (JSON Lines) and flushed the moment it is measured:
+    a run cut short -- a GPU slot's timeout, a kill -- keeps every row it finished. The suite's JSON
+    replaces the file when the run ends (`finish_rows`); one left behind marks a cut run."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")  # a fresh run's rows, not an earlier cut run's
+
+    def append(self, row: dict) -> None:
+        super().append(row)
+        with open(self.path, "a") as f:  # reopened a row: nothing held in a buffer when the kill comes
+            f.write(json.dumps(row, default=_jsonable) + "\n")
+
+
+def finish_rows(json_path: Path) -> None:
+    """The suite's JSON is written: its partial rows file goes (the JSON holds them all)."""
+    rows = json_path.with_suffix(ROWS_SUFFIX)
+    if rows.exists():
+        os.unlink(rows)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows a cut run left (RowLog): every whole line; a line the kill broke off is dropped."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            break
+    return rows
 
 
 def dumps(obj) -> str:
