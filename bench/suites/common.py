@@ -89,7 +89,9 @@ class BenchContext:
 
     def row_log(self, suite: str) -> "RowLog":
         """The suite's rows, each written to OUT/<suite>.rows.jsonl as it is measured (RowLog)."""
-        return RowLog(self.out_dir / f"{suite}.rows.jsonl")
+        return RowLog(self.out_dir / f"{suite}{ROWS_SUFFIX}",
+                      {"suite": suite, "model": self.model_label, "backend": self.backend.name,
+                       "kernels": kernels_name(self)})
 
     def forward_pass(self):
         """One ForwardPass (weights uploaded once) shared by the suites that drive it directly."""
@@ -268,11 +270,12 @@ class RowLog(list):
     a run cut short -- a GPU slot's timeout, a kill -- keeps every row it finished. The suite's JSON
     replaces the file when the run ends (`finish_rows`); one left behind marks a cut run."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, head: dict | None = None):
         super().__init__()
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("")  # a fresh run's rows, not an earlier cut run's
+        # a fresh run's rows, not an earlier cut run's; the first line says what they are of
+        self.path.write_text(json.dumps({"head": head or {}}) + "\n")
 
     def append(self, row: dict) -> None:
         super().append(row)
@@ -287,15 +290,19 @@ def finish_rows(json_path: Path) -> None:
         os.unlink(rows)
 
 
-def read_rows(path: Path) -> list[dict]:
-    """The rows a cut run left (RowLog): every whole line; a line the kill broke off is dropped."""
-    rows = []
+def read_rows(path: Path) -> tuple[dict, list[dict]]:
+    """(head, rows) a cut run left (RowLog): every whole line; a line the kill broke off is dropped."""
+    head, rows = {}, []
     for line in Path(path).read_text().splitlines():
         try:
-            rows.append(json.loads(line))
+            d = json.loads(line)
         except ValueError:
             break
-    return rows
+        if isinstance(d, dict) and set(d) == {"head"}:
+            head = d["head"]
+        else:
+            rows.append(d)
+    return head, rows
 
 
 def dumps(obj) -> str:
