@@ -141,13 +141,14 @@ def main() -> int:
                     help="the 8B-class model for stream and the kernels suite: SHAPE-shape:TYPE (a benchmark model "
                          "of that shape, made here), a path or a registered name; '' skips it")
     ap.add_argument("--llamacpp", default=None, help="peers: a llama.cpp build folder with bin/llama-bench and "
-                    "bin/llama-batched-bench (default $SHARPINF_LLAMACPP, else built from .peers/)")
+                    "bin/llama-batched-bench (default $SHARPINF_LLAMACPP, else built from .peers/); 'committed': "
+                    "none run, its figures from the newest committed run on this GPU, llama.cpp commit and file")
     ap.add_argument("--peers-models", default="", help="peers: comma list of models (names, paths, SHAPE-shape:TYPE); "
                     "default MODEL, smollm2-135m-shape:Q4_1 and the big model")
     ap.add_argument("--peers-sizes", default="", help='peers: e.g. "pp=512 tg=128 npl=1,8,64 npp=128 ntg=128 r=5" '
                     "(the defaults; llama.cpp's flag names, r = repeats)")
     ap.add_argument("--dry-run", action="store_true", help="check --only and --peers-sizes and stop (no GPU needed: "
-                    "bench/device_call.sh's dry mode)")
+                    "bench/gpu_slot.py's dry run)")
     args = ap.parse_args()
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]

@@ -4,7 +4,7 @@
 
 One table an op: a row a (phase, shape, N), a column a variant -- for the split frame's attention
 variants a column a launch shape ("split walk"), so a run with the split forced and one with the walk
-forced (bench/device_call.sh) merge into one table; a run of a probe build (its kernels compiled with
+forced (bench/gpu_slot.sh) merge into one table; a run of a probe build (its kernels compiled with
 SHARPINF_NVRTC_OPTIONS, recorded in the backend's description) gets columns of its own, labelled with
 its defines ("gemv [GV_COALESCE=2]"), so a probe never stands in a default build's cell. A cell is
 the median microseconds a call; at N <= 8 with the share of the device bandwidth beside it; a `*`

@@ -10,7 +10,7 @@
 #   libcuda     ggml-cuda calls the driver API (the VMM pool): a stub libcuda.so.1 holding those
 #               symbols satisfies the linker; the device's driver provides the real one
 # The tarball holds bin/: llama-bench, llama-batched-bench, their shared libraries, libcudart and
-# libgomp (the device image's may differ). bench/device_call.sh unpacks it and sets LD_LIBRARY_PATH.
+# libgomp (the device image's may differ). bench/prepare_gpu_slot.sh copies it into .slot-carry/; bench/gpu_slot.py unpacks it there and sets LD_LIBRARY_PATH.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mkdir -p "${1:-/tmp/sharpinf-llamacpp-pack}" && cd "${1:-/tmp/sharpinf-llamacpp-pack}" && pwd)

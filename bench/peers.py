@@ -18,7 +18,9 @@ sizes; `--peers-sizes` changes them, the names follow):
 
 llama.cpp runs with -ngl 99 -fa 1. It comes from --llamacpp DIR or SHARPINF_LLAMACPP (a build
 folder holding bin/llama-bench), else it is built here from .peers/ (a copy of ../shared/peers/:
-the pinned source and build_llamacpp.sh; git-ignored, carried to a GPU machine). The table goes
+the pinned source and build_llamacpp.sh; git-ignored, carried to a GPU machine). --llamacpp committed
+runs none: its figures from the newest committed run with the same GPU, commit and file (bench/
+peer_history.py; each row records the file's sha256, the commit and `llamacpp_from`). The table goes
 into the run folder's README between PEERS_BEGIN and PEERS_END, under a roofline row from the
 device's own PyTorch (`python bench/peers.py roofline`: bf16 GEMM TFLOP/s, copy GB/s).
 """
@@ -34,10 +36,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from bench.peer_history import committed_figures, file_sha256
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV_VAR = "SHARPINF_LLAMACPP"
 SOURCES = (ROOT / ".peers", ROOT.parent / "shared" / "peers")  # carried copy first, then the checkout's neighbour
 BUILD_DIR = Path(tempfile.gettempdir()) / "sharpinf-llamacpp"
+LLAMACPP_PIN = "0c1e570"  # the commit ../shared/peers/ holds (llama.cpp-<commit>-src.tar.xz), what gets built
+COMMITTED = "committed"  # --llamacpp committed: no build, no run; llama.cpp's figures from committed_figures
 PEERS_BEGIN, PEERS_END = "<!-- peers: bench/gpu_check.py writes this section -->", "<!-- /peers -->"
 
 Run = Callable[..., tuple]  # gpu_check.run: (cmd, timeout, env=None) -> (rc, stdout, stdout + stderr, seconds)
@@ -238,8 +244,10 @@ def _last_json(out: str) -> dict:
 
 
 # -- rows, the table, the files --------------------------------------------------------------
-def pair(model: str, sizes: Sizes, sharp: dict[str, tuple], llama: dict[str, float | str]) -> list[dict]:
-    """One row per test; llama maps a test to tok/s or to the one-line reason it has none."""
+def pair(model: str, sizes: Sizes, sharp: dict[str, tuple], llama: dict[str, float | str],
+         facts: dict | None = None) -> list[dict]:
+    """One row per test; llama maps a test to tok/s or to the one-line reason it has none; facts (the file's
+    sha256, llama.cpp's commit, where its figures came from) go into every row."""
     rows = []
     for test in sizes.tests():
         s, how = sharp.get(test, (None, "not measured"))
@@ -248,7 +256,8 @@ def pair(model: str, sizes: Sizes, sharp: dict[str, tuple], llama: dict[str, flo
         lt = None if isinstance(l, str) else l
         rows.append({"model": model, "test": test, "sharpinf_tok_s": s and round(s, 2),
                      "llamacpp_tok_s": lt and round(lt, 2), "ratio": float(f"{s / lt:.4g}") if s and lt else None,
-                     "sharpinf_kernels": how if s is not None else None, "error": "; ".join(errors) or None})
+                     "sharpinf_kernels": how if s is not None else None, "error": "; ".join(errors) or None,
+                     **(facts or {})})
     return rows
 
 
@@ -313,17 +322,30 @@ def part(models: list[tuple[str, Path]], backend: str, kernels: str, sizes: Size
     keeps the models it finished."""
     rc, out, log, _ = run([sys.executable, str(Path(__file__)), "roofline"], 600)
     roofline = _last_json(out) if rc == 0 else {"available": False, "reason": f"exit {rc}: {_reason(log)}"}
-    try:
-        llama = find_llamacpp(llamacpp, "cuda" if backend == "cuda" else None, run)
-    except PeerError as exc:
-        return {"ok": False, "error": str(exc), "log": exc.log, "roofline": roofline, "rows": []}
+    llama = None
+    if llamacpp != COMMITTED:
+        try:
+            llama = find_llamacpp(llamacpp, "cuda" if backend == "cuda" else None, run)
+        except PeerError as exc:
+            return {"ok": False, "error": str(exc), "log": exc.log, "roofline": roofline, "rows": []}
+    how = llama.how if llama else "figures from the newest committed run with the same commit and file"
+    gpu_slug = out_dir.name.rsplit("-", 1)[0]  # out_dir: <gpu>-<date>
     rows: list[dict] = []
     for label, path in models:
         keep = out_dir / f"peers-{re.sub(r'[^A-Za-z0-9]+', '-', label).strip('-')}"  # the suites' own files
-        rows += pair(label, sizes, sharpinf_figures(path, backend, kernels, sizes, run, keep),
-                     llama_figures(llama, path, sizes, run))
-        write(out_dir, rows, markdown(rows, sizes, roofline, llama.how))
-    return {"ok": all(r["error"] is None for r in rows), "llamacpp": llama.how, "sizes": asdict(sizes),
+        sha = file_sha256(path)
+        facts = {"sha256": sha, "llamacpp_commit": LLAMACPP_PIN, "llamacpp_from": "run"}
+        if llama is not None:
+            theirs = llama_figures(llama, path, sizes, run)
+        else:
+            found = committed_figures(gpu_slug, LLAMACPP_PIN, sha)
+            why = (f"no llama.cpp build at hand and no committed run on {gpu_slug} with llama.cpp {LLAMACPP_PIN} "
+                   f"on this file (sha256 {sha[:12]})")
+            theirs = found[0] if found else {t: why for t in sizes.tests()}
+            facts["llamacpp_from"] = found[1] if found else None
+        rows += pair(label, sizes, sharpinf_figures(path, backend, kernels, sizes, run, keep), theirs, facts)
+        write(out_dir, rows, markdown(rows, sizes, roofline, how))
+    return {"ok": all(r["error"] is None for r in rows), "llamacpp": how, "sizes": asdict(sizes),
             "roofline": roofline, "rows": rows, "files": [str(out_dir / "peers.json"), str(out_dir / "README.md")]}
 
 

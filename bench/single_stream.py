@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.suites.common import resolve_bench_model
+from bench.suites.common import resolve_bench_model, write_json
 from sharpinf.llm import LLM
 from sharpinf.model.loader import load_model
 from sharpinf.runtime.select import get_backend
@@ -48,6 +49,64 @@ def measure(llm: LLM, prompt: list[int], decode: int, repeats: int) -> dict:
             "decode_ms_per_token": round(statistics.median(dec) * 1e3, 4)}
 
 
+def _result(args, be, desc: dict, path: Path, modes: dict) -> dict:
+    """The file's document from the modes measured so far (`partial` until both are)."""
+    graph, eager = modes.get("graph", {}), modes.get("eager", {})
+    return {
+        "bench": "single_stream",
+        "backend": be.name,
+        "device": desc.get("gpu") or desc.get("device") or "cpu (emulator)",
+        "model": Path(path).name,
+        "kv_dtype": args.kv_dtype,
+        "kernels": args.kernels,
+        "prompt_tokens": args.prompt,
+        "decode_tokens": args.decode,
+        "prefill_tokens_per_s": graph.get("prefill_tokens_per_s"),
+        "decode_tokens_per_s": graph.get("decode_tokens_per_s"),
+        "decode_tokens_per_s_eager": eager.get("decode_tokens_per_s"),
+        "modes": modes,
+        **({"partial": True} if len(modes) < 2 else {}),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "describe": desc,
+    }
+
+
+def _dry_run(args) -> int:
+    """0 when the command line holds: sizes >= 1, --kernels a choice, the model a shape, name or file."""
+    from sharpinf.errors import SharpinfError
+    from sharpinf.ops.variants import check_kernels
+
+    try:
+        if min(args.prompt, args.decode, args.repeats) < 1:
+            raise SharpinfError(f"--prompt, --decode and --repeats must be >= 1, got {args.prompt}, {args.decode}, "
+                                f"{args.repeats}")
+        check_kernels(args.kernels)
+        _check_model_name(args.model)
+    except SharpinfError as exc:
+        print(f"single_stream --dry-run: {exc}", file=sys.stderr)
+        return 2
+    print(f"single_stream --dry-run: {args.model}, kernels {args.kernels}, prompt {args.prompt}, decode {args.decode}")
+    return 0
+
+
+def _check_model_name(model: str) -> None:
+    from bench.suites.common import SHAPE_MARK, SYNTH_NAME, parse_shape
+    from sharpinf.errors import SharpinfError
+
+    if SHAPE_MARK in model:
+        from sharpinf.model.synth import check_shape_type
+
+        try:
+            check_shape_type(*parse_shape(model))
+        except ValueError as exc:
+            raise SharpinfError(f"{model}: {exc}") from None
+    elif model != SYNTH_NAME:
+        from sharpinf.model.registry import REGISTRY, unknown_model
+
+        if model not in REGISTRY and not Path(model).expanduser().is_file():
+            raise unknown_model(model)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
@@ -58,14 +117,20 @@ def main() -> None:
     ap.add_argument("--kv-dtype", default="f16")
     ap.add_argument("--kernels", default="auto", help="kernel variants (sharpinf/ops/variants.py; auto: fast on a GPU)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--dry-run", action="store_true", help="check the model's name, --kernels and the sizes, load "
+                    "nothing (bench/gpu_slot.py's dry run)")
     args = ap.parse_args()
+    if args.dry_run:
+        raise SystemExit(_dry_run(args))
 
     path, _ = resolve_bench_model(args.model)
     model = load_model(path)
     be = get_backend(args.backend)
     prompt = np.random.default_rng(0).integers(16, model.config.n_vocab, args.prompt).tolist()
+    desc = be.describe()
+    out_path = Path(args.out) if args.out else Path(__file__).parent / "results" / f"single_stream_{be.name}.json"
     modes = {}
-    for mode in ("eager", "graph"):
+    for mode in ("graph", "eager"):  # graphs first: the figure a cut run should keep
         llm = LLM(model, backend=be, max_num_seqs=1, max_num_batched_tokens=max(args.prompt, 16),
                   kv_dtype=args.kv_dtype, enforce_eager=mode == "eager", kernels=args.kernels,
                   enable_prefix_caching=False,  # every repeat prefills the whole prompt
@@ -75,26 +140,8 @@ def main() -> None:
         if graphs:  # the estimate the KV budget reserved vs what the driver took
             modes[mode]["graphs"] = {**graphs, "reserved_bytes": llm.engine.budget.graph_reserve_bytes}
         del llm
-    desc = be.describe()
-    result = {
-        "bench": "single_stream",
-        "backend": be.name,
-        "device": desc.get("gpu") or desc.get("device") or "cpu (emulator)",
-        "model": Path(path).name,
-        "kv_dtype": args.kv_dtype,
-        "kernels": args.kernels,
-        "prompt_tokens": args.prompt,
-        "decode_tokens": args.decode,
-        "prefill_tokens_per_s": modes["graph"]["prefill_tokens_per_s"],
-        "decode_tokens_per_s": modes["graph"]["decode_tokens_per_s"],
-        "decode_tokens_per_s_eager": modes["eager"]["decode_tokens_per_s"],
-        "modes": modes,
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "describe": desc,
-    }
-    out_path = Path(args.out) if args.out else Path(__file__).parent / "results" / f"single_stream_{be.name}.json"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        result = _result(args, be, desc, path, modes)
+        write_json(out_path, result)  # after each mode: a run cut in the second keeps the first
     print(json.dumps({k: v for k, v in result.items() if k != "describe"}, indent=2))
 
 

@@ -7,7 +7,7 @@ the resident blocks of each shape's kernel, whether the walk costs no more than 
 two constants (WALK_PASSES, MERGE_COST) are guesses until a GPU times both shapes. The kernels bench
 (`sharpinf bench --suite kernels --op attention`) records, beside each attention row's time, the shape
 it ran in (`launch_shape`, $SHARPINF_ATTENTION_MODE forces one) and what the rule read (`rule`). Give
-this script the JSON of a run with the split forced and one with the walk forced (bench/device_call.sh
+this script the JSON of a run with the split forced and one with the walk forced (bench/gpu_slot.sh
 makes both): it pairs the two times of each case (variant, shape, N), and over a grid of the two
 constants counts the microseconds the rule's picks lose against the faster shape of each case. It
 prints every case with both times and both picks, then the current constants' loss and the grid's

@@ -829,7 +829,7 @@ __device__ __forceinline__ void dp_load_at(DpChunk<QT>& ch, const unsigned char*
 // in the separate launches BRK gives fewer instructions a chunk for more registers (fewer blocks an SM),
 // in the fused kernels fewer of both. So the fused kernels (ffn_fused.cuh, layer_dp4a.cu) take BRK; the
 // separate launches take DP_TILE_BREAK, 0 -- a probe (through SHARPINF_NVRTC_OPTIONS,
-// bench/device_call.sh) says whether their fewer instructions beat their warps.
+// bench/gpu_slot.sh) says whether their fewer instructions beat their warps.
 #ifndef DP_TILE_BREAK
 #define DP_TILE_BREAK 0
 #endif

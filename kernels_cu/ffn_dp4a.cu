@@ -31,7 +31,7 @@
 
 // FFN_MIN_BLOCKS (0: no bound; a probe, through SHARPINF_NVRTC_OPTIONS): the blocks an SM ptxas is told to
 // fit (__launch_bounds__(128, N)); the grid is one wave of what fits. Held to 8 (64 registers), more
-// warps for more instructions a chunk; bench/device_call.sh times 8 against 0.
+// warps for more instructions a chunk; bench/gpu_slot.sh times 8 against 0.
 #ifndef FFN_MIN_BLOCKS
 #define FFN_MIN_BLOCKS 0
 #endif

@@ -28,7 +28,7 @@
 // chunk in flight, not ~20, so it takes the full batch of 4 chunks (GvUnroll).
 //   GV_COALESCE=1 (the default): the 2-byte aligned types, Q4_0, Q5_0, Q8_0 and Q6_K
 //   GV_COALESCE=2: all the quantized types (Q4_1, Q5_1, Q4_K, Q5_K too; Q4_K's lanes read 16-byte pieces
-//     already); 0: none. Probes through SHARPINF_NVRTC_OPTIONS (bench/device_call.sh times them).
+//     already); 0: none. Probes through SHARPINF_NVRTC_OPTIONS (bench/gpu_slot.sh times them).
 // The float types keep per-lane loads (loaded where they are dotted).
 #ifndef GV_COALESCE
 #define GV_COALESCE 1

@@ -118,7 +118,7 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
 // is told to fit, __launch_bounds__(128, 8): 64 registers -- each phase alone is a 48-64 register kernel,
 // unbound ptxas takes far more for no phase's need -- and the grid is one wave of what fits. At decode a
 // lane has one weight chunk in flight, so the bytes in flight an SM -- what a matvec's bandwidth follows
-// (Little's law) -- grow with the warps; bench/device_call.sh times 8 against 0.
+// (Little's law) -- grow with the warps; bench/gpu_slot.sh times 8 against 0.
 #ifndef LK_MIN_BLOCKS
 #define LK_MIN_BLOCKS 8
 #endif

@@ -42,7 +42,7 @@ struct MqShape {
 #define MQ_MIN_BLOCKS_1 3
 #endif
 #define MQ_BOUNDS_1(QT) __launch_bounds__(128, (QT) == GB_Q6_K && MQ_MIN_BLOCKS_1 == 3 ? 2 : MQ_MIN_BLOCKS_1)
-// MQ_GROUP_SHARED=1 (a probe, with MQ_MIN_BLOCKS_1=4; bench/device_call.sh times it): the one-matrix
+// MQ_GROUP_SHARED=1 (a probe, with MQ_MIN_BLOCKS_1=4; bench/gpu_slot.sh times it): the one-matrix
 // wide blocks (matmul_mmq, moe_down_mmq) keep each output's group sum in shared memory (a column of 32
 // floats a thread, its own: 16 KB a block), not in registers -- a load and a store more an output at
 // each member's end, for 4 blocks an SM at 128 registers.

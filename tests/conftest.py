@@ -139,7 +139,7 @@ def backend(request):
 
 def _probe_kernels(tmp_path, monkeypatch, header: str, define: str, sources: tuple[str, ...]):
     """A kernels_cu/ of links to the real files but `header`, which defines `define` first (a probe
-    bench/device_call.sh times), and the sources that include it, copied (a linked source builds from
+    bench/gpu_slot.sh times), and the sources that include it, copied (a linked source builds from
     the folder its link resolves to). Gives a function kind -> a backend of its own, made as
     _make_backend makes the kernel tests' (the cached ones hold modules of the real kernels_cu/)."""
     import shutil

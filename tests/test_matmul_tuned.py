@@ -2,7 +2,7 @@
 candidate it times runs as the real clock runs it (once untimed, then REPEATS times), and takes the
 seconds the test gives it. Whichever wins, the output is dp4a's bits; a residual is added once; a
 plan being recorded times its shapes once and then runs only the chosen kernel; without a clock a
-shape takes best's rule. (The GPU's own clock: bench/device_call.sh's runs of matmul=timed.)"""
+shape takes best's rule. (The GPU's own clock: bench/gpu_slot.sh's runs of matmul=timed.)"""
 
 from __future__ import annotations
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from bench_scripts import BENCH, load
 
-ROW_KEYS = {"model", "test", "sharpinf_tok_s", "llamacpp_tok_s", "ratio", "sharpinf_kernels", "error"}
+ROW_KEYS = {"model", "test", "sharpinf_tok_s", "llamacpp_tok_s", "ratio", "sharpinf_kernels", "error", "sha256",
+            "llamacpp_commit", "llamacpp_from"}
 PP_TS, TG_TS = 4321.25, 123.5  # what the stand-in llama-bench reports
 LOAD_ERROR = "llama_model_load: error loading model: error loading model vocabulary: unknown pre-tokenizer type"
 S_TG_PER_SEQ = 50.0  # the stand-in llama-batched-bench's S_TG is this x B
@@ -257,3 +258,22 @@ def test_peers_part_pairs_llamacpp_with_sharpinf_on_the_same_files(tmp_path):
     if importlib.util.find_spec("torch") is None:
         assert part["roofline"] == {"available": False, "reason": "torch is not installed"}
         assert "Roofline: no PyTorch roofline: torch is not installed." in readme
+
+
+def test_committed_figures_only_from_the_same_gpu_commit_and_file(tmp_path):
+    """--llamacpp committed: llama.cpp's figures from the newest committed run whose rows name the same GPU
+    model, llama.cpp commit and file sha256; a run that recorded no sha256 (before 2026-12) never matches."""
+    from bench.peer_history import committed_figures
+
+    def run(name, rows):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "peers.json").write_text(json.dumps(rows))
+
+    row = {"test": "tg128", "llamacpp_tok_s": 950.0, "sha256": "ab", "llamacpp_commit": "c1", "llamacpp_from": "run"}
+    run("gpu-20261101", [row])
+    run("gpu-20261201", [{**row, "llamacpp_tok_s": 990.0}])
+    run("gpu-nvl-20261215", [{**row, "llamacpp_tok_s": 1.0}])  # another GPU model, whose name starts the same
+    run("gpu-20261210", [{k: v for k, v in row.items() if k != "sha256"}])  # before the rows said which file
+    assert committed_figures("gpu", "c1", "ab", tmp_path) == ({"tg128": 990.0}, str(tmp_path / "gpu-20261201" / "peers.json"))
+    assert committed_figures("gpu", "c2", "ab", tmp_path) is None
+    assert committed_figures("gpu", "c1", "cd", tmp_path) is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -85,6 +86,12 @@ class BenchContext:
     @property
     def on_gpu(self) -> bool:
         return self.backend.name == "cuda"
+
+    def row_log(self, suite: str) -> "RowLog":
+        """The suite's rows, each written to OUT/<suite>.rows.jsonl as it is measured (RowLog)."""
+        return RowLog(self.out_dir / f"{suite}{ROWS_SUFFIX}",
+                      {"suite": suite, "model": self.model_label, "backend": self.backend.name,
+                       "kernels": kernels_name(self)})
 
     def forward_pass(self):
         """One ForwardPass (weights uploaded once) shared by the suites that drive it directly."""
@@ -253,6 +260,49 @@ def write_json(path: Path, obj: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
     return path
+
+
+ROWS_SUFFIX = ".rows.jsonl"
+
+
+class RowLog(list):
+    """A suite's rows, each also appended to `path` (JSON Lines) and flushed the moment it is measured:
+    a run cut short -- a GPU slot's timeout, a kill -- keeps every row it finished. The suite's JSON
+    replaces the file when the run ends (`finish_rows`); one left behind marks a cut run."""
+
+    def __init__(self, path: Path, head: dict | None = None):
+        super().__init__()
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # a fresh run's rows, not an earlier cut run's; the first line says what they are of
+        self.path.write_text(json.dumps({"head": head or {}}) + "\n")
+
+    def append(self, row: dict) -> None:
+        super().append(row)
+        with open(self.path, "a") as f:  # reopened a row: nothing held in a buffer when the kill comes
+            f.write(json.dumps(row, default=_jsonable) + "\n")
+
+
+def finish_rows(json_path: Path) -> None:
+    """The suite's JSON is written: its partial rows file goes (the JSON holds them all)."""
+    rows = json_path.with_suffix(ROWS_SUFFIX)
+    if rows.exists():
+        os.unlink(rows)
+
+
+def read_rows(path: Path) -> tuple[dict, list[dict]]:
+    """(head, rows) a cut run left (RowLog): every whole line; a line the kill broke off is dropped."""
+    head, rows = {}, []
+    for line in Path(path).read_text().splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            break
+        if isinstance(d, dict) and set(d) == {"head"}:
+            head = d["head"]
+        else:
+            rows.append(d)
+    return head, rows
 
 
 def dumps(obj) -> str:

@@ -55,7 +55,7 @@ def run(ctx: BenchContext, batch_sizes: list[int], context: int, repeats: int, b
     pool = KVPool(be, cfg, max(batch_sizes) * per_seq, block_size, kv_dtype)
     rng = np.random.default_rng(ctx.seed)
     wbytes = step_weight_bytes(fp)
-    rows = []
+    rows = ctx.row_log(SUITE)  # each row on disk as it is timed: a cut run keeps them
     with ctx.progress() as bar:
         task = bar.add_task(f"{SUITE}: B = {', '.join(map(str, batch_sizes))}", total=len(batch_sizes))
         for B in batch_sizes:

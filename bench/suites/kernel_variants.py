@@ -140,7 +140,7 @@ def run(ctx: BenchContext, tokens: list[int], context: int, repeats: int, kv_dty
     check_context(cfg.context_length, context, prefill_context)
     bw = be.device_bandwidth()
     groups = case_groups(ctx, sel, tokens, context, kv_dtype, prefill, prefill_context)
-    rows = []
+    rows = ctx.row_log(SUITE)  # each row on disk as it is timed: a cut run keeps them
     with ctx.progress() as bar:
         task = bar.add_task(f"{SUITE}: decode N = {', '.join(map(str, tokens))}; prefill "
                             f"{', '.join(map(str, list(prefill) + list(prefill_context))) or 'none'}", total=len(groups))

@@ -86,7 +86,7 @@ def run(ctx: BenchContext, configs: list, repeats: int, block_size: int, prompts
             if kernels != own and all(kernels != o.choice.to_json() for o in others):
                 others.append(fp.with_own_buffers(kernels=kernels))
     rng = np.random.default_rng(ctx.seed)
-    out = []
+    out = ctx.row_log(SUITE)  # each configuration on disk as it is timed: a cut run keeps them
     for S, n in configs:
         per_seq = -(-n // block_size)
         pool = KVPool(be, cfg, S * per_seq, block_size)

@@ -93,7 +93,7 @@ def bench(
 ):
     """Benchmarks of the engine and the forward pass, with tables, JSON and plots."""
     from bench.suites import SUITES
-    from bench.suites.common import BenchContext, dumps, resolve_bench_model, write_json
+    from bench.suites.common import BenchContext, dumps, finish_rows, resolve_bench_model, write_json
     from sharpinf.model.loader import load_model
     from sharpinf.cli.common import backend_named, kernels_spec, make_console
 
@@ -173,6 +173,7 @@ def bench(
             raise SharpinfError(f"{name}: {exc}") from None
         doc["wall_s"] = time.perf_counter() - t0
         json_path = write_json(out_dir / f"{name}.json", doc)
+        finish_rows(json_path)
         png = mod.plot(doc, out_dir / f"{name}.png")
         console.print(mod.table(doc))
         console.print(f"  wrote {json_path}" + (f" and {png}" if png else " (no plot: matplotlib not installed)")

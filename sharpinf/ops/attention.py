@@ -165,7 +165,7 @@ def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
 # walks at 512 keys (18 against 27) and splits at 4,096 (130 against 112; the walk stops paying at 41
 # partitions), a single sequence splits, and flash's 512-token prefill walks. Without `keys` (a launch
 # that does not know its step's contexts) a GPU keeps the split launch, which no context makes slow.
-# The two constants are estimates until a GPU times both shapes (bench/device_call.sh's attention
+# The two constants are estimates until a GPU times both shapes (bench/gpu_slot.sh's attention
 # runs; bench/walk_rule_fit.py fits the constants to them). On the emulator a step of EMU_WALK_BLOCKS blocks or more walks
 # whatever its contexts, so the forward oracles' prefills and batched decodes walk and single decodes
 # of models with few KV heads split, and the cross-path oracles compare the two.

@@ -25,7 +25,7 @@ MIN_TOKENS = 16
 # at 64 where its grid had 64-96 blocks for 132 SMs (o, down; qkv tied); it won at 64 with 192 blocks
 # (gate+up) or 2,374 (the LM head), and everywhere at 512 (1.8-2.8x). Same bits either way.
 # Those grids were before split-K (a block for each group of members: 4x the blocks from n_in =
-# 1024); bench/device_call.sh's kernels stage says what the rule becomes.
+# 1024); bench/gpu_slot.sh's kernels stage says what the rule becomes.
 BEST_MIN_TOKENS = 64
 
 

@@ -12,7 +12,7 @@ Programmatic dependent launch (SHARPINF_PDL=1, sm_90 and later): every launch bu
 one goes through cuLaunchKernelEx with the programmatic-stream-serialization attribute
 (pdl_launch.py), so a kernel's blocks may start while the one before it finishes; each entry
 waits for its inputs itself (common.cuh; pdl_check.py proves it on the PTX). Off by default
-until a GPU run shows what it buys (bench/device_call.sh times both).
+until a GPU run shows what it buys (bench/gpu_slot.sh times both).
 
 Faults: CUDA reports a kernel's illegal access at the next synchronizing call. Every such
 call here turns CuPy's error into a BackendError naming the last kernel launched;
