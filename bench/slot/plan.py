@@ -17,6 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 M8, MS = "qwen3-8b-shape:Q4_K", "smollm2-135m-shape:Q4_1"  # the two shape models (sharpinf.model.synth)
 MOE = "qwen3-30b-a3b-shape:Q4_K"
+ATTENTION_MODES = ("split", "walk")  # SHARPINF_ATTENTION_MODE's values (ops/attention.py), not variants
 BENCH = ("{py}", "-m", "sharpinf", "bench")
 KERNEL_TESTS = tuple(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_kernels_*.py")))
 
@@ -117,7 +118,7 @@ def stages(gate_first: str, gate_rest: str) -> tuple[Stage, ...]:
             kernels("attn-walk", M8, "attention", "1,64", "512,2048", "qwen3-8b-shape-attention-walk", 30, 80,
                     "split,flash", {"SHARPINF_ATTENTION_MODE": "walk"}, extra=("--context", "512")),
             *(kernels(f"attn-4k-{m}", M8, "attention", "8,64", "", f"qwen3-8b-shape-attention-4k-{m}", 20, 45,
-                      "split,flash", {"SHARPINF_ATTENTION_MODE": m}, extra=("--context", "4096")) for m in ("split", "walk")),
+                      "split,flash", {"SHARPINF_ATTENTION_MODE": m}, extra=("--context", "4096")) for m in ATTENTION_MODES),
             Run("walk-rule-fit", ("{py}", "bench/walk_rule_fit.py") + tuple(
                 f"{attn}{s}/kernels.json" for s in ("", "-walk", "-4k-split", "-4k-walk")), 2, 30,
                 requires=("attn-split", "attn-walk", "attn-4k-split", "attn-4k-walk"))), optional=True),
