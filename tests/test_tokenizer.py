@@ -604,3 +604,22 @@ def test_gemma3_apply_chat(gemma3):
     ids = gemma3.apply_chat(TWO_MESSAGES, template=GEMMA_TEMPLATE)
     assert ids[:4] == [2, 105, 2364, 107] and ids.count(2) == 1  # the template's <bos>, none added on top
     assert ids == gemma3.encode(render_chat(GEMMA_TEMPLATE, TWO_MESSAGES, bos_token="<bos>"), add_bos=False)
+
+
+def test_phi3s_rstrip_drops_the_whitespace_after_special_tokens_as_llamacpp_does():
+    """llama.cpp's one rule keyed on a model's name (tokenizer.py's RSTRIP_NAMES): in a file named phi3 the
+    whitespace after each special token is dropped (not after <s>, <unk>, <|endoftext|>), elsewhere kept --
+    its ids on both files (bench/llamacpp_rstrip.py's fixture); the rule is seen: the two differ."""
+    import json
+    from pathlib import Path
+
+    from bench.llamacpp_rstrip import vocab, vocab_sha256
+
+    fx = json.loads((Path(__file__).parent / "data" / "rstrip_llamacpp_tokens.json").read_text())
+    meta = vocab()
+    assert vocab_sha256(meta) == fx["vocab_sha256"], "the fixture's vocabulary changed: rerun bench/llamacpp_rstrip.py"
+    for key, name in fx["names"].items():
+        tok = Tokenizer.from_gguf_metadata({**meta, "general.name": name})
+        got = [tok.encode(t) for t in fx["texts"]]
+        assert got == fx["ids"][key], f"{name}: {[(t, g, w) for t, g, w in zip(fx['texts'], got, fx['ids'][key]) if g != w][:1]}"
+    assert fx["ids"]["phi3"] != fx["ids"]["other"]

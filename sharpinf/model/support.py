@@ -49,8 +49,10 @@ def support_rows() -> list[dict]:
                     "baselines; the faster variants hand them to dp4a, the same bits)"},
         {"what": "RoPE", "supported": rope, "checked": "tests/test_llamacpp_agreement.py"},
         {"what": "tokenizers", "supported": f"byte-level BPE (tokenizer.ggml.model gpt2), pre-tokenizers {pres}; "
-                                            "SentencePiece BPE (llama)",
-         "checked": "llama-tokenize's ids: tests/test_pretokenizers.py, tests/test_tokenizer.py"},
+                                            "SentencePiece BPE (llama); llama.cpp's phi3 rule (no whitespace after a "
+                                            "special token in a file named phi-3 or phi3)",
+         "checked": "llama-tokenize's ids: tests/test_pretokenizers.py, tests/test_tokenizer.py (phi3's rule: "
+                    "bench/llamacpp_rstrip.py's fixture)"},
         {"what": "refused in one line", "supported": REFUSED, "checked": "tests/test_loader.py"},
     ]
 

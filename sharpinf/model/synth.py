@@ -104,8 +104,8 @@ def write_synthetic_model(
         n_ff = n_ff_exp
 
     meta: dict[str, Any] = {
-        # not "phi3" in a phi3 file's name: llama.cpp then strips spaces after its special tokens and wants a
-        # "</s>" (llama-vocab.cpp, by general.name), which the synthetic vocabulary does not have
+        # not "phi3" in a phi3 file's name: llama.cpp (and sharpinf: tokenizer.py's RSTRIP_NAMES) then strips
+        # spaces after its special tokens, and llama.cpp wants a "</s>", which the synthetic vocabulary lacks
         "general.name": f"sharpinf-synthetic-{'phi' if arch == 'phi3' else arch}-{qtype}",
         f"{arch}.block_count": n_layer,
         f"{arch}.context_length": context_length,

@@ -103,6 +103,23 @@ class _ByteLevelBPE:
         return batch([text], add_special_tokens=False)[0].ids
 
 
+# llama.cpp's one tokenizer rule keyed on a model's name (llama-vocab.cpp's load): in a file whose
+# general.name says phi-3 or phi3, the whitespace after a special token is dropped (its RSTRIP attribute),
+# "</s>" too, but not after <unk>, <s> or <|endoftext|>.
+RSTRIP_NAMES = ("phi-3", "phi3")
+RSTRIP_KEPT = ("<unk>", "<s>", "<|endoftext|>")
+_C_SPACE = " \t\n\v\f\r"  # C's isspace, which llama.cpp strips with
+
+
+def rstrip_ids(metadata: dict[str, Any], tokens: list[str], special: set[int]) -> frozenset[int]:
+    """The special tokens (ids) llama.cpp marks RSTRIP for this file's general.name; none for most files."""
+    name = str(metadata.get("general.name", "")).lower()
+    if not any(n in name for n in RSTRIP_NAMES):
+        return frozenset()
+    ids = set(special) | {i for i, t in enumerate(tokens) if t == "</s>"}
+    return frozenset(i for i in ids if tokens[i] not in RSTRIP_KEPT)
+
+
 class _SpecialSplitter:
     """llama.cpp's tokenizer_st_partition: special tokens come out of the text verbatim.
 
@@ -112,8 +129,9 @@ class _SpecialSplitter:
     tokens are grouped by their first 2 characters, then by their first 8.
     """
 
-    def __init__(self, specials: list[tuple[str, int]]):
+    def __init__(self, specials: list[tuple[str, int]], rstrip: frozenset[int] = frozenset()):
         self._order = sorted(specials, key=lambda s: -len(s[0]))
+        self._rstrip = rstrip  # the tokens whose following whitespace is dropped (RSTRIP_NAMES)
         self._groups: dict[str, dict[str, list[int]]] = {}
         for k, (text, _) in enumerate(self._order):
             self._groups.setdefault(text[:2], {}).setdefault(text[:8], []).append(k)
@@ -139,6 +157,8 @@ class _SpecialSplitter:
                 for j, part in enumerate(frag.split(special)):
                     if j:
                         out.append(token_id)
+                        if token_id in self._rstrip:
+                            part = part.lstrip(_C_SPACE)
                     if part:
                         out.append(part)
             frags = out
@@ -200,11 +220,14 @@ class Tokenizer:
                 eog.add(int(metadata[key]))
         self.eot_ids: frozenset[int] = frozenset(eog)
 
+        special_kinds = (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN)
+        rstrip = rstrip_ids(metadata, tokens, {i for i, ty in enumerate(types) if ty in special_kinds})
+
         def splitter(kinds: tuple[int, ...]) -> _SpecialSplitter:
-            return _SpecialSplitter([(t, i) for i, (t, ty) in enumerate(zip(tokens, types)) if ty in kinds and t])
+            return _SpecialSplitter([(t, i) for i, (t, ty) in enumerate(zip(tokens, types)) if ty in kinds and t], rstrip)
 
         # llama.cpp matches user-defined tokens always, control (and unknown) ones only when parsing specials.
-        self._split_special = splitter((TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN))
+        self._split_special = splitter(special_kinds)
         self._split_plain = splitter((TOKEN_USER_DEFINED,))
 
     @classmethod
@@ -311,7 +334,7 @@ def read_tokenizer_metadata(path) -> dict[str, Any]:
 
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _parse_kv(buf, "tokenizer.")
+            return _parse_kv(buf, ("tokenizer.", "general.name"))  # the name: RSTRIP_NAMES
     except (OSError, ValueError, struct.error, IndexError) as e:
         raise ModelError(path, f"cannot read GGUF metadata: {e}") from None
 
@@ -321,7 +344,7 @@ _NP = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: 
 _STRING, _ARRAY = 8, 9
 
 
-def _parse_kv(buf, prefix: str) -> dict[str, Any]:
+def _parse_kv(buf, prefix: str | tuple[str, ...]) -> dict[str, Any]:
     """Walk GGUF v2/v3 (little-endian) key/values; keep those whose key starts with prefix."""
     import numpy as np
 
