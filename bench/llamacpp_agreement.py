@@ -54,6 +54,13 @@ MODELS = [  # (name, write_synthetic_model arguments)
     # LongRoPE over an original context of 16: perplexity's chunks of 32 and completion's default context
     # (the file's 1024) both run past it, so llama.cpp reads the long factors, as sharpinf does by default
     ("phi3-longrope-f32", dict(arch="phi3", qtype="F32", n_layer=2, seed=0, longrope=16)),
+    # mistral3: YaRN (factor 4 over 16, the file's betas -- the ramp over other pairs than the defaults' --
+    # and log multiplier) and the queries' temperature, from position 16 on: every scored position has it
+    ("mistral3-yarn-temp-f32", dict(arch="mistral3", qtype="F32", n_layer=2, seed=0, **{
+        "mistral3.rope.scaling.type": "yarn", "mistral3.rope.scaling.factor": 4.0,
+        "mistral3.rope.scaling.original_context_length": 16, "mistral3.rope.scaling.yarn_beta_fast": 1.0,
+        "mistral3.rope.scaling.yarn_beta_slow": 0.25, "mistral3.rope.scaling.yarn_log_multiplier": 0.1,
+        "mistral3.attention.temperature_scale": 0.5})),
 ]
 N_CTX = 32  # perplexity's chunk: the second half of each chunk is scored
 CHUNKS = 3  # chunks kept in the fixture

@@ -107,6 +107,9 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
             if cfg.uses_rope(li):  # smollm3: no RoPE on every 4th layer
                 heads_q = [_rotate(hq, pos, theta, cfg.rope_style, scaling, factors) for hq in heads_q]
                 heads_k = [_rotate(hk, pos, theta, cfg.rope_style, scaling, factors) for hk in heads_k]
+            if cfg.attn_temp_scale:  # mistral3: the queries' temperature (1 before n_ctx_orig)
+                t = float(cfg.attn_temp([pos])[0])
+                heads_q = [hq * t for hq in heads_q]
             ks.append(heads_k)
             vs.append(heads_v)
             out = []

@@ -9,6 +9,7 @@ It follows llama.cpp's graph for the archs we support:
                 q, k = rmsnorm_per_head(q, k) * q_norm, k_norm      (qwen3, gemma3)
                 q, k = rope(q, k, positions)                         (norm: pairs (2i, 2i+1); neox: (i, i+d/2);
                                                                       gemma3: base 10000 on windowed layers)
+                q *= 1 + s ln(floor(p / n_ctx_orig) + 1)                 (mistral3 with a temperature_scale s)
                 a = softmax(q k^T * scale + mask) v @ Wo.T           (query head h reads KV head h // group;
                                                                       mask: causal, and on a windowed layer
                                                                       keys p-W+1..p only)
@@ -248,6 +249,8 @@ class Reference:
             # Q and K heads rotate alike: one call over [T, n_head + n_head_kv, d]
             qk = _f32(rope_reference(np.concatenate([q, k], axis=1), positions, rope.freqs, cfg.rope_style, rope.mscale))
             q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]
+            if cfg.attn_temp_scale:  # mistral3: the queries' temperature by position (1 before n_ctx_orig)
+                q = _f32(q * cfg.attn_temp(positions)[:, None, None])
             cache.k[li, start : start + T] = self._stored(k)
             cache.v[li, start : start + T] = self._stored(v)
             mask = attention_mask(positions, start + T, cfg.window(li))

@@ -390,3 +390,47 @@ def test_info_lists_what_it_reads_and_refuses_before_any_weight(tmp_path):
                                                      **{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0}))])
     assert ok.exit_code == 0 and "YaRN x4 over an original context of 1024" in ok.output
     assert "frequency factors (rope_freqs.weight)" in ok.output
+
+
+def test_mistral3_reads_its_yarn_and_temperature_keys_and_runs_only_where_the_temperature_is_one(tmp_path):
+    """mistral3 (llama's graph): YaRN's betas and log multiplier and the queries' temperature_scale applied
+    (llama.cpp agrees: test_llamacpp_agreement's mistral3 file); the factor is 1 exactly before the original
+    context, so the engine runs up to it -- its default max_model_len stops there, a longer one is refused
+    in one line, and a step past it is refused by the forward pass; the same keys in a llama file are refused."""
+    from sharpinf.engine.config import run_context
+    from sharpinf.errors import SharpinfError
+
+    keys = {"mistral3.rope.scaling.type": "yarn", "mistral3.rope.scaling.factor": 4.0,
+            "mistral3.rope.scaling.original_context_length": 64, "mistral3.rope.scaling.yarn_beta_fast": 8.0,
+            "mistral3.rope.scaling.yarn_beta_slow": 0.5, "mistral3.rope.scaling.yarn_log_multiplier": 0.1,
+            "mistral3.attention.temperature_scale": 0.5}
+    m = load_model(write_synthetic_model(tmp_path / "m3.gguf", "mistral3", "Q8_0", n_layer=1, **keys))
+    c = m.config
+    assert (c.rope_style, c.rope_scaling.beta_fast, c.rope_scaling.beta_slow, c.attn_temp_starts) == ("norm", 8.0, 0.5, 64)
+    assert c.attn_temp([0, 63]).tolist() == [1.0, 1.0] and c.attn_temp([64])[0] == np.float32(1 + 0.5 * np.log(2))
+    assert run_context(c, None) == 64 and run_context(c, 40) == 40
+    with pytest.raises(SharpinfError, match=r"max_model_len 65: mistral3.attention.temperature_scale scales"):
+        run_context(c, 65)
+    ids = list(range(1, 70))  # the reference applies it past 64: those logits change
+    ref = Reference(m).logits(ids)
+    untempered = Reference(load_model(write_synthetic_model(
+        tmp_path / "m3b.gguf", "mistral3", "Q8_0", n_layer=1, **{**keys, "mistral3.attention.temperature_scale": 0.0})))
+    other = untempered.logits(ids)
+    assert np.array_equal(ref[:64], other[:64]) and not np.array_equal(ref[64:], other[64:])
+    llama = _llama(tmp_path, "l.gguf", **{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.yarn_beta_fast": 8.0})
+    with pytest.raises(ModelError, match="llama.rope.scaling.yarn_beta_fast"):
+        load_model(llama)
+
+
+def test_a_mistral3_step_past_the_temperatures_start_is_refused(tmp_path):
+    from sharpinf.runtime.select import get_backend
+    from sharpinf.step.batch import Batch, SeqChunk
+    from sharpinf.step.forward import ForwardPass
+    from sharpinf.step.kv_pool import KVPool
+
+    m = load_model(write_synthetic_model(tmp_path / "m3.gguf", "mistral3", "F32", n_layer=1, **{
+        "mistral3.rope.scaling.original_context_length": 8, "mistral3.attention.temperature_scale": 0.5}))
+    be = get_backend("emu")
+    fp, pool = ForwardPass(m, be), KVPool(be, m.config, 4, 4, "f16")
+    with pytest.raises(ValueError, match="position 8: mistral3.attention.temperature_scale scales the queries from position 8"):
+        fp.forward(Batch.build([SeqChunk(list(range(1, 10)), 0, [0, 1, 2])], 4), pool)

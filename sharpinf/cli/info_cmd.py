@@ -93,6 +93,9 @@ def rope_line(cfg) -> str:
         line += f"; no RoPE on layers {', '.join(map(str, nope[:4]))}{', ...' if len(nope) > 4 else ''}"
     if cfg.rope_theta_local and any(cfg.window(i) for i in range(cfg.n_layer)):
         line += f"; windowed layers: base {cfg.rope_theta_local:g}, unscaled"
+    if cfg.attn_temp_starts:
+        line += (f"; queries x (1 + {cfg.attn_temp_scale:g} ln(floor(p / {cfg.n_ctx_orig}) + 1)), 1 before "
+                 f"{cfg.attn_temp_starts}: max_model_len stops there")
     return line
 
 

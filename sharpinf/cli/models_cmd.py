@@ -87,7 +87,8 @@ def synth(
     out: Path = typer.Argument(..., help="Where to write the .gguf."),
     arch: str = typer.Option("llama", help="llama, qwen2, qwen3, gemma3 (sliding window 16 on 5 layers of 6), "
                              "qwen3moe (mixture of experts; llama with --experts N is Mixtral-style), smollm3 "
-                             "(no RoPE on every 4th layer) or phi3 (fused QKV and gate|up)."),
+                             "(no RoPE on every 4th layer), phi3 (fused QKV and gate|up) or mistral3 (llama's graph; its "
+                             "YaRN and temperature keys from the file)."),
     qtype: str = typer.Option("Q8_0", help="Weight quant type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q2_K Q3_K IQ4_NL IQ4_XS."),
     layers: int = typer.Option(2, help="Number of layers (gemma3: 6 or more has a global layer too)."),
     seed: int = typer.Option(0, help="Random seed: same seed, same bytes."),

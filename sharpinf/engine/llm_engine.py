@@ -17,7 +17,7 @@ import numpy as np
 
 from sharpinf.engine.block_manager import BlockManager
 from sharpinf.engine.fork import ChoiceForker
-from sharpinf.engine.config import EngineConfig
+from sharpinf.engine.config import EngineConfig, run_context
 from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
 from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.engine.model_runner import ModelRunner, RunnerStep
@@ -128,7 +128,7 @@ class LLMEngine:
         self.tokenizer = Tokenizer.from_gguf_metadata(self.model.metadata, where=str(self.model.path))
         self.grammars = Grammars(self.tokenizer, self.cfg.n_vocab)  # llguidance's tokenizer: built on first use
         # weights, step buffers and kernels first, then the KV pool from what is left, then graphs over it
-        self.max_model_len = min(self.cfg.context_length, self.config.max_model_len or self.cfg.context_length)
+        self.max_model_len = run_context(self.cfg, self.config.max_model_len)
         self.model = self.model.with_context(self.max_model_len)  # LongRoPE's tables follow the run's context
         self.cfg = self.model.config
         self.fp = ForwardPass(self.model, self.backend, capacity=step_capacity(self.config, self.max_model_len),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .rope_scaling import RopeScaling
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "smollm3", "phi3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "smollm3", "phi3", "mistral3")
 # The archs whose files may hold experts: qwen3moe always does; a llama file with llama.expert_count
 # > 0 is Mixtral-style (llama's attention, the experts where the dense FFN was).
 MOE_ARCHS = ("qwen3moe", "llama")
@@ -14,7 +16,7 @@ MOE_ARCHS = ("qwen3moe", "llama")
 # How llama.cpp rotates each arch. `norm`: pairs (2i, 2i+1) are adjacent, because
 # the HF->GGUF converter permuted Q/K rows for llama. `neox`: pairs (i, i + d/2).
 ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox", "qwen3moe": "neox",
-              "smollm3": "norm", "phi3": "neox"}
+              "smollm3": "norm", "phi3": "neox", "mistral3": "norm"}
 
 # What the MoE kernels hold per token (moe_route.cu, moe_route_split.cu: the router's probabilities in shared memory, the
 # chosen k in registers); llama.cpp's own cap is 512 experts.
@@ -50,6 +52,9 @@ class ModelConfig:
     has_longrope: bool = False
     n_ctx_orig: int = 0  # rope.scaling.original_context_length, else context_length
     n_ctx_seq: int = 0  # the context a sequence may reach in this run (the engine's max_model_len); 0: context_length
+    # mistral3's attention temperature (llama.cpp's llama-4 scaling): position p's queries times
+    # 1 + attn_temp_scale ln(floor(p / n_ctx_orig) + 1) -- exactly 1 before n_ctx_orig (attn_temp_starts)
+    attn_temp_scale: float = 0.0
     # Gemma 3 (llama.cpp's gemma3 graph); the defaults are the llama/qwen behaviour.
     layer_window: tuple[int, ...] = ()  # per layer: sliding window W (a query at p sees p-W+1..p), 0 = full
     rope_theta_local: float = 0.0  # RoPE base of the windowed layers (0: rope_theta)
@@ -83,6 +88,18 @@ class ModelConfig:
     def longrope_factors(self) -> str:
         """Which LongRoPE factor tensor this run reads: "long" past the original context, else "short"."""
         return "long" if (self.n_ctx_seq or self.context_length) > self.n_ctx_orig else "short"
+
+    @property
+    def attn_temp_starts(self) -> int:
+        """The first position whose queries the attention temperature scales (0: none ever is): the
+        kernels run the positions before it, where the factor is 1 exactly (the engine caps max_model_len)."""
+        return self.n_ctx_orig if self.attn_temp_scale else 0
+
+    def attn_temp(self, positions):
+        """The factor on the queries at these positions, as llama.cpp forms it (llm_graph_input_attn_temp:
+        the quotient in float32, the rest in double, stored as float32)."""
+        q = np.floor(np.asarray(positions, dtype=np.float32) / np.float32(self.n_ctx_orig)).astype(np.float64)
+        return (np.log(q + 1.0) * float(np.float32(self.attn_temp_scale)) + 1.0).astype(np.float32)
 
     def uses_rope(self, layer: int) -> bool:
         """Whether the layer rotates Q and K at all (smollm3's NoPE layers do not)."""

@@ -29,6 +29,9 @@ APPLIED_BY_ARCH = {
     "gemma3": {"attention.sliding_window", "final_logit_softcapping"},
     "qwen3moe": {"expert_count", "expert_used_count", "expert_feed_forward_length"},
     "llama": {"expert_count", "expert_used_count"},  # Mixtral-style: the experts where the dense FFN was
+    # llama's graph with YaRN's own betas and log multiplier and the queries' temperature (src/models/mistral3.cpp)
+    "mistral3": {"attention.temperature_scale", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+                 "rope.scaling.yarn_log_multiplier"},
 }
 
 

@@ -247,6 +247,7 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         fused_gate_up=arch == "phi3",
         has_longrope=arch in LONGROPE_ARCHS and "rope_factors_long.weight" in tensors,
         n_ctx_orig=key("rope.scaling.original_context_length", int, 0) or key("context_length", int),
+        attn_temp_scale=key("attention.temperature_scale", float, 0.0) if arch == "mistral3" else 0.0,
         **(_gemma3_fields(path, meta, arch, n_layer, len(tensors), n_embd, n_head, head_dim)
            if arch == "gemma3" else {}),
         **moe,
@@ -280,8 +281,8 @@ def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
 
 
 SMOLLM3_NOPE_STEP = 4  # llama.cpp hard-codes it (src/models/smollm3.cpp): layers 3, 7, 11, ... have no RoPE
-ROPE_FACTOR_ARCHS = ("llama",)
-LONGROPE_ARCHS = ("phi3",)  # the graphs that read rope_factors_long/short.weight  # the graphs of llama.cpp (src/models/*.cpp) that read rope_freqs.weight
+ROPE_FACTOR_ARCHS = ("llama", "mistral3")  # the graphs of llama.cpp (src/models/*.cpp) that read rope_freqs.weight
+LONGROPE_ARCHS = ("phi3",)  # the graphs that read rope_factors_long/short.weight
 
 
 GEMMA3_SWA_PERIOD = 6  # llama.cpp hard-codes it: layer i is global when i % 6 == 5 (no GGUF key)

@@ -152,6 +152,12 @@ def read_rope_scaling(path, meta: dict, arch: str, n_ctx_train: int, _get) -> Ro
     n_orig = _get(path, meta, f"{arch}.rope.scaling.original_context_length", int, 0) or n_ctx_train
     if n_orig <= 0:
         raise ModelError(path, f"bad metadata: rope.scaling.original_context_length = {n_orig}")
+    # mistral3's files may set YaRN's betas and its log multiplier (keys.py refuses them in another arch)
+    beta_fast = _get(path, meta, f"{arch}.rope.scaling.yarn_beta_fast", float, 32.0)
+    beta_slow = _get(path, meta, f"{arch}.rope.scaling.yarn_beta_slow", float, 1.0)
+    log_mul = _get(path, meta, f"{arch}.rope.scaling.yarn_log_multiplier", float, 0.0)
+    if beta_fast <= 0 or beta_slow <= 0:
+        raise ModelError(path, f"bad metadata: rope.scaling.yarn_beta_fast = {beta_fast}, yarn_beta_slow = {beta_slow}")
     # llama.cpp's yarn_attn_factor: exactly 1 when the factor is 1 (get_mscale of a scale <= 1), times attn
-    return RopeScaling("yarn", freq_scale, ext_factor=1.0, attn_factor=yarn_attn_factor(freq_scale, attn),
-                       n_ctx_orig=n_orig)
+    return RopeScaling("yarn", freq_scale, ext_factor=1.0, attn_factor=yarn_attn_factor(freq_scale, attn, log_mul),
+                       n_ctx_orig=n_orig, beta_fast=beta_fast, beta_slow=beta_slow)
