@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sharpinf.model.synth import write_synthetic_model  # noqa: E402
+from sharpinf.model.tokenizer import Tokenizer  # noqa: E402
 
 MODELS = [  # (name, write_synthetic_model arguments)
     ("qwen3moe-f32", dict(arch="qwen3moe", qtype="F32", n_layer=2, seed=0)),
@@ -61,6 +62,9 @@ MODELS = [  # (name, write_synthetic_model arguments)
         "mistral3.rope.scaling.original_context_length": 16, "mistral3.rope.scaling.yarn_beta_fast": 1.0,
         "mistral3.rope.scaling.yarn_beta_slow": 0.25, "mistral3.rope.scaling.yarn_log_multiplier": 0.1,
         "mistral3.attention.temperature_scale": 0.5})),
+    # gemma2: windows of 16 on every other layer, caps low enough to bend most scores and logits
+    ("gemma2-softcap-f32", dict(arch="gemma2", qtype="F32", n_layer=2, seed=0, **{
+        "gemma2.attn_logit_softcapping": 2.0, "gemma2.final_logit_softcapping": 5.0})),
 ]
 N_CTX = 32  # perplexity's chunk: the second half of each chunk is scored
 CHUNKS = 3  # chunks kept in the fixture
@@ -117,6 +121,10 @@ def record(name: str, kw: dict, bin_dir: Path, work: Path) -> dict:
     run([str(bin_dir / "llama-perplexity"), "-m", str(gguf), "-f", str(txt), "-c", str(N_CTX), "-t", "2",
          "--kl-divergence-base", str(base), *FLOAT_KV], bin_dir)
     n_ctx, toks, lps = read_kl_base(base)
+    tok = Tokenizer.from_gguf(gguf)
+    if tok.add_bos:  # perplexity scores each chunk with its first token made BOS, and writes the tokens before
+        toks = toks.copy()
+        toks[:, 0] = tok.bos_id
     chunks = []
     for c in range(min(CHUNKS, len(lps))):
         rows = []

@@ -118,6 +118,8 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
                 seen = range(max(0, pos - window + 1) if window else 0, pos + 1)
                 scale = cfg.attn_scale or 1 / math.sqrt(cfg.head_dim)
                 scores = [float(hq @ ks[s][kv]) * scale for s in seen]
+                if cfg.attn_softcap:  # gemma2: each score capped before the softmax
+                    scores = [cfg.attn_softcap * math.tanh(sc / cfg.attn_softcap) for sc in scores]
                 m = max(scores)
                 e = [math.exp(sc - m) for sc in scores]
                 out.append(sum(e[i] / sum(e) * vs[s][kv] for i, s in enumerate(seen)))

@@ -11,6 +11,7 @@ It follows llama.cpp's graph for the archs we support:
                                                                       gemma3: base 10000 on windowed layers)
                 q *= 1 + s ln(floor(p / n_ctx_orig) + 1)                 (mistral3 with a temperature_scale s)
                 a = softmax(q k^T * scale + mask) v @ Wo.T           (query head h reads KV head h // group;
+                                                                      gemma2: softcap((q * scale) k^T) + mask;
                                                                       mask: causal, and on a windowed layer
                                                                       keys p-W+1..p only)
                 x += a                     (gemma3: x += rmsnorm(a) * post_attention_norm)
@@ -333,7 +334,10 @@ class Reference:
         cfg = self.cfg
         T, g = q.shape[0], cfg.gqa_group
         qg = q.reshape(T, cfg.n_head_kv, g, cfg.head_dim).transpose(1, 2, 0, 3)  # [H_kv, g, T, d]
-        scores = qg @ keys.transpose(1, 2, 0)[:, None] * F32(cfg.kq_scale) + mask  # [H_kv, g, T, S]
+        if cfg.attn_softcap:  # gemma2, as llama.cpp: Q scaled, the scores softcapped, then the mask
+            scores = softcap((qg * F32(cfg.kq_scale)) @ keys.transpose(1, 2, 0)[:, None], cfg.attn_softcap) + mask
+        else:
+            scores = qg @ keys.transpose(1, 2, 0)[:, None] * F32(cfg.kq_scale) + mask  # [H_kv, g, T, S]
         p = np.exp(scores - scores.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
         out = p @ vals.transpose(1, 0, 2)[:, None]  # [H_kv, g, T, d]

@@ -2,8 +2,9 @@
 tokens on 2-layer synthetic float32 models -- a mixture of experts (qwen3moe: routing, top-k,
 renormalised weights, the experts' sum), a dense qwen3, a Mixtral-style llama (llama's attention
 with qwen3moe's experts), a Llama 3.1-style llama (rope_freqs.weight's frequency factors), a
-qwen3 with YaRN (ramp and cos/sin factor), smollm3, phi3 (fused, LongRoPE) and a mistral3 (YaRN with the
-file's betas and log multiplier, the queries' temperature) -- recorded once by
+qwen3 with YaRN (ramp and cos/sin factor), smollm3, phi3 (fused, LongRoPE), a gemma2 (softcaps,
+windows) and a mistral3 (YaRN with the file's betas and log multiplier, the queries' temperature)
+-- recorded once by
 bench/llamacpp_agreement.py (tests/data/llamacpp_agreement.json), so CI needs no llama.cpp."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import numpy as np
 
 from .rope_scaling import RopeScaling
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "smollm3", "phi3", "mistral3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "smollm3", "phi3", "mistral3", "gemma2")
 # The archs whose files may hold experts: qwen3moe always does; a llama file with llama.expert_count
 # > 0 is Mixtral-style (llama's attention, the experts where the dense FFN was).
 MOE_ARCHS = ("qwen3moe", "llama")
@@ -16,7 +16,8 @@ MOE_ARCHS = ("qwen3moe", "llama")
 # How llama.cpp rotates each arch. `norm`: pairs (2i, 2i+1) are adjacent, because
 # the HF->GGUF converter permuted Q/K rows for llama. `neox`: pairs (i, i + d/2).
 ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox", "qwen3moe": "neox",
-              "smollm3": "norm", "phi3": "neox", "mistral3": "norm"}
+              "smollm3": "norm", "phi3": "neox", "mistral3": "norm",
+              "gemma2": "neox"}
 
 # What the MoE kernels hold per token (moe_route.cu, moe_route_split.cu: the router's probabilities in shared memory, the
 # chosen k in registers); llama.cpp's own cap is 512 experts.
@@ -64,6 +65,7 @@ class ModelConfig:
     ffn_act: str = "silu"  # the gate's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     post_norms: bool = False  # RMSNorm of the attention and FFN outputs before each residual add
     final_softcap: float = 0.0  # logits = cap * tanh(logits / cap) when > 0
+    attn_softcap: float = 0.0  # gemma2: each attention score = cap * tanh(score / cap) before the mask, when > 0
     # Mixture of experts (qwen3moe, Mixtral-style llama): every layer's FFN is n_expert SwiGLU experts of n_ff_exp, of which a
     # router picks n_expert_used per token (softmax over all, top-k, weights renormalised over the k).
     n_expert: int = 0  # 0: a dense model

@@ -27,6 +27,7 @@ APPLIED = {
 # ... and by some archs only
 APPLIED_BY_ARCH = {
     "gemma3": {"attention.sliding_window", "final_logit_softcapping"},
+    "gemma2": {"attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping"},
     "qwen3moe": {"expert_count", "expert_used_count", "expert_feed_forward_length"},
     "llama": {"expert_count", "expert_used_count"},  # Mixtral-style: the experts where the dense FFN was
     # llama's graph with YaRN's own betas and log multiplier and the queries' temperature (src/models/mistral3.cpp)
@@ -175,6 +176,8 @@ KNOWN_TENSORS = {  # what llama.cpp does with tensors sharpinf's graphs do not r
 
 
 def _why_tensor(name: str, arch: str) -> str:
+    if name == "output.weight":  # an arch whose head is always token_embd (loader.TIED_ARCHS)
+        return f"llama.cpp's {arch} graph reads token_embd.weight as the LM head, never this one"
     return KNOWN_TENSORS.get(name.split(".", 2)[-1] if name.startswith("blk.") else name,
                              f"not read by sharpinf's {arch} graph")
 

@@ -19,6 +19,7 @@ from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, ROPE_STYLE, SUPPOR
 from .rope_scaling import read_rope_scaling
 from .keys import KeyUse, TensorUse, key_uses, refusal, tensor_uses
 from .fused import unfused
+from .gemma_fields import ARCH_FIELDS
 from .tensors import QTensor, TensorSpan, check_spans
 
 GGUF_MAGIC = b"GGUF"
@@ -239,7 +240,7 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         rope_style=ROPE_STYLE[arch],
         has_qkv_bias="blk.0.attn_q.bias" in tensors,
         has_qk_norm="blk.0.attn_q_norm.weight" in tensors,
-        tied_output="output.weight" not in tensors,
+        tied_output=arch in TIED_ARCHS or "output.weight" not in tensors,
         rope_scaling=read_rope_scaling(path, meta, arch, key("context_length", int), _get),
         has_rope_factors=arch in ROPE_FACTOR_ARCHS and "rope_freqs.weight" in tensors,
         nope_layer_step=SMOLLM3_NOPE_STEP if arch == "smollm3" else 0,
@@ -248,8 +249,8 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         has_longrope=arch in LONGROPE_ARCHS and "rope_factors_long.weight" in tensors,
         n_ctx_orig=key("rope.scaling.original_context_length", int, 0) or key("context_length", int),
         attn_temp_scale=key("attention.temperature_scale", float, 0.0) if arch == "mistral3" else 0.0,
-        **(_gemma3_fields(path, meta, arch, n_layer, len(tensors), n_embd, n_head, head_dim)
-           if arch == "gemma3" else {}),
+        **(ARCH_FIELDS[arch](_get, path, meta, arch, n_layer, len(tensors), n_embd, n_head, head_dim)
+           if arch in ARCH_FIELDS else {}),
         **moe,
     )
     for field in ("n_vocab", "n_embd", "n_layer", "head_dim", "n_ff", "context_length"):
@@ -281,36 +282,9 @@ def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
 
 
 SMOLLM3_NOPE_STEP = 4  # llama.cpp hard-codes it (src/models/smollm3.cpp): layers 3, 7, 11, ... have no RoPE
+TIED_ARCHS = ("gemma2",)  # llama.cpp's graph reads token_embd as the LM head, whatever the file holds
 ROPE_FACTOR_ARCHS = ("llama", "mistral3")  # the graphs of llama.cpp (src/models/*.cpp) that read rope_freqs.weight
 LONGROPE_ARCHS = ("phi3",)  # the graphs that read rope_factors_long/short.weight
-
-
-GEMMA3_SWA_PERIOD = 6  # llama.cpp hard-codes it: layer i is global when i % 6 == 5 (no GGUF key)
-GEMMA3_LOCAL_ROPE_BASE = 10000.0  # and the windowed layers' RoPE base (no GGUF key either)
-
-
-def _gemma3_fields(path: Path, meta: dict[str, Any], arch: str, n_layer: int, n_tensors: int, n_embd: int,
-                   n_head: int, head_dim: int) -> dict[str, Any]:
-    """What llama.cpp's gemma3 graph adds (src/llama-model.cpp, src/models/gemma3*.cpp): windows on
-    5 layers of every 6 when the GGUF declares one, GeGLU, sandwich norms, sqrt(n_embd) embeddings,
-    1/sqrt(head_dim) attention (27B: 1/sqrt(n_embd / n_head)), an optional final softcap."""
-    window = _get(path, meta, f"{arch}.attention.sliding_window", int, 0)
-    if window < 0:
-        raise ModelError(path, f"bad metadata: attention.sliding_window = {window}")
-    # at most one window per tensor: a corrupt block_count of 2**31 then fails at the first missing
-    # layer (_validate_shapes) without building 2**31 windows first
-    windows = tuple(window if i % GEMMA3_SWA_PERIOD < GEMMA3_SWA_PERIOD - 1 else 0
-                    for i in range(max(0, min(n_layer, n_tensors))))
-    scale = 1.0 / math.sqrt(n_embd // n_head if n_layer == 62 else head_dim)  # llama.cpp: 62 layers = 27B
-    return dict(
-        layer_window=windows if window else (),
-        rope_theta_local=GEMMA3_LOCAL_ROPE_BASE if window else 0.0,
-        embd_scale=math.sqrt(n_embd),
-        attn_scale=scale,
-        ffn_act="gelu_tanh",
-        post_norms=True,
-        final_softcap=_get(path, meta, f"{arch}.final_logit_softcapping", float, 0.0),
-    )
 
 
 # ---------------------------------------------------------------- shape validation

@@ -21,6 +21,7 @@ from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, SUPPORTED_ARCHS
 
 # the types of 256-value super-blocks: their rows (n_embd, n_ff) default to 256 values
 K_QUANTS = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_XS")
+GEMMA = ("gemma3", "gemma2")  # their norms, embedding scale and SentencePiece vocabulary
 # overrides that are not raw GGUF keys
 _KNOWN_OVERRIDES = {"n_vocab", "head_dim", "rope_theta", "rms_eps", "sliding_window"}
 
@@ -56,7 +57,7 @@ def write_synthetic_model(
     bytes to read, made in seconds without the float matrix ever existing. Not for oracles.
 
     overrides: n_vocab (512), head_dim (n_embd // n_head; written as key_length for any arch
-    when it differs), rope_theta (10000), rms_eps (1e-5), sliding_window (gemma3: 16; 0 writes
+    when it differs), rope_theta (10000), rms_eps (1e-5), sliding_window (gemma3, gemma2: 16; 0 writes
     no window); any other key containing a dot is written as raw GGUF metadata, replacing the
     generated value. extra_tensors: {name: float array} written as F32 after the model's own (a
     file with a tensor the graph may not read). rope_factors: a Llama 3.1-style rope_freqs.weight
@@ -64,6 +65,8 @@ def write_synthetic_model(
     over an original context of that many tokens -- rope_factors_long/short.weight, the type, the
     original context and Phi-3's attention factor sqrt(1 + ln(context / original) / ln(original)).
 
+    gemma2: gemma3's norms and vocabulary without Q/K norms, a window on every other layer, llama.cpp's
+    default softcaps (attention 50, logits 30) written out.
     gemma3: Q/K norms and the post-attention and post-FFN norms, a SentencePiece vocabulary, and, as
     llama.cpp reads it, a window on every layer but 5, 11, ... (6 layers or more have both kinds).
 
@@ -119,8 +122,10 @@ def write_synthetic_model(
         "general.file_type": _FILE_TYPE[qtype.upper()],
         "general.quantization_version": 2,
     }
-    if arch == "gemma3" and overrides.get("sliding_window", 16):
+    if arch in GEMMA and overrides.get("sliding_window", 16):
         meta[f"{arch}.attention.sliding_window"] = int(overrides.get("sliding_window", 16))
+    if arch == "gemma2":  # llama.cpp's defaults, written out
+        meta.update({f"{arch}.attn_logit_softcapping": 50.0, f"{arch}.final_logit_softcapping": 30.0})
     if moe:
         meta[f"{arch}.expert_count"] = n_expert
         meta[f"{arch}.expert_used_count"] = n_expert_used
@@ -130,7 +135,7 @@ def write_synthetic_model(
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim
     # gemma3 comes with a SentencePiece vocabulary, as the real ones do; the others byte-level BPE
-    vocab = synthetic_spm_tokenizer_metadata if arch == "gemma3" else synthetic_tokenizer_metadata
+    vocab = synthetic_spm_tokenizer_metadata if arch in GEMMA else synthetic_tokenizer_metadata
     meta.update(vocab(n_vocab=n_vocab, seed=0))
     if longrope:
         meta.update({f"{arch}.rope.scaling.type": "longrope", f"{arch}.rope.scaling.original_context_length": longrope,
@@ -284,7 +289,7 @@ def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim
 
     # Unit-variance embedding; tied, logits come out ~ sqrt(n_embd) wide. gemma3 scales the rows by
     # sqrt(n_embd) as it reads them, so they are stored that much smaller (as in the real model).
-    emb_gain = 1.0 / np.sqrt(n_embd) if arch == "gemma3" else 1.0
+    emb_gain = 1.0 / np.sqrt(n_embd) if arch in GEMMA else 1.0
     w = {"token_embd.weight": mat(n_vocab, n_embd, np.sqrt(n_embd) * emb_gain) if tile_rows
          else (rng.standard_normal((n_vocab, n_embd)) * emb_gain).astype(np.float32)}
     for i in range(n_layer):
@@ -301,7 +306,7 @@ def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim
         # gain 4 on the residual writes: the layers then outweigh the unit embedding, so a
         # tied head does not just echo the input token back (checked: gaps ~1, few copies)
         w[b + "attn_output.weight"] = mat(n_embd, q_dim, 4.0)
-        if arch == "gemma3":  # (llama.cpp's tensor order)
+        if arch in GEMMA:  # (llama.cpp's tensor order)
             w[b + "post_attention_norm.weight"] = norm(n_embd)
         w[b + "ffn_norm.weight"] = norm(n_embd)
         if experts:  # (llama.cpp's tensor order: router, gate, down, up)
@@ -314,11 +319,11 @@ def _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim
             w[b + "ffn_gate.weight"] = mat(n_ff, n_embd)
             w[b + "ffn_up.weight"] = mat(n_ff, n_embd)
             w[b + "ffn_down.weight"] = mat(n_embd, n_ff, 4.0)
-        if arch == "gemma3":
+        if arch in GEMMA:
             w[b + "post_ffw_norm.weight"] = norm(n_embd)
     # gemma3's post-norms keep the residual near unit size: gain 4 on the final norm spreads its
     # tied logits like the other archs' (clear greedy winners)
-    w["output_norm.weight"] = norm(n_embd) * np.float32(4.0 if arch == "gemma3" else 1.0)
+    w["output_norm.weight"] = norm(n_embd) * np.float32(4.0 if arch in GEMMA else 1.0)
     if not tied:
         # gain 4: logits ~4 wide, like a tied head on a small model
         w["output.weight"] = mat(n_vocab, n_embd, 4.0)
