@@ -3,7 +3,7 @@
 //
 //   attention_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
 //                        cu_seqlens, positions, out, n_tokens, n_seqs, n_heads, n_kv_heads,
-//                        head_dim, block_size, scale, sliding_window)   (HD = head_dim: 16, 32, 64, 128 or 256)
+//                        head_dim, block_size, scale, softcap, sliding_window)   (HD = head_dim: 16, 32, 64, 128 or 256)
 // <kv> in f16, bf16, f32, q8_0 (the cache layouts of kv_cache.cu); q8_0 needs head_dim 32 and up.
 //
 // Inputs:
@@ -15,7 +15,8 @@
 //   positions: int32 [n_tokens], the absolute position of each query token.
 //   out: float32 [n_tokens, n_heads*head_dim].
 // Query token t (sequence s, position p), head h reads KV head h / (n_heads/n_kv_heads) at
-// positions lo..p of sequence s only: out = softmax(scale * q.K^T) V, in float. lo = 0, or with a
+// positions lo..p of sequence s only: out = softmax(cap(scale * q.K^T)) V, in float (cap: softcap.cuh's,
+// softcap > 0 -- gemma2 -- else none). lo = 0, or with a
 // sliding window (sliding_window = W > 0: gemma3's local layers) lo = max(0, p - W + 1) -- W keys,
 // its own included, llama.cpp's is_masked_swa edge.
 //
@@ -141,7 +142,7 @@ __device__ __forceinline__ void attention_impl(const float* qkv, int qkv_stride,
                                                const int* block_tables, int max_blocks_per_seq,
                                                const int* cu_seqlens, const int* positions, float* out,
                                                int n_tokens, int n_seqs, int n_heads, int n_kv_heads,
-                                               int block_size, float scale, int sliding_window) {
+                                               int block_size, float scale, float softcap, int sliding_window) {
     __shared__ float q_s[ATTN_MAX_WARPS][HD];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int t = blockIdx.x;
@@ -161,7 +162,7 @@ __device__ __forceinline__ void attention_impl(const float* qkv, int qkv_stride,
     const int lo = sliding_window > 0 ? max(0, qi.pos - sliding_window + 1) : 0;  // first visible key
     for (int j = lo + lane; j <= qi.pos; j += 32) {
         const long long r = qi.slot(j, block_size) * n_kv_heads + kvh;
-        const float s = kc.dot(q_s[warp], r) * scale;
+        const float s = sharpinf_softcap(kc.dot(q_s[warp], r) * scale, softcap);
         float p;
         if (s > m) {  // new running max: rescale what this lane has so far
             const float f = expf(m - s);
@@ -197,10 +198,10 @@ __device__ __forceinline__ void attention_impl(const float* qkv, int qkv_stride,
 #define ATTN_ARGS                                                                                        \
     const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,  \
         int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, int n_tokens,     \
-        int n_seqs, int n_heads, int n_kv_heads, int head_dim, int block_size, float scale, int sliding_window
+        int n_seqs, int n_heads, int n_kv_heads, int head_dim, int block_size, float scale, float softcap, int sliding_window
 #define ATTN_PASS(KC, VC)                                                                                   \
     qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, n_tokens, n_seqs, \
-        n_heads, n_kv_heads, block_size, scale, sliding_window
+        n_heads, n_kv_heads, block_size, scale, softcap, sliding_window
 
 template <int HD, typename T>
 __device__ __forceinline__ void attention_typed(ATTN_ARGS) {
@@ -216,7 +217,7 @@ __device__ __forceinline__ void attention_q8(ATTN_ARGS) {
 
 #define ATTN_PASS_ALL                                                                                        \
     qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, n_tokens, \
-        n_seqs, n_heads, n_kv_heads, head_dim, block_size, scale, sliding_window
+        n_seqs, n_heads, n_kv_heads, head_dim, block_size, scale, softcap, sliding_window
 
 // One entry per (KV dtype, head_dim), attention_<kv>_d<HD> (registers sized for HD), each compiled
 // only when wanted (SHARPINF_KV_HD_ENTRIES, common.cuh).

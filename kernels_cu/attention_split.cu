@@ -3,7 +3,7 @@
 //
 //   attention_split_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
 //       cu_seqlens, positions, out, out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads,
-//       n_kv_heads, block_size, scale, sliding_window, quantize)
+//       n_kv_heads, block_size, scale, softcap, sliding_window, quantize)
 //   attention_split_walk_<kv>_d<HD>(the same; partial, tickets unused): the same outputs, bit for bit,
 //       from one block a (token, head group) -- the walk, below.
 //   Inputs as attention.cu. out: float [n_tokens, n_heads * HD]; with quantize != 0 also in q8_1 (out_q
@@ -77,7 +77,7 @@ template <int HD, typename KV> struct AsShape {
 // the caller's __syncthreads.
 template <int HD, typename KV>
 SHARPINF_SHARED_FN void as_scores(KV kc, const AsQuery& qi, int j0, int nk, int lo, int g, int block_size,
-                                          int n_kv_heads, int kvh, float scale, const float (*q_s)[HD],
+                                          int n_kv_heads, int kvh, float scale, float softcap, const float (*q_s)[HD],
                                           long long* row_s, float (*p_s)[AS_PART]) {
     using SH = AsShape<HD, KV>;
     const int tid = threadIdx.x;
@@ -112,7 +112,7 @@ SHARPINF_SHARED_FN void as_scores(KV kc, const AsQuery& qi, int j0, int nk, int 
     if ((tid & 1) == 0 && kk < nk)
 #pragma unroll
         for (int h = 0; h < AS_GROUP; ++h)
-            if (h < g) p_s[h][kk] = j0 + kk >= lo ? s[h] * scale : -CUDART_INF_F;
+            if (h < g) p_s[h][kk] = j0 + kk >= lo ? sharpinf_softcap(s[h] * scale, softcap) : -CUDART_INF_F;
 }
 
 // One split's state of the block's g heads: m_s, l_s (shared) and this thread's P V share acc, over
@@ -120,7 +120,7 @@ SHARPINF_SHARED_FN void as_scores(KV kc, const AsQuery& qi, int j0, int nk, int 
 // run this, so a query's split states have the same bits in either.
 template <int HD, typename KV>
 SHARPINF_SHARED_FN void as_split_state(int split, KV kc, KV vc, const AsQuery& qi, int lo, int g, int block_size,
-                                               int n_kv_heads, int kvh, float scale, const float (*q_s)[HD],
+                                               int n_kv_heads, int kvh, float scale, float softcap, const float (*q_s)[HD],
                                                long long* row_s, float (*p_s)[AS_PART], float* m_s, float* l_s,
                                                float* f_s, float (&acc)[AS_GROUP][AS_VEC]) {
     using SH = AsShape<HD, KV>;
@@ -139,7 +139,7 @@ SHARPINF_SHARED_FN void as_split_state(int split, KV kc, KV vc, const AsQuery& q
     const int part0 = part_lo <= split ? split : split + (part_lo - split + AS_SPLITS - 1) / AS_SPLITS * AS_SPLITS;
     for (int part = part0; part * AS_PART <= qi.pos; part += AS_SPLITS) {
         const int j0 = part * AS_PART, nk = min(AS_PART, qi.pos + 1 - j0);
-        as_scores<HD>(kc, qi, j0, nk, lo, g, block_size, n_kv_heads, kvh, scale, q_s, row_s, p_s);
+        as_scores<HD>(kc, qi, j0, nk, lo, g, block_size, n_kv_heads, kvh, scale, softcap, q_s, row_s, p_s);
         __syncthreads();
         // 2. per head: the new running max, the rescale factor, the weights and their sum
         for (int h = warp; h < g; h += warps) {
@@ -210,7 +210,7 @@ SHARPINF_SHARED_FN void as_emit(float* out, signed char* out_q, float* out_d, in
     const float *qkv, int qkv_stride, KV kc, KV vc, const int *block_tables, int max_blocks_per_seq,        \
         const int *cu_seqlens, const int *positions, float *out, signed char *out_q, float *out_d, int *out_s, \
         float *partial, int *tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads,         \
-        int block_size, float scale, int sliding_window, int quantize
+        int block_size, float scale, float softcap, int sliding_window, int quantize
 
 // The block's query heads: g <= GROUP heads of KV head kvh from h0 (blockIdx.y: a KV head's groups of
 // GROUP heads in turn -- larger GQA groups take several blocks).
@@ -266,7 +266,7 @@ __device__ __forceinline__ void attention_split_impl(AS_IMPL_PARAMS) {
     const int nsplits = Q.nsplits, lo = Q.lo;
     if (split >= nsplits) return;  // uniform per block
     float acc[AS_GROUP][AS_VEC];
-    as_split_state<HD>(split, kc, vc, qi, lo, g, block_size, n_kv_heads, kvh, scale, q_s, row_s, p_s, m_s, l_s, f_s, acc);
+    as_split_state<HD>(split, kc, vc, qi, lo, g, block_size, n_kv_heads, kvh, scale, softcap, q_s, row_s, p_s, m_s, l_s, f_s, acc);
     const int slice = tid / SH::COLS, e_pv = (tid % SH::COLS) * AS_VEC;
 
     const int n = n_heads * HD;
@@ -376,7 +376,7 @@ __device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
     if (nsplits > 1)
         for (int part = lo / AS_PART; part * AS_PART <= qi.pos; ++part) {
             const int j0 = part * AS_PART, nk = min(AS_PART, qi.pos + 1 - j0);
-            as_scores<HD>(kc, qi, j0, nk, lo, g, block_size, n_kv_heads, kvh, scale, q_s, row_s, p_s);
+            as_scores<HD>(kc, qi, j0, nk, lo, g, block_size, n_kv_heads, kvh, scale, softcap, q_s, row_s, p_s);
             __syncthreads();
             for (int h = warp; h < g; h += warps) {
                 float mp = -CUDART_INF_F;
@@ -395,7 +395,7 @@ __device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
         for (int k = 0; k < PER; ++k) o[h][k] = 0.0f;
     for (int split = 0; split < nsplits; ++split) {
         float acc[AS_GROUP][AS_VEC];
-        as_split_state<HD>(split, kc, vc, qi, lo, g, block_size, n_kv_heads, kvh, scale, q_s, row_s, p_s, m_s, l_s, f_s,
+        as_split_state<HD>(split, kc, vc, qi, lo, g, block_size, n_kv_heads, kvh, scale, softcap, q_s, row_s, p_s, m_s, l_s, f_s,
                            acc);
         __syncthreads();  // m_s and l_s are final (a split with no partition to read has no barrier of its own)
         if (tid < g) {  // one split: its own maximum (exp(0) = 1: the one-split path's output)
@@ -438,13 +438,13 @@ __device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
     const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,      \
         int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, signed char *out_q,   \
         float *out_d, int *out_s, float *partial, int *tickets, int t0, int n_tokens, int n_seqs, int n_heads,         \
-        int n_kv_heads, int block_size, float scale, int sliding_window, int quantize
+        int n_kv_heads, int block_size, float scale, float softcap, int sliding_window, int quantize
 #define AS_PASS(KC, VC)                                                                                        \
     qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, out_q, out_d, out_s, \
-        partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, quantize
+        partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, softcap, sliding_window, quantize
 
 #define AS_CALL qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, \
-        out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, \
+        out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, softcap, sliding_window, \
         quantize
 // The caches read as their dtype says, then the split launch's kernel or (WALK) the walk's.
 template <int HD, bool WALK, typename KV>

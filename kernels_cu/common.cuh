@@ -21,5 +21,6 @@
 #include "reduce.cuh"      // warp and block reductions, block_exclusive_sum
 #include "q8_1_block.cuh"  // one q8_1 block by one warp
 #include "gated_act.cuh"   // the FFN's gated activations (ACT_SILU, ACT_GELU_TANH)
+#include "softcap.cuh"     // cap * tanh(x / cap): the logits' and gemma2's attention scores'
 #include "mma_frag.cuh"    // tensor-core mma and ldmatrix, their fragment layouts
 #include "cp_async.cuh"    // cp.async global -> shared copies

@@ -42,5 +42,5 @@ extern "C" __global__ void gelu_gate_f32(const float* gate, const float* up, flo
 extern "C" __global__ void softcap_f32(float* x, int n, float cap) {
     sharpinf_pdl_enter();
     const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = cap * tanhf(x[i] / cap);
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = sharpinf_softcap(x[i], cap);
 }

@@ -57,19 +57,22 @@ KV_DTYPES = ("f16", "q8_0")
 # is what runs. The cross-path oracles run on one of them (Q3_K): the four are dp4a's row loop with
 # another chunk decode, each held batch-invariant bit for bit in test_kernels_matmul_dp4a.py.
 BASE_ONLY_MODELS = [("llama", "Q2_K"), ("qwen2", "Q3_K"), ("qwen3", "IQ4_NL"), ("llama", "IQ4_XS")]
-MODELS = [(a, q) for a in ARCHS for q in QTYPES] + BASE_ONLY_MODELS
+# gemma2 (gemma3's graph without QK-norm, windows on every other layer, the scores softcapped): one
+# model, every oracle, the f16 cache
+OTHER_ARCH_MODELS = [("gemma2", "Q8_0")]
+MODELS = [(a, q) for a in ARCHS for q in QTYPES] + BASE_ONLY_MODELS + OTHER_ARCH_MODELS
 # The gemma3 cases run once (not again in `make test`'s reverse-order pass): 6 layers make them the
 # suite's costliest, and the kernels they add (windows, GeGLU, post-norms) are re-run in reverse
 # order by their own tests in test_kernels_*.py.
-KV_OF = {m: ("f16",) if m in BASE_ONLY_MODELS else KV_DTYPES for m in MODELS}
+KV_OF = {m: ("f16",) if m in BASE_ONLY_MODELS + OTHER_ARCH_MODELS else KV_DTYPES for m in MODELS}
 CASES = [pytest.param(a, q, kv, marks=[pytest.mark.once] if a == "gemma3" else [])
          for a, q in MODELS for kv in KV_OF[a, q]]
 ALL = os.environ.get("SHARPINF_TEST_TIER") == "all"  # make test-all: every model in every oracle
 CROSS_PATH_MODELS = {("llama", "Q8_0"), ("llama", "Q4_K"), ("llama", "F32"), ("qwen2", "Q4_1"), ("qwen2", "Q5_K"),
                      ("qwen2", "F16"), ("qwen3", "Q5_0"), ("qwen3", "Q6_K"), ("qwen3", "BF16"), ("gemma3", "Q4_0"),
-                     ("gemma3", "Q5_1"), ("qwen2", "Q3_K")}
+                     ("gemma3", "Q5_1"), ("qwen2", "Q3_K"), *OTHER_ARCH_MODELS}
 TENSOR_MODELS = {("llama", "Q4_K"), ("qwen2", "Q4_1"), ("qwen3", "Q6_K"), ("gemma3", "Q5_1")}
-assert {q for _, q in CROSS_PATH_MODELS} >= set(QTYPES) and {a for a, _ in CROSS_PATH_MODELS} == set(ARCHS)
+assert {q for _, q in CROSS_PATH_MODELS} >= set(QTYPES) and {a for a, _ in CROSS_PATH_MODELS} >= set(ARCHS)
 
 
 def cross_path_case(arch: str, qtype: str, kernels: str) -> None:
@@ -92,7 +95,8 @@ def forward_pass(arch: str, qtype: str, backend, kernels: str = "fast", routing:
     if key not in _FP:
         # K quants need rows of 256; the others head_dim 32 (n_embd 128, 4 heads) for the q8_0 cache
         n_embd = 256 if qtype in K_QUANTS else 128
-        extra = dict(n_layer=6, n_head_kv=1, sliding_window=GEMMA_WINDOW) if arch == "gemma3" else {}
+        extra = (dict(n_layer=6, n_head_kv=1, sliding_window=GEMMA_WINDOW) if arch == "gemma3" else
+                 dict(sliding_window=GEMMA_WINDOW, **{"gemma2.attn_logit_softcapping": 1.0}) if arch == "gemma2" else {})
         if moe:
             extra = dict(routing=routing, n_expert_used=3 if routing == "ties" else 2, n_expert=experts or None)
         _FP[key] = ForwardPass(load_model(synthetic_model(arch, qtype, n_embd=n_embd, **extra)), backend)

@@ -51,7 +51,9 @@ FLASH_TOL = FLASH_ATTENTION_VS_REFERENCE
 class Case:
     """A packed batch over a paged cache, with everything on the host."""
 
-    def __init__(self, seed, kv_dtype, prefixes, chunks, block_size, group, n_kv_heads, head_dim, sliding_window=0):
+    def __init__(self, seed, kv_dtype, prefixes, chunks, block_size, group, n_kv_heads, head_dim, sliding_window=0,
+                 softcap=0.0):
+        self.softcap = softcap  # gemma2: scores cap * tanh(score / cap) before the softmax
         rng = np.random.default_rng(seed)
         self.sliding_window = sliding_window  # 0: causal; W > 0: a query at p sees keys p - W + 1 .. p
         self.kv_dtype, self.block_size, self.head_dim = kv_dtype, block_size, head_dim
@@ -108,7 +110,8 @@ class Case:
         v = variant_of(variant)
         scratch = attn_ops.SplitScratch.alloc(be, window or n, self.n_heads, self.n_kv_heads, self.head_dim) \
             if v.scratch else None
-        v.launch(*args, scratch, out_q8, sliding_window=self.sliding_window, **({"mode": mode} if mode else {}))
+        v.launch(*args, scratch, out_q8, sliding_window=self.sliding_window, softcap=self.softcap,
+                 **({"mode": mode} if mode else {}))
         if scratch is not None:
             assert not be.download(scratch.tickets).any(), "the merge must leave every ticket at zero"
         return be.download(out)
@@ -117,7 +120,8 @@ class Case:
         q = self.qkv[:, :self.n_heads * self.head_dim].reshape(self.N, self.n_heads, self.head_dim)
         return attn_ops.paged_attention_reference(q, self.k, self.v, self.tables, self.cu, self.positions,
                                                   block_size=self.block_size, scale=self.scale,
-                                                  kv_dtype=self.kv_dtype, sliding_window=self.sliding_window)
+                                                  kv_dtype=self.kv_dtype, sliding_window=self.sliding_window,
+                                                  softcap=self.softcap)
 
     def moved(self, seed):
         """The same logical cache in other physical blocks (a random relabelling)."""
@@ -387,6 +391,28 @@ def test_sliding_window_never_reads_below_the_window(backend, kv_dtype, variant)
         slid += n
     assert slid >= 50
     assert_same(case.run(backend, tables, variant=variant), got)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_softcapped_scores_as_gemma2_caps_them(backend, variant):
+    """gemma2: every score cap * tanh(score / cap) before the mask and softmax (softcap.cuh), on every
+    variant that softcaps (flash refuses, in one line: a set then takes the baseline), with a window on
+    the side: the reference's output within tolerance, the step's bits under placement, and the cap
+    really bends the scores (without it the output moves by far more than the tolerance)."""
+    from sharpinf.errors import SharpinfError
+
+    b = dict(prefixes=[70, 0, 9], chunks=[1, 12, 3], block_size=16, group=2, n_kv_heads=1, head_dim=64, seed=5)
+    case = Case(5, "f16", b["prefixes"], b["chunks"], 16, 2, 1, 64, sliding_window=40, softcap=0.3)
+    if tensor_cores(variant):
+        with pytest.raises(SharpinfError, match="flash attention does not softcap scores"):
+            case.run(backend, variant=variant)
+        return
+    got = case.run(backend, variant=variant)
+    case.check_reference(got, variant)
+    tables, k, v = case.moved(0x5EED)
+    assert_same(case.run(backend, tables, k, v, variant=variant), got)
+    uncapped = Case(5, "f16", b["prefixes"], b["chunks"], 16, 2, 1, 64, sliding_window=40).run(backend, variant=variant)
+    assert np.abs(got - uncapped).max() > 20 * (FLASH_TOL if tensor_cores(variant) else TOL["f16"])
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

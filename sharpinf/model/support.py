@@ -26,13 +26,12 @@ ARCH_NOTES = {  # what each graph is, beyond llama's (the graph itself: oracles/
     "qwen3moe": "a router picks k experts a token (Qwen3-30B-A3B and kin)",
     "smollm3": "llama's graph without RoPE on every 4th layer (SmolLM3)",
     "phi3": "Phi-3/Phi-4: Q, K, V and gate|up fused in the file; LongRoPE's long or short factors by the run's context",
-    "gemma2": "Gemma 2: windows on every other layer, attention and logit softcaps, token_embd as the head -- in "
-              "the NumPy reference only (score --backend reference): the attention kernels do not softcap yet, so "
-              "a forward pass is refused",
+    "gemma2": "Gemma 2: windows on every other layer, the attention scores and the logits softcapped, token_embd "
+              "as the head",
     "mistral3": "Mistral 3 / Ministral 3: llama's graph, YaRN with the file's betas and log multiplier; the "
                 "queries' temperature_scale applies from the original context on, so max_model_len stops there",
 }
-REFUSED = ("arch gpt-oss; gemma2 on the kernels; every other weight type (IQ1_S to IQ3_S, TQ1_0, TQ2_0, MXFP4, ...); "
+REFUSED = ("arch gpt-oss; every other weight type (IQ1_S to IQ3_S, TQ1_0, TQ2_0, MXFP4, ...); "
            "any key or tensor the graph would not apply (sharpinf info FILE names it)")
 
 

@@ -26,7 +26,7 @@ WARPS = 4  # heads per block (one warp per (token, head))
 def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
               cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
               head_dim: int, block_size: int, scale: float, scratch: "SplitScratch | None" = None, out_q8=None,
-              sliding_window: int = 0, file: str = "attention.cu") -> None:
+              sliding_window: int = 0, softcap: float = 0.0, file: str = "attention.cu") -> None:
     """out[t, h*head_dim:(h+1)*head_dim] = softmax(scale * q K^T) V over token t's visible keys.
     qkv: float32 [N, qkv_stride] with Q at column 0; out: float32 [N, n_heads*head_dim].
     (scratch and out_q8 keep the attention variants' one signature: this kernel needs no scratch
@@ -42,7 +42,7 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
     be.launch(kernel(be, file, f"attention_{kv_dtype}_d{head_dim}"), grid, 32 * warps,
               (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                out, I32(n_tokens), I32(n_seqs), I32(n_heads), I32(n_kv_heads), I32(head_dim), I32(block_size),
-               F32(scale), I32(sliding_window)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
+               F32(scale), F32(softcap), I32(sliding_window)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
 
 
 # -- the split-KV variant (kernels_cu/attention_split.cu) -------------------------------------
@@ -77,7 +77,7 @@ def split_scratch(be, cfg, cap) -> dict:
 def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
-                    sliding_window: int = 0, file: str = "attention_split.cu", mode: str | None = None,
+                    sliding_window: int = 0, softcap: float = 0.0, file: str = "attention_split.cu", mode: str | None = None,
                     keys: int | None = None) -> None:
     """attention() computed split-KV (flash-decoding); with out_q8 (a Q8Act) the output is also
     written in q8_1 for the dp4a o-projection (head_dim a multiple of 32). Launched split (16 blocks a
@@ -93,7 +93,7 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
         be.launch(fn, (n, n_kv_heads * groups, splits), 128,
                   (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                    out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n_tokens), I32(n_seqs),
-                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(sliding_window),
+                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), F32(softcap), I32(sliding_window),
                    I32(out_q8 is not None)),
                   io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
 
@@ -133,6 +133,10 @@ def flash_tiles(n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int, head_
     sequence a tile, at most one partial tile a sequence (the grid's x; tiles past the last exit)."""
     per_tile = flash_rows(head_dim) // (n_heads // n_kv_heads)
     return min(n_tokens, n_seqs + -(-n_tokens // per_tile))
+
+
+# Its d128 tiles hold 248-250 registers of 255 (sm_90): the cap's code spills them (measured 2026-12-03).
+FLASH_NO_SOFTCAP = "flash attention does not softcap scores (gemma2): its register tiles have no room for it"
 
 
 def flash_fits(n_heads: int, n_kv_heads: int, head_dim: int) -> str | None:
@@ -293,7 +297,7 @@ def flash_shape(be, kv_dtype: str, n_tokens: int, n_seqs: int, n_heads: int, n_k
 def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
-                    sliding_window: int = 0, file: str = "attention_flash.cu", mode: str | None = None,
+                    sliding_window: int = 0, softcap: float = 0.0, file: str = "attention_flash.cu", mode: str | None = None,
                     keys: int | None = None) -> None:
     """attention() on tensor cores (f16 mma) for every step, prefill and decode alike: blocks of
     (token, head) rows of one sequence and KV head share each K/V tile; the split kernel's frame
@@ -301,7 +305,7 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
     (16 blocks a tile and KV head, merged by the last) or walked (one block through every split, no
     scratch): `mode`, or flash_shape's choice for a step whose longest context is `keys` keys."""
     _check_shapes("flash", kv_dtype, n_heads, n_kv_heads, head_dim, out_q8)
-    why = flash_fits(n_heads, n_kv_heads, head_dim)
+    why = FLASH_NO_SOFTCAP if softcap else flash_fits(n_heads, n_kv_heads, head_dim)
     if why:
         raise SharpinfError(why)
     if n_tokens <= 0:
@@ -347,8 +351,9 @@ class _NoQ8:
 # -- NumPy reference ---------------------------------------------------------------------
 def paged_attention_reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray,
                               cu_seqlens: np.ndarray, positions: np.ndarray, *, block_size: int, scale: float,
-                              kv_dtype: str = "f32", sliding_window: int = 0) -> np.ndarray:
-    """Plain float64 paged causal attention (sliding_window W > 0: query p sees keys p - W + 1..p).
+                              kv_dtype: str = "f32", sliding_window: int = 0, softcap: float = 0.0) -> np.ndarray:
+    """Plain float64 paged causal attention (sliding_window W > 0: query p sees keys p - W + 1..p; softcap
+    > 0: each score cap * tanh(score / cap) before the softmax).
 
     q: [N, n_heads, head_dim]; k_cache, v_cache: one layer's caches in their stored form for `kv_dtype`
     (see sharpinf.ops.kv_cache), [slots, n_kv_heads, ...]; returns float64 [N, n_heads, head_dim].
@@ -369,6 +374,8 @@ def paged_attention_reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.nd
                 k = K[slots, h // group]  # [p+1, head_dim]
                 v = V[slots, h // group]
                 sc = (k @ q[t, h]) * scale
+                if softcap:  # gemma2: each score capped before the softmax
+                    sc = softcap * np.tanh(sc / softcap)
                 w = np.exp(sc - sc.max())
                 out[t, h] = (w / w.sum()) @ v
     return out

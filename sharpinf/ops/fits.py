@@ -15,6 +15,8 @@ def split_attention(cfg, model=None) -> str | None:
 
 
 def flash_attention(cfg, model=None) -> str | None:
+    if getattr(cfg, "attn_softcap", 0.0):
+        return attn_ops.FLASH_NO_SOFTCAP
     return attn_ops.flash_fits(getattr(cfg, "n_head", 1), getattr(cfg, "n_head_kv", 1), cfg.head_dim)
 
 

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sharpinf.errors import BackendError, SharpinfError
+from sharpinf.errors import BackendError
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel
 from sharpinf.ops.variants import KernelChoice, resolve_kernels
@@ -86,9 +86,6 @@ class ForwardPass:
 
     def __post_init__(self):
         self.cfg = self.model.config
-        if self.cfg.attn_softcap:  # refused, not run without it
-            raise SharpinfError(f"{self.cfg.arch}.attn_logit_softcapping: the attention kernels do not softcap scores yet "
-                                "(the NumPy reference does: sharpinf score --backend reference)")
         self.choice: KernelChoice = resolve_kernels(self.kernels, self.cfg, self.backend, self.model)
         self.weights = w = upload_weights(self.backend, self.model)
         self.token_embd, self.output, self.output_norm, self.layers = w.token_embd, w.output, w.output_norm, w.layers

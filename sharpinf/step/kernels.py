@@ -136,7 +136,7 @@ class StepKernels:
         fused_q8 = self.attn.writes_q8 and self.choice.q8_activations and cfg.head_dim % 32 == 0  # its merge writes q8_1
         shape = dict(mode=self.shapes[self.windows.index(cfg.window(li))]) if self.shapes else {}
         self.attn.launch(*args, getattr(ws, "split", None), ws.attq if fused_q8 else None, sliding_window=cfg.window(li),
-                         **shape)
+                         softcap=cfg.attn_softcap, **shape)
         if fused_q8:
             return Act(f=ws.att, q=ws.attq)
         return self.quantized(ws.att, getattr(ws, "attq", None), N)
