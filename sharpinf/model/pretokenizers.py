@@ -91,7 +91,8 @@ def _table() -> dict[str, PreTokenizer]:
     add("gpt-2 gpt2 phi-2 mpt olmo exaone4", [_GPT2])  # "gpt2": an alias llama.cpp itself refuses
     add("starcoder smollm refact command-r codeshell exaone minerva-7b", _STARCODER)
     add("llama3 llama-v3 llama-bpe falcon3 pixtral", [_LLAMA3], ignore_merges=True, add_bos=True)
-    add("dbrx smaug-bpe", [_LLAMA3])  # llama3's regex, BPE merges as usual
+    add("dbrx smaug-bpe chatglm-bpe", [_LLAMA3])  # llama3's regex, BPE merges as usual
+    add("glm4 glm5", [_LLAMA3], ignore_merges=True)  # (ChatGLM's, GLM-4's: no BOS unless the file names one)
     add("qwen2 deepseek-r1-qwen stablelm2 megrez", [_QWEN2])
     add("qwen35", _QWEN35)
     add("deepseek-llm", _DEEPSEEK_LLM)
