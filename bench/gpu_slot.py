@@ -134,6 +134,9 @@ def main() -> int:
         log.write(line + "\n")
         log.flush()
 
+    # the box first: the carried wheels (gguf) go in before anything imports sharpinf
+    box = {"slug": "dry", "llama": "committed", "smol": "smollm2-135m-shape:Q4_1", "xdist": ()} if cfg["dry"] \
+        else setup_box(cfg, work, say)
     first, rest = gate.selections(gate.never_timed())
     stages = plan_stages(first, rest)
     names = [s.name for s in stages]
@@ -141,8 +144,6 @@ def main() -> int:
     bad = [s for s in chosen if s not in names]
     if bad:
         raise SlotError(f"--stages: no stage {', '.join(bad)}; the stages are {', '.join(names)}")
-    box = {"slug": "dry", "llama": "committed", "smol": "smollm2-135m-shape:Q4_1", "xdist": ()} if cfg["dry"] \
-        else setup_box(cfg, work, say)
     state_path = work / "state.json"
     state = SlotState.load(state_path) if state_path.exists() and not args.fresh else \
         SlotState(cfg["slot_s"], f"{box['slug']}-{time.strftime('%Y%m%d')}")

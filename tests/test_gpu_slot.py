@@ -202,3 +202,13 @@ def test_every_probe_define_of_the_plan_is_a_kernels_knob():
     sources = "".join(p.read_text() for p in kernels_dir().iterdir() if p.suffix in (".cu", ".cuh"))
     knobs = set(re.findall(r"#ifndef (\w+)", sources))
     assert not names - knobs, f"probe defines no kernel reads: {sorted(names - knobs)}"
+
+
+def test_the_runbook_imports_nothing_that_needs_the_carried_wheels_before_it_installs_them():
+    """The box lacks gguf until setup_box installs the carried wheel: bench/gpu_slot.py (and every part it
+    imports at its top) must load without it -- sharpinf, which imports gguf, only after the install."""
+    code = ("import sys; sys.modules['gguf'] = None; sys.path.insert(0, '.'); import bench.gpu_slot; "
+            "print(sorted(m for m in sys.modules if m.startswith('sharpinf')))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "[]", p.stdout

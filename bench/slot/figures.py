@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from bench.suites.common import ROWS_SUFFIX, read_rows
+# bench.suites is imported where it is used: it imports sharpinf, which needs the carried gguf (gpu_slot.py)
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "gpu"
 Figure = tuple[float, str]  # (value, unit)
@@ -59,12 +59,16 @@ def _doc(doc, out: dict, where: str) -> None:
 def source(f: Path, suite: str) -> str:
     """What a suite's file is of: its folder (<name>/kernels.json) or its name (<name>-kernels.json, the
     runs before 2026-12), so the same run keys the same in both layouts; a probe's folder names its probe."""
+    from bench.suites.common import ROWS_SUFFIX
+
     stem = f.name.removesuffix(ROWS_SUFFIX).removesuffix(".json")
     return f.parent.name if stem == suite else stem.removesuffix(f"-{suite}")
 
 
 def figures(run_dir: Path) -> dict[str, Figure]:
     """Every figure under run_dir, in file order; a cut suite's rows marked with its key's ' (cut)'."""
+    from bench.suites.common import ROWS_SUFFIX, read_rows
+
     out: dict[str, Figure] = {}
     if not run_dir.is_dir():
         return out

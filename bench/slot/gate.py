@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sharpinf.ops.variants import OP_NAMES, variants_of
+# sharpinf is imported where it is used: the box installs the carried gguf first (bench/gpu_slot.py)
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "gpu"
 # the kernel test files whose cases are one registry op's variants (the others test kernels no variant owns)
@@ -52,6 +52,8 @@ def timed_variants(results: Path = RESULTS) -> set[tuple[str, str]]:
 
 def never_timed(results: Path = RESULTS) -> list[str]:
     """The variant names no committed GPU run timed (so never known to run there): the gate's first pass."""
+    from sharpinf.ops.variants import OP_NAMES, variants_of
+
     seen = timed_variants(results)
     seen |= {(op, variants_of(op)[0]) for op, _ in seen}  # an op's baseline is timed beside it, renamed or not
     names = {v for op in OP_NAMES for v in variants_of(op) if (op, v) not in seen}
@@ -74,6 +76,8 @@ def _op_of(classname: str) -> str | None:
 
 def read_junit(path: Path) -> GateResult:
     """The failed (and errored) tests of a JUnit XML file, each mapped to the variants in its parameter id."""
+    from sharpinf.ops.variants import variants_of
+
     res = GateResult()
     for case in ET.parse(path).getroot().iter("testcase"):
         res.tests += 1
