@@ -60,6 +60,12 @@ def vocab_sha256(meta: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def vocab_model(gguf: Path, meta: dict, **keys) -> Path:
+    """A 1-layer synthetic llama carrying the vocabulary `meta` (and any other keys): what llama-tokenize reads."""
+    return write_synthetic_model(gguf, "llama", "F32", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=64,
+                                 n_vocab=len(meta["tokenizer.ggml.tokens"]), **meta, **keys)
+
+
 def tokenize(bin_dir: Path, gguf: Path, text: str) -> list[int]:
     env = {**os.environ, "LD_LIBRARY_PATH": str(bin_dir)}
     r = subprocess.run([str(bin_dir / "llama-tokenize"), "-m", str(gguf), "--stdin", "--no-escape", "--ids",
@@ -79,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for pre in sorted(set(PRE_TOKENIZERS) - NOT_LLAMACPP):
             gguf = Path(tmp) / f"{pre}.gguf"
-            write_synthetic_model(gguf, "llama", "F32", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=64,
-                                  n_vocab=N_VOCAB, **meta, **{"tokenizer.ggml.pre": pre})
+            vocab_model(gguf, meta, **{"tokenizer.ggml.pre": pre})
             ids[pre] = [tokenize(a.llamacpp, gguf, t) for t in TEXTS]
             print(pre, sum(map(len, ids[pre])), "tokens", file=sys.stderr)
     doc = {"generator": "llama.cpp 0c1e570 (../shared/peers, CPU build): llama-tokenize --stdin --no-escape --ids; "

@@ -22,8 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.llamacpp_pretokenizers import tokenize  # noqa: E402
-from sharpinf.model.synth import write_synthetic_model  # noqa: E402
+from bench.llamacpp_pretokenizers import tokenize, vocab_model  # noqa: E402
 from sharpinf.model.synth_vocab import TOKEN_CONTROL, TOKEN_USER_DEFINED, synthetic_tokenizer_metadata  # noqa: E402
 
 TOKEN_UNKNOWN = 2
@@ -62,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for key, name in NAMES.items():
             gguf = Path(tmp) / f"{key}.gguf"
-            write_synthetic_model(gguf, "llama", "F32", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=64,
-                                  n_vocab=len(meta["tokenizer.ggml.tokens"]), **meta, **{"general.name": name})
+            vocab_model(gguf, meta, **{"general.name": name})
             ids[key] = [tokenize(a.llamacpp, gguf, t) for t in TEXTS]
     doc = {"generator": "llama.cpp 0c1e570 (../shared/peers, CPU build): llama-tokenize --stdin --no-escape --ids; "
                         "bench/llamacpp_rstrip.py",

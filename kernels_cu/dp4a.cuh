@@ -443,6 +443,14 @@ template <> struct DpChunk<GB_Q5_K> {
     }
 };
 
+// The dot of a chunk whose scales cover 16-value halves (Q6_K, Q3_K, Q2_K): the int8 dots of values
+// 0..15 and 16..31 and the sum of x's first 16 values, into the chunk's acc_idot.
+template <class Chunk>
+__device__ __forceinline__ float dp_halves_dot(const Chunk& ch, float acc, const DpX& x) {
+    const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
+    return ch.acc_idot(acc, dp_dot8(ch.w, x.q, 0, 4), dp_dot8(ch.w, x.q, 4, 8), dp_xf(x.d, x.s), dp_dot8(ones, x.q));
+}
+
 // Q6_K (210 bytes), chunk s = 4h + k: q6 = low nibble (ql) | 2 high bits (qh), value q6 - 32,
 // scales[2s] for values l < 16 and scales[2s+1] for l >= 16:
 //   (d d_x) (sc0 (idot0 - 32 s0) + sc1 (idot1 - 32 s1)),  s0/s1 the halves' sums of x
@@ -477,10 +485,7 @@ template <> struct DpChunk<GB_Q6_K> {
         }
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
-        const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
-        return acc_idot(acc, dp_dot8(w, x.q, 0, 4), dp_dot8(w, x.q, 4, 8), dp_xf(x.d, x.s), dp_dot8(ones, x.q));
-    }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const { return dp_halves_dot(*this, acc, x); }
     // idot_lo / idot_hi: the raw int8 dots of values 0..15 and 16..31; s0: the sum of x's first 16
     __device__ __forceinline__ float acc_idot(float acc, int idot_lo, int idot_hi, const DpXF& x, int s0) const {
         const int s1 = x.s - s0;
@@ -522,10 +527,7 @@ template <> struct DpChunk<GB_Q2_K> {
         for (int k = 0; k < 8; ++k) w[k] = (r.q[k] >> shift) & 0x03030303;
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
-        const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
-        return acc_idot(acc, dp_dot8(w, x.q, 0, 4), dp_dot8(w, x.q, 4, 8), dp_xf(x.d, x.s), dp_dot8(ones, x.q));
-    }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const { return dp_halves_dot(*this, acc, x); }
     // idot_lo / idot_hi: the int8 dots of values 0..15 and 16..31; s0: the sum of x's first 16
     __device__ __forceinline__ float acc_idot(float acc, int idot_lo, int idot_hi, const DpXF& x, int s0) const {
         const int s1 = x.s - s0;
@@ -566,10 +568,7 @@ template <> struct DpChunk<GB_Q3_K> {
             w[k] = (((int)r.qs.at(4 * k) >> shift) & 0x03030303) | ((((int)r.hm.at(4 * k) >> s) & 0x01010101) << 2);
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
-    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
-        const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0, 0};
-        return acc_idot(acc, dp_dot8(w, x.q, 0, 4), dp_dot8(w, x.q, 4, 8), dp_xf(x.d, x.s), dp_dot8(ones, x.q));
-    }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const { return dp_halves_dot(*this, acc, x); }
     __device__ __forceinline__ float acc_idot(float acc, int idot_lo, int idot_hi, const DpXF& x, int s0) const {
         const int s1 = x.s - s0;
         return gb_fma(d * x.d, dp_i2f(sc0 * (idot_lo - 4 * s0) + sc1 * (idot_hi - 4 * s1)), acc);
@@ -584,26 +583,12 @@ __device__ __forceinline__ int dp_iq4_word(unsigned n) {
     return (int)r;
 }
 
-// IQ4_NL (18 bytes): Q4_0's layout, a nibble the index of a level            (d d_x) idot
-template <> struct DpChunk<GB_IQ4_NL> {
-    int w[8];
-    float d;
-    struct Raw {
-        DpSpanA2<18> b;
-    };
-    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
-        Raw r;
-        r.b.fetch(row + 18LL * c);
-        return r;
-    }
-    __device__ __forceinline__ void unpack(const Raw& r, int) {
-        d = gb_half_bits(r.b.at(0) & 0xFFFFu);
+// IQ4_NL (18 bytes): Q4_0's block and fetch, each nibble the index of a level         (d d_x) idot
+template <> struct DpChunk<GB_IQ4_NL> : DpChunk<GB_Q4_0> {
+    __device__ __forceinline__ void unpack(const Raw& r, int c) {
+        DpChunk<GB_Q4_0>::unpack(r, c);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const unsigned raw = r.b.at(2 + 4 * k);
-            w[k] = dp_iq4_word(raw & 0x0F0F0F0Fu);
-            w[k + 4] = dp_iq4_word((raw >> 4) & 0x0F0F0F0Fu);
-        }
+        for (int k = 0; k < 8; ++k) w[k] = dp_iq4_word((unsigned)w[k]);
     }
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
     __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
