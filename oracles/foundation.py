@@ -60,13 +60,14 @@ def tokenizer_roundtrip(tok, case: str) -> OracleResult:
 
 def synthetic_models() -> list[tuple[str, str]]:
     return [("llama", "Q8_0"), ("qwen2", "Q4_1"), ("qwen3", "Q4_K"), ("gemma3", "Q5_0"), ("qwen3moe", "Q6_K"),
-            ("smollm3", "Q5_1"), ("phi3", "Q4_0"), ("mistral3", "Q8_0"), ("gemma2", "Q5_1")]
+            ("smollm3", "Q5_1"), ("phi3", "Q4_0"), ("mistral3", "Q8_0"), ("gemma2", "Q5_1"), ("gpt-oss", "Q8_0")]
 
 
 # gemma3 with both kinds of layer (5 windowed, 1 global) and a window shorter than the prompts
 SYNTH_SHAPES = {"gemma3": dict(n_layer=6, n_head_kv=1, sliding_window=4),
                "smollm3": dict(n_layer=4),  # layer 3 without RoPE
                "gemma2": dict(sliding_window=4),  # windows on every other layer, softcapped scores
+               "gpt-oss": dict(sliding_window=4),  # sinks, windows on every other layer, MXFP4 experts
                # YaRN with the file's betas, and the queries' temperature from position 4 on
                "mistral3": {"mistral3.rope.scaling.type": "yarn", "mistral3.rope.scaling.factor": 4.0,
                             "mistral3.rope.scaling.original_context_length": 4,

@@ -46,14 +46,30 @@ def _gelu_tanh(x):
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def _act(cfg, g):
-    return _gelu_tanh(g) if cfg.ffn_act == "gelu_tanh" else g / (1 + np.exp(-g))
+def _glu(cfg, g, u):
+    """The gated activation: act(g) * u; gpt-oss's: the gate capped at 7, the up clamped to [-7, 7],
+    x sigmoid(1.702 x) (y + 1)."""
+    if cfg.ffn_act == "swiglu_oai":
+        x, y = np.minimum(g, 7.0), np.clip(u, -7.0, 7.0)
+        return x / (1 + np.exp(-1.702 * x)) * (y + 1)
+    return (_gelu_tanh(g) if cfg.ffn_act == "gelu_tanh" else g / (1 + np.exp(-g))) * u
 
 
 def _moe_ffn(model, cfg, w, p, h):
     """The router's k experts for one token: softmax over all, the k largest (lower id first on a
     tie), weights renormalised, their SwiGLU outputs added best first."""
     logits = [float(row @ h) for row in w(p + "ffn_gate_inp.weight")]
+    if cfg.moe_gating == "topk_softmax":  # gpt-oss: biased logits, their top k, a softmax over the k
+        logits = [v + float(b) for v, b in zip(logits, w(p + "ffn_gate_inp.bias"))]
+        chosen = sorted(range(cfg.n_expert), key=lambda i: (-logits[i], i))[: cfg.n_expert_used]
+        e = {i: math.exp(logits[i] - logits[chosen[0]]) for i in chosen}
+        out = np.zeros_like(h)
+        for i in chosen:
+            g = w(p + "ffn_gate_exps.weight")[i] @ h + w(p + "ffn_gate_exps.bias")[i]
+            u = w(p + "ffn_up_exps.weight")[i] @ h + w(p + "ffn_up_exps.bias")[i]
+            y = w(p + "ffn_down_exps.weight")[i] @ _glu(cfg, g, u) + w(p + "ffn_down_exps.bias")[i]
+            out = out + e[i] / sum(e.values()) * y
+        return out
     m = max(logits)
     e = [math.exp(v - m) for v in logits]
     probs = [v / sum(e) for v in e]
@@ -62,7 +78,7 @@ def _moe_ffn(model, cfg, w, p, h):
     out = np.zeros_like(h)
     for i in chosen:
         g, u = w(p + "ffn_gate_exps.weight")[i] @ h, w(p + "ffn_up_exps.weight")[i] @ h
-        out = out + probs[i] / total * (w(p + "ffn_down_exps.weight")[i] @ (_act(cfg, g) * u))
+        out = out + probs[i] / total * (w(p + "ffn_down_exps.weight")[i] @ _glu(cfg, g, u))
     return out
 
 
@@ -120,13 +136,17 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
                 scores = [float(hq @ ks[s][kv]) * scale for s in seen]
                 if cfg.attn_softcap:  # gemma2: each score capped before the softmax
                     scores = [cfg.attn_softcap * math.tanh(sc / cfg.attn_softcap) for sc in scores]
-                m = max(scores)
+                sink = float(w(p + "attn_sinks.weight")[hq_i]) if cfg.has_attn_sinks else None
+                m = max(scores + ([sink] if sink is not None else []))
                 e = [math.exp(sc - m) for sc in scores]
-                out.append(sum(e[i] / sum(e) * vs[s][kv] for i, s in enumerate(seen)))
+                total = sum(e) + (math.exp(sink - m) if sink is not None else 0.0)  # gpt-oss: a sink, no value
+                out.append(sum(e[i] / total * vs[s][kv] for i, s in enumerate(seen)))
             attn_out.append(np.concatenate(out))
         new_xs = []
         for x, a in zip(xs, attn_out):
             a = Wo @ a
+            if has(p + "attn_output.bias"):
+                a = a + w(p + "attn_output.bias")
             if has(p + "post_attention_norm.weight"):
                 a = _rmsnorm(a, w(p + "post_attention_norm.weight"), cfg.rms_eps)
             x = x + a
@@ -135,7 +155,7 @@ def naive_logits(model: LoadedModel, token_ids: list[int]) -> np.ndarray:
                 f = _moe_ffn(model, cfg, w, p, h)
             else:
                 g, u = w(p + "ffn_gate.weight") @ h, w(p + "ffn_up.weight") @ h
-                f = w(p + "ffn_down.weight") @ (_act(cfg, g) * u)
+                f = w(p + "ffn_down.weight") @ _glu(cfg, g, u)
             if has(p + "post_ffw_norm.weight"):
                 f = _rmsnorm(f, w(p + "post_ffw_norm.weight"), cfg.rms_eps)
             x = x + f

@@ -13,13 +13,18 @@ It follows llama.cpp's graph for the archs we support:
                 a = softmax(q k^T * scale + mask) v @ Wo.T           (query head h reads KV head h // group;
                                                                       gemma2: softcap((q * scale) k^T) + mask;
                                                                       mask: causal, and on a windowed layer
-                                                                      keys p-W+1..p only)
+                                                                      keys p-W+1..p only; gpt-oss: each
+                                                                      head's sink logit in the softmax,
+                                                                      Wo's bias)
                 x += a                     (gemma3: x += rmsnorm(a) * post_attention_norm)
                 h = rmsnorm(x) * ffn_norm
                 f = (act(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T       (act: silu; gemma3: gelu, tanh form;
                                                                       qwen3moe: the k experts the router
                                                                       picks, weighted, summed in rank
-                                                                      order: ops/moe.py)
+                                                                      order: ops/moe.py; gpt-oss: biased
+                                                                      router, top k of its logits then
+                                                                      a softmax, biased experts with a
+                                                                      clamped SwiGLU)
                 x += f                     (gemma3: x += rmsnorm(f) * post_ffw_norm)
     logits = (rmsnorm(x) * output_norm) @ W_out.T                    (W_out = token_embd when tied;
                                                                       cap * tanh(logits / cap) if declared)
@@ -42,7 +47,7 @@ import numpy as np
 from sharpinf.errors import RequestError
 from sharpinf.model.config import ModelConfig
 from sharpinf.model.loader import LoadedModel, load_model
-from sharpinf.ops.basic import act_reference, rmsnorm_reference
+from sharpinf.ops.basic import glu_reference, rmsnorm_reference
 from sharpinf.ops.kv_cache import decode_kv, encode_kv
 from sharpinf.ops.moe import WEIGHT_SUM_FLOOR, combine_reference, route_reference, router_logits_reference
 from sharpinf.ops.quant_act import round_q8_1
@@ -91,6 +96,11 @@ class LayerWeights:
     router: np.ndarray | None = None  # [n_expert, d] (qwen3moe)
     exps_gate_up: np.ndarray | None = None  # [n_expert, 2 n_ff_exp, d]: each expert's gate rows then up rows
     exps_down: np.ndarray | None = None  # [n_expert, d, n_ff_exp]
+    wo_b: np.ndarray | None = None  # [d] (gpt-oss)
+    sinks: np.ndarray | None = None  # [n_head]: one logit a query head in its softmax (gpt-oss)
+    router_b: np.ndarray | None = None  # [n_expert]
+    exps_gate_up_b: np.ndarray | None = None  # [n_expert, 2 n_ff_exp]: the gate's bias then the up's
+    exps_down_b: np.ndarray | None = None  # [n_expert, d]
 
 
 @dataclass
@@ -194,6 +204,12 @@ class Reference:
                     exps_gate_up=np.concatenate([w(p + "ffn_gate_exps.weight"), w(p + "ffn_up_exps.weight")], axis=1)
                     if moe else None,
                     exps_down=w(p + "ffn_down_exps.weight") if moe else None,
+                    wo_b=opt(p + "attn_output.bias"),
+                    sinks=opt(p + "attn_sinks.weight"),
+                    router_b=opt(p + "ffn_gate_inp.bias"),
+                    exps_gate_up_b=np.concatenate([w(p + "ffn_gate_exps.bias"), w(p + "ffn_up_exps.bias")], axis=1)
+                    if cfg.has_moe_bias else None,
+                    exps_down_b=opt(p + "ffn_down_exps.bias"),
                 )
             )
 
@@ -255,7 +271,9 @@ class Reference:
             cache.k[li, start : start + T] = self._stored(k)
             cache.v[li, start : start + T] = self._stored(v)
             mask = attention_mask(positions, start + T, cfg.window(li))
-            a = self._lin(self._attention(q, cache.k[li, : start + T], cache.v[li, : start + T], mask), L.wo)
+            a = self._lin(self._attention(q, cache.k[li, : start + T], cache.v[li, : start + T], mask, L.sinks), L.wo)
+            if L.wo_b is not None:  # gpt-oss
+                a = a + L.wo_b
             x = _f32(x + self._post(a, L.post_attn_norm))
             h = self._norm(x, L.ffn_norm)
             f = self._moe(h, L, li, start) if L.router is not None else self._ffn(h, L.w_gate_up, L.w_down)
@@ -263,11 +281,16 @@ class Reference:
         cache.length = start + T
         return softcap(self._lin(self._norm(x, self.output_norm), self.output), cfg.final_softcap)
 
-    def _ffn(self, h: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray, act: str | None = None) -> np.ndarray:
-        """(act(h Wg^T) * (h Wu^T)) Wd^T, the gate and up rows stacked in w_gate_up."""
+    def _ffn(self, h: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray, act: str | None = None,
+             b_gate_up: np.ndarray | None = None, b_down: np.ndarray | None = None) -> np.ndarray:
+        """glu(h Wg^T + bg, h Wu^T + bu) Wd^T + bd (glu: act(gate) * up, or gpt-oss's clamped SwiGLU), the
+        gate and up rows (and biases) stacked; the biases are gpt-oss's experts'."""
         n = w_down.shape[1]
         gu = self._lin(h, w_gate_up, act)
-        return self._lin(_f32(act_reference(self.cfg.ffn_act, gu[:, :n])) * gu[:, n:], w_down, act)
+        if b_gate_up is not None:
+            gu = gu + b_gate_up
+        y = self._lin(_f32(glu_reference(self.cfg.ffn_act, gu[:, :n], gu[:, n:])), w_down, act)
+        return y if b_down is None else y + b_down
 
     @property
     def moe_act(self) -> str:
@@ -280,14 +303,16 @@ class Reference:
         kernels' choice where a near tie explains it (rows start.. of those routes)."""
         hin = round_q8_1(h) if self.moe_act == "q8_1" else h
         logits = router_logits_reference(hin, L.router)
-        ids, w = route_reference(logits, self.cfg.n_expert_used)
+        if L.router_b is not None:  # gpt-oss
+            logits = logits + L.router_b
+        ids, w = route_reference(logits, self.cfg.n_expert_used, gating=self.cfg.moe_gating)
         if self.routes is None or li not in self.routes:
             return ids, w
         theirs = self.routes[li][start : start + len(ids)]
         for t in np.nonzero((theirs != ids).any(axis=1))[0]:
             if self._explained(logits[t], ids[t], theirs[t]):
                 ids[t] = theirs[t]
-                w[t] = self._weights_of(logits[t], theirs[t])
+                w[t] = self._weights_of(logits[t], theirs[t], self.cfg.moe_gating)
                 self.route_flips += 1
         return ids, w
 
@@ -299,8 +324,15 @@ class Reference:
         return bool((chosen >= kth - self.route_gap).all() and (chosen[1:] <= chosen[:-1] + self.route_gap).all())
 
     @staticmethod
-    def _weights_of(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        """route_reference's weights for a given choice of experts (softmax over all, renormalised)."""
+    def _weights_of(logits: np.ndarray, ids: np.ndarray, gating: str = "softmax") -> np.ndarray:
+        """route_reference's weights for a given choice of experts (softmax over all, renormalised; or
+        topk_softmax's softmax over the chosen)."""
+        if gating == "topk_softmax":
+            e = np.exp(logits[ids] - logits[ids[0]])
+            total = e[0]
+            for v in e[1:]:
+                total = total + v
+            return (e / total).astype(F32)
         p = np.exp(logits - logits.max())
         p = (p / p.sum(dtype=F32)).astype(F32)
         w = p[ids]
@@ -315,7 +347,8 @@ class Reference:
         y = np.zeros((h.shape[0], ids.shape[1], h.shape[1]), F32)  # [T, k, d]: slot r of token t
         for e in np.unique(ids):  # every (token, slot) that chose expert e, in one matmul
             t, r = np.nonzero(ids == e)
-            y[t, r] = self._ffn(h[t], L.exps_gate_up[e], L.exps_down[e], self.moe_act)
+            gub, db = (None if b is None else b[e] for b in (L.exps_gate_up_b, L.exps_down_b))  # gpt-oss's biases
+            y[t, r] = self._ffn(h[t], L.exps_gate_up[e], L.exps_down[e], self.moe_act, gub, db)
         return combine_reference(y, weights)
 
     def _norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -326,7 +359,8 @@ class Reference:
         """A sublayer's output as the residual adds it: itself, or rmsnorm(y) * norm (gemma3's post-norms)."""
         return y if norm is None else self._norm(y, norm)
 
-    def _attention(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def _attention(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, mask: np.ndarray,
+                   sinks: np.ndarray | None = None) -> np.ndarray:
         """Masked GQA attention. q [T, H, d]; keys, vals [S, H_kv, d]; mask [T, S] -> [T, H * d].
 
         Query heads are grouped by the KV head they read (h // group), so each group is
@@ -338,8 +372,14 @@ class Reference:
             scores = softcap((qg * F32(cfg.kq_scale)) @ keys.transpose(1, 2, 0)[:, None], cfg.attn_softcap) + mask
         else:
             scores = qg @ keys.transpose(1, 2, 0)[:, None] * F32(cfg.kq_scale) + mask  # [H_kv, g, T, S]
-        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
+        if sinks is None:
+            p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+        else:  # gpt-oss: head h's sink joins the max and the sum, and has no value
+            z = sinks.reshape(cfg.n_head_kv, g, 1, 1)
+            m = np.maximum(scores.max(axis=-1, keepdims=True), z)
+            p = np.exp(scores - m)
+            p /= p.sum(axis=-1, keepdims=True) + np.exp(z - m)
         out = p @ vals.transpose(1, 0, 2)[:, None]  # [H_kv, g, T, d]
         return _f32(out.transpose(2, 0, 1, 3).reshape(T, cfg.q_dim))
 

@@ -24,7 +24,7 @@ from sharpinf.ops.embedding import embed, embed_reference
 from sharpinf.ops.matmul import matmul, matmul_error_bound, matmul_reference
 from asserts import assert_same
 
-TYPES = list(quants.SUPPORTED)
+TYPES = list(quants.KERNEL_TYPES)
 TYPE_IDS = [quants.qtype_name(q) for q in TYPES]
 FLOAT_TYPES = (quants.F32, quants.F16, quants.BF16)
 

@@ -17,7 +17,7 @@ from sharpinf.ops.matmul_dp4a import group_lanes, matmul_dp4a, matmul_dp4a_refer
 from sharpinf.ops.quant_act import Q8Act, dequantize_q8_1, quantize_q8_1_reference
 from asserts import assert_same
 
-TYPES = list(quants.SUPPORTED)
+TYPES = list(quants.KERNEL_TYPES)
 TYPE_IDS = [quants.qtype_name(q) for q in TYPES]
 F16_FIELDS = {
     quants.Q8_0: (0,), quants.Q4_0: (0,), quants.Q5_0: (0,), quants.Q4_1: (0, 2), quants.Q5_1: (0, 2),

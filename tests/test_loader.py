@@ -15,7 +15,7 @@ from sharpinf.model import quants
 from sharpinf.model.config import ROPE_STYLE, SUPPORTED_ARCHS
 from sharpinf.model.loader import LoadedModel, expected_shapes, inspect_model, load_model
 from sharpinf.model.rope_scaling import RopeScaling
-from sharpinf.model.synth import synthetic_model, write_synthetic_model
+from sharpinf.model.synth import GEMMA, synthetic_model, write_synthetic_model
 from sharpinf.model.tensors import QTensor
 
 QTYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
@@ -50,10 +50,10 @@ def test_every_arch_and_quant(arch, qtype):
     assert (c.n_ff, c.head_dim, c.n_vocab, c.context_length) == (256 if k_quant else 128, n_embd // 4, 512, 1024)
     assert c.rope_style == ROPE_STYLE[arch] and c.rope_theta == (1e6 if arch == "gemma3" else 10000.0)
     assert c.rms_eps == pytest.approx(1e-5)
-    assert c.has_qkv_bias == (arch == "qwen2") and c.has_qk_norm == (arch in ("qwen3", "gemma3", "qwen3moe"))
-    assert c.tied_output and c.is_moe == (arch == "qwen3moe")
-    windows = {"gemma3": (16, 16), "gemma2": (16, 0)}  # gemma2: every other layer
-    assert c.post_norms == (arch in windows) and c.layer_window == windows.get(arch, ())
+    assert c.has_qkv_bias == (arch in ("qwen2", "gpt-oss")) and c.has_qk_norm == (arch in ("qwen3", "gemma3", "qwen3moe"))
+    assert c.tied_output == (arch != "gpt-oss") and c.is_moe == (arch in ("qwen3moe", "gpt-oss"))
+    windows = {"gemma3": (16, 16), "gemma2": (16, 0), "gpt-oss": (16, 0)}  # gemma2, gpt-oss: every other layer
+    assert c.post_norms == (arch in GEMMA) and c.layer_window == windows.get(arch, ())
 
     in_file = inspect_model(path).tensors  # phi3's fused matrices as the file holds them
     assert set(in_file) == set(expected_shapes(c))
@@ -61,8 +61,10 @@ def test_every_arch_and_quant(arch, qtype):
     assert set(truth) == set(in_file)
     for name, t in in_file.items():
         assert isinstance(t, QTensor) and t.name == name
-        router = name.endswith("ffn_gate_inp.weight")  # F32 whatever the file's type, as llama.cpp quantizes
-        want_type = quants.qtype_from_name("F32" if len(t.shape) == 1 or router else qtype)
+        # F32 whatever the file's type, as llama.cpp quantizes: the router, gpt-oss's sinks and biases
+        f32 = len(t.shape) == 1 or name.endswith(("ffn_gate_inp.weight", ".bias"))
+        experts = arch == "gpt-oss" and "_exps." in name  # MXFP4 by default
+        want_type = quants.qtype_from_name("F32" if f32 else "MXFP4" if experts else qtype)
         assert t.qtype == want_type and t.qtype_name == quants.qtype_name(want_type)
         assert t.raw.dtype == np.uint8 and t.raw.ndim == 2 and not t.raw.flags.writeable
         assert t.raw.shape[1] == quants.row_bytes(t.qtype, t.shape[-1]) and t.nbytes == t.raw.nbytes

@@ -18,13 +18,15 @@ from sharpinf.model import quants as q
 NAMES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 # held by the baseline kernels alone (quants.BASE_ONLY)
 BASE_ONLY = ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]
-QUANTIZED = NAMES[3:] + BASE_ONLY
-ALL = NAMES + BASE_ONLY
+REFERENCE_ONLY = ["MXFP4"]  # read by the NumPy reference alone, for now (quants.REFERENCE_ONLY)
+QUANTIZED = NAMES[3:] + BASE_ONLY + REFERENCE_ONLY
+ALL = NAMES + BASE_ONLY + REFERENCE_ONLY
 # byte offsets of the fp16 scale fields inside one block
 F16_FIELDS = {
     "Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
     "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
     "Q2_K": [80, 82], "Q3_K": [108], "IQ4_NL": [0], "IQ4_XS": [0],
+    "MXFP4": [],  # its scale is an e8m0 byte: every value is a power of two (255: 2^127, inf past 6)
 }
 # worst |dequantize(quantize(x)) - x| as a fraction of the block's (super-block's) max |x|.
 # Symmetric types (Q4_0, Q5_0, Q6_K) map the largest-magnitude value to -2^(b-1), so a value
@@ -36,6 +38,8 @@ ROUND_TRIP_BOUND = {
     # symmetric 3 bits clip as Q4_0's do (a full step, of a quarter); the IQ4 levels run -127..113, so
     # a value as large as the block's (negative) largest but positive lands 14/127 short
     "Q2_K": 0.38, "Q3_K": 0.26, "IQ4_NL": 0.12, "IQ4_XS": 0.125,
+    # MXFP4's top level is 6 of a power-of-two scale s with max|x| in [4s, 8s): up to 2s = max|x| / 4 clipped
+    "MXFP4": 0.25,
 }
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -74,6 +78,7 @@ def random_raw(name: str, n_blocks: int, seed: int) -> np.ndarray:
 
 def test_block_tables_match_ggml():
     assert [q.qtype_name(t) for t in q.SUPPORTED] == ALL and [q.qtype_name(t) for t in q.BASE_ONLY] == BASE_ONLY
+    assert [q.qtype_name(t) for t in q.REFERENCE_ONLY] == REFERENCE_ONLY
     for name in ALL:
         qtype = qt(name)
         assert (q.BLOCK_ELEMS[qtype], q.BLOCK_BYTES[qtype]) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]]

@@ -92,7 +92,7 @@ def rope_line(cfg) -> str:
     if nope:
         line += f"; no RoPE on layers {', '.join(map(str, nope[:4]))}{', ...' if len(nope) > 4 else ''}"
     if cfg.rope_theta_local and any(cfg.window(i) for i in range(cfg.n_layer)):
-        line += f"; windowed layers: base {cfg.rope_theta_local:g}, unscaled"
+        line += f"; windowed layers: base {cfg.rope_theta_local:g}, {'scaled alike' if cfg.local_rope_scaled else 'unscaled'}"
     if cfg.attn_temp_starts:
         line += (f"; queries x (1 + {cfg.attn_temp_scale:g} ln(floor(p / {cfg.n_ctx_orig}) + 1)), 1 before "
                  f"{cfg.attn_temp_starts}: max_model_len stops there")
@@ -102,7 +102,7 @@ def rope_line(cfg) -> str:
 def _experts(m) -> dict:
     """An MoE model's experts: how many, their size, and the parameters one token runs through."""
     cfg = m.config
-    per_expert = 3 * cfg.n_embd * cfg.n_ff_exp
+    per_expert = 3 * cfg.n_embd * cfg.n_ff_exp + (2 * cfg.n_ff_exp + cfg.n_embd if cfg.has_moe_bias else 0)
     total = sum(int(math.prod(t.shape)) for t in m.tensors.values())
     idle = cfg.n_layer * (cfg.n_expert - cfg.n_expert_used) * per_expert
     return {"n_expert": cfg.n_expert, "n_expert_used": cfg.n_expert_used, "n_ff_exp": cfg.n_ff_exp,

@@ -87,9 +87,13 @@ def synth(
     out: Path = typer.Argument(..., help="Where to write the .gguf."),
     arch: str = typer.Option("llama", help="llama, qwen2, qwen3, gemma3 (sliding window 16 on 5 layers of 6), "
                              "qwen3moe (mixture of experts; llama with --experts N is Mixtral-style), smollm3 "
-                             "(no RoPE on every 4th layer), phi3 (fused QKV and gate|up) or mistral3 (llama's graph; its "
-                             "YaRN and temperature keys from the file)."),
-    qtype: str = typer.Option("Q8_0", help="Weight quant type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q2_K Q3_K IQ4_NL IQ4_XS."),
+                             "(no RoPE on every 4th layer), phi3 (fused QKV and gate|up), mistral3 (llama's graph; its "
+                             "YaRN and temperature keys from the file), gemma2 (softcaps, windows on every other layer) "
+                             "or gpt-oss (sinks, biases, windows, YaRN, MXFP4 experts: the NumPy reference runs it)."),
+    qtype: str = typer.Option("Q8_0", help="Weight quant type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q2_K Q3_K IQ4_NL "
+                              "IQ4_XS MXFP4."),
+    expert_qtype: str = typer.Option(None, show_default=False, help="MoE: the experts' type (default: --qtype; "
+                                     "gpt-oss: MXFP4)."),
     layers: int = typer.Option(2, help="Number of layers (gemma3: 6 or more has a global layer too)."),
     seed: int = typer.Option(0, help="Random seed: same seed, same bytes."),
     tied: bool = typer.Option(True, help="Tie the LM head to token_embd."),
@@ -103,7 +107,8 @@ def synth(
     """Write a small GGUF with seeded random weights (tests never need the network)."""
     from sharpinf.model.synth import write_synthetic_model
 
-    moe = dict(n_expert=experts, n_expert_used=experts_used, routing=routing) if arch == "qwen3moe" or experts else {}
+    moe = dict(n_expert=experts, n_expert_used=experts_used, routing=routing, expert_qtype=expert_qtype) \
+        if arch in ("qwen3moe", "gpt-oss") or experts else {}
     try:
         written = write_synthetic_model(out, arch=arch, qtype=qtype, n_layer=layers, seed=seed, tied=tied, **moe)
     except ValueError as e:  # a bad arch, type, routing or experts on a dense arch: one line

@@ -8,16 +8,16 @@ import numpy as np
 
 from .rope_scaling import RopeScaling
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "smollm3", "phi3", "mistral3", "gemma2")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "smollm3", "phi3", "mistral3", "gemma2", "gpt-oss")
 # The archs whose files may hold experts: qwen3moe always does; a llama file with llama.expert_count
 # > 0 is Mixtral-style (llama's attention, the experts where the dense FFN was).
-MOE_ARCHS = ("qwen3moe", "llama")
+MOE_ARCHS = ("qwen3moe", "llama", "gpt-oss")
 
 # How llama.cpp rotates each arch. `norm`: pairs (2i, 2i+1) are adjacent, because
 # the HF->GGUF converter permuted Q/K rows for llama. `neox`: pairs (i, i + d/2).
 ROPE_STYLE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox", "qwen3moe": "neox",
               "smollm3": "norm", "phi3": "neox", "mistral3": "norm",
-              "gemma2": "neox"}
+              "gemma2": "neox", "gpt-oss": "neox"}
 
 # What the MoE kernels hold per token (moe_route.cu, moe_route_split.cu: the router's probabilities in shared memory, the
 # chosen k in registers); llama.cpp's own cap is 512 experts.
@@ -62,7 +62,7 @@ class ModelConfig:
     rope_scaling: RopeScaling = RopeScaling()  # the full-attention layers' scaling (linear or YaRN; model/rope_scaling.py)
     embd_scale: float = 1.0  # the embedding rows are multiplied by this (gemma3: sqrt(n_embd))
     attn_scale: float = 0.0  # scale of q.k (0: 1 / sqrt(head_dim))
-    ffn_act: str = "silu"  # the gate's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    ffn_act: str = "silu"  # the gated activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU), "swiglu_oai" (gpt-oss: clamped)
     post_norms: bool = False  # RMSNorm of the attention and FFN outputs before each residual add
     final_softcap: float = 0.0  # logits = cap * tanh(logits / cap) when > 0
     attn_softcap: float = 0.0  # gemma2: each attention score = cap * tanh(score / cap) before the mask, when > 0
@@ -71,6 +71,15 @@ class ModelConfig:
     n_expert: int = 0  # 0: a dense model
     n_expert_used: int = 0
     n_ff_exp: int = 0  # one expert's SwiGLU inner size
+    # gpt-oss (llama.cpp's openai-moe graph; model/gpt_oss_fields.py): a per-head sink logit in every
+    # attention softmax (attn_sinks.weight: in the max and the sum, never a key), the attention output's
+    # bias, the router's and the experts' biases, and the router's choice taken on its logits with a
+    # softmax over the k chosen ("topk_softmax"; "softmax": over all experts, top-k, renormalised)
+    has_attn_sinks: bool = False
+    has_attn_out_bias: bool = False
+    has_moe_bias: bool = False
+    moe_gating: str = "softmax"
+    local_rope_scaled: bool = False  # the windowed layers keep the full layers' RoPE scaling (gpt-oss)
 
     @property
     def is_moe(self) -> bool:
@@ -82,9 +91,9 @@ class ModelConfig:
 
     def rope_for(self, layer: int) -> tuple[float, RopeScaling]:
         """(base, scaling) of the layer's RoPE: windowed layers use the local base unscaled, as
-        llama.cpp does for gemma3 (model/rope_scaling.py turns them into the table every path reads)."""
+        llama.cpp does for gemma3 (gpt-oss: scaled as the others, its rope.freq_base_swa) (model/rope_scaling.py turns them into the table every path reads)."""
         if self.window(layer) and self.rope_theta_local:
-            return self.rope_theta_local, RopeScaling()
+            return self.rope_theta_local, self.rope_scaling if self.local_rope_scaled else RopeScaling()
         return self.rope_theta, self.rope_scaling
 
     def longrope_factors(self) -> str:

@@ -60,4 +60,4 @@ def gemma2_fields(get: Callable, path: Path, meta: dict[str, Any], arch: str, n_
                 **_common(n_embd, scale), attn_softcap=caps[0], final_softcap=caps[1])
 
 
-ARCH_FIELDS = {"gemma3": gemma3_fields, "gemma2": gemma2_fields}
+GEMMA_FIELDS = {"gemma3": gemma3_fields, "gemma2": gemma2_fields}

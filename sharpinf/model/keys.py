@@ -31,6 +31,9 @@ APPLIED_BY_ARCH = {
     "qwen3moe": {"expert_count", "expert_used_count", "expert_feed_forward_length"},
     "llama": {"expert_count", "expert_used_count"},  # Mixtral-style: the experts where the dense FFN was
     # llama's graph with YaRN's own betas and log multiplier and the queries' temperature (src/models/mistral3.cpp)
+    # src/models/openai-moe.cpp: windows on a pattern of layers, their own RoPE base, the experts' length
+    "gpt-oss": {"expert_count", "expert_used_count", "expert_feed_forward_length", "attention.sliding_window",
+                "attention.sliding_window_pattern", "rope.freq_base_swa"},
     "mistral3": {"attention.temperature_scale", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
                  "rope.scaling.yarn_log_multiplier"},
 }
@@ -66,6 +69,10 @@ INERT = {
 # ... and by some archs only, as llama.cpp's graph for the arch leaves them unread
 INERT_BY_ARCH = {
     "phi3": {"attention.sliding_window": "llama.cpp's phi3 graph turns sliding windows off (src/models/phi3.cpp)"},
+    "gpt-oss": {"expert_gating_func": "llama.cpp's openai-moe graph takes the top k on the router's logits and a "
+                                      "softmax over them, whatever the file says",
+                "expert_weights_norm": "the openai-moe graph never renormalises its weights (the softmax is over the "
+                                       "chosen k)"},
 }
 # tokenizer.* keys the tokenizer applies (model/tokenizer.py, tokenizer_spm.py)
 TOKENIZER_APPLIED = {
@@ -135,10 +142,10 @@ def key_use(arch: str, key: str, value: Any, cfg) -> KeyUse:
     if name in CHECKED:
         bad = CHECKED[name](value, cfg)
         return KeyUse(key, value, "refused" if bad else "checked", bad or "the value sharpinf runs")
+    if name in INERT_BY_ARCH.get(arch, {}):  # first: an arch's own reason
+        return KeyUse(key, value, "inert", INERT_BY_ARCH[arch][name])
     if name in INERT:
         return KeyUse(key, value, "inert", INERT[name])
-    if name in INERT_BY_ARCH.get(arch, {}):
-        return KeyUse(key, value, "inert", INERT_BY_ARCH[arch][name])
     return KeyUse(key, value, "refused", f"the {arch} graph sharpinf runs does not read it")
 
 

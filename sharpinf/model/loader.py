@@ -18,8 +18,9 @@ from . import quants
 from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, ROPE_STYLE, SUPPORTED_ARCHS, ModelConfig
 from .rope_scaling import read_rope_scaling
 from .keys import KeyUse, TensorUse, key_uses, refusal, tensor_uses
-from .fused import unfused
-from .gemma_fields import ARCH_FIELDS
+from .fused import FFN_NORM_IN_FILE, unfused
+from .gemma_fields import GEMMA_FIELDS
+from .gpt_oss_fields import gpt_oss_fields
 from .tensors import QTensor, TensorSpan, check_spans
 
 GGUF_MAGIC = b"GGUF"
@@ -223,7 +224,7 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         raise ModelError(path, f"missing metadata key '{arch}.vocab_size' (and no tokenizer.ggml.tokens)")
     head_dim = key("attention.key_length", int, n_embd // n_head)
     n_layer = key("block_count", int)
-    moe = _moe_fields(path, meta, arch) if arch == "qwen3moe" or n_expert else {}
+    moe = _moe_fields(path, meta, arch) if arch in ("qwen3moe", "gpt-oss") or n_expert else {}
     config = ModelConfig(
         arch=arch,
         n_vocab=n_vocab,
@@ -240,7 +241,7 @@ def _build_config(path: Path, meta: dict[str, Any], tensors: dict[str, QTensor])
         rope_style=ROPE_STYLE[arch],
         has_qkv_bias="blk.0.attn_q.bias" in tensors,
         has_qk_norm="blk.0.attn_q_norm.weight" in tensors,
-        tied_output=arch in TIED_ARCHS or "output.weight" not in tensors,
+        tied_output=arch in TIED_ARCHS or ("output.weight" not in tensors and arch not in UNTIED_ARCHS),
         rope_scaling=read_rope_scaling(path, meta, arch, key("context_length", int), _get),
         has_rope_factors=arch in ROPE_FACTOR_ARCHS and "rope_freqs.weight" in tensors,
         nope_layer_step=SMOLLM3_NOPE_STEP if arch == "smollm3" else 0,
@@ -272,8 +273,11 @@ def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
     if not 0 < n_used <= min(n_expert, MOE_MAX_USED):
         raise ModelError(path, f"bad metadata: expert_used_count = {n_used} (must be 1..{min(n_expert, MOE_MAX_USED)}"
                                f" with expert_count = {n_expert})")
-    n_ff_exp = _get(path, meta, f"{arch}.expert_feed_forward_length", int, 0) if arch == "qwen3moe" else \
-        _get(path, meta, f"{arch}.feed_forward_length", int)
+    if arch == "gpt-oss":  # required there (get_key_or_arr without a default)
+        n_ff_exp = _get(path, meta, f"{arch}.expert_feed_forward_length", int)
+    else:
+        n_ff_exp = _get(path, meta, f"{arch}.expert_feed_forward_length", int, 0) if arch == "qwen3moe" else \
+            _get(path, meta, f"{arch}.feed_forward_length", int)
     if not n_ff_exp:
         n_ff_exp = _get(path, meta, f"{arch}.feed_forward_length", int) // n_used
     if n_ff_exp <= 0:
@@ -283,6 +287,8 @@ def _moe_fields(path: Path, meta: dict[str, Any], arch: str) -> dict[str, Any]:
 
 SMOLLM3_NOPE_STEP = 4  # llama.cpp hard-codes it (src/models/smollm3.cpp): layers 3, 7, 11, ... have no RoPE
 TIED_ARCHS = ("gemma2",)  # llama.cpp's graph reads token_embd as the LM head, whatever the file holds
+UNTIED_ARCHS = ("gpt-oss",)  # and these need output.weight (no fallback to token_embd)
+ARCH_FIELDS = {**GEMMA_FIELDS, "gpt-oss": gpt_oss_fields}
 ROPE_FACTOR_ARCHS = ("llama", "mistral3")  # the graphs of llama.cpp (src/models/*.cpp) that read rope_freqs.weight
 LONGROPE_ARCHS = ("phi3",)  # the graphs that read rope_factors_long/short.weight
 
@@ -320,14 +326,23 @@ def _iter_expected(c: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
             yield b + "attn_q_norm.weight", (c.head_dim,)
             yield b + "attn_k_norm.weight", (c.head_dim,)
         yield b + "attn_output.weight", (c.n_embd, c.q_dim)
+        if c.has_attn_out_bias:
+            yield b + "attn_output.bias", (c.n_embd,)
+        if c.has_attn_sinks:  # gpt-oss: one logit a query head
+            yield b + "attn_sinks.weight", (c.n_head,)
         if c.post_norms:
             yield b + "post_attention_norm.weight", (c.n_embd,)
-        yield b + "ffn_norm.weight", (c.n_embd,)
+        yield b + FFN_NORM_IN_FILE.get(c.arch, "ffn_norm.weight"), (c.n_embd,)
         if c.is_moe:  # router [n_expert, n_embd]; experts stacked on the first axis (GGUF ne reversed)
             yield b + "ffn_gate_inp.weight", (c.n_expert, c.n_embd)
             yield b + "ffn_gate_exps.weight", (c.n_expert, c.n_ff_exp, c.n_embd)
             yield b + "ffn_up_exps.weight", (c.n_expert, c.n_ff_exp, c.n_embd)
             yield b + "ffn_down_exps.weight", (c.n_expert, c.n_embd, c.n_ff_exp)
+            if c.has_moe_bias:  # gpt-oss: the router's, and each expert's gate, up and down
+                yield b + "ffn_gate_inp.bias", (c.n_expert,)
+                yield b + "ffn_gate_exps.bias", (c.n_expert, c.n_ff_exp)
+                yield b + "ffn_up_exps.bias", (c.n_expert, c.n_ff_exp)
+                yield b + "ffn_down_exps.bias", (c.n_expert, c.n_embd)
         else:
             if c.fused_gate_up:  # phi3: the gate's rows then the up's, in ffn_up
                 yield b + "ffn_up.weight", (2 * c.n_ff, c.n_embd)

@@ -19,11 +19,15 @@ F32, F16, BF16 = int(T.F32), int(T.F16), int(T.BF16)
 Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 = int(T.Q8_0), int(T.Q4_0), int(T.Q4_1), int(T.Q5_0), int(T.Q5_1)
 Q4_K, Q5_K, Q6_K = int(T.Q4_K), int(T.Q5_K), int(T.Q6_K)
 Q2_K, Q3_K, IQ4_NL, IQ4_XS = int(T.Q2_K), int(T.Q3_K), int(T.IQ4_NL), int(T.IQ4_XS)
+MXFP4 = int(T.MXFP4)  # gpt-oss's experts: e2m1 values, one e8m0 scale a block of 32
 
 # Held by the baseline kernels alone (the simple matmul, dp4a and its MoE form, embedding): the faster
 # variants (gemv, mma, mmq, the fused FFN and link, moe=gemv and moe=mmq) hand them to dp4a, the same bits.
 BASE_ONLY = (Q2_K, Q3_K, IQ4_NL, IQ4_XS)
-SUPPORTED = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, *BASE_ONLY)
+# Read by the NumPy reference alone, until the kernels decode them (step/weights.py refuses them in one line)
+REFERENCE_ONLY = (MXFP4,)
+KERNEL_TYPES = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, *BASE_ONLY)
+SUPPORTED = (*KERNEL_TYPES, *REFERENCE_ONLY)
 
 QK = 32  # elements per block of the legacy formats
 QK_K = 256  # elements per super-block of the K-quants
@@ -32,7 +36,7 @@ BLOCK_ELEMS: dict[int, int] = {
     F32: 1, F16: 1, BF16: 1,
     Q8_0: QK, Q4_0: QK, Q4_1: QK, Q5_0: QK, Q5_1: QK,
     Q4_K: QK_K, Q5_K: QK_K, Q6_K: QK_K,
-    Q2_K: QK_K, Q3_K: QK_K, IQ4_NL: QK, IQ4_XS: QK_K,
+    Q2_K: QK_K, Q3_K: QK_K, IQ4_NL: QK, IQ4_XS: QK_K, MXFP4: QK,
 }
 BLOCK_BYTES: dict[int, int] = {
     F32: 4, F16: 2, BF16: 2,
@@ -48,6 +52,7 @@ BLOCK_BYTES: dict[int, int] = {
     Q3_K: 32 + 64 + 12 + 2,
     IQ4_NL: 2 + 16,
     IQ4_XS: 2 + 2 + 4 + 128,
+    MXFP4: 1 + 16,
 }
 
 
@@ -297,12 +302,31 @@ def _dequant_iq4_xs(blocks: np.ndarray) -> np.ndarray:
     return (dl * q.astype(np.float32)).reshape(n, QK_K)
 
 
+# MXFP4's 16 e2m1 values, doubled to integers (ggml's kvalues_mxfp4): a nibble is an index into them
+MXFP4_LEVELS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
+
+
+def e8m0_half(e: np.ndarray) -> np.ndarray:
+    """An e8m0 exponent byte -> 2^(e - 127) / 2 as float32 (ggml_e8m0_to_fp32_half: the half undoes the
+    levels' doubling; e < 2 gives the subnormals 2^-128 and 2^-127)."""
+    e = e.astype(np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - np.uint32(1)) << np.uint32(23))
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def _dequant_mxfp4(blocks: np.ndarray) -> np.ndarray:
+    # [e: e8m0 byte][qs: 16 bytes, nibbles as Q4_0]   y = e8m0_half(e) * MXFP4_LEVELS[nibble]
+    with np.errstate(over="ignore"):  # e = 255: 2^127 * 12 is inf, as in ggml
+        return e8m0_half(blocks[:, :1]) * MXFP4_LEVELS[_nibbles(blocks[:, 1:])].astype(np.float32)
+
+
 _DEQUANT = {
     F32: _dequant_f32, F16: _dequant_f16, BF16: _dequant_bf16,
     Q8_0: _dequant_q8_0, Q4_0: _dequant_q4_0, Q4_1: _dequant_q4_1,
     Q5_0: _dequant_q5_0, Q5_1: _dequant_q5_1,
     Q4_K: _dequant_q4_k, Q5_K: _dequant_q5_k, Q6_K: _dequant_q6_k,
     Q2_K: _dequant_q2_k, Q3_K: _dequant_q3_k, IQ4_NL: _dequant_iq4_nl, IQ4_XS: _dequant_iq4_xs,
+    MXFP4: _dequant_mxfp4,
 }
 
 
@@ -533,6 +557,16 @@ def _quant_iq4_xs(x: np.ndarray) -> np.ndarray:
                            _pack_nibbles(q).reshape(n, 128)], axis=-1)
 
 
+def _quant_mxfp4(x: np.ndarray) -> np.ndarray:
+    # the exponent puts the block's largest magnitude in the levels' top octave (as gguf-py's quantizer)
+    amax = np.abs(x).max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - 2 + 127, 0).astype(np.uint8)
+    d = e8m0_half(e)[..., None]  # the nearest level compared at the values' scale, as gguf-py does (its ties)
+    q = np.abs(d * MXFP4_LEVELS.astype(np.float32) - x[..., None]).argmin(axis=-1).astype(np.uint8)
+    return np.concatenate([e, _pack_nibbles(q)], axis=-1)
+
+
 def _quant_bf16(x: np.ndarray) -> np.ndarray:
     # round to nearest even on the dropped 16 bits (finite inputs)
     u = x.view(np.uint32).astype(np.uint64)
@@ -548,6 +582,7 @@ _QUANT = {
     Q5_0: _quant_q5_0, Q5_1: _quant_q5_1,
     Q4_K: _quant_q4_k, Q5_K: _quant_q5_k, Q6_K: _quant_q6_k,
     Q2_K: _quant_q2_k, Q3_K: _quant_q3_k, IQ4_NL: _quant_iq4_nl, IQ4_XS: _quant_iq4_xs,
+    MXFP4: _quant_mxfp4,
 }
 
 

@@ -30,8 +30,11 @@ ARCH_NOTES = {  # what each graph is, beyond llama's (the graph itself: oracles/
               "as the head",
     "mistral3": "Mistral 3 / Ministral 3: llama's graph, YaRN with the file's betas and log multiplier; the "
                 "queries' temperature_scale applies from the original context on, so max_model_len stops there",
+    "gpt-oss": "gpt-oss (llama.cpp's openai-moe graph): attention sinks, windows on every other layer, biases, a "
+               "biased top-k-softmax router, the clamped SwiGLU -- the NumPy reference only, so far (--backend reference)",
 }
-REFUSED = ("arch gpt-oss; every other weight type (IQ1_S to IQ3_S, TQ1_0, TQ2_0, MXFP4, ...); "
+REFUSED = ("gpt-oss and MXFP4 on the kernels (the reference runs them); every other weight type (IQ1_S to IQ3_S, "
+           "TQ1_0, TQ2_0, NVFP4, ...); "
            "any key or tensor the graph would not apply (sharpinf info FILE names it)")
 
 
@@ -45,12 +48,14 @@ def support_rows() -> list[dict]:
     return [
         {"what": "architectures", "supported": archs,
          "checked": "tests/test_llamacpp_agreement.py (qwen3, qwen3moe, Mixtral-style llama, Llama 3.1-style "
-                    "llama, qwen3 YaRN, smollm3, phi3, phi3 LongRoPE, mistral3 YaRN + temperature, gemma2 softcaps), tests/test_gemma3.py, the real SmolLM2 and Gemma 3 files"},
+                    "llama, qwen3 YaRN, smollm3, phi3, phi3 LongRoPE, mistral3 YaRN + temperature, gemma2 softcaps, "
+                    "gpt-oss), tests/test_gemma3.py, the real SmolLM2 and Gemma 3 files"},
         {"what": "experts", "supported": ", ".join(MOE_ARCHS), "checked": "tests/test_llamacpp_agreement.py"},
         {"what": "weight types", "supported": types,
          "checked": "gguf-py's dequantization (tests/test_quants.py); every matmul path against the reference ("
                     + ", ".join(quants.qtype_name(q) for q in quants.BASE_ONLY) + ": the simple, dp4a and MoE "
-                    "baselines; the faster variants hand them to dp4a, the same bits)"},
+                    "baselines; the faster variants hand them to dp4a, the same bits; "
+                    + ", ".join(quants.qtype_name(q) for q in quants.REFERENCE_ONLY) + ": the reference only)"},
         {"what": "RoPE", "supported": rope, "checked": "tests/test_llamacpp_agreement.py"},
         {"what": "tokenizers", "supported": f"byte-level BPE (tokenizer.ggml.model gpt2), pre-tokenizers {pres}; "
                                             "SentencePiece BPE (llama); llama.cpp's phi3 rule (no whitespace after a "

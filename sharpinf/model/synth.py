@@ -18,6 +18,7 @@ import numpy as np
 
 from . import quants
 from .config import MOE_ARCHS, MOE_MAX_EXPERTS, MOE_MAX_USED, SUPPORTED_ARCHS
+from .synth_gpt_oss import gpt_oss_weights
 
 # the types of 256-value super-blocks: their rows (n_embd, n_ff) default to 256 values
 K_QUANTS = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_XS")
@@ -48,6 +49,7 @@ def write_synthetic_model(
     extra_tensors: dict[str, Any] | None = None,
     rope_factors: int = 0,
     longrope: int = 0,
+    expert_qtype: str | None = None,
     **overrides: Any,
 ) -> Path:
     """Write a GGUF model and return its path.
@@ -65,6 +67,8 @@ def write_synthetic_model(
     over an original context of that many tokens -- rope_factors_long/short.weight, the type, the
     original context and Phi-3's attention factor sqrt(1 + ln(context / original) / ln(original)).
 
+    gpt-oss: windows (sliding_window, default 16) on every other layer, YaRN (4x over 256), n_expert (8) experts
+    in expert_qtype (MXFP4), an untied head, the biases and sinks of synth_gpt_oss.
     gemma2: gemma3's norms and vocabulary without Q/K norms, a window on every other layer, llama.cpp's
     default softcaps (attention 50, logits 30) written out.
     gemma3: Q/K norms and the post-attention and post-FFN norms, a SentencePiece vocabulary, and, as
@@ -95,7 +99,9 @@ def write_synthetic_model(
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     if n_expert and arch not in MOE_ARCHS:
         raise ValueError(f"{arch} has no experts (the MoE archs: {', '.join(MOE_ARCHS)})")
-    moe = arch == "qwen3moe" or bool(n_expert)
+    moe = arch in ("qwen3moe", "gpt-oss") or bool(n_expert)
+    tied, oss = tied and arch != "gpt-oss", arch == "gpt-oss"
+    eq = quants.qtype_from_name(expert_qtype or ("MXFP4" if oss else qtype))
     n_expert = 8 if n_expert is None and moe else n_expert
     if moe and not (0 < n_expert <= MOE_MAX_EXPERTS and 0 < n_expert_used <= min(n_expert, MOE_MAX_USED)):
         raise ValueError(f"experts: {n_expert} a layer, {n_expert_used} a token (must be 1..{MOE_MAX_EXPERTS} and "
@@ -122,16 +128,19 @@ def write_synthetic_model(
         "general.file_type": _FILE_TYPE[qtype.upper()],
         "general.quantization_version": 2,
     }
-    if arch in GEMMA and overrides.get("sliding_window", 16):
+    if (arch in GEMMA or oss) and overrides.get("sliding_window", 16):
         meta[f"{arch}.attention.sliding_window"] = int(overrides.get("sliding_window", 16))
     if arch == "gemma2":  # llama.cpp's defaults, written out
         meta.update({f"{arch}.attn_logit_softcapping": 50.0, f"{arch}.final_logit_softcapping": 30.0})
     if moe:
         meta[f"{arch}.expert_count"] = n_expert
         meta[f"{arch}.expert_used_count"] = n_expert_used
-        if arch == "qwen3moe":
+        if arch in ("qwen3moe", "gpt-oss"):
             meta[f"{arch}.expert_feed_forward_length"] = n_ff_exp
-    if arch in ("qwen3", "gemma3", "qwen3moe") or head_dim != n_embd // n_head:
+    if oss:  # YaRN as the real files have it (factor 32 over 4096 there)
+        meta.update({f"{arch}.rope.scaling.type": "yarn", f"{arch}.rope.scaling.factor": 4.0,
+                     f"{arch}.rope.scaling.original_context_length": 256})
+    if arch in ("qwen3", "gemma3", "qwen3moe", "gpt-oss") or head_dim != n_embd // n_head:
         meta[f"{arch}.attention.key_length"] = head_dim
         meta[f"{arch}.attention.value_length"] = head_dim
     # gemma3 comes with a SentencePiece vocabulary, as the real ones do; the others byte-level BPE
@@ -145,6 +154,8 @@ def write_synthetic_model(
 
     weights = _weights(arch, seed, n_layer, n_embd, n_ff, n_vocab, q_dim, kv_dim, head_dim, tied, tile_rows,
                        (n_expert, n_ff_exp, routing) if moe else None)
+    if oss:
+        weights = gpt_oss_weights(weights, seed, n_layer, n_head)
     if arch == "phi3":
         if tile_rows:
             raise ValueError("phi3's fused matrices are not written tiled (tile_rows)")
@@ -155,9 +166,9 @@ def write_synthetic_model(
     for key, value in meta.items():
         _add_kv(writer, key, value)
     for name, x in weights.items():
-        t = nq if x.ndim == 1 else wq  # norms and biases (norm_qtype) vs matrices
-        if name.endswith("ffn_gate_inp.weight"):
-            t = quants.F32  # the router: llama.cpp's quantize keeps it in F32
+        t = nq if x.ndim == 1 or name.endswith(".bias") else eq if "_exps." in name else wq  # norms and biases
+        if name.endswith(("ffn_gate_inp.weight", "attn_sinks.weight")):
+            t = quants.F32  # the router and the sinks: llama.cpp's quantize keeps them in F32
         raw = x.quantize(t) if isinstance(x, _Tiled) else quants.quantize(x, t)  # (rows, row_bytes)
         raw = raw.reshape(_byte_shape(x.shape, t))  # experts: [n_expert, rows, row_bytes]
         writer.add_tensor(name, raw, raw_shape=_byte_shape(x.shape, t), raw_dtype=gguf.GGMLQuantizationType(t))
@@ -200,7 +211,7 @@ def _byte_shape(shape: tuple[int, ...], qtype: int) -> tuple[int, ...]:
 _FILE_TYPE = {
     "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9,
     "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "BF16": 32,
-    "Q2_K": 10, "Q3_K": 11, "IQ4_NL": 25, "IQ4_XS": 30,  # Q3_K: llama.cpp's Q3_K_S (every matrix Q3_K)
+    "Q2_K": 10, "Q3_K": 11, "IQ4_NL": 25, "IQ4_XS": 30, "MXFP4": 38,  # Q3_K: Q3_K_S; MXFP4: MXFP4_MOE
 }
 
 

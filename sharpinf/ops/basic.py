@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sharpinf.model.gpt_oss_fields import SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT
 from sharpinf.ops.launch import kernel
 
 I32, F32 = np.int32, np.float32
@@ -71,6 +72,16 @@ def act_reference(act: str, x: np.ndarray) -> np.ndarray:
         inner = t(np.sqrt(2.0 / np.pi)) * x * (t(1) + t(0.044715) * x * x)
         return t(0.5) * x * (t(1) + np.tanh(inner))
     raise ValueError(f"unknown activation {act!r}")
+
+
+def glu_reference(act: str, g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The gated activation of gate rows g and up rows u: act(g) * u, or "swiglu_oai" (gpt-oss, llama.cpp's
+    ggml_swiglu_oai): x = min(g, limit), y = clamp(u, -limit, limit), x / (1 + e^(alpha * -x)) * (y + 1)."""
+    if act != "swiglu_oai":
+        return act_reference(act, g) * u
+    t = g.dtype.type
+    x, y = np.minimum(g, t(SWIGLU_OAI_LIMIT)), np.clip(u, t(-SWIGLU_OAI_LIMIT), t(SWIGLU_OAI_LIMIT))
+    return x / (t(1) + np.exp(t(SWIGLU_OAI_ALPHA) * -x)) * (y + t(1))
 
 
 def rmsnorm_reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:

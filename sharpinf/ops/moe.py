@@ -265,9 +265,22 @@ def router_logits_reference(h: np.ndarray, w_inp: np.ndarray) -> np.ndarray:
     return np.stack([(h * w_inp[e]).sum(axis=-1, dtype=F32) for e in range(w_inp.shape[0])], axis=-1)
 
 
-def route_reference(logits: np.ndarray, k: int, renormalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(ids int32 [T, k] best first, weights float32 [T, k]) from router logits [T, n_expert]."""
+def route_reference(logits: np.ndarray, k: int, renormalise: bool = True, gating: str = "softmax"
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(ids int32 [T, k] best first, weights float32 [T, k]) from router logits [T, n_expert]. gating
+    "softmax": a softmax over every expert, the top k, their weights renormalised; "topk_softmax" (gpt-oss):
+    the top k by logit, a softmax over those k (its sum in rank order)."""
     logits = np.asarray(logits, F32)
+    if gating == "topk_softmax":
+        ids = np.argsort(-logits, axis=-1, kind="stable")[:, :k].astype(np.int32)  # a tie: the lower id first
+        top = np.take_along_axis(logits, ids, axis=-1)
+        e = np.exp(top - top[:, :1])
+        total = e[:, 0].copy()
+        for r in range(1, k):
+            total = total + e[:, r]
+        return ids, (e / total[:, None]).astype(F32)
+    if gating != "softmax":
+        raise ValueError(f"unknown gating {gating!r}")
     p = np.exp(logits - logits.max(axis=-1, keepdims=True))
     p = (p / p.sum(axis=-1, keepdims=True, dtype=F32)).astype(F32)
     # a stable sort of -p keeps equal probabilities in id order: the lower id wins a tie

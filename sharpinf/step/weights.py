@@ -114,7 +114,22 @@ class DeviceWeights:
     layers: list[DeviceLayer]
 
 
+# What the NumPy reference runs and the kernels do not yet: one line each, before anything is uploaded
+KERNELS_LACK = {"gpt-oss": "gpt-oss's attention sinks, output bias and biased, clamped MoE"}
+
+
+def check_kernels_run(m: LoadedModel) -> None:
+    """ModelError naming what of the model the kernels would not compute (the reference does)."""
+    lack = [KERNELS_LACK[m.config.arch]] if m.config.arch in KERNELS_LACK else []
+    types = sorted({t.qtype_name for t in m.tensors.values() if t.qtype in quants.REFERENCE_ONLY})
+    lack += [f"{t} weights" for t in types]
+    if lack:
+        raise ModelError(m.path, f"the kernels do not run {' or '.join(lack)} yet; the NumPy reference does "
+                                 "(--backend reference)")
+
+
 def upload_weights(be: Backend, m: LoadedModel) -> DeviceWeights:
+    check_kernels_run(m)
     emb = _upload_matrix(be, m, ["token_embd.weight"])
     tables = model_rope_tables(m)
     on_device = {id(t): (be.upload(t.freqs), t.mscale) for t in tables}  # one copy a layer kind
