@@ -25,7 +25,7 @@
           here from .peers/ (copy ../shared/peers/ there; git-ignored, carry it to a GPU machine)
 
 MODEL defaults to the real SmolLM2-135M when it is pulled (or SHARPINF_SMOLLM2_PATH names it),
-else the benchmark model of SmolLM2's shape in Q4_1 (sharpinf.model.synth.SHAPES, tiled random
+else the benchmark model of SmolLM2's shape in Q4_1 (sharpinf.model.shapes.SHAPES, tiled random
 weights, as `sharpinf bench smollm2-135m-shape:Q4_1` uses), made on the spot. `verify` needs the real model: the oracles' tolerances are measured on trained
 weights, and 30 layers of random weights amplify rounding chaotically (a kernel-vs-reference gap
 of 0.5 with float kernels), so on the synthetic shape verify's failures say nothing about the
@@ -49,13 +49,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("tests", "verify", "stream", "bench", "peers")
 BENCH_SUITES = ("decode", "prefill", "throughput", "chunking", "kernels", "host", "serve")  # bench's, on MODEL
 BIG_SUITES = ("kernels", "prefill", "decode")  # and on the big model
-SMOLLM2_SHAPE = "smollm2-135m-shape:Q4_1"  # the peers part's SmolLM2-shaped file (sharpinf.model.synth.SHAPES)
+SMOLLM2_SHAPE = "smollm2-135m-shape:Q4_1"  # the peers part's SmolLM2-shaped file (sharpinf.model.shapes.SHAPES)
 
 
 def pick_model(name: str | None) -> tuple[str, str]:
     """(argument for the CLI, label)."""
     from sharpinf.model.registry import is_pulled, model_path
-    from sharpinf.model.synth import shape_model
+    from sharpinf.model.shapes import shape_model
     from sharpinf.runtime.paths import cache_dir
 
     if name and name != "smollm2-shape":

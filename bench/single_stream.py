@@ -94,7 +94,7 @@ def _check_model_name(model: str) -> None:
     from sharpinf.errors import SharpinfError
 
     if SHAPE_MARK in model:
-        from sharpinf.model.synth import check_shape_type
+        from sharpinf.model.shapes import check_shape_type
 
         try:
             check_shape_type(*parse_shape(model))

@@ -91,7 +91,7 @@ def stages(gate_first: str, gate_rest: str) -> tuple[Stage, ...]:
     fix = {"SHARPINF_ATTENTION_MODE": "split"}  # comparable with 2026-11-26's rows (ops/attention.py's rule)
     attn = "{run}/qwen3-8b-shape-attention"
     return (
-        Stage("setup", 60, (Run("models", ("{py}", "-c", "from sharpinf.model.synth import shape_model as s; "
+        Stage("setup", 60, (Run("models", ("{py}", "-c", "from sharpinf.model.shapes import shape_model as s; "
                                            "print(s('smollm2-135m', 'Q4_1'), s('qwen3-8b', 'Q4_K'))"), 20, 60),)),
         Stage("gate", 90, (pytest("gate-new", KERNEL_TESTS, gate_first, 35, 60),
                            pytest("gate-rest", KERNEL_TESTS, gate_rest, 45, 60))),
@@ -139,7 +139,7 @@ def stages(gate_first: str, gate_rest: str) -> tuple[Stage, ...]:
         Stage("probes", 480, probes(), optional=True),
         Stage("ncu", 240, ncu(), optional=True),
         # the MoE shape: peers beside llama.cpp, and the routed FFN in each moe variant (the registry's token ranges)
-        Stage("moe", 300, (Run("models-moe", ("{py}", "-c", "from sharpinf.model.synth import shape_model as s; "
+        Stage("moe", 300, (Run("models-moe", ("{py}", "-c", "from sharpinf.model.shapes import shape_model as s; "
                                               f"print(s('qwen3-30b-a3b', 'Q4_K'))"), 60, 120),
                            Run("peers-moe", ("{py}", "bench/gpu_check.py", "--only", "peers", "--kernels", "fast",
                                              "--llamacpp", "{llama}", "--peers-models", MOE, "--peers-sizes", "r=2",

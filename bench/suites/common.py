@@ -36,9 +36,9 @@ SHAPE_MARK = "-shape:"  # SHAPE-shape:TYPE, e.g. qwen3-8b-shape:Q4_K
 
 
 def parse_shape(model: str) -> tuple[str, str]:
-    """SHAPE-shape:TYPE -> (SHAPE, TYPE), SHAPE one of sharpinf.model.synth.SHAPES."""
+    """SHAPE-shape:TYPE -> (SHAPE, TYPE), SHAPE one of sharpinf.model.shapes.SHAPES."""
     from sharpinf.errors import SharpinfError
-    from sharpinf.model.synth import SHAPES
+    from sharpinf.model.shapes import SHAPES
 
     name, qtype = model.split(SHAPE_MARK, 1)
     if name not in SHAPES:
@@ -58,12 +58,12 @@ def check_context(context_length: int, context: int, prefill_context: Sequence[i
 
 def resolve_bench_model(model: str | None) -> tuple[Path, str]:
     """(path, label): None or "synth" -> the synthetic default; SHAPE-shape:TYPE -> a benchmark
-    model of a real model's shape in TYPE (sharpinf.model.synth.SHAPES, tiled random weights, made
+    model of a real model's shape in TYPE (sharpinf.model.shapes.SHAPES, tiled random weights, made
     once); else a registered name or a path."""
     if model is None or model == SYNTH_NAME:
         return default_model_path(), f"synthetic llama Q8_0 (n_embd={SYNTH_KW['n_embd']}, n_layer={SYNTH_KW['n_layer']})"
     if SHAPE_MARK in str(model):
-        from sharpinf.model.synth import shape_model
+        from sharpinf.model.shapes import shape_model
 
         return shape_model(*parse_shape(str(model))), str(model)
     from sharpinf.model.registry import resolve_model

@@ -204,7 +204,7 @@ def _dry_run(console, json_out: bool, model: str | None, backend: str, names: li
         raise SharpinfError(f"unknown backend {backend!r}; choose one of {', '.join(NAMES)}")
     context_length = None  # known without loading for the shape models only
     if model is not None and SHAPE_MARK in model:
-        from sharpinf.model.synth import SHAPES, check_shape_type
+        from sharpinf.model.shapes import SHAPES, check_shape_type
 
         shape, qtype = parse_shape(model)
         try:

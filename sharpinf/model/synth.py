@@ -362,39 +362,3 @@ def synthetic_model(arch: str = "llama", qtype: str = "Q8_0", **kw: Any) -> Path
 
 # Bump when the generator's output changes, so stale cached files are not reused.
 _GENERATOR_VERSION = 5
-
-
-# Real models' shapes for benchmarks (write_synthetic_model(..., **SHAPES[name], tile_rows=64)).
-SHAPES: dict[str, dict[str, Any]] = {
-    "smollm2-135m": dict(arch="llama", n_layer=30, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, n_vocab=49152,
-                         context_length=8192, rope_theta=100000.0),
-    "qwen3-8b": dict(arch="qwen3", n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, n_ff=12288, n_vocab=151936,
-                     head_dim=128, context_length=40960, rope_theta=1000000.0, tied=False, rms_eps=1e-6),
-    # 30.5 B parameters, 3.3 B active: 128 experts of 768, 8 a token (feed_forward_length as the real file's)
-    "qwen3-30b-a3b": dict(arch="qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, n_ff=6144,
-                          n_expert=128, n_expert_used=8, n_ff_exp=768, n_vocab=151936, head_dim=128,
-                          context_length=40960, rope_theta=1000000.0, tied=False, rms_eps=1e-6),
-}
-
-
-def check_shape_type(name: str, qtype: str) -> None:
-    """ValueError where SHAPES[name]'s rows (n_embd, the FFN's, the attention's q_dim) do not fit qtype's
-    blocks, or qtype is no supported type -- what writing the model would refuse, said before it starts."""
-    spec = SHAPES[name]
-    t = quants.qtype_from_name(qtype)
-    for n in (spec["n_embd"], spec["n_ff"], spec.get("n_ff_exp", spec["n_ff"]),
-              spec["n_head"] * spec.get("head_dim", spec["n_embd"] // spec["n_head"])):
-        quants.row_bytes(t, n)
-
-
-def shape_model(name: str, qtype: str, directory: str | Path | None = None) -> Path:
-    """A benchmark model of a real model's shape (SHAPES) in qtype, tiled weights, cached on disk."""
-    spec = dict(SHAPES[name])
-    arch = spec.pop("arch")
-    path = Path(directory or _cache_dir()) / f"{name}-shape-{qtype.lower()}.gguf"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        write_synthetic_model(tmp, arch, qtype, tile_rows=64, **spec)
-        os.replace(tmp, path)
-    return path

@@ -23,9 +23,10 @@ def gpt_oss_weights(w: dict, seed: int, n_layer: int, n_head: int) -> dict:
         if short == "ffn_norm.weight":
             out[b + "post_attention_norm.weight"] = x
             continue
-        if short in ("ffn_gate_exps.weight", "ffn_up_exps.weight"):
+        widen = isinstance(x, np.ndarray)  # a benchmark's tiled matrix (synth._Tiled) keeps its rows
+        if widen and short in ("ffn_gate_exps.weight", "ffn_up_exps.weight"):
             x = (x * np.float32(EXPERT_WIDEN)).astype(np.float32)
-        elif short == "ffn_down_exps.weight":
+        elif widen and short == "ffn_down_exps.weight":
             x = (x / np.float32(EXPERT_WIDEN)).astype(np.float32)
         out[name] = x
         if short in ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight"):

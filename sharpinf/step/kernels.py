@@ -168,8 +168,13 @@ class StepKernels:
         self.moe.launch(self.be, L.moe, x, ws.moe, N, x_f=None if q8 else out, x_q=out if q8 else None,
                         act=cfg.ffn_act, layer=li)
 
-    def residual(self, W: DeviceMatrix, a: Act, post_norm, x, N: int) -> None:
-        """x += a W^T, or with a post-norm (gemma3) x += rmsnorm(a W^T) * post_norm."""
+    def residual(self, W: DeviceMatrix, a: Act, post_norm, x, N: int, bias=None) -> None:
+        """x += a W^T, or with a post-norm (gemma3) x += rmsnorm(a W^T) * post_norm; with a bias (gpt-oss's
+        o-projection) x += (a W^T + bias), the sum formed first as the reference forms it."""
+        if bias is not None:
+            assert post_norm is None, "no arch has both"
+            self.linear(W, a, self.ws.proj, N, bias=bias)
+            return basic.add(self.be, x, self.ws.proj, x, N * W.n_out)
         if post_norm is None:
             return self.linear(W, a, x, N, accumulate=True)
         self.linear(W, a, self.ws.proj, N)
@@ -187,7 +192,7 @@ class StepKernels:
         """x += o Wo^T; x += ffn(norm(x)) (or the MoE FFN)."""
         ws = self.ws
         x = ws.x
-        self.residual(L.wo, o, L.post_attn_norm, x, N)
+        self.residual(L.wo, o, L.post_attn_norm, x, N, bias=L.wo_b)
         if L.moe is not None:
             return self.moe_ffn(L, li, x, N)
         a = self.norm(x, L.ffn_norm, N, getattr(ws, "h", None), getattr(ws, "xq", None))
@@ -227,7 +232,8 @@ class StepKernels:
 
     def _link_post(self, L: DeviceLayer, li: int, o: Act) -> LinkPost | None:
         """The link's post half for a dense layer with no post-norms, or None."""
-        if (L.moe is not None or L.post_attn_norm is not None or L.post_ffn_norm is not None or o.q is None
+        if (L.moe is not None or L.post_attn_norm is not None or L.post_ffn_norm is not None or L.wo_b is not None
+                or o.q is None
                 or getattr(self.ws, "ffq", None) is None):
             return None
         return LinkPost((L.wo.qtype, L.w_gate.qtype, L.w_up.qtype, L.w_down.qtype), L.wo.raw, o.q, L.ffn_norm,
