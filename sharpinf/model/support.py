@@ -29,7 +29,7 @@ ARCH_NOTES = {  # what each graph is, beyond llama's (the graph itself: oracles/
     "gemma2": "Gemma 2: windows on every other layer, the attention scores and the logits softcapped, token_embd "
               "as the head",
     "mistral3": "Mistral 3 / Ministral 3: llama's graph, YaRN with the file's betas and log multiplier; the "
-                "queries' temperature_scale applies from the original context on, so max_model_len stops there",
+                "queries' temperature_scale from the original context on, in every RoPE kernel",
 }
 REFUSED = ("arch gpt-oss; every other weight type (IQ1_S to IQ3_S, TQ1_0, TQ2_0, MXFP4, ...); "
            "any key or tensor the graph would not apply (sharpinf info FILE names it)")
