@@ -7,7 +7,8 @@
 //     output in q8_1), ffn_norm float [n_embd], Wg, Wu, Wd (ffn_dp4a.cu's)
 //   pre: the next layer's attention input -- attn_norm float [n_embd], Wqkv [q_dim + 2 kv_dim rows of
 //     n_embd] and bqkv (has_bias), qkv float [n_tokens, q_dim + 2 kv_dim] (Q, K, V, rotated in place),
-//     positions, slots, q_norm, k_norm (has_qk_norm), k_cache, v_cache, freqs, mscale: rope_kv.cu's
+//     positions, slots, q_norm, k_norm (has_qk_norm), k_cache, v_cache, freqs, mscale, temp_scale,
+//     temp_floor (the queries' temperature, attn_temp.cuh): rope_kv.cu's
 //   step: x (the residual stream), xq/xd/xs (the FFN norm's q8_1), pq/pd/ps (the attention norm's: a
 //     buffer of its own -- dp4a_rows reads activations through const __restrict__ pointers, which the
 //     compiler may turn into non-coherent loads, so no buffer it reads is rewritten later in the
@@ -46,7 +47,7 @@
         float *xd, int *xs, signed char *pq, float *pd, int *ps, float *h, signed char *hq, float *hd, int *hs, \
         unsigned *bar, int n_tokens,                                                                            \
         int n_embd, int n_ff, int n_heads, int n_kv_heads, int head_dim, const double *freqs, float mscale,        \
-        float eps, int neox, int has_qk_norm, int has_bias, int act, int kv_kind, int has_post, int has_pre
+        float temp_scale, int temp_floor, float eps, int neox, int has_qk_norm, int has_bias, int act, int kv_kind, int has_post, int has_pre
 
 // The phases in order; a barrier between each two. The three single-matrix products share one
 // dp4a_rows site (one inlined copy of the row loop, not three: NVRTC and g++ build it once).
@@ -57,10 +58,11 @@ enum { LK_O, LK_FFN_NORM, LK_GATE_UP, LK_QUANT_H, LK_DOWN, LK_ATTN_NORM, LK_QKV,
 __device__ __noinline__ void lk_rope(int t, float* qkv, int qkv_w, const int* positions, const int* slots,
                                      const float* q_norm, const float* k_norm, void* k_cache, void* v_cache,
                                      int n_heads, int n_kv_heads, int head_dim, const double *freqs, float mscale,
-                                     float eps, int neox, int has_qk_norm, int kv_kind) {
+                                     float temp_scale, int temp_floor, float eps, int neox, int has_qk_norm,
+                                     int kv_kind) {
 #define LK_ROPE_AS(T, Q8)                                                                                         \
     rope_kv_token<T, Q8>(t, qkv, qkv_w, positions, slots, q_norm, k_norm, k_cache, v_cache, n_heads, n_kv_heads, \
-                         head_dim, freqs, mscale, eps, neox, has_qk_norm)
+                         head_dim, freqs, mscale, temp_scale, temp_floor, eps, neox, has_qk_norm)
     switch (kv_kind) {  // uniform: a launch argument
         case 0: LK_ROPE_AS(float, false); break;
         case 1: LK_ROPE_AS(__half, false); break;
@@ -96,7 +98,7 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
         } else if (ph == LK_ROPE) {  // a token a block
             for (int t = blockIdx.x; t < n_tokens; t += gridDim.x)
                 lk_rope(t, qkv, qkv_w, positions, slots, q_norm, k_norm, k_cache, v_cache, n_heads, n_kv_heads,
-                        head_dim, freqs, mscale, eps, neox, has_qk_norm, kv_kind);
+                        head_dim, freqs, mscale, temp_scale, temp_floor, eps, neox, has_qk_norm, kv_kind);
         } else {  // LK_O: x += aq Wo^T; LK_DOWN: x += hq Wd^T; LK_QKV: qkv = pq Wqkv^T (+ bqkv)
             const bool o = ph == LK_O, down = ph == LK_DOWN;
             const unsigned char* W = o ? Wo : down ? Wd : Wqkv;
@@ -131,7 +133,7 @@ __device__ __forceinline__ void layer_link(LK_ARGS) {
 #define LK_PASS                                                                                                     \
     Wo, aq, ad, as_, ffn_norm, Wg, Wu, Wd, attn_norm, Wqkv, bqkv, qkv, positions, slots, q_norm, k_norm, k_cache,   \
         v_cache, x, xq, xd, xs, pq, pd, ps, h, hq, hd, hs, bar, n_tokens, n_embd, n_ff, n_heads, n_kv_heads, head_dim, \
-        freqs, mscale, eps, neox, has_qk_norm, has_bias, act, kv_kind, has_post, has_pre
+        freqs, mscale, temp_scale, temp_floor, eps, neox, has_qk_norm, has_bias, act, kv_kind, has_post, has_pre
 // One entry per weight type, layer_dp4a_<type>, and layer_dp4a_<type>_g<GE>_<GF> (as ffn_dp4a.cu's): the
 // row loops with their G compiled in, where rows of n_embd and n_ff have G 16 or 32 and the o-projection's
 // (q_dim) has n_embd's (ops/layer_dp4a.py picks them). A shape outside returns at once, on every block.

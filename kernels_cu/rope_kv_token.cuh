@@ -3,6 +3,7 @@
 // grid) run this one function, so the two give the same bits. The algorithm: rope_kv.cu's header.
 #pragma once
 #include "common.cuh"
+#include "attn_temp.cuh"
 #include "rope_angle.cuh"
 
 #define RK_MAX_HALF 128  // head_dim <= 256
@@ -53,7 +54,8 @@ template <typename T, bool Q8>
 __device__ __forceinline__ void rope_kv_token(int t, float* qkv, int qkv_stride, const int* positions,
                                               const int* slot_mapping, const float* q_norm, const float* k_norm,
                                               void* k_cache, void* v_cache, int n_heads, int n_kv_heads, int head_dim,
-                                              const double* freqs, float mscale, float eps, int neox, int has_norm) {
+                                              const double* freqs, float mscale, float temp_scale, int temp_floor,
+                                              float eps, int neox, int has_norm) {
     const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
     float* row = qkv + (long long)t * qkv_stride;
     const int heads = n_heads + n_kv_heads;  // Q heads then K heads, contiguous in the row
@@ -88,7 +90,8 @@ __device__ __forceinline__ void rope_kv_token(int t, float* qkv, int qkv_stride,
     for (int i = tid; i < half; i += nt) rope_cos_sin(freqs, i, pos, mscale, &cos_s[i], &sin_s[i]);
     __syncthreads();
     // 2b. a thread per (head, pair): every rotation of the token at once, RK_BATCH pairs a thread loaded
-    //     before the first is rotated
+    //     before the first is rotated; a Q head's rotation times the queries' temperature (K's times 1)
+    const float q_temp = attn_temp(pos, temp_scale, temp_floor);
     const int pairs = heads * half;
     for (int p0 = tid; p0 < pairs; p0 += RK_BATCH * nt) {
         float a[RK_BATCH], b[RK_BATCH];
@@ -103,10 +106,10 @@ __device__ __forceinline__ void rope_kv_token(int t, float* qkv, int qkv_stride,
         for (int u = 0; u < RK_BATCH; ++u) {
             const int p = p0 + u * nt, h = p / half, i = p % half;
             if (p >= pairs) break;
-            const float s = sin_s[i], c = cos_s[i];
+            const float s = sin_s[i], c = cos_s[i], t = h < n_heads ? q_temp : 1.0f;
             float* hp = row + h * head_dim;
-            hp[neox ? i : 2 * i] = a[u] * c - b[u] * s;
-            hp[neox ? i + half : 2 * i + 1] = a[u] * s + b[u] * c;
+            hp[neox ? i : 2 * i] = (a[u] * c - b[u] * s) * t;
+            hp[neox ? i + half : 2 * i + 1] = (a[u] * s + b[u] * c) * t;
         }
     }
     __syncthreads();

@@ -17,7 +17,8 @@ TRACE_BOUNDS, with the measured figures).
     embedding      x vs the token_embd rows (x sqrt(n_embd): gemma3)
     attn_norm      the normed x as the QKV matmul reads it (float, or its q8_1 copy) vs rmsnorm
     qkv            ws.qkv vs input @ Wqkv^T (+ bias)
-    rope           Q and K rotated in place (after QK-norm: qwen3, gemma3), V untouched
+    rope           Q and K rotated in place (after QK-norm: qwen3, gemma3; Q times mistral3's
+                   attention temperature), V untouched
     kv_append      the K/V rows read back from the paged cache through the block table vs the
                    kernel's own rotated K and V in the cache's dtype (bit for bit)
     attention      ws.att vs softmax(q K^T * scale + mask) V over the K/V read back from the cache
@@ -164,7 +165,8 @@ class _Tracer(OpChecks):
         if R.q_norm is not None:
             q, kk = rmsnorm_reference(q, R.q_norm, cfg.rms_eps), rmsnorm_reference(kk, R.k_norm, cfg.rms_eps)
         rope = self.ref.rope[li]  # the reference's table: the truth, from the file
-        want = np.concatenate([rope_reference(q, positions, rope.freqs, cfg.rope_style, rope.mscale).reshape(N, qd),
+        temp = (cfg.attn_temp_scale, cfg.n_ctx_orig)  # the queries' temperature (mistral3), not the keys'
+        want = np.concatenate([rope_reference(q, positions, rope.freqs, cfg.rope_style, rope.mscale, *temp).reshape(N, qd),
                                rope_reference(kk, positions, rope.freqs, cfg.rope_style, rope.mscale).reshape(N, kd),
                                qkv0[:, qd + kd :].astype(F64)], axis=1)  # V untouched
         self.check(li, "rope", names, "rope", qkv1, want, row_unit(want), (qkv0, R.q_norm, R.k_norm),

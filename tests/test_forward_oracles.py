@@ -12,9 +12,10 @@ backend (emu here; cuda where a GPU is usable).
 Every (arch, quant, KV dtype) runs kernel-vs-reference on fixed, seeded small shapes, and the
 four cross-path oracles on the models of CROSS_PATH_MODELS (every weight type and every arch
 among them; `make test-all`: every model); then hypothesis draws shapes (prompt lengths 1..300,
-mostly short; chunk sizes; S 1..8; block size 4 or 16; the block-permutation seed) over all 48
-models (every arch with each of the eleven types the fast variants compile, and one model each of
-Q2_K, Q3_K, IQ4_NL and IQ4_XS).
+mostly short; chunk sizes; S 1..8; block size 4 or 16; the block-permutation seed) over all 50
+models (every arch with each of the eleven types the fast variants compile, one model each of
+Q2_K, Q3_K, IQ4_NL and IQ4_XS, and a gemma2 and a mistral3 -- the queries' temperature from
+position 8 on).
 
 Why the cross-path oracles need not see every (arch, type) pair: what they prove exact is batch
 invariance -- a token's logits independent of the step around it, its chunking, its KV blocks --
@@ -57,9 +58,11 @@ KV_DTYPES = ("f16", "q8_0")
 # is what runs. The cross-path oracles run on one of them (Q3_K): the four are dp4a's row loop with
 # another chunk decode, each held batch-invariant bit for bit in test_kernels_matmul_dp4a.py.
 BASE_ONLY_MODELS = [("llama", "Q2_K"), ("qwen2", "Q3_K"), ("qwen3", "IQ4_NL"), ("llama", "IQ4_XS")]
-# gemma2 (gemma3's graph without QK-norm, windows on every other layer, the scores softcapped): one
-# model, every oracle, the f16 cache
-OTHER_ARCH_MODELS = [("gemma2", "Q8_0")]
+# gemma2 (gemma3's graph without QK-norm, windows on every other layer, the scores softcapped) and
+# mistral3 (YaRN with the file's betas, the queries' temperature from position 8 on, so most prompts
+# and every decode here run past its start): one model each, every oracle, the f16 cache
+OTHER_ARCH_MODELS = [("gemma2", "Q8_0"), ("mistral3", "Q8_0")]
+MISTRAL3_TEMP_FROM = 8
 MODELS = [(a, q) for a in ARCHS for q in QTYPES] + BASE_ONLY_MODELS + OTHER_ARCH_MODELS
 # The gemma3 cases run once (not again in `make test`'s reverse-order pass): 6 layers make them the
 # suite's costliest, and the kernels they add (windows, GeGLU, post-norms) are re-run in reverse
@@ -80,6 +83,10 @@ def cross_path_case(arch: str, qtype: str, kernels: str) -> None:
     if not ALL and (arch, qtype) not in (TENSOR_MODELS if kernels == "tensor" else CROSS_PATH_MODELS):
         pytest.skip("cross-path oracles run on CROSS_PATH_MODELS (make test-all: every model)")
 N_VOCAB = 512  # synthetic models' vocabulary
+MISTRAL3_KEYS = {"mistral3.rope.scaling.type": "yarn", "mistral3.rope.scaling.factor": 4.0,
+                 "mistral3.rope.scaling.original_context_length": MISTRAL3_TEMP_FROM,
+                 "mistral3.rope.scaling.yarn_beta_fast": 1.0, "mistral3.rope.scaling.yarn_beta_slow": 0.25,
+                 "mistral3.attention.temperature_scale": 0.5}
 GEMMA_WINDOW = 8  # the synthetic gemma3's sliding window: shorter than most prompts here
 
 _FP: dict[tuple[str, str, str], ForwardPass] = {}
@@ -96,7 +103,8 @@ def forward_pass(arch: str, qtype: str, backend, kernels: str = "fast", routing:
         # K quants need rows of 256; the others head_dim 32 (n_embd 128, 4 heads) for the q8_0 cache
         n_embd = 256 if qtype in K_QUANTS else 128
         extra = (dict(n_layer=6, n_head_kv=1, sliding_window=GEMMA_WINDOW) if arch == "gemma3" else
-                 dict(sliding_window=GEMMA_WINDOW, **{"gemma2.attn_logit_softcapping": 1.0}) if arch == "gemma2" else {})
+                 dict(sliding_window=GEMMA_WINDOW, **{"gemma2.attn_logit_softcapping": 1.0}) if arch == "gemma2" else
+                 MISTRAL3_KEYS if arch == "mistral3" else {})
         if moe:
             extra = dict(routing=routing, n_expert_used=3 if routing == "ties" else 2, n_expert=experts or None)
         _FP[key] = ForwardPass(load_model(synthetic_model(arch, qtype, n_embd=n_embd, **extra)), backend)
@@ -208,7 +216,7 @@ def test_a_kernel_vs_reference_on_the_newer_graphs(backend, kernels, file):
         assert not paths.oracle_kernel_vs_reference(fp, ids, "f16", 16, seed=1).passed
 
 
-# -- hypothesis: shapes drawn over all 44 models ---------------------------------------------
+# -- hypothesis: shapes drawn over all 50 models ---------------------------------------------
 HYP = settings(max_examples=12 if ALL else 5, deadline=None, derandomize=True, database=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 models = st.sampled_from(MODELS)

@@ -3,7 +3,7 @@ o-projection, FFN norm and FFN of one layer, the norm, QKV, QK-norm, RoPE and KV
 -- as one cooperative launch, so a decode layer is two launches. Every step gives the dp4a path's
 logits bit for bit: decode steps (which it serves) and prefill chunks (which take the separate
 launches) alike, across the archs' differences (qwen3's QK-norm, qwen2's QKV bias, gemma3's
-post-norms, where only the pre half links) and the cache types. Run under the emulator's race and
+post-norms, where only the pre half links, mistral3's queries' temperature) and the cache types. Run under the emulator's race and
 init checks, each block on its own thread at every grid barrier, in both thread orders (make
 test's reverse pass)."""
 
@@ -35,11 +35,15 @@ LINKED = dict(matmul="dp4a", link="layer", **BASE)
     # loops' G compiled in (16 for rows of n_embd and q_dim, 32 for n_ff's: SmolLM2's pair), the lanes' fold
     ("qwen2", "Q5_1", "q8_0", 2, "layer_dp4a_q5_1_g16_32"),
     ("gemma3", "Q8_0", "bf16", 9, "layer_dp4a_q8_0"),  # post-norms: the post half declines, the pre half links (11 -> 9)
+    # the queries' temperature from position 8 on: the linked steps (positions 10-18) carry it
+    ("mistral3", "Q4_0", "f16", 2, "layer_dp4a_q4_0"),
 ])
 def test_the_linked_layers_give_the_dp4a_paths_logits(backend, arch, qtype, kv_dtype, per_layer, entry):
     shape = {"qwen2": {"n_ff": 1024},  # qwen3 with YaRN: the link's RoPE reads the table and its cos/sin factor
              "qwen3": {"qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": 4.0,
-                       "qwen3.rope.scaling.original_context_length": 256}}.get(arch, {})
+                       "qwen3.rope.scaling.original_context_length": 256},
+             "mistral3": {"mistral3.rope.scaling.original_context_length": 8,
+                          "mistral3.attention.temperature_scale": 0.5}}.get(arch, {})
     _linked_equals_dp4a(backend, arch, qtype, kv_dtype, per_layer, {"qwen3": 256, "qwen2": 512}.get(arch, 128),
                         entry, **shape)
 

@@ -6,7 +6,9 @@ qwen3 with YaRN (ramp and cos/sin factor), smollm3, phi3 (fused, LongRoPE), a ge
 windows), a mistral3 (YaRN with the file's betas and log multiplier, the queries' temperature) and a
 gpt-oss (sinks, biases, windows, YaRN, the biased top-k-softmax router, the clamped SwiGLU)
 -- recorded once by
-bench/llamacpp_agreement.py (tests/data/llamacpp_agreement.json), so CI needs no llama.cpp."""
+bench/llamacpp_agreement.py (tests/data/llamacpp_agreement.json), so CI needs no llama.cpp. The
+kernels are held to the same answers where the reference's temperature is new to them: the
+mistral3 file, every scored position past its original context (the simple set, an f32 cache)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pytest
 from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.model.tokenizer import Tokenizer
+from oracles import paths
 from oracles.generation import generate_reference
 from oracles.reference import Reference
 from oracles.tolerances import LLAMACPP_LOGPROB
@@ -70,3 +73,29 @@ def test_greedy_continuation_equals_llamacpps(case):
     # llama-completion prints a control token as nothing (common_token_to_piece without --special)
     got = b"".join(b"" if tok.is_special(t) else tok.token_bytes(t) for t in out.token_ids)
     assert got == bytes.fromhex(g["continuation_hex"]), f"{name}: {got!r} vs llama.cpp's {bytes.fromhex(g['continuation_hex'])!r}"
+
+
+@pytest.mark.parametrize("temperature", [0.5, 0.0], ids=["its-temperature", "control-without"])
+def test_the_kernels_give_llamacpps_log_probabilities_past_mistral3s_original_context(emu, temperature):
+    """The mistral3 file (n_ctx_orig 16; llama.cpp scored positions 16-30, each query times 1 + 0.5 ln 2)
+    through the simple kernels with an f32 cache -- the float32 arithmetic llama.cpp's F32 run has
+    (the q8_1 activations of the fast set are bounded against the reference, test_forward_oracles) --
+    in a prefill, two decode steps and a chunk: llama.cpp's log-probabilities (max |d| 1.4e-4).
+    Control: the same file with temperature_scale 0 is ~10 nats off."""
+    from sharpinf.step.forward import ForwardPass
+
+    rec = FIXTURE["models"]["mistral3-yarn-temp-f32"]
+    kw = {**rec["synth"], "mistral3.attention.temperature_scale": temperature}
+    model = load_model(synthetic_model(kw.pop("arch"), kw.pop("qtype"), **kw))
+    fp = ForwardPass(model, emu, kernels="simple")
+    worst, rows = 0.0, 0
+    for chunk in rec["chunks"]:
+        assert chunk["first_scored"] >= model.config.n_ctx_orig
+        toks = chunk["tokens"]
+        got = paths.fresh_runner(fp, "f32", paths.blocks_for([len(toks)], 16), 16, 0).prefill_chunks(toks, [16, 1, 1, 14])
+        lp = _log_softmax(np.asarray(got))[chunk["first_scored"] :]
+        for r, top in enumerate(chunk["top"]):
+            worst = max(worst, float(np.abs(lp[r][[i for i, _ in top]] - [v for _, v in top]).max()))
+            rows += 1
+    assert rows >= 45
+    assert (worst <= LLAMACPP_LOGPROB) == bool(temperature), f"temperature {temperature}: max |dlogprob| {worst:.3g}"

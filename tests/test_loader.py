@@ -395,13 +395,12 @@ def test_info_lists_what_it_reads_and_refuses_before_any_weight(tmp_path):
     assert "frequency factors (rope_freqs.weight)" in ok.output
 
 
-def test_mistral3_reads_its_yarn_and_temperature_keys_and_runs_only_where_the_temperature_is_one(tmp_path):
+def test_mistral3_reads_its_yarn_and_temperature_keys_and_runs_to_its_whole_context(tmp_path):
     """mistral3 (llama's graph): YaRN's betas and log multiplier and the queries' temperature_scale applied
     (llama.cpp agrees: test_llamacpp_agreement's mistral3 file); the factor is 1 exactly before the original
-    context, so the engine runs up to it -- its default max_model_len stops there, a longer one is refused
-    in one line, and a step past it is refused by the forward pass; the same keys in a llama file are refused."""
+    context and > 1 past it, where the reference's logits change; the kernels apply it too, so the engine's
+    max_model_len is the file's context, as for any file; the same keys in a llama file are refused."""
     from sharpinf.engine.config import run_context
-    from sharpinf.errors import SharpinfError
 
     keys = {"mistral3.rope.scaling.type": "yarn", "mistral3.rope.scaling.factor": 4.0,
             "mistral3.rope.scaling.original_context_length": 64, "mistral3.rope.scaling.yarn_beta_fast": 8.0,
@@ -411,9 +410,7 @@ def test_mistral3_reads_its_yarn_and_temperature_keys_and_runs_only_where_the_te
     c = m.config
     assert (c.rope_style, c.rope_scaling.beta_fast, c.rope_scaling.beta_slow, c.attn_temp_starts) == ("norm", 8.0, 0.5, 64)
     assert c.attn_temp([0, 63]).tolist() == [1.0, 1.0] and c.attn_temp([64])[0] == np.float32(1 + 0.5 * np.log(2))
-    assert run_context(c, None) == 64 and run_context(c, 40) == 40
-    with pytest.raises(SharpinfError, match=r"max_model_len 65: mistral3.attention.temperature_scale scales"):
-        run_context(c, 65)
+    assert c.context_length > 65 and run_context(c, None) == c.context_length and run_context(c, 65) == 65
     ids = list(range(1, 70))  # the reference applies it past 64: those logits change
     ref = Reference(m).logits(ids)
     untempered = Reference(load_model(write_synthetic_model(
@@ -425,18 +422,35 @@ def test_mistral3_reads_its_yarn_and_temperature_keys_and_runs_only_where_the_te
         load_model(llama)
 
 
-def test_a_mistral3_step_past_the_temperatures_start_is_refused(tmp_path):
+def test_a_mistral3_step_past_the_temperatures_start_gives_the_references_logits(tmp_path):
+    """The kernels (the simple and the fast set) run a mistral3 file past its original context of 8, in
+    chunks and decode steps, and give the reference's logits there; the same file with temperature_scale
+    0 gives the same bits before position 8 (the factor is 1.0f exactly) and other logits at every
+    position past it -- which fail this file's reference (the negative control: kernels without the
+    factor, max |dlogit| ~5 here)."""
+    from oracles import paths
+    from oracles.compare import compare_logits
+    from oracles.tolerances import kernel_vs_reference
     from sharpinf.runtime.select import get_backend
-    from sharpinf.step.batch import Batch, SeqChunk
     from sharpinf.step.forward import ForwardPass
-    from sharpinf.step.kv_pool import KVPool
 
-    m = load_model(write_synthetic_model(tmp_path / "m3.gguf", "mistral3", "F32", n_layer=1, **{
-        "mistral3.rope.scaling.original_context_length": 8, "mistral3.attention.temperature_scale": 0.5}))
-    be = get_backend("emu")
-    fp, pool = ForwardPass(m, be), KVPool(be, m.config, 4, 4, "f16")
-    with pytest.raises(ValueError, match="position 8: mistral3.attention.temperature_scale scales the queries from position 8"):
-        fp.forward(Batch.build([SeqChunk(list(range(1, 10)), 0, [0, 1, 2])], 4), pool)
+    keys = {"mistral3.rope.scaling.original_context_length": 8, "mistral3.attention.temperature_scale": 0.5}
+    m = load_model(write_synthetic_model(tmp_path / "m3.gguf", "mistral3", "F32", n_layer=1, **keys))
+    off = load_model(write_synthetic_model(tmp_path / "m3off.gguf", "mistral3", "F32", n_layer=1,
+                                           **{**keys, "mistral3.attention.temperature_scale": 0.0}))
+    be, ids = get_backend("emu"), list(range(1, 21))
+    for kernels in ("simple", "fast"):
+        fp, fp_off = ForwardPass(m, be, kernels=kernels), ForwardPass(off, be, kernels=kernels)
+        r = paths.oracle_kernel_vs_reference(fp, ids, "f16", 4)
+        assert r.passed, r
+        got, untempered = (np.asarray(paths.fresh_runner(f, "f16", 8, 4, 0).prefill_chunks(ids, [6, 1, 9, 1, 3]))
+                           for f in (fp, fp_off))
+        assert np.array_equal(got[:8], untempered[:8]) and (got[8:] != untempered[8:]).any(axis=1).all()
+        act = paths.act_quant_of(fp)
+        want = paths.reference_for(m, "f16", act).logits(ids)
+        tol = kernel_vs_reference("f16", float(np.abs(want).max()) / 10.0, act, 1, fp.choice.of("attention").rounding)
+        assert compare_logits("chunked", kernels, got, want, tol).passed
+        assert not compare_logits("untempered", kernels, untempered, want, tol).passed
 
 
 def test_gemma2_windows_every_other_layer_and_reads_its_softcaps(tmp_path):

@@ -1,6 +1,7 @@
 """The op-by-op trace (oracles/trace.py): with a bug planted in one kernel it names that op, layer
 and kernel; with a division by zero planted it names where the first non-finite value appeared;
-the unplanted kernels trace clean (the negative control every planted test stands on).
+the unplanted kernels trace clean (the negative control every planted test stands on), mistral3's
+queries' temperature included.
 
 A plant is a copy of one kernels_cu/ file with one line changed, read by an emulator of its own
 (PlantedEmu); every other file is the real one, already built. The emulator's build cache keys on
@@ -73,6 +74,12 @@ def gemma():
 @pytest.fixture(scope="module")
 def moe():
     return load_model(synthetic_model("qwen3moe", "Q8_0", n_embd=128))  # 8 experts, 2 a token
+
+
+@pytest.fixture(scope="module")
+def mistral3():  # the queries' temperature from position 8 on: TOKENS' last 12 carry it
+    return load_model(synthetic_model("mistral3", "Q8_0", n_embd=128, **{
+        "mistral3.rope.scaling.original_context_length": 8, "mistral3.attention.temperature_scale": 0.5}))
 
 
 def trace(model, be, kernels="simple", kv_dtype="f16"):
@@ -153,6 +160,24 @@ def test_rope_sin_sign_on_the_global_layer_is_named(gemma, plant):
     assert (fd.layer, fd.op) == (5, "rope") and "rope.cu:rope_neox" in fd.kernels
     assert fd.where[0] > 0, "position 0 has angle 0: no sign to flip"
     assert all(r.passed for r in rep.records if r.op == "rope" and r.layer != 5)
+
+
+@pytest.mark.parametrize("kernels", ["simple", "fast"])
+def test_the_queries_temperature_traces_clean_and_a_rope_that_misplaces_it_is_named(emu, mistral3, plant, kernels):
+    """mistral3's rope op is held to Q times the temperature, K without: clean as it is; the simple set's
+    rope.cu without the factor, or the fused kernel's factor on K too, is named at layer 0's rope from
+    position 8 on (the positions before it are right either way: the factor is 1 there)."""
+    assert trace(mistral3, emu, kernels).passed
+    if kernels == "simple":
+        be = plant("rope.cu", "const float temp = attn_temp(positions[t], temp_scale, temp_floor);",
+                   "const float temp = 1.0f;")
+        entry = "rope.cu:rope_norm"
+    else:
+        be = plant("rope_kv_token.cuh", "t = h < n_heads ? q_temp : 1.0f;", "t = q_temp;", via="rope_kv.cu")
+        entry = "rope_kv.cu:rope_kv_f16"
+    fd = first(trace(mistral3, be, kernels))
+    assert (fd.layer, fd.op) == (0, "rope") and entry in fd.kernels and fd.where[0] >= 8, (fd.where, fd.column)
+    assert ("K head" in fd.column) == (kernels == "fast"), fd.column
 
 
 def test_attention_skipping_key_0_on_the_global_layer_is_named(gemma, plant):

@@ -99,7 +99,8 @@ def rope_attention_cases(ctx: BenchContext, N: int, context: int, kv_dtype: str,
                  cfg.n_head_kv, cfg.head_dim, L.rope_freqs, cfg.rms_eps, cfg.rope_style)
     if "rope_kv" in sel.ops:
         cases += [Case("rope_kv", f"{N} tokens", v.name, N, rope_bytes,
-                        [lambda v=v: v.launch(*rope_args, mscale=L.rope_mscale)]) for v in sel.variants_of("rope_kv")]
+                        [lambda v=v: v.launch(*rope_args, mscale=L.rope_mscale, temp_scale=cfg.attn_temp_scale,
+                                             temp_floor=cfg.n_ctx_orig)]) for v in sel.variants_of("rope_kv")]
     cases += link_cases(ctx, N, kv_dtype, rng, sel, qkv, positions, slots, k_cache, v_cache)
     if "attention" not in sel.ops:
         return cases

@@ -308,7 +308,8 @@ def link_cases(ctx: BenchContext, N: int, kv_dtype: str, rng, sel: Selection, qk
     pre = LinkPre(Wqkv.qtype, L.attn_norm, Wqkv.raw, L.bqkv, L.q_norm, L.k_norm, k_cache, v_cache, L.rope_freqs, L.rope_mscale)
     step = LinkStep(x, xq, Q8Act.empty(be, N, cfg.n_embd), h, hq, qkv, positions, slots, be.zeros((2,), np.uint32),
                     kv_dtype, N, cfg.n_embd,
-                    cfg.n_ff, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act)
+                    cfg.n_ff, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act,
+                    cfg.attn_temp_scale, cfg.n_ctx_orig)
     choice = KernelChoice(**with_requirements("link", linked[0].name))
     mm, rope = choice.of("matmul"), choice.of("rope_kv")
     qkv_w = cfg.q_dim + 2 * cfg.kv_dim
@@ -322,7 +323,8 @@ def link_cases(ctx: BenchContext, N: int, kv_dtype: str, rng, sel: Selection, qk
         mm.norm(be, x, L.attn_norm, xq, N, cfg.n_embd, cfg.rms_eps)
         mm.launch(be, Wqkv.raw, Wqkv.qtype, xq, qkv, N, qkv_w, cfg.n_embd, bias_dev=L.bqkv)
         rope.launch(be, kv_dtype, qkv, qkv_w, positions, slots, L.q_norm, L.k_norm, k_cache, v_cache, N, cfg.n_head,
-                    cfg.n_head_kv, cfg.head_dim, L.rope_freqs, cfg.rms_eps, cfg.rope_style, mscale=L.rope_mscale)
+                    cfg.n_head_kv, cfg.head_dim, L.rope_freqs, cfg.rms_eps, cfg.rope_style, mscale=L.rope_mscale,
+                    temp_scale=cfg.attn_temp_scale, temp_floor=cfg.n_ctx_orig)
 
     nbytes = (sum(W.n_out * quants.row_bytes(W.qtype, W.n_in) for W in mats)
               + 4 * N * (3 * cfg.n_embd + cfg.n_ff + qkv_w))

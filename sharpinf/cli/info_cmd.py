@@ -95,7 +95,7 @@ def rope_line(cfg) -> str:
         line += f"; windowed layers: base {cfg.rope_theta_local:g}, {'scaled alike' if cfg.local_rope_scaled else 'unscaled'}"
     if cfg.attn_temp_starts:
         line += (f"; queries x (1 + {cfg.attn_temp_scale:g} ln(floor(p / {cfg.n_ctx_orig}) + 1)), 1 before "
-                 f"{cfg.attn_temp_starts}: max_model_len stops there")
+                 f"{cfg.attn_temp_starts}")
     return line
 
 

@@ -81,11 +81,5 @@ _OPTIONAL = ("num_blocks", "max_model_len")
 
 
 def run_context(cfg, asked: int | None) -> int:
-    """max_model_len: what was asked (else the file's context), within what the kernels run exactly -- a
-    mistral3 file's attention temperature (ModelConfig.attn_temp_starts) caps the default and refuses more."""
-    limit = min(cfg.context_length, cfg.attn_temp_starts or cfg.context_length)
-    if asked and asked > limit and limit < cfg.context_length:
-        raise SharpinfError(f"max_model_len {asked}: {cfg.arch}.attention.temperature_scale scales the queries from "
-                            f"position {cfg.attn_temp_starts} on, which the kernels do not apply yet (at most "
-                            f"{cfg.attn_temp_starts})")
-    return min(limit, asked or limit)
+    """max_model_len: what was asked, within the file's context (else the file's context)."""
+    return min(cfg.context_length, asked or cfg.context_length)

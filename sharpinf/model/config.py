@@ -102,15 +102,13 @@ class ModelConfig:
 
     @property
     def attn_temp_starts(self) -> int:
-        """The first position whose queries the attention temperature scales (0: none ever is): the
-        kernels run the positions before it, where the factor is 1 exactly (the engine caps max_model_len)."""
+        """The first position whose queries the attention temperature scales (0: none ever is); the factor
+        is 1 exactly before it."""
         return self.n_ctx_orig if self.attn_temp_scale else 0
 
     def attn_temp(self, positions):
-        """The factor on the queries at these positions, as llama.cpp forms it (llm_graph_input_attn_temp:
-        the quotient in float32, the rest in double, stored as float32)."""
-        q = np.floor(np.asarray(positions, dtype=np.float32) / np.float32(self.n_ctx_orig)).astype(np.float64)
-        return (np.log(q + 1.0) * float(np.float32(self.attn_temp_scale)) + 1.0).astype(np.float32)
+        """The factor on the queries at these positions (attn_temp below)."""
+        return attn_temp(positions, self.attn_temp_scale, self.n_ctx_orig)
 
     def uses_rope(self, layer: int) -> bool:
         """Whether the layer rotates Q and K at all (smollm3's NoPE layers do not)."""
@@ -152,3 +150,13 @@ class ModelConfig:
     def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """K and V for every layer, for one token (fp16 by default)."""
         return 2 * self.n_layer * self.kv_dim * bytes_per_element
+
+
+def attn_temp(positions, scale: float, n_ctx_orig: int) -> np.ndarray:
+    """float32 [len(positions)]: 1 + scale ln(floor(p / n_ctx_orig) + 1), as llama.cpp forms it
+    (llm_graph_input_attn_temp: the quotient in float32, the rest in double, stored as float32) and
+    kernels_cu/attn_temp.cuh does; exactly 1 where scale is 0."""
+    if not scale:
+        return np.ones(np.shape(positions), np.float32)
+    q = np.floor(np.asarray(positions, dtype=np.float32) / np.float32(n_ctx_orig)).astype(np.float64)
+    return (np.log(q + 1.0) * float(np.float32(scale)) + 1.0).astype(np.float32)

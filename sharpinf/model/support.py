@@ -29,7 +29,7 @@ ARCH_NOTES = {  # what each graph is, beyond llama's (the graph itself: oracles/
     "gemma2": "Gemma 2: windows on every other layer, the attention scores and the logits softcapped, token_embd "
               "as the head",
     "mistral3": "Mistral 3 / Ministral 3: llama's graph, YaRN with the file's betas and log multiplier; the "
-                "queries' temperature_scale applies from the original context on, so max_model_len stops there",
+                "queries' temperature_scale from the original context on, in every RoPE kernel",
     "gpt-oss": "gpt-oss (llama.cpp's openai-moe graph): attention sinks, windows on every other layer, biases, a "
                "biased top-k-softmax router, the clamped SwiGLU -- the NumPy reference only, so far (--backend reference)",
 }

@@ -83,6 +83,8 @@ class LinkStep:
     eps: float
     rope_style: str
     act: str
+    temp_scale: float = 0.0  # the queries' attention temperature (ops/rope.py; 0: none)
+    temp_floor: int = 0
 
 
 def link_scratch(be, cfg, cap) -> dict:
@@ -142,7 +144,8 @@ def layer_dp4a(be, post: LinkPost | None, pre: LinkPre | None, s: LinkStep, file
             p.k_cache if p else any_, p.v_cache if p else any_,
             s.x, *s.xq.parts(), *s.pq.parts(), any_ if s.h is None else s.h, *(s.xq if s.hq is None else s.hq).parts(), s.bar,
             I32(s.n_tokens), I32(s.n_embd), I32(s.n_ff), I32(s.n_head), I32(s.n_head_kv), I32(s.head_dim),
-            p.rope_freqs if p else any_, F32(p.rope_mscale if p else 1.0), F32(s.eps), I32(s.rope_style == "neox"),
+            p.rope_freqs if p else any_, F32(p.rope_mscale if p else 1.0), F32(s.temp_scale), I32(s.temp_floor),
+            F32(s.eps), I32(s.rope_style == "neox"),
             I32(p is not None and p.q_norm is not None), I32(p is not None and p.bqkv is not None),
             I32(ACTS[s.act]), I32(KV_KINDS.get(s.kv_dtype, 0)), I32(post is not None), I32(pre is not None))
     wbytes = sum(quants.row_bytes(qtype, n_in) * n_out for n_out, n_in in products)

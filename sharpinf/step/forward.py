@@ -122,9 +122,6 @@ class ForwardPass:
         be, cfg = self.backend, self.cfg
         if validate:
             batch.validate(kv.num_blocks, cfg.n_vocab, cfg.kv_window)
-        if cfg.attn_temp_starts and batch.n_tokens and int(batch.positions.max()) >= cfg.attn_temp_starts:
-            raise ValueError(f"position {int(batch.positions.max())}: {cfg.arch}.attention.temperature_scale scales "
-                             f"the queries from position {cfg.attn_temp_starts} on, which the kernels do not apply yet")
         N, S, R = batch.n_tokens, batch.n_seqs, len(batch.logits_rows)
         if sampling is not None and sampling.n_rows != R:
             raise ValueError(f"sampling has {sampling.n_rows} rows, the batch {R} logits rows")

@@ -121,11 +121,12 @@ class StepKernels:
             col += W.n_out
 
     def rope_kv(self, L: DeviceLayer, kv, li: int, positions, slots, N: int) -> None:
-        """(qwen3) per-head RMSNorm of Q and K, RoPE of Q and K, then K and V into the paged cache."""
+        """(qwen3) per-head RMSNorm of Q and K, RoPE of Q and K (mistral3: Q times its attention temperature),
+        then K and V into the paged cache."""
         cfg = self.cfg
         self.rope.launch(self.be, kv.kv_dtype, self.ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, positions, slots, L.q_norm, L.k_norm,
            kv.k[li], kv.v[li], N, cfg.n_head, cfg.n_head_kv, cfg.head_dim, L.rope_freqs, cfg.rms_eps, cfg.rope_style,
-           mscale=L.rope_mscale)
+           mscale=L.rope_mscale, temp_scale=cfg.attn_temp_scale, temp_floor=cfg.n_ctx_orig)
 
     def attention(self, kv, li: int, d, N: int) -> Act:
         """ws.att = varlen paged causal attention of the step's queries over their sequences' KV."""
@@ -251,7 +252,8 @@ class StepKernels:
         cfg, ws, dv = self.cfg, self.ws, d.d
         return LinkStep(ws.x, ws.xq, ws.linkq, getattr(ws, "gate", None), getattr(ws, "ffq", None), ws.qkv,
                         dv["positions"], dv["slot_mapping"], ws.grid_bar, kv.kv_dtype, N, cfg.n_embd, cfg.n_ff,
-                        cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act)
+                        cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.rms_eps, cfg.rope_style, cfg.ffn_act,
+                        cfg.attn_temp_scale, cfg.n_ctx_orig)
 
     def head(self, output_norm, output: DeviceMatrix, rows_dev, R: int) -> None:
         """ws.logits[:R] = LM head of the final norm of the rows of x that want logits."""
