@@ -84,3 +84,57 @@ def test_the_kernels_refuse_it_in_one_line(oss):
                                          r"the NumPy reference does \(--backend reference\)"):
         check_kernels_run(load_model(synthetic_model("gpt-oss", "Q8_0")))
     assert quants.MXFP4 in quants.REFERENCE_ONLY
+
+
+# A chat template in the harmony format gpt-oss's files carry, written here (not the file's own text) with
+# the constructs that one leans on: a recursive macro over a JSON schema, namespace() state, a look-ahead
+# slice of the messages, strftime_now, tojson, `in` tests on message keys and raise_exception.
+HARMONY = """{%- macro ts(spec) -%}
+{%- if spec.type == "array" -%}{{ ts(spec["items"]) }}[]
+{%- elif spec.type == "object" -%}{ {%- for k, v in spec.properties.items() -%}{{ k }}: {{ ts(v) }}{{ ", " if not loop.last }}{%- endfor -%} }
+{%- else -%}{{ spec.type }}{%- endif -%}
+{%- endmacro -%}
+<|start|>system<|message|>Knowledge cutoff: 2024-06
+Current date: {{ strftime_now("%Y-%m-%d") }}
+Reasoning: {{ reasoning_effort | default("medium") }}<|end|>
+{%- if tools -%}<|start|>developer<|message|>{%- for t in tools -%}type {{ t.function.name }} = (_: {{ ts(t.function.parameters) }}) => any;{%- endfor -%}<|end|>{%- endif -%}
+{%- set last = namespace(tool=none) -%}
+{%- for m in messages -%}
+{%- if m.role == "assistant" -%}
+{%- if "<|channel|>" in (m.content or "") -%}{{ raise_exception("put the analysis in thinking, not content") }}{%- endif -%}
+{%- set later = namespace(final=false) -%}
+{%- for f in messages[loop.index:] -%}{%- if f.role == "assistant" and "tool_calls" not in f -%}{%- set later.final = true -%}{%- endif -%}{%- endfor -%}
+{%- if "thinking" in m and not later.final -%}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{%- endif -%}
+{%- if "tool_calls" in m -%}{%- set last.tool = m.tool_calls[0].function.name -%}<|start|>assistant to=functions.{{ last.tool }}<|channel|>commentary json<|message|>{{ m.tool_calls[0].function.arguments | tojson }}<|call|>
+{%- else -%}<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>{%- endif -%}
+{%- elif m.role == "tool" -%}<|start|>functions.{{ last.tool }} to=assistant<|channel|>commentary<|message|>{{ m.content | tojson }}<|end|>
+{%- else -%}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}"""
+
+
+def test_a_harmony_chat_template_renders_in_the_sandbox():
+    from datetime import date
+
+    from sharpinf.model.chat import ChatTemplateError
+    from sharpinf.model.chat import render_chat
+
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "array", "items": {"type": "number"}}}}}}]
+    msgs = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "thinking": "Call the tool.", "tool_calls": [
+                {"function": {"name": "weather", "arguments": {"city": "Paris", "days": [1]}}}]},
+            {"role": "tool", "content": {"temp": 21}},
+            {"role": "assistant", "content": "21 degrees."},
+            {"role": "user", "content": "Thanks"}]
+    out = render_chat(HARMONY, msgs, tools=tools, reasoning_effort="low")
+    assert out.startswith(f"<|start|>system<|message|>Knowledge cutoff: 2024-06\nCurrent date: {date.today():%Y-%m-%d}\n"
+                          "Reasoning: low<|end|>")
+    assert "type weather = (_: {city: string, days: number[]}) => any;" in out
+    assert ('<|start|>assistant to=functions.weather<|channel|>commentary json<|message|>{"city": "Paris", "days": [1]}'
+            '<|call|><|start|>functions.weather to=assistant<|channel|>commentary<|message|>{"temp": 21}<|end|>') in out
+    assert "Call the tool." not in out  # a later final answer drops the analysis, as harmony does
+    assert out.endswith("<|start|>assistant<|channel|>final<|message|>21 degrees.<|end|>"
+                        "<|start|>user<|message|>Thanks<|end|><|start|>assistant")
+    with pytest.raises(ChatTemplateError, match="put the analysis in thinking"):
+        render_chat(HARMONY, [{"role": "assistant", "content": "<|channel|>final<|message|>x"}])
