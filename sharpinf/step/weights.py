@@ -48,6 +48,7 @@ class DeviceLayer:
     post_attn_norm: Any | None = None  # gemma3's sandwich norms
     post_ffn_norm: Any | None = None
     moe: DeviceExperts | None = None  # qwen3moe
+    attn_sinks: Any | None = None  # gpt-oss: float32 [n_head], a logit a head in the attention's softmax
 
 
 def _upload_matrix(be: Backend, model: LoadedModel, names: list[str]) -> DeviceMatrix:
@@ -103,6 +104,7 @@ def _upload_layer(be: Backend, m: LoadedModel, i: int, rope: tuple[Any, float]) 
         post_attn_norm=_upload_f32(be, m, p + "post_attention_norm.weight"),
         post_ffn_norm=_upload_f32(be, m, p + "post_ffw_norm.weight"),
         moe=_upload_experts(be, m, p) if moe else None,
+        attn_sinks=_upload_f32(be, m, p + "attn_sinks.weight"),
     )
 
 
