@@ -26,7 +26,7 @@
 // largest visible score; pass 2: split s = 0, 1, ...: af_split_state, then f = exp(m_s - mx), total +=
 // l_s f, o += acc_s f -- the merge's sums in split order (explicit fmas, as attention_split.cu's) --
 // and o * (1 / total): twice the scores' mma work (1.5x all the mma), no scratch, tickets or merge.
-// A sink (gpt-oss, sinks.cuh) enters only there, once a row: in the maximum, last in total.
+// A sink (gpt-oss, sinks.cuh) enters the merge's and the walk's sums only, once a row: in the maximum, last in total.
 // Rounding: Q, K, V and P are f16 operands (products exact, sums in f32): an f32 cache loses its
 // low bits and values beyond 65504 (do not use f32 KV above that); see oracles/tolerances.py.
 // Launch: grid = (tiles in the window (bound), n_kv_heads, SPLITS or 1: ops/attention.py's flash_shape),
@@ -397,7 +397,7 @@ __device__ __forceinline__ void attention_flash_impl(
         __syncthreads();  // row_s and kv_s are rewritten by the next partition
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // and the row's sink (none: -inf, the same maximum)
+    for (int h = 0; h < 2; ++h) {  // then the row's sink in the walk's maximum (none: -inf, the same)
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(SHARPINF_FULL_MASK, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(SHARPINF_FULL_MASK, mx[h], 2));
         mx[h] = fmaxf(mx[h], sharpinf_sink(sinks, has_sinks, kvh * g + (ra + 8 * h) % g));
@@ -419,7 +419,7 @@ __device__ __forceinline__ void attention_flash_impl(
             // the rows that see a key in this split: the merge reads s < min(SPLITS, pos / KT + 1)
             if (r >= rows || pos_r[h] < split * KT) continue;
             if (walk) {  // one split: its own maximum and the sink's (the merge's over one split)
-                mx[h] = T.nsplits > 1 ? mx[h] : fmaxf(m[h], mx[h]);  // one split: mx is the sink's z
+                mx[h] = T.nsplits > 1 ? mx[h] : fmaxf(m[h], mx[h]);  // one split: mx held the sink's z alone
                 const float sc = expf(m[h] - mx[h]);
                 total[h] = __fmaf_rn(l[h], sc, total[h]);
 #pragma unroll

@@ -28,9 +28,9 @@
 // The walk: pass 1 (two splits or more): each head's largest score over every partition (the same
 // scores, so the merge's maximum: fmaxf is exact in any order); pass 2: split s = 0, 1, ...: its state,
 // f = exp(m_s - mx), total += l_s f, o += o_s f -- the merge's sums, term by term in split order --
-// then o * (1 / total). A sink (gpt-oss, sinks.cuh) enters there alone, once a (token, head): in the
-// maximum over the splits and last in total; one split takes the merge's path over one (factor exp(m -
-// max(m, z))). The merge's and the walk's sums are explicit fmas (__fmaf_rn): NVRTC contracts
+// then o * (1 / total). A sink (gpt-oss, sinks.cuh) enters these sums only (the merge's, the walk's, one
+// split's), once a (token, head): in the maximum over the splits and last in total (one split: factor
+// exp(m - max(m, z))). The merge's and the walk's sums are explicit fmas (__fmaf_rn): NVRTC contracts
 // a * b + c by default and g++ -O1 does not. ops/attention.py's split_shape picks the shape a step takes.
 // Launch: grid = (window tokens, n_kv_heads * ceil(g / 4), SPLITS) (the walk: gridDim.z = 1), block
 // 128, __launch_bounds__(128, 4); ~8.5 KB static shared memory at head_dim 128 (the walk 0.5 KB more).

@@ -544,3 +544,35 @@ def test_attention_forward_matches_single_sequence_oracle(backend):
         w = np.exp(sc - sc.max(-1, keepdims=True))
         want[:, h] = (w / w.sum(-1, keepdims=True)) @ v[:, h // 2]
     assert_close(backend.download(out).reshape(L, n_heads, hd), want, rtol=0, atol=2e-5)
+
+
+def test_the_step_hands_each_layer_its_sinks(emu):
+    """A layer's attn_sinks.weight is uploaded as DeviceLayer.attn_sinks (float32 [n_head]) and the step's
+    attention launch takes it: the logits move with sinks (each layer's own), and -inf sinks are no
+    sinks, bit for bit (the loader's gpt-oss side is another's: the tensors are set on a llama here)."""
+    from oracles.paged_runner import PagedRunner
+    from sharpinf.model.loader import load_model
+    from sharpinf.model.synth import synthetic_model
+    from sharpinf.model.tensors import QTensor
+    from sharpinf.step.forward import ForwardPass
+    from sharpinf.step.kv_pool import KVPool
+
+    m = load_model(synthetic_model("llama", "Q8_0", n_embd=128))
+    n_head, F32 = m.config.n_head, 0  # GGMLQuantizationType.F32
+    sinks = [np.random.default_rng(i).uniform(-1.0, 4.0, n_head).astype(np.float32) for i in range(m.config.n_layer)]
+    for i, z in enumerate(sinks):
+        m.tensors[f"blk.{i}.attn_sinks.weight"] = QTensor(f"blk.{i}.attn_sinks.weight", F32, (n_head,),
+                                                          z.view(np.uint8).reshape(1, -1))
+    fp = ForwardPass(m, emu, kernels="simple")
+    assert [emu.download(L.attn_sinks).tolist() for L in fp.layers] == [z.tolist() for z in sinks]
+
+    def logits(layer_sinks):
+        for L, z in zip(fp.layers, layer_sinks):
+            L.attn_sinks = None if z is None else emu.upload(z)
+        fp.release_plans()  # a plan holds each launch's arguments: the sinks' address with them
+        run = PagedRunner(fp, KVPool(emu, fp.cfg, num_blocks=16, block_size=4))
+        return np.asarray(run.step([(run.new_seq(), list(range(1, 12)))], all_logits=True)[0])
+
+    with_sinks, none = logits(sinks), logits([None] * len(sinks))
+    assert np.abs(with_sinks - none).max() > 1e-2
+    assert_same(logits([np.full(n_head, -np.inf, np.float32)] * len(sinks)), none)
