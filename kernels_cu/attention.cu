@@ -3,7 +3,8 @@
 //
 //   attention_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
 //                        cu_seqlens, positions, out, n_tokens, n_seqs, n_heads, n_kv_heads,
-//                        head_dim, block_size, scale, softcap, sliding_window)   (HD = head_dim: 16, 32, 64, 128 or 256)
+//                        head_dim, block_size, scale, softcap, sinks, has_sinks, sliding_window)
+//   (HD = head_dim: 16, 32, 64, 128 or 256)
 // <kv> in f16, bf16, f32, q8_0 (the cache layouts of kv_cache.cu); q8_0 needs head_dim 32 and up.
 //
 // Inputs:
@@ -18,7 +19,8 @@
 // positions lo..p of sequence s only: out = softmax(cap(scale * q.K^T)) V, in float (cap: softcap.cuh's,
 // softcap > 0 -- gemma2 -- else none). lo = 0, or with a
 // sliding window (sliding_window = W > 0: gemma3's local layers) lo = max(0, p - W + 1) -- W keys,
-// its own included, llama.cpp's is_masked_swa edge.
+// its own included, llama.cpp's is_masked_swa edge. sinks: float32 [n_heads] (has_sinks != 0: gpt-oss),
+// head h's logit joins the softmax's max and sum, no key, no value -- sinks.cuh, at the lanes' merge.
 //
 // Design: one warp per (token, head). Lane l takes keys j = l, l+32, ... <= p and keeps its
 // own online-softmax state (max m, sum l) and a head_dim accumulator in registers; no
@@ -36,6 +38,7 @@
 // (n_tokens, ceil(n_heads / WARPS)); warp w of block (t, y) takes head y*WARPS + w.
 // Shared memory: static q staging only (ATTN_MAX_WARPS * head_dim floats); ATTN_MAX_WARPS = 8.
 #include "common.cuh"
+#include "sinks.cuh"
 
 #define ATTN_MAX_WARPS 8
 
@@ -142,7 +145,8 @@ __device__ __forceinline__ void attention_impl(const float* qkv, int qkv_stride,
                                                const int* block_tables, int max_blocks_per_seq,
                                                const int* cu_seqlens, const int* positions, float* out,
                                                int n_tokens, int n_seqs, int n_heads, int n_kv_heads,
-                                               int block_size, float scale, float softcap, int sliding_window) {
+                                               int block_size, float scale, float softcap, const float* sinks,
+                                               int has_sinks, int sliding_window) {
     __shared__ float q_s[ATTN_MAX_WARPS][HD];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int t = blockIdx.x;
@@ -178,10 +182,12 @@ __device__ __forceinline__ void attention_impl(const float* qkv, int qkv_stride,
         vc.axpy(acc, p, r);
     }
 
-    // merge the 32 lane states (every query has key pos itself, so the max is finite)
-    const float mx = warp_reduce_max(m);
+    // merge the 32 lane states (every query has key pos itself, so the max is finite), the sink's
+    // logit z in the max and the sum (none: -inf, the same bits)
+    const float z = sharpinf_sink(sinks, has_sinks, h);
+    const float mx = fmaxf(warp_reduce_max(m), z);
     const float f = expf(m - mx);  // 0 for a lane that saw no key (m = -inf)
-    const float total = warp_reduce_sum(l * f);
+    const float total = sharpinf_sink_sum(warp_reduce_sum(l * f), z, mx);
 #pragma unroll
     for (int e = 0; e < HD; ++e) acc[e] *= f;
     int base = 0;
@@ -198,10 +204,11 @@ __device__ __forceinline__ void attention_impl(const float* qkv, int qkv_stride,
 #define ATTN_ARGS                                                                                        \
     const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,  \
         int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, int n_tokens,     \
-        int n_seqs, int n_heads, int n_kv_heads, int head_dim, int block_size, float scale, float softcap, int sliding_window
+        int n_seqs, int n_heads, int n_kv_heads, int head_dim, int block_size, float scale, float softcap,     \
+        const float *sinks, int has_sinks, int sliding_window
 #define ATTN_PASS(KC, VC)                                                                                   \
     qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, n_tokens, n_seqs, \
-        n_heads, n_kv_heads, block_size, scale, softcap, sliding_window
+        n_heads, n_kv_heads, block_size, scale, softcap, sinks, has_sinks, sliding_window
 
 template <int HD, typename T>
 __device__ __forceinline__ void attention_typed(ATTN_ARGS) {
@@ -217,7 +224,7 @@ __device__ __forceinline__ void attention_q8(ATTN_ARGS) {
 
 #define ATTN_PASS_ALL                                                                                        \
     qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, n_tokens, \
-        n_seqs, n_heads, n_kv_heads, head_dim, block_size, scale, softcap, sliding_window
+        n_seqs, n_heads, n_kv_heads, head_dim, block_size, scale, softcap, sinks, has_sinks, sliding_window
 
 // One entry per (KV dtype, head_dim), attention_<kv>_d<HD> (registers sized for HD), each compiled
 // only when wanted (SHARPINF_KV_HD_ENTRIES, common.cuh).

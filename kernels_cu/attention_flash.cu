@@ -3,7 +3,7 @@
 //
 //   attention_flash_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
 //       cu_seqlens, positions, out, out_q, out_d, out_s, partial, tickets, t0, n_window, n_seqs, n_heads,
-//       n_kv_heads, block_size, scale, sliding_window, quantize)
+//       n_kv_heads, block_size, scale, sinks, has_sinks, sliding_window, quantize)
 //   Inputs and outputs as attention_split.cu (the same scratch: partial float [window, n_heads, SPLITS,
 //   HD + 2], tickets int, zero between launches). A launch serves the window of tokens
 //   t0 .. t0 + n_window - 1. Launched with gridDim.z = 1 (HD <= 128), the same kernel walks: the same
@@ -26,6 +26,7 @@
 // largest visible score; pass 2: split s = 0, 1, ...: af_split_state, then f = exp(m_s - mx), total +=
 // l_s f, o += acc_s f -- the merge's sums in split order (explicit fmas, as attention_split.cu's) --
 // and o * (1 / total): twice the scores' mma work (1.5x all the mma), no scratch, tickets or merge.
+// A sink (gpt-oss, sinks.cuh) enters the merge's and the walk's sums only, once a row: in the maximum, last in total.
 // Rounding: Q, K, V and P are f16 operands (products exact, sums in f32): an f32 cache loses its
 // low bits and values beyond 65504 (do not use f32 KV above that); see oracles/tolerances.py.
 // Launch: grid = (tiles in the window (bound), n_kv_heads, SPLITS or 1: ops/attention.py's flash_shape),
@@ -42,6 +43,7 @@
 // ~4-5 us a partition over both passes, estimated; the 8B shape's 512-token prefill in ~40 us a layer).
 #include "common.cuh"
 #include "kv_rows.cuh"
+#include "sinks.cuh"
 
 #define AF_SPLITS 16  // blocks per (tile, KV head): partitions s, s + 16, ...
 
@@ -355,7 +357,7 @@ __device__ __forceinline__ void attention_flash_impl(
     const float* qkv, int qkv_stride, KV kc, KV vc, const int* block_tables, int max_blocks_per_seq,
     const int* cu_seqlens, const int* positions, float* out, signed char* out_q, float* out_d, int* out_s,
     float* partial, int* tickets, int t0, int n_window, int n_seqs, int n_heads, int n_kv_heads, int block_size,
-    float scale, int sliding_window, int quantize) {
+    float scale, const float* sinks, int has_sinks, int sliding_window, int quantize) {
     using S = AfShape<HD>;
     constexpr int WARPS = S::WARPS, KT = S::KT, NT = KT / 8, DT = HD / 8;
     static_assert(HD % 16 == 0 && HD <= 256, "head_dim: a multiple of 16, at most 256");
@@ -395,9 +397,10 @@ __device__ __forceinline__ void attention_flash_impl(
         __syncthreads();  // row_s and kv_s are rewritten by the next partition
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h) {  // then the row's sink in the walk's maximum (none: -inf, the same)
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(SHARPINF_FULL_MASK, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(SHARPINF_FULL_MASK, mx[h], 2));
+        mx[h] = fmaxf(mx[h], sharpinf_sink(sinks, has_sinks, kvh * g + (ra + 8 * h) % g));
     }
 
     // the split launch's one split, or the walk's every split folded into the merge's sums as it ends
@@ -415,8 +418,9 @@ __device__ __forceinline__ void attention_flash_impl(
             const int r = ra + 8 * h;
             // the rows that see a key in this split: the merge reads s < min(SPLITS, pos / KT + 1)
             if (r >= rows || pos_r[h] < split * KT) continue;
-            if (walk) {  // one split: its own maximum (the merge's over one split; exp(0) = 1)
-                const float sc = expf(m[h] - (T.nsplits > 1 ? mx[h] : m[h]));
+            if (walk) {  // one split: its own maximum and the sink's (the merge's over one split)
+                mx[h] = T.nsplits > 1 ? mx[h] : fmaxf(m[h], mx[h]);  // one split: mx held the sink's z alone
+                const float sc = expf(m[h] - mx[h]);
                 total[h] = __fmaf_rn(l[h], sc, total[h]);
 #pragma unroll
                 for (int d = 0; d < DT; ++d) {
@@ -444,7 +448,7 @@ __device__ __forceinline__ void attention_flash_impl(
         for (int h = 0; h < 2; ++h) {
             const int r = ra + 8 * h;
             if (r >= rows) continue;
-            const float inv = 1.0f / total[h];
+            const float inv = 1.0f / sharpinf_sink_sum(total[h], sharpinf_sink(sinks, has_sinks, kvh * g + r % g), mx[h]);
             float* orow = out + (long long)(begin + r / g) * n + (kvh * g + r % g) * HD;
 #pragma unroll
             for (int d = 0; d < DT; ++d) {
@@ -484,9 +488,11 @@ __device__ __forceinline__ void attention_flash_impl(
         const float* ph = partial + ((long long)(t - t0) * n_heads + h) * AF_SPLITS * (HD + 2);
         const float m_l = lane < ns ? __ldcg(ph + lane * (HD + 2) + HD) : -CUDART_INF_F;
         const float l_l = lane < ns ? __ldcg(ph + lane * (HD + 2) + HD + 1) : 0.0f;
+        const float z = sharpinf_sink(sinks, has_sinks, h);  // the row's sink: in the maximum, last in tot
         float mxl = m_l;
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) mxl = fmaxf(mxl, __shfl_xor_sync(SHARPINF_FULL_MASK, mxl, off));
+        mxl = fmaxf(mxl, z);
         if (lane < ns) {
             sc_s[warp][lane] = expf(m_l - mxl);  // split s's factor
             ls_s[warp][lane] = l_l;
@@ -494,7 +500,7 @@ __device__ __forceinline__ void attention_flash_impl(
         __syncwarp();
         float tot = 0.0f;
         for (int s = 0; s < ns; ++s) tot = __fmaf_rn(ls_s[warp][s], sc_s[warp][s], tot);
-        const float inv = 1.0f / tot;
+        const float inv = 1.0f / sharpinf_sink_sum(tot, z, mxl);
 #pragma unroll
         for (int e0 = 0; e0 < HD; e0 += 32) {  // value e0 + lane: a 32-value block of the row a pass
             const int e = e0 + lane;
@@ -524,12 +530,15 @@ __device__ __forceinline__ void attention_flash_impl(
     const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,      \
         int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, signed char *out_q,   \
         float *out_d, int *out_s, float *partial, int *tickets, int t0, int n_window, int n_seqs, int n_heads, \
-        int n_kv_heads, int block_size, float scale, int sliding_window, int quantize
+        int n_kv_heads, int block_size, float scale, const float *sinks, int has_sinks, int sliding_window,   \
+        int quantize
 #define AF_PASS(KC, VC)                                                                                        \
     qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, out_q, out_d, out_s, \
-        partial, tickets, t0, n_window, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, quantize
+        partial, tickets, t0, n_window, n_seqs, n_heads, n_kv_heads, block_size, scale, sinks, has_sinks,       \
+        sliding_window, quantize
 #define AF_CALL qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, \
-        out_q, out_d, out_s, partial, tickets, t0, n_window, n_seqs, n_heads, n_kv_heads, block_size, scale, sliding_window, quantize
+        out_q, out_d, out_s, partial, tickets, t0, n_window, n_seqs, n_heads, n_kv_heads, block_size, scale, sinks, \
+        has_sinks, sliding_window, quantize
 
 template <int HD, typename T>
 __device__ __forceinline__ void af_typed(AF_ARGS) {

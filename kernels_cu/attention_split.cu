@@ -3,7 +3,7 @@
 //
 //   attention_split_<kv>_d<HD>(qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq,
 //       cu_seqlens, positions, out, out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads,
-//       n_kv_heads, block_size, scale, softcap, sliding_window, quantize)
+//       n_kv_heads, block_size, scale, softcap, sinks, has_sinks, sliding_window, quantize)
 //   attention_split_walk_<kv>_d<HD>(the same; partial, tickets unused): the same outputs, bit for bit,
 //       from one block a (token, head group) -- the walk, below.
 //   Inputs as attention.cu. out: float [n_tokens, n_heads * HD]; with quantize != 0 also in q8_1 (out_q
@@ -28,7 +28,9 @@
 // The walk: pass 1 (two splits or more): each head's largest score over every partition (the same
 // scores, so the merge's maximum: fmaxf is exact in any order); pass 2: split s = 0, 1, ...: its state,
 // f = exp(m_s - mx), total += l_s f, o += o_s f -- the merge's sums, term by term in split order --
-// then o * (1 / total). The merge's and the walk's sums are explicit fmas (__fmaf_rn): NVRTC contracts
+// then o * (1 / total). A sink (gpt-oss, sinks.cuh) enters these sums only (the merge's, the walk's, one
+// split's), once a (token, head): in the maximum over the splits and last in total (one split: factor
+// exp(m - max(m, z))). The merge's and the walk's sums are explicit fmas (__fmaf_rn): NVRTC contracts
 // a * b + c by default and g++ -O1 does not. ops/attention.py's split_shape picks the shape a step takes.
 // Launch: grid = (window tokens, n_kv_heads * ceil(g / 4), SPLITS) (the walk: gridDim.z = 1), block
 // 128, __launch_bounds__(128, 4); ~8.5 KB static shared memory at head_dim 128 (the walk 0.5 KB more).
@@ -43,6 +45,7 @@
 // context read once per (token, block of heads).
 #include "common.cuh"
 #include "kv_rows.cuh"
+#include "sinks.cuh"
 
 #define AS_PART 64      // keys per partition
 #define AS_SPLITS 16    // blocks per (token, KV head group)
@@ -210,7 +213,7 @@ SHARPINF_SHARED_FN void as_emit(float* out, signed char* out_q, float* out_d, in
     const float *qkv, int qkv_stride, KV kc, KV vc, const int *block_tables, int max_blocks_per_seq,        \
         const int *cu_seqlens, const int *positions, float *out, signed char *out_q, float *out_d, int *out_s, \
         float *partial, int *tickets, int t0, int n_tokens, int n_seqs, int n_heads, int n_kv_heads,         \
-        int block_size, float scale, float softcap, int sliding_window, int quantize
+        int block_size, float scale, float softcap, const float *sinks, int has_sinks, int sliding_window, int quantize
 
 // The block's query heads: g <= GROUP heads of KV head kvh from h0 (blockIdx.y: a KV head's groups of
 // GROUP heads in turn -- larger GQA groups take several blocks).
@@ -270,10 +273,16 @@ __device__ __forceinline__ void attention_split_impl(AS_IMPL_PARAMS) {
     const int slice = tid / SH::COLS, e_pv = (tid % SH::COLS) * AS_VEC;
 
     const int n = n_heads * HD;
-    // One split (a context of <= 64 keys): its state is the output, acc / l -- the bits the merge would
-    // give (its maximum this m, its sum 0 + l exp(0) = l, its factor 1, and 0 + acc = acc: the slice sum
-    // starts at +0, so acc is never -0) -- with no partial, ticket or merge.
+    // One split (a context of <= 64 keys): its state is the output, the merge's over one split (its
+    // maximum max(m, z), factor f = exp(m - that), sum 0 + l f + the sink's) -- with no partial, ticket
+    // or merge. Without a sink that is acc / l: f = exp(0) = 1 and 0 + acc = acc (the slice sum starts at
+    // +0, so acc is never -0).
     const bool alone = nsplits == 1;
+    if (alone && tid < g) {
+        const float z = sharpinf_sink(sinks, has_sinks, h0 + tid), mx = fmaxf(m_s[tid], z), f = expf(m_s[tid] - mx);
+        sc_s[tid][0] = f;
+        inv_s[tid] = 1.0f / sharpinf_sink_sum(__fmaf_rn(l_s[tid], f, 0.0f), z, mx);
+    }  // read after the first head's barrier below
     // this split's state -> partial[t][h][split][0..HD+1]: acc (the slices summed in order), then m, l
 #pragma unroll
     for (int h = 0; h < AS_GROUP; ++h) {
@@ -284,7 +293,8 @@ __device__ __forceinline__ void attention_split_impl(AS_IMPL_PARAMS) {
         float* ps = partial + (((long long)tl * n_heads + h0 + h) * AS_SPLITS + split) * (HD + 2);
         for (int e = tid; e < HD; e += AS_THREADS) {
             const float o = as_slice_sum<HD, SLICES>(red_s, e);
-            if (alone) as_emit(out, out_q, out_d, out_s, t, n, (h0 + h) * HD + e, o * (1.0f / l_s[h]), quantize);  // e over whole warps (HD % 32 == 0 to quantize)
+            if (alone) as_emit(out, out_q, out_d, out_s, t, n, (h0 + h) * HD + e, __fmaf_rn(o, sc_s[h][0], 0.0f) * inv_s[h],
+                               quantize);  // e over whole warps (HD % 32 == 0 to quantize)
             else ps[e] = o;
         }
         if (tid == 0 && !alone) {
@@ -309,14 +319,15 @@ __device__ __forceinline__ void attention_split_impl(AS_IMPL_PARAMS) {
         ml_s[h][s] = __ldcg(pb + (h * AS_SPLITS + s) * (HD + 2) + HD + 1);
     }
     __syncthreads();
-    if (tid < g) {  // a thread a head: the maximum, the rescaled sum, each split's factor
+    if (tid < g) {  // a thread a head: the maximum (the sink's logit z in it), the rescaled sum, each split's factor
         const int h = tid;
-        float mx = -CUDART_INF_F;
+        const float z = sharpinf_sink(sinks, has_sinks, h0 + h);
+        float mx = z;
         for (int s = 0; s < nsplits; ++s) mx = fmaxf(mx, mm_s[h][s]);
         float total = 0.0f;
         for (int s = 0; s < nsplits; ++s) total = __fmaf_rn(ml_s[h][s], expf(mm_s[h][s] - mx), total);
         for (int s = 0; s < nsplits; ++s) sc_s[h][s] = expf(mm_s[h][s] - mx);
-        inv_s[h] = 1.0f / total;
+        inv_s[h] = 1.0f / sharpinf_sink_sum(total, z, mx);
     }
     __syncthreads();
     // Thread i takes value i of the block's g heads (g * HD, a multiple of 32): a warp holds one whole
@@ -398,8 +409,9 @@ __device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
         as_split_state<HD>(split, kc, vc, qi, lo, g, block_size, n_kv_heads, kvh, scale, softcap, q_s, row_s, p_s, m_s, l_s, f_s,
                            acc);
         __syncthreads();  // m_s and l_s are final (a split with no partition to read has no barrier of its own)
-        if (tid < g) {  // one split: its own maximum (exp(0) = 1: the one-split path's output)
-            const float mx = nsplits > 1 ? mx_s[tid] : m_s[tid];
+        if (tid < g) {  // one split: its own maximum (exp(0) = 1: the one-split path's output); the sink's z in it
+            const float mx = fmaxf(nsplits > 1 ? mx_s[tid] : m_s[tid], sharpinf_sink(sinks, has_sinks, h0 + tid));
+            mx_s[tid] = mx;  // the sink's weight is taken at it, last in total
             const float sc = expf(m_s[tid] - mx);
             tot_s[tid] = __fmaf_rn(l_s[tid], sc, tot_s[tid]);
             fac_s[tid] = sc;
@@ -424,7 +436,7 @@ __device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
 #pragma unroll
     for (int h = 0; h < AS_GROUP; ++h) {
         if (h >= g) continue;
-        const float inv = 1.0f / tot_s[h];
+        const float inv = 1.0f / sharpinf_sink_sum(tot_s[h], sharpinf_sink(sinks, has_sinks, h0 + h), mx_s[h]);
 #pragma unroll
         for (int k = 0; k < PER; ++k) {
             const int e = tid + k * AS_THREADS;
@@ -438,14 +450,16 @@ __device__ __forceinline__ void attention_split_walk_impl(AS_IMPL_PARAMS) {
     const float *qkv, int qkv_stride, const void *k_cache, const void *v_cache, const int *block_tables,      \
         int max_blocks_per_seq, const int *cu_seqlens, const int *positions, float *out, signed char *out_q,   \
         float *out_d, int *out_s, float *partial, int *tickets, int t0, int n_tokens, int n_seqs, int n_heads,         \
-        int n_kv_heads, int block_size, float scale, float softcap, int sliding_window, int quantize
+        int n_kv_heads, int block_size, float scale, float softcap, const float *sinks, int has_sinks,          \
+        int sliding_window, int quantize
 #define AS_PASS(KC, VC)                                                                                        \
     qkv, qkv_stride, KC, VC, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, out_q, out_d, out_s, \
-        partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, softcap, sliding_window, quantize
+        partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, softcap, sinks, has_sinks,    \
+        sliding_window, quantize
 
 #define AS_CALL qkv, qkv_stride, k_cache, v_cache, block_tables, max_blocks_per_seq, cu_seqlens, positions, out, \
-        out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, softcap, sliding_window, \
-        quantize
+        out_q, out_d, out_s, partial, tickets, t0, n_tokens, n_seqs, n_heads, n_kv_heads, block_size, scale, softcap, sinks, \
+        has_sinks, sliding_window, quantize
 // The caches read as their dtype says, then the split launch's kernel or (WALK) the walk's.
 template <int HD, bool WALK, typename KV>
 __device__ __forceinline__ void as_shape(const KV kc, const KV vc, AS_ARGS) {

@@ -52,7 +52,7 @@ class Case:
     """A packed batch over a paged cache, with everything on the host."""
 
     def __init__(self, seed, kv_dtype, prefixes, chunks, block_size, group, n_kv_heads, head_dim, sliding_window=0,
-                 softcap=0.0):
+                 softcap=0.0, sinks=None):
         self.softcap = softcap  # gemma2: scores cap * tanh(score / cap) before the softmax
         rng = np.random.default_rng(seed)
         self.sliding_window = sliding_window  # 0: causal; W > 0: a query at p sees keys p - W + 1 .. p
@@ -88,6 +88,10 @@ class Case:
         self.qkv = np.full((self.N, self.stride), np.nan, np.float32)  # only Q may be read
         self.qkv[:, :q_dim] = rng.standard_normal((self.N, q_dim)).astype(np.float32)
         self.scale = 1.0 / np.sqrt(head_dim)
+        # gpt-oss: a logit a head (drawn last: the rest of the case is the sinkless one's), from below the
+        # scores (~N(0, 1), max ~2-3) to well above them; sinks=-inf: every head's set to -inf
+        self.sinks = None if sinks is None else (np.full(self.n_heads, sinks, np.float32) if sinks == -np.inf
+                                                 else rng.uniform(-2.0, 6.0, self.n_heads).astype(np.float32))
 
     def run(self, be, tables=None, k=None, v=None, rows=None, variant=BASELINE, window=None, mode=None, out_q8=None):
         """Attention over the whole batch, or over the sequences `rows` alone (packed in that order),
@@ -111,7 +115,7 @@ class Case:
         scratch = attn_ops.SplitScratch.alloc(be, window or n, self.n_heads, self.n_kv_heads, self.head_dim) \
             if v.scratch else None
         v.launch(*args, scratch, out_q8, sliding_window=self.sliding_window, softcap=self.softcap,
-                 **({"mode": mode} if mode else {}))
+                 sinks=self.sinks_on(be), **({"mode": mode} if mode else {}))
         if scratch is not None:
             assert not be.download(scratch.tickets).any(), "the merge must leave every ticket at zero"
         return be.download(out)
@@ -121,7 +125,10 @@ class Case:
         return attn_ops.paged_attention_reference(q, self.k, self.v, self.tables, self.cu, self.positions,
                                                   block_size=self.block_size, scale=self.scale,
                                                   kv_dtype=self.kv_dtype, sliding_window=self.sliding_window,
-                                                  softcap=self.softcap)
+                                                  softcap=self.softcap, sinks=self.sinks)
+
+    def sinks_on(self, be):
+        return None if self.sinks is None else be.upload(self.sinks)
 
     def moved(self, seed):
         """The same logical cache in other physical blocks (a random relabelling)."""
@@ -155,7 +162,7 @@ class Case:
         v = variant_of(variant)
         scratch = attn_ops.SplitScratch.alloc(be, 1, self.n_heads, self.n_kv_heads, self.head_dim) \
             if v.scratch else None
-        v.launch(*args, scratch, sliding_window=self.sliding_window)
+        v.launch(*args, scratch, sliding_window=self.sliding_window, sinks=self.sinks_on(be))
         return be.download(out)[0]
 
 
@@ -181,7 +188,7 @@ def batches(draw, kv_dtype):
 
 def _check_case(backend, kv_dtype, b, variant=BASELINE):
     case = Case(b["seed"], kv_dtype, b["prefixes"], b["chunks"], b["block_size"], b["group"], b["n_kv_heads"],
-                b["head_dim"], b.get("sliding_window", 0))
+                b["head_dim"], b.get("sliding_window", 0), sinks=b.get("sinks"))
     got = case.run(backend, variant=variant)
     case.check_reference(got, variant)
     # placement invariance: the same keys in other physical blocks give the same bits
@@ -198,6 +205,7 @@ def _check_case(backend, kv_dtype, b, variant=BASELINE):
             n = case.chunks[r]
             assert_same(rev[at:at + n], got[case.cu[r]:case.cu[r + 1]])
             at += n
+    return case, got
 
 
 VARIANTS = variants_of("attention")  # every registered attention variant (sharpinf/ops/variants.toml)
@@ -415,6 +423,51 @@ def test_softcapped_scores_as_gemma2_caps_them(backend, variant):
     assert np.abs(got - uncapped).max() > 20 * (FLASH_TOL if tensor_cores(variant) else TOL["f16"])
 
 
+# gpt-oss's sinks: decodes beside prefill chunks of packed sequences, contexts of one split (<= 64
+# keys) and of several (up to 131 keys: the split merge), 2 KV heads of 2 query heads each
+SINK_STEP = dict(prefixes=[130, 0, 9, 70], chunks=[1, 12, 3, 2], block_size=16, group=2, n_kv_heads=2, head_dim=64,
+                 seed=5, sinks=True)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_attention_sinks_as_gpt_oss_weighs_them(backend, variant):
+    """gpt-oss: each head's sink logit z in the softmax's max and sum, no key and no value (llama.cpp's
+    soft_max_ext): the reference's output within tolerance, the same bits under placement (shuffled
+    blocks) and packing (a sequence alone, the batch reversed), causal and with a window, a token as a
+    decode of its own equal to it inside its chunk; the sinks really weigh (without them the output moves
+    by far more than the tolerance); all -inf sinks are no sinks, bit for bit."""
+    case, got = _check_case(backend, "f16", SINK_STEP, variant)
+    for t in (0, 1, 12, 16):
+        assert_same(case.run_token_alone(backend, t, variant), got[t], err_msg=f"token {t}")
+    tol = FLASH_TOL if tensor_cores(variant) else TOL["f16"]
+    plain = Case(5, "f16", SINK_STEP["prefixes"], SINK_STEP["chunks"], 16, 2, 2, 64).run(backend, variant=variant)
+    assert np.abs(got - plain).max() > 20 * tol
+    none = Case(5, "f16", SINK_STEP["prefixes"], SINK_STEP["chunks"], 16, 2, 2, 64, sinks=-np.inf)
+    assert_same(none.run(backend, variant=variant), plain)
+    _check_case(backend, "f16", {**SINK_STEP, "sliding_window": 40, "seed": 6}, variant)
+
+
+@pytest.mark.parametrize("variant", SPLIT_FRAME)
+def test_attention_sinks_walk_and_split_give_the_same_bits(backend, variant):
+    """With sinks, the split frame's two launch shapes give the same bits, the q8_1 copy included, and
+    so does the split launch in windows of 3 tokens (other tile cuts): one split and several (up to 1,100
+    keys), GQA 3, causal and with a window that leaves whole splits empty; head_dim 128 too (flash's
+    fullest register tiles)."""
+    from sharpinf.ops.quant_act import Q8Act
+
+    for window, hd in ((0, 64), (100, 64), (0, 128)):
+        case = Case(43 + window + hd, "f16", [1099, 0, 70], [1, 9, 3], 16, 3, 1, hd, sliding_window=window, sinks=True)
+        got = {}
+        for mode, win in (("split", None), ("walk", None), ("split", 3)):
+            q8 = Q8Act.empty(backend, case.N, case.n_heads * hd)
+            got[mode, win] = [case.run(backend, variant=variant, mode=mode, out_q8=q8, window=win)] + [
+                backend.download(a) for a in (q8.q, q8.d, q8.s)]
+        case.check_reference(got["walk", None][0], variant)
+        for other in (("split", None), ("split", 3)):
+            for walked, split in zip(got["walk", None], got[other]):
+                assert_same(walked, split)
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_sliding_window_decode_equals_prefill(backend, variant):
     """With a window too, a token inside a prefill chunk and as a decode of its own are the same bits
@@ -491,3 +544,35 @@ def test_attention_forward_matches_single_sequence_oracle(backend):
         w = np.exp(sc - sc.max(-1, keepdims=True))
         want[:, h] = (w / w.sum(-1, keepdims=True)) @ v[:, h // 2]
     assert_close(backend.download(out).reshape(L, n_heads, hd), want, rtol=0, atol=2e-5)
+
+
+def test_the_step_hands_each_layer_its_sinks(emu):
+    """A layer's attn_sinks.weight is uploaded as DeviceLayer.attn_sinks (float32 [n_head]) and the step's
+    attention launch takes it: the logits move with sinks (each layer's own), and -inf sinks are no
+    sinks, bit for bit (the loader's gpt-oss side is another's: the tensors are set on a llama here)."""
+    from oracles.paged_runner import PagedRunner
+    from sharpinf.model.loader import load_model
+    from sharpinf.model.synth import synthetic_model
+    from sharpinf.model.tensors import QTensor
+    from sharpinf.step.forward import ForwardPass
+    from sharpinf.step.kv_pool import KVPool
+
+    m = load_model(synthetic_model("llama", "Q8_0", n_embd=128))
+    n_head, F32 = m.config.n_head, 0  # GGMLQuantizationType.F32
+    sinks = [np.random.default_rng(i).uniform(-1.0, 4.0, n_head).astype(np.float32) for i in range(m.config.n_layer)]
+    for i, z in enumerate(sinks):
+        m.tensors[f"blk.{i}.attn_sinks.weight"] = QTensor(f"blk.{i}.attn_sinks.weight", F32, (n_head,),
+                                                          z.view(np.uint8).reshape(1, -1))
+    fp = ForwardPass(m, emu, kernels="simple")
+    assert [emu.download(L.attn_sinks).tolist() for L in fp.layers] == [z.tolist() for z in sinks]
+
+    def logits(layer_sinks):
+        for L, z in zip(fp.layers, layer_sinks):
+            L.attn_sinks = None if z is None else emu.upload(z)
+        fp.release_plans()  # a plan holds each launch's arguments: the sinks' address with them
+        run = PagedRunner(fp, KVPool(emu, fp.cfg, num_blocks=16, block_size=4))
+        return np.asarray(run.step([(run.new_seq(), list(range(1, 12)))], all_logits=True)[0])
+
+    with_sinks, none = logits(sinks), logits([None] * len(sinks))
+    assert np.abs(with_sinks - none).max() > 1e-2
+    assert_same(logits([np.full(n_head, -np.inf, np.float32)] * len(sinks)), none)

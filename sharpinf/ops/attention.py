@@ -26,9 +26,10 @@ WARPS = 4  # heads per block (one warp per (token, head))
 def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
               cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
               head_dim: int, block_size: int, scale: float, scratch: "SplitScratch | None" = None, out_q8=None,
-              sliding_window: int = 0, softcap: float = 0.0, file: str = "attention.cu") -> None:
+              sliding_window: int = 0, softcap: float = 0.0, sinks=None, file: str = "attention.cu") -> None:
     """out[t, h*head_dim:(h+1)*head_dim] = softmax(scale * q K^T) V over token t's visible keys.
-    qkv: float32 [N, qkv_stride] with Q at column 0; out: float32 [N, n_heads*head_dim].
+    qkv: float32 [N, qkv_stride] with Q at column 0; out: float32 [N, n_heads*head_dim]; sinks (gpt-oss):
+    float32 [n_heads] or None, head h's logit in the softmax's max and sum (no key, no value).
     (scratch and out_q8 keep the attention variants' one signature: this kernel needs no scratch
     and writes no q8_1 copy.)"""
     if out_q8 is not None:
@@ -42,7 +43,7 @@ def attention(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_t
     be.launch(kernel(be, file, f"attention_{kv_dtype}_d{head_dim}"), grid, 32 * warps,
               (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                out, I32(n_tokens), I32(n_seqs), I32(n_heads), I32(n_kv_heads), I32(head_dim), I32(block_size),
-               F32(scale), F32(softcap), I32(sliding_window)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
+               F32(scale), F32(softcap), *_sinks(sinks, qkv), I32(sliding_window)), io=(4 * n_tokens * (n_heads * head_dim + 1), 4 * n_tokens * n_heads * head_dim))
 
 
 # -- the split-KV variant (kernels_cu/attention_split.cu) -------------------------------------
@@ -77,8 +78,8 @@ def split_scratch(be, cfg, cap) -> dict:
 def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
-                    sliding_window: int = 0, softcap: float = 0.0, file: str = "attention_split.cu", mode: str | None = None,
-                    keys: int | None = None) -> None:
+                    sliding_window: int = 0, softcap: float = 0.0, sinks=None, file: str = "attention_split.cu",
+                    mode: str | None = None, keys: int | None = None) -> None:
     """attention() computed split-KV (flash-decoding); with out_q8 (a Q8Act) the output is also
     written in q8_1 for the dp4a o-projection (head_dim a multiple of 32). Launched split (16 blocks a
     token and head group, merged by the last) or walked (one block through every split): `mode`, or
@@ -93,8 +94,8 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
         be.launch(fn, (n, n_kv_heads * groups, splits), 128,
                   (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                    out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n_tokens), I32(n_seqs),
-                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), F32(softcap), I32(sliding_window),
-                   I32(out_q8 is not None)),
+                   I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), F32(softcap), *_sinks(sinks, qkv),
+                   I32(sliding_window), I32(out_q8 is not None)),
                   io=(4 * n * (n_heads * head_dim + 1), 4 * n * n_heads * head_dim))
 
     if split_shape(be, kv_dtype, n_tokens, n_seqs, n_heads, n_kv_heads, head_dim, keys, sliding_window, mode,
@@ -104,6 +105,11 @@ def attention_split(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
     fn = kernel(be, file, f"attention_split_{kv_dtype}_d{head_dim}")
     for t0 in range(0, n_tokens, scratch.tokens):  # a window of the scratch's size per launch
         launch(fn, t0, min(scratch.tokens, n_tokens - t0), SPLITS)
+
+
+def _sinks(sinks, any_array) -> tuple:
+    """The kernels' (sinks, has_sinks) arguments: no sinks is any valid pointer, never read, and 0."""
+    return (any_array, I32(0)) if sinks is None else (sinks, I32(1))
 
 
 def _check_shapes(variant: str, kv_dtype: str, n_heads: int, n_kv_heads: int, head_dim: int, out_q8) -> None:
@@ -297,8 +303,8 @@ def flash_shape(be, kv_dtype: str, n_tokens: int, n_seqs: int, n_heads: int, n_k
 def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, block_tables, max_blocks_per_seq: int,
                     cu_seqlens, positions, out, n_tokens: int, n_seqs: int, n_heads: int, n_kv_heads: int,
                     head_dim: int, block_size: int, scale: float, scratch: SplitScratch, out_q8=None,
-                    sliding_window: int = 0, softcap: float = 0.0, file: str = "attention_flash.cu", mode: str | None = None,
-                    keys: int | None = None) -> None:
+                    sliding_window: int = 0, softcap: float = 0.0, sinks=None, file: str = "attention_flash.cu",
+                    mode: str | None = None, keys: int | None = None) -> None:
     """attention() on tensor cores (f16 mma) for every step, prefill and decode alike: blocks of
     (token, head) rows of one sequence and KV head share each K/V tile; the split kernel's frame
     (partitions at fixed positions, 16 splits, fixed-order merge, the same scratch) -- launched split
@@ -319,7 +325,7 @@ def attention_flash(be, kv_dtype: str, qkv, qkv_stride: int, k_cache, v_cache, b
     def args(t0: int, n: int) -> tuple:
         return (qkv, I32(qkv_stride), k_cache, v_cache, block_tables, I32(max_blocks_per_seq), cu_seqlens, positions,
                 out, q8.q, q8.d, q8.s, scratch.partial, scratch.tickets, I32(t0), I32(n), I32(n_seqs),
-                I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), I32(sliding_window),
+                I32(n_heads), I32(n_kv_heads), I32(block_size), F32(scale), *_sinks(sinks, qkv), I32(sliding_window),
                 I32(out_q8 is not None))
 
     def io(n: int) -> tuple[int, int]:
@@ -351,9 +357,12 @@ class _NoQ8:
 # -- NumPy reference ---------------------------------------------------------------------
 def paged_attention_reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray,
                               cu_seqlens: np.ndarray, positions: np.ndarray, *, block_size: int, scale: float,
-                              kv_dtype: str = "f32", sliding_window: int = 0, softcap: float = 0.0) -> np.ndarray:
+                              kv_dtype: str = "f32", sliding_window: int = 0, softcap: float = 0.0,
+                              sinks: np.ndarray | None = None) -> np.ndarray:
     """Plain float64 paged causal attention (sliding_window W > 0: query p sees keys p - W + 1..p; softcap
-    > 0: each score cap * tanh(score / cap) before the softmax).
+    > 0: each score cap * tanh(score / cap) before the softmax; sinks [n_heads]: head h's logit z in the
+    softmax, no key and no value -- out = sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(z - m)),
+    m = max(max_j s_j, z), as llama.cpp's soft_max_ext).
 
     q: [N, n_heads, head_dim]; k_cache, v_cache: one layer's caches in their stored form for `kv_dtype`
     (see sharpinf.ops.kv_cache), [slots, n_kv_heads, ...]; returns float64 [N, n_heads, head_dim].
@@ -376,6 +385,8 @@ def paged_attention_reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.nd
                 sc = (k @ q[t, h]) * scale
                 if softcap:  # gemma2: each score capped before the softmax
                     sc = softcap * np.tanh(sc / softcap)
-                w = np.exp(sc - sc.max())
-                out[t, h] = (w / w.sum()) @ v
+                z = -np.inf if sinks is None else float(sinks[h])  # none: -inf, the same max and sum
+                m = max(sc.max(), z)
+                w = np.exp(sc - m)
+                out[t, h] = (w / (w.sum() + np.exp(z - m))) @ v
     return out

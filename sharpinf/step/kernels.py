@@ -128,8 +128,9 @@ class StepKernels:
            kv.k[li], kv.v[li], N, cfg.n_head, cfg.n_head_kv, cfg.head_dim, L.rope_freqs, cfg.rms_eps, cfg.rope_style,
            mscale=L.rope_mscale, temp_scale=cfg.attn_temp_scale, temp_floor=cfg.n_ctx_orig)
 
-    def attention(self, kv, li: int, d, N: int) -> Act:
-        """ws.att = varlen paged causal attention of the step's queries over their sequences' KV."""
+    def attention(self, kv, li: int, d, N: int, sinks=None) -> Act:
+        """ws.att = varlen paged causal attention of the step's queries over their sequences' KV (sinks: the
+        layer's attn_sinks, gpt-oss's, or None)."""
         be, cfg, ws, dv = self.be, self.cfg, self.ws, d.d
         args = (be, kv.kv_dtype, ws.qkv, cfg.q_dim + 2 * cfg.kv_dim, kv.k[li], kv.v[li], dv["block_tables"], d.width,
                 dv["cu_seqlens"], dv["positions"], ws.att, N, d.cap.seqs + 1, cfg.n_head, cfg.n_head_kv,
@@ -137,7 +138,7 @@ class StepKernels:
         fused_q8 = self.attn.writes_q8 and self.choice.q8_activations and cfg.head_dim % 32 == 0  # its merge writes q8_1
         shape = dict(mode=self.shapes[self.windows.index(cfg.window(li))]) if self.shapes else {}
         self.attn.launch(*args, getattr(ws, "split", None), ws.attq if fused_q8 else None, sliding_window=cfg.window(li),
-                         softcap=cfg.attn_softcap, **shape)
+                         softcap=cfg.attn_softcap, sinks=sinks, **shape)
         if fused_q8:
             return Act(f=ws.att, q=ws.attq)
         return self.quantized(ws.att, getattr(ws, "attq", None), N)
@@ -202,7 +203,7 @@ class StepKernels:
     def layer(self, L: DeviceLayer, li: int, kv, d, N: int) -> None:
         """x += attention(norm(x)); x += ffn(norm(x)) for the step's N tokens."""
         self.pre_attention(L, li, kv, d, N)
-        self.post_attention(L, li, self.attention(kv, li, d, N), N)
+        self.post_attention(L, li, self.attention(kv, li, d, N, L.attn_sinks), N)
 
     def layers(self, layers: list[DeviceLayer], kv, d, N: int) -> None:
         """Every layer for the step's N tokens. With a link variant (not `separate`), each attention and
@@ -226,7 +227,7 @@ class StepKernels:
                         self.post_attention(*waiting, N)
                 if pre is None or not link(None, pre):
                     self.pre_attention(L, li, kv, d, N)
-            waiting = (L, li, self.attention(kv, li, d, N))
+            waiting = (L, li, self.attention(kv, li, d, N, L.attn_sinks))
         post = self._link_post(*waiting)
         if post is None or not link(post, None):
             self.post_attention(*waiting, N)

@@ -49,6 +49,7 @@ class DeviceLayer:
     post_ffn_norm: Any | None = None
     moe: DeviceExperts | None = None  # qwen3moe
     wo_b: Any | None = None  # the attention output's bias (gpt-oss)
+    attn_sinks: Any | None = None  # gpt-oss: float32 [n_head], a logit a head in the attention's softmax
 
 
 def _upload_matrix(be: Backend, model: LoadedModel, names: list[str]) -> DeviceMatrix:
@@ -105,6 +106,7 @@ def _upload_layer(be: Backend, m: LoadedModel, i: int, rope: tuple[Any, float]) 
         post_ffn_norm=_upload_f32(be, m, p + "post_ffw_norm.weight"),
         moe=_upload_experts(be, m, p) if moe else None,
         wo_b=_upload_f32(be, m, p + "attn_output.bias"),
+        attn_sinks=_upload_f32(be, m, p + "attn_sinks.weight"),
     )
 
 
