@@ -22,8 +22,9 @@ TRACE_BOUNDS, with the measured figures).
     kv_append      the K/V rows read back from the paged cache through the block table vs the
                    kernel's own rotated K and V in the cache's dtype (bit for bit)
     attention      ws.att vs softmax(q K^T * scale + mask) V over the K/V read back from the cache
+                   (gpt-oss: each head's sink in the softmax)
     attn_q8        (q8_1 matmuls) the attention output's q8_1 copy vs ws.att rounded
-    o_proj         ws.proj vs att @ Wo^T, or, fused into the residual (dp4a), x vs x + att @ Wo^T
+    o_proj         ws.proj vs att @ Wo^T (+ gpt-oss's bias), or, fused into the residual (dp4a), x vs x + att @ Wo^T
     attn_residual  x vs x + proj (gemma3: x + rmsnorm(proj) * post_attention_norm)
     ffn_norm, gate_up (act(h Wg^T) * h Wu^T), ffn_q8, down, ffn_residual: the FFN alike
   an MoE layer's FFN (qwen3moe, Mixtral-style llama), after its ffn_norm:
@@ -76,16 +77,17 @@ HEAD_ROWS = 16  # logits rows the head is checked on
 class _Tracer(OpChecks):
     """The step walked op by op: the dense layers' units in order, an MoE layer's FFN (trace_moe), the head."""
 
-    def sublayer_out(self, layer, prefix: str, names, W, a_read, post_norm, x0, proj_dev) -> np.ndarray:
-        """The o-projection or the FFN's down projection and its residual add; returns x after."""
+    def sublayer_out(self, layer, prefix: str, names, W, a_read, post_norm, x0, proj_dev, bias=None) -> np.ndarray:
+        """The o-projection (gpt-oss: with its bias) or the FFN's down projection and its residual add;
+        returns x after."""
         be = self.be
         adds = [n for n in names if entry_of(n) in ("add_f32", "rmsnorm_add_f32")]
         mm = [n for n in names if n not in adds]
         x1 = self.dl(self.fp.ws.x)
         proj_op, res_op = ("o_proj", "attn_residual") if prefix == "attn" else ("down", "ffn_residual")
-        if post_norm is not None or not self.fp.choice.q8_activations:  # into ws.proj, then its own add
+        if post_norm is not None or bias is not None or not self.fp.choice.q8_activations:  # into ws.proj, then an add
             proj = be.download(proj_dev[: self.N])
-            self.check_linear(layer, proj_op, mm, a_read, W, None, proj)
+            self.check_linear(layer, proj_op, mm, a_read, W, bias, proj)
             self.check_residual(layer, res_op, adds, x0, proj, post_norm, x1)
         else:  # a q8_1 matmul adds into x itself: x1 = x0 + a W^T
             self.check_linear(layer, proj_op, mm, a_read, W, None, x1, base=x0)
@@ -132,8 +134,9 @@ class _Tracer(OpChecks):
             if o.q is not None:  # the o-projection reads the q8_1 copy (the split merge writes it itself)
                 o_read = self.check_q8_copy(li, "attn_q8", q8_names or att_names, att, o.q)
 
-            _, names = self.call(lambda: k.residual(L.wo, o, L.post_attn_norm, ws.x, N))
-            x1 = self.sublayer_out(li, "attn", names, R.wo, o_read, R.post_attn_norm, x0, getattr(ws, "proj", None))
+            _, names = self.call(lambda: k.residual(L.wo, o, L.post_attn_norm, ws.x, N, bias=L.wo_b))
+            x1 = self.sublayer_out(li, "attn", names, R.wo, o_read, R.post_attn_norm, x0, getattr(ws, "proj", None),
+                                   R.wo_b)
             if L.moe is not None:
                 x = trace_moe(self, li, L, R, x1)
                 continue
@@ -193,7 +196,7 @@ class _Tracer(OpChecks):
         # flash multiplies f16 operands: Q, K and V rounded as the kernel rounds them (P's rounding is
         # what its bound allows for); without this the error would grow with the scores' size
         q_, k_, v_ = (a.astype(np.float16) for a in (q, keys, vals)) if flash else (q, keys, vals)
-        want = attention64(q_, k_, v_, mask, float(np.float32(cfg.kq_scale)))
+        want = attention64(q_, k_, v_, mask, float(np.float32(cfg.kq_scale)), self.ref.layers[li].sinks)
         vmax = float(np.abs(vals).max()) if np.isfinite(vals).all() else np.inf
         self.check(li, "attention", names, "attention_f16_operands" if flash else "attention", att, want, max(vmax, TINY),
                    (q, keys, vals), columns=self.head_column)

@@ -36,14 +36,17 @@ def abs_dot(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return linear64(np.abs(x.astype(F64)), np.abs(w))
 
 
-def attention64(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, scale: float) -> np.ndarray:
+def attention64(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, scale: float,
+                sinks: np.ndarray | None = None) -> np.ndarray:
     """q [N, H, d], k and v [S, H_kv, d], mask [N, S] (0 or -inf) -> [N, H * d] (query head h reads
-    KV head h // group)."""
+    KV head h // group); sinks [H] (gpt-oss): head h's logit in its max and sum, no value."""
     group = q.shape[1] // k.shape[1]
     kh, vh = np.repeat(k.astype(F64), group, axis=1), np.repeat(v.astype(F64), group, axis=1)
     s = np.einsum("nhd,shd->hns", q.astype(F64), kh) * scale + mask.astype(F64)[None]
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
+    z = np.full((q.shape[1], 1, 1), -np.inf) if sinks is None else sinks.astype(F64).reshape(-1, 1, 1)
+    m = np.maximum(s.max(axis=-1, keepdims=True), z)
+    p = np.exp(s - m)
+    p /= p.sum(axis=-1, keepdims=True) + np.exp(z - m)
     return np.einsum("hns,shd->nhd", p, vh).reshape(q.shape[0], -1)
 
 
