@@ -14,7 +14,8 @@ four cross-path oracles on the models of CROSS_PATH_MODELS (every weight type an
 among them; `make test-all`: every model); then hypothesis draws shapes (prompt lengths 1..300,
 mostly short; chunk sizes; S 1..8; block size 4 or 16; the block-permutation seed) over all 48
 models (every arch with each of the eleven types the fast variants compile, and one model each of
-Q2_K, Q3_K, IQ4_NL and IQ4_XS).
+Q2_K, Q3_K, IQ4_NL and IQ4_XS). MXFP4, gpt-oss's experts' type, runs every oracle on a qwen3moe (the MoE
+cases at the end).
 
 Why the cross-path oracles need not see every (arch, type) pair: what they prove exact is batch
 invariance -- a token's logits independent of the step around it, its chunking, its KV blocks --
