@@ -90,6 +90,31 @@ template <int NB> struct DpSpanA2 {
     }
 };
 
+// NB bytes (NB % 4 == 1: MXFP4's 17-byte blocks, at any byte offset) at p, fetched as whole aligned
+// words: a[i] the word at (p & ~3) + 4i, the last one read only as far as the span goes (its last
+// mis + 1 bytes: never a byte past p + NB, so a tensor's last block reads nothing beyond it). at(o)
+// funnel-shifts the 4 bytes at p + o (o % 4 <= 1) out of two neighbours. The first load starts up to
+// 3 bytes before p: inside the same tensor (its start is 4-byte aligned).
+template <int NB> struct DpSpanA1 {
+    static_assert(NB % 4 == 1, "a span whose tail is 1 to 4 bytes past the aligned words");
+    static constexpr int W = NB / 4;
+    unsigned a[W + 1];
+    unsigned mis;  // 0..3: p's distance past a word boundary, in bytes
+    __device__ __forceinline__ void fetch(const unsigned char* p) {
+        mis = (unsigned)reinterpret_cast<unsigned long long>(p) & 3u;
+        const unsigned char* base = p - mis;
+#pragma unroll
+        for (int i = 0; i < W; ++i) a[i] = (unsigned)dp_word_a4(base + 4 * i);
+        const unsigned char* t = base + 4 * W;  // the span's last mis + 1 bytes
+        const unsigned lo = mis ? dp_u16_a2(t) : (unsigned)t[0];
+        a[W] = mis == 3 ? (unsigned)dp_word_a4(t) : mis == 2 ? lo | ((unsigned)t[2] << 16) : lo;
+    }
+    __device__ __forceinline__ unsigned at(int o) const {
+        const int i = o / 4;  // compile-time after unrolling; mis + o % 4 <= 4 bytes into a[i]
+        return __funnelshift_rc(a[i], a[i + 1], 8 * (mis + (o & 3)));
+    }
+};
+
 // N words (N = 2 or 4) at a 4N-byte aligned address: one 64- or 128-bit load.
 template <int N> __device__ __forceinline__ void dp_words_vec(const void* p, unsigned* w) {
     static_assert(N == 2 || N == 4, "one 64- or 128-bit load");
@@ -575,13 +600,14 @@ template <> struct DpChunk<GB_Q3_K> {
     }
 };
 
-// Four nibbles (each byte's low 4 bits) -> their IQ4 levels as 4 int8 (gb_iq4_level)
-__device__ __forceinline__ int dp_iq4_word(unsigned n) {
+// Four nibbles (each byte's low 4 bits) -> their entries of a 16-level table as 4 int8 (gb_level16)
+__device__ __forceinline__ int dp_level_word(unsigned n, unsigned long long lo, unsigned long long hi) {
     unsigned r = 0;
 #pragma unroll
-    for (int b = 0; b < 4; ++b) r |= ((unsigned)gb_iq4_level((int)(n >> (8 * b)) & 15) & 0xFFu) << (8 * b);
+    for (int b = 0; b < 4; ++b) r |= ((unsigned)gb_level16(lo, hi, (int)(n >> (8 * b)) & 15) & 0xFFu) << (8 * b);
     return (int)r;
 }
+__device__ __forceinline__ int dp_iq4_word(unsigned n) { return dp_level_word(n, GB_IQ4_LO, GB_IQ4_HI); }
 
 // IQ4_NL (18 bytes): Q4_0's block and fetch, each nibble the index of a level         (d d_x) idot
 template <> struct DpChunk<GB_IQ4_NL> : DpChunk<GB_Q4_0> {
@@ -629,6 +655,39 @@ template <> struct DpChunk<GB_IQ4_XS> {
     __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
     __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
         return gb_fma(dl * x.d, dp_i2f(idot), acc);
+    }
+    __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
+        return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);
+    }
+};
+
+// MXFP4 (17 bytes, at any byte offset): [e][16 bytes: Q4_0's nibbles, each the index of a level]
+//   (d d_x) idot, d = gb_e8m0_half(e), as IQ4_NL's with d a power of two: d d_x is exact unless it
+//   leaves float's range. Past e = 252 (bytes no quantizer of finite weights writes) the reference's
+//   weights overflow to inf from 2^128 while d d_x idot need not: there the two part.
+template <> struct DpChunk<GB_MXFP4> {
+    int w[8];
+    float d;
+    struct Raw {
+        DpSpanA1<17> b;
+    };
+    __device__ __forceinline__ static Raw fetch(const unsigned char* row, int c) {
+        Raw r;
+        r.b.fetch(row + 17LL * c);
+        return r;
+    }
+    __device__ __forceinline__ void unpack(const Raw& r, int) {
+        d = gb_e8m0_half(r.b.at(0) & 0xFFu);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const unsigned raw = r.b.at(1 + 4 * k);
+            w[k] = dp_level_word(raw & 0x0F0F0F0Fu, GB_MXFP4_LO, GB_MXFP4_HI);
+            w[k + 4] = dp_level_word((raw >> 4) & 0x0F0F0F0Fu, GB_MXFP4_LO, GB_MXFP4_HI);
+        }
+    }
+    __device__ __forceinline__ void load(const unsigned char* row, int c) { unpack(fetch(row, c), c); }
+    __device__ __forceinline__ float acc_idot(float acc, int idot, int, const DpXF& x, int) const {
+        return gb_fma(d * x.d, dp_i2f(idot), acc);
     }
     __device__ __forceinline__ float acc_dot(float acc, const DpX& x) const {
         return acc_idot(acc, dp_dot8(w, x.q), 0, dp_xf(x.d, x.s), 0);

@@ -10,7 +10,7 @@
 //     n_embd a multiple of the block size (32, or 256 for the K-quants); any value for f32/f16/bf16
 //     scale  float multiplier of every value (1 for most models; gemma3: sqrt(n_embd), as llama.cpp's
 //            ggml_scale after the gather: one float product per value)
-//   <type>: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, and q2_k q3_k iq4_nl iq4_xs.
+//   <type>: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, and q2_k q3_k iq4_nl iq4_xs mxfp4.
 // Values equal quants.dequantize's exactly (see ggml_blocks.cuh), times scale (x * 1 = x).
 // Launch: grid = (n_tokens, G), any G >= 1 (1 is enough); block = any multiple of 32 (128 suggested).
 //   Block (t, g) writes row t; its threads stride over the row's 32-value chunks (quantized
@@ -120,4 +120,9 @@ extern "C" __global__ void embed_iq4_xs(const unsigned char* W, int* ids, float*
                                     const int* feed_rows, const int* feed_ids) {
     sharpinf_pdl_enter();
     embed_row<GB_IQ4_XS>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
+}
+extern "C" __global__ void embed_mxfp4(const unsigned char* W, int* ids, float* out, int n_tokens, int n_embd, float scale,
+                                    const int* feed_rows, const int* feed_ids) {
+    sharpinf_pdl_enter();
+    embed_row<GB_MXFP4>(W, ids, out, n_tokens, n_embd, scale, feed_rows, feed_ids);
 }

@@ -12,8 +12,9 @@
 //
 // Every dequantized value equals quants.dequantize's bit for bit: each product of a
 // scale and a quant is exact in float32 (at most 24 significant bits: an fp16 mantissa
-// of 11 bits times integers of <= 13 bits), so the only rounding is the final add or
-// subtract, and FMA contraction cannot change a result.
+// of 11 bits times integers of <= 13 bits; MXFP4's a power of two times one of <= 4 bits,
+// exact but where it overflows), so the only rounding is the final add or subtract, and FMA
+// contraction cannot change a result.
 //
 // QT is the gguf.GGMLQuantizationType value of the type.
 #pragma once
@@ -30,11 +31,12 @@
 #define GB_Q5_K 13
 #define GB_Q6_K 14
 #define GB_BF16 30
-// decoded here (gb_decode_chunk: embedding.cu), not yet in the GB_*_ENTRIES families the matmuls use
+// the baselines' own (GB_ALL_ENTRIES below; embedding.cu)
 #define GB_Q2_K 10
 #define GB_Q3_K 11
 #define GB_IQ4_NL 20
 #define GB_IQ4_XS 23
+#define GB_MXFP4 39
 
 #define GB_CHUNK 32  // values per chunk
 
@@ -71,14 +73,15 @@
     GB_ENTRY_ATTRS(name, q4_k, sfx, ATTRS(GB_Q4_K), GB_Q4_K, params, FN, __VA_ARGS__)   \
     GB_ENTRY_ATTRS(name, q5_k, sfx, ATTRS(GB_Q5_K), GB_Q5_K, params, FN, __VA_ARGS__)   \
     GB_ENTRY_ATTRS(name, q6_k, sfx, ATTRS(GB_Q6_K), GB_Q6_K, params, FN, __VA_ARGS__)
-// GB_ALL_ENTRIES: those eleven and the four the baselines alone compile (the simple matmul, dp4a and its
-// MoE form; the faster variants hand them to dp4a: ops/matmul_dp4a.py's BASE_ONLY_TYPES)
+// GB_ALL_ENTRIES: those eleven and the five the baselines alone compile (the simple matmul, dp4a and its
+// MoE form; the faster variants hand them to dp4a: quants.BASE_ONLY)
 #define GB_ALL_ENTRIES(name, sfx, params, FN, ...)                                        \
     GB_ENTRIES(name, sfx, params, FN, __VA_ARGS__)                                         \
     GB_ENTRY(name, q2_k, sfx, GB_Q2_K, params, FN, __VA_ARGS__)                            \
     GB_ENTRY(name, q3_k, sfx, GB_Q3_K, params, FN, __VA_ARGS__)                            \
     GB_ENTRY(name, iq4_nl, sfx, GB_IQ4_NL, params, FN, __VA_ARGS__)                        \
-    GB_ENTRY(name, iq4_xs, sfx, GB_IQ4_XS, params, FN, __VA_ARGS__)
+    GB_ENTRY(name, iq4_xs, sfx, GB_IQ4_XS, params, FN, __VA_ARGS__)                        \
+    GB_ENTRY(name, mxfp4, sfx, GB_MXFP4, params, FN, __VA_ARGS__)
 #define GB_ENTRIES(name, sfx, params, FN, ...) GB_ENTRIES_ATTRS(name, sfx, GB_NO_ATTRS, params, FN, __VA_ARGS__)
 #define GB_ENTRIES_ATTRS(name, sfx, ATTRS, params, FN, ...)                               \
     GB_ENTRY_ATTRS(name, f32, sfx, ATTRS(GB_F32), GB_F32, params, FN, __VA_ARGS__)        \
@@ -139,6 +142,7 @@ template <> struct GbInfo<GB_Q2_K> { enum { elems = 256, bytes = 84 }; };
 template <> struct GbInfo<GB_Q3_K> { enum { elems = 256, bytes = 110 }; };
 template <> struct GbInfo<GB_IQ4_NL> { enum { elems = 32, bytes = 18 }; };
 template <> struct GbInfo<GB_IQ4_XS> { enum { elems = 256, bytes = 136 }; };
+template <> struct GbInfo<GB_MXFP4> { enum { elems = 32, bytes = 17 }; };
 
 // bytes of one row of n values (n a multiple of the block size)
 template <int QT> __device__ __forceinline__ long long gb_row_bytes(int n) {
@@ -329,9 +333,11 @@ __device__ __forceinline__ void gb_decode_q3_k(const unsigned char* b, int s, fl
 // constants, so a lookup is a shift in registers, never a local array.
 #define GB_IQ4_LO 0xF6EADDCFBFAD9881ULL
 #define GB_IQ4_HI 0x7159453526190D01ULL
-__device__ __forceinline__ int gb_iq4_level(int i) {
-    return (signed char)(unsigned char)(((i & 8) ? GB_IQ4_HI : GB_IQ4_LO) >> (8 * (i & 7)));
+// entry i of a 16-entry int8 table held as two 64-bit constants (entries 0..7 the bytes of lo)
+__device__ __forceinline__ int gb_level16(unsigned long long lo, unsigned long long hi, int i) {
+    return (signed char)(unsigned char)(((i & 8) ? hi : lo) >> (8 * (i & 7)));
 }
+__device__ __forceinline__ int gb_iq4_level(int i) { return gb_level16(GB_IQ4_LO, GB_IQ4_HI, i); }
 
 // IQ4_NL (18 bytes): [d: f16][qs: 16 bytes, nibbles as Q4_0's]            w = d * level[nibble]
 __device__ __forceinline__ void gb_decode_iq4_nl(const unsigned char* b, float (&w)[32]) {
@@ -357,6 +363,31 @@ __device__ __forceinline__ void gb_decode_iq4_xs(const unsigned char* b, int s, 
     }
 }
 
+// MXFP4's 16 levels (quants.MXFP4_LEVELS, ggml's kvalues_mxfp4: the e2m1 values doubled): 0, 1, 2, 3,
+// 4, 6, 8, 12, then the same negated (8: -0, as 0)
+#define GB_MXFP4_LO 0x0C08060403020100ULL
+#define GB_MXFP4_HI 0xF4F8FAFCFDFEFF00ULL
+__device__ __forceinline__ int gb_mxfp4_level(int i) { return gb_level16(GB_MXFP4_LO, GB_MXFP4_HI, i); }
+
+// An e8m0 exponent byte -> 2^(e - 127) / 2, the half undoing the levels' doubling (quants.e8m0_half,
+// ggml_e8m0_to_fp32_half): e < 2 the subnormals 2^-128, 2^-127; e = 255 2^127 (the OCP spec's NaN byte,
+// which no quantizer of finite weights writes: theirs stop at 252).
+__device__ __forceinline__ float gb_e8m0_half(unsigned e) {
+    return gb_bits_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+// MXFP4 (17 bytes, so a block at any byte offset): [e: e8m0][qs: 16 bytes, nibbles as Q4_0's]
+//   w = e8m0_half(e) * level[nibble]: a power of two times an integer, exact -- or, from 2^128 (e >= 253
+//   and |level| >= 2^(256 - e)), the inf the reference's float product rounds to as well
+__device__ __forceinline__ void gb_decode_mxfp4(const unsigned char* b, float (&w)[32]) {
+    const float d = gb_e8m0_half(b[0]);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        w[j] = d * (float)gb_mxfp4_level(b[1 + j] & 15);
+        w[j + 16] = d * (float)gb_mxfp4_level(b[1 + j] >> 4);
+    }
+}
+
 // --- one entry point for every type ------------------------------------------------------------
 // Chunk c (values 32c..32c+31) of a row of type QT; the row must hold at least 32(c+1) values.
 template <int QT> __device__ __forceinline__ void gb_decode_chunk(const unsigned char* row, int c, float (&w)[32]);
@@ -375,3 +406,4 @@ template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q2_K>(const unsig
 template <> __device__ __forceinline__ void gb_decode_chunk<GB_Q3_K>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_q3_k(r + (long long)(c >> 3) * 110, c & 7, w); }
 template <> __device__ __forceinline__ void gb_decode_chunk<GB_IQ4_NL>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_iq4_nl(r + (long long)c * 18, w); }
 template <> __device__ __forceinline__ void gb_decode_chunk<GB_IQ4_XS>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_iq4_xs(r + (long long)(c >> 3) * 136, c & 7, w); }
+template <> __device__ __forceinline__ void gb_decode_chunk<GB_MXFP4>(const unsigned char* r, int c, float (&w)[32]) { gb_decode_mxfp4(r + (long long)c * 17, w); }

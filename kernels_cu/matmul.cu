@@ -5,7 +5,8 @@
 //     bias  float[n_out], read only when has_bias != 0 (any valid pointer otherwise)
 //     Y     float[n_tokens][n_out], row-major (matmul_<type>_ys: rows y_stride floats apart)
 //     n_in  a multiple of 32 (of 256 for the K-quants); n_out, n_tokens >= 1, any value
-//   <type>: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k. N = 1 (matvec) is the same kernel.
+//   <type>: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q2_k q3_k iq4_nl iq4_xs mxfp4. N = 1 (matvec)
+//     is the same kernel.
 //
 // Launch: block = 32 * R threads, R = 1..4 warps (128 suggested); grid = (G, ceil(n_tokens / 8)),
 //   any G >= 1: warps stride over groups of 4 rows (G = ceil(n_out / (4 R)) gives each warp one group).

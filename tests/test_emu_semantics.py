@@ -530,7 +530,7 @@ def test_a_typed_file_is_built_per_weight_type(tmp_path):
                  "template <int QT> __device__ void put_type(float* y) { y[0] = (float)QT; }\n"
                  "GB_ENTRIES(put, , (float* y), put_type, y)\n"
                  'extern "C" __global__ void plain(float* y) { y[0] = -1.0f; }\n')
-    assert [module_type(f, n) for n in ("put_q4_0", "put_q6_k_g16", "plain")] == ["q4_0", "q6_k", ""]
+    assert [module_type(f, n) for n in ("put_q4_0", "put_q6_k_g16", "put_mxfp4", "plain")] == ["q4_0", "q6_k", "mxfp4", ""]
     from sharpinf.runtime.paths import kernels_dir
 
     assert module_type(kernels_dir() / "attention.cu", "attention_f16_d64") is None  # built whole

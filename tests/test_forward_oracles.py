@@ -15,7 +15,7 @@ among them; `make test-all`: every model); then hypothesis draws shapes (prompt 
 mostly short; chunk sizes; S 1..8; block size 4 or 16; the block-permutation seed) over all 50
 models (every arch with each of the eleven types the fast variants compile, one model each of
 Q2_K, Q3_K, IQ4_NL and IQ4_XS, and a gemma2 and a mistral3 -- the queries' temperature from
-position 8 on).
+position 8 on). MXFP4, gpt-oss's experts' type, runs every oracle on a qwen3moe (the MoE cases at the end).
 
 Why the cross-path oracles need not see every (arch, type) pair: what they prove exact is batch
 invariance -- a token's logits independent of the step around it, its chunking, its KV blocks --
@@ -354,10 +354,11 @@ def test_poison_exposes_illegal_read(backend, kernels, kv, poisoned):
 # attention, the same experts). The tensor set's MoE is mmq (moe_mmq.cu: tiles of
 # 64 pairs an expert for steps of >= 16 tokens, bit-identical to fast, tests/test_kernels_moe.py): its
 # kernel-vs-reference runs on one model, its cross-path oracles on the random and the skewed routing
-# (one expert's pairs over a 64-pair tile).
+# (one expert's pairs over a 64-pair tile). A fourth, all MXFP4 (gpt-oss's experts' type, quants.BASE_ONLY),
+# runs every oracle in every set: the baselines compile it, the others hand it to dp4a and grouped.
 MOE_REF_CASES = [(q, KV_DTYPES[i % 2]) for i, q in enumerate(QTYPES)]
 MOE_CROSS = [("qwen3moe", "Q4_K", "spread", "f16"), ("qwen3moe", "Q8_0", "skewed", "q8_0"),
-             ("llama", "Q5_0", "ties", "f16")]
+             ("llama", "Q5_0", "ties", "f16"), ("qwen3moe", "MXFP4", "spread", "f16")]
 if ALL:  # make test-all: every weight type in both KV dtypes, in the three routings in turn
     MOE_REF_CASES = [(q, kv) for q in QTYPES for kv in KV_DTYPES]
     MOE_CROSS += [("qwen3moe", q, ("spread", "skewed", "ties")[i % 3], kv) for i, q in enumerate(QTYPES)
@@ -382,7 +383,7 @@ def test_moe_kernel_vs_reference(backend, kernels, qtype, kv):
 @pytest.mark.parametrize("arch,qtype,routing,kv", MOE_CROSS, ids=[f"{a}-{q}-{r}-{kv}" for a, q, r, kv in MOE_CROSS])
 def test_moe_cross_path_oracles(backend, kernels, arch, qtype, routing, kv):
     """kernel-vs-reference, then packed, chunked, batched decode and placement, bit for bit."""
-    moe_case(kernels, qtype, tensor_types=("Q4_K", "Q8_0"))
+    moe_case(kernels, qtype, tensor_types=("Q4_K", "Q8_0", "MXFP4"))
     fp = forward_pass(arch, qtype, backend, kernels, routing, experts=8 if arch == "llama" else 0)
     rng = case_rng("moe", qtype, routing, kv)
     bs = int(rng.choice([4, 16]))

@@ -33,8 +33,10 @@ F16_FIELDS = {
     quants.Q8_0: (0,), quants.Q4_0: (0,), quants.Q5_0: (0,),
     quants.Q4_1: (0, 2), quants.Q5_1: (0, 2),
     quants.Q4_K: (0, 2), quants.Q5_K: (0, 2), quants.Q6_K: (208,),
-    quants.Q2_K: (80, 82), quants.Q3_K: (108,), quants.IQ4_NL: (0,), quants.IQ4_XS: (0,),
+    quants.Q2_K: (80, 82), quants.Q3_K: (108,), quants.IQ4_NL: (0,), quants.IQ4_XS: (0,), quants.MXFP4: (),
 }
+# and of its e8m0 exponent bytes (random ones: 2^-10 to 1 as the fp16 scales; every byte: the embedding test)
+E8M0_FIELDS = {quants.MXFP4: (0,)}
 
 
 def _rng(*key) -> np.random.Generator:
@@ -60,6 +62,8 @@ def _random_raw(rng, qtype: int, n_out: int, n_in: int) -> np.ndarray:
     for at in F16_FIELDS[qtype]:
         scale = (rng.uniform(-1, 1, n_blocks) * 10.0 ** rng.uniform(-4, 0, n_blocks)).astype(np.float16)
         blocks[:, at:at + 2] = scale.reshape(-1, 1).view(np.uint8)
+    for at in E8M0_FIELDS.get(qtype, ()):
+        blocks[:, at] = rng.integers(118, 129, n_blocks)
     return blocks.reshape(n_out, -1)
 
 
@@ -238,13 +242,26 @@ def test_embedding_exact(backend, qtype, k, scale):
 
 @pytest.mark.parametrize("qtype", quants.BASE_ONLY, ids=[quants.qtype_name(q) for q in quants.BASE_ONLY])
 def test_embedding_decodes_the_newest_types_exactly(backend, qtype):
-    """ggml_blocks.cuh's decode of Q2_K, Q3_K, IQ4_NL and IQ4_XS equals quants.dequantize, itself
+    """ggml_blocks.cuh's decode of Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4 equals quants.dequantize, itself
     bit-equal to gguf-py's, on quantized rows and random block bytes."""
     rng = _rng("embed-new", qtype)
     n_vocab, n_embd = 9, _min_n_in(qtype) * 2
     for raw in (_quantized_weights(rng, qtype, n_vocab, n_embd), _random_raw(rng, qtype, n_vocab, n_embd)):
         ids = np.array([0, n_vocab - 1, 4, 4, 7], np.int32)
         assert_same(_bits(_run_embed(backend, raw, qtype, ids, n_embd)), _bits(embed_reference(raw, qtype, ids, n_embd)))
+
+
+def test_embedding_decodes_every_mxfp4_exponent_as_the_reference(backend):
+    """All 256 e8m0 bytes, one a block, under random nibbles: the subnormal scales of e < 2, the ordinary
+    ones, and the products past float's range (e >= 253) -- inf, bit for bit the reference's."""
+    rng = _rng("embed-e8m0")
+    raw = rng.integers(0, 256, (256, 17), dtype=np.uint8)
+    raw[:, 0] = np.arange(256)
+    raw = raw.reshape(8, 32 * 17)  # 8 rows of 1024 values
+    ids = np.arange(8, dtype=np.int32)
+    want = embed_reference(raw, quants.MXFP4, ids, 1024)
+    assert np.isinf(want).any() and ((want != 0) & (np.abs(want) < np.finfo(np.float32).tiny)).any()
+    assert_same(_bits(_run_embed(backend, raw, quants.MXFP4, ids, 1024)), _bits(want))
 
 
 def test_embedding_takes_fed_ids_and_writes_them_back(backend):

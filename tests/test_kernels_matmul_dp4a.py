@@ -22,8 +22,9 @@ TYPE_IDS = [quants.qtype_name(q) for q in TYPES]
 F16_FIELDS = {
     quants.Q8_0: (0,), quants.Q4_0: (0,), quants.Q5_0: (0,), quants.Q4_1: (0, 2), quants.Q5_1: (0, 2),
     quants.Q4_K: (0, 2), quants.Q5_K: (0, 2), quants.Q6_K: (208,),
-    quants.Q2_K: (80, 82), quants.Q3_K: (108,), quants.IQ4_NL: (0,), quants.IQ4_XS: (0,),
+    quants.Q2_K: (80, 82), quants.Q3_K: (108,), quants.IQ4_NL: (0,), quants.IQ4_XS: (0,), quants.MXFP4: (),
 }
+E8M0_FIELDS = {quants.MXFP4: (0,)}  # exponent bytes: random ones at 2^-10 to 1, as the fp16 scales
 
 
 def _rng(*key):
@@ -39,6 +40,8 @@ def _raw(rng, qtype, n_out, n_in):
     for at in F16_FIELDS[qtype]:
         scale = (rng.uniform(-1, 1, n_blocks) * 10.0 ** rng.uniform(-3, 0, n_blocks)).astype(np.float16)
         blocks[:, at:at + 2] = scale.reshape(-1, 1).view(np.uint8)
+    for at in E8M0_FIELDS.get(qtype, ()):
+        blocks[:, at] = rng.integers(118, 129, n_blocks)
     return blocks.reshape(n_out, -1)
 
 

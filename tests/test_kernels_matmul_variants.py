@@ -23,7 +23,8 @@ from sharpinf.ops.variants import variant, variants_of
 from asserts import assert_bits
 from test_kernels_matmul_dp4a import _act, _bound, _raw, _rng
 
-TYPES = [quants.F16, quants.Q8_0, quants.Q4_1, quants.Q4_K, quants.Q6_K]
+# MXFP4, a type of the baselines alone (quants.BASE_ONLY): what the faster variants run for it is their hand-over
+TYPES = [quants.F16, quants.Q8_0, quants.Q4_1, quants.Q4_K, quants.Q6_K, quants.MXFP4]
 N_TOKENS = 19  # past mma's 16-token tile, with a partial tile
 
 

@@ -181,12 +181,16 @@ def test_experts_add_the_weighted_ffns_in_rank_order(backend, name, qtype):
     assert_close(got, want, rtol=0, atol=(2e-3 if q8 else 2e-5) * float(np.abs(want).max()))
 
 
-@pytest.mark.parametrize("name,qtype", list(zip(MOE_VARIANTS, quants.BASE_ONLY)),
-                         ids=[f"{n}-{quants.qtype_name(q)}" for n, q in zip(MOE_VARIANTS, quants.BASE_ONLY)])
+# the baselines' own types one a variant in turn; MXFP4, gpt-oss's experts, on every variant
+BASE_ONLY_CASES = list(dict.fromkeys([(MOE_VARIANTS[i % len(MOE_VARIANTS)], q) for i, q in enumerate(quants.BASE_ONLY)]
+                                     + [(n, quants.MXFP4) for n in MOE_VARIANTS]))
+
+
+@pytest.mark.parametrize("name,qtype", BASE_ONLY_CASES, ids=[f"{n}-{quants.qtype_name(q)}" for n, q in BASE_ONLY_CASES])
 def test_the_baselines_own_types_run_on_every_moe_variant(backend, name, qtype):
-    """Q2_K, Q3_K, IQ4_NL and IQ4_XS (quants.BASE_ONLY), one a variant: moe=warp and grouped compile them,
-    mmq and gemv hand them to grouped (a step inside each one's token range, so the hand-over is what
-    runs) -- the other types' bound against the float64 truth."""
+    """Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4 (quants.BASE_ONLY): moe=warp and grouped compile them, mmq and
+    gemv hand them to grouped (a step inside each one's token range, so the hand-over is what runs) --
+    the other types' bound against the float64 truth."""
     v = variant("moe", name)
     rng = _rng("base-only", name, qtype)
     T, k = max(6, v.min_tokens or 0), 2

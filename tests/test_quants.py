@@ -17,10 +17,9 @@ from sharpinf.model import quants as q
 
 NAMES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 # held by the baseline kernels alone (quants.BASE_ONLY)
-BASE_ONLY = ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]
-REFERENCE_ONLY = ["MXFP4"]  # read by the NumPy reference alone, for now (quants.REFERENCE_ONLY)
-QUANTIZED = NAMES[3:] + BASE_ONLY + REFERENCE_ONLY
-ALL = NAMES + BASE_ONLY + REFERENCE_ONLY
+BASE_ONLY = ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4"]
+QUANTIZED = NAMES[3:] + BASE_ONLY
+ALL = NAMES + BASE_ONLY
 # byte offsets of the fp16 scale fields inside one block
 F16_FIELDS = {
     "Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
@@ -78,7 +77,6 @@ def random_raw(name: str, n_blocks: int, seed: int) -> np.ndarray:
 
 def test_block_tables_match_ggml():
     assert [q.qtype_name(t) for t in q.SUPPORTED] == ALL and [q.qtype_name(t) for t in q.BASE_ONLY] == BASE_ONLY
-    assert [q.qtype_name(t) for t in q.REFERENCE_ONLY] == REFERENCE_ONLY
     for name in ALL:
         qtype = qt(name)
         assert (q.BLOCK_ELEMS[qtype], q.BLOCK_BYTES[qtype]) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]]

@@ -89,7 +89,7 @@ def synth(
                              "qwen3moe (mixture of experts; llama with --experts N is Mixtral-style), smollm3 "
                              "(no RoPE on every 4th layer), phi3 (fused QKV and gate|up), mistral3 (llama's graph; its "
                              "YaRN and temperature keys from the file), gemma2 (softcaps, windows on every other layer) "
-                             "or gpt-oss (sinks, biases, windows, YaRN, MXFP4 experts: the NumPy reference runs it)."),
+                             "or gpt-oss (sinks, biases, windows, YaRN, MXFP4 experts: the NumPy reference runs the arch)."),
     qtype: str = typer.Option("Q8_0", help="Weight quant type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q2_K Q3_K IQ4_NL "
                               "IQ4_XS MXFP4."),
     expert_qtype: str = typer.Option(None, show_default=False, help="MoE: the experts' type (default: --qtype; "

@@ -23,11 +23,9 @@ MXFP4 = int(T.MXFP4)  # gpt-oss's experts: e2m1 values, one e8m0 scale a block o
 
 # Held by the baseline kernels alone (the simple matmul, dp4a and its MoE form, embedding): the faster
 # variants (gemv, mma, mmq, the fused FFN and link, moe=gemv and moe=mmq) hand them to dp4a, the same bits.
-BASE_ONLY = (Q2_K, Q3_K, IQ4_NL, IQ4_XS)
-# Read by the NumPy reference alone, until the kernels decode them (step/weights.py refuses them in one line)
-REFERENCE_ONLY = (MXFP4,)
+BASE_ONLY = (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4)
 KERNEL_TYPES = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, *BASE_ONLY)
-SUPPORTED = (*KERNEL_TYPES, *REFERENCE_ONLY)
+SUPPORTED = KERNEL_TYPES
 
 QK = 32  # elements per block of the legacy formats
 QK_K = 256  # elements per super-block of the K-quants

@@ -33,7 +33,7 @@ ARCH_NOTES = {  # what each graph is, beyond llama's (the graph itself: oracles/
     "gpt-oss": "gpt-oss (llama.cpp's openai-moe graph): attention sinks, windows on every other layer, biases, a "
                "biased top-k-softmax router, the clamped SwiGLU -- the NumPy reference only, so far (--backend reference)",
 }
-REFUSED = ("gpt-oss and MXFP4 on the kernels (the reference runs them); every other weight type (IQ1_S to IQ3_S, "
+REFUSED = ("gpt-oss on the kernels (the reference runs it); every other weight type (IQ1_S to IQ3_S, "
            "TQ1_0, TQ2_0, NVFP4, ...); "
            "any key or tensor the graph would not apply (sharpinf info FILE names it)")
 
@@ -54,8 +54,7 @@ def support_rows() -> list[dict]:
         {"what": "weight types", "supported": types,
          "checked": "gguf-py's dequantization (tests/test_quants.py); every matmul path against the reference ("
                     + ", ".join(quants.qtype_name(q) for q in quants.BASE_ONLY) + ": the simple, dp4a and MoE "
-                    "baselines; the faster variants hand them to dp4a, the same bits; "
-                    + ", ".join(quants.qtype_name(q) for q in quants.REFERENCE_ONLY) + ": the reference only)"},
+                    "baselines; the faster variants hand them to dp4a, the same bits)"},
         {"what": "RoPE", "supported": rope, "checked": "tests/test_llamacpp_agreement.py"},
         {"what": "tokenizers", "supported": f"byte-level BPE (tokenizer.ggml.model gpt2), pre-tokenizers {pres}; "
                                             "SentencePiece BPE (llama); llama.cpp's phi3 rule (no whitespace after a "

@@ -24,7 +24,7 @@ KERNEL_SUFFIX: dict[int, str] = {
     quants.Q8_0: "q8_0", quants.Q4_0: "q4_0", quants.Q4_1: "q4_1", quants.Q5_0: "q5_0", quants.Q5_1: "q5_1",
     quants.Q4_K: "q4_k", quants.Q5_K: "q5_k", quants.Q6_K: "q6_k",
     # the baselines' only (quants.BASE_ONLY): the faster variants hand them to dp4a
-    quants.Q2_K: "q2_k", quants.Q3_K: "q3_k", quants.IQ4_NL: "iq4_nl", quants.IQ4_XS: "iq4_xs",
+    quants.Q2_K: "q2_k", quants.Q3_K: "q3_k", quants.IQ4_NL: "iq4_nl", quants.IQ4_XS: "iq4_xs", quants.MXFP4: "mxfp4",
 }
 
 

@@ -151,7 +151,7 @@ def register_static_shared(text: str) -> str:
 # types' (its checked build: ~11x less g++ time); the entries written out by hand are in every build.
 _TYPED_FILE = re.compile(r"\bGB_(?:\w+_)?ENTR(?:Y|IES)(?:_ATTRS)?\s*\(")
 GB_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k", "iq4_nl",
-            "iq4_xs")
+            "iq4_xs", "mxfp4")
 _TYPE_IN_NAME = re.compile(r"_(" + "|".join(GB_TYPES) + r")(?=_|$)")
 
 
