@@ -20,7 +20,7 @@
 #include "entry.cuh"       // SHARPINF_ENTRY*, SHARPINF_WANT, the entry families, SHARPINF_SHARED_FN
 #include "reduce.cuh"      // warp and block reductions, block_exclusive_sum
 #include "q8_1_block.cuh"  // one q8_1 block by one warp
-#include "gated_act.cuh"   // the FFN's gated activations (ACT_SILU, ACT_GELU_TANH)
+#include "gated_act.cuh"   // the FFN's gated activations (ACT_SILU, ACT_GELU_TANH, ACT_SWIGLU_OAI)
 #include "softcap.cuh"     // cap * tanh(x / cap): the logits' and gemma2's attention scores'
 #include "mma_frag.cuh"    // tensor-core mma and ldmatrix, their fragment layouts
 #include "cp_async.cuh"    // cp.async global -> shared copies

@@ -696,13 +696,14 @@ template <> struct DpChunk<GB_MXFP4> {
 
 // --- the epilogue (matmul_mma.cu's too: the same operations, the same bits) ----------------------------
 // NMAT = 1: *y = v (+ bias[row]) (+ *y when accumulate, in the order x + (...) as elementwise.cu's add).
-// NMAT = 2: *y = act(v) * up (act: ACT_SILU or ACT_GELU_TANH), common.cuh's gated_act like
-// elementwise.cu's silu_gate / gelu_gate.
+// NMAT = 2: *y = act(v, up) (act: gated_act.cuh's, as elementwise.cu's silu_gate / gelu_gate), with
+// has_bias (gpt-oss's experts) act(v + bias[2 row], up + bias[2 row + 1]): a row's gate and up biases
+// side by side.
 template <int NMAT>
 __device__ __forceinline__ void dp_store(float* y, float v, float up, const float* bias, int row, int has_bias,
                                          int accumulate, int act) {
     if (NMAT == 2) {
-        *y = gated_act(act, v, up);
+        *y = has_bias ? gated_act(act, v + bias[2 * row], up + bias[2 * row + 1]) : gated_act(act, v, up);
     } else {
         const float r = has_bias ? v + bias[row] : v;
         *y = accumulate ? *y + r : r;
@@ -710,23 +711,23 @@ __device__ __forceinline__ void dp_store(float* y, float v, float up, const floa
 }
 
 // The same epilogue in two halves, for a thread that stores many outputs: dp_old loads what an
-// output's store reads (the residual it adds to, its bias) -- all of them issued before the first
-// store, since a load the compiler cannot prove apart from an earlier store to Y waits for it --
+// output's store reads (the residual it adds to, its bias or biases) -- all of them issued before the
+// first store, since a load the compiler cannot prove apart from an earlier store to Y waits for it --
 // and dp_store_old stores with them: dp_store's operations, its bits. (dp_store stays as it is:
 // written as the two back to back, it compiles matmul_mma to more instructions.)
 struct DpOld {
-    float y, b;
+    float y, b, bu;  // the residual, the bias (NMAT = 2: the gate's), the up's bias
 };
 template <int NMAT>
 __device__ __forceinline__ DpOld dp_old(const float* y, const float* bias, int row, int has_bias, int accumulate) {
-    if (NMAT == 2) return DpOld{0.0f, 0.0f};
-    return DpOld{accumulate ? *y : 0.0f, has_bias ? bias[row] : 0.0f};
+    if (NMAT == 2) return has_bias ? DpOld{0.0f, bias[2 * row], bias[2 * row + 1]} : DpOld{0.0f, 0.0f, 0.0f};
+    return DpOld{accumulate ? *y : 0.0f, has_bias ? bias[row] : 0.0f, 0.0f};
 }
 template <int NMAT>
 __device__ __forceinline__ void dp_store_old(float* y, float v, float up, DpOld old, int has_bias, int accumulate,
                                              int act) {
     if (NMAT == 2) {
-        *y = gated_act(act, v, up);
+        *y = has_bias ? gated_act(act, v + old.b, up + old.bu) : gated_act(act, v, up);
     } else {
         const float r = has_bias ? v + old.b : v;
         *y = accumulate ? old.y + r : r;

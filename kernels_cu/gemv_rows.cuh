@@ -144,7 +144,8 @@ __device__ __forceinline__ void gv_dot_chunk(const Chunk (&ch)[NMAT], float (&ac
     }
 }
 
-// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate); NMAT = 2: Y = act(X W^T) * (X W2^T).
+// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate); NMAT = 2: Y = act(X W^T, X W2^T) (+ the (gate, up)
+// bias pairs: dp4a.cuh's dp_store).
 // slots.count <= NT token slots (X row slots.x_row(t), Y row slots.y_row(t)), all in one tile.
 // GC: G when known at compile time (the _g16 and _g32 entries: dp4a.cuh's DP_GC), 0: from n_in
 //

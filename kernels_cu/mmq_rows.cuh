@@ -178,7 +178,8 @@ __device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq,
                 MqSplit{partial, tickets, x0}
 #define GQ_NAMES Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act, partial, tickets, x0
 
-// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).  NMAT = 2: Y = act(X W^T) * (X W2^T).
+// NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).  NMAT = 2: Y = act(X W^T, X W2^T) (+ the (gate, up)
+// bias pairs: dp4a.cuh's dp_store).
 // The block's warps and tiles: MqShape<NMAT, ROWS>. Slots: the X and Y rows of the block's 64 token
 // slots (MqTokens for a dense layer, MqPairs for an expert's tile of pairs); blockIdx.x is the
 // ROWS-row tile of W.
@@ -377,7 +378,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                     for (int q = 0; q < MQ_MAX_GROUPS; ++q)
                         g[b][m][q] = live && q < NG ? __ldcg(pt + ((m * NG + q) * MQ_TOKENS + slot) * ROWS + rl) : 0.0f;
                 old[b] = live ? dp_old<NMAT>(Y + slots.y_row(slot) * y_stride + r, bias, r, has_bias, accumulate)
-                              : DpOld{0.0f, 0.0f};
+                              : DpOld{0.0f, 0.0f, 0.0f};
             }
 #pragma unroll
             for (int b = 0; b < MQ_FOLD; ++b) {

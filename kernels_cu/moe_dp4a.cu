@@ -7,10 +7,11 @@
 //     `tile` pairs of one expert (8 here, 64 for moe_mmq.cu), count 0 past the last. max_tiles =
 //     ceil(n_pairs / tile) + min(n_expert, n_pairs) bounds them for any routing, so the launch
 //     shapes below depend on n_pairs only.
-//   moe_gate_up_dp4a_<type>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act)
-//     G[p][j] = act(X[p / k] . Wg[e][j]) * (X[p / k] . Wu[e][j]) for the pairs p of each tile
+//   moe_gate_up_dp4a_<type>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, bias, has_bias)
+//     G[p][j] = act(X[p / k] . Wg[e][j] (+ bg[e][j]), X[p / k] . Wu[e][j] (+ bu[e][j])) for the pairs p of each tile
 //   moe_down_dp4a_<type>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
 //     Y[p][j] = G[p] . Wd[e][j], G in q8_1 (rmsnorm_q8_1.cu's quantize_q8_1 over the pairs' rows)
+//     the biases (gpt-oss) added to the float dots, before the activation: moe_args.cuh's layout
 //   ..._g16 / _g32: G compiled in (as matmul_dp4a.cu's); then moe_ffn.cu's moe_combine adds the
 //   pairs' outputs to x in rank order.
 //   W*: the stacked experts as GGUF stores them (moe_ffn.cu); X in q8_1 as matmul_dp4a.cu reads it.
@@ -72,7 +73,8 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
                                               const signed char* __restrict__ xq, const float* __restrict__ xd,
                                               const int* __restrict__ xs, const int* __restrict__ order,
                                               const int* __restrict__ tiles, float* __restrict__ Y, int x_div,
-                                              int n_out, int n_in, int max_tiles, int act) {
+                                              int n_out, int n_in, int max_tiles, int act, const float* bias,
+                                              int has_bias) {
     const int tile = blockIdx.y, nt = tiles[2 * max_tiles + tile];
     if (nt == 0) return;  // block-uniform: past the last tile
     const int expert = tiles[tile], first = tiles[max_tiles + tile];
@@ -81,6 +83,7 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
     const int G = GC ? GC : dp_group_lanes(n_chunks), g = lane % G, rows_per_warp = 32 / G;
     const long long row_bytes = gb_row_bytes<QT>(n_in);
     const long long w_at = (long long)expert * n_out * row_bytes;
+    const float* eb = bias + (long long)expert * n_out * NMAT;  // the expert's biases (read with has_bias)
     const int rows_per_pass = gridDim.x * DP_WARPS * rows_per_warp;
     // the tile's pairs and their X rows, divided here once (dividing in the chunk loop, ptxas redoes the
     // 8 divisions every chunk)
@@ -118,34 +121,34 @@ __device__ __forceinline__ void moe_dp4a_rows(const unsigned char* __restrict__ 
             }
         }
         auto store = [&](int t, int r, const float(&v)[NMAT]) {
-            dp_store<NMAT>(Y + (long long)pair[t] * n_out + r, v[0], v[NMAT - 1], Y, r, 0, 0, act);
+            dp_store<NMAT>(Y + (long long)pair[t] * n_out + r, v[0], v[NMAT - 1], eb, r, has_bias, 0, act);
         };
         dp_combine<NMAT, GC != 0>(cw, acc, G, rows_per_warp, nt, base, n_out, store);
     }
 }
 
 template <int QT> __device__ __forceinline__ void moe_gate_up_dp4a_t(MOE_GATE_UP_PARAMS) {
-    moe_dp4a_rows<QT, 2>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act);
+    moe_dp4a_rows<QT, 2>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, bias, has_bias);
 }
 template <int QT> __device__ __forceinline__ void moe_down_dp4a_t(MOE_DOWN_PARAMS) {
-    moe_dp4a_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU);
+    moe_dp4a_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU, Y, 0);
 }
-GB_ALL_ENTRIES(moe_gate_up_dp4a, , (MOE_GATE_UP_PARAMS), moe_gate_up_dp4a_t, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in,
-           max_tiles, act)
+GB_ALL_ENTRIES(moe_gate_up_dp4a, , (MOE_GATE_UP_PARAMS), moe_gate_up_dp4a_t, MOE_GATE_UP_NAMES)
 GB_ALL_ENTRIES(moe_down_dp4a, , (MOE_DOWN_PARAMS), moe_down_dp4a_t, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
 // ..._g16 / _g32: G compiled in (ops/moe.py picks them by entry_name, as the dense launchers). (GL, not G:
 // moe_args.cuh's G is the gate+up output.)
 #define MOE_DP4A_G(GL)                                                                                          \
     template <int QT> __device__ __forceinline__ void moe_gate_up_dp4a_g##GL(MOE_GATE_UP_PARAMS) {              \
         DP_ASSUME_G(n_in, GL);                                                                                  \
-        moe_dp4a_rows<QT, 2, DP_GC(GL)>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act);    \
+        moe_dp4a_rows<QT, 2, DP_GC(GL)>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, bias, \
+                                        has_bias);                                                              \
     }                                                                                                           \
     template <int QT> __device__ __forceinline__ void moe_down_dp4a_g##GL(MOE_DOWN_PARAMS) {                    \
         DP_ASSUME_G(n_in, GL);                                                                                  \
-        moe_dp4a_rows<QT, 1, DP_GC(GL)>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU); \
+        moe_dp4a_rows<QT, 1, DP_GC(GL)>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU, \
+                                        Y, 0);                                                                  \
     }                                                                                                           \
-    GB_QUANT_ENTRIES(moe_gate_up_dp4a, _g##GL, (MOE_GATE_UP_PARAMS), moe_gate_up_dp4a_g##GL, Wg, Wu, xq, xd, xs,   \
-                     order, tiles, G, k, n_ff, n_in, max_tiles, act)                                              \
+    GB_QUANT_ENTRIES(moe_gate_up_dp4a, _g##GL, (MOE_GATE_UP_PARAMS), moe_gate_up_dp4a_g##GL, MOE_GATE_UP_NAMES)  \
     GB_QUANT_ENTRIES(moe_down_dp4a, _g##GL, (MOE_DOWN_PARAMS), moe_down_dp4a_g##GL, Wd, xq, xd, xs, order, tiles,  \
                      Y, n_out, n_in, max_tiles)
 MOE_DP4A_G(16)

@@ -1,11 +1,13 @@
 // moe_ffn.cu -- the MoE experts, readable baseline: one warp per (token, slot) pair and output row.
 // A pair p = t * k + r is token t's r-th choice, expert ids[p] (moe_route.cu).
-//   moe_gate_up_<type>(Wg, Wu, X, ids, G, n_pairs, k, n_ff, n_in, act)
-//     G[p][j] = act(X[p / k] . Wg[e][j]) * (X[p / k] . Wu[e][j]),  e = ids[p]
+//   moe_gate_up_<type>(Wg, Wu, X, ids, G, n_pairs, k, n_ff, n_in, act, bias, has_bias)
+//     G[p][j] = act(X[p / k] . Wg[e][j] (+ bg[e][j]), X[p / k] . Wu[e][j] (+ bu[e][j])),  e = ids[p]
+//     the biases (has_bias: gpt-oss) on the float dots, before the activation, laid out as moe_args.cuh's
 //   moe_down_<type>(Wd, G, ids, Y, n_pairs, n_out, n_in)
 //     Y[p][j] = G[p] . Wd[e][j]
-//   moe_combine(Y, wts, x, n_tokens, k, n)
-//     x[t][j] += ((0 + w_0 Y[t k][j]) + w_1 Y[t k + 1][j]) + ...   (fma each, rank order)
+//   moe_combine(Y, wts, x, n_tokens, k, n, ids, bd, has_bias)
+//     x[t][j] += ((0 + w_0 y_0) + w_1 y_1) + ...   (fma each, rank order), y_r = Y[t k + r][j] (+ bd[e][j],
+//     e = ids[t k + r], with has_bias: each down's bias, rounded once as a down kernel's epilogue would)
 //   W*: the stacked experts as GGUF stores them, raw rows of one type: expert e's row j is row
 //   e * n_out + j (<type>: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k); X, G, Y float rows.
 //   n_in a multiple of 32 (256 for the K-quants).
@@ -39,43 +41,55 @@ __device__ __forceinline__ float moe_row_dot(const unsigned char* __restrict__ w
     return warp_reduce_sum(acc);
 }
 
-// NMAT = 2: Y = act(X Wg^T) * (X Wu^T) (W2 = Wu), X row p / x_div; NMAT = 1: Y = X W^T.
+// NMAT = 2: Y = act(X Wg^T, X Wu^T) (W2 = Wu), X row p / x_div; NMAT = 1: Y = X W^T; each + its bias
+// (has_bias: bias[(e n_out + row) NMAT + m] for matrix m).
 template <int QT, int NMAT>
 __device__ __forceinline__ void moe_pair_rows(const unsigned char* __restrict__ W, const unsigned char* __restrict__ W2,
                                               const float* __restrict__ X, const int* __restrict__ ids,
                                               float* __restrict__ Y, int n_pairs, int x_div, int n_out, int n_in,
-                                              int act) {
+                                              int act, const float* __restrict__ bias, int has_bias) {
     const int p = blockIdx.y, row = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
     if (p >= n_pairs || row >= n_out) return;  // warp-uniform
     const long long row_bytes = gb_row_bytes<QT>(n_in);
     const long long at = ((long long)ids[p] * n_out + row) * row_bytes;
     const float* x = X + (long long)(p / x_div) * n_in;
-    const float v = moe_row_dot<QT>(W + at, x, n_in);
+    float v = moe_row_dot<QT>(W + at, x, n_in), u = NMAT == 2 ? moe_row_dot<QT>(W2 + at, x, n_in) : 0.0f;
+    if (has_bias) {  // never adds a zero where there is none: -0 stays -0, qwen3moe's bits
+        const float* b = bias + ((long long)ids[p] * n_out + row) * NMAT;
+        v = v + b[0];
+        if (NMAT == 2) u = u + b[1];
+    }
     float out = v;
-    if (NMAT == 2) out = gated_act(act, v, moe_row_dot<QT>(W2 + at, x, n_in));
+    if (NMAT == 2) out = gated_act(act, v, u);
     if ((threadIdx.x & 31) == 0) Y[(long long)p * n_out + row] = out;
 }
 
 #define MG_PARAMS const unsigned char *Wg, const unsigned char *Wu, const float *X, const int *ids, float *G, \
-        int n_pairs, int k, int n_ff, int n_in, int act
+        int n_pairs, int k, int n_ff, int n_in, int act, const float *bias, int has_bias
 #define MD_PARAMS const unsigned char *Wd, const float *G, const int *ids, float *Y, int n_pairs, int n_out, int n_in
 template <int QT> __device__ __forceinline__ void moe_gate_up_t(MG_PARAMS) {
-    moe_pair_rows<QT, 2>(Wg, Wu, X, ids, G, n_pairs, k, n_ff, n_in, act);
+    moe_pair_rows<QT, 2>(Wg, Wu, X, ids, G, n_pairs, k, n_ff, n_in, act, bias, has_bias);
 }
 template <int QT> __device__ __forceinline__ void moe_down_t(MD_PARAMS) {
-    moe_pair_rows<QT, 1>(Wd, Wd, G, ids, Y, n_pairs, 1, n_out, n_in, ACT_SILU);
+    moe_pair_rows<QT, 1>(Wd, Wd, G, ids, Y, n_pairs, 1, n_out, n_in, ACT_SILU, Y, 0);
 }
-GB_ALL_ENTRIES(moe_gate_up, , (MG_PARAMS), moe_gate_up_t, Wg, Wu, X, ids, G, n_pairs, k, n_ff, n_in, act)
+GB_ALL_ENTRIES(moe_gate_up, , (MG_PARAMS), moe_gate_up_t, Wg, Wu, X, ids, G, n_pairs, k, n_ff, n_in, act, bias, has_bias)
 GB_ALL_ENTRIES(moe_down, , (MD_PARAMS), moe_down_t, Wd, G, ids, Y, n_pairs, n_out, n_in)
 
-// x += the k pair outputs of each token, weighted, in rank order (shared by every MoE variant).
-extern "C" __global__ void moe_combine(const float* Y, const float* wts, float* x, int n_tokens, int k, int n) {
+// x += the k pair outputs of each token (+ each one's down bias), weighted, in rank order (shared by every
+// MoE variant: the down bias here, not in each down kernel's epilogue, whose registers it would take).
+extern "C" __global__ void moe_combine(const float* Y, const float* wts, float* x, int n_tokens, int k, int n,
+                                       const int* ids, const float* bd, int has_bias) {
     sharpinf_pdl_enter();
     const long long total = (long long)n_tokens * n, stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const long long t = i / n, j = i % n;
         float acc = 0.0f;
-        for (int r = 0; r < k; ++r) acc = gb_fma(wts[t * k + r], Y[(t * k + r) * n + j], acc);
+        for (int r = 0; r < k; ++r) {
+            const long long p = t * k + r;
+            const float y = has_bias ? Y[p * n + j] + bd[(long long)ids[p] * n + j] : Y[p * n + j];
+            acc = gb_fma(wts[p], y, acc);
+        }
         x[i] = x[i] + acc;
     }
 }

@@ -1,7 +1,7 @@
 // moe_gemv.cu -- as moe_dp4a.cu with matmul_gemv.cu's row stream, for decode: the experts' matvecs of
 // a step of 1..8 tokens -- the token count compiled in, several weight chunks in flight a lane.
 //
-//   moe_gate_up_gemv_<type>_t<NT>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act)
+//   moe_gate_up_gemv_<type>_t<NT>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, bias, has_bias)
 //   moe_down_gemv_<type>_t<NT>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
 //     moe_dp4a.cu's arguments and results (moe_args.cuh), with moe_dp4a.cu's moe_sort run with tiles of
 //     NT pairs (its `tile` argument): NT >= the step's tokens, and a token's k experts are k different
@@ -43,7 +43,8 @@ template <int NT> struct GvPairs {
 template <int QT, int NMAT, int NT, int GC>
 __device__ __forceinline__ void moe_gemv_rows(const unsigned char* W, const unsigned char* W2, const signed char* xq,
                                               const float* xd, const int* xs, const int* order, const int* tiles,
-                                              float* Y, int x_div, int n_out, int n_in, int max_tiles, int act) {
+                                              float* Y, int x_div, int n_out, int n_in, int max_tiles, int act,
+                                              const float* bias, int has_bias) {
     __shared__ __align__(16) int pairs[NT];
     const int tile = blockIdx.y, count = tiles[2 * max_tiles + tile];
     if (count == 0) return;  // block-uniform: past the last tile
@@ -56,7 +57,9 @@ __device__ __forceinline__ void moe_gemv_rows(const unsigned char* W, const unsi
 #pragma unroll
     for (int t = 0; t < NT; ++t) slots.xrow[t] = pairs[t] / x_div;
     const long long w_at = (long long)tiles[tile] * n_out * gb_row_bytes<QT>(n_in);  // the expert's rows
-    gemv_rows<QT, NMAT, NT, GC>(W + w_at, W2 + w_at, xq, xd, xs, Y, Y, slots, n_out, n_in, 0, 0, (long long)n_out, act);
+    const float* eb = bias + (long long)tiles[tile] * n_out * NMAT;                   // and biases (has_bias)
+    gemv_rows<QT, NMAT, NT, GC>(W + w_at, W2 + w_at, xq, xd, xs, eb, Y, slots, n_out, n_in, has_bias, 0, (long long)n_out,
+                                act);
 }
 
 // moe_gate_up_gemv_<type>_t<NT>, moe_down_gemv_<type>_t<NT> (G from n_in), and their _g16 / _g32
@@ -82,23 +85,24 @@ __device__ __forceinline__ void moe_gemv_rows(const unsigned char* W, const unsi
 #define MOE_GEMV_FNS(NT, SFX, ASSUME, GC)                                                                       \
     template <int QT> __device__ __forceinline__ void moe_gate_up_gemv_t##NT##SFX(MOE_GATE_UP_PARAMS) {         \
         ASSUME;                                                                                                 \
-        moe_gemv_rows<QT, 2, NT, GC>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act);       \
+        moe_gemv_rows<QT, 2, NT, GC>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, bias,  \
+                                     has_bias);                                                                 \
     }                                                                                                           \
     template <int QT> __device__ __forceinline__ void moe_down_gemv_t##NT##SFX(MOE_DOWN_PARAMS) {               \
         ASSUME;                                                                                                 \
-        moe_gemv_rows<QT, 1, NT, GC>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU);  \
+        moe_gemv_rows<QT, 1, NT, GC>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU,  \
+                                     Y, 0);                                                                     \
     }
 #define MOE_GEMV_G(NT, GL)                                                                                        \
     MOE_GEMV_FNS(NT, _g##GL, DP_ASSUME_G(n_in, GL), DP_GC(GL))                                                    \
     GB_QUANT_ENTRIES_ATTRS(moe_gate_up_gemv, _t##NT##_g##GL, MOE_GEMV_BOUNDS_T##NT, (MOE_GATE_UP_PARAMS),              \
-                            moe_gate_up_gemv_t##NT##_g##GL, Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in,    \
-                            max_tiles, act)                                                                       \
+                            moe_gate_up_gemv_t##NT##_g##GL, MOE_GATE_UP_NAMES)                                    \
     GB_QUANT_ENTRIES_ATTRS(moe_down_gemv, _t##NT##_g##GL, MOE_GEMV_BOUNDS_T##NT, (MOE_DOWN_PARAMS),                    \
                             moe_down_gemv_t##NT##_g##GL, Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles)
 #define MOE_GEMV(NT)                                                                                              \
     MOE_GEMV_FNS(NT, , (void)0, 0)                                                                                \
-    GB_ENTRIES_ATTRS(moe_gate_up_gemv, _t##NT, MOE_GEMV_BOUNDS_T##NT, (MOE_GATE_UP_PARAMS), moe_gate_up_gemv_t##NT, Wg,  \
-                     Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act)                              \
+    GB_ENTRIES_ATTRS(moe_gate_up_gemv, _t##NT, MOE_GEMV_BOUNDS_T##NT, (MOE_GATE_UP_PARAMS), moe_gate_up_gemv_t##NT,      \
+                     MOE_GATE_UP_NAMES)                                                                           \
     GB_ENTRIES_ATTRS(moe_down_gemv, _t##NT, MOE_GEMV_BOUNDS_T##NT, (MOE_DOWN_PARAMS), moe_down_gemv_t##NT, Wd, xq, xd,   \
                      xs, order, tiles, Y, n_out, n_in, max_tiles)                                                 \
     MOE_GEMV_G(NT, 16)                                                                                            \

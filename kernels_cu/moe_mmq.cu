@@ -1,8 +1,8 @@
 // moe_mmq.cu -- as moe_dp4a.cu on int8 tensor cores for steps of many tokens: each expert's pairs in
 // tiles of up to 64, matmul_mmq.cu's blocks (mmq_rows.cuh) over one expert's rows.
 //
-//   moe_gate_up_mmq_<type>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act,
-//       partial, tickets, x0)
+//   moe_gate_up_mmq_<type>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, bias,
+//       has_bias, partial, tickets, x0)
 //   moe_down_mmq_<type>(Wd, xq, xd, xs, order, tiles, Y, n_out, n_in, max_tiles, partial, tickets, x0)
 //     the arguments and results of moe_dp4a.cu's entries, for the quantized types, with moe_dp4a.cu's
 //     moe_sort run with tiles of 64 pairs (its `tile` argument): tiles[3][max_tiles] = (expert, first
@@ -50,7 +50,7 @@ template <int QT, int NMAT>
 __device__ __forceinline__ void moe_mmq_rows(const unsigned char* W, const unsigned char* W2, const signed char* xq,
                                              const float* xd, const int* xs, const int* order, const int* tiles,
                                              float* Y, int x_div, int n_out, int n_in, int max_tiles, int act,
-                                             MqSplit split) {
+                                             const float* bias, int has_bias, MqSplit split) {
     __shared__ int pairs[MQ_TOKENS], xrows[MQ_TOKENS];
     const int tile = blockIdx.y, count = tiles[2 * max_tiles + tile];
     if (count == 0) return;  // block-uniform: past the last tile
@@ -61,23 +61,25 @@ __device__ __forceinline__ void moe_mmq_rows(const unsigned char* W, const unsig
     }
     __syncthreads();
     const long long w_at = (long long)tiles[tile] * n_out * gb_row_bytes<QT>(n_in);  // the expert's rows
-    mmq_rows<QT, NMAT, MqPairs>(W + w_at, W2 + w_at, xq, xd, xs, Y, Y, MqPairs{count, pairs, xrows}, n_out, n_in, 0, 0,
-                                (long long)n_out, act, split);
+    const float* eb = bias + (long long)tiles[tile] * n_out * NMAT;                   // and biases (has_bias)
+    mmq_rows<QT, NMAT, MqPairs>(W + w_at, W2 + w_at, xq, xd, xs, eb, Y, MqPairs{count, pairs, xrows}, n_out, n_in,
+                                has_bias, 0, (long long)n_out, act, split);
 }
 
 // moe_dp4a.cu's arguments, then the split-K scratch
 #define MOE_SPLIT_PARAMS float *partial, int *tickets, int x0
 template <int QT> __device__ __forceinline__ void moe_gate_up_mmq_t(MOE_GATE_UP_PARAMS, MOE_SPLIT_PARAMS) {
-    moe_mmq_rows<QT, 2>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, MqSplit{partial, tickets, x0});
+    moe_mmq_rows<QT, 2>(Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, bias, has_bias,
+                        MqSplit{partial, tickets, x0});
 }
 template <int QT> __device__ __forceinline__ void moe_down_mmq_t(MOE_DOWN_PARAMS, MOE_SPLIT_PARAMS) {
-    moe_mmq_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU,
+    moe_mmq_rows<QT, 1>(Wd, Wd, xq, xd, xs, order, tiles, Y, 1, n_out, n_in, max_tiles, ACT_SILU, Y, 0,
                         MqSplit{partial, tickets, x0});
 }
 // The gate+up entries (256 threads) held to 2 blocks an SM (1 for Q5_K and Q6_K): unbounded, ptxas
 // spends registers on the split-K epilogue's batched loads (mmq_rows.cuh's MQ_FOLD), a block an SM fewer.
 #define MOE_GATE_UP_BOUNDS(QT) __launch_bounds__(256, (QT) == GB_Q5_K || (QT) == GB_Q6_K ? 1 : 2)
 GB_QUANT_ENTRIES_ATTRS(moe_gate_up_mmq, , MOE_GATE_UP_BOUNDS, (MOE_GATE_UP_PARAMS, MOE_SPLIT_PARAMS), moe_gate_up_mmq_t,
-                       Wg, Wu, xq, xd, xs, order, tiles, G, k, n_ff, n_in, max_tiles, act, partial, tickets, x0)
+                       MOE_GATE_UP_NAMES, partial, tickets, x0)
 GB_QUANT_ENTRIES(moe_down_mmq, , (MOE_DOWN_PARAMS, MOE_SPLIT_PARAMS), moe_down_mmq_t, Wd, xq, xd, xs, order, tiles, Y, n_out,
                  n_in, max_tiles, partial, tickets, x0)

@@ -5,7 +5,10 @@
 - the experts, warp (moe_ffn.cu) and grouped (moe_dp4a.cu): x += sum of the k chosen experts'
   SwiGLU outputs, weighted, in rank order, within float32 rounding of the float64 truth;
 - batch invariance bit for bit: a token's result alone equals its row in a batch where many tokens
-  share its experts (several tiles of one expert in the grouped kernel).
+  share its experts (several tiles of one expert in the grouped kernel);
+- gpt-oss (a synthetic file's layer): the biased router with top-k softmax gating, the biased experts and
+  the clamped SwiGLU, each variant against the reference's MoE (oracles/reference.py) and mmq and gemv
+  bit for bit against grouped.
 """
 
 from __future__ import annotations
@@ -15,13 +18,17 @@ import zlib
 import numpy as np
 import pytest
 
+from oracles.reference import Reference
 from sharpinf.model import quants
+from sharpinf.model.loader import load_model
+from sharpinf.model.synth import synthetic_model
 from sharpinf.ops import mmq_tiles as mq
 from sharpinf.ops import moe
 from sharpinf.ops.basic import act_reference
 from sharpinf.ops.matmul_dp4a import FIXED_G_TYPES
 from sharpinf.ops.quant_act import Q8Act, quantize_q8_1_reference, round_q8_1
 from sharpinf.ops.variants import variant, variants_of
+from sharpinf.step.weights import _upload_experts
 from asserts import assert_close, assert_same
 
 MOE_VARIANTS = variants_of("moe")  # every registered variant runs these tests (the first: the baseline)
@@ -71,13 +78,13 @@ def _truth(X, x0, w, k, q8: bool):
     return out, ids, wts
 
 
-def _run(be, name: str, E, X, x0):
+def _run(be, name: str, E, X, x0, act: str = "silu"):
     """x0 + the registered moe variant `name`'s FFN of rows X (float or q8_1, as it declares)."""
     v, T = variant("moe", name), len(X)
     q8 = v.activations == "q8_1"
     s = moe.MoeScratch.alloc(be, T, E.n_used, E.n_ff, E.n_embd, E.n_expert, q8)
     x = be.upload(x0)
-    v.launch(be, E, x, s, T, x_f=None if q8 else be.upload(X), x_q=_q8(be, X) if q8 else None)
+    v.launch(be, E, x, s, T, x_f=None if q8 else be.upload(X), x_q=_q8(be, X) if q8 else None, act=act)
     return be.download(x), be.download(s.ids).reshape(T, -1), be.download(s.wts).reshape(T, -1)
 
 
@@ -121,13 +128,45 @@ def test_router_with_every_logit_tied_takes_the_lowest_ids(backend, split):
 
 
 @SPLIT
-def test_a_nan_in_the_router_makes_nan_weights_never_a_silent_choice(backend, split):
+@pytest.mark.parametrize("q8", [False, True], ids=["f32", "q8_1"])
+def test_a_biased_top_k_softmax_router_picks_the_references_experts(backend, q8, split):
+    """gpt-oss's router: logits + bias, the top k by logit, a softmax over those k. Experts 2 and 5 tie
+    (equal rows and biases: 2 ranks first) ~250 above the rest, whose probabilities all underflow to zero:
+    a softmax-first choice would take the lowest ids among them, the logits take the largest; biases ~30
+    against logits ~60 wide change the choice."""
+    rng = _rng("route oss", q8)
+    T, k = 7, 3
+    X = rng.standard_normal((T, N_EMBD)).astype(np.float32)
+    r = (rng.standard_normal((N_EXPERT, N_EMBD)) * 60 / np.sqrt(N_EMBD)).astype(np.float32)
+    b = (rng.standard_normal(N_EXPERT) * 30).astype(np.float32)
+    r[2] = r[5] = X.sum(axis=0) * 4
+    b[5] = b[2]
+    E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, N_EXPERT, k, 32, N_EMBD,
+                          router_bias=backend.upload(b), gating="topk_softmax")
+    s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, split)
+    moe.route(backend, E, s, T, split=split, **({"x_q": _q8(backend, X)} if q8 else {"x_f": backend.upload(X)}))
+    ids, wts = backend.download(s.ids).reshape(T, k), backend.download(s.wts).reshape(T, k)
+    logits = moe.router_logits_reference(round_q8_1(X) if q8 else X, r) + b
+    want_ids, want_w = moe.route_reference(logits, k, gating="topk_softmax")
+    assert (want_ids != moe.route_reference(logits, k)[0]).any(), "the case must tell the gatings apart"
+    assert (want_ids != moe.route_reference(logits - b, k, gating="topk_softmax")[0]).any(), "and the bias matter"
+    assert (ids == want_ids).all(), (ids, want_ids)
+    assert_close(wts, want_w, rtol=2e-6, atol=1e-7)
+    with5 = [list(row) for row in ids if 5 in row]
+    assert with5 and all(2 in row and row.index(2) < row.index(5) for row in with5)
+
+
+@SPLIT
+@pytest.mark.parametrize("gating", list(moe.GATING))
+def test_a_nan_in_the_router_makes_nan_weights_never_a_silent_choice(backend, split, gating):
     """One router row NaN: every probability is NaN after the softmax's sum, so the weights come out
-    NaN (the forward pass's logits then fail every oracle) rather than a finite pick of the others."""
+    NaN (the forward pass's logits then fail every oracle) rather than a finite pick of the others;
+    top-k softmax gating (its softmax over the k only) says so for a NaN logit anywhere."""
     T, k = 3, 2
     r = (_rng("nan").standard_normal((N_EXPERT, N_EMBD)) / np.sqrt(N_EMBD)).astype(np.float32)
     r[3, 5] = np.nan
-    E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, N_EXPERT, k, 32, N_EMBD)
+    E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, N_EXPERT, k, 32, N_EMBD,
+                          gating=gating)
     s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, N_EXPERT, split)
     moe.route(backend, E, s, T, x_f=backend.upload(_rng("nan x").standard_normal((T, N_EMBD)).astype(np.float32)),
               split=split)
@@ -140,24 +179,30 @@ def test_a_nan_in_the_router_makes_nan_weights_never_a_silent_choice(backend, sp
 def test_the_split_router_gives_the_one_block_routers_bits(backend, n_expert, k):
     """moe_route_split.cu against moe_route.cu, ids and weights byte for byte: pairs of equal router rows
     (exact ties, settled by id), k up to every expert (the whole ranking), float and q8_1 input; twice
-    (the tickets left at zero serve the next launch, as a graph replay)."""
+    (the tickets left at zero serve the next launch, as a graph replay); both gatings (gpt-oss's with
+    its logits' bias)."""
     rng = _rng("split route", n_expert, k)
     T = 4
     r = (rng.standard_normal((n_expert, N_EMBD)) / np.sqrt(N_EMBD)).astype(np.float32)
     r[1::7] = r[0::7][:len(r[1::7])]  # ties
     X = rng.standard_normal((T, N_EMBD)).astype(np.float32)
-    E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, n_expert, k, 32, N_EMBD)
-    got = {}
-    for split in (False, True):
-        s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, n_expert, True)
+    b = rng.standard_normal(n_expert).astype(np.float32)
+    b[1::7] = b[0::7][:len(b[1::7])]  # the ties stay ties with gpt-oss's bias
+    for gating, bias in (("softmax", None), ("topk_softmax", backend.upload(b))):
+        E = moe.DeviceExperts(backend.upload(r), None, None, None, quants.F32, quants.F32, n_expert, k, 32, N_EMBD,
+                              router_bias=bias, gating=gating)
+        got = {}
+        for split in (False, True):
+            s = moe.MoeScratch.alloc(backend, T, k, 32, N_EMBD, n_expert, True)
+            for q8 in (False, True):
+                for rep in range(2 if split else 1):
+                    moe.route(backend, E, s, T, **({"x_q": _q8(backend, X)} if q8 else {"x_f": backend.upload(X)}),
+                              split=split)
+                    got[split, q8, rep] = backend.download(s.ids).tobytes(), backend.download(s.wts).tobytes()
+            if split:
+                assert not backend.download(s.tickets).any(), "the last block must leave every ticket at zero"
         for q8 in (False, True):
-            for rep in range(2 if split else 1):
-                moe.route(backend, E, s, T, **({"x_q": _q8(backend, X)} if q8 else {"x_f": backend.upload(X)}), split=split)
-                got[split, q8, rep] = backend.download(s.ids).tobytes(), backend.download(s.wts).tobytes()
-        if split:
-            assert not backend.download(s.tickets).any(), "the last block must leave every ticket at zero"
-    for q8 in (False, True):
-        assert got[True, q8, 0] == got[False, q8, 0] == got[True, q8, 1], q8
+            assert got[True, q8, 0] == got[False, q8, 0] == got[True, q8, 1], (gating, q8)
 
 
 # -- the experts ------------------------------------------------------------------------------------
@@ -363,3 +408,54 @@ def test_streamed_decode_experts_equal_the_dp4a_tiles_bit_for_bit(backend, qtype
             assert_same(got, want)
             if router is tied:
                 assert (ids == [0, 1]).all()
+
+
+# -- gpt-oss ----------------------------------------------------------------------------------------
+# Q8_0 experts (64 wide, 128 inside) and a K-quant's (256, 256); not MXFP4: that type is the kernels' next
+OSS_TYPES = [quants.Q8_0, quants.Q4_K]
+
+
+@pytest.fixture(scope="module")
+def oss_layers():
+    """qtype -> (the loaded one-layer gpt-oss file, its reference at f32 and at q8_1 MoE inputs)."""
+    out = {}
+    for qt in OSS_TYPES:
+        shape = {} if qt == quants.Q8_0 else dict(n_embd=256, n_ff_exp=256)
+        m = load_model(synthetic_model("gpt-oss", "Q8_0", expert_qtype=quants.qtype_name(qt), n_layer=1, **shape))
+        out[qt] = m, {a: Reference(m, moe_act_quant=a) for a in ("f32", "q8_1")}
+    return out
+
+
+@pytest.mark.parametrize("qtype", OSS_TYPES, ids=lambda q: quants.qtype_name(q))
+@pytest.mark.parametrize("name", MOE_VARIANTS)
+def test_gpt_oss_experts_match_the_reference_and_keep_the_shared_bits(backend, oss_layers, name, qtype):
+    """A gpt-oss layer's MoE -- the biased router's top k by logit and their softmax, the experts' gate,
+    up and down biases, the clamped SwiGLU -- in each variant against the reference's (oracles/reference.py,
+    its inputs rounded as the variant reads them), within the qwen3moe cases' bounds; mmq and gemv (a step
+    each serves: 16 and 5 tokens) give grouped's bits. The inputs reach past the clamp."""
+    m, refs = oss_layers[qtype]
+    v, cfg = variant("moe", name), m.config
+    T = max(5, v.min_tokens or 0)
+    E = _upload_experts(backend, m, "blk.0.")
+    assert E.gating == "topk_softmax" and E.router_bias is not None and E.gate_up_bias is not None
+    ref, L = refs[v.activations], refs[v.activations].layers[0]
+    rng = _rng("oss", name, qtype)
+    X = rng.standard_normal((T, cfg.n_embd)).astype(np.float32)
+    x0 = rng.standard_normal((T, cfg.n_embd)).astype(np.float32)
+    got, ids, _ = _run(backend, name, E, X, x0, act=cfg.ffn_act)
+    want_ids, _ = ref.route(X, L)
+    assert (ids == want_ids).all()
+    want = x0 + ref._moe(X, L)
+    assert_close(got, want, rtol=0, atol=(2e-3 if v.activations == "q8_1" else 2e-5) * float(np.abs(want).max()))
+    gu = np.concatenate([X @ L.exps_gate_up[e].T + L.exps_gate_up_b[e] for e in np.unique(ids)])
+    n = cfg.n_ff_exp
+    assert (gu[:, :n] > 7).any() and (np.abs(gu[:, n:]) > 7).any(), "gates and ups must reach the clamp"
+    if v.bits not in (None, name):
+        same, _, _ = _run(backend, v.bits, E, X, x0, act=cfg.ffn_act)
+        assert_same(got, same)
+
+
+def test_a_model_without_moe_biases_uploads_none_and_the_softmax_gating(emu):
+    """qwen3moe's experts upload no bias and the default gating: the kernels take today's path (has_bias 0)."""
+    E = _upload_experts(emu, load_model(synthetic_model("qwen3moe", "Q8_0", n_embd=128)), "blk.0.")
+    assert (E.router_bias, E.gate_up_bias, E.down_bias, E.gating) == (None, None, None, "softmax")

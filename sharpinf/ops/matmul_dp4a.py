@@ -107,7 +107,7 @@ def matmul_dp4a(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: in
                    Y_dev, n_tokens, n_out, n_in, bias_dev, accumulate, y_stride, y_col)
 
 
-ACTS = {"silu": 0, "gelu_tanh": 1}  # common.cuh's ACT_SILU, ACT_GELU_TANH
+ACTS = {"silu": 0, "gelu_tanh": 1, "swiglu_oai": 2}  # gated_act.cuh's ACT_SILU, ACT_GELU_TANH, ACT_SWIGLU_OAI
 
 
 def launch_q8_gate_up(be, file: str, entry: str, grid, block: int, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev,

@@ -1,11 +1,13 @@
-"""The mixture-of-experts FFN (qwen3moe): the NumPy twins of its kernels.
+"""The mixture-of-experts FFN (qwen3moe, gpt-oss): the NumPy twins of its kernels.
 
-    logits = h W_inp^T                     [T, n_expert], float32, one dot per (token, expert)
+    logits = h W_inp^T (+ b)               [T, n_expert], float32, one dot per (token, expert); gpt-oss's bias
     p      = softmax(logits)               over all experts (llama.cpp's build_moe_ffn: softmax, then top-k)
     ids    = the k largest p, best first   ties: the lower expert id wins (and ranks first)
     w      = p[ids] / max(sum p[ids], 2^-14)   the sum in rank order; llama.cpp clamps it at the
                                                smallest normal f16 (qwen3moe always renormalises)
-    y_r    = (act(h Wg[ids_r]^T) * (h Wu[ids_r]^T)) Wd[ids_r]^T    each chosen expert's SwiGLU FFN
+             gating "topk_softmax" (gpt-oss): ids = the k largest logits, w = softmax over those k
+    y_r    = glu(h Wg[ids_r]^T + bg, h Wu[ids_r]^T + bu) Wd[ids_r]^T + bd   each chosen expert's gated FFN
+                                               (glu: act(g) * u, or gpt-oss's clamped SwiGLU; the biases gpt-oss's)
     x     += ((w_0 y_0 + w_1 y_1) + w_2 y_2) + ...                  in rank order, never arrival order
 
 The rank-order sum is what makes the result one number per token whatever the batch: which
@@ -51,13 +53,15 @@ I32, F32 = np.int32, np.float32
 # (matmul_gemv.MAX_TOKENS, moe_gemv.cu's largest compiled token count): larger ones go to moe_grouped.
 # The registry's moe=mmq min_tokens and moe=gemv max_tokens name these.
 WARPS = 4
+GATING = {"softmax": 0, "topk_softmax": 1}  # moe_router.cuh's MOE_GATING_SOFTMAX, MOE_GATING_TOPK_SOFTMAX
 EMU_ROW_BLOCKS = 64  # the emulator pays per thread: fewer, longer-lived warps (as matmul_dp4a.py)
 MAX_ROW_BLOCKS = 4096
 
 
 @dataclass
 class DeviceExperts:
-    """One MoE layer's weights on the device: the router (float32) and the stacked experts as GGUF stores them."""
+    """One MoE layer's weights on the device: the router (float32) and the stacked experts as GGUF stores them;
+    gpt-oss's biases (float32, None where the model has none) and its gating."""
 
     router: Any  # f32 [n_expert, n_embd]
     gate: Any  # raw [n_expert * n_ff_exp, row_bytes]: expert e's row j is row e * n_ff_exp + j
@@ -69,6 +73,10 @@ class DeviceExperts:
     n_used: int
     n_ff: int  # one expert's inner size
     n_embd: int
+    router_bias: Any = None  # f32 [n_expert]: added to the logits
+    gate_up_bias: Any = None  # f32 [n_expert, n_ff, 2]: row j's gate bias, then its up bias (moe_args.cuh)
+    down_bias: Any = None  # f32 [n_expert, n_embd]
+    gating: str = "softmax"  # GATING's: how the router's k are chosen and weighted
 
 
 
@@ -119,7 +127,8 @@ def route(be, E: DeviceExperts, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8A
     or their q8_1; split: by moe_route_split.cu (a grouped scratch holds its logits and tickets)."""
     if not 0 < E.n_used <= E.n_expert <= MOE_MAX_EXPERTS:  # moe_route.cu and moe_sort hold the experts in shared memory
         raise ValueError(f"moe route: k = {E.n_used} with {E.n_expert} experts (at most {MOE_MAX_EXPERTS})")
-    tail = (s.ids[layer], s.wts[layer], I32(E.n_expert), I32(E.n_used), I32(E.n_embd))
+    br, has_bias = _bias(E.router_bias, E.router)
+    tail = (s.ids[layer], s.wts[layer], I32(E.n_expert), I32(E.n_used), I32(E.n_embd), has_bias, I32(GATING[E.gating]))
     io = (4 * E.n_expert * E.n_embd + 4 * n_tokens * E.n_embd, 8 * n_tokens * E.n_used)
     x = (x_q.q, x_q.d) if x_q is not None else (x_f,)
     entry = "q8" if x_q is not None else "f32"
@@ -127,16 +136,22 @@ def route(be, E: DeviceExperts, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8A
         if s.logits is None:
             raise ValueError("moe route split: the scratch holds no logits (MoeScratch.alloc(grouped=True) makes them)")
         be.launch(kernel(be, "moe_route_split.cu", f"moe_route_split_{entry}"), (n_tokens, -(-E.n_expert // WARPS)),
-                  32 * WARPS, x + (E.router, s.logits, s.tickets) + tail, io=io)
+                  32 * WARPS, x + (E.router, br, s.logits, s.tickets) + tail, io=io)
     else:
-        be.launch(kernel(be, "moe_route.cu", f"moe_route_{entry}"), n_tokens, 128, x + (E.router,) + tail, io=io)
+        be.launch(kernel(be, "moe_route.cu", f"moe_route_{entry}"), n_tokens, 128, x + (E.router, br) + tail, io=io)
 
 
-def combine(be, s: MoeScratch, x, n_tokens: int, k: int, n: int, layer: int = 0) -> None:
-    """x += each token's k pair outputs, weighted, in rank order (moe_ffn.cu's moe_combine)."""
+def _bias(bias, stand_in) -> tuple:
+    """A kernel's (bias pointer, has_bias): a model without the bias passes any array, never read (has_bias 0)."""
+    return (stand_in, I32(0)) if bias is None else (bias, I32(1))
+
+
+def combine(be, s: MoeScratch, x, n_tokens: int, k: int, n: int, layer: int = 0, down_bias=None) -> None:
+    """x += each token's k pair outputs (+ each one's down_bias row, gpt-oss), weighted, in rank order
+    (moe_ffn.cu's moe_combine)."""
     total = n_tokens * n
     be.launch(kernel(be, "moe_ffn.cu", "moe_combine"), max(1, min(-(-total // 256), 1024)), 256,
-              (s.y, s.wts[layer], x, I32(n_tokens), I32(k), I32(n)),
+              (s.y, s.wts[layer], x, I32(n_tokens), I32(k), I32(n), s.ids[layer], *_bias(down_bias, s.y)),
               io=(4 * total * (k + 1) + 4 * n_tokens * k, 4 * total))
 
 
@@ -150,12 +165,13 @@ def moe_simple(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, 
     check_n_in(gt, E.n_embd)
     check_n_in(dt, E.n_ff)
     be.launch(kernel(be, file, f"moe_gate_up_{kernel_suffix(gt)}"), (-(-E.n_ff // WARPS), P), 32 * WARPS,
-              (E.gate, E.up, x_f, ids, s.g, I32(P), I32(E.n_used), I32(E.n_ff), I32(E.n_embd), I32(ACTS[act])),
+              (E.gate, E.up, x_f, ids, s.g, I32(P), I32(E.n_used), I32(E.n_ff), I32(E.n_embd), I32(ACTS[act]),
+               *_bias(E.gate_up_bias, s.g)),
               io=(2 * P * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff))
     be.launch(kernel(be, file, f"moe_down_{kernel_suffix(dt)}"), (-(-E.n_embd // WARPS), P), 32 * WARPS,
               (E.down, s.g, ids, s.y, I32(P), I32(E.n_embd), I32(E.n_ff)),
               io=(P * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd))
-    combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
+    combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer, E.down_bias)
 
 
 def _row_blocks(be, n_out: int, n_in: int) -> int:
@@ -166,8 +182,8 @@ def _grouped_ffn(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_q: Q8A
                  name: str, tile: int, gate_up, down, sort_file: str = "moe_dp4a.cu") -> None:
     """What every grouped variant runs: route (q8_1), the pairs counting-sorted by expert into tiles of
     up to `tile`, gate+up, quantize_q8_1, down, combine. gate_up(args, io, mt) and down(args, io, mt)
-    launch the variant's two kernels on moe_args.cuh's arguments (io: the bytes a launch reads and
-    writes, for the profile)."""
+    launch the variant's two kernels on moe_args.cuh's arguments, gate+up's biases last (the down's join
+    in the combine; io: the bytes a launch reads and writes, for the profile)."""
     if x_q is None or s.tiles is None:
         raise ValueError(f"{name} reads q8_1 activations and a grouped MoeScratch")
     route(be, E, s, n_tokens, x_q=x_q, layer=layer, split=True)
@@ -178,11 +194,12 @@ def _grouped_ffn(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_q: Q8A
     sort_pairs(be, s, P, E.n_expert, mt, tile, layer, sort_file)
     used = min(E.n_expert, P)  # the experts a step can choose
     gate_up((E.gate, E.up, x_q.q, x_q.d, x_q.s, s.order, s.tiles, s.g, I32(E.n_used), I32(E.n_ff), I32(E.n_embd),
-             I32(mt), I32(ACTS[act])), (2 * used * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff), mt)
+             I32(mt), I32(ACTS[act]), *_bias(E.gate_up_bias, s.g)),
+            (2 * used * E.n_ff * quants.row_bytes(gt, E.n_embd), 4 * P * E.n_ff), mt)
     quantize_q8_1(be, s.g, s.gq, P, E.n_ff)
     down((E.down, s.gq.q, s.gq.d, s.gq.s, s.order, s.tiles, s.y, I32(E.n_embd), I32(E.n_ff), I32(mt)),
          (used * E.n_embd * quants.row_bytes(dt, E.n_ff), 4 * P * E.n_embd), mt)
-    combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer)
+    combine(be, s, x, n_tokens, E.n_used, E.n_embd, layer, E.down_bias)
 
 
 def moe_grouped(be, E: DeviceExperts, x, s: MoeScratch, n_tokens: int, x_f=None, x_q: Q8Act | None = None,

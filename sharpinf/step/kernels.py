@@ -160,8 +160,9 @@ class StepKernels:
         self.residual(L.w_down, self.quantized(ws.gate, getattr(ws, "ffq", None), N), L.post_ffn_norm, x, N)
 
     def moe_ffn(self, L: DeviceLayer, li: int, x, N: int) -> None:
-        """x += the MoE FFN of norm(x) (qwen3moe): the norm in the form the moe variant reads, then its
-        launcher (router, experts, rank-order combine into x)."""
+        """x += the MoE FFN of norm(x) (qwen3moe, gpt-oss): the norm in the form the moe variant reads, then its
+        launcher (router, experts, rank-order combine into x; gpt-oss's biases and gating ride in L.moe,
+        its clamped SwiGLU is cfg.ffn_act)."""
         assert L.post_ffn_norm is None, "no MoE arch has an FFN post-norm"
         ws, cfg = self.ws, self.cfg
         q8 = self.moe.activations == "q8_1"
