@@ -27,16 +27,19 @@ TRACE_BOUNDS, with the measured figures).
     o_proj         ws.proj vs att @ Wo^T (+ gpt-oss's bias), or, fused into the residual (dp4a), x vs x + att @ Wo^T
     attn_residual  x vs x + proj (gemma3: x + rmsnorm(proj) * post_attention_norm)
     ffn_norm, gate_up (act(h Wg^T) * h Wu^T), ffn_q8, down, ffn_residual: the FFN alike
-  an MoE layer's FFN (qwen3moe, Mixtral-style llama), after its ffn_norm:
-    moe_route      the router's choice: the reference's probabilities (softmax of h Winp^T, float64)
+  an MoE layer's FFN (qwen3moe, Mixtral-style llama, gpt-oss: each with its biases), after its ffn_norm:
+    moe_route      the router's choice: the reference's probabilities (softmax of h Winp^T, float64;
+                   gpt-oss: its logits, top-k softmax gating)
                    at the kernel's k experts vs its own top k in order -- 0 when the kernel picked the
                    reference's top k, a rounding-sized gap where a near tie flipped, large for a wrong
                    expert
     moe_weights    the kernel's renormalised weights vs the reference's for the kernel's experts
-    moe_gate_up    each (token, expert) pair's act(h Wg_e^T) * h Wu_e^T, for the kernel's experts
+    moe_gate_up    each (token, expert) pair's act(h Wg_e^T) * h Wu_e^T (gpt-oss: the clamped SwiGLU),
+                   for the kernel's experts
     moe_q8         (q8_1 experts) the pairs' q8_1 copy, as attn_q8
     moe_down       each pair's expert output, its own input @ Wd_e^T
-    moe_combine    x vs x + the k pair outputs, weighted by the kernel's own weights, in rank order
+    moe_combine    x vs x + the k pair outputs (+ their down biases), weighted by the kernel's own
+                   weights, in rank order
     output_norm    the gathered rows of x, normed (head), and lm_head: the logits (softcapped)
 
 A q8_1 activation (the fast set) is measured in steps of its 32-value block (amax/127): the

@@ -23,6 +23,7 @@ from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.runtime import paths
 from sharpinf.runtime.emu_backend import EmuBackend
+from sharpinf.step import weights
 
 TOKENS = np.random.default_rng(5).integers(0, 512, 20).tolist()  # 20 tokens: 5 KV blocks of 4, past the window
 BLOCK = 4
@@ -80,6 +81,19 @@ def moe():
 def mistral3():  # the queries' temperature from position 8 on: TOKENS' last 12 carry it
     return load_model(synthetic_model("mistral3", "Q8_0", n_embd=128, **{
         "mistral3.rope.scaling.original_context_length": 8, "mistral3.attention.temperature_scale": 0.5}))
+
+
+@pytest.fixture(scope="module")
+def oss():
+    return load_model(synthetic_model("gpt-oss", "Q8_0", expert_qtype="Q8_0", n_layer=1))  # 8 experts, 2 a token
+
+
+def trace_oss(model, be, monkeypatch, kernels="simple"):
+    """gpt-oss's trace, its MoE the part under test: the engine refuses the model while the kernels lack
+    the attention sinks and output bias (weights.KERNELS_LACK), which the trace's attention and o_proj
+    references do not hold either."""
+    monkeypatch.setattr(weights, "KERNELS_LACK", {})
+    return trace(model, be, kernels)
 
 
 def trace(model, be, kernels="simple", kv_dtype="f16"):
@@ -190,6 +204,24 @@ def test_attention_skipping_key_0_on_the_global_layer_is_named(gemma, plant):
     assert fd.column.startswith("column ") and "head" in fd.column
 
 
+@pytest.mark.parametrize("kernels", ["simple", "fast"])
+def test_a_gpt_oss_moe_traces_clean_part_by_part(emu, oss, kernels, monkeypatch):
+    """The biased router's top k by logit and their softmax, the experts' biases, the clamped SwiGLU: each
+    part within its bound on the kernel path's own input."""
+    rep = trace_oss(oss, emu, monkeypatch, kernels)
+    moe = [r for r in rep.records if r.op.startswith("moe_")]
+    q8 = ["moe_q8"] if kernels == "fast" else []
+    assert [r.op for r in moe] == ["moe_route", "moe_weights", "moe_gate_up", *q8, "moe_down", "moe_combine"]
+    assert all(r.passed for r in moe) and rep.first_nonfinite is None, rep.describe()
+
+
+def test_the_plain_swiglu_where_gpt_oss_clamps_is_named_at_the_gate_up(emu, oss, plant, monkeypatch):
+    old = "if (NMAT == 2) out = gated_act(act, v, u);"
+    rep = trace_oss(oss, plant("moe_ffn.cu", old, old.replace("(act,", "(ACT_SILU,")), monkeypatch)
+    bad = [(r.op, r.kernels) for r in rep.records if r.op.startswith("moe_") and not r.passed]
+    assert bad == [("moe_gate_up", ["moe_ffn.cu:moe_gate_up_q8_0"])], rep.describe()
+
+
 def test_a_router_dot_one_value_short_is_named_at_the_route(moe, plant):
     be = plant("moe_router.cuh", "for (int i = lane; i < n_in; i += 32) acc",
                "for (int i = lane; i < n_in - 1; i += 32) acc", via="moe_route.cu")
@@ -209,7 +241,7 @@ def test_an_exact_tie_settled_against_the_lower_id_rule_is_named(emu, plant):
 
 
 def test_one_experts_gate_up_off_by_a_tenth_of_a_percent_is_named_with_its_expert(moe, plant):
-    old = "if (NMAT == 2) out = gated_act(act, v, moe_row_dot<QT>(W2 + at, x, n_in));"
+    old = "if (NMAT == 2) out = gated_act(act, v, u);"
     be = plant("moe_ffn.cu", old, old[:-1] + " * (ids[p] == 3 ? 1.001f : 1.f);")
     rep = trace(moe, be)
     fd = first(rep)
@@ -219,8 +251,7 @@ def test_one_experts_gate_up_off_by_a_tenth_of_a_percent_is_named_with_its_exper
 
 
 def test_a_combine_that_drops_rank_1_is_named(moe, plant):
-    be = plant("moe_ffn.cu", "for (int r = 0; r < k; ++r) acc = gb_fma(",
-               "for (int r = 0; r < k; r += 2) acc = gb_fma(")
+    be = plant("moe_ffn.cu", "for (int r = 0; r < k; ++r) {", "for (int r = 0; r < k; r += 2) {")
     rep = trace(moe, be)
     fd = first(rep)
     assert (fd.layer, fd.op, fd.kernels) == (0, "moe_combine", ["moe_ffn.cu:moe_combine"])
