@@ -128,7 +128,7 @@ class _Tracer(OpChecks):
             keys, vals = self.check_kv(li, [n for n in names if file_of(n) in ("kv_cache.cu", "rope_kv.cu")], qkv1,
                                        kst, vst)
 
-            o, names = self.call(lambda: k.attention(self.pool, li, d, N))
+            o, names = self.call(lambda: k.attention(self.pool, li, d, N, L.attn_sinks))
             att = self.dl(ws.att)
             q8_names = [n for n in names if entry_of(n) == "quantize_q8_1"]
             att_names = [n for n in names if file_of(n).startswith("attention")]

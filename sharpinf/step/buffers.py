@@ -120,8 +120,8 @@ class Workspace:
             self.selq = Q8Act.empty(be, R, cfg.n_embd)
             if not cfg.is_moe:
                 self.ffq = Q8Act.empty(be, T, cfg.n_ff)
-            if cfg.post_norms:  # a sublayer's output, before its post-norm adds it to x (gemma3)
-                self.proj = be.empty((T, cfg.n_embd), F32)
+            if cfg.post_norms or cfg.has_attn_out_bias:  # a sublayer's output, before its post-norm (gemma3)
+                self.proj = be.empty((T, cfg.n_embd), F32)  # or its bias (gpt-oss) joins and x adds it
         else:  # the float matmuls' input and output (the residual add is its own kernel)
             self.h, self.proj = be.empty((T, cfg.n_embd), F32), be.empty((T, cfg.n_embd), F32)
         if cfg.is_moe:  # the routing and the (token, expert) pairs; the FFN norm writes what the moe variant reads
