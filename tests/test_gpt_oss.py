@@ -17,7 +17,6 @@ from oracles.tolerances import LLAMACPP_LOGPROB
 from sharpinf.errors import ModelError
 from sharpinf.model.loader import inspect_model, load_model
 from sharpinf.model.synth import synthetic_model
-from sharpinf.step.weights import check_kernels_run
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "llamacpp_agreement.json").read_text())["models"]["gpt-oss-f32"]
 
@@ -76,13 +75,6 @@ def test_the_reference_equals_llamacpp_and_each_part_matters(oss, monkeypatch):
         assert _worst(ref) > 10 * LLAMACPP_LOGPROB, f"the reference without {part} still agrees"
     monkeypatch.setattr(basic, "SWIGLU_OAI_LIMIT", float("inf"))  # the SwiGLU unclamped
     assert _worst(Reference(oss)) > 10 * LLAMACPP_LOGPROB
-
-
-def test_the_kernels_refuse_it_in_one_line(oss):
-    with pytest.raises(ModelError, match=r"the kernels do not run gpt-oss's attention sinks and output bias yet; "
-                                         r"the NumPy reference does \(--backend reference\)"):
-        check_kernels_run(load_model(synthetic_model("gpt-oss", "Q8_0")))
-    check_kernels_run(load_model(synthetic_model("llama", "MXFP4")))  # its experts' type runs (quants.BASE_ONLY)
 
 
 # A chat template in the harmony format gpt-oss's files carry, written here (not the file's own text) with

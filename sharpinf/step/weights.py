@@ -129,19 +129,7 @@ class DeviceWeights:
     layers: list[DeviceLayer]
 
 
-# What the NumPy reference runs and the kernels do not yet: one line each, before anything is uploaded
-KERNELS_LACK = {"gpt-oss": "gpt-oss's attention sinks and output bias"}
-
-
-def check_kernels_run(m: LoadedModel) -> None:
-    """ModelError naming what of the model the kernels would not compute (the reference does)."""
-    if m.config.arch in KERNELS_LACK:
-        raise ModelError(m.path, f"the kernels do not run {KERNELS_LACK[m.config.arch]} yet; the NumPy reference does "
-                                 "(--backend reference)")
-
-
 def upload_weights(be: Backend, m: LoadedModel) -> DeviceWeights:
-    check_kernels_run(m)
     emb = _upload_matrix(be, m, ["token_embd.weight"])
     tables = model_rope_tables(m)
     on_device = {id(t): (be.upload(t.freqs), t.mscale) for t in tables}  # one copy a layer kind
