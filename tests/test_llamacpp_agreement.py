@@ -4,7 +4,8 @@ renormalised weights, the experts' sum), a dense qwen3, a Mixtral-style llama (l
 with qwen3moe's experts), a Llama 3.1-style llama (rope_freqs.weight's frequency factors), a
 qwen3 with YaRN (ramp and cos/sin factor), smollm3, phi3 (fused, LongRoPE), a gemma2 (softcaps,
 windows), a mistral3 (YaRN with the file's betas and log multiplier, the queries' temperature) and a
-gpt-oss (sinks, biases, windows, YaRN, the biased top-k-softmax router, the clamped SwiGLU)
+gpt-oss (sinks, biases, windows, YaRN, the biased top-k-softmax router, the clamped SwiGLU), its
+experts F32 and MXFP4 (the one quantized file: held at confident positions, ROUNDED_ACTIVATIONS)
 -- recorded once by
 bench/llamacpp_agreement.py (tests/data/llamacpp_agreement.json), so CI needs no llama.cpp. The
 kernels are held to the same answers where the reference's temperature is new to them: the
@@ -25,10 +26,13 @@ from sharpinf.model.tokenizer import Tokenizer
 from oracles import paths
 from oracles.generation import generate_reference
 from oracles.reference import Reference
-from oracles.tolerances import LLAMACPP_LOGPROB
+from oracles.tolerances import LLAMACPP_CONFIDENT_MARGIN, LLAMACPP_LOGPROB, LLAMACPP_MXFP4_LOGPROB
 from sharpinf.params import SamplingParams
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "llamacpp_agreement.json").read_text())
+# quantized files, whose dots llama.cpp takes against rounded activations: (bound, the lead of
+# llama.cpp's top-1 from which a row is held) -- oracles/tolerances.py says why
+ROUNDED_ACTIVATIONS = {"gpt-oss-mxfp4": (LLAMACPP_MXFP4_LOGPROB, LLAMACPP_CONFIDENT_MARGIN)}
 
 
 @pytest.fixture(scope="module", params=sorted(FIXTURE["models"]))
@@ -52,19 +56,25 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 def test_log_probabilities_equal_llamacpps(case):
     name, rec, model = case
     ref = Reference(model)
+    bound, lead = ROUNDED_ACTIVATIONS.get(name, (LLAMACPP_LOGPROB, 0.0))
     worst, rows = 0.0, 0
     for chunk in rec["chunks"]:
         lp = _log_softmax(ref.logits(chunk["tokens"]))[chunk["first_scored"] :]
         for r, top in enumerate(chunk["top"]):
+            if top[0][1] - top[1][1] < lead:  # a near tie, which llama.cpp's rounding may flip
+                continue
             ids = [i for i, _ in top]
             assert int(np.argmax(lp[r])) == ids[0], f"{name}: position {chunk['first_scored'] + r}: argmax differs"
             worst = max(worst, float(np.abs(lp[r][ids] - [v for _, v in top]).max()))
             rows += 1
-    assert rows >= 45 and worst <= LLAMACPP_LOGPROB, f"{name}: max |dlogprob| {worst:.3g} over {rows} rows"
+    assert rows >= (30 if lead else 45) and worst <= bound, f"{name}: max |dlogprob| {worst:.3g} over {rows} rows"
 
 
 def test_greedy_continuation_equals_llamacpps(case):
     name, rec, model = case
+    if name in ROUNDED_ACTIVATIONS:
+        pytest.skip("a near tie at an early greedy token flips under llama.cpp's rounded activations (the "
+                    "log-probability test holds the file at confident positions)")
     g = rec["greedy"]
     tok = Tokenizer.from_gguf_metadata(model.metadata)
     ids = tok.encode(g["prompt"])
