@@ -30,10 +30,10 @@ ARCH_NOTES = {  # what each graph is, beyond llama's (the graph itself: oracles/
               "as the head",
     "mistral3": "Mistral 3 / Ministral 3: llama's graph, YaRN with the file's betas and log multiplier; the "
                 "queries' temperature_scale from the original context on, in every RoPE kernel",
-    "gpt-oss": "gpt-oss (llama.cpp's openai-moe graph): attention sinks, windows on every other layer, biases, a "
-               "biased top-k-softmax router, the clamped SwiGLU -- the NumPy reference only, so far (--backend reference)",
+    "gpt-oss": "llama.cpp's openai-moe graph (gpt-oss-20b, -120b): attention sinks, windows on every other layer, biases, a "
+               "biased top-k-softmax router, the clamped SwiGLU, MXFP4 experts",
 }
-REFUSED = ("gpt-oss on the kernels (the reference runs it); every other weight type (IQ1_S to IQ3_S, "
+REFUSED = ("every other weight type (IQ1_S to IQ3_S, "
            "TQ1_0, TQ2_0, NVFP4, ...); "
            "any key or tensor the graph would not apply (sharpinf info FILE names it)")
 
@@ -49,7 +49,7 @@ def support_rows() -> list[dict]:
         {"what": "architectures", "supported": archs,
          "checked": "tests/test_llamacpp_agreement.py (qwen3, qwen3moe, Mixtral-style llama, Llama 3.1-style "
                     "llama, qwen3 YaRN, smollm3, phi3, phi3 LongRoPE, mistral3 YaRN + temperature, gemma2 softcaps, "
-                    "gpt-oss), tests/test_gemma3.py, the real SmolLM2 and Gemma 3 files"},
+                    "gpt-oss with F32 and MXFP4 experts), tests/test_gemma3.py, the real SmolLM2 and Gemma 3 files"},
         {"what": "experts", "supported": ", ".join(MOE_ARCHS), "checked": "tests/test_llamacpp_agreement.py"},
         {"what": "weight types", "supported": types,
          "checked": "gguf-py's dequantization (tests/test_quants.py); every matmul path against the reference ("
