@@ -167,6 +167,30 @@ def test_logprobs(client):
     assert len(content) == c.usage.completion_tokens and all(len(e.top_logprobs) == 2 for e in content)
 
 
+def test_reasoning_format_auto_splits_the_thinking_off_only_when_asked(client, offline):
+    """"reasoning_format": "auto" (llama.cpp server's field) puts a reasoning model's thinking in
+    reasoning_content; the default keeps the text as generated in content; a stream cannot ask."""
+    from sharpinf.serve.reasoning import split_reasoning
+
+    msgs = [{"role": "user", "content": "Name a colour."}]
+    want = _greedy(offline, msgs, 10).text
+    r = client.chat.completions.create(model=NAME, messages=msgs, max_tokens=10, temperature=0,
+                                       extra_body={"reasoning_format": "auto"})
+    assert (getattr(r.choices[0].message, "reasoning_content", None), r.choices[0].message.content) == \
+        split_reasoning(want)
+    for body, stream in (({"reasoning_format": "auto"}, True), ({"reasoning_format": "deepseek-ish"}, False)):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=NAME, messages=msgs, max_tokens=4, stream=stream, extra_body=body)
+        assert e.value.body["param"] == "reasoning_format"
+    harmony = ("<|channel|>analysis<|message|>The user wants a colour.<|end|><|start|>assistant<|channel|>final"
+               "<|message|>Blue.")
+    assert split_reasoning(harmony) == ("The user wants a colour.", "Blue.")
+    assert split_reasoning("<think>\nA colour.\n</think>\n\nBlue.") == ("A colour.", "Blue.")
+    assert split_reasoning("Blue.") == (None, "Blue.")
+    call = "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>"
+    assert split_reasoning("<|channel|>analysis<|message|>Look it up.<|end|>" + call) == ("Look it up.", call)
+
+
 # -- errors in OpenAI's shape -------------------------------------------------------------------------
 @pytest.mark.parametrize("kw,param", [(dict(temperature=-1), "temperature"), (dict(max_tokens=0), "max_tokens"),
                                       (dict(n=0), "n"), (dict(n=17), "n"), (dict(extra_body={"top_p": "high"}), "top_p"),

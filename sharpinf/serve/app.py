@@ -281,7 +281,8 @@ def create_app(loop: EngineLoop, model_name: str, limits: Limits | None = None,
             o, lp = last[i], None
             if parsed.logprobs is not None:
                 lp = P.chat_logprobs(tok, lps[i]) if parsed.chat else P.completion_logprobs(tok, lps[i], P.TextOffsets(tok))
-            choices.append(P.choice_body(i, o.text, P.FINISH.get(o.finish_reason, o.finish_reason), lp, parsed.chat))
+            choices.append(P.choice_body(i, o.text, P.FINISH.get(o.finish_reason, o.finish_reason), lp, parsed.chat,
+                                         reasoning=parsed.reasoning))
         use = P.usage(len(out.prompt_ids), sum(len(o.token_ids) for o in last.values()))
         return P.completion_body(head, choices, use, parsed.chat)
 

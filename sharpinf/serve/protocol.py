@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.errors import RequestError
 from sharpinf.params import MAX_LOGPROBS, SamplingParams, StructuredOutput
+from sharpinf.serve.reasoning import REASONING_FORMATS, split_reasoning
 
 # engine finish reasons -> OpenAI's ("context": the model's context is full, a length limit too)
 FINISH = {"stop": "stop", "length": "length", "context": "length", "aborted": "abort", "rejected": "error"}
@@ -53,6 +54,7 @@ class Parsed:
     logprobs: int | None  # alternatives to list per token (None: no logprobs)
     chat: bool
     structured_field: str | None = None  # the request field that set params.structured
+    reasoning: bool = False  # "reasoning_format": "auto": the thinking in reasoning_content (serve/reasoning.py)
 
     def field(self, param: str | None) -> str | None:
         """An engine error's param (a SamplingParams field) -> the request field to name."""
@@ -168,7 +170,17 @@ def parse(body, chat: bool) -> Parsed:
     except RequestError as exc:
         raise bad(str(exc).removeprefix("invalid sampling parameter: "), _openai_name(exc.param, body, chat)) from None
     return Parsed(prompt, params, stream, include_usage, logprobs, chat, _openai_name("structured", body, chat)
-                  if params.structured is not None else None)
+                  if params.structured is not None else None, _reasoning(body, chat, stream))
+
+
+def _reasoning(body: dict, chat: bool, stream: bool) -> bool:
+    fmt = _field(body, "reasoning_format", (str,), "none")
+    if fmt not in REASONING_FORMATS:
+        raise bad(f"'reasoning_format' must be one of {', '.join(REASONING_FORMATS)}, got {fmt!r}", "reasoning_format")
+    if fmt != "none" and (stream or not chat):
+        raise bad("'reasoning_format': 'auto' is for chat completions without stream (the split is of the whole "
+                  "answer)", "reasoning_format")
+    return fmt != "none"
 
 
 def _structured(body: dict) -> StructuredOutput | None:
@@ -322,14 +334,18 @@ def chat_logprobs(tok, lps: list[TokenLogprobs]) -> dict:
 
 
 def choice_body(index: int, text: str, finish: str | None, lp: dict | None, chat: bool, chunk: bool = False,
-                first: bool = False) -> dict:
+                first: bool = False, reasoning: bool = False) -> dict:
     """One entry of `choices`: choice `index`'s text (a chat message, or its delta in a stream chunk)."""
     if not chat:
         return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}
     if chunk:
         delta = ({"role": "assistant", "content": text} if first else {"content": text}) if text or first else {}
         return {"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}
-    return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": lp, "finish_reason": finish}
+    message = {"role": "assistant", "content": text}
+    if reasoning:
+        thinking, message["content"] = split_reasoning(text)
+        message["reasoning_content"] = thinking
+    return {"index": index, "message": message, "logprobs": lp, "finish_reason": finish}
 
 
 def completion_body(head: Head, choices: list[dict], use: dict | None, chat: bool, chunk: bool = False) -> dict:
