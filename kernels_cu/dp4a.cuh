@@ -716,18 +716,18 @@ __device__ __forceinline__ void dp_store(float* y, float v, float up, const floa
 // and dp_store_old stores with them: dp_store's operations, its bits. (dp_store stays as it is:
 // written as the two back to back, it compiles matmul_mma to more instructions.)
 struct DpOld {
-    float y, b, bu;  // the residual, the bias (NMAT = 2: the gate's), the up's bias
+    float y, b;  // the residual and the bias; NMAT = 2 (no residual): the gate's bias and the up's
 };
 template <int NMAT>
 __device__ __forceinline__ DpOld dp_old(const float* y, const float* bias, int row, int has_bias, int accumulate) {
-    if (NMAT == 2) return has_bias ? DpOld{0.0f, bias[2 * row], bias[2 * row + 1]} : DpOld{0.0f, 0.0f, 0.0f};
-    return DpOld{accumulate ? *y : 0.0f, has_bias ? bias[row] : 0.0f, 0.0f};
+    if (NMAT == 2) return has_bias ? DpOld{bias[2 * row], bias[2 * row + 1]} : DpOld{0.0f, 0.0f};
+    return DpOld{accumulate ? *y : 0.0f, has_bias ? bias[row] : 0.0f};
 }
 template <int NMAT>
 __device__ __forceinline__ void dp_store_old(float* y, float v, float up, DpOld old, int has_bias, int accumulate,
                                              int act) {
     if (NMAT == 2) {
-        *y = has_bias ? gated_act(act, v + old.b, up + old.bu) : gated_act(act, v, up);
+        *y = has_bias ? gated_act(act, v + old.y, up + old.b) : gated_act(act, v, up);
     } else {
         const float r = has_bias ? v + old.b : v;
         *y = accumulate ? old.y + r : r;

@@ -174,8 +174,10 @@ __device__ __forceinline__ void mq_stage_x(MqXTile& tile, const signed char* xq,
 #define GQ_ARGS                                                                                                 \
     const unsigned char *Wg, const unsigned char *Wu, const signed char *xq, const float *xd, const int *xs,    \
         float *out, int n_tokens, int n_ff, int n_in, int act, float *partial, int *tickets, int x0
-#define GQ_PASS Wg, Wu, xq, xd, xs, xd, out, MqTokens(n_tokens), n_ff, n_in, 0, 0, (long long)n_ff, act, \
-                MqSplit{partial, tickets, x0}
+// A dense FFN's act is SwiGLU or GeGLU (ops/matmul_dp4a.py refuses the rest): two values, so the clamped
+// SwiGLU's code folds away (with it gate_up_mmq_q4_k spilled 4 bytes at its 128-register bound)
+#define GQ_PASS Wg, Wu, xq, xd, xs, xd, out, MqTokens(n_tokens), n_ff, n_in, 0, 0, (long long)n_ff, \
+                act == ACT_GELU_TANH ? ACT_GELU_TANH : ACT_SILU, MqSplit{partial, tickets, x0}
 #define GQ_NAMES Wg, Wu, xq, xd, xs, out, n_tokens, n_ff, n_in, act, partial, tickets, x0
 
 // NMAT = 1: Y = X W^T (+ bias) (+ Y when accumulate).  NMAT = 2: Y = act(X W^T, X W2^T) (+ the (gate, up)
@@ -378,7 +380,7 @@ __device__ __forceinline__ void mmq_rows(const unsigned char* __restrict__ W, co
                     for (int q = 0; q < MQ_MAX_GROUPS; ++q)
                         g[b][m][q] = live && q < NG ? __ldcg(pt + ((m * NG + q) * MQ_TOKENS + slot) * ROWS + rl) : 0.0f;
                 old[b] = live ? dp_old<NMAT>(Y + slots.y_row(slot) * y_stride + r, bias, r, has_bias, accumulate)
-                              : DpOld{0.0f, 0.0f, 0.0f};
+                              : DpOld{0.0f, 0.0f};
             }
 #pragma unroll
             for (int b = 0; b < MQ_FOLD; ++b) {

@@ -23,7 +23,6 @@ from sharpinf.model.loader import load_model
 from sharpinf.model.synth import synthetic_model
 from sharpinf.runtime import paths
 from sharpinf.runtime.emu_backend import EmuBackend
-from sharpinf.step import weights
 
 TOKENS = np.random.default_rng(5).integers(0, 512, 20).tolist()  # 20 tokens: 5 KV blocks of 4, past the window
 BLOCK = 4
@@ -86,13 +85,6 @@ def mistral3():  # the queries' temperature from position 8 on: TOKENS' last 12 
 @pytest.fixture(scope="module")
 def oss():
     return load_model(synthetic_model("gpt-oss", "Q8_0", expert_qtype="Q8_0", n_layer=1))  # 8 experts, 2 a token
-
-
-def trace_oss(model, be, monkeypatch, kernels="simple"):
-    """gpt-oss's trace: the engine refuses the model until the kernels run all of it (weights.KERNELS_LACK),
-    the trace runs them past that refusal."""
-    monkeypatch.setattr(weights, "KERNELS_LACK", {})
-    return trace(model, be, kernels)
 
 
 def trace(model, be, kernels="simple", kv_dtype="f16"):
@@ -204,19 +196,19 @@ def test_attention_skipping_key_0_on_the_global_layer_is_named(gemma, plant):
 
 
 @pytest.mark.parametrize("kernels", ["simple", "fast"])
-def test_a_gpt_oss_moe_traces_clean_part_by_part(emu, oss, kernels, monkeypatch):
+def test_a_gpt_oss_moe_traces_clean_part_by_part(emu, oss, kernels):
     """The biased router's top k by logit and their softmax, the experts' biases, the clamped SwiGLU: each
     part within its bound on the kernel path's own input (and the rest of the step: sinks, output bias)."""
-    rep = trace_oss(oss, emu, monkeypatch, kernels)
+    rep = trace(oss, emu, kernels)
     moe = [r.op for r in rep.records if r.op.startswith("moe_")]
     q8 = ["moe_q8"] if kernels == "fast" else []
     assert moe == ["moe_route", "moe_weights", "moe_gate_up", *q8, "moe_down", "moe_combine"]
     assert rep.passed and rep.first_nonfinite is None, rep.describe()
 
 
-def test_the_plain_swiglu_where_gpt_oss_clamps_is_named_at_the_gate_up(emu, oss, plant, monkeypatch):
+def test_the_plain_swiglu_where_gpt_oss_clamps_is_named_at_the_gate_up(emu, oss, plant):
     old = "if (NMAT == 2) out = gated_act(act, v, u);"
-    rep = trace_oss(oss, plant("moe_ffn.cu", old, old.replace("(act,", "(ACT_SILU,")), monkeypatch)
+    rep = trace(oss, plant("moe_ffn.cu", old, old.replace("(act,", "(ACT_SILU,")))
     bad = [(r.op, r.kernels) for r in rep.records if r.op.startswith("moe_") and not r.passed]
     assert bad == [("moe_gate_up", ["moe_ffn.cu:moe_gate_up_q8_0"])], rep.describe()
 

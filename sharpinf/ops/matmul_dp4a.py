@@ -108,6 +108,7 @@ def matmul_dp4a(be, W_dev, qtype: int, X: Q8Act, Y_dev, n_tokens: int, n_out: in
 
 
 ACTS = {"silu": 0, "gelu_tanh": 1, "swiglu_oai": 2}  # gated_act.cuh's ACT_SILU, ACT_GELU_TANH, ACT_SWIGLU_OAI
+DENSE_ACTS = ("silu", "gelu_tanh")  # a dense FFN's (mmq_rows.cuh's GQ_PASS: the clamped SwiGLU is experts' only)
 
 
 def launch_q8_gate_up(be, file: str, entry: str, grid, block: int, Wg_dev, Wu_dev, qtype: int, X: Q8Act, out_dev,
@@ -115,6 +116,8 @@ def launch_q8_gate_up(be, file: str, entry: str, grid, block: int, Wg_dev, Wu_de
                       k=None) -> None:
     """One launch of a fused gate+up entry (dp4a, gemv, mma, mmq: one argument list; extra, io_share
     and k as launch_q8_rows')."""
+    if act not in DENSE_ACTS:
+        raise ValueError(f"a dense gate+up runs {' or '.join(DENSE_ACTS)}, not {act!r} (gpt-oss's is its experts')")
     io = (2 * n_ff * quants.row_bytes(qtype, n_in) + n_tokens * n_in * 9 // 8, 4 * n_tokens * n_ff)
     be.launch(k or kernel(be, file, entry), grid, block,
               (Wg_dev, Wu_dev, X.q, X.d, X.s, out_dev, np.int32(n_tokens), np.int32(n_ff), np.int32(n_in),
