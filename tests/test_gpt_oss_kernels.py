@@ -44,17 +44,15 @@ def check(result) -> None:
     assert result.passed, f"{result.oracle} failed: {result}"
 
 
-@pytest.fixture(params=["simple", "fast", "tensor"])
-def kernels(request):
-    return request.param
+ALL = pytest.mark.tier_all("each set once, its KV dtype alternating; the tensor set's flash takes the sinks "
+                           "and its moe=mmq the biases with fast's bits in their kernel tests")
 
 
-@pytest.mark.parametrize("kv", ["f16", "q8_0"])
+@pytest.mark.parametrize("kernels,kv", [("simple", "f16"), ("fast", "q8_0"), pytest.param("simple", "q8_0", marks=ALL),
+                                        pytest.param("fast", "f16", marks=ALL), pytest.param("tensor", "f16", marks=ALL)])
 def test_the_path_oracles(backend, kernels, kv):
     """kernel-vs-reference, then packed, chunked, batched decode and placement, bit for bit; prompts
     longer than the window, so chunks straddle its edge and decodes run past it."""
-    if kernels == "tensor" and kv == "q8_0":
-        pytest.skip("the tensor set once (f16): its MoE and flash are held to fast's bits in their kernel tests")
     fp = forward_pass(backend, kernels)
     bs = 4 if kv == "f16" else 16
     check(paths.oracle_kernel_vs_reference(fp, tokens(21, 1), kv, bs, seed=1))

@@ -426,7 +426,12 @@ def oss_layers():
     return out
 
 
-@pytest.mark.parametrize("qtype", OSS_TYPES, ids=lambda q: quants.qtype_name(q))
+OSS_ALL = pytest.mark.tier_all("Q8_0 runs the biases and the clamp through every variant's epilogue, which every "
+                                "type shares; Q4_K's rows (a K-quant's) in make test-all")
+
+
+@pytest.mark.parametrize("qtype", [OSS_TYPES[0], pytest.param(OSS_TYPES[1], marks=OSS_ALL)],
+                         ids=lambda q: quants.qtype_name(q))
 @pytest.mark.parametrize("name", MOE_VARIANTS)
 def test_gpt_oss_experts_match_the_reference_and_keep_the_shared_bits(backend, oss_layers, name, qtype):
     """A gpt-oss layer's MoE -- the biased router's top k by logit and their softmax, the experts' gate,
