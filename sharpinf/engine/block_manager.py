@@ -99,7 +99,8 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         bs, prev = self.block_size, seq.last_block_hash
-        for i in range(seq.registered_blocks, min(seq.num_computed, len(seq.tokens) - seq.pending) // bs):
+        real = len(seq.tokens) - seq.pending - seq.drafts  # a guess is never cached: it may be rejected
+        for i in range(seq.registered_blocks, min(seq.num_computed, real) // bs):
             toks = tuple(seq.tokens[i * bs : (i + 1) * bs])
             key = block_hash(prev, toks)
             b = seq.block_table[i]
@@ -198,12 +199,26 @@ class BlockManager:
         ones. (Call after register_full_blocks: a freed block stays in the prefix cache.)"""
         if not self.window:
             return
-        gone = min(max(0, seq.num_computed - self.window + 1) // self.block_size, len(seq.block_table))
+        kept = seq.num_computed - seq.drafts  # the guesses may be rejected: the query may come back to there
+        gone = min(max(0, kept - self.window + 1) // self.block_size, len(seq.block_table))
         for i in range(seq.slid_blocks, gone):
             self._unref(seq.block_table[i])
             seq.block_table[i] = SLID
             self.slid += 1
         seq.slid_blocks = max(seq.slid_blocks, gone)
+
+    def truncate(self, seq: Sequence, upto: int) -> int:
+        """Speculation's rollback: seq keeps the blocks of positions 0..upto-1 (what a plain run
+        would hold) and frees the rest, which held rejected guesses only (never registered). Returns
+        the blocks freed."""
+        keep, freed = -(-upto // self.block_size), 0
+        assert seq.registered_blocks <= upto // self.block_size, "a registered block holds kept tokens only"
+        while len(seq.block_table) > keep:
+            b = seq.block_table.pop()
+            if b != SLID:
+                self._unref(b)
+                freed += 1
+        return freed
 
     def _unref(self, b: int) -> None:
         self.ref[b] -= 1

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sharpinf.engine.speculative import SpeculativeConfig
 from sharpinf.errors import SharpinfError
+from sharpinf.step.buffers import StepCapacity
 from sharpinf.step.kv_pool import kv_dtype_name
 from sharpinf.ops.variants import check_kernels
 from sharpinf.params import as_float, as_int
@@ -32,9 +34,19 @@ class EngineConfig:
     seed: int = 0  # for requests that give no seed
     # schedule and submit step n+1 before collecting step n, so the host's work (scheduling, packing,
     # stop rules, text) overlaps the device's; the tokens are the same either way (vLLM's name)
-    async_scheduling: bool = True
+    # (None: on, unless speculative decoding is: its guesses need the last step's token on the host)
+    async_scheduling: bool | None = None
+    # speculative decoding (engine/speculative.py): "ngram", "draft:MODEL", a dict of SpeculativeConfig's
+    # fields (vLLM's speculative_config), or None
+    speculative: object = None
 
     def __post_init__(self):
+        self.speculative = SpeculativeConfig.parse(self.speculative)
+        if self.async_scheduling is None:
+            self.async_scheduling = self.speculative is None
+        elif self.async_scheduling and self.speculative is not None:
+            raise SharpinfError("engine config: speculative decoding runs with async_scheduling off (a step's "
+                                "guesses follow the last step's token, on the host): leave async_scheduling unset")
         self._check_types()
         self.kv_dtype = kv_dtype_name(self.kv_dtype)
         check_kernels(self.kernels)  # one line naming a bad op or variant, before anything loads
@@ -83,3 +95,15 @@ _OPTIONAL = ("num_blocks", "max_model_len")
 def run_context(cfg, asked: int | None) -> int:
     """max_model_len: what was asked, within the file's context (else the file's context)."""
     return min(cfg.context_length, asked or cfg.context_length)
+
+
+def step_capacity(ec: EngineConfig, max_model_len: int) -> StepCapacity:
+    """The largest step the scheduler can make: the token budget (a whole prompt when chunked
+    prefill is off: set max_model_len to keep that workspace small), max_num_seqs sequences,
+    each wanting one row of logits (speculating: one for its last token and each guess)."""
+    tokens = ec.max_num_batched_tokens
+    if not ec.enable_chunked_prefill:  # an unchunked prompt runs whole, beside the decodes
+        tokens = max(tokens, max_model_len + ec.max_num_seqs)
+    rows = ec.max_num_seqs * (1 + (ec.speculative.num_speculative_tokens if ec.speculative else 0))
+    return StepCapacity(tokens=tokens, seqs=ec.max_num_seqs, rows=min(rows, max(tokens, ec.max_num_seqs)),
+                        history=tokens + ec.max_num_seqs)

@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from sharpinf.engine.block_manager import BlockManager
 from sharpinf.engine.fork import ChoiceForker
-from sharpinf.engine.config import EngineConfig, run_context
+from sharpinf.engine.config import EngineConfig, run_context, step_capacity
+from sharpinf.engine.stats import EngineMetrics, StepTimes
 from sharpinf.engine.kv_budget import KVBudget, plan_kv_budget
 from sharpinf.engine.logprobs import TokenLogprobs
 from sharpinf.engine.model_runner import ModelRunner, RunnerStep
 from sharpinf.engine.scheduler import Scheduler
 from sharpinf.engine.sequence import PENDING, Sequence
+from sharpinf.engine.speculative import Speculator
 from sharpinf.engine.watchdog import Watchdog, check_none_lost, describe
 from sharpinf.engine.grammar import Grammar, Grammars
 from sharpinf.errors import ContextLengthError, EngineStuck, RequestError, SharpinfError
@@ -35,7 +37,6 @@ from sharpinf.ops.sampling import RequestSeeds
 from sharpinf.runtime.backend import Backend
 from sharpinf.runtime.select import get_backend
 from sharpinf.params import SamplingParams
-from sharpinf.step.buffers import StepCapacity
 from sharpinf.textgen import StopChecker, check_prompt
 
 Prompt = str | list[int] | list[dict]  # text, token ids, or a chat (list of {"role", "content"})
@@ -60,59 +61,6 @@ class RequestOutput:
     def all_done(self) -> bool:
         """The request is over: the last output a caller waits for."""
         return self.finished if self.request_finished is None else self.request_finished
-
-
-@dataclass
-class StepTimes:
-    """Host seconds of the last step: scheduling and submitting (batch, upload, launches or graph
-    replays; with async scheduling, of the next step); the wait for the collected step's ids and
-    the model runner's collect; the tokens' bookkeeping (stop rules, text)."""
-
-    schedule_s: float
-    run_s: float
-    finish_s: float
-
-
-@dataclass
-class EngineMetrics:
-    started: float = field(default_factory=time.perf_counter)
-    steps: int = 0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    tokens_computed: int = 0  # prompt and fed tokens the forward pass computed (prefix hits not, recomputation too)
-    finished: int = 0
-    rejected: int = 0
-
-    def to_json(self, engine: "LLMEngine") -> dict:
-        elapsed = time.perf_counter() - self.started
-        return {
-            "steps": self.steps,
-            "elapsed_s": elapsed,
-            "generated_tokens": self.generated_tokens,
-            "prompt_tokens": self.prompt_tokens,
-            "tokens_computed": self.tokens_computed,
-            "throughput_tok_per_s": self.generated_tokens / elapsed if elapsed > 0 else 0.0,
-            "preemptions": engine.scheduler.preemptions,
-            "kv_usage": engine.blocks.usage,
-            "prefix_cache_hit_rate": engine.blocks.hit_rate,
-            "finished": self.finished,
-            "rejected": self.rejected,
-            "running": len(engine.scheduler.running),
-            "waiting": len(engine.scheduler.waiting),
-            "cuda_graphs": engine.graph_report,  # {"graphs", "seconds", "bytes"}; None when eager
-            "kernels_compiled": engine.fp.compile_report,
-            "workspace_bytes": engine.fp.workspace_bytes(),
-        }
-
-
-def step_capacity(ec: EngineConfig, max_model_len: int) -> StepCapacity:
-    """The largest step the scheduler can make: the token budget (a whole prompt when chunked
-    prefill is off: set max_model_len to keep that workspace small), max_num_seqs sequences,
-    each wanting at most one row of logits."""
-    tokens = ec.max_num_batched_tokens
-    if not ec.enable_chunked_prefill:  # an unchunked prompt runs whole, beside the decodes
-        tokens = max(tokens, max_model_len + ec.max_num_seqs)
-    return StepCapacity(tokens=tokens, seqs=ec.max_num_seqs, rows=ec.max_num_seqs, history=tokens + ec.max_num_seqs)
 
 
 class LLMEngine:
@@ -143,7 +91,8 @@ class LLMEngine:
         self.blocks = BlockManager(self.budget.num_blocks, self.config.block_size, self.config.enable_prefix_caching,
                                    window=self.fp.cfg.kv_window)
         self.runner = ModelRunner(self.fp, self.pool)
-        self.scheduler = Scheduler(self.config, self.blocks, on_release=self.runner.release)
+        self.scheduler = Scheduler(self.config, self.blocks, on_release=self._released)
+        self.spec = None if self.config.speculative is None else Speculator(self.config.speculative, self)
         self.requests: dict[str, Sequence] = {}
         self.live: dict[str, Sequence] = {}  # the unfinished requests: each is waiting or running
         self.forker = ChoiceForker(self.blocks, self.scheduler, self.runner.slots, self.stop_rules, self.live)
@@ -154,6 +103,12 @@ class LLMEngine:
         self._ids = itertools.count()
         self._seeds = RequestSeeds(self.config.seed)
         self._inflight: RunnerStep | None = None  # async scheduling: the step submitted, not yet collected
+
+    def _released(self, seq: Sequence) -> None:
+        """seq left the running set (finished or preempted)."""
+        self.runner.release(seq)
+        if self.spec is not None:
+            self.spec.release(seq)
 
     # -- requests ------------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
@@ -306,12 +261,16 @@ class LLMEngine:
         """Schedule and submit a step (None: nothing to schedule). Each chunk's tokens count as
         computed from here on (stream order makes its K/V there before any later step reads it);
         a chunk that samples appends a PENDING token, which the scheduler sees as a decode."""
+        if self.spec is not None:
+            self.spec.propose(self.scheduler.running)
         chunks = self.scheduler.schedule()
         if not chunks:
             return None
         self.pool.copy_blocks(self.blocks.take_copies())  # copy on write (forked choices), before the step
         step = self.runner.submit(chunks)
-        for r, c in enumerate(step.samplers):
+        for r, c in zip(step.first_row, step.samplers):
+            if c.seq.drafts:  # its picks settle what it emits when collected
+                continue
             c.seq.tokens.append(PENDING)
             c.seq.pending += 1
             c.seq.feed_row = r
@@ -338,9 +297,15 @@ class LLMEngine:
             seq = chunk.seq
             if token is None or seq.is_finished:
                 continue
+            lps = self.runner.last_logprobs.get(seq.key)
+            if isinstance(token, list):  # a verified chunk: the kept guesses and the target's pick
+                done.append((seq, self._append_run(seq, self.spec.settle(seq, token), now, lps)))
+                continue
+            if self.spec is not None:
+                self.spec.metrics.chunk(0, 0, 1)
             f = forks.pop(id(seq), None)
             children = self.forker.fork(f, now) if f is not None else []  # before its token can end it
-            done.append((seq, self._append(seq, token, now, self.runner.last_logprobs.get(seq.key))))
+            done.append((seq, self._append(seq, token, now, lps)))
             done += [(c, self._append(c, t, now, lp)) for c, t, lp in children]
         for f in forks.values():  # a forking request that ended before its step was collected: no choices
             self.forker.cancel(f)
@@ -385,6 +350,23 @@ class LLMEngine:
         seq.sent_chars = max(seq.sent_chars, stable)
         return RequestOutput(seq.request_id, [token], delta, seq.output_ids, text, done, seq.finish_reason,
                              seq.prompt_ids, None if lp is None else [lp], index=seq.index)
+
+    def _append_run(self, seq: Sequence, tokens: list[int], now: float, lps) -> RequestOutput:
+        """A verified chunk's tokens, one by one through the stop rules (those after a stop are
+        dropped), as one output; its blocks then register and slide as a plain step's would."""
+        outs = []
+        for i, t in enumerate(tokens):
+            outs.append(self._append(seq, t, now, None if lps is None else lps[i]))
+            if seq.is_finished:
+                break
+        if not seq.is_finished:
+            self.blocks.register_full_blocks(seq)
+            self.blocks.slide(seq)
+        last = outs[-1]
+        last.new_token_ids = [t for o in outs for t in o.new_token_ids]
+        last.new_text = "".join(o.new_text for o in outs)
+        last.new_logprobs = None if lps is None else [lp for o in outs for lp in o.new_logprobs]
+        return last
 
     def engine_metrics(self) -> dict:
         return self.metrics.to_json(self)

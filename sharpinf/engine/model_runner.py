@@ -63,6 +63,8 @@ class RunnerStep:
     logprob_rows: list[int]  # rows whose logits the step copied back (PendingStep.logits_host, in order)
     row_seqs: list[Sequence]  # the sequence of every row
     masks_later: list | None = None  # every row's grammar, when its masks wait for finish()
+    first_row: list[int] = field(default_factory=list)  # per sampler, its first row
+    drafts: list[int] = field(default_factory=list)  # per sampler, the guesses it verifies (rows: 1 + that)
 
 
 class SlotPool:
@@ -120,7 +122,9 @@ class ModelRunner:
                 assert s.pending == 1 and s.feed_row >= 0 and c.samples, f"{s.key}: a pending token fed out of place"
                 toks = toks[:-1] + [0]  # a valid id in the batch; the device puts the real one in
                 fed.append((i, s.feed_row))
-            seq_chunks.append(SeqChunk(toks, s.num_computed, s.block_table, want_logits=c.samples))
+            assert not s.drafts or PENDING not in toks, f"{s.key}: guesses verified after a pending token"
+            seq_chunks.append(SeqChunk(toks, s.num_computed, s.block_table, want_logits=c.samples,
+                                       n_logits=1 + s.drafts))
         batch = Batch.build(seq_chunks, self.pool.block_size)
         feed = None
         if fed:
@@ -128,25 +132,27 @@ class ModelRunner:
             for i, row in fed:
                 feed[batch.cu_seqlens[i + 1] - 1] = row
         samplers = [c for c in chunks if c.samples]
-        forks = [(r, c.seq) for r, c in enumerate(samplers) if c.seq.forks > 0]
+        first = np.cumsum([0] + [1 + c.seq.drafts for c in samplers])  # a speculative chunk: a row a token
+        forks = [(int(first[r]), c.seq) for r, c in enumerate(samplers) if c.seq.forks > 0]
         if forks:  # each forking request's row again for each extra choice, after the others
             extra = [batch.logits_rows[r] for r, s in forks for _ in range(s.forks)]
             batch = replace(batch, logits_rows=np.concatenate([batch.logits_rows, np.asarray(extra, I32)]))
         self.last_batch = batch
         rows = self.sampling_rows(samplers, [s for _, s in forks]) if samplers else None
-        row_seqs = [c.seq for c in samplers] + [s for _, s in forks for _ in range(s.forks)]
+        row_seqs = [c.seq for c in samplers for _ in range(1 + c.seq.drafts)] + [s for _, s in forks for _ in range(s.forks)]
         lp_rows = [r for r, s in enumerate(row_seqs) if s.params.logprobs is not None]
         later = rows is not None and rows.mask_idx is not None and rows.masks is None
         pending = self.fp.submit(batch, self.pool, validate=self.validate, sampling=rows, feed_rows=feed,
                                  copy_rows=lp_rows, masks_later=later)
-        forking, at = [], len(samplers)
+        forking, at = [], int(first[-1])
         for _, s in forks:
             forking.append((s, at, [int(x) for x in rows.slots[at : at + s.forks]]))
             at += s.forks
         self.steps_run += 1
         self.tokens_fed += len(fed)
         return RunnerStep(list(chunks), [c.samples for c in chunks], samplers, forking, pending, lp_rows, row_seqs,
-                          [s.grammar for s in row_seqs] if later else None)
+                          [s.grammar for s in row_seqs] if later else None, [int(r) for r in first[:-1]],
+                          [c.seq.drafts for c in samplers])
 
     def finish(self, step: RunnerStep) -> None:
         """A step whose masks waited (submit): its grammars have their last tokens now (the step
@@ -159,9 +165,9 @@ class ModelRunner:
         self.fp.sample(step.pending, masks)
         step.masks_later = None
 
-    def collect(self, step: RunnerStep) -> list[int | None]:
-        """Wait for a submitted step's ids: for each chunk the sampled token, or None; the forking
-        sequences' extra choices in last_forks."""
+    def collect(self, step: RunnerStep) -> list[int | list[int] | None]:
+        """Wait for a submitted step's ids: for each chunk the sampled token, or None, or for a chunk
+        verifying m guesses the target's m + 1 picks; the forking sequences' extra choices in last_forks."""
         out = step.pending.result()
         self.last_logprobs, self.last_forks = {}, []
         if out.sampled is None:
@@ -170,26 +176,29 @@ class ModelRunner:
         lps: dict[int, TokenLogprobs] = {}
         for i, r in enumerate(step.logprob_rows):
             lps[r] = TokenLogprobs.of(step.pending.logits_host[i], ids[r], step.row_seqs[r].params.logprobs)
-        for r, c in enumerate(step.samplers):
+        picks = []  # per sampler: its token, or a speculative chunk's picks (a list: one a row)
+        for c, r, m in zip(step.samplers, step.first_row, step.drafts):
+            picks.append(ids[r] if not m else ids[r : r + m + 1])
             if r in lps:
-                self.last_logprobs[c.seq.key] = lps[r]
+                self.last_logprobs[c.seq.key] = lps[r] if not m else [lps[r + i] for i in range(m + 1)]
         for s, at, slots in step.forking:
             span = range(at, at + len(slots))
             self.last_forks.append(ForkRows(s, [ids[r] for r in span], slots, [lps.get(r) for r in span]))
-        chosen = iter(ids)
+        chosen = iter(picks)
         return [next(chosen) if samples else None for samples in step.samples]
 
     def sampling_rows(self, chunks: list[ScheduledChunk], forking: list[Sequence] = ()) -> SamplingRows:
         """One row per sampling chunk, then for each forking sequence one per extra choice (its
         seed choice_seed(seed, i); with a penalty or bias a fresh slot holding the prompt)."""
-        seqs = [c.seq for c in chunks]
+        seqs = [c.seq for c in chunks for _ in range(1 + c.seq.drafts)]  # a speculative chunk: a row a token
+        at = [i for c in chunks for i in range(1 + c.seq.drafts)]  # the row's place in its chunk's picks
         extra = [(s, i) for s in forking for i in range(1, s.forks + 1)]
         R = len(seqs) + len(extra)
         slots, clear, off, adds = np.full(R, -1, I32), np.zeros(R, I32), np.zeros(R + 1, I32), []
         count_n = np.zeros(R, I32)
         n = 0
         for r, s in enumerate(seqs):
-            if s.penalised:
+            if s.penalised:  # never speculates: one row
                 if s.sample_slot < 0:  # (re)admitted: a fresh slot, cleared on the device
                     s.sample_slot, s.seen_synced, clear[r] = self.slots.take(), 0, 1
                     count_n[r] = len(s.tokens) - len(s.prompt_ids)  # generated before a preemption
@@ -222,7 +231,9 @@ class ModelRunner:
             params=np.array([s.sampling_row for s in all_seqs], np.float32),
             top_k=np.fromiter((s.top_k for s in all_seqs), I32, R),
             seeds=np.array([s.seed for s in seqs] + [choice_seed(s.seed, i) for s, i in extra], np.uint64),
-            steps=np.fromiter((len(s.tokens) - len(s.prompt_ids) for s in all_seqs), I32, R),
+            # the draw is keyed by the tokens generated before the row's, as in plain decoding
+            steps=np.fromiter((len(s.tokens) - s.drafts - len(s.prompt_ids) + i
+                               for s, i in zip(all_seqs, at + [0] * len(extra))), I32, R),
             slots=slots, clear=clear, add_off=off,
             add_ids=np.fromiter((t for a in adds for t in a), I32, n) if n else np.zeros(0, I32),
             count_n=count_n,

@@ -64,6 +64,7 @@ class Scheduler:
 
     def _preempt(self, victim: Sequence) -> None:
         self.running.remove(victim)
+        victim.drop_drafts()  # its guesses, scheduled this step, are not run
         # what this admission computed is thrown away (the cache then serves what it still holds)
         victim.metrics.discarded_tokens += victim.num_computed - victim.metrics.cached_prompt_tokens
         self._release(victim)
@@ -85,6 +86,17 @@ class Scheduler:
                 return False
         return True
 
+    def _guesses(self, seq: Sequence, budget: int) -> int:
+        """How many of seq's guesses this step verifies: within the budget, and no more than could be
+        emitted before max_tokens or the context ends it (so their K/V stays inside its room)."""
+        if not seq.guesses:
+            return 0
+        n, p = len(seq.tokens) - len(seq.prompt_ids), seq.params
+        room = seq.stop.context_left - n - 1
+        if p.max_tokens is not None:
+            room = min(room, p.max_tokens - n - 1)
+        return max(0, min(len(seq.guesses), budget - 1, room))
+
     def _chunk(self, seq: Sequence, budget: int, remaining: int | None = None) -> int:
         remaining = seq.remaining if remaining is None else remaining
         if self.config.enable_chunked_prefill:
@@ -99,12 +111,18 @@ class Scheduler:
         for seq in [s for s in self.running if s.remaining == 1 and not s.out_of_room]:  # 1. decodes
             if budget <= 0:
                 break
-            if seq.status is Status.RUNNING and self._make_room(seq, len(seq.tokens), scheduled):
-                scheduled.append(ScheduledChunk(seq, 1))
-                budget -= 1
+            m = self._guesses(seq, budget)
+            if seq.status is Status.RUNNING and self._make_room(seq, len(seq.tokens) + m, scheduled):
+                if m:  # its last token and m guesses, verified as one chunk (engine/speculative.py)
+                    seq.tokens += seq.guesses[:m]
+                    seq.drafts = m
+                scheduled.append(ScheduledChunk(seq, 1 + m))
+                budget -= 1 + m
+        for s in self.running:
+            s.guesses = []
 
         prefill = False  # a prefill chunk is in this step (an unchunked prompt over budget waits)
-        for seq in [s for s in self.running if s.remaining > 1]:  # 2. prefills in progress
+        for seq in [s for s in self.running if s.remaining > 1 and not s.drafts]:  # 2. prefills in progress
             if budget <= 0:
                 break
             if seq.status is not Status.RUNNING:  # preempted to make room above

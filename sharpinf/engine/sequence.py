@@ -82,6 +82,8 @@ class Sequence:
     choices: list["Sequence"] = field(default_factory=list, repr=False)  # choice 0's: every choice, once forked
     pending: int = 0  # trailing PENDING tokens (at most 2: the steps in flight)
     feed_row: int = -1  # the last submitted step's sampled-ids row that holds tokens[-1] (if PENDING)
+    guesses: list[int] = field(default_factory=list)  # speculative: its proposer's guesses for this step
+    drafts: int = 0  # trailing tokens that are guesses the scheduled step verifies (engine/speculative.py)
 
     def __post_init__(self):
         self.tokens = list(self.prompt_ids)
@@ -124,6 +126,19 @@ class Sequence:
         if self.pending:
             del self.tokens[len(self.tokens) - self.pending :]
         self.pending, self.feed_row = 0, -1
+
+    def drop_drafts(self) -> None:
+        """Its guesses leave its tokens (verified, or never run: it was preempted)."""
+        if self.drafts:
+            del self.tokens[len(self.tokens) - self.drafts :]
+        self.drafts = 0
+
+    @property
+    def speculates(self) -> bool:
+        """May it verify guesses? Not with a row that depends on its earlier tokens on the device (a
+        penalty's or logit_bias's slot) or on the host (a grammar's mask), nor before its first
+        token (its prefill samples that) or with choices still to fork."""
+        return not self.penalised and self.grammar is None and self.forks == 0 and len(self.tokens) > len(self.prompt_ids)
 
     @property
     def is_finished(self) -> bool:

@@ -12,7 +12,8 @@ object. There is no padding anywhere.
     block_tables  [S, B] int32   physical KV block of each logical block (-1 past the end)
     slot_mapping  [N]    int32   physical KV slot of each token: block * block_size + offset
     logits_rows   [R]    int32   rows that need logits (the last token of a sequence that
-                                 wants a token this step; mid-prompt chunks skip the LM head)
+                                 wants a token this step, every token of a speculative chunk;
+                                 mid-prompt chunks skip the LM head)
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class SeqChunk:
     start: int  # absolute position of the first token (= KV already cached)
     block_table: Sequence[int]  # physical blocks holding positions 0 .. start+len-1
     want_logits: bool = True
+    n_logits: int = 1  # with want_logits: logits for this many last tokens (a speculative chunk: all of them)
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,13 @@ class Batch:
             rows = np.arange(N)
         else:
             want = np.fromiter((c.want_logits for c in chunks), bool, S) & (lens > 0)
-            rows = cu[1:][want] - 1
+            per = np.fromiter((c.n_logits for c in chunks), np.int64, S)[want]
+            if (per == 1).all():
+                rows = cu[1:][want] - 1
+            else:  # each wanting chunk's last `per` tokens, in order
+                ends = np.repeat(cu[1:][want], per)
+                back = np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per)
+                rows = ends - np.repeat(per, per) + back
         ids = np.fromiter(itertools.chain.from_iterable(c.token_ids for c in chunks), np.int64, N)
         return cls(
             token_ids=ids.astype(I32),

@@ -1,0 +1,181 @@
+"""Speculative decoding that never changes an output.
+
+A decoding sequence's proposer (n-gram lookup in its own tokens, or a draft model) guesses its
+next k tokens; the scheduler feeds its last token and the guesses as one chunk of the packed step,
+with logits at every position; the sampling kernel picks the target's token at each of them, each
+row's draw keyed by the tokens generated before it, as plain decoding keys it. Acceptance keeps
+guesses while each equals the target's own pick and ends with the target's pick at the first
+mismatch (or after the last guess): every kept token is the one plain decoding would have drawn,
+because a token's logits do not depend on what else is in the step (batch invariance), and the
+K/V of a kept guess is the K/V of that token. So greedy and seeded outputs and their logprobs equal
+plain decoding's bit for bit; speculation only changes how many target passes they take.
+
+A sequence whose next row depends on the tokens before it on the device (repetition, presence or
+frequency penalties, logit_bias: its sampling slot) or on the host (a grammar's mask) decodes
+plainly; so does a request's first token (its prefill samples it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from sharpinf.errors import SharpinfError
+from sharpinf.params import as_int
+
+METHODS = ("ngram", "draft")
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """vLLM's speculative_config, in its names: method "ngram" (prompt lookup) or "draft" (model)."""
+
+    method: str
+    num_speculative_tokens: int = 4  # k: guesses verified per step and sequence
+    model: str | None = None  # draft: a registered name or a .gguf with the target's vocabulary
+    prompt_lookup_max: int = 4  # ngram: the longest suffix looked up in the sequence's own tokens
+    prompt_lookup_min: int = 1  # ngram: the shortest
+
+    def __post_init__(self):
+        def bad(msg):
+            raise SharpinfError(f"speculative: {msg}")
+
+        if self.method not in METHODS:
+            bad(f"method {self.method!r}: choose ngram or draft")
+        for name in ("num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"):
+            v = as_int(getattr(self, name))
+            if v is None or v < 1:
+                bad(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, v)
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            bad(f"prompt_lookup_min {self.prompt_lookup_min} > prompt_lookup_max {self.prompt_lookup_max}")
+        if (self.method == "draft") != (self.model is not None):
+            bad("a draft model is given with method draft, and only then (draft:MODEL)")
+
+    @classmethod
+    def parse(cls, spec, k: int | None = None) -> "SpeculativeConfig | None":
+        """None, "ngram", "draft:MODEL", a dict of these fields, or a SpeculativeConfig; k (the CLI's
+        --num-speculative-tokens) overrides the count."""
+        if spec is None or spec == "" or spec is False:
+            if k is not None:
+                raise SharpinfError("speculative: --num-speculative-tokens needs --speculative ngram|draft:MODEL")
+            return None
+        if isinstance(spec, cls):
+            out = spec
+        elif isinstance(spec, str):
+            method, _, model = spec.partition(":")
+            if method == "draft" and not model:
+                raise SharpinfError("speculative: draft needs its model, as draft:MODEL (a name or a .gguf)")
+            if method == "ngram" and model:
+                raise SharpinfError(f"speculative: {spec!r}: ngram takes no model")
+            out = cls(method, model=model or None)
+        elif isinstance(spec, dict):
+            names = {f.name for f in fields(cls)}
+            unknown = sorted(set(spec) - names)
+            if unknown:
+                raise SharpinfError(f"speculative: unknown field(s) {', '.join(unknown)}; the fields are "
+                                    f"{', '.join(f.name for f in fields(cls))}")
+            if "method" not in spec:
+                raise SharpinfError("speculative: the dict needs a method (ngram or draft)")
+            out = cls(**spec)
+        else:
+            raise SharpinfError(f"speculative must be None, 'ngram', 'draft:MODEL' or a dict, got {type(spec).__name__}")
+        return out if k is None else cls(**{**out.__dict__, "num_speculative_tokens": k})
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def accept(guesses: list[int], picks: list[int]) -> list[int]:
+    """The tokens a verified chunk emits: the guesses while each equals the target's pick at its
+    position, then the target's pick where the first differs (or after the last): picks[:j + 1]."""
+    assert len(picks) == len(guesses) + 1, "one pick per guess, and one after the last"
+    j = 0
+    while j < len(guesses) and guesses[j] == picks[j]:
+        j += 1
+    return picks[: j + 1]
+
+
+@dataclass
+class SpecMetrics:
+    """What speculation did: guesses verified and kept, verification chunks, and every chunk that
+    sampled a token (spec or plain) against the tokens generated: target passes per output token."""
+
+    draft_tokens: int = 0  # guesses fed for verification
+    accepted_tokens: int = 0  # of those, kept
+    verify_chunks: int = 0  # chunks that verified >= 1 guess
+    sampling_chunks: int = 0  # every chunk that sampled (a verified one counts once)
+    emitted_tokens: int = 0  # tokens those chunks gave out
+    plain_chunks: int = 0  # sampling chunks with no guess (a first token, no match, a penalised request)
+    per_position: list[int] = field(default_factory=list)  # kept guesses at position i of a chunk
+
+    def chunk(self, guesses: int, kept: int, emitted: int) -> None:
+        self.sampling_chunks += 1
+        self.emitted_tokens += emitted
+        if not guesses:
+            self.plain_chunks += 1
+            return
+        self.verify_chunks += 1
+        self.draft_tokens += guesses
+        self.accepted_tokens += kept
+        self.per_position += [0] * (guesses - len(self.per_position))
+        for i in range(kept):
+            self.per_position[i] += 1
+
+    def to_json(self) -> dict:
+        return {
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": self.accepted_tokens / self.draft_tokens if self.draft_tokens else None,
+            # tokens a verification gives out: the kept guesses and the target's own pick
+            "mean_accepted_length": ((self.accepted_tokens + self.verify_chunks) / self.verify_chunks
+                                     if self.verify_chunks else None),
+            "target_passes_per_token": (self.sampling_chunks / self.emitted_tokens if self.emitted_tokens else None),
+            "verify_chunks": self.verify_chunks,
+            "plain_chunks": self.plain_chunks,
+            "accepted_per_position": list(self.per_position),
+        }
+
+
+class Speculator:
+    """The engine's side of speculation: guesses before a step is scheduled, and after it the
+    verified chunk's tokens, with the K/V of the rejected guesses rolled back."""
+
+    def __init__(self, config: SpeculativeConfig, engine):
+        self.config = config
+        self.metrics = SpecMetrics()
+        if config.method == "ngram":
+            from sharpinf.engine.ngram import NgramProposer
+
+            self.proposer = NgramProposer(config.prompt_lookup_max, config.prompt_lookup_min)
+        else:
+            from sharpinf.engine.draft import DraftProposer
+
+            self.proposer = DraftProposer(config.model, engine)
+        self.blocks = engine.blocks
+
+    def propose(self, running) -> None:
+        """Guesses for each running sequence the next step decodes and that may speculate (the
+        scheduler takes what its budget and the sequence's room allow)."""
+        seqs = [s for s in running if s.remaining == 1 and not s.out_of_room and s.speculates]
+        if not seqs:
+            return
+        k = self.config.num_speculative_tokens
+        for s, g in zip(seqs, self.proposer.propose(seqs, [k] * len(seqs))):
+            s.guesses = list(g[:k])
+
+    def release(self, seq) -> None:
+        """seq left the running set: a proposer's per-sequence state goes."""
+        self.proposer.release(seq)
+
+    def settle(self, seq, picks: list[int]) -> list[int]:
+        """A verified chunk's outcome: its guesses leave its tokens, the tokens to emit are returned
+        (accept), and what the step computed for rejected guesses is rolled back: num_computed to the
+        last kept position, the blocks past it freed (never cached: no rejected token is)."""
+        m = seq.drafts
+        guesses = seq.tokens[len(seq.tokens) - m :]
+        seq.drop_drafts()
+        out = accept(guesses, picks)
+        seq.num_computed -= m - (len(out) - 1)
+        self.blocks.truncate(seq, seq.num_computed)
+        self.metrics.chunk(m, len(out) - 1, len(out))
+        return out
