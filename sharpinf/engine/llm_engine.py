@@ -82,6 +82,7 @@ class LLMEngine:
         self.fp = ForwardPass(self.model, self.backend, capacity=step_capacity(self.config, self.max_model_len),
                               kv_dtype=self.config.kv_dtype, kernels=self.config.kernels)
         self.fp.freeze()
+        # a draft model's weights, buffers and KV pool come before the target's pool takes what is left
         eager = self.config.enforce_eager
         self.budget: KVBudget = plan_kv_budget(self.backend, self.cfg, self.config,
                                                graph_launches=0 if eager else self.fp.graph_launches())
@@ -92,7 +93,6 @@ class LLMEngine:
                                    window=self.fp.cfg.kv_window)
         self.runner = ModelRunner(self.fp, self.pool)
         self.scheduler = Scheduler(self.config, self.blocks, on_release=self._released)
-        self.spec = None if self.config.speculative is None else Speculator(self.config.speculative, self)
         self.requests: dict[str, Sequence] = {}
         self.live: dict[str, Sequence] = {}  # the unfinished requests: each is waiting or running
         self.forker = ChoiceForker(self.blocks, self.scheduler, self.runner.slots, self.stop_rules, self.live)
@@ -299,7 +299,7 @@ class LLMEngine:
                 continue
             lps = self.runner.last_logprobs.get(seq.key)
             if isinstance(token, list):  # a verified chunk: the kept guesses and the target's pick
-                done.append((seq, self._append_run(seq, self.spec.settle(seq, token), now, lps)))
+                done.append((seq, self._append_run(seq, self.spec.settle(seq, token, self.blocks), now, lps)))
                 continue
             if self.spec is not None:
                 self.spec.metrics.chunk(0, 0, 1)

@@ -151,7 +151,6 @@ class Speculator:
             from sharpinf.engine.draft import DraftProposer
 
             self.proposer = DraftProposer(config.model, engine)
-        self.blocks = engine.blocks
 
     def propose(self, running) -> None:
         """Guesses for each running sequence the next step decodes and that may speculate (the
@@ -167,7 +166,7 @@ class Speculator:
         """seq left the running set: a proposer's per-sequence state goes."""
         self.proposer.release(seq)
 
-    def settle(self, seq, picks: list[int]) -> list[int]:
+    def settle(self, seq, picks: list[int], blocks) -> list[int]:
         """A verified chunk's outcome: its guesses leave its tokens, the tokens to emit are returned
         (accept), and what the step computed for rejected guesses is rolled back: num_computed to the
         last kept position, the blocks past it freed (never cached: no rejected token is)."""
@@ -176,6 +175,6 @@ class Speculator:
         seq.drop_drafts()
         out = accept(guesses, picks)
         seq.num_computed -= m - (len(out) - 1)
-        self.blocks.truncate(seq, seq.num_computed)
+        blocks.truncate(seq, seq.num_computed)
         self.metrics.chunk(m, len(out) - 1, len(out))
         return out
