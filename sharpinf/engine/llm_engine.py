@@ -83,6 +83,8 @@ class LLMEngine:
                               kv_dtype=self.config.kv_dtype, kernels=self.config.kernels)
         self.fp.freeze()
         # a draft model's weights, buffers and KV pool come before the target's pool takes what is left
+        self.spec = None if self.config.speculative is None else Speculator(self.config.speculative, self)
+        # a draft model's weights, buffers and KV pool come before the target's pool takes what is left
         eager = self.config.enforce_eager
         self.budget: KVBudget = plan_kv_budget(self.backend, self.cfg, self.config,
                                                graph_launches=0 if eager else self.fp.graph_launches())
