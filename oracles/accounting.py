@@ -18,6 +18,8 @@ later, from the step's token_ids on the device, which the embedding kernel wrote
   total     a request computed exactly prompt + generated - 1 - cached tokens (+ that last one, + what
             its preemptions threw away: the tokens each admission had computed), and the whole run
             the sum of those (so no work is attributed to nobody, and none is done twice);
+  rolled    what speculation computed for a guess and threw away (engine/speculative.py) is left out
+            of once, total and counted: the engine names those positions (SeqMetrics.rolled_back);
   counted   the engine's own count of the work -- each request's `computed_tokens`, the run's
             `tokens_computed` (the metrics' tokens_computed_total) -- equals what the batches held;
   blocks    every block is free again and every reference count is back to 0;
@@ -167,8 +169,10 @@ def _per_request(rid: str, seq, counts: Counter, total: int, problems: list[str]
         problems.append(f"{rid}: its last token (finish {seq.finish_reason}) computed {ahead} times"
                         + ("" if async_scheduling else " without async scheduling"))
     finished_normally = seq.finish_reason in ("stop", "length", "context")
-    if seq.metrics.computed_tokens != total:
-        problems.append(f"{rid}: the engine counted {seq.metrics.computed_tokens} tokens computed, its batches held {total}")
+    computed = seq.metrics.computed_tokens - len(getattr(seq.metrics, "rolled_back", ()))
+    if computed != total:
+        problems.append(f"{rid}: the engine counted {computed} tokens computed (less those rolled back), its "
+                        f"batches held {total}")
     for p in range(len(seq.tokens)):
         n = counts.get((rid, p), 0)
         if n > pre + 1:
@@ -190,6 +194,22 @@ def _per_request(rid: str, seq, counts: Counter, total: int, problems: list[str]
                         f"preemptions = {last + thrown}")
 
 
+def _without_rolled_back(counts: Counter, seqs: dict, problems: list[str]) -> tuple[Counter, int]:
+    """The counts less the positions speculation computed and threw away (`SeqMetrics.rolled_back`:
+    a rejected guess, or a kept one after a stop), which the engine computes again or never needs;
+    a position claimed rolled back more often than computed is a problem. Returns (counts, how many)."""
+    out, n = Counter(counts), 0
+    for rid, seq in seqs.items():
+        for q in getattr(seq.metrics, "rolled_back", ()):
+            out[(rid, q)] -= 1
+            n += 1
+            if out[(rid, q)] < 0:
+                problems.append(f"{rid}: position {q} rolled back more often than computed")
+    for k in [k for k, v in out.items() if v == 0 and counts.get(k, 0)]:
+        del out[k]  # computed only for a rolled-back guess
+    return out, n
+
+
 def check_accounting(engine, counts: Counter, seqs: dict | None = None, rejected_at_submit: int = 0) -> list[str]:
     """seqs: Sequence.key -> its Sequence (as the engine had it), for every request queued and
     every choice forked (a forked choice's shared prompt counts as served, like the prefix cache's);
@@ -199,6 +219,7 @@ def check_accounting(engine, counts: Counter, seqs: dict | None = None, rejected
     if hasattr(counts, "check_fed"):
         counts.check_fed()
     problems = list(getattr(counts, "problems", []))
+    counts, rolled = _without_rolled_back(counts, seqs, problems)
     asy = engine.config.async_scheduling
     totals: Counter = Counter()
     for (rid, _), n in counts.items():
@@ -212,7 +233,7 @@ def check_accounting(engine, counts: Counter, seqs: dict | None = None, rejected
         want = sum(s.metrics.discarded_tokens + (len(s.tokens) - (1 if s.output_ids else 0) - s.metrics.cached_prompt_tokens
                                                   + _ahead(rid, s, counts) if s.metrics.admissions > s.metrics.preemptions
                                                   else 0) for rid, s in seqs.items())
-        if sum(counts.values()) != want or getattr(counts, "tokens", want) != want:
+        if sum(counts.values()) != want or getattr(counts, "tokens", want + rolled) - rolled != want:
             problems.append(f"run: {sum(counts.values())} positions recorded, {getattr(counts, 'tokens', '?')} tokens "
                             f"given to the forward pass, for {want} prompt + generated - 1 - cached + thrown away "
                             "over requests")
@@ -221,7 +242,7 @@ def check_accounting(engine, counts: Counter, seqs: dict | None = None, rejected
         problems.append(f"blocks: {b.num_free}/{b.num_blocks} free, {sum(1 for r in b.ref if r)} still referenced")
     start = getattr(counts, "start", {k: 0 for k in METRICS})
     m = {k: getattr(engine.metrics, k) - start[k] for k in METRICS}  # this run's share
-    if m["tokens_computed"] != sum(counts.values()):
+    if m["tokens_computed"] - rolled != sum(counts.values()):
         problems.append(f"metrics: tokens_computed {m['tokens_computed']} != {sum(counts.values())} positions the "
                         "batches held")
     outcomes = Counter(s.finish_reason for s in seqs.values())

@@ -356,11 +356,12 @@ class LLMEngine:
     def _append_run(self, seq: Sequence, tokens: list[int], now: float, lps) -> RequestOutput:
         """A verified chunk's tokens, one by one through the stop rules (those after a stop are
         dropped), as one output; its blocks then register and slide as a plain step's would."""
-        outs = []
+        outs, start, computed = [], len(seq.tokens), seq.num_computed
         for i, t in enumerate(tokens):
-            outs.append(self._append(seq, t, now, None if lps is None else lps[i]))
-            if seq.is_finished:
+            if seq.is_finished:  # a stop before the end: kept guesses after it were computed for nothing
+                seq.metrics.rolled_back += range(start + i - 1, computed)
                 break
+            outs.append(self._append(seq, t, now, None if lps is None else lps[i]))
         if not seq.is_finished:
             self.blocks.register_full_blocks(seq)
             self.blocks.slide(seq)

@@ -43,6 +43,7 @@ class SeqMetrics:
     computed_tokens: int = 0  # tokens the forward pass computed for it (prompt, fed tokens; recomputation too)
     discarded_tokens: int = 0  # of those, the ones its preemptions threw away (each admission's work)
     admissions: int = 0  # times it entered the running set (1 + preemptions, or as many if it ended waiting)
+    rolled_back: list[int] = field(default_factory=list)  # positions a verification computed and threw away
 
     def to_json(self) -> dict:
         itl = [b - a for a, b in zip(self.token_times, self.token_times[1:])]

@@ -174,7 +174,9 @@ class Speculator:
         guesses = seq.tokens[len(seq.tokens) - m :]
         seq.drop_drafts()
         out = accept(guesses, picks)
-        seq.num_computed -= m - (len(out) - 1)
+        kept = seq.num_computed - (m - (len(out) - 1))
+        seq.metrics.rolled_back += range(kept, seq.num_computed)
+        seq.num_computed = kept
         blocks.truncate(seq, seq.num_computed)
         self.metrics.chunk(m, len(out) - 1, len(out))
         return out
