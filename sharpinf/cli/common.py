@@ -105,3 +105,18 @@ def kernels_spec(text: str) -> str:
 
     check_kernels(text)
     return text
+
+
+SPECULATIVE_HELP = ("Speculative decoding: ngram (the sequence's own tokens guess what follows their last "
+                    "n-gram) or draft:MODEL (a smaller model with the same vocabulary guesses greedily). Outputs "
+                    "and logprobs stay identical to plain decoding, bit for bit; only the target passes a token "
+                    "change. Turns async scheduling off.")
+NUM_SPEC_HELP = "Guesses verified per step and sequence with --speculative (default 4)."
+
+
+def speculative_spec(method: str | None, k: int | None):
+    """--speculative and --num-speculative-tokens as the engine's SpeculativeConfig (None: off)."""
+    from sharpinf.engine.speculative import SpeculativeConfig
+
+    return SpeculativeConfig.parse(method, k)
+

@@ -6,7 +6,7 @@ import typer
 from rich.text import Text
 
 from sharpinf.cli.app import app
-from sharpinf.cli.common import KERNELS_HELP, err_console, kernels_spec
+from sharpinf.cli.common import KERNELS_HELP, NUM_SPEC_HELP, SPECULATIVE_HELP, err_console, kernels_spec, speculative_spec
 from sharpinf.errors import SharpinfError
 
 
@@ -44,6 +44,9 @@ def serve(
     max_num_batched_tokens: int = typer.Option(512, help="Per-step token budget of the engine."),
     max_model_len: int = typer.Option(None, help="Longest prompt + output (default: the model's context)."),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
+    speculative: str = typer.Option(None, "--speculative", help=SPECULATIVE_HELP + " The API is unchanged; "
+                                    "/metrics adds the acceptance rate, accepted lengths and target passes."),
+    num_speculative_tokens: int = typer.Option(None, "--num-speculative-tokens", help=NUM_SPEC_HELP),
     log_level: str = typer.Option("warning", help="uvicorn's log level: critical, error, warning, info, debug."),
     max_body_bytes: int = typer.Option(4 * 2**20, help="Largest request body; a larger one is a 413."),
     max_prompt_chars: int = typer.Option(None, help="Longest prompt in characters, refused before tokenizing "
@@ -76,7 +79,8 @@ def serve(
     if backend == "reference":
         raise SharpinfError("serve runs the engine: choose --backend auto, cuda or emu")
     config = dict(kv_dtype=kv_dtype, num_blocks=num_blocks, max_num_batched_tokens=max_num_batched_tokens,
-                  enforce_eager=enforce_eager, kernels=kernels_spec(kernels))
+                  enforce_eager=enforce_eager, kernels=kernels_spec(kernels),
+                  speculative=speculative_spec(speculative, num_speculative_tokens))
     if max_num_seqs is not None:
         config["max_num_seqs"] = max_num_seqs
     if max_model_len is not None:

@@ -12,8 +12,8 @@ from rich.text import Text
 
 from sharpinf.cli.app import app
 from sharpinf.cli.batch_file import BATCH_HELP, run_batch_file
-from sharpinf.cli.common import (KERNELS_HELP, console, kernels_spec, load, one_of, parse_ids, print_json, say_auto,
-                                 tokenizer_of, valid_text)
+from sharpinf.cli.common import (KERNELS_HELP, NUM_SPEC_HELP, SPECULATIVE_HELP, console, kernels_spec, load, one_of,
+                                 parse_ids, print_json, say_auto, speculative_spec, tokenizer_of, valid_text)
 from sharpinf.errors import SharpinfError
 
 BACKEND_HELP = ("reference (the NumPy oracle), emu (kernels on the CPU emulator), cuda (kernels on the GPU), "
@@ -100,7 +100,10 @@ def generate(
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help="Launch each step's kernels one by one "
                                        "instead of replaying the CUDA graphs captured at start-up."),
     kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
-    json_out: bool = typer.Option(False, "--json", help="One JSON object per request: prompt_ids, token_ids, text, finish_reason."),
+    speculative: str = typer.Option(None, "--speculative", help=SPECULATIVE_HELP),
+    num_speculative_tokens: int = typer.Option(None, "--num-speculative-tokens", help=NUM_SPEC_HELP),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per request: prompt_ids, token_ids, text, "
+                                  "finish_reason (with --speculative, its metrics too)."),
 ):
     """Generate a continuation (streams to the terminal unless --json); --batch runs many requests."""
     from sharpinf.params import SamplingParams
@@ -110,9 +113,12 @@ def generate(
                             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                             structured=structured_option(json_schema, regex))
     kernels = kernels_spec(kernels)
+    spec = speculative_spec(speculative, num_speculative_tokens)
+    if spec is not None and backend == "reference":
+        raise SharpinfError("--speculative runs in the engine: choose --backend auto, cuda or emu")
     loaded = load(model)
     engine_config = dict(kv_dtype=kv_dtype, num_blocks=num_blocks, max_num_batched_tokens=max_num_batched_tokens,
-                         enforce_eager=enforce_eager, kernels=kernels)
+                         enforce_eager=enforce_eager, kernels=kernels, speculative=spec)
     if batch is not None:
         if any(v is not None for v in (prompt, chat, prompt_ids)):
             raise SharpinfError("--batch runs the requests in the file: give no --prompt/--chat/--prompt-ids")
@@ -124,9 +130,12 @@ def generate(
         console.print(Text(delta), end="", soft_wrap=True)  # the model's text, printed literally
 
     result = run_generation(loaded, tok, ids, params, backend, None if json_out else stream, engine_config)
+    sm = result.metrics.get("speculative")
     if json_out:
-        return print_json(result.to_json())
-    console.print(Text(f"\n({len(result.token_ids)} tokens, finish: {result.finish_reason})", style="dim"))
+        return print_json({**result.to_json(), **({"speculative": sm} if sm else {})})
+    said = "" if not sm else (f"; speculative {sm['method']}: {sm['accepted_tokens']}/{sm['draft_tokens']} guesses kept, "
+                              f"{sm['target_passes_per_token']:.2f} target passes a token")
+    console.print(Text(f"\n({len(result.token_ids)} tokens, finish: {result.finish_reason}{said})", style="dim"))
 
 
 def run_generation(loaded, tok, ids, params, backend: str, on_token, engine_config=None):
@@ -142,10 +151,12 @@ def run_generation(loaded, tok, ids, params, backend: str, on_token, engine_conf
     llm = LLM(loaded, backend=backend, **(engine_config or {}))
     last = None
     for delta in llm.stream(ids, params):
-        if on_token is not None:
-            on_token(delta.new_token_ids[0], delta.new_text)
+        if on_token is not None and (delta.new_token_ids or delta.new_text):  # a verified run: one delta
+            on_token(delta.new_token_ids[-1] if delta.new_token_ids else None, delta.new_text)
         last = delta
-    return GenerationResult(list(ids), last.token_ids, last.text, last.finish_reason)
+    spec = llm.engine.engine_metrics()["speculative"]
+    return GenerationResult(list(ids), last.token_ids, last.text, last.finish_reason,
+                            {"speculative": spec} if spec else {})
 
 
 def score_rows(logits: np.ndarray, ids: list[int], top_k: int) -> dict:

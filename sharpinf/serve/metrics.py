@@ -2,8 +2,10 @@
 
 Counters and histograms are fed by the handlers (a request's outcome, its time to first token,
 the gaps between its tokens); the engine's state (running and waiting sequences, KV usage,
-prefix-cache hit rate, tokens/s) is read when /metrics is scraped, and so is its preemption
-count, added to a counter by what it grew since the last scrape.
+prefix-cache hit rate, tokens/s; with speculative decoding its acceptance rate, mean accepted
+length and target passes per token) is read when /metrics is scraped, and so are its counts
+(preemptions, tokens computed, guesses verified and kept), each added to a counter by what it grew
+since the last scrape.
 """
 
 from __future__ import annotations
@@ -35,7 +37,21 @@ class ServerMetrics:
         self.tokens_computed = Counter("sharpinf_tokens_computed", "Tokens the forward pass computed: prompt tokens "
                                        "the prefix cache did not serve, fed tokens, recomputation after a preemption",
                                        registry=r)
-        self._seen = {"preemptions": 0, "tokens_computed": 0}  # the engine's counts already added to the counters
+        # speculative decoding (zero when off): guesses verified, kept, and the verifications (vLLM's
+        # spec_decode counters); the rates as gauges
+        self.spec = {key: Counter(f"sharpinf_spec_decode_{name}", doc, registry=r) for key, name, doc in (
+            ("draft_tokens", "draft_tokens", "Speculative guesses verified by the target"),
+            ("accepted_tokens", "accepted_tokens", "Speculative guesses kept (each equals the target's own pick)"),
+            ("verify_chunks", "verifications", "Chunks that verified at least one guess"))}
+        for key, name, doc in (
+                ("acceptance_rate", "acceptance_rate", "Share of verified guesses kept"),
+                ("mean_accepted_length", "mean_accepted_length", "Tokens a verification gives out (kept guesses + "
+                                                                 "the target's pick)"),
+                ("target_passes_per_token", "target_passes_per_token", "Target chunks that sampled per output token "
+                                                                       "(1 without speculation)")):
+            Gauge(f"sharpinf_spec_decode_{name}", doc, registry=r).set_function(lambda key=key: self._read_spec(key))
+        self._seen = {"preemptions": 0, "tokens_computed": 0, "draft_tokens": 0, "accepted_tokens": 0,
+                      "verify_chunks": 0}  # the engine's counts already added to the counters
         self._lock = threading.Lock()  # two scrapes at once add each delta once
         self._state = engine_state
         gauges = {
@@ -53,10 +69,17 @@ class ServerMetrics:
         v = (state or {}).get(key)
         return float(v) if isinstance(v, (int, float)) else 0.0
 
+    def _read_spec(self, key: str) -> float:
+        v = ((self._state() or {}).get("speculative") or {}).get(key)
+        return float(v) if isinstance(v, (int, float)) else 0.0
+
     def exposition(self) -> bytes:
         with self._lock:
-            for key, counter in (("preemptions", self.preemptions), ("tokens_computed", self.tokens_computed)):
-                n = int(self._read(key))
+            counts = [(k, c, self._read) for k, c in (("preemptions", self.preemptions),
+                                                      ("tokens_computed", self.tokens_computed))]
+            counts += [(k, c, self._read_spec) for k, c in self.spec.items()]
+            for key, counter, read in counts:
+                n = int(read(key))
                 if n > self._seen[key]:
                     counter.inc(n - self._seen[key])
                     self._seen[key] = n
