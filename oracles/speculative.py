@@ -69,8 +69,8 @@ def run_workload(engine, workload: list[Arrival]) -> tuple[dict, list[str]]:
     ids, problems = accounted(engine, run)
     out = {}
     for rid in ids:
-        s = engine.requests[rid]
-        out[rid] = (list(s.output_ids), s.finish_reason, s.stop.text)
+        for s in engine.requests[rid].choices or [engine.requests[rid]]:  # n > 1: every choice
+            out[s.key] = (list(s.output_ids), s.finish_reason, s.stop.text)
     return out, problems
 
 
@@ -82,8 +82,9 @@ def outputs_with_logprobs(engine, workload: list[Arrival]) -> tuple[dict, list[s
     def stepping():
         outs = step_fn()
         for o in outs:
+            key = o.request_id if not o.index else f"{o.request_id}#{o.index}"
             for lp in o.new_logprobs or ():
-                lps.setdefault(o.request_id, []).append((lp.token_id, lp.logprob, tuple(lp.top)))
+                lps.setdefault(key, []).append((lp.token_id, lp.logprob, tuple(lp.top)))
         return outs
 
     engine.step = stepping
@@ -101,6 +102,11 @@ def oracle_speculative_vs_plain(make_engine, workload: list[Arrival], case: str,
     spec, s_problems = outputs_with_logprobs(eng, workload)
     m = eng.engine_metrics()["speculative"]
     detail, passed = [], True
+    bad = [(who, rid) for who, run in (("plain", plain), ("speculative", spec)) for rid, v in run.items()
+           if not all(np.isfinite(lp) and all(np.isfinite(x) for _, x in top) for _, lp, top in v[3])]
+    if bad:  # equal NaN on both sides proves nothing
+        passed = False
+        detail.append(f"non-finite logprobs in the {bad[0][0]} run (request {bad[0][1]})")
     for rid in plain:
         a, b = plain[rid], spec[rid]
         if a == b:
@@ -124,3 +130,27 @@ def oracle_speculative_vs_plain(make_engine, workload: list[Arrival], case: str,
                f"{m['accepted_tokens']}/{m['draft_tokens']} guesses kept, "
                f"{m['target_passes_per_token']:.2f} target passes a token")
     return OracleResult(NAME, case, None, None, None, passed, "; ".join(detail) or summary)
+
+
+def speculative_cases(model, backend, choices, kv_dtypes) -> list:
+    """verify's cases: the oracle on each kernel choice, the KV dtypes taken in turn (CUDA graphs
+    on, as the engine runs by default), a small pool and budget so verifications share steps with
+    prefill chunks."""
+    from oracles.foundation import OracleCase
+    from sharpinf.engine.llm_engine import LLMEngine
+
+    work = standard_workload(model.config.n_vocab)
+    cases = []
+    for i, spec in enumerate(choices):
+        kv = kv_dtypes[i % len(kv_dtypes)]
+
+        def make(speculative, spec=spec, kv=kv):
+            return LLMEngine(model, backend=backend, kernels=spec, kv_dtype=kv, num_blocks=64, block_size=16,
+                             max_num_batched_tokens=16, max_num_seqs=6, max_model_len=min(256, model.config.context_length),
+                             speculative=speculative)
+
+        label = spec if isinstance(spec, str) else ",".join(f"{k}={v}" for k, v in spec.items())
+        cases.append(OracleCase(NAME, f"ngram k=4, KV {kv}, kernels {label}",
+                                lambda make=make, kv=kv, label=label: oracle_speculative_vs_plain(
+                                    make, work, f"ngram k=4, KV {kv}, kernels {label}")))
+    return cases

@@ -80,6 +80,55 @@ def test_the_oracle_fails_a_run_that_never_speculates():
     assert not r.passed and "vacuous" in r.detail, r.detail
 
 
+def test_preemption_choices_and_sliding_windows():
+    """Every layer windowed (blocks slide while guesses are verified), a pool so small that sequences
+    are preempted and recompute, a request of n = 2 choices: still plain decoding's outputs."""
+    path = synthetic_model("gemma3", "Q8_0", n_embd=128, n_layer=2, n_head_kv=1, sliding_window=8)
+    work = standard_workload(500) + [Arrival(1, [21, 22, 23] * 5, SamplingParams(n=2, max_tokens=14, temperature=0.9,
+                                                                                 seed=9, ignore_eos=True))]
+    made = []
+
+    def make(spec):
+        made.append(LLMEngine(path, backend="emu", kernels="fast", speculative=spec, **{**CONFIG, "num_blocks": 12}))
+        return made[-1]
+
+    r = oracle_speculative_vs_plain(make, work, "gemma3 local, preempting")
+    assert r.passed, r.detail
+    eng = made[-1]
+    assert eng.blocks.window == 8 and eng.blocks.slid > 0 and eng.scheduler.preemptions > 0
+
+
+def test_an_abort_mid_verification_run_frees_everything():
+    eng = maker()("ngram")
+    eng.add_request([7, 8, 9] * 6, SamplingParams(max_tokens=40, ignore_eos=True))
+    eng.add_request([4, 5] * 8, SamplingParams(max_tokens=40, ignore_eos=True))
+    while not eng.spec.metrics.verify_chunks and eng.has_unfinished():
+        eng.step()
+    assert eng.spec.metrics.verify_chunks > 0 and eng.requests["0"].output_ids
+    eng.abort("0")
+    while eng.has_unfinished():
+        eng.step()
+    assert eng.requests["0"].finish_reason == "aborted" and eng.requests["1"].finish_reason == "length"
+    assert eng.blocks.num_free == eng.blocks.num_blocks and not any(eng.blocks.ref)
+
+
+def test_nan_logits_fail_the_oracle(monkeypatch):
+    """NaN rows alike in both runs must not agree their way through: logprobs rows planted with NaN."""
+    from sharpinf.step.forward import ForwardPass
+
+    real = ForwardPass.submit
+
+    def submit(self, *args, **kwargs):
+        pending = real(self, *args, **kwargs)
+        if pending.logits_host is not None:
+            pending.logits_host[:] = np.nan
+        return pending
+
+    monkeypatch.setattr(ForwardPass, "submit", submit)
+    r = oracle_speculative_vs_plain(maker(), standard_workload(500), "NaN")
+    assert not r.passed and "non-finite" in r.detail, r.detail
+
+
 def _blocks_plain_holds(eng) -> list[str]:
     """Each running sequence holds the blocks of its computed positions, as a plain run does."""
     bs = eng.config.block_size

@@ -108,6 +108,7 @@ ORACLE_GROUPS = {
     "kernel": ("kernel-vs-reference",),
     "cross-path": ("packed-vs-sequential", "chunked-vs-whole", "batched-decode-vs-single-user", "placement"),
     "graph": ("graph-vs-eager",),
+    "engine": ("speculative-vs-plain",),  # whole engines, with and without speculative decoding
 }
 ORACLE_NAMES = tuple(n for names in ORACLE_GROUPS.values() for n in names)
 
@@ -153,7 +154,9 @@ def verify(
     only: str = typer.Option(None, "--only", help="Only these oracles (comma list): groups foundation (the "
                              "reference against float64 and the tokenizer: no kernel runs), kernel "
                              "(kernel-vs-reference), cross-path (packed, chunked, batched decode, placement), graph "
-                             "(graph-vs-eager), or an oracle's name."),
+                             "(graph-vs-eager), engine (speculative-vs-plain: the engine with n-gram speculation "
+                             "against plain decoding, ids and logprobs bit for bit, on each kernel set), or an "
+                             "oracle's name."),
     skip: str = typer.Option(None, "--skip", help="Leave these oracles out (as --only)."),
     json_out: bool = typer.Option(False, "--json", help="One JSON list of results (with --trace, each trace's "
                                   "per-op records in its row)."),
@@ -187,6 +190,11 @@ def verify(
             fps.append(fpk)
             if not trace_only:
                 cases += path_cases(fpk, tok, kv_dtypes, past_window=not quick)
+        if "speculative-vs-plain" in wanted and not trace_only:
+            from oracles.speculative import speculative_cases
+
+            sets = [c for c in choices if "=" not in c] or choices[:1]  # `all`: the sets, not each variant
+            cases += speculative_cases(loaded, fp.backend, sets, kv_dtypes)
     cases = [c for c in cases if c.oracle in wanted]
     results = run_cases(cases, quiet=json_out)
     reports: dict[str, object] = {}
