@@ -116,7 +116,7 @@ NUM_SPEC_HELP = "Guesses verified per step and sequence with --speculative (defa
 
 def speculative_spec(method: str | None, k: int | None):
     """--speculative and --num-speculative-tokens as the engine's SpeculativeConfig (None: off)."""
-    from sharpinf.engine.speculative import SpeculativeConfig
+    from sharpinf.engine.spec_config import SpeculativeConfig
 
     return SpeculativeConfig.parse(method, k)
 

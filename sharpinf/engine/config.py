@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sharpinf.engine.speculative import SpeculativeConfig
+from sharpinf.engine.spec_config import SpeculativeConfig
 from sharpinf.errors import SharpinfError
 from sharpinf.step.buffers import StepCapacity
 from sharpinf.step.kv_pool import kv_dtype_name

@@ -65,3 +65,29 @@ def plan_kv_budget(backend: Backend, cfg: ModelConfig, ec: EngineConfig, measure
                             f"at gpu_memory_utilization={ec.gpu_memory_utilization}")
     bw = backend.h2d_bandwidth() if measure_bandwidth else None
     return KVBudget(n, ec.block_size, ec.kv_dtype, per_token, "measured", free, total, bw, graphs)
+
+
+def plan_draft_blocks(backend: Backend, draft: ModelConfig, target: ModelConfig, ec: EngineConfig,
+                      max_model_len: int, k: int, graph_launches: int = 0) -> int:
+    """The blocks of a draft model's KV pool (engine/draft.py), planned before the target's.
+
+    Every running sequence has a shadow in the draft that holds what the target holds, and a few
+    guesses more (each shadow at most its target's blocks + 1 + ceil(k / block_size)). So: enough for
+    max_num_seqs sequences of max_model_len tokens; and where the target's pool is known already
+    (num_blocks, or the emulator's default) no more than it needs beside that pool. On a GPU
+    otherwise, at most the draft's share of the usable memory that gives both pools the same tokens
+    (the target's plan then takes the rest). graph_launches: both models' (their graphs' reserve)."""
+    bs, seqs = ec.block_size, ec.max_num_seqs
+    full = seqs * -(-max_model_len // bs)
+    mem = backend.memory_info()
+    if ec.num_blocks is not None or mem is None:
+        return min(full, (ec.num_blocks or EMU_DEFAULT_BLOCKS) + seqs * (1 + -(-k // bs)))
+    free, total = mem
+    usable = (free - (1.0 - ec.gpu_memory_utilization) * total - WORKSPACE_MARGIN_BYTES
+              - graph_launches * GRAPH_BYTES_PER_LAUNCH)
+    d, t = kv_bytes_per_slot(draft, ec.kv_dtype), kv_bytes_per_slot(target, ec.kv_dtype)
+    n = min(full, int(usable * d / (d + t) // (d * bs)) - 1)  # the pool adds one scratch block
+    if n < 1:
+        raise SharpinfError(f"speculative: no room for the draft model's KV cache: {free / 2**30:.2f} GiB free of "
+                            f"{total / 2**30:.2f} GiB at gpu_memory_utilization={ec.gpu_memory_utilization}")
+    return n
