@@ -111,6 +111,7 @@ def test_self_draft_keeps_every_greedy_guess():
     m = eng.engine_metrics()["speculative"]
     assert got == plain
     assert m["acceptance_rate"] == 1.0 and m["draft_tokens"] >= 60 and m["model"] == str(target()), m
+    assert m["draft_steps"] >= m["verify_chunks"]  # k - 1 decodes (and catch-ups) for each verification
     assert {1, 3} <= set(rolled) and eng.scheduler.preemptions, (sorted(rolled), eng.scheduler.preemptions)
     assert draft_left(eng) == []
 

@@ -99,6 +99,12 @@ class Speculator:
         for s, g in zip(seqs, self.proposer.propose(seqs, [k] * len(seqs))):
             s.guesses = list(g[:k])
 
+    def to_json(self) -> dict:
+        """The config and the metrics; a draft model's own steps too (its cost, beside the target's passes)."""
+        runner = getattr(self.proposer, "runner", None)
+        return {**self.config.to_json(), **self.metrics.to_json(),
+                **({"draft_steps": runner.steps_run} if runner is not None else {})}
+
     def release(self, seq) -> None:
         """seq left the running set: a proposer's per-sequence state goes."""
         self.proposer.release(seq)

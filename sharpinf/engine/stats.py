@@ -46,6 +46,5 @@ class EngineMetrics:
             "cuda_graphs": engine.graph_report,  # {"graphs", "seconds", "bytes"}; None when eager
             "kernels_compiled": engine.fp.compile_report,
             "workspace_bytes": engine.fp.workspace_bytes(),
-            "speculative": None if engine.spec is None else {**engine.spec.config.to_json(),
-                                                            **engine.spec.metrics.to_json()},
+            "speculative": None if engine.spec is None else engine.spec.to_json(),
         }
