@@ -77,14 +77,6 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return int(np.argmax(np.asarray(a[:n]) != np.asarray(b[:n])))
 
 
-def room(seq: Sequence) -> int:
-    """The guesses the target could still verify for seq before max_tokens or the context ends it
-    (Scheduler._guesses' bound): more would be thrown away."""
-    n, p = len(seq.tokens) - len(seq.prompt_ids), seq.params
-    r = seq.stop.context_left - n - 1
-    return r if p.max_tokens is None else min(r, p.max_tokens - n - 1)
-
-
 @dataclass
 class Shadow:
     """A target sequence's shadow: the draft's Sequence, and how many of its leading tokens were its
@@ -149,7 +141,7 @@ class DraftProposer:
         """For each target sequence up to ks[i] greedy guesses of the draft model."""
         jobs = []
         for s, k in zip(seqs, ks):
-            k = min(k, room(s))
+            k = min(k, s.guess_room)  # more could never be verified
             jobs.append(Job(self._sync(s), len(s.tokens), k) if k > 0 else None)
         live = [j for j in jobs if j is not None]
         while True:

@@ -91,11 +91,7 @@ class Scheduler:
         emitted before max_tokens or the context ends it (so their K/V stays inside its room)."""
         if not seq.guesses:
             return 0
-        n, p = len(seq.tokens) - len(seq.prompt_ids), seq.params
-        room = seq.stop.context_left - n - 1
-        if p.max_tokens is not None:
-            room = min(room, p.max_tokens - n - 1)
-        return max(0, min(len(seq.guesses), budget - 1, room))
+        return max(0, min(len(seq.guesses), budget - 1, seq.guess_room))
 
     def _chunk(self, seq: Sequence, budget: int, remaining: int | None = None) -> int:
         remaining = seq.remaining if remaining is None else remaining

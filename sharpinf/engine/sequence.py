@@ -128,6 +128,14 @@ class Sequence:
             del self.tokens[len(self.tokens) - self.pending :]
         self.pending, self.feed_row = 0, -1
 
+    @property
+    def guess_room(self) -> int:
+        """Guesses a step could verify before max_tokens or the context ends it (their K/V stays in its
+        room; more would be thrown away)."""
+        n, p = len(self.tokens) - self.drafts - len(self.prompt_ids), self.params
+        r = self.stop.context_left - n - 1
+        return r if p.max_tokens is None else min(r, p.max_tokens - n - 1)
+
     def drop_drafts(self) -> None:
         """Its guesses leave its tokens (verified, or never run: it was preempted)."""
         if self.drafts:
