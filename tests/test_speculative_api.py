@@ -51,6 +51,8 @@ def test_generate_cli_flags():
     spec = json.loads(r.stdout)
     assert spec["token_ids"] == plain["token_ids"] and spec["speculative"]["num_speculative_tokens"] == 3
     assert "speculative" not in plain
+    auto = [a if a != "emu" else "auto" for a in args] + ["--speculative", "ngram"]  # auto never drops speculation
+    assert json.loads(runner.invoke(app, auto).stdout)["speculative"]["draft_tokens"] > 0
     r = runner.invoke(app, args[:-1] + ["--speculative", "ngram"])  # the terminal's stream and its summary line
     assert r.exit_code == 0 and "guesses kept" in r.output, r.output
     for bad, says in ([["--speculative", "medusa"], "choose ngram or draft"],

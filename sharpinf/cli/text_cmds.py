@@ -20,15 +20,18 @@ BACKEND_HELP = ("reference (the NumPy oracle), emu (kernels on the CPU emulator)
                 "or auto: cuda when a GPU is usable, else reference (the fastest path on a CPU).")
 
 
-def pick_backend(backend: str) -> str:
+def pick_backend(backend: str, engine: bool = False) -> str:
+    """auto: cuda when a GPU is usable, else the reference -- or, for work only the engine does
+    (engine=True: speculation), the emulator."""
     if backend != "auto":
         return backend
     from sharpinf.runtime.select import cuda_status
 
     ok, why = cuda_status()
+    fallback = "emu" if engine else "reference"
     if not ok:
-        say_auto("reference", why)
-    return "cuda" if ok else "reference"
+        say_auto(fallback, why)
+    return "cuda" if ok else fallback
 
 
 @app.command()
@@ -116,6 +119,8 @@ def generate(
     spec = speculative_spec(speculative, num_speculative_tokens)
     if spec is not None and backend == "reference":
         raise SharpinfError("--speculative runs in the engine: choose --backend auto, cuda or emu")
+    if spec is not None and batch is None:  # auto must not fall back to the reference, which has no speculation
+        backend = pick_backend(backend, engine=True)
     loaded = load(model)
     engine_config = dict(kv_dtype=kv_dtype, num_blocks=num_blocks, max_num_batched_tokens=max_num_batched_tokens,
                          enforce_eager=enforce_eager, kernels=kernels, speculative=spec)
