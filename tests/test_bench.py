@@ -120,8 +120,43 @@ def test_bench_quick_all_suites(tmp_path):
     assert st["completed"] == 12 and st["failed"] == 0 and st["output_tokens"] > 0
     assert r["structured_vs_plain"]["output_tok_per_s_ratio"] > 0
 
+    sp = json.loads((tmp_path / "speculative.json").read_text())["results"]
+    assert (tmp_path / "speculative.png").stat().st_size > 1000
+    runs = sp["ngram"] + sp["draft"]
+    assert [r["streams"] for r in sp["ngram"]] == [1] and len(sp["draft"]) == 3 and all(r["identical"] for r in runs)
+    assert all(r["plain"]["generated_tokens"] == r["speculative"]["generated_tokens"] == 8 for r in runs)
+    selfd = sp["draft"][-1]["speculative"]  # the model as its own draft: every greedy guess is the target's pick
+    assert sp["draft"][-1]["pair"] == "self" and selfd["accepted_tokens"] == selfd["draft_tokens"] > 0
+    assert selfd["target_passes_per_token"] < 1 and selfd["draft_steps"] > 0
+    assert all(0 < r["speculative"]["target_passes_per_token"] <= 1 for r in runs)
+    assert [(r["batch_size"], r["tokens_per_seq"]) for r in sp["step"]] == [(1, 1), (1, 4)]
+    assert sp["step"][0]["x_vs_1"] == 1.0 and sp["step"][1]["step_s"] > 0
+    from bench.slot.figures import figures  # what a GPU slot's summary sets beside the previous run's
+
+    fig = figures(tmp_path)
+    assert fig[f"speculative {tmp_path.name} step B=1 t=4 / t=1"] == (sp["step"][1]["x_vs_1"], "x")
+    assert fig[f"speculative {tmp_path.name} self streams=1 target passes a token"][0] == selfd["target_passes_per_token"]
+
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "kernels", "host", "serve"}
+    assert set(out["suites"]) == {"throughput", "decode", "prefill", "chunking", "kernels", "host", "serve",
+                                  "speculative"}
+
+
+def test_speculative_suite_says_when_outputs_differ(monkeypatch):
+    """Its `identical` can fail: guesses accepted without checking change the output, and the row says so."""
+    from pathlib import Path
+
+    from bench.suites.common import BenchContext, default_model_path
+    from bench.suites.speculative import edit_prompts, run_pair
+    from sharpinf.engine import speculative
+    from sharpinf.model.loader import load_model
+    from sharpinf.runtime.select import get_backend
+
+    model = load_model(default_model_path())
+    ctx = BenchContext(get_backend("emu"), model, "synth", Path("/nonexistent"))
+    monkeypatch.setattr(speculative, "accept", lambda guesses, picks: list(guesses) + [picks[-1]])
+    row = run_pair(ctx, model, edit_prompts(model, 1), 8, {"method": "ngram"}, 3)
+    assert row["speculative"]["draft_tokens"] > 0 and not row["identical"] and row["first_difference_in_request"] == 0
 
 
 def test_prefill_suite_sets_the_other_q8_matmuls_and_the_tensor_set_beside_fast(tmp_path):

@@ -1,6 +1,7 @@
 """The figures of a GPU run's folder, keyed by what they measure (model, op, shape, variant, N; not by file
 name, which changed between runs), so that each can stand beside the previous run's: peers.json rows, the
-kernels, decode and prefill suites' JSON and the rows a cut suite left (.rows.jsonl), single_stream files."""
+kernels, decode, prefill and speculative suites' JSON and the rows a cut suite left (.rows.jsonl),
+single_stream files."""
 
 from __future__ import annotations
 
@@ -32,6 +33,17 @@ def _prefill(label: str, configs: list[dict], out: dict) -> None:
         out[f"prefill {label} {c['prompts']}x{c['prompt_len']} packed / sequential"] = (c["speedup"], "x")
 
 
+def _speculative(label: str, rows: list[dict], out: dict) -> None:
+    for r in rows:
+        if r.get("part") == "step":
+            out[f"speculative {label} step B={r['batch_size']} t={r['tokens_per_seq']} / t=1"] = (r["x_vs_1"], "x")
+        elif r.get("part") in ("ngram", "draft"):
+            run = f"speculative {label} {r.get('pair', 'ngram')} streams={r['streams']}"
+            out[f"{run} tok/s"] = (r["speculative"]["output_tok_per_s"], "tok/s")
+            out[f"{run} / plain"] = (r["speedup"], "x")
+            out[f"{run} target passes a token"] = (r["speculative"]["target_passes_per_token"], "")
+
+
 def _doc(doc, out: dict, where: str) -> None:
     if isinstance(doc, list):  # peers.json
         for r in doc:
@@ -54,6 +66,8 @@ def _doc(doc, out: dict, where: str) -> None:
         _decode(label, doc.get("kernels", "?"), doc.get("config", {}).get("context"), res.get("rows", []), out)
     elif doc.get("suite") == "prefill":
         _prefill(label, res.get("configs", []), out)
+    elif doc.get("suite") == "speculative":
+        _speculative(label, [r for part in ("step", "ngram", "draft") for r in res.get(part, [])], out)
 
 
 def source(f: Path, suite: str) -> str:
@@ -86,6 +100,8 @@ def figures(run_dir: Path) -> dict[str, Figure]:
             _kernels(label, rows, part)
         elif head.get("suite") == "decode":
             _decode(label, head.get("kernels", "?"), "?", rows, part)
+        elif head.get("suite") == "speculative":
+            _speculative(label, rows, part)
         out.update({f"{k} (cut)": v for k, v in part.items()})
     return out
 

@@ -136,6 +136,12 @@ def stages(gate_first: str, gate_rest: str) -> tuple[Stage, ...]:
                                                       "--prefill-prompts", "8", "--prefill-len", "128", "--repeats", "5",
                                                       "--out", "{run}/smollm2-135m-shape-prefill"), 30, 60),),
               optional=True),
+        # speculative decoding (issue 54): n-gram on code edits and draft pairs beside plain decoding (tokens/s,
+        # target passes a token, identical outputs), and a verification step's cost at 2..8 tokens a sequence
+        Stage("speculative", 120, (Run("speculative", BENCH + ("{smol}", "--backend", "cuda", "--suite", "speculative",
+                                                               "--kernels", "fast", "--out",
+                                                               "{run}/smollm2-135m-speculative"), 60, 120),),
+              optional=True),
         Stage("probes", 480, probes(), optional=True),
         Stage("ncu", 240, ncu(), optional=True),
         # the MoE shape: peers beside llama.cpp, and the routed FFN in each moe variant (the registry's token ranges)

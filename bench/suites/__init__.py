@@ -10,6 +10,8 @@
                 time, achieved GB/s beside the measured device bandwidth, ptxas registers/spills
     serve       a bounded load generator against `sharpinf serve` on loopback: req/s, tok/s, TTFT,
                 TPOT, ITL, end-to-end (mean, p50, p90, p99), failures -- as vLLM's serving benchmark
+    speculative n-gram and draft-model speculation beside plain decoding: guesses kept, target passes a
+                token, tokens/s, identical outputs; a verification step's cost at 2..8 tokens a sequence
     host        the host's share of an engine step, on the trace backend (launches counted, not run):
                 launches and microseconds per step, eager and with CUDA graphs; bytes per kernel
 
@@ -19,7 +21,7 @@ Each suite writes DIR/<suite>.json (device, backend, model, config, results) and
 from __future__ import annotations
 
 from bench.suites import (chunking_latency, decode_scaling, host_cost, kernel_variants, prefill_packing,
-                            serve_load, throughput)
+                            serve_load, speculative, throughput)
 
 SUITES = {m.SUITE: m for m in (throughput, decode_scaling, prefill_packing, chunking_latency, kernel_variants,
-                               host_cost, serve_load)}
+                               host_cost, serve_load, speculative)}

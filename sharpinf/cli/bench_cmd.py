@@ -1,4 +1,5 @@
-"""`sharpinf bench [MODEL]`: the benchmark suites (throughput, decode, prefill, chunking, kernels, host).
+"""`sharpinf bench [MODEL]`: the benchmark suites (throughput, decode, prefill, chunking, kernels, host, serve,
+speculative).
 
 Each suite shows a progress bar and a results table, and writes DIR/<suite>.json and
 DIR/<suite>.png (DIR defaults to ~/.cache/bench/suites/<backend>/, outside the source tree:
@@ -18,7 +19,7 @@ from sharpinf.cli.app import app
 from sharpinf.cli.common import KERNELS_HELP
 from sharpinf.errors import SharpinfError
 
-SUITE_NAMES = ("throughput", "decode", "prefill", "chunking", "kernels", "host", "serve")
+SUITE_NAMES = ("throughput", "decode", "prefill", "chunking", "kernels", "host", "serve", "speculative")
 
 
 def _parse_suites(text: str) -> list[str]:
@@ -50,11 +51,13 @@ def bench(
                                            "n_embd=128, 2 layers; 'synth' names it too); SHAPE-shape:TYPE (e.g. "
                                            "qwen3-8b-shape:Q4_K) a benchmark model of a real model's shape."),
     backend: str = typer.Option("auto", "--backend", help="emu, cuda, or auto."),
-    suite: str = typer.Option("all", "--suite", help="all, or any of throughput,decode,prefill,chunking,kernels,host,serve "
+    suite: str = typer.Option("all", "--suite", help="all, or any of throughput,decode,prefill,chunking,kernels,host,serve,speculative "
                               "(comma list). kernels: every variant of every op on the model's shapes, GB/s beside "
                               "the device bandwidth. host: the host's share of an engine step on the trace backend "
                               "(kernels counted, not run), whatever --backend says. serve: a bounded load test of "
-                              "`sharpinf serve` on loopback (req/s, tok/s, TTFT, TPOT, ITL, failures)."),
+                              "`sharpinf serve` on loopback (req/s, tok/s, TTFT, TPOT, ITL, failures). speculative: n-gram "
+                              "and draft-model speculation beside plain decoding (guesses kept, target passes a token, "
+                              "tok/s, identical outputs) and a verification step's cost at 2..8 tokens a sequence."),
     kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP + " (every suite but kernels, which runs all)"),
     out: Path = typer.Option(None, "--out", help="Results folder (default ~/.cache/bench/suites/<backend>/; "
                              "--out bench/results/... to add results to the repository)."),
@@ -69,14 +72,17 @@ def bench(
     quick: bool = typer.Option(False, "--quick", help="Small sizes: a smoke run (tests use it)."),
     requests: int = typer.Option(None, "--requests", help="throughput, serve: number of requests."),
     prompt_len: str = typer.Option(None, "--prompt-len", help="throughput, serve: prompt length N or LO-HI."),
-    output_len: str = typer.Option(None, "--output-len", help="throughput, serve: output length N or LO-HI."),
+    output_len: str = typer.Option(None, "--output-len", help="throughput, serve: output length N or LO-HI; "
+                            "speculative: tokens a request (HI)."),
     rate: float = typer.Option(None, "--rate", help="throughput: Poisson arrival rate (0 or inf: all at once)."),
     rate_unit: str = typer.Option("step", "--rate-unit", help="throughput: rate per engine 'step' or per 's'."),
     max_batched_tokens: int = typer.Option(None, "--max-batched-tokens", help="throughput, host, serve: per-step token budget."),
     num_blocks: int = typer.Option(None, "--num-blocks", help="throughput, serve: KV pool blocks (default: sized by the engine)."),
-    batch_sizes: str = typer.Option(None, "--batch-sizes", help="decode: comma list of B, e.g. 1,2,4,8; kernels: "
+    batch_sizes: str = typer.Option(None, "--batch-sizes", help="decode, speculative (its step cost): comma list of "
+                                    "B, e.g. 1,2,4,8; kernels: "
                                     "the token counts N (default 1,8,64)."),
-    context: int = typer.Option(None, "--context", help="decode, kernels: context length of every sequence."),
+    context: int = typer.Option(None, "--context", help="decode, kernels, speculative (its step "
+                             "cost): context length of every sequence."),
     prefill_prompts: int = typer.Option(None, "--prefill-prompts", help="prefill: number of prompts S."),
     prefill_sizes: str = typer.Option(None, "--prefill-sizes", help="kernels: comma list of prefill sizes, the "
                                       "GEMMs' and moe's N and the prompt lengths of prefill attention (on a GPU by "
@@ -84,8 +90,9 @@ def bench(
     prefill_len: int = typer.Option(None, "--prefill-len", help="prefill: tokens per prompt."),
     budget: int = typer.Option(None, "--budget", help="chunking: per-step token budget."),
     long_mult: int = typer.Option(None, "--long-mult", help="chunking: long prompt = this x the budget."),
-    repeats: int = typer.Option(None, "--repeats", help="decode/prefill/kernels: timed repeats."),
-    concurrency: int = typer.Option(None, "--concurrency", help="serve: requests in flight at once."),
+    repeats: int = typer.Option(None, "--repeats", help="decode/prefill/kernels/speculative: timed repeats."),
+    concurrency: int = typer.Option(None, "--concurrency", help="serve: requests in flight at once; speculative: "
+                                   "the streams beside 1."),
     seed: int = typer.Option(0, "--seed", help="Seed of the prompts and arrivals."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the arguments (suites, sizes, --kernels, --op, "
                                  "--variant, the model's name) and print each suite's settings, loading no model "
@@ -145,6 +152,8 @@ def bench(
         "kernels": dict(tokens=bsizes, context=context, repeats=repeats, prefill=psizes, prefill_context=psizes,
                         ops=op, variants=variant),
         "host": dict(budget=max_batched_tokens),
+        "speculative": dict(max_tokens=olen[1] if olen else None, step_batch=bsizes, context=context, repeats=repeats,
+                            streams=sorted({1, concurrency}) if concurrency else None),
         "serve": dict(requests=requests, concurrency=concurrency, prompt_len=plen, output_len=olen,
                       max_num_batched_tokens=max_batched_tokens, num_blocks=num_blocks),
     }
