@@ -3,7 +3,7 @@
     python bench/gpu_check.py [--model smollm2-135m|PATH|smollm2-shape] [--only tests,verify,stream,bench,peers]
                               [--kernels fast,tensor,simple] [--big-model qwen3-8b-shape:Q4_K] [--out bench/results/gpu]
                               [--llamacpp DIR] [--peers-models M1,M2] [--peers-sizes "pp=512 tg=128 npl=1,8,64"]
-                              [--suites decode,prefill,throughput,chunking,kernels,host,serve]
+                              [--suites decode,prefill,throughput,chunking,kernels,host,serve,speculative]
 
   tests   the GPU tests (pytest -m gpu: every kernel and oracle test's cuda case, graphs included)
   verify  `sharpinf verify MODEL --backend cuda --kernels all` (all oracles for the simple, the
@@ -47,7 +47,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("tests", "verify", "stream", "bench", "peers")
-BENCH_SUITES = ("decode", "prefill", "throughput", "chunking", "kernels", "host", "serve")  # bench's, on MODEL
+BENCH_SUITES = ("decode", "prefill", "throughput", "chunking", "kernels", "host", "serve", "speculative")  # bench's, on MODEL
 BIG_SUITES = ("kernels", "prefill", "decode")  # and on the big model
 SMOLLM2_SHAPE = "smollm2-135m-shape:Q4_1"  # the peers part's SmolLM2-shaped file (sharpinf.model.shapes.SHAPES)
 
